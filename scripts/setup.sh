@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for lowtide's demo and tests (called by `make setup`):
+#   system:  redis-server, jq, prometheus (Debian packages) and Java >= 17 (for PySpark);
+#            installed with apt-get when run as root, otherwise named with the command to run.
+#   tools:   grpcurl and helm, built from their Go modules into .tools/bin when Go is there.
+#            Optional: a failure is a warning (tests that need them skip, naming the tool), and a
+#            failed build is not retried by `make setup` until `make tools` (which forces it).
+# Does nothing (quickly) on a machine that already has everything.
+#
+# usage: scripts/setup.sh [--system] [--tools] [--force-tools]     (no option: --system --tools)
+# env:   CI=true makes missing system tools fatal when they cannot be installed;
+#        GO_TOOL_TIMEOUT (seconds per Go tool build, default 900); GRPCURL_VERSION, HELM_VERSION.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools_dir=$root/.tools
+GRPCURL_VERSION=${GRPCURL_VERSION:-v1.9.4}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+GO_TOOL_TIMEOUT=${GO_TOOL_TIMEOUT:-900}
+
+do_system=0 do_tools=0 force_tools=0
+for arg in "$@"; do
+  case $arg in
+    --system) do_system=1 ;;
+    --tools) do_tools=1 ;;
+    --force-tools) do_tools=1 force_tools=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+[ $# -eq 0 ] && do_system=1 do_tools=1
+
+say() { echo "setup: $*"; }
+warn() { echo "setup: WARNING: $*" >&2; }
+is_root() { [ "$(id -u)" -eq 0 ]; }
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]; }
+
+java_major() {  # prints the major version of `java` on PATH, or 0
+  local v
+  v=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}') || true
+  case $v in
+    1.*) v=${v#1.}; echo "${v%%.*}" ;;
+    "") echo 0 ;;
+    *) v=${v%%.*}; v=${v%%[!0-9]*}; echo "${v:-0}" ;;
+  esac
+}
+
+# apt-get install, quietly (errors shown), without letting package scripts start services:
+# the tests and `lowtide cluster up` start redis-server and prometheus themselves on free ports.
+apt_install() {
+  local log policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+  log=$(mktemp)
+  export DEBIAN_FRONTEND=noninteractive
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && made_policy=1
+  fi
+  say "apt-get update"
+  if ! apt-get update -q >"$log" 2>&1; then
+    cat "$log" >&2; rc=1
+  else
+    say "apt-get install $*"
+    apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 "$@" >"$log" 2>&1 || { cat "$log" >&2; rc=1; }
+  fi
+  [ $made_policy -eq 1 ] && rm -f "$policy"
+  rm -f "$log"
+  return $rc
+}
+
+setup_system() {
+  local -a missing=() pkgs=()
+  local cmd jv
+  for cmd in redis-server jq prometheus; do
+    have "$cmd" || { missing+=("$cmd"); pkgs+=("$cmd"); }   # command name == Debian package name
+  done
+  jv=$(java_major)
+  if [ "$jv" -lt 17 ]; then
+    missing+=("java>=17 (found: $( [ "$jv" -eq 0 ] && echo none || echo "$jv"))")
+    pkgs+=(openjdk-17-jre-headless)
+  fi
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "system tools present: redis-server jq prometheus java $jv"
+    return 0
+  fi
+  if is_root && have apt-get; then
+    apt_install "${pkgs[@]}" || { echo "setup: ERROR: apt-get install ${pkgs[*]} failed (output above)" >&2; exit 1; }
+    # A package installed on a systemd machine is enabled for the next boot: not wanted for
+    # prometheus (it would hold port 9090 and scrape nothing of ours).
+    if [[ " ${pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && have systemctl; then
+      systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+    for cmd in redis-server jq prometheus; do
+      have "$cmd" || { echo "setup: ERROR: $cmd still missing after apt-get install" >&2; exit 1; }
+    done
+    jv=$(java_major)
+    if [ "$jv" -lt 17 ]; then
+      echo "setup: ERROR: java >= 17 is needed by PySpark, but 'java -version' reports $jv." >&2
+      echo "setup:        put a JDK/JRE 17+ first on PATH (or set it with update-alternatives --config java)." >&2
+      exit 1
+    fi
+    say "installed: ${pkgs[*]}"
+  else
+    warn "missing: ${missing[*]}"
+    warn "install them as root with:"
+    warn "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
+    warn "(redis-server: every integration test and the demo; prometheus: observability tests;"
+    warn " jq: contract-check; java 17+: PySpark jobs and the demo). Tests needing them will skip."
+    [ "${CI:-}" = true ] && { echo "setup: ERROR: CI needs every tool and cannot install them (not root)." >&2; exit 1; }
+  fi
+  return 0
+}
+
+find_go() {
+  if command -v go >/dev/null 2>&1; then command -v go
+  elif [ -x /usr/local/go/bin/go ]; then echo /usr/local/go/bin/go
+  else return 1; fi
+}
+
+# build_go_tool NAME MODULE@VERSION: go install into .tools/bin, time-boxed, failure = warning.
+build_go_tool() {
+  local name=$1 module=$2 go marker=$tools_dir/$1.failed log=$tools_dir/$1.build.log start
+  if [ -x "$tools_dir/bin/$name" ]; then return 0; fi
+  if command -v "$name" >/dev/null 2>&1; then say "$name: using $(command -v "$name")"; return 0; fi
+  if [ -e "$marker" ] && [ $force_tools -eq 0 ]; then
+    warn "$name: an earlier build failed (see $log); 'make tools' retries it"
+    return 0
+  fi
+  if ! go=$(find_go); then
+    warn "$name: not found and Go is not installed to build it; tests that need $name will skip"
+    return 0
+  fi
+  mkdir -p "$tools_dir/bin"
+  say "$name: building $module with go install (first time only; up to ${GO_TOOL_TIMEOUT}s)"
+  start=$SECONDS
+  if GOBIN=$tools_dir/bin GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+      timeout "$GO_TOOL_TIMEOUT" "$go" install "$module" >"$log" 2>&1; then
+    rm -f "$marker"
+    say "$name: built .tools/bin/$name in $((SECONDS - start))s"
+  else
+    touch "$marker"
+    warn "$name: go install $module failed or timed out after $((SECONDS - start))s; last lines of $log:"
+    tail -n 5 "$log" >&2 || true
+  fi
+  return 0
+}
+
+[ $do_system -eq 1 ] && setup_system
+if [ $do_tools -eq 1 ]; then
+  build_go_tool grpcurl "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
+  build_go_tool helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+exit 0

@@ -1,0 +1,417 @@
+"""KIP-11 style ACLs: the domain model and the authorizer that answers "may P do O on R?".
+
+The enums carry the same numbers as the ``lowtide.v1`` proto enums (and as Kafka's
+``AclOperation``/``ResourceType``/``PatternType``/``AclPermissionType``), so conversion is a plain
+``Enum(int)`` and never a lookup table. Only ``lowtide.auth.convert`` touches the generated code.
+
+Semantics follow Kafka's ``AclAuthorizer``:
+
+* authorization disabled -> allow; a super user -> allow;
+* any matching DENY wins over every ALLOW;
+* otherwise any matching ALLOW allows; no match denies;
+* ALLOW of READ, WRITE, DELETE or ALTER implies ALLOW of DESCRIBE (a DENY implies nothing);
+* operation ALL matches every operation; principal ``User:*`` matches every principal;
+* a LITERAL binding named ``*`` matches every resource of its type; a PREFIXED binding matches
+  every name starting with its name; the CLUSTER resource is always named ``kafka-cluster``.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lowtide.errors import (
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    InvalidRequest,
+    LowtideError,
+    TopicAuthorizationFailed,
+)
+
+if TYPE_CHECKING:
+    from lowtide.auth.store import AclStore
+
+CLUSTER_RESOURCE_NAME = "kafka-cluster"
+WILDCARD_RESOURCE = "*"
+WILDCARD_PRINCIPAL = "User:*"
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+PRINCIPAL_TYPE = "User"
+
+
+class ResourceType(enum.IntEnum):
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+
+
+class PatternType(enum.IntEnum):
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(enum.IntEnum):
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+
+
+class AclPermission(enum.IntEnum):
+    DENY = 2
+    ALLOW = 3
+
+
+# Kafka: an ALLOW of any of these also allows DESCRIBE (you may see what you may use).
+_IMPLIES_DESCRIBE = frozenset(
+    {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
+)
+
+
+def _parse_enum(enum_cls: type[enum.IntEnum], text: str, what: str) -> Any:
+    # CLI spellings are lower case with dashes ("cluster-action"); proto/JSON use upper snake case.
+    key = text.strip().upper().replace("-", "_")
+    try:
+        return enum_cls[key]
+    except KeyError:
+        choices = ", ".join(m.name.lower().replace("_", "-") for m in enum_cls)
+        raise InvalidRequest(f"unknown {what} {text!r}; expected one of: {choices}") from None
+
+
+def parse_operation(text: str) -> AclOperation:
+    """``"delete"`` / ``"DELETE"`` / ``"cluster-action"`` -> AclOperation; else InvalidRequest."""
+    return _parse_enum(AclOperation, text, "operation")
+
+
+def parse_resource_type(text: str) -> ResourceType:
+    return _parse_enum(ResourceType, text, "resource type")
+
+
+def parse_pattern_type(text: str) -> PatternType:
+    return _parse_enum(PatternType, text, "resource pattern type")
+
+
+def parse_permission(text: str) -> AclPermission:
+    return _parse_enum(AclPermission, text, "permission")
+
+
+def parse_principal(text: str) -> str:
+    """Validate a principal of the form ``User:name`` (``User:*`` = everyone); return it as given."""
+    kind, sep, name = text.partition(":")
+    if not sep or kind != PRINCIPAL_TYPE or not name or name != name.strip():
+        raise InvalidRequest(f"invalid principal {text!r}: expected 'User:<name>', e.g. 'User:alice' or 'User:*'")
+    return text
+
+
+def _coerce(enum_cls: type[enum.IntEnum], value: Any, what: str) -> Any:
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, str):
+        return _parse_enum(enum_cls, value, what)
+    try:
+        return enum_cls(value)
+    except ValueError:
+        raise InvalidRequest(f"invalid {what} {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL: ``permission`` for ``principal`` to do ``operation`` on a resource pattern.
+
+    Immutable and hashable (safe to share between threads). Construction validates and coerces
+    ints/strings to the enums; invalid input raises InvalidRequest with the offending value.
+    """
+
+    principal: str
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    operation: AclOperation
+    permission: AclPermission
+
+    def __post_init__(self) -> None:
+        parse_principal(self.principal)
+        rtype = _coerce(ResourceType, self.resource_type, "resource type")
+        ptype = _coerce(PatternType, self.pattern_type, "resource pattern type")
+        object.__setattr__(self, "resource_type", rtype)
+        object.__setattr__(self, "pattern_type", ptype)
+        object.__setattr__(self, "operation", _coerce(AclOperation, self.operation, "operation"))
+        object.__setattr__(self, "permission", _coerce(AclPermission, self.permission, "permission"))
+        if not self.resource_name:
+            raise InvalidRequest("resource name must not be empty")
+        if rtype is ResourceType.CLUSTER and (
+            self.resource_name != CLUSTER_RESOURCE_NAME or ptype is not PatternType.LITERAL
+        ):
+            raise InvalidRequest(
+                f"the only valid CLUSTER resource is the LITERAL name {CLUSTER_RESOURCE_NAME!r}"
+            )
+        if ptype is PatternType.PREFIXED and self.resource_name == WILDCARD_RESOURCE:
+            # Kafka rejects it too: "*" is the literal wildcard; a "*" prefix would match nothing.
+            raise InvalidRequest("resource name '*' is only valid with pattern type LITERAL")
+
+    def matches_resource(self, resource_type: ResourceType, resource_name: str) -> bool:
+        """Whether this binding's resource pattern covers the concrete resource."""
+        if self.resource_type != resource_type:
+            return False
+        if self.pattern_type is PatternType.PREFIXED:
+            return resource_name.startswith(self.resource_name)
+        return self.resource_name == WILDCARD_RESOURCE or self.resource_name == resource_name
+
+    def as_dict(self) -> dict[str, str]:
+        """JSON-ready form with enum names (the CLI's and the store's wire shape)."""
+        return {
+            "principal": self.principal,
+            "resource_type": self.resource_type.name,
+            "resource_name": self.resource_name,
+            "pattern_type": self.pattern_type.name,
+            "operation": self.operation.name,
+            "permission": self.permission.name,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> AclBinding:
+        try:
+            return cls(
+                principal=doc["principal"],
+                resource_type=doc["resource_type"],
+                resource_name=doc["resource_name"],
+                pattern_type=doc["pattern_type"],
+                operation=doc["operation"],
+                permission=doc["permission"],
+            )
+        except KeyError as exc:
+            raise InvalidRequest(f"ACL binding is missing field {exc.args[0]!r}: {doc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """A pattern over bindings for DescribeAcls/DeleteAcls: every ``None`` field matches anything.
+
+    Set fields match exactly (as Kafka's ``AclBindingFilter`` with a concrete pattern type): a
+    filter on resource name ``orders`` does not select a PREFIXED ``ord`` binding. Immutable.
+    """
+
+    principal: str | None = None
+    resource_type: ResourceType | None = None
+    resource_name: str | None = None
+    pattern_type: PatternType | None = None
+    operation: AclOperation | None = None
+    permission: AclPermission | None = None
+
+    def __post_init__(self) -> None:
+        if self.principal is not None:
+            parse_principal(self.principal)
+        for field, cls, what in (
+            ("resource_type", ResourceType, "resource type"),
+            ("pattern_type", PatternType, "resource pattern type"),
+            ("operation", AclOperation, "operation"),
+            ("permission", AclPermission, "permission"),
+        ):
+            value = getattr(self, field)
+            if value is not None:
+                object.__setattr__(self, field, _coerce(cls, value, what))
+
+    def matches(self, binding: AclBinding) -> bool:
+        return (
+            (self.principal is None or self.principal == binding.principal)
+            and (self.resource_type is None or self.resource_type == binding.resource_type)
+            and (self.resource_name is None or self.resource_name == binding.resource_name)
+            and (self.pattern_type is None or self.pattern_type == binding.pattern_type)
+            and (self.operation is None or self.operation == binding.operation)
+            and (self.permission is None or self.permission == binding.permission)
+        )
+
+
+class _AclIndex:
+    """Bindings grouped by resource type so one check scans only bindings of that type.
+
+    Built once per ACL version and never mutated afterwards, so readers need no lock.
+    """
+
+    __slots__ = ("literal", "wildcard", "prefixed")
+
+    def __init__(self, bindings: Iterable[AclBinding]) -> None:
+        self.literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        self.wildcard: dict[ResourceType, list[AclBinding]] = {}
+        self.prefixed: dict[ResourceType, list[AclBinding]] = {}
+        for b in bindings:
+            if b.pattern_type is PatternType.PREFIXED:
+                self.prefixed.setdefault(b.resource_type, []).append(b)
+            elif b.resource_name == WILDCARD_RESOURCE:
+                self.wildcard.setdefault(b.resource_type, []).append(b)
+            else:
+                self.literal.setdefault((b.resource_type, b.resource_name), []).append(b)
+
+    def matching(self, resource_type: ResourceType, resource_name: str) -> list[AclBinding]:
+        out = list(self.literal.get((resource_type, resource_name), ()))
+        out.extend(self.wildcard.get(resource_type, ()))
+        out.extend(b for b in self.prefixed.get(resource_type, ()) if resource_name.startswith(b.resource_name))
+        return out
+
+
+_FAILURE_BY_TYPE: dict[ResourceType, type[LowtideError]] = {
+    ResourceType.TOPIC: TopicAuthorizationFailed,
+    ResourceType.GROUP: GroupAuthorizationFailed,
+    ResourceType.CLUSTER: ClusterAuthorizationFailed,
+}
+
+
+class Authorizer:
+    """Answers ``authorize(principal, operation, resource)`` from the ACLs in an AclStore.
+
+    Fast path: the ACL list lives in memory as an index, plus a memo of recent decisions; Redis is
+    asked only for the version counter, at most once per ``refresh_interval_s`` (or on the next
+    call after ``invalidate()``, which a pub/sub listener may call), and the full list is reloaded
+    only when that counter changed. So a change made through any front door is seen everywhere
+    within ``refresh_interval_s``.
+
+    If Redis fails during a refresh, the last loaded ACLs keep being used (as Kafka's authorizer
+    keeps its cache while ZooKeeper is away); if nothing was ever loaded the Redis error propagates
+    and the request fails closed.
+
+    Thread-safe: any number of threads may call ``authorize``; one of them refreshes at a time
+    while the others keep using the previous immutable snapshot.
+    """
+
+    _MEMO_LIMIT = 65536
+
+    def __init__(
+        self,
+        *,
+        store: AclStore,
+        enabled: bool,
+        super_users: frozenset[str] = frozenset(),
+        refresh_interval_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        for user in super_users:
+            parse_principal(user)
+        self._store = store
+        self._enabled = enabled
+        self._super_users = frozenset(super_users)
+        self._refresh_interval_s = refresh_interval_s
+        self._clock = clock
+        self._refresh_lock = threading.Lock()
+        self._version: int | None = None
+        self._index = _AclIndex(())
+        # Decisions keyed by (principal, op, type, name); replaced wholesale on each reload, so a
+        # stale decision can never outlive the ACL version it was computed from.
+        self._memo: dict[tuple[str, AclOperation, ResourceType, str], bool] = {}
+        self._next_check = float("-inf")
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def super_users(self) -> frozenset[str]:
+        return self._super_users
+
+    def invalidate(self) -> None:
+        """Make the next ``authorize`` re-check the store version (e.g. on an ACL-change message)."""
+        self._next_check = float("-inf")
+
+    def authorize(
+        self,
+        *,
+        principal: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        resource_name: str,
+    ) -> bool:
+        """True when ``principal`` may perform ``operation`` on the resource (see module doc)."""
+        if not self._enabled or principal in self._super_users:
+            return True
+        self._refresh_if_due()
+        memo = self._memo  # read the reference once: a reload swaps in a new dict
+        key = (principal, operation, resource_type, resource_name)
+        decision = memo.get(key)
+        if decision is None:
+            decision = self._decide(self._index, principal, operation, resource_type, resource_name)
+            if len(memo) >= self._MEMO_LIMIT:
+                memo.clear()  # bounded memory; recomputing is cheap
+            memo[key] = decision
+        return decision
+
+    def require(
+        self,
+        *,
+        principal: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        resource_name: str,
+    ) -> None:
+        """``authorize`` or raise Topic/Group/ClusterAuthorizationFailed naming what was refused."""
+        if not self.authorize(
+            principal=principal, operation=operation, resource_type=resource_type, resource_name=resource_name
+        ):
+            rtype, op = ResourceType(resource_type), AclOperation(operation)
+            raise _FAILURE_BY_TYPE[rtype](
+                f"{principal} is not authorized to {op.name} on {rtype.name} {resource_name!r}"
+            )
+
+    def refresh(self) -> None:
+        """Reload now if the store's version changed (blocking; normally called for you)."""
+        with self._refresh_lock:
+            self._reload_if_changed()
+
+    def _refresh_if_due(self) -> None:
+        now = self._clock()
+        if now < self._next_check:
+            return
+        # Only one thread talks to Redis; the rest keep serving from the current snapshot, except
+        # before the very first load, when there is nothing to serve from and they must wait.
+        if not self._refresh_lock.acquire(blocking=self._version is None):
+            return
+        try:
+            if self._clock() < self._next_check:
+                return
+            try:
+                self._reload_if_changed()
+            except Exception:
+                if self._version is None:
+                    raise
+                # Keep the last good ACLs; try again after the interval instead of on every call.
+            self._next_check = self._clock() + self._refresh_interval_s
+        finally:
+            self._refresh_lock.release()
+
+    def _reload_if_changed(self) -> None:
+        version = self._store.version()
+        if version == self._version:
+            return
+        version, bindings = self._store.snapshot()
+        # Index first, memo second: a reader that sees the new memo also sees the new index, so
+        # the new memo never receives a decision computed from the old ACLs.
+        self._index = _AclIndex(bindings)
+        self._memo = {}
+        self._version = version
+
+    @staticmethod
+    def _decide(
+        index: _AclIndex,
+        principal: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        resource_name: str,
+    ) -> bool:
+        allowed = False
+        for b in index.matching(resource_type, resource_name):
+            if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
+                continue
+            if b.permission is AclPermission.DENY:
+                if b.operation == operation or b.operation is AclOperation.ALL:
+                    return False  # any matching DENY wins, whatever ALLOWs exist
+            elif not allowed:
+                allowed = (
+                    b.operation == operation
+                    or b.operation is AclOperation.ALL
+                    or (operation == AclOperation.DESCRIBE and b.operation in _IMPLIES_DESCRIBE)
+                )
+        return allowed

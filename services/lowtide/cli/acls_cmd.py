@@ -1,0 +1,261 @@
+"""`lowtide acls add|list|remove`: KIP-11 ACL admin, shaped like kafka-acls.sh.
+
+    lowtide acls add    --bootstrap-server B --principal User:alice --operation delete --topic orders
+    lowtide acls list   --bootstrap-server B [--topic T | --group G | --cluster] [--principal P]
+    lowtide acls remove --bootstrap-server B --principal User:alice --topic orders [--operation read]
+
+Talks to the front door's Admin service (CreateAcls / DescribeAcls / DeleteAcls), sending the
+bearer token from ``--command-config`` (``lowtide.auth.token=...``). JSON output is
+``{"acls": [{principal, resource_type, resource_name, pattern_type, operation, permission}]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+from lowtide_pb import admin_pb2, admin_pb2_grpc
+
+from lowtide.auth.acl import (
+    CLUSTER_RESOURCE_NAME,
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+    parse_operation,
+    parse_pattern_type,
+    parse_principal,
+)
+from lowtide.auth.client_config import call_metadata, load_command_config
+from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_to_proto
+from lowtide.cli.main import add_output_flag
+from lowtide.cli.output import CliError, emit
+from lowtide.errors import name_for_code
+
+OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "all"]
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    acls = subparsers.add_parser("acls", help="add, list and remove ACLs (KIP-11)")
+    actions = acls.add_subparsers(dest="acls_action", required=True)
+    for name, help_text, func in (
+        ("add", "add ALLOW (default) or DENY ACLs", run_add),
+        ("list", "list ACLs matching the given flags (all when none)", run_list),
+        ("remove", "remove ACLs matching the given flags", run_remove),
+    ):
+        parser = actions.add_parser(name, help=help_text)
+        _add_flags(parser, adding=name == "add")
+        parser.set_defaults(func=func)
+
+
+def _add_flags(parser: argparse.ArgumentParser, *, adding: bool) -> None:
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="front door address")
+    parser.add_argument("--command-config", metavar="FILE", help="properties file, e.g. lowtide.auth.token=...")
+    add_output_flag(parser)
+    parser.add_argument("--principal", metavar="User:NAME", help="principal; User:* means everyone")
+    parser.add_argument(
+        "--operation", action="append", choices=OPERATION_CHOICES, help="operation (repeatable)"
+    )
+    resource = parser.add_mutually_exclusive_group()
+    resource.add_argument("--topic", action="append", metavar="NAME", help="topic resource (repeatable)")
+    resource.add_argument("--group", action="append", metavar="NAME", help="group resource (repeatable)")
+    resource.add_argument("--cluster", action="store_true", help="the cluster resource (kafka-cluster)")
+    patterns = ["literal", "prefixed"] if adding else ["literal", "prefixed", "any"]
+    parser.add_argument(
+        "--resource-pattern-type",
+        choices=patterns,
+        default=None,
+        help="how --topic/--group names match (default literal"
+        + ("" if adding else "; 'any' matches both") + ")",
+    )
+    permission = parser.add_mutually_exclusive_group()
+    permission.add_argument(
+        "--deny", dest="permission", action="store_const", const=AclPermission.DENY,
+        help="DENY ACLs" + (" (default ALLOW)" if adding else " only"),
+    )
+    permission.add_argument(
+        "--allow", dest="permission", action="store_const", const=AclPermission.ALLOW,
+        help="ALLOW ACLs" + (" (the default)" if adding else " only"),
+    )
+    parser.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="RPC deadline")
+
+
+# --- flags -> domain -------------------------------------------------------------------------------
+
+
+def resources_from_args(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    """The concrete resources named by --topic / --group / --cluster (empty when none)."""
+    if args.cluster:
+        return [(ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)]
+    if args.topic:
+        return [(ResourceType.TOPIC, _non_empty(t, "--topic")) for t in args.topic]
+    if args.group:
+        return [(ResourceType.GROUP, _non_empty(g, "--group")) for g in args.group]
+    return []
+
+
+def _non_empty(value: str, flag: str) -> str:
+    if not value:
+        raise CliError("INVALID_REQUEST", f"{flag} needs a non-empty name")
+    return value
+
+
+def _pattern_type(args: argparse.Namespace, resource_type: ResourceType | None) -> PatternType | None:
+    # The cluster resource is always LITERAL; "any" (list/remove only) means no constraint.
+    if resource_type is ResourceType.CLUSTER:
+        return PatternType.LITERAL
+    choice = args.resource_pattern_type
+    if choice == "any":
+        return None
+    if choice is None:
+        # kafka-acls.sh defaults to LITERAL for a named resource; with no resource, any pattern.
+        return PatternType.LITERAL if resource_type is not None else None
+    return parse_pattern_type(choice)
+
+
+def bindings_from_args(args: argparse.Namespace) -> list[AclBinding]:
+    """Every (resource x operation) binding `acls add` creates; incomplete flags -> CliError."""
+    if not args.principal:
+        raise CliError("INVALID_REQUEST", "--principal is required to add ACLs (e.g. User:alice)")
+    if not args.operation:
+        raise CliError("INVALID_REQUEST", "--operation is required to add ACLs (repeatable)")
+    resources = resources_from_args(args)
+    if not resources:
+        raise CliError("INVALID_REQUEST", "name a resource: --topic NAME, --group NAME or --cluster")
+    principal = parse_principal(args.principal)
+    permission = args.permission or AclPermission.ALLOW
+    return [
+        AclBinding(
+            principal=principal,
+            resource_type=rtype,
+            resource_name=name,
+            pattern_type=_pattern_type(args, rtype),
+            operation=operation,
+            permission=permission,
+        )
+        for rtype, name in resources
+        for operation in _unique_operations(args.operation)
+    ]
+
+
+def filters_from_args(args: argparse.Namespace) -> list[AclFilter]:
+    """Filters for `acls list`/`acls remove`: one per (resource x operation); unset = any."""
+    principal = parse_principal(args.principal) if args.principal else None
+    resources: list[tuple[ResourceType | None, str | None]] = list(resources_from_args(args)) or [(None, None)]
+    operations: list[AclOperation | None] = list(_unique_operations(args.operation or [])) or [None]
+    return [
+        AclFilter(
+            principal=principal,
+            resource_type=rtype,
+            resource_name=name,
+            pattern_type=_pattern_type(args, rtype),
+            operation=operation,
+            permission=args.permission,
+        )
+        for rtype, name in resources
+        for operation in operations
+    ]
+
+
+def _unique_operations(names: list[str]) -> list[AclOperation]:
+    return list(dict.fromkeys(parse_operation(n) for n in names))
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def render_text(bindings: list[AclBinding], *, verb: str) -> str:
+    """kafka-acls.sh style: one block per resource pattern, one line per ACL."""
+    if not bindings:
+        return "No ACLs matched."
+    by_pattern: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
+    for b in bindings:
+        by_pattern.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
+    blocks = []
+    for (rtype, name, ptype), group in by_pattern.items():
+        lines = [
+            f"{verb} ACLs for resource `ResourcePattern(resourceType={rtype.name}, name={name}, "
+            f"patternType={ptype.name})`:"
+        ]
+        lines.extend(
+            f" \t(principal={b.principal}, host=*, operation={b.operation.name}, "
+            f"permissionType={b.permission.name})"
+            for b in group
+        )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _emit(args: argparse.Namespace, bindings: list[AclBinding], *, verb: str) -> None:
+    emit(args, {"acls": [b.as_dict() for b in bindings]}, render_text(bindings, verb=verb))
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _admin(args: argparse.Namespace) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """An Admin stub on the bootstrap server plus the per-call kwargs (metadata, deadline)."""
+    host, sep, port = args.bootstrap_server.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise CliError("INVALID_REQUEST", f"--bootstrap-server must be HOST:PORT, got {args.bootstrap_server!r}")
+    config = load_command_config(args.command_config) if args.command_config else {}
+    call_kwargs = {"metadata": call_metadata(config), "timeout": args.timeout_ms / 1000.0}
+    channel = grpc.insecure_channel(args.bootstrap_server)
+    try:
+        yield admin_pb2_grpc.AdminStub(channel), call_kwargs
+    finally:
+        channel.close()
+
+
+def run_add(args: argparse.Namespace) -> int:
+    bindings = bindings_from_args(args)
+    with _admin(args) as (stub, call_kwargs):
+        response = stub.CreateAcls(
+            admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]), **call_kwargs
+        )
+    failed = [(b, code) for b, code in zip(bindings, response.results, strict=False) if code != 0]
+    if failed:
+        first_code = failed[0][1]
+        detail = "; ".join(
+            f"{name_for_code(code)} for {b.principal} {b.operation.name} {b.resource_type.name} {b.resource_name}"
+            for b, code in failed
+        )
+        raise CliError(name_for_code(first_code), f"{len(failed)} of {len(bindings)} ACLs not added: {detail}")
+    _emit(args, bindings, verb="Adding")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    filters = filters_from_args(args)
+    found: dict[AclBinding, None] = {}  # ordered set: several filters may select the same ACL
+    with _admin(args) as (stub, call_kwargs):
+        for acl_filter in filters:
+            response = stub.DescribeAcls(
+                admin_pb2.DescribeAclsRequest(filter=filter_to_proto(acl_filter)), **call_kwargs
+            )
+            found.update((binding_from_proto(m), None) for m in response.acls)
+    _emit(args, list(found), verb="Current")
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    if not args.principal and not resources_from_args(args):
+        # An empty filter matches every ACL; make wiping them all a deliberate act.
+        raise CliError(
+            "INVALID_REQUEST", "refusing to remove every ACL: name a resource (--topic/--group/--cluster) "
+            "or a --principal"
+        )
+    filters = filters_from_args(args)
+    with _admin(args) as (stub, call_kwargs):
+        response = stub.DeleteAcls(
+            admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]), **call_kwargs
+        )
+    _emit(args, [binding_from_proto(m) for m in response.deleted], verb="Removed")
+    return 0

@@ -1,0 +1,205 @@
+"""``Admin``: the client of the front door's lowtide.v1.Admin service (Kafka's AdminClient)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
+
+from lowtide.client.channels import ChannelPool, call, validate_address
+from lowtide.client.metadata import (
+    BrokerMetadata,
+    ClusterSnapshot,
+    PartitionMetadata,
+    TopicMetadata,
+    topic_from_error,
+)
+from lowtide.errors import LowtideError, error_for_code
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetSpec:
+    """ListOffsets timestamps with a meaning of their own (>= 0 means "first offset at or after")."""
+
+    LATEST = -1
+    EARLIEST = -2
+    MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    offset: int
+    timestamp: int = -1
+    leader_epoch: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    """KIP-107 ``DeleteDataResult``: the low watermark, or -1 and the error."""
+
+    low_watermark: int
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    group_id: str
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    error: LowtideError | None = None
+
+
+def _error(code: int, message: str) -> LowtideError | None:
+    return None if code == 0 else error_for_code(int(code), message)
+
+
+class Admin:
+    """Wraps every Admin RPC; whole-call failures raise ``LowtideError``, per-item ones come back
+    inside the results. ``metadata`` is sent on every call (``authorization: Bearer ...``; see
+    ``lowtide.auth.client_config.call_metadata``). Thread-safe; close it (or use ``with``).
+    """
+
+    def __init__(self, bootstrap: str, *, metadata: Sequence[tuple[str, str]] = (),
+                 timeout_s: float = 30.0, channels: ChannelPool | None = None) -> None:
+        self.bootstrap = validate_address(bootstrap)
+        self.metadata = tuple(metadata)
+        self.timeout_s = timeout_s
+        self._owns_channels = channels is None
+        self._channels = channels or ChannelPool()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_channels:
+            self._channels.close()
+
+    def _call(self, name: str, request, *, timeout_s: float | None = None):
+        stub = self._channels.stub(self.bootstrap, admin_pb2_grpc.AdminStub)
+        return call(getattr(stub, name), request, metadata=self.metadata, timeout=timeout_s or self.timeout_s)
+
+    # -- topics ------------------------------------------------------------------------------
+    def create_topics(self, topics: Sequence[Mapping], *, validate_only: bool = False) -> dict[str, LowtideError | None]:
+        """``topics``: dicts with name, partitions, replication_factor, config, diskless. Per-topic errors."""
+        request = admin_pb2.CreateTopicsRequest(validate_only=validate_only, topics=[
+            admin_pb2.TopicSpec(name=t["name"], partitions=int(t.get("partitions", 1)),
+                                replication_factor=int(t.get("replication_factor", 0)),
+                                config=dict(t.get("config") or {}), diskless=bool(t.get("diskless", False)))
+            for t in topics])
+        response = self._call("CreateTopics", request)
+        return {r.name: _error(r.error_code, r.error_message) for r in response.topics}
+
+    def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 0,
+                     config: Mapping[str, str] | None = None, diskless: bool = False) -> None:
+        """Create one topic or raise its error (TOPIC_ALREADY_EXISTS, INVALID_CONFIG, ...)."""
+        errors = self.create_topics([{"name": name, "partitions": partitions, "replication_factor": replication_factor,
+                                      "config": dict(config or {}), "diskless": diskless}])
+        if errors.get(name) is not None:
+            raise errors[name]
+
+    def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
+        response = self._call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
+        return {r.name: _error(r.error_code, r.error_message) for r in response.topics}
+
+    def delete_topic(self, name: str) -> None:
+        error = self.delete_topics([name]).get(name)
+        if error is not None:
+            raise error
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return list(self._call("ListTopics", admin_pb2.ListTopicsRequest(include_internal=include_internal)).names)
+
+    def describe_cluster(self, topics: Sequence[str] = ()) -> ClusterSnapshot:
+        """Brokers and topics (all non-internal ones when ``topics`` is empty)."""
+        response = self._call("Metadata", admin_pb2.MetadataRequest(topics=list(topics)))
+        brokers = {b.id: BrokerMetadata(id=b.id, host=b.host, port=b.port, rack=b.rack, live=b.live)
+                   for b in response.brokers}
+        out: dict[str, TopicMetadata] = {}
+        for t in response.topics:
+            if t.error_code:
+                out[t.name] = topic_from_error(t.name, t.error_code, t.error_message)
+                continue
+            out[t.name] = TopicMetadata(
+                name=t.name, replication_factor=t.replication_factor, config=dict(t.config), diskless=t.diskless,
+                topic_id=t.topic_id,
+                partitions=tuple(PartitionMetadata(partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+                                                   replicas=tuple(p.replicas), isr=tuple(p.isr))
+                                 for p in sorted(t.partitions, key=lambda p: p.partition)))
+        return ClusterSnapshot(cluster_id=response.cluster_id, brokers=brokers, topics=out)
+
+    def describe_topics(self, names: Sequence[str]) -> dict[str, TopicMetadata]:
+        return self.describe_cluster(names).topics
+
+    # -- offsets and deletion ----------------------------------------------------------------
+    def list_offsets(self, queries: Mapping[TopicPartition, int]) -> dict[TopicPartition, ListedOffset]:
+        """``{(topic, partition): timestamp}`` with OffsetSpec values or a time in ms."""
+        request = common_pb2.ListOffsetsRequest(partitions=[
+            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in queries.items()])
+        response = self._call("ListOffsets", request)
+        return {(r.topic, r.partition): ListedOffset(offset=r.offset, timestamp=r.timestamp,
+                                                     leader_epoch=r.leader_epoch,
+                                                     error=_error(r.error_code, r.error_message))
+                for r in response.partitions}
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int] | Sequence[tuple[str, int, int]], *,
+                       timeout_ms: int = 30_000) -> dict[TopicPartition, DeleteRecordsResult]:
+        """KIP-107 ``deleteRecordsBefore``. A sequence of (topic, partition, offset) keeps duplicates,
+        which the front door rejects as a whole with INVALID_REQUEST (raised here)."""
+        items = [(t, p, o) for (t, p), o in offsets.items()] if isinstance(offsets, Mapping) else list(offsets)
+        request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
+            common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
+        response = self._call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
+        return {(r.topic, r.partition): DeleteRecordsResult(low_watermark=r.low_watermark,
+                                                            error=_error(r.error_code, r.error_message))
+                for r in response.partitions}
+
+    # -- groups ------------------------------------------------------------------------------
+    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
+                       metadata: str = "") -> dict[TopicPartition, LowtideError | None]:
+        request = admin_pb2.OffsetCommitRequest(group_id=group_id, partitions=[
+            admin_pb2.OffsetCommitPartition(topic=t, partition=p, offset=o, metadata=metadata)
+            for (t, p), o in offsets.items()])
+        response = self._call("OffsetCommit", request)
+        return {(r.topic, r.partition): _error(r.error_code, r.error_message) for r in response.partitions}
+
+    def fetch_offsets(self, group_id: str,
+                      partitions: Iterable[TopicPartition] = ()) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets (-1 = none) of the partitions, or of all the group committed when empty."""
+        request = admin_pb2.OffsetFetchRequest(group_id=group_id, partitions=[
+            common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
+        response = self._call("OffsetFetch", request)
+        return {(r.topic, r.partition): CommittedOffset(offset=r.offset, metadata=r.metadata,
+                                                        error=_error(r.error_code, r.error_message))
+                for r in response.partitions}
+
+    def list_groups(self) -> list[str]:
+        return list(self._call("ListGroups", admin_pb2.ListGroupsRequest()).group_ids)
+
+    def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupOffsets]:
+        response = self._call("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)))
+        return {g.group_id: GroupOffsets(
+            group_id=g.group_id, error=_error(g.error_code, g.error_message),
+            offsets={(o.topic, o.partition): CommittedOffset(offset=o.offset, metadata=o.metadata,
+                                                             error=_error(o.error_code, o.error_message))
+                     for o in g.offsets}) for g in response.groups}
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, LowtideError | None]:
+        response = self._call("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)))
+        return {g.group_id: _error(g.error_code, g.error_message) for g in response.groups}
+
+    def who_am_i(self) -> tuple[str, bool]:
+        """(principal, authorization enabled) as the front door sees this client."""
+        response = self._call("WhoAmI", admin_pb2.WhoAmIRequest())
+        return response.principal, response.authorization_enabled

@@ -1,0 +1,1 @@
+"""Plumbing shared by every service: gRPC server scaffolding, logging, processes."""

@@ -1,0 +1,238 @@
+"""Topic administration and cluster metadata: the domain behind Admin.CreateTopics / DeleteTopics /
+ListTopics / Metadata / ListOffsets.
+
+Topic creation validates the name, the partition count, the replication factor against the live
+brokers and every config key, then places replicas round-robin from a random start over the live
+brokers (as Kafka does) and writes topic + partition states in one atomic Redis script.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.errors import (
+    ClusterAuthorizationFailed,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    LowtideError,
+    NotLeaderOrFollower,
+    TopicAlreadyExists,
+    TopicAuthorizationFailed,
+    UnknownServerError,
+    UnknownTopicOrPartition,
+    error_for_code,
+)
+from lowtide.frontdoor.replicas import ReplicaGateway
+from lowtide.frontdoor.results import OffsetAnswer, TopicPartitionKey
+from lowtide.frontdoor.routing import route_partitions
+from lowtide.frontdoor.topic_config import validate_topic_config
+from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
+from lowtide.metadata.store import MetadataStore, assign_replicas, partitions_key, validate_topic_name
+
+DEFAULT_MAX_REPLICATION_FACTOR = 3
+LIST_OFFSETS_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    """One topic to create. ``replication_factor`` <= 0 means the default: min(3, live brokers)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+    diskless: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    name: str
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    info: BrokerInfo
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """A topic as Metadata reports it; ``error`` is set (and the rest empty) for unknown topics."""
+
+    name: str
+    error: LowtideError | None = None
+    info: TopicInfo | None = None
+    partitions: tuple[PartitionState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    cluster_id: str
+    brokers: tuple[BrokerView, ...]
+    topics: tuple[TopicView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetQuery:
+    topic: str
+    partition: int
+    timestamp: int  # -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time
+
+
+class TopicAdmin:
+    """Creates, deletes, lists and describes topics; answers ListOffsets by asking the leaders.
+
+    Stateless apart from its collaborators; thread-safe (the store, authorizer, gateway and pool
+    are). Authorization when enabled: CreateTopics needs ALTER on CLUSTER (the proto has no CREATE
+    operation), DeleteTopics DELETE on the topic, ListOffsets DESCRIBE on the topic.
+    """
+
+    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaGateway,
+                 pool: ThreadPoolExecutor, rng: random.Random | None = None) -> None:
+        self._store = store
+        self._authorizer = authorizer
+        self._replicas = replicas
+        self._pool = pool
+        self._rng = rng or random.Random()
+
+    # -- topics ------------------------------------------------------------------------------
+    def create_topics(self, *, principal: str, requests: Sequence[TopicRequest],
+                      validate_only: bool = False) -> list[TopicOutcome]:
+        allowed = self._authorizer.authorize(principal=principal, operation=AclOperation.ALTER,
+                                             resource_type=ResourceType.CLUSTER,
+                                             resource_name=CLUSTER_RESOURCE_NAME)
+        outcomes = []
+        for request in requests:
+            try:
+                if not allowed:
+                    raise ClusterAuthorizationFailed(f"{principal} is not authorized to create topics "
+                                                     "(needs ALTER on CLUSTER)")
+                self.create_topic(request, validate_only=validate_only)
+                outcomes.append(TopicOutcome(name=request.name))
+            except LowtideError as err:
+                outcomes.append(TopicOutcome(name=request.name, error=err))
+        return outcomes
+
+    def create_topic(self, request: TopicRequest, *, validate_only: bool = False) -> TopicInfo | None:
+        """Validate and create one topic; raises the LowtideError that stops it."""
+        validate_topic_name(request.name)
+        if request.partitions < 1:
+            raise InvalidPartitions(f"number of partitions must be >= 1, got {request.partitions}")
+        config = validate_topic_config(request.config)
+        live = sorted(self._store.live_broker_ids())
+        rf = request.replication_factor
+        if rf <= 0:
+            rf = min(DEFAULT_MAX_REPLICATION_FACTOR, len(live))
+        if rf < 1 or rf > len(live):
+            raise InvalidReplicationFactor(
+                f"replication factor {rf} is larger than the {len(live)} live brokers" if live
+                else "no live brokers: cannot place replicas")
+        min_isr = int(config.get("min.insync.replicas", "1"))
+        if min_isr > rf:
+            raise InvalidConfig(f"min.insync.replicas={min_isr} is larger than the replication factor {rf}")
+        if request.name in self._store.topics():
+            raise TopicAlreadyExists(f"topic '{request.name}' already exists")
+        assignment = assign_replicas(broker_ids=live, partitions=request.partitions, replication_factor=rf,
+                                     start=self._rng.randrange(len(live)))
+        if validate_only:
+            return None
+        return self._store.create_topic(name=request.name, partitions=request.partitions, replication_factor=rf,
+                                        config=config, diskless=request.diskless, assignment=assignment)
+
+    def delete_topics(self, *, principal: str, names: Sequence[str]) -> list[TopicOutcome]:
+        outcomes = []
+        for name in names:
+            try:
+                if not self._authorizer.authorize(principal=principal, operation=AclOperation.DELETE,
+                                                  resource_type=ResourceType.TOPIC, resource_name=name):
+                    raise TopicAuthorizationFailed(f"{principal} is not authorized to DELETE on TOPIC {name!r}")
+                self._store.delete_topic(name)
+                outcomes.append(TopicOutcome(name=name))
+            except LowtideError as err:
+                outcomes.append(TopicOutcome(name=name, error=err))
+        return outcomes
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return sorted(name for name, info in self._store.topics().items() if include_internal or not info.internal)
+
+    def describe_cluster(self, *, topics: Sequence[str] = ()) -> ClusterView:
+        """Brokers (with liveness) and the named topics; all non-internal topics when none are named."""
+        brokers = self._store.brokers()
+        live = self._store.live_broker_ids(brokers)
+        all_topics = self._store.topics()
+        names = list(topics) if topics else sorted(n for n, i in all_topics.items() if not i.internal)
+        views = []
+        pipe = self._store.redis.pipeline(transaction=False)
+        known = [n for n in names if n in all_topics]
+        for n in known:
+            pipe.hgetall(partitions_key(n))
+        partitions = dict(zip(known, pipe.execute(), strict=True)) if known else {}
+        for name in names:
+            info = all_topics.get(name)
+            if info is None:
+                views.append(TopicView(name=name, error=UnknownTopicOrPartition(f"topic '{name}' does not exist")))
+                continue
+            states = sorted((PartitionState.from_json(v) for v in partitions[name].values()),
+                            key=lambda s: s.partition)
+            views.append(TopicView(name=name, info=info, partitions=tuple(states)))
+        broker_views = tuple(BrokerView(info=b, live=b.id in live) for _, b in sorted(brokers.items()))
+        return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views))
+
+    # -- offsets -----------------------------------------------------------------------------
+    def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
+        """Ask each partition's leader (one request per leader, leaders in parallel); one retry
+        after a metadata refresh for partitions whose leader moved."""
+        answers: dict[TopicPartitionKey, OffsetAnswer] = {}
+        timestamps: dict[TopicPartitionKey, int] = {}
+        for q in queries:
+            if self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
+                                          resource_type=ResourceType.TOPIC, resource_name=q.topic):
+                timestamps[(q.topic, q.partition)] = q.timestamp
+            else:
+                answers[(q.topic, q.partition)] = OffsetAnswer.failed(q.topic, q.partition, TopicAuthorizationFailed(
+                    f"{principal} is not authorized to DESCRIBE on TOPIC {q.topic!r}"))
+        deadline = time.monotonic() + LIST_OFFSETS_TIMEOUT_S
+        pending = dict(timestamps)
+        for attempt in range(3):
+            routes = route_partitions(self._store, pending)
+            for key, error in {**routes.unknown, **routes.unroutable}.items():
+                answers[key] = OffsetAnswer.failed(*key, error)
+            got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()))
+            retry = {}
+            for key, answer in got.items():
+                answers[key] = answer
+                if answer.error_code == NotLeaderOrFollower.code:
+                    retry[key] = pending[key]
+            for key in routes.unroutable:
+                retry[key] = pending[key]
+            if not retry or attempt == 2 or time.monotonic() > deadline:
+                break
+            pending = retry
+            time.sleep(0.05 * (attempt + 1))
+        return [answers.get((q.topic, q.partition)) or OffsetAnswer.failed(q.topic, q.partition, UnknownServerError(
+            "no answer")) for q in queries]
+
+    def _ask_leaders(self, by_address: dict[str, list[TopicPartitionKey]], timestamps: dict[TopicPartitionKey, int],
+                     timeout_s: float) -> dict[TopicPartitionKey, OffsetAnswer]:
+        def ask(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, OffsetAnswer]:
+            try:
+                got = self._replicas.list_offsets(address, [(t, p, timestamps[(t, p)]) for t, p in keys],
+                                                  timeout_s=timeout_s)
+            except LowtideError as err:
+                return {k: OffsetAnswer.failed(*k, err) for k in keys}
+            by_key = {(a.topic, a.partition): a for a in got}
+            return {k: by_key.get(k) or OffsetAnswer.failed(*k, error_for_code(NotLeaderOrFollower.code))
+                    for k in keys}
+
+        futures = [self._pool.submit(ask, address, keys) for address, keys in by_address.items()]
+        out: dict[TopicPartitionKey, OffsetAnswer] = {}
+        for f in futures:
+            out.update(f.result())
+        return out

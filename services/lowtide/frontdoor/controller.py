@@ -1,0 +1,112 @@
+"""The controller: elects a new leader when a partition's leader stops being live.
+
+Exactly one front door acts at a time: each loop iteration first takes or renews the Redis lease
+``lowtide:controller`` (``MetadataStore.try_acquire_controller``); the others keep trying, so when
+the acting front door dies its lease expires and another takes over within ``lease_ms``.
+
+Election rules (Kafka's clean election; unclean election is never done, so no acknowledged record
+is lost to it):
+
+* leader not live -> new leader = first replica (in assignment order) that is in the ISR and live,
+  other than the old leader; new ISR = old ISR minus the old leader; leader epoch + 1;
+* no such replica -> leader = -1, ISR unchanged (it names who may lead again), leader epoch + 1;
+* leader = -1 and an ISR member is live again -> elect it (epoch + 1).
+
+Every write is a compare-and-set on the partition epoch, which publishes on the metadata channel so
+the replicas react; losing a race to a leader's own ISR change simply re-evaluates next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, replace
+
+from lowtide.metadata.model import PartitionState
+from lowtide.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    interval_s: float = 0.3
+    lease_ms: int = 2000
+
+
+def elect_leader(state: PartitionState, live: set[int]) -> PartitionState | None:
+    """The state after a clean election, or None when the current leader is fine (or nothing changes)."""
+    if state.leader >= 0 and state.leader in live:
+        return None
+    candidates = [r for r in state.replicas if r in state.isr and r in live and r != state.leader]
+    if state.leader < 0:
+        if not candidates:
+            return None  # still nobody to elect; keep waiting without bumping the epoch
+        new_leader = candidates[0]
+        isr = state.isr if new_leader in state.isr else (*state.isr, new_leader)
+        return replace(state, leader=new_leader, leader_epoch=state.leader_epoch + 1, isr=isr)
+    if not candidates:
+        return replace(state, leader=-1, leader_epoch=state.leader_epoch + 1)
+    new_leader = candidates[0]
+    isr = tuple(r for r in state.isr if r != state.leader) or (new_leader,)
+    return replace(state, leader=new_leader, leader_epoch=state.leader_epoch + 1, isr=isr)
+
+
+class Controller:
+    """Background leader election (see module doc).
+
+    ``run_once`` is the whole job of one round and is what tests call; ``start``/``stop`` run it
+    every ``interval_s`` on a daemon thread. Not meant to be driven from several threads at once.
+    """
+
+    def __init__(self, *, store: MetadataStore, config: ControllerConfig = ControllerConfig(),
+                 owner: str | None = None) -> None:
+        self._store = store
+        self._config = config
+        self.owner = owner or f"frontdoor-{uuid.uuid4().hex[:12]}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def wake(self) -> None:
+        """Run the next round now (e.g. on a metadata event) instead of at the next tick."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - Redis hiccups must not kill the controller thread
+                log.exception("controller round failed")
+            self._wake.wait(self._config.interval_s)
+            self._wake.clear()
+
+    def run_once(self) -> list[PartitionState]:
+        """If this front door holds the lease, elect where needed; return the states written."""
+        if not self._store.try_acquire_controller(self.owner, lease_ms=self._config.lease_ms):
+            return []
+        states = self._store.all_partition_states()
+        involved = {r for s in states.values() for r in s.replicas}
+        live = self._store.live_broker_ids(involved)
+        written = []
+        for state in states.values():
+            new = elect_leader(state, live)
+            if new is None:
+                continue
+            if self._store.compare_and_set_partition(state, new):
+                log.info("elected leader", extra={"fields": {
+                    "topic": new.topic, "partition": new.partition, "old_leader": state.leader,
+                    "leader": new.leader, "leader_epoch": new.leader_epoch, "isr": list(new.isr)}})
+                written.append(replace(new, partition_epoch=state.partition_epoch + 1))
+        return written

@@ -1,0 +1,187 @@
+"""KIP-107 DeleteRecords, front-door side: validate, authorize, fan out to the leaders, retry.
+
+Per partition (brief §4):
+
+* the same partition twice in one request -> the whole request fails with INVALID_REQUEST;
+* principal lacks DELETE on the topic -> TOPIC_AUTHORIZATION_FAILED, low watermark -1, while the
+  authorized partitions of the same request proceed;
+* unknown topic or partition -> UNKNOWN_TOPIC_OR_PARTITION;
+* otherwise one Replica.DeleteRecords per leader, all leaders in parallel, each given the time left;
+  NOT_LEADER_OR_FOLLOWER, an unreachable leader or no leader -> refresh metadata and retry those
+  partitions after a short backoff while time remains, else report the last error. POLICY_VIOLATION,
+  OFFSET_OUT_OF_RANGE and REQUEST_TIMED_OUT come from the leader as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, Counter, Histogram
+
+from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
+from lowtide.errors import (
+    BrokerNotAvailable,
+    FencedLeaderEpoch,
+    InvalidRequest,
+    LeaderNotAvailable,
+    LowtideError,
+    NetworkException,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    TopicAuthorizationFailed,
+    UnknownLeaderEpoch,
+    error_for_code,
+    name_for_code,
+)
+from lowtide.frontdoor.replicas import ReplicaGateway
+from lowtide.frontdoor.results import DeleteAnswer, TopicPartitionKey
+from lowtide.frontdoor.routing import route_partitions
+from lowtide.metadata.store import MetadataStore
+
+DEFAULT_TIMEOUT_MS = 30_000
+# Errors after which the partition is retried against freshly read metadata (the leader moved,
+# has not been elected yet, or could not be reached).
+RETRIABLE_CODES = frozenset(cls.code for cls in (NotLeaderOrFollower, LeaderNotAvailable, BrokerNotAvailable,
+                                                  NetworkException, FencedLeaderEpoch, UnknownLeaderEpoch))
+RETRY_BACKOFF_S = (0.005, 0.01, 0.02, 0.05, 0.1)
+
+
+def _metric(factory, name: str, *args, **kwargs):
+    # The same process may build the front door twice (tests); reuse the registered collector.
+    try:
+        return factory(name, *args, **kwargs)
+    except ValueError:
+        return REGISTRY._names_to_collectors[name]  # noqa: SLF001 - no public lookup exists
+
+
+DELETE_RECORDS_DURATION = _metric(
+    Histogram, "lowtide_delete_records_duration_seconds",
+    "Front-door DeleteRecords call duration, from request to the last partition's result",
+    buckets=(0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0,
+             2.5, 5.0, 10.0, 30.0, 60.0))
+DELETE_RECORDS_TOTAL = _metric(
+    Counter, "lowtide_delete_records", "DeleteRecords partition results by result (error name or NONE)",
+    ["result"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRequestItem:
+    topic: str
+    partition: int
+    offset: int
+
+
+class RecordsDeleter:
+    """Runs DeleteRecords requests (module doc has the per-partition contract).
+
+    Results come back in request order. Thread-safe: per-call state lives on the stack; the
+    metadata store, authorizer, gateway and the fan-out pool are shared and thread-safe.
+    """
+
+    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaGateway,
+                 pool: ThreadPoolExecutor, default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        self._store = store
+        self._authorizer = authorizer
+        self._replicas = replicas
+        self._pool = pool
+        self._default_timeout_ms = default_timeout_ms
+
+    def delete_records(self, *, principal: str, items: Sequence[DeleteRequestItem],
+                       timeout_ms: int = 0) -> list[DeleteAnswer]:
+        started = time.monotonic()
+        validate_unique_partitions(items)
+        timeout_ms = timeout_ms if timeout_ms > 0 else self._default_timeout_ms
+        deadline = started + timeout_ms / 1000
+        answers: dict[TopicPartitionKey, DeleteAnswer] = {}
+        offsets: dict[TopicPartitionKey, int] = {}
+        allowed_topics: dict[str, bool] = {}
+        for item in items:
+            key = (item.topic, item.partition)
+            allowed = allowed_topics.get(item.topic)
+            if allowed is None:
+                allowed = allowed_topics[item.topic] = self._authorizer.authorize(
+                    principal=principal, operation=AclOperation.DELETE, resource_type=ResourceType.TOPIC,
+                    resource_name=item.topic)
+            if allowed:
+                offsets[key] = item.offset
+            else:
+                answers[key] = DeleteAnswer.failed(item.topic, item.partition, TopicAuthorizationFailed(
+                    f"{principal} is not authorized to DELETE on TOPIC {item.topic!r}"))
+        answers.update(self._delete_with_retries(offsets, deadline))
+        results = [answers[(i.topic, i.partition)] for i in items]
+        DELETE_RECORDS_DURATION.observe(time.monotonic() - started)
+        for r in results:
+            DELETE_RECORDS_TOTAL.labels(result=name_for_code(r.error_code)).inc()
+        return results
+
+    def _delete_with_retries(self, offsets: dict[TopicPartitionKey, int],
+                             deadline: float) -> dict[TopicPartitionKey, DeleteAnswer]:
+        answers: dict[TopicPartitionKey, DeleteAnswer] = {}
+        pending = dict(offsets)
+        attempt = 0
+        while pending:
+            routes = route_partitions(self._store, pending)
+            for key, error in routes.unknown.items():
+                answers[key] = DeleteAnswer.failed(*key, error)
+                pending.pop(key)
+            retry: dict[TopicPartitionKey, LowtideError] = dict(routes.unroutable)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if routes.by_address and remaining_ms > 0:
+                for key, answer in self._call_leaders(routes.by_address, pending, remaining_ms).items():
+                    if answer.error_code in RETRIABLE_CODES:
+                        retry[key] = _error_of(answer)
+                    else:
+                        answers[key] = answer
+                        pending.pop(key)
+            backoff = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
+            if not retry or time.monotonic() + backoff >= deadline:
+                for key in list(pending):
+                    error = retry.get(key) or RequestTimedOut(f"{key[0]}-{key[1]}: no leader answered in time")
+                    answers[key] = DeleteAnswer.failed(*key, error)
+                return answers
+            for key in list(pending):
+                if key not in retry:
+                    pending.pop(key)  # defensive: a leader that left a partition out of its answer
+                    answers[key] = DeleteAnswer.failed(*key, NotLeaderOrFollower(
+                        f"{key[0]}-{key[1]}: the leader did not answer for this partition"))
+            time.sleep(backoff)
+            attempt += 1
+        return answers
+
+    def _call_leaders(self, by_address: dict[str, list[TopicPartitionKey]], offsets: dict[TopicPartitionKey, int],
+                      remaining_ms: int) -> dict[TopicPartitionKey, DeleteAnswer]:
+        def call(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, DeleteAnswer]:
+            items = [(t, p, offsets[(t, p)]) for t, p in keys]
+            try:
+                got = self._replicas.delete_records(address, items, timeout_ms=remaining_ms)
+            except LowtideError as err:
+                return {k: DeleteAnswer.failed(*k, err) for k in keys}
+            by_key = {(a.topic, a.partition): a for a in got}
+            return {k: by_key.get(k) or DeleteAnswer.failed(*k, NotLeaderOrFollower(
+                f"leader at {address} did not answer for {k[0]}-{k[1]}")) for k in keys}
+
+        groups = list(by_address.items())
+        if len(groups) == 1:  # the common case: no thread hop on the latency path
+            return call(*groups[0])
+        futures: list[Future] = [self._pool.submit(call, address, keys) for address, keys in groups]
+        out: dict[TopicPartitionKey, DeleteAnswer] = {}
+        for future in futures:
+            out.update(future.result())
+        return out
+
+
+def validate_unique_partitions(items: Sequence[DeleteRequestItem]) -> None:
+    """Reject the whole request when a partition appears twice (kafka-delete-records.sh does)."""
+    seen: set[TopicPartitionKey] = set()
+    for item in items:
+        key = (item.topic, item.partition)
+        if key in seen:
+            raise InvalidRequest(f"partition {item.topic}-{item.partition} appears more than once in the request")
+        seen.add(key)
+
+
+def _error_of(answer: DeleteAnswer) -> LowtideError:
+    return error_for_code(answer.error_code, answer.error_message)

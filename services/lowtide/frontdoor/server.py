@@ -1,0 +1,130 @@
+"""Front door server: the lowtide.v1.Admin service (topics, metadata, DeleteRecords, groups, ACLs).
+
+``lowtide serve frontdoor --redis-url URL [--auth-enabled --tokens-file F --super-users U,..]``.
+Stateless: any number may run against one Redis; exactly one of them acts as controller at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import grpc
+import redis as redis_lib
+from lowtide_pb import admin_pb2, admin_pb2_grpc
+
+from lowtide.auth.acl import Authorizer
+from lowtide.auth.store import AclStore
+from lowtide.auth.tokens import Authenticator
+from lowtide.common.logs import configure_logging
+from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve
+from lowtide.frontdoor.acls import AclAdmin
+from lowtide.frontdoor.admin import TopicAdmin
+from lowtide.frontdoor.controller import Controller, ControllerConfig
+from lowtide.frontdoor.delete_records import RecordsDeleter
+from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
+from lowtide.frontdoor.replicas import ReplicaGateway
+from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
+from lowtide.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRPC_PORT = 9092
+ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
+
+
+@dataclass(frozen=True)
+class FrontDoorConfig:
+    redis_url: str
+    auth_enabled: bool = False
+    tokens_file: str | None = None
+    super_users: frozenset[str] = field(default_factory=frozenset)
+    fanout_threads: int = 32
+
+
+@dataclass
+class FrontDoorParts:
+    """Everything one front door owns; ``close`` releases it (pool, channels, Redis)."""
+
+    front: FrontDoor
+    store: MetadataStore
+    replicas: ReplicaGateway
+    pool: ThreadPoolExecutor
+    redis: redis_lib.Redis
+
+    def register(self, server: grpc.Server) -> None:
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.replicas.close()
+        self.redis.close()
+
+
+def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
+    """Wire the domain objects of a front door (also used in-process by tests)."""
+    redis = redis_lib.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    store = MetadataStore(redis=redis)
+    authorizer = Authorizer(store=AclStore(redis=redis), enabled=config.auth_enabled,
+                            super_users=config.super_users)
+    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=config.auth_enabled)
+    replicas = ReplicaGateway()
+    pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
+    front = FrontDoor(
+        authenticator=authenticator,
+        authorizer=authorizer,
+        topics=TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool),
+        deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool),
+        groups=GroupCoordinator(store=GroupStore(redis=redis), metadata=store, authorizer=authorizer),
+        acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
+    )
+    return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis)
+
+
+def parse_super_users(text: str | None) -> frozenset[str]:
+    return frozenset(u.strip() for u in (text or "").split(",") if u.strip())
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    return default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
+    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction,
+                        default=_env_bool("LOWTIDE_AUTH_ENABLED", False),
+                        help="require a bearer token and check ACLs (env LOWTIDE_AUTH_ENABLED)")
+    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
+    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
+    parser.add_argument("--controller", action=argparse.BooleanOptionalAction,
+                        default=_env_bool("LOWTIDE_CONTROLLER", True),
+                        help="take part in controller election (env LOWTIDE_CONTROLLER)")
+    add_flag(parser, "--controller-interval-ms", default=300, type=int, help="controller round interval")
+    add_flag(parser, "--controller-lease-ms", default=2000, type=int, help="controller lease")
+    add_flag(parser, "--name", default="frontdoor", help="service name in logs")
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(service=args.name, level=args.log_level, fmt=args.log_format)
+    parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
+                                             tokens_file=args.tokens_file,
+                                             super_users=parse_super_users(args.super_users)))
+    controller = None
+    if args.controller:
+        controller = Controller(store=parts.store, config=ControllerConfig(
+            interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
+        controller.start()
+
+    def on_stop() -> None:
+        if controller is not None:
+            controller.stop()
+        parts.close()
+
+    serve(ServiceSpec(name=args.name, service_names=[ADMIN_SERVICE], register=parts.register, on_stop=on_stop),
+          grpc_addr=args.grpc_addr, metrics_addr=args.metrics_addr, max_workers=args.max_workers,
+          grace_seconds=args.grace_seconds)
+    return 0

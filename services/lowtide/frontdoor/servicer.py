@@ -1,0 +1,189 @@
+"""The ``lowtide.v1.Admin`` servicer: unpack the request, call the domain, build the reply.
+
+The only front-door module (with ``replicas``) that touches generated protobuf code. Every call
+first authenticates the caller from its invocation metadata (``authorization: Bearer <token>``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
+
+from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
+from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.auth.tokens import Authenticator
+from lowtide.errors import LowtideError
+from lowtide.frontdoor.acls import AclAdmin
+from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
+from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
+from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, OffsetCommit
+
+
+def _code(error: LowtideError | None) -> tuple[int, str]:
+    return (0, "") if error is None else (error.code, error.message)
+
+
+def _offset_result(c: CommittedOffset) -> admin_pb2.OffsetFetchResult:
+    code, message = _code(c.error)
+    return admin_pb2.OffsetFetchResult(topic=c.topic, partition=c.partition, offset=c.offset, metadata=c.metadata,
+                                       error_code=code, error_message=message)
+
+
+@dataclass
+class FrontDoor:
+    """The domain objects one front door process serves with."""
+
+    authenticator: Authenticator
+    authorizer: Authorizer
+    topics: TopicAdmin
+    deleter: RecordsDeleter
+    groups: GroupCoordinator
+    acls: AclAdmin
+
+
+class AdminServicer(admin_pb2_grpc.AdminServicer):
+    """Thin gRPC adapter over ``FrontDoor``. Thread-safe: holds no per-call state."""
+
+    def __init__(self, front: FrontDoor) -> None:
+        self._front = front
+
+    def _principal(self, context: grpc.ServicerContext) -> str:
+        metadata = context.invocation_metadata() or ()
+        try:
+            return self._front.authenticator.authenticate(metadata)
+        except LowtideError:
+            if self._front.authorizer.enabled:
+                raise
+            return ANONYMOUS_PRINCIPAL  # nothing is checked anyway; do not fail on a stale token
+
+    # -- topics ------------------------------------------------------------------------------
+    def CreateTopics(self, request, context):  # noqa: N802 - gRPC method names
+        principal = self._principal(context)
+        outcomes = self._front.topics.create_topics(
+            principal=principal, validate_only=request.validate_only,
+            requests=[TopicRequest(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
+                                   config=dict(t.config), diskless=t.diskless) for t in request.topics])
+        return admin_pb2.CreateTopicsResponse(topics=[
+            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def DeleteTopics(self, request, context):  # noqa: N802
+        outcomes = self._front.topics.delete_topics(principal=self._principal(context), names=list(request.names))
+        return admin_pb2.DeleteTopicsResponse(topics=[
+            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def ListTopics(self, request, context):  # noqa: N802
+        self._principal(context)
+        return admin_pb2.ListTopicsResponse(names=self._front.topics.list_topics(
+            include_internal=request.include_internal))
+
+    def Metadata(self, request, context):  # noqa: N802
+        self._principal(context)
+        view = self._front.topics.describe_cluster(topics=list(request.topics))
+        brokers = [admin_pb2.BrokerInfo(id=b.info.id, host=b.info.host, port=b.info.port, rack=b.info.rack,
+                                        live=b.live) for b in view.brokers]
+        topics = []
+        for t in view.topics:
+            if t.error is not None or t.info is None:
+                code, message = _code(t.error)
+                topics.append(admin_pb2.TopicMetadata(name=t.name, error_code=code, error_message=message))
+                continue
+            topics.append(admin_pb2.TopicMetadata(
+                name=t.name, replication_factor=t.info.replication_factor, config=t.info.config,
+                diskless=t.info.diskless, topic_id=t.info.topic_id,
+                partitions=[admin_pb2.PartitionMetadata(partition=s.partition, leader=s.leader,
+                                                        leader_epoch=s.leader_epoch, replicas=list(s.replicas),
+                                                        isr=list(s.isr)) for s in t.partitions]))
+        return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id)
+
+    # -- offsets and deletion ----------------------------------------------------------------
+    def ListOffsets(self, request, context):  # noqa: N802
+        answers = self._front.topics.list_offsets(
+            principal=self._principal(context),
+            queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp)
+                     for p in request.partitions])
+        return common_pb2.ListOffsetsResponse(partitions=[
+            common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=a.error_code,
+                                         error_message=a.error_message, offset=a.offset, timestamp=a.timestamp,
+                                         leader_epoch=a.leader_epoch) for a in answers])
+
+    def DeleteRecords(self, request, context):  # noqa: N802
+        answers = self._front.deleter.delete_records(
+            principal=self._principal(context), timeout_ms=request.timeout_ms,
+            items=[DeleteRequestItem(topic=p.topic, partition=p.partition, offset=p.offset)
+                   for p in request.partitions])
+        return common_pb2.DeleteRecordsResponse(partitions=[
+            common_pb2.DeleteRecordsResult(topic=a.topic, partition=a.partition, low_watermark=a.low_watermark,
+                                           error_code=a.error_code, error_message=a.error_message)
+            for a in answers])
+
+    # -- groups ------------------------------------------------------------------------------
+    def OffsetCommit(self, request, context):  # noqa: N802
+        results = self._front.groups.commit_offsets(
+            principal=self._principal(context), group_id=request.group_id,
+            commits=[OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata)
+                     for p in request.partitions])
+        return admin_pb2.OffsetCommitResponse(partitions=[
+            admin_pb2.OffsetCommitResult(topic=c.topic, partition=c.partition, error_code=_code(e)[0],
+                                         error_message=_code(e)[1]) for c, e in results])
+
+    def OffsetFetch(self, request, context):  # noqa: N802
+        offsets = self._front.groups.fetch_offsets(
+            principal=self._principal(context), group_id=request.group_id,
+            partitions=[(p.topic, p.partition) for p in request.partitions])
+        return admin_pb2.OffsetFetchResponse(group_id=request.group_id,
+                                             partitions=[_offset_result(c) for c in offsets])
+
+    def ListGroups(self, request, context):  # noqa: N802
+        return admin_pb2.ListGroupsResponse(group_ids=self._front.groups.list_groups(
+            principal=self._principal(context)))
+
+    def DescribeGroups(self, request, context):  # noqa: N802
+        outcomes = self._front.groups.describe_groups(principal=self._principal(context),
+                                                      group_ids=list(request.group_ids))
+        return admin_pb2.DescribeGroupsResponse(groups=[
+            admin_pb2.GroupDescription(group_id=o.group_id, error_code=_code(o.error)[0],
+                                       error_message=_code(o.error)[1],
+                                       offsets=[_offset_result(c) for c in o.offsets]) for o in outcomes])
+
+    def DeleteGroups(self, request, context):  # noqa: N802
+        outcomes = self._front.groups.delete_groups(principal=self._principal(context),
+                                                    group_ids=list(request.group_ids))
+        return admin_pb2.DeleteGroupsResponse(groups=[
+            admin_pb2.GroupResult(group_id=o.group_id, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    # -- ACLs --------------------------------------------------------------------------------
+    def CreateAcls(self, request, context):  # noqa: N802
+        principal = self._principal(context)
+        results: list[int] = []
+        valid, positions = [], []
+        for i, msg in enumerate(request.acls):
+            try:
+                valid.append(binding_from_proto(msg))
+                positions.append(i)
+                results.append(0)
+            except LowtideError as err:
+                results.append(err.code)
+        for i, error in zip(positions, self._front.acls.create_acls(principal=principal, bindings=valid),
+                            strict=True):
+            results[i] = _code(error)[0]
+        return admin_pb2.CreateAclsResponse(results=results)
+
+    def DescribeAcls(self, request, context):  # noqa: N802
+        bindings = self._front.acls.describe_acls(
+            principal=self._principal(context),
+            acl_filter=filter_from_proto(request.filter if request.HasField("filter") else None))
+        return admin_pb2.DescribeAclsResponse(acls=[binding_to_proto(b) for b in bindings])
+
+    def DeleteAcls(self, request, context):  # noqa: N802
+        deleted = self._front.acls.delete_acls(principal=self._principal(context),
+                                               filters=[filter_from_proto(f) for f in request.filters])
+        return admin_pb2.DeleteAclsResponse(deleted=[binding_to_proto(b) for b in deleted])
+
+    def WhoAmI(self, request, context):  # noqa: N802
+        return admin_pb2.WhoAmIResponse(principal=self._principal(context),
+                                        authorization_enabled=self._front.authorizer.enabled)

@@ -1,0 +1,482 @@
+"""``LocalCluster``: start, inspect, stop and disturb a complete lowtide cluster of real processes.
+
+Layout of ``DIR`` (the cluster's data directory)::
+
+    cluster.json          the record of the cluster (brief §8), rewritten atomically
+    cluster.lock          flock held while ``up`` starts processes (two ``up`` never interleave)
+    cluster.pid           pid of a foreground ``cluster up`` supervisor (absent when detached)
+    logs/NAME.log         stdout+stderr of each service (appended across restarts)
+    redis/                redis-server data (AOF) and its log; logs/redis.log links to it
+    replica-N/            replica N's data directory, reused by every later ``up``
+    coordinator-K/        DC shard K's local state
+    objects/              the local object store (``file://`` URL)
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lowtide.common.procs import find_free_port, start_redis
+from lowtide.localcluster import control
+from lowtide.localcluster.config import ClusterConfig
+from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind
+from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
+
+Progress = Callable[[str], None]
+
+LOCK_FILE = "cluster.lock"
+SUPERVISOR_PID_FILE = "cluster.pid"
+LOG_TAIL_LINES = 40
+
+
+class ClusterError(RuntimeError):
+    """A local-cluster operation failed; ``code`` is a Kafka-style name for the CLI's error output."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _ignore_progress(_message: str) -> None:
+    pass
+
+
+def is_port_free(port: int) -> bool:
+    # SO_REUSEADDR like the services' own listeners, so TIME_WAIT leftovers of a previous run
+    # do not make a port look taken.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class LocalCluster:
+    """A local cluster in ``config.data_dir``: redis-server, replicas, frontdoor(s) and the other
+    kinds of ``kinds`` whose service module exists, each a separate process.
+
+    Contract:
+      * ``up`` starts redis first, then each kind in ``kinds`` order, waits until each answers
+        ``grpc.health.v1.Health/Check`` with SERVING, writes ``DIR/cluster.json`` and returns its
+        content. It refuses when the directory already has a running cluster, and on failure stops
+        what it started and raises ``ClusterError`` carrying the failing service's log tail.
+      * Restarts (``start_service``, and ``up`` on a directory after ``down``) reuse each service's
+        argv, ports, replica id and data directory, so on-disk state (segments, LSO checkpoints)
+        and Redis metadata (AOF) survive.
+      * ``down`` is idempotent and works from any process: it only needs cluster.json.
+      * Processes run in their own session: they outlive a detached CLI, and Ctrl-C on the CLI does
+        not hit them all at once, so the supervisor can stop them in reverse start order.
+
+    Thread-safety: every public method takes one re-entrant lock, so tests may call ``kill`` or
+    ``status`` from several threads; calls are serialized.
+    """
+
+    def __init__(self, config: ClusterConfig, *, kinds: Sequence[ServiceKind] = KINDS) -> None:
+        self.config = config
+        self._kinds = tuple(kinds)
+        self._kind_by_name = {k.kind: k for k in self._kinds}
+        self._lock = threading.RLock()
+        self._state: ClusterState | None = None
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    # ----------------------------------------------------------------------------------- lookup
+
+    @classmethod
+    def load(cls, data_dir: Path | str, *, kinds: Sequence[ServiceKind] = KINDS) -> LocalCluster:
+        """The cluster recorded in ``data_dir/cluster.json`` (running or stopped)."""
+        data_dir = Path(data_dir).expanduser().resolve()
+        state = read_state(data_dir)
+        if state is None:
+            raise ClusterError("CLUSTER_NOT_FOUND", f"no cluster in {data_dir} (no cluster.json)")
+        cluster = cls(ClusterConfig.from_json(data_dir, state.config), kinds=kinds)
+        cluster._state = state
+        return cluster
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def state(self) -> ClusterState:
+        with self._lock:
+            if self._state is None:
+                raise ClusterError("CLUSTER_NOT_FOUND", f"no cluster has been started in {self.data_dir}")
+            return self._state
+
+    @property
+    def bootstrap(self) -> str:
+        return self.state.bootstrap
+
+    @property
+    def redis_url(self) -> str:
+        return self.state.redis
+
+    @property
+    def object_store_url(self) -> str:
+        return self.state.object_store
+
+    def services(self, kind: str | None = None) -> list[ServiceEntry]:
+        return [s for s in self.state.services if kind is None or s.kind == kind]
+
+    def service(self, name: str) -> ServiceEntry:
+        entry = self.state.find(name)
+        if entry is None:
+            known = ", ".join(s.name for s in self.state.services)
+            raise ClusterError("UNKNOWN_SERVICE", f"no service {name!r} in this cluster (have: {known})")
+        return entry
+
+    def is_running(self, name: str) -> bool:
+        entry = self.service(name)
+        return control.is_service_running(entry.pid, entry.grpc)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.state.to_json()
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    def up(self, *, detach: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+        """Start every service, wait until all are healthy, write cluster.json; returns its content.
+
+        ``detach=False`` records this process in ``cluster.pid`` as the foreground supervisor, so a
+        ``down`` from elsewhere stops it too; the caller then blocks and calls ``down`` itself.
+        """
+        say = progress or _ignore_progress
+        self.config.validate()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        with self._lock, self._startup_lock():
+            previous = read_state(self.data_dir)
+            if previous is not None:
+                running = [s.name for s in previous.services if control.is_service_running(s.pid, s.grpc)]
+                if running:
+                    raise ClusterError(
+                        "CLUSTER_ALREADY_RUNNING",
+                        f"{self.data_dir} already has a running cluster ({', '.join(running)}); "
+                        f"stop it first with: lowtide cluster down --data-dir {self.data_dir}")
+            self._state = self._plan(previous, say)
+            started: list[ServiceEntry] = []
+            try:
+                self._start_redis(self._state.services[0], say)
+                started.append(self._state.services[0])
+                write_state(self._state)  # a crash from here on still leaves `down` something to stop
+                for kind in self._kinds:
+                    batch = [s for s in self._state.services if s.kind == kind.kind]
+                    if not batch:
+                        continue
+                    for entry in batch:
+                        say(f"starting {entry.name} (grpc {entry.grpc})...")
+                        self._spawn(entry)
+                        started.append(entry)
+                    write_state(self._state)
+                    self._wait_healthy(batch, timeout_s=self.config.health_timeout_s, progress=say)
+            except BaseException:
+                say("start failed; stopping what was started...")
+                self._stop_entries(started, timeout_s=10.0, progress=say)
+                self._state.state = "stopped"
+                write_state(self._state)
+                raise
+            self._state.state = "running"
+            write_state(self._state)
+            if not detach:
+                (self.data_dir / SUPERVISOR_PID_FILE).write_text(f"{os.getpid()}\n")
+            return self._state.to_json()
+
+    def down(self, *, timeout_s: float = 15.0, progress: Progress | None = None) -> dict[str, Any]:
+        """Stop every service (reverse start order; redis last): SIGTERM, then SIGKILL after
+        ``timeout_s``. Idempotent: services already gone are reported as ``"not running"``."""
+        say = progress or _ignore_progress
+        with self._lock:
+            state = self._state or read_state(self.data_dir)
+            if state is None:
+                return {"data_dir": str(self.data_dir), "services": [], "message": "no cluster here"}
+            self._state = state
+            self._stop_foreground_supervisor(timeout_s=timeout_s, progress=say)
+            results = self._stop_entries(state.services, timeout_s=timeout_s, progress=say)
+            state.state = "stopped"
+            write_state(state)
+            (self.data_dir / SUPERVISOR_PID_FILE).unlink(missing_ok=True)
+            return {"data_dir": str(self.data_dir), "services": results}
+
+    def status(self) -> dict[str, Any]:
+        """Each service's pid liveness and health; ``healthy`` is True only if all are SERVING."""
+        with self._lock:
+            state = self._state or read_state(self.data_dir)
+            if state is None:
+                raise ClusterError("CLUSTER_NOT_FOUND", f"no cluster in {self.data_dir} (no cluster.json)")
+            rows = []
+            for entry in state.services:
+                alive = control.is_service_running(entry.pid, entry.grpc)
+                rows.append({"name": entry.name, "kind": entry.kind, "grpc": entry.grpc, "pid": entry.pid,
+                             "alive": alive, "health": self._check_health(entry) if alive else control.STOPPED,
+                             "metrics": entry.metrics_url, "log": entry.log})
+            healthy = bool(rows) and all(r["alive"] and r["health"] == control.SERVING for r in rows)
+            return {"data_dir": str(self.data_dir), "state": state.state, "bootstrap": state.bootstrap,
+                    "healthy": healthy, "services": rows}
+
+    # ------------------------------------------------------------------ single-process control
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one service; for SIGKILL, return once the process is gone."""
+        with self._lock:
+            entry = self.service(name)
+            if not control.is_service_running(entry.pid, entry.grpc):
+                raise ClusterError("SERVICE_NOT_RUNNING", f"{name} is not running")
+            control.send_signal(entry.pid, sig)
+            if sig == signal.SIGKILL:
+                control.wait_for_exit(entry.pid, timeout_s=10.0, proc=self._procs.get(name))
+
+    def stop_service(self, name: str, *, timeout_s: float = 15.0) -> str:
+        """SIGTERM one service and wait (SIGKILL after ``timeout_s``); returns the outcome."""
+        with self._lock:
+            entry = self.service(name)
+            return control.terminate(entry.pid, address=entry.grpc, timeout_s=timeout_s,
+                                     proc=self._procs.get(name))
+
+    def start_service(self, name: str, *, timeout_s: float | None = None) -> ServiceEntry:
+        """Start a stopped service again with the same argv, ports and data directory, wait until it
+        is healthy, and record its new pid in cluster.json."""
+        with self._lock:
+            entry = self.service(name)
+            if control.is_service_running(entry.pid, entry.grpc):
+                raise ClusterError("SERVICE_ALREADY_RUNNING", f"{name} is already running (pid {entry.pid})")
+            if entry.is_redis:
+                self._start_redis(entry, _ignore_progress)
+            else:
+                self._spawn(entry)
+                write_state(self.state)
+                self._wait_healthy([entry], timeout_s=timeout_s or self.config.health_timeout_s,
+                                   progress=_ignore_progress)
+            write_state(self.state)
+            return entry
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process stays alive but answers nothing (a hung broker)."""
+        self._signal_running(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self._signal_running(name, signal.SIGCONT)
+
+    def wait_until_healthy(self, names: Sequence[str] | None = None, *, timeout_s: float = 60.0) -> None:
+        """Block until the named services (default: all) answer health SERVING."""
+        with self._lock:
+            entries = [self.service(n) for n in names] if names else list(self.state.services)
+            self._wait_healthy(entries, timeout_s=timeout_s, progress=_ignore_progress)
+
+    # --------------------------------------------------------------------------------- helpers
+
+    @contextmanager
+    def _startup_lock(self) -> Iterator[None]:
+        with open(self.data_dir / LOCK_FILE, "a") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise ClusterError("CLUSTER_ALREADY_RUNNING",
+                                       f"another 'cluster up' is starting a cluster in {self.data_dir}") from None
+                raise
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+    def _plan(self, previous: ClusterState | None, say: Progress) -> ClusterState:
+        """Decide every service's name, ports, data dir and argv. Services known from a previous run
+        keep their ports when those are still free; ids and data dirs are fixed by name."""
+        taken: set[int] = set()
+
+        def pick_port(old_addr: str) -> int:
+            old = int(old_addr.rpartition(":")[2]) if old_addr else 0
+            if old and old not in taken and is_port_free(old):
+                taken.add(old)
+                return old
+            while True:
+                port = find_free_port()
+                if port not in taken:
+                    taken.add(port)
+                    return port
+
+        def old_entry(name: str) -> ServiceEntry | None:
+            return previous.find(name) if previous else None
+
+        redis_old = old_entry("redis")
+        redis_port = pick_port(redis_old.grpc if redis_old else "")
+        redis_addr = f"127.0.0.1:{redis_port}"
+        redis_url = f"redis://{redis_addr}/0"
+        redis_dir = self.data_dir / "redis"
+        services = [ServiceEntry(name="redis", kind=REDIS_KIND, grpc=redis_addr, metrics_addr="",
+                                 data_dir=str(redis_dir), argv=[], log=str(redis_dir / "redis.log"))]
+        for kind in self._kinds:
+            count = kind.count(self.config)
+            if count <= 0:
+                continue
+            if not kind.is_available():
+                say(f"skipping {kind.kind}: {kind.module} is not built yet")
+                continue
+            for index in range(count):
+                name = kind.name(index)
+                old = old_entry(name)
+                grpc_addr = f"127.0.0.1:{pick_port(old.grpc if old else '')}"
+                metrics_addr = f"127.0.0.1:{pick_port(old.metrics_addr if old else '')}"
+                data_dir = self.data_dir / name if kind.has_data_dir else None
+                if data_dir is not None:
+                    data_dir.mkdir(parents=True, exist_ok=True)
+                ctx = InstanceContext(config=self.config, index=index, data_dir=data_dir, redis_url=redis_url)
+                services.append(ServiceEntry(
+                    name=name, kind=kind.kind, grpc=grpc_addr, metrics_addr=metrics_addr,
+                    data_dir=str(data_dir or ""), index=index, log=str(self.logs_dir / f"{name}.log"),
+                    argv=kind.build_argv(ctx, grpc_addr=grpc_addr, metrics_addr=metrics_addr)))
+        frontdoors = [s for s in services if s.kind == "frontdoor"]
+        (self.data_dir / "objects").mkdir(exist_ok=True)
+        return ClusterState(data_dir=self.data_dir, bootstrap=frontdoors[0].grpc if frontdoors else "",
+                            redis=redis_url, object_store=self.config.object_store_url, services=services,
+                            state="starting", config=self.config.to_json())
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # Logs must reach the log file as they happen, not when a buffer fills.
+        env["PYTHONUNBUFFERED"] = "1"
+        # Flags fall back to LOWTIDE_<FLAG> (common.server.add_flag): services that take these
+        # settings pick them up, the others ignore them, so argv stays valid for every kind.
+        env["LOWTIDE_OBJECT_STORE"] = self.config.object_store_url
+        env.update(self.config.extra_env)
+        return env
+
+    def _spawn(self, entry: ServiceEntry) -> None:
+        log_path = Path(entry.log)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            log.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {entry.name}: "
+                      f"{' '.join(entry.argv)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(entry.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.data_dir, env=self._child_env(), start_new_session=True)
+        self._procs[entry.name] = proc
+        entry.pid = proc.pid
+
+    def _start_redis(self, entry: ServiceEntry, say: Progress) -> None:
+        say(f"starting redis-server on {entry.grpc}...")
+        began = time.monotonic()
+        port = int(entry.grpc.rpartition(":")[2])
+        try:
+            redis = start_redis(Path(entry.data_dir), port=port, detach=True)
+        except TimeoutError as exc:
+            tail = control.tail_file(entry.log, lines=LOG_TAIL_LINES)
+            raise ClusterError("CLUSTER_START_FAILED", f"redis-server did not start: {exc}\n"
+                               f"--- last lines of {entry.log} ---\n{tail}") from exc
+        if redis.proc is not None:
+            self._procs[entry.name] = redis.proc
+        entry.pid = redis.pid
+        link = self.logs_dir / "redis.log"
+        if not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to(Path(entry.log))
+        say(f"redis healthy ({time.monotonic() - began:.1f}s)")
+
+    def _check_health(self, entry: ServiceEntry, *, timeout_s: float = 1.0) -> str:
+        if entry.is_redis:
+            return control.check_redis_health(self.state.redis if self._state else f"redis://{entry.grpc}/0",
+                                              timeout_s=timeout_s)
+        return control.check_grpc_health(entry.grpc, timeout_s=timeout_s)
+
+    def _wait_healthy(self, entries: Sequence[ServiceEntry], *, timeout_s: float, progress: Progress) -> None:
+        """Poll every entry's health until all are SERVING. Fails fast when a process exits."""
+        began = time.monotonic()
+        deadline = began + timeout_s
+        pending = list(entries)
+        last: dict[str, str] = {}
+        while pending:
+            for entry in list(pending):
+                proc = self._procs.get(entry.name)
+                exit_code = proc.poll() if proc is not None else None
+                if exit_code is not None or not control.is_pid_alive(entry.pid):
+                    self._raise_start_failure(entry, f"exited with code {exit_code} before becoming healthy")
+                status = self._check_health(entry, timeout_s=0.5)
+                kind = self._kind_by_name.get(entry.kind)
+                if status == control.SERVING and kind and kind.is_ready and not kind.is_ready(entry.index,
+                                                                                             self.state.redis):
+                    status = "SERVING but not ready (not registered yet)"
+                last[entry.name] = status
+                if status == control.SERVING:
+                    pending.remove(entry)
+                    progress(f"{entry.name} healthy ({time.monotonic() - began:.1f}s)")
+            if pending and time.monotonic() > deadline:
+                entry = pending[0]
+                self._raise_start_failure(entry, f"not healthy after {timeout_s:.0f}s "
+                                                 f"(health: {last.get(entry.name, 'unknown')})")
+            if pending:
+                time.sleep(0.1)
+
+    def _raise_start_failure(self, entry: ServiceEntry, reason: str) -> None:
+        tail = control.tail_file(entry.log, lines=LOG_TAIL_LINES)
+        raise ClusterError("CLUSTER_START_FAILED",
+                           f"{entry.name} {reason}\n--- last lines of {entry.log} ---\n{tail}")
+
+    def _stop_entries(self, entries: Sequence[ServiceEntry], *, timeout_s: float,
+                      progress: Progress) -> list[dict[str, Any]]:
+        """Stop ``entries`` in reverse start order, one kind at a time: instances of one kind stop in
+        parallel (each may spend its shutdown grace on in-flight calls), redis stops last."""
+        groups: list[list[ServiceEntry]] = []
+        for entry in reversed(entries):
+            if groups and groups[-1][0].kind == entry.kind:
+                groups[-1].append(entry)
+            else:
+                groups.append([entry])
+        results: list[dict[str, Any]] = []
+        for group in groups:
+            outcomes: dict[str, str] = {}
+            threads = [threading.Thread(target=self._stop_one, args=(e, timeout_s, outcomes),
+                                        name=f"stop-{e.name}", daemon=True) for e in group]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            for entry in group:
+                outcome = outcomes.get(entry.name, "unknown")
+                if outcome != "not running":
+                    progress(f"{entry.name}: {outcome}")
+                results.append({"name": entry.name, "kind": entry.kind, "pid": entry.pid, "result": outcome})
+        return results
+
+    def _stop_one(self, entry: ServiceEntry, timeout_s: float, outcomes: dict[str, str]) -> None:
+        outcomes[entry.name] = control.terminate(entry.pid, address=entry.grpc, timeout_s=timeout_s,
+                                                 proc=self._procs.get(entry.name))
+
+    def _stop_foreground_supervisor(self, *, timeout_s: float, progress: Progress) -> None:
+        pid_file = self.data_dir / SUPERVISOR_PID_FILE
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return
+        cmdline = control.read_cmdline(pid) or ""
+        if pid == os.getpid() or not control.is_pid_alive(pid) or "cluster" not in cmdline:
+            return
+        # The foreground `cluster up` stops the services itself on SIGTERM; give it the chance so
+        # its terminal shows the shutdown, then finish whatever it left.
+        progress(f"stopping the foreground supervisor (pid {pid})...")
+        control.send_signal(pid, signal.SIGTERM)
+        control.wait_for_exit(pid, timeout_s=timeout_s * 2)
+
+    def _signal_running(self, name: str, sig: int) -> None:
+        with self._lock:
+            entry = self.service(name)
+            if not control.is_service_running(entry.pid, entry.grpc):
+                raise ClusterError("SERVICE_NOT_RUNNING", f"{name} is not running")
+            control.send_signal(entry.pid, sig)

@@ -1,0 +1,113 @@
+"""What a local cluster consists of: counts of each service kind and the flags they share.
+
+``ClusterConfig`` is plain data; ``LocalCluster`` turns it into processes. Counts for kinds whose
+service module is not built yet default to 0, so the same code runs before and after they land.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COORDINATOR_MODULE = "lowtide.coordinator.server"
+SCANNER_MODULE = "lowtide.scanner.server"
+
+
+def is_module_available(module: str) -> bool:
+    """True when ``module`` can be imported (its package exists), without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package itself is missing
+        return False
+
+
+def default_coordinators() -> int:
+    # One DC shard once the coordinator exists: diskless topics need at least one.
+    return 1 if is_module_available(COORDINATOR_MODULE) else 0
+
+
+def default_orphan_scanners() -> int:
+    return 1 if is_module_available(SCANNER_MODULE) else 0
+
+
+def parse_config_pairs(pairs: Iterable[str] | None) -> dict[str, str]:
+    """Parse ``["k=v", ...]`` (the CLI's repeated ``--config``) into a dict; later keys win.
+
+    Values may contain ``=``; keys are stripped and must be non-empty.
+    """
+    result: dict[str, str] = {}
+    for raw in pairs or ():
+        key, sep, value = raw.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"invalid --config {raw!r}: expected key=value")
+        result[key] = value.strip()
+    return result
+
+
+@dataclass
+class ClusterConfig:
+    """The shape of one local cluster in ``data_dir``.
+
+    Contract: ``validate()`` raises ``ValueError`` for impossible shapes; everything else is passed
+    to the services as flags (``replica_config`` entries become replica ``--config k=v`` broker
+    defaults; ``extra_env`` is added to every child's environment). Not thread-safe: build it, then
+    hand it to ``LocalCluster`` and do not mutate it afterwards.
+    """
+
+    data_dir: Path
+    replicas: int = 3
+    coordinators: int = field(default_factory=default_coordinators)
+    frontdoors: int = 1
+    orphan_scanners: int = field(default_factory=default_orphan_scanners)
+    replica_config: dict[str, str] = field(default_factory=dict)
+    auth_enabled: bool = False
+    tokens_file: Path | None = None
+    super_users: str = ""
+    session_timeout_ms: int | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    health_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        # Children run with cwd=data_dir and the path lands in cluster.json: make it absolute.
+        self.data_dir = Path(self.data_dir).expanduser().resolve()
+        if self.tokens_file is not None:
+            self.tokens_file = Path(self.tokens_file).expanduser().resolve()
+
+    def validate(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if self.frontdoors < 1:
+            raise ValueError(f"frontdoors must be >= 1 (the bootstrap address), got {self.frontdoors}")
+        for name in ("coordinators", "orphan_scanners"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.session_timeout_ms is not None and self.session_timeout_ms <= 0:
+            raise ValueError(f"session_timeout_ms must be > 0, got {self.session_timeout_ms}")
+        if self.health_timeout_s <= 0:
+            raise ValueError(f"health_timeout_s must be > 0, got {self.health_timeout_s}")
+        if self.tokens_file is not None and not self.tokens_file.is_file():
+            raise ValueError(f"tokens file {self.tokens_file} does not exist")
+
+    @property
+    def object_store_url(self) -> str:
+        return (self.data_dir / "objects").as_uri()
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings a later ``LocalCluster.load`` needs to restart services the same way."""
+        return {
+            "replicas": self.replicas, "coordinators": self.coordinators, "frontdoors": self.frontdoors,
+            "orphan_scanners": self.orphan_scanners, "replica_config": dict(self.replica_config),
+            "auth_enabled": self.auth_enabled,
+            "tokens_file": str(self.tokens_file) if self.tokens_file else None,
+            "super_users": self.super_users, "session_timeout_ms": self.session_timeout_ms,
+            "extra_env": dict(self.extra_env),
+        }
+
+    @classmethod
+    def from_json(cls, data_dir: Path, doc: Mapping[str, Any]) -> ClusterConfig:
+        known = {k: doc[k] for k in cls.__dataclass_fields__ if k in doc and k != "data_dir"}
+        return cls(data_dir=data_dir, **known)

@@ -1,0 +1,132 @@
+"""The service kinds a local cluster starts, as data: adding a kind is one ``ServiceKind`` entry.
+
+Each entry says which module implements ``lowtide serve KIND`` (the kind is skipped while that
+module does not exist), how many instances a ``ClusterConfig`` asks for, whether an instance gets
+its own data directory, and which extra flags it takes. Start order is the order of ``KINDS``
+(Redis is not a kind here: it is started first, by ``LocalCluster``, with ``procs.start_redis``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis as redis_lib
+
+from lowtide.localcluster.config import COORDINATOR_MODULE, SCANNER_MODULE, ClusterConfig, is_module_available
+from lowtide.metadata.store import MetadataStore
+
+REPLICA_MODULE = "lowtide.replica.server"
+FRONTDOOR_MODULE = "lowtide.frontdoor.server"
+
+
+@dataclass(frozen=True)
+class InstanceContext:
+    """What a kind's flag builder may use for one instance."""
+
+    config: ClusterConfig
+    index: int
+    data_dir: Path | None
+    redis_url: str
+
+
+@dataclass(frozen=True)
+class ServiceKind:
+    """One kind of service process. ``build_flags`` returns the kind-specific flags only: the
+    supervisor adds ``--grpc-addr``, ``--metrics-addr`` and ``--redis-url`` itself."""
+
+    kind: str
+    module: str
+    count: Callable[[ClusterConfig], int]
+    build_flags: Callable[[InstanceContext], list[str]]
+    has_data_dir: bool = False
+    # Readiness beyond health SERVING, given (instance index, redis URL): e.g. a replica only
+    # counts once it is registered live in Redis, or topic creation right after `up` would fail.
+    is_ready: Callable[[int, str], bool] | None = None
+    # Full command override (tests use it for stand-in services); default: the lowtide CLI.
+    command: Callable[[InstanceContext], list[str]] | None = None
+
+    def name(self, index: int) -> str:
+        return f"{self.kind}-{index}"
+
+    def is_available(self) -> bool:
+        return is_module_available(self.module)
+
+    def build_argv(self, ctx: InstanceContext, *, grpc_addr: str, metrics_addr: str) -> list[str]:
+        base = self.command(ctx) if self.command else [sys.executable, "-m", "lowtide.cli.main", "serve", self.kind]
+        return [*base, "--grpc-addr", grpc_addr, "--metrics-addr", metrics_addr, "--redis-url", ctx.redis_url,
+                *self.build_flags(ctx)]
+
+
+@functools.cache
+def supported_flags(module: str) -> frozenset[str]:
+    """The option strings ``lowtide serve`` accepts for the kind implemented by ``module``
+    (its ``add_arguments(parser)``); empty when the module cannot be imported."""
+    try:
+        add_arguments = importlib.import_module(module).add_arguments
+    except (ImportError, AttributeError):
+        return frozenset()
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return frozenset(opt for action in parser._actions for opt in action.option_strings)
+
+
+def _replica_flags(ctx: InstanceContext) -> list[str]:
+    flags = ["--id", str(ctx.index), "--data-dir", str(ctx.data_dir), "--advertised-host", "127.0.0.1"]
+    known = supported_flags(REPLICA_MODULE)
+    if ctx.config.session_timeout_ms is not None and "--session-timeout-ms" in known:
+        flags += ["--session-timeout-ms", str(ctx.config.session_timeout_ms)]
+    for key, value in ctx.config.replica_config.items():
+        # Broker settings that the replica takes as flags (replica.lag.time.max.ms ->
+        # --replica-lag-time-max-ms) go as flags; the rest are topic-config broker defaults.
+        flag = "--" + key.replace(".", "-").replace("_", "-")
+        if flag in known and flag != "--config":
+            flags += [flag, value]
+        else:
+            flags += ["--config", f"{key}={value}"]
+    return flags
+
+
+def _is_replica_registered(index: int, redis_url: str) -> bool:
+    store = MetadataStore.from_url(redis_url)
+    try:
+        return index in store.live_broker_ids([index])
+    except redis_lib.RedisError:
+        return False
+    finally:
+        store.redis.close()
+
+
+def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
+    flags: list[str] = []
+    if ctx.config.auth_enabled:
+        flags.append("--auth-enabled")
+    if ctx.config.tokens_file is not None:
+        flags += ["--tokens-file", str(ctx.config.tokens_file)]
+    if ctx.config.super_users:
+        flags += ["--super-users", ctx.config.super_users]
+    return flags
+
+
+def _coordinator_flags(ctx: InstanceContext) -> list[str]:
+    return ["--shard", str(ctx.index), "--data-dir", str(ctx.data_dir)]
+
+
+def _no_flags(_ctx: InstanceContext) -> list[str]:
+    return []
+
+
+# Start order: replicas host the data everything else talks to; the frontdoor is the bootstrap;
+# coordinators keep their metadata log on the replicas; the scanner asks the coordinators.
+KINDS: tuple[ServiceKind, ...] = (
+    ServiceKind("replica", REPLICA_MODULE, lambda c: c.replicas, _replica_flags, has_data_dir=True,
+                is_ready=_is_replica_registered),
+    ServiceKind("frontdoor", FRONTDOOR_MODULE, lambda c: c.frontdoors, _frontdoor_flags),
+    ServiceKind("coordinator", COORDINATOR_MODULE, lambda c: c.coordinators, _coordinator_flags, has_data_dir=True),
+    ServiceKind("orphan-scanner", SCANNER_MODULE, lambda c: c.orphan_scanners, _no_flags),
+)

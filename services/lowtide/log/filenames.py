@@ -1,0 +1,98 @@
+"""The one module that knows the names of the files in a replica data directory.
+
+Layout::
+
+    <data dir>/
+      log-start-offset-checkpoint          KIP-107 LSO per partition (checkpoint.py format)
+      replication-offset-checkpoint        HW per partition
+      <topic>-<partition>/                 one directory per partition replica, e.g. orders-3
+        00000000000000000000.log           segment data: concatenated RecordBatch v2 batches
+        00000000000000000000.index         sparse offset index of that segment (index.py)
+        00000000000000000000.timeindex     sparse time index of that segment (index.py)
+        00000000000000004096.log           next segment: the name is its base offset, 20 digits
+        ....deleted                        a segment file waiting for its delayed deletion
+        ....tmp                            a file being written crash-safely (removed on open)
+
+Base offsets are zero-padded to 20 digits (the width of 2**63 - 1) so that names sort like offsets.
+Topic names may contain '-', so the partition number is whatever follows the LAST '-'.
+"""
+
+from __future__ import annotations
+
+LOG_SUFFIX = ".log"
+OFFSET_INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+TMP_SUFFIX = ".tmp"
+
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+
+_OFFSET_DIGITS = 20
+
+
+def format_base_offset(base_offset: int) -> str:
+    """20-digit zero-padded decimal, the stem of every segment file."""
+    if base_offset < 0:
+        raise ValueError(f"base offset must be >= 0, got {base_offset}")
+    return f"{base_offset:0{_OFFSET_DIGITS}d}"
+
+
+def log_file_name(base_offset: int) -> str:
+    return format_base_offset(base_offset) + LOG_SUFFIX
+
+
+def offset_index_file_name(base_offset: int) -> str:
+    return format_base_offset(base_offset) + OFFSET_INDEX_SUFFIX
+
+
+def time_index_file_name(base_offset: int) -> str:
+    return format_base_offset(base_offset) + TIME_INDEX_SUFFIX
+
+
+def segment_file_names(base_offset: int) -> tuple[str, str, str]:
+    """(log, offset index, time index) names of the segment starting at ``base_offset``."""
+    stem = format_base_offset(base_offset)
+    return stem + LOG_SUFFIX, stem + OFFSET_INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX
+
+
+def deleted_file_name(name: str) -> str:
+    """Name a segment file gets while it waits for delayed deletion."""
+    return name + DELETED_SUFFIX
+
+
+def tmp_file_name(name: str) -> str:
+    """Name of the temporary file a crash-safe write goes through."""
+    return name + TMP_SUFFIX
+
+
+def is_leftover_file_name(name: str) -> bool:
+    """True for files an interrupted delete or write left behind (safe to remove on open)."""
+    return name.endswith(DELETED_SUFFIX) or name.endswith(TMP_SUFFIX)
+
+
+def parse_base_offset(filename: str) -> int:
+    """Base offset encoded in a segment file name such as ``00000000000000000042.log``."""
+    stem, dot, suffix = filename.partition(".")
+    if not dot or "." + suffix not in (LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        raise ValueError(f"not a segment file name: {filename!r}")
+    if len(stem) != _OFFSET_DIGITS or not stem.isdigit():
+        raise ValueError(f"segment file name {filename!r} does not start with a 20-digit offset")
+    return int(stem)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """Directory name of a partition replica: ``<topic>-<partition>``."""
+    if not topic:
+        raise ValueError("topic name must not be empty")
+    if partition < 0:
+        raise ValueError(f"partition must be >= 0, got {partition}")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """(topic, partition) of a partition directory name; splits on the last '-'."""
+    topic, dash, number = name.rpartition("-")
+    if not dash or not topic or not number.isdigit():
+        raise ValueError(f"not a partition directory name: {name!r}")
+    return topic, int(number)

@@ -1,0 +1,549 @@
+"""The log of one partition replica: segments + log start offset + high watermark, behind one lock.
+
+Layers: LogSegment (one .log/.index/.timeindex) -> SegmentSet (ordered segments, active segment) ->
+PartitionLog (this module: offsets, retention, truncation, the lock). Files: filenames.py.
+
+Offsets (Kafka's words): LSO = log start offset (KIP-107), HW = high watermark, LEO = log end
+offset. Invariant kept by every method: first segment base <= LSO <= HW <= LEO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lowtide.errors import (
+    InvalidConfig,
+    KafkaStorageError,
+    MessageTooLarge,
+    OffsetOutOfRange,
+    RecordListTooLarge,
+)
+from lowtide.log.records import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
+from lowtide.log.segment import LogSegment
+from lowtide.log.segment_set import SegmentSet
+
+_MAX_RELATIVE_OFFSET = 0xFFFFFFFF
+_DAY_MS = 24 * 60 * 60 * 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-topic log settings, with Kafka's defaults and topic config names."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * _DAY_MS  # -1 = keep forever
+    retention_bytes: int = -1  # -1 = no size limit
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
+    max_message_bytes: int = 1048588
+    file_delete_delay_ms: int = 0
+    delete_retention_ms: int = _DAY_MS  # KIP-534 tombstone horizon, used by the cleaner
+
+    # Kafka topic config key -> (field, minimum value). segment.index.bytes sizes Kafka's
+    # preallocated index files; lowtide's indexes grow as needed, so it is validated and ignored.
+    _KEYS = {
+        "segment.bytes": ("segment_bytes", 14),
+        "segment.ms": ("segment_ms", 1),
+        "index.interval.bytes": ("index_interval_bytes", 0),
+        "segment.index.bytes": (None, 8),
+        "retention.ms": ("retention_ms", -1),
+        "retention.bytes": ("retention_bytes", -1),
+        "max.message.bytes": ("max_message_bytes", 0),
+        "file.delete.delay.ms": ("file_delete_delay_ms", 0),
+        "delete.retention.ms": ("delete_retention_ms", 0),
+    }
+
+    @property
+    def deletes(self) -> bool:
+        """Whether time/size retention and DeleteRecords apply (policy includes "delete")."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @classmethod
+    def from_topic_config(cls, config: Mapping[str, str], *, base: LogConfig | None = None) -> LogConfig:
+        """Build from Kafka topic config strings; unknown keys are left to other layers.
+
+        Raises InvalidConfig naming the key for a non-integer, out-of-range or unknown policy value.
+        """
+        values: dict[str, object] = {}
+        for key, raw in config.items():
+            if key == "cleanup.policy":
+                policies = [p.strip() for p in str(raw).split(",") if p.strip()]
+                if not policies or any(p not in ("delete", "compact") for p in policies):
+                    raise InvalidConfig(f"cleanup.policy must be delete, compact or both, got {raw!r}")
+                values["cleanup_policy"] = ",".join(policies)
+                continue
+            spec = cls._KEYS.get(key)
+            if spec is None:
+                continue
+            field, minimum = spec
+            try:
+                number = int(str(raw).strip())
+            except ValueError:
+                raise InvalidConfig(f"{key} must be an integer, got {raw!r}") from None
+            if number < minimum:
+                raise InvalidConfig(f"{key} must be >= {minimum}, got {number}")
+            if field is not None:
+                values[field] = number
+        return dataclasses.replace(base or cls(), **values)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append wrote: offsets [base_offset, last_offset], next_offset = new LEO."""
+
+    base_offset: int
+    last_offset: int
+    next_offset: int
+    max_timestamp: int
+    num_batches: int
+    size_bytes: int
+
+
+class PartitionLog:
+    """One partition replica's log.
+
+    Contract: appends are whole validated batches; reads return whole batches below a caller-given
+    bound (HW for consumers, LEO for followers); LSO only grows except through truncation, never
+    past HW (KIP-107); HW stays within [LSO, LEO]; segments entirely below LSO are deleted promptly
+    (after ``file_delete_delay_ms``).
+
+    Thread-safety: every public method takes the instance's RLock, so any thread may call any
+    method. Lower layers (SegmentSet, LogSegment) are only touched with the lock held.
+    """
+
+    def __init__(self, *, dir: Path, topic: str, partition: int, config: LogConfig, segments: SegmentSet) -> None:
+        self._dir = dir
+        self._topic = topic
+        self._partition = partition
+        self._config = config
+        self._segments = segments
+        self._lock = threading.RLock()
+        self._log_start_offset = segments.first.base_offset
+        self._high_watermark = self._log_start_offset
+        self._closed = False
+        self._pending_deletes: list[tuple[threading.Timer, list[Path]]] = []
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        *,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+    ) -> PartitionLog:
+        """Open (creating) the partition directory and recover it.
+
+        LSO = max(``log_start_offset`` (checkpointed), first segment's base offset); if that is past
+        the recovered LEO the log restarts empty at it. ``high_watermark`` (checkpointed) is clamped
+        to [LSO, LEO]; without it HW starts at LSO.
+        """
+        dir = Path(dir)
+        segments = SegmentSet.open(
+            dir,
+            initial_offset=log_start_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_message_bytes=config.max_message_bytes,
+        )
+        log = cls(dir=dir, topic=topic, partition=partition, config=config, segments=segments)
+        lso = max(log_start_offset, segments.first.base_offset)
+        if lso > segments.next_offset:
+            segments.truncate_fully_and_start_at(lso)
+        log._log_start_offset = lso
+        # Finish a deletion the checkpointed LSO implies but a crash interrupted.
+        for segment in segments.remove_below(lso):
+            segment.delete()
+        hw = lso if high_watermark is None else high_watermark
+        log._high_watermark = min(max(hw, lso), segments.next_offset)
+        return log
+
+    # -- properties -------------------------------------------------------------------------------
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            return self._segments.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return self._segments.size_bytes
+
+    @property
+    def num_segments(self) -> int:
+        with self._lock:
+            return len(self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings (take effect at the next append / retention pass)."""
+        with self._lock:
+            self._config = config
+
+    # -- appends ----------------------------------------------------------------------------------
+
+    def append_as_leader(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+        """Validate producer batches, assign offsets from LEO and the leader epoch, append.
+
+        Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation),
+        MessageTooLarge (a batch > max.message.bytes), RecordListTooLarge (> segment.bytes).
+        Nothing is stored when any check fails.
+        """
+        headers = validate_batches(buf)
+        config = self._config
+        for header in headers:
+            if header.size_in_bytes > config.max_message_bytes:
+                raise MessageTooLarge(
+                    f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
+                    f"{config.max_message_bytes} of {self._topic}-{self._partition}"
+                )
+        if len(buf) > config.segment_bytes:
+            raise RecordListTooLarge(
+                f"{len(buf)} bytes exceed segment.bytes {config.segment_bytes} of {self._topic}-{self._partition}"
+            )
+        data = bytearray(buf)
+        with self._lock:
+            self._ensure_open()
+            base = self._segments.next_offset
+            assign_offsets(data, headers, base_offset=base, leader_epoch=leader_epoch)
+            # Re-read the (now offset-assigned) headers: per batch struct unpacks, no record loop.
+            assigned = [header for header, _ in iter_batches(data)]
+            return self._append(data, assigned)
+
+    def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches replicated from the leader, keeping their offsets.
+
+        The first batch must start at LEO (raises OffsetOutOfRange otherwise). One exception, as in
+        Kafka: an empty log restarted at a leader LSO that falls inside a batch accepts that batch
+        and restarts at its base offset (LSO is kept).
+        """
+        headers = validate_batches(buf, allow_compacted=True)
+        prev_next = headers[0].base_offset
+        for header in headers:
+            if header.base_offset < prev_next:
+                raise OffsetOutOfRange(
+                    f"follower batches for {self._topic}-{self._partition} go back from {prev_next} "
+                    f"to {header.base_offset}"
+                )
+            prev_next = header.next_offset
+        data = bytes(buf)
+        with self._lock:
+            self._ensure_open()
+            leo = self._segments.next_offset
+            first = headers[0]
+            if first.base_offset != leo:
+                if self._segments.size_bytes == 0 and first.base_offset < leo <= first.last_offset:
+                    self._segments.truncate_fully_and_start_at(first.base_offset)
+                else:
+                    raise OffsetOutOfRange(
+                        f"follower append to {self._topic}-{self._partition} starts at offset "
+                        f"{first.base_offset} but the log end offset is {leo}"
+                    )
+            return self._append(data, headers)
+
+    def _append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> AppendInfo:
+        first, last = headers[0], headers[-1]
+        active = self._segments.active
+        config = self._config
+        if active.size_bytes > 0 and (
+            active.size_bytes + len(data) > config.segment_bytes
+            or _now_ms() - active.created_ms > config.segment_ms
+            or last.last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
+        ):
+            active = self._segments.roll(first.base_offset)
+        elif active.size_bytes == 0 and active.base_offset != first.base_offset:
+            # An empty segment is re-based so its name matches its first batch.
+            active = self._segments.roll(first.base_offset)
+        active.append(data, headers)
+        return AppendInfo(
+            base_offset=first.base_offset,
+            last_offset=last.last_offset,
+            next_offset=last.next_offset,
+            max_timestamp=max(h.max_timestamp for h in headers),
+            num_batches=len(headers),
+            size_bytes=len(data),
+        )
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at LEO (no-op on an empty active segment)."""
+        with self._lock:
+            self._ensure_open()
+            return self._segments.roll(self._segments.next_offset)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, *, max_bytes: int, max_offset: int) -> bytes:
+        """Whole batches from the one containing ``fetch_offset``, excluding batches at/after
+        ``max_offset`` (HW for consumers, LEO for followers); at least one batch if any qualifies,
+        else at most ``max_bytes``. Stops at a segment end (the client fetches again).
+
+        Raises OffsetOutOfRange if ``fetch_offset`` is outside [LSO, LEO].
+        """
+        with self._lock:
+            self._ensure_open()
+            leo = self._segments.next_offset
+            if fetch_offset < self._log_start_offset or fetch_offset > leo:
+                raise OffsetOutOfRange(
+                    f"fetch offset {fetch_offset} of {self._topic}-{self._partition} is outside the "
+                    f"valid range [{self._log_start_offset}, {leo}]"
+                )
+            max_offset = min(max_offset, leo)
+            if fetch_offset >= max_offset:
+                return b""
+            for segment in self._segments.segments_from(fetch_offset):
+                if segment.base_offset >= max_offset:
+                    return b""
+                position = segment.translate_offset(fetch_offset)
+                if position is None:
+                    continue  # fetch_offset is past this segment's last batch
+                if max_offset < segment.next_offset:
+                    end = segment.position_of_offset_bound(max_offset)
+                else:
+                    end = segment.size_bytes
+                return segment.read_batches(position, end_position=end, max_bytes=max_bytes)
+            return b""
+
+    def offset_for_timestamp(self, timestamp: int, *, max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after LSO with timestamp >= ``timestamp``,
+        searching from the first batch whose max timestamp >= it (Kafka's ListOffsets). Results
+        at/after ``max_offset`` (default HW: what a consumer may read) are None."""
+        with self._lock:
+            self._ensure_open()
+            bound = self._high_watermark if max_offset is None else max_offset
+            lso = self._log_start_offset
+            for segment in self._segments:
+                if segment.next_offset <= lso or segment.max_timestamp < timestamp:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp, starting_offset=lso)
+                if found is not None:
+                    return found if found[0] < bound else None
+            return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
+        with self._lock:
+            self._ensure_open()
+            best: LogSegment | None = None
+            for segment in self._segments:
+                if segment.max_timestamp != NO_TIMESTAMP and (
+                    best is None or segment.max_timestamp > best.max_timestamp
+                ):
+                    best = segment
+            return best.find_max_timestamp_offset() if best is not None else None
+
+    # -- offsets ----------------------------------------------------------------------------------
+
+    def set_high_watermark(self, high_watermark: int) -> int:
+        """Raise HW to ``high_watermark`` clamped to [LSO, LEO]; HW never decreases here. Returns HW."""
+        with self._lock:
+            clamped = min(max(high_watermark, self._log_start_offset), self._segments.next_offset)
+            if clamped > self._high_watermark:
+                self._high_watermark = clamped
+            return self._high_watermark
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """KIP-107: LSO = max(LSO, offset), then delete segments whose last offset < LSO.
+
+        Raises OffsetOutOfRange if ``offset`` > HW (deletes never pass the HW; a follower must set
+        its HW from the fetch response before applying the leader's LSO). Returns whether LSO moved.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset > self._high_watermark:
+                raise OffsetOutOfRange(
+                    f"cannot move the log start offset of {self._topic}-{self._partition} to {offset}: "
+                    f"above the high watermark {self._high_watermark}"
+                )
+            if offset <= self._log_start_offset:
+                return False
+            self._log_start_offset = offset
+            self._delete_segments(self._segments.remove_below(offset))
+            return True
+
+    def truncate_to(self, offset: int) -> bool:
+        """Follower truncation: drop everything from the batch containing ``offset`` on.
+
+        Below LSO the log restarts empty at ``offset`` (as Kafka does). HW and LSO are clamped to
+        the new LEO. Returns whether anything was truncated.
+        """
+        with self._lock:
+            self._ensure_open()
+            if offset >= self._segments.next_offset:
+                return False
+            if offset < self._log_start_offset:
+                self._truncate_fully(offset)
+                return True
+            self._segments.truncate_to(offset)
+            leo = self._segments.next_offset
+            self._log_start_offset = min(self._log_start_offset, leo)
+            self._high_watermark = min(self._high_watermark, leo)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data; LSO = HW = LEO = ``offset``."""
+        with self._lock:
+            self._ensure_open()
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        self._segments.truncate_fully_and_start_at(offset)
+        self._log_start_offset = self._high_watermark = offset
+
+    # -- retention --------------------------------------------------------------------------------
+
+    def delete_retention_segments(self, *, now_ms: int) -> int:
+        """Time (retention.ms) and size (retention.bytes) retention by whole segments.
+
+        Only for policies including "delete". A segment goes only if all its offsets are below HW;
+        LSO rises to the first remaining offset. Returns the bytes freed.
+        """
+        with self._lock:
+            self._ensure_open()
+            config = self._config
+            if not config.deletes:
+                return 0
+            segments = list(self._segments)
+            hw = self._high_watermark
+            eligible = 0
+            for segment in segments:
+                if segment.next_offset > hw or (segment is segments[-1] and segment.size_bytes == 0):
+                    break
+                eligible += 1
+            by_time = 0
+            if config.retention_ms >= 0:
+                while by_time < eligible and now_ms - segments[by_time].max_timestamp > config.retention_ms:
+                    by_time += 1
+            by_size = 0
+            if config.retention_bytes >= 0:
+                excess = sum(s.size_bytes for s in segments) - config.retention_bytes
+                while by_size < eligible and excess - segments[by_size].size_bytes >= 0:
+                    excess -= segments[by_size].size_bytes
+                    by_size += 1
+            count = max(by_time, by_size)
+            if count == 0:
+                return 0
+            # New LSO: the first offset after the deleted prefix (next segment's base, if any).
+            new_lso = segments[count].base_offset if count < len(segments) else segments[count - 1].next_offset
+            new_lso = min(max(new_lso, segments[count - 1].next_offset), hw)
+            freed = sum(s.size_bytes for s in segments[:count])
+            if new_lso > self._log_start_offset:
+                self._log_start_offset = new_lso
+            self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset))
+            return freed
+
+    def _delete_segments(self, segments: list[LogSegment]) -> None:
+        if not segments:
+            return
+        delay_ms = self._config.file_delete_delay_ms
+        if delay_ms <= 0:
+            for segment in segments:
+                segment.delete()
+            return
+        paths: list[Path] = []
+        for segment in segments:
+            paths.extend(segment.rename_to_deleted())
+        timer = threading.Timer(delay_ms / 1000.0, _unlink_paths, args=(paths,))
+        timer.daemon = True
+        self._pending_deletes = [(t, p) for t, p in self._pending_deletes if t.is_alive()]
+        self._pending_deletes.append((timer, paths))
+        timer.start()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the active segment (sealed segments were fsynced when they were rolled)."""
+        with self._lock:
+            self._ensure_open()
+            self._segments.flush()
+
+    def close(self) -> None:
+        """Flush and close files; pending delayed deletions are carried out now. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._segments.flush()
+            finally:
+                self._segments.close()
+                self._finish_pending_deletes()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._segments.close()
+                self._finish_pending_deletes()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def describe(self) -> dict:
+        """Offsets, size and segments (base_offset, next_offset, size) for status pages and tests."""
+        with self._lock:
+            return {
+                "topic": self._topic,
+                "partition": self._partition,
+                "lso": self._log_start_offset,
+                "hw": self._high_watermark,
+                "leo": self._segments.next_offset,
+                "size_bytes": self._segments.size_bytes,
+                "segments": [(s.base_offset, s.next_offset, s.size_bytes) for s in self._segments],
+            }
+
+    def _finish_pending_deletes(self) -> None:
+        for timer, paths in self._pending_deletes:
+            timer.cancel()
+            _unlink_paths(paths)
+        self._pending_deletes = []
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log of {self._topic}-{self._partition} in {self._dir} is closed")
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self._topic}-{self._partition}, dir={self._dir})"
+
+
+def _unlink_paths(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,713 @@
+"""Kafka RecordBatch v2 (magic 2): the byte format of batches on disk, on the wire and in WAL files.
+
+Layout (all integers big-endian; offsets in the table are byte positions inside the batch)::
+
+    RecordBatch =>                                        pos  size
+      BaseOffset           => Int64                        0    8  \\  LOG_OVERHEAD = 12: not counted
+      BatchLength          => Int32                        8    4  /  in BatchLength
+      PartitionLeaderEpoch => Int32                       12    4     set by the leader, not in the CRC
+      Magic                => Int8   (= 2)                16    1
+      CRC                  => Uint32 (CRC-32C)            17    4     covers byte 21 .. end of batch
+      Attributes           => Int16                       21    2
+      LastOffsetDelta      => Int32                       23    4
+      BaseTimestamp        => Int64                       27    8     delete horizon when bit 6 is set
+      MaxTimestamp         => Int64                       35    8
+      ProducerId           => Int64                       43    8
+      ProducerEpoch        => Int16                       51    2
+      BaseSequence         => Int32                       53    4
+      RecordCount          => Int32                       57    4
+      Records              => [Record]                    61    ...   gzip-compressed when codec = 1
+                                                          (BATCH_HEADER_SIZE = 61)
+    Attributes (Int16):
+      | unused 7-15 | delete horizon 6 (KIP-534) | control 5 | transactional 4 |
+      | timestamp type 3 (0 create, 1 log append) | compression 0-2 (0 none 1 gzip 2 snappy 3 lz4 4 zstd) |
+
+    Record =>
+      Length         => Varint      bytes after this field
+      Attributes     => Int8        (unused, 0)
+      TimestampDelta => Varlong     record timestamp - BaseTimestamp
+      OffsetDelta    => Varint      record offset - BaseOffset
+      KeyLength      => Varint      -1 = null key
+      Key            => Bytes
+      ValueLength    => Varint      -1 = null value (tombstone)
+      Value          => Bytes
+      HeaderCount    => Varint
+      Headers        => [HeaderKeyLength Varint, HeaderKey UTF-8, HeaderValueLength Varint (-1 null), Value]
+
+    Varint/Varlong = protobuf zig-zag: (n << 1) ^ (n >> 63), 7 bits per byte, low groups first,
+    high bit set on every byte but the last.
+
+Hot path: the broker side (``read_header``, ``iter_batches``, ``validate_batches``,
+``assign_offsets``) works per batch with ``struct`` on the fixed 61-byte header and C CRC-32C over the
+batch bytes; records are only walked one by one in the consumer-side ``decode_batch``.
+
+KIP-534 (delete horizon): a cleaner that retains a tombstone or marker sets BaseTimestamp to the
+horizon, re-expresses every TimestampDelta relative to it and sets attribute bit 6. Because a record's
+timestamp is always BaseTimestamp + TimestampDelta, ``decode_batch`` reads back the original
+timestamps with no special case; ``BatchHeader.delete_horizon_ms`` exposes the horizon.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+import crc32c as _crc32c_mod
+
+from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
+
+MAGIC = 2
+BATCH_HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # BaseOffset + BatchLength: the bytes BatchLength does not count
+MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49: a batch with zero records
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+
+# Byte positions of the fields broker code touches directly.
+_LENGTH_POS = 8
+_LEADER_EPOCH_POS = 12
+_MAGIC_POS = 16
+_CRC_POS = 17
+_ATTRIBUTES_POS = 21  # the CRC covers from here to the end of the batch
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == BATCH_HEADER_SIZE
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+# Attribute bits.
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+TIMESTAMP_CREATE_TIME = 0
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+
+class Compression(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+def compose_attributes(
+    *,
+    compression: int = Compression.NONE,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    has_delete_horizon: bool = False,
+) -> int:
+    """Build the Int16 attributes field from its parts."""
+    attrs = int(compression) & COMPRESSION_MASK
+    if timestamp_type:
+        attrs |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attrs |= TRANSACTIONAL_MASK
+    if is_control:
+        attrs |= CONTROL_MASK
+    if has_delete_horizon:
+        attrs |= DELETE_HORIZON_MASK
+    return attrs
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) of ``data``, computed in C."""
+    return _crc32c_mod.crc32c(data)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of one batch, decoded."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return 1 if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record (consumer side)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Varints. Encodings of small unsigned values are precomputed because the producer encodes a length
+# and two deltas per record, and almost all of them are below 2**14.
+
+_VARINT_TABLE_SIZE = 1 << 14
+
+
+def _encode_uvarint_slow(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_UVARINT_TABLE: tuple[bytes, ...] = tuple(_encode_uvarint_slow(v) for v in range(_VARINT_TABLE_SIZE))
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint (varlong) encoding of a signed integer."""
+    z = (value << 1) ^ (value >> 63)
+    if z < _VARINT_TABLE_SIZE:
+        return _UVARINT_TABLE[z]
+    return _encode_uvarint_slow(z)
+
+
+def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a zig-zag varint at ``pos``; return (value, position after it)."""
+    try:
+        b = buf[pos]
+        if b < 0x80:  # fast path: one byte
+            return (b >> 1) ^ -(b & 1), pos + 1
+        result = b & 0x7F
+        shift = 7
+        pos += 1
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise CorruptMessage("varint is longer than 10 bytes")
+    except IndexError:
+        raise CorruptMessage("record data ends inside a varint") from None
+    return (result >> 1) ^ -(result & 1), pos
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compression. Only NONE and GZIP are implemented; the other codecs are recognised but refused so the
+# caller gets a clear error instead of garbage.
+
+_GZIP_WBITS = 31  # zlib: 16 + 15 = gzip container, which is what Kafka's GZIP codec writes
+_AUTO_WBITS = 47  # zlib: 32 + 15 = accept gzip or zlib container
+
+
+def _compress(codec: int, data: bytes | bytearray) -> bytes:
+    if codec == Compression.GZIP:
+        comp = zlib.compressobj(6, zlib.DEFLATED, _GZIP_WBITS)
+        return comp.compress(data) + comp.flush()
+    raise UnsupportedForMessageFormat(_codec_message(codec))
+
+
+def _decompress(codec: int, data: bytes | memoryview) -> bytes:
+    if codec == Compression.GZIP:
+        try:
+            return zlib.decompress(data, _AUTO_WBITS)
+        except zlib.error as exc:
+            raise CorruptMessage(f"gzip record data does not decompress: {exc}") from None
+    raise UnsupportedForMessageFormat(_codec_message(codec))
+
+
+def _codec_message(codec: int) -> str:
+    try:
+        name = Compression(codec).name
+    except ValueError:
+        return f"unknown compression codec {codec} (attributes bits 0-2)"
+    return f"compression {name} is not supported by lowtide; use NONE or GZIP"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Header access (broker hot path).
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the 61-byte header at ``pos``.
+
+    Raises CorruptMessage if fewer than 61 bytes remain or BatchLength is impossible (< 49), and
+    UnsupportedForMessageFormat if the magic byte is not 2.
+    """
+    if len(buf) - pos < BATCH_HEADER_SIZE:
+        raise CorruptMessage(
+            f"batch header at position {pos} is truncated: {len(buf) - pos} of {BATCH_HEADER_SIZE} bytes"
+        )
+    fields = _HEADER.unpack_from(buf, pos)
+    if fields[3] != MAGIC:
+        raise UnsupportedForMessageFormat(f"batch at position {pos} has magic {fields[3]}; only magic 2")
+    if fields[1] < MIN_BATCH_LENGTH:
+        raise CorruptMessage(f"batch at position {pos} has length {fields[1]} < {MIN_BATCH_LENGTH}")
+    return BatchHeader(*fields)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[BatchHeader, int]]:
+    """Yield (header, position) for each complete batch; a trailing partial batch is ignored.
+
+    A fetch response may be cut in the middle of its last batch, so running out of bytes is not an
+    error; an impossible length or magic is (CorruptMessage / UnsupportedForMessageFormat).
+    """
+    end = len(buf)
+    pos = 0
+    while end - pos >= LOG_OVERHEAD:
+        _, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptMessage(f"batch at position {pos} has length {length} < {MIN_BATCH_LENGTH}")
+        if pos + LOG_OVERHEAD + length > end:
+            return
+        yield read_header(buf, pos), pos
+        pos += LOG_OVERHEAD + length
+
+
+def validate_batches(buf: bytes | bytearray | memoryview, *, allow_compacted: bool = False) -> list[BatchHeader]:
+    """Validate producer or follower input and return the header of each batch, in order.
+
+    Checks per batch: header complete, magic 2, BatchLength >= 49 and inside ``buf`` (and the last
+    batch ends exactly at the end of ``buf``), CRC-32C, a known codec, record counts and timestamps.
+    With ``allow_compacted`` (follower input of a compacted topic) a batch may hold fewer records
+    than its offset range, even none; otherwise RecordCount must be >= 1 and == LastOffsetDelta + 1.
+
+    Raises CorruptMessage (truncated, bad length, bad CRC), UnsupportedForMessageFormat (magic, codec)
+    or InvalidRecord (empty input, counts, timestamps). An empty buffer is InvalidRecord: there is no
+    corrupt data, just nothing to append.
+    """
+    end = len(buf)
+    if end == 0:
+        raise InvalidRecord("record set is empty: at least one batch is required")
+    view = memoryview(buf)
+    headers: list[BatchHeader] = []
+    pos = 0
+    unpack = _HEADER.unpack_from
+    while pos < end:
+        if end - pos < BATCH_HEADER_SIZE:
+            if end - pos > _MAGIC_POS and buf[pos + _MAGIC_POS] != MAGIC:
+                raise UnsupportedForMessageFormat(
+                    f"batch at position {pos} has magic {buf[pos + _MAGIC_POS]}; only magic 2 is supported"
+                )
+            raise CorruptMessage(f"batch at position {pos} is truncated: {end - pos} bytes left, need 61")
+        fields = unpack(buf, pos)
+        (_, length, _, magic, crc, attrs, last_delta, base_ts, max_ts, _, _, _, count) = fields
+        if magic != MAGIC:
+            raise UnsupportedForMessageFormat(
+                f"batch at position {pos} has magic {magic}; only magic 2 is supported"
+            )
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptMessage(f"batch at position {pos} has length {length} < {MIN_BATCH_LENGTH}")
+        batch_end = pos + LOG_OVERHEAD + length
+        if batch_end > end:
+            raise CorruptMessage(
+                f"batch at position {pos} is truncated: length {length} but {end - pos - LOG_OVERHEAD} bytes left"
+            )
+        actual = _crc32c_mod.crc32c(view[pos + _ATTRIBUTES_POS : batch_end])
+        if actual != crc:
+            raise CorruptMessage(f"batch at position {pos} has CRC {crc:#010x}, computed {actual:#010x}")
+        if attrs & COMPRESSION_MASK > Compression.ZSTD:
+            raise UnsupportedForMessageFormat(_codec_message(attrs & COMPRESSION_MASK))
+        if last_delta < 0:
+            raise InvalidRecord(f"batch at position {pos} has negative last offset delta {last_delta}")
+        if allow_compacted:
+            if count < 0 or count > last_delta + 1:
+                raise InvalidRecord(
+                    f"batch at position {pos} has {count} records for offset range {last_delta + 1}"
+                )
+        elif count < 1 or count != last_delta + 1:
+            raise InvalidRecord(
+                f"batch at position {pos} has record count {count} but last offset delta {last_delta}"
+            )
+        if base_ts < NO_TIMESTAMP or max_ts < NO_TIMESTAMP:
+            raise InvalidRecord(f"batch at position {pos} has negative timestamps {base_ts}/{max_ts}")
+        # With a delete horizon the base timestamp is the horizon (future), so only plain batches
+        # must have max >= base.
+        if count and not attrs & DELETE_HORIZON_MASK and max_ts < base_ts:
+            raise InvalidRecord(f"batch at position {pos} has max timestamp {max_ts} < base {base_ts}")
+        headers.append(BatchHeader(*fields))
+        pos = batch_end
+    return headers
+
+
+def assign_offsets(
+    buf: bytearray, headers: list[BatchHeader], *, base_offset: int, leader_epoch: int
+) -> int:
+    """Rewrite BaseOffset and PartitionLeaderEpoch of each batch in place; return the next offset.
+
+    Both fields precede the CRC-covered range, so no CRC is recomputed. ``headers`` must be the
+    result of ``validate_batches(buf)``; they are not updated (they are frozen).
+    """
+    pos = 0
+    offset = base_offset
+    pack_offset = _INT64.pack_into
+    pack_epoch = _INT32.pack_into
+    for header in headers:
+        pack_offset(buf, pos, offset)
+        pack_epoch(buf, pos + _LEADER_EPOCH_POS, leader_epoch)
+        offset += header.last_offset_delta + 1
+        pos += header.batch_length + LOG_OVERHEAD
+    return offset
+
+
+# ---------------------------------------------------------------------------------------------------
+# Encoding (client side and the cleaner).
+
+
+class BatchBuilder:
+    """Accumulates records and builds one RecordBatch v2.
+
+    Not thread-safe; one builder per batch. ``delete_horizon_ms`` (KIP-534, for the cleaner) sets the
+    base timestamp to the horizon, attribute bit 6, and makes record deltas relative to the horizon.
+    ``append(offset_delta=...)`` and ``last_offset_delta`` let the cleaner keep the original offsets
+    of a compacted batch; by default records get consecutive offsets.
+    """
+
+    __slots__ = (
+        "_compression",
+        "_base_offset",
+        "_producer_id",
+        "_producer_epoch",
+        "_base_sequence",
+        "_partition_leader_epoch",
+        "_attributes",
+        "_delete_horizon_ms",
+        "_last_offset_delta",
+        "_body",
+        "_count",
+        "_last_delta",
+        "_base_ts",
+        "_max_ts",
+    )
+
+    def __init__(
+        self,
+        *,
+        compression: Compression | int = Compression.NONE,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        partition_leader_epoch: int = -1,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+        delete_horizon_ms: int | None = None,
+        last_offset_delta: int | None = None,
+    ) -> None:
+        if compression not in (Compression.NONE, Compression.GZIP):
+            raise UnsupportedForMessageFormat(_codec_message(int(compression)))
+        self._compression = int(compression)
+        self._base_offset = base_offset
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        self._partition_leader_epoch = partition_leader_epoch
+        self._delete_horizon_ms = delete_horizon_ms
+        self._last_offset_delta = last_offset_delta
+        self._attributes = compose_attributes(
+            compression=self._compression,
+            timestamp_type=timestamp_type,
+            is_transactional=is_transactional,
+            is_control=is_control,
+            has_delete_horizon=delete_horizon_ms is not None,
+        )
+        self._body = bytearray()
+        self._count = 0
+        self._last_delta = -1
+        self._base_ts: int | None = delete_horizon_ms
+        self._max_ts = NO_TIMESTAMP
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def size_estimate(self) -> int:
+        """Bytes of the batch if built now without compression (an upper bound with gzip, roughly)."""
+        return BATCH_HEADER_SIZE + len(self._body)
+
+    def append(
+        self,
+        *,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        offset_delta: int | None = None,
+    ) -> None:
+        """Add one record. ``offset_delta`` defaults to the next consecutive delta."""
+        if offset_delta is None:
+            offset_delta = self._last_delta + 1
+        elif offset_delta <= self._last_delta:
+            raise ValueError(f"offset delta {offset_delta} is not above the previous {self._last_delta}")
+        base_ts = self._base_ts
+        if base_ts is None:
+            base_ts = self._base_ts = timestamp_ms
+        if timestamp_ms > self._max_ts:
+            self._max_ts = timestamp_ms
+        ts_part = encode_varint(timestamp_ms - base_ts)
+        off_part = encode_varint(offset_delta)
+        if key is None:
+            key_len_part = b"\x01"
+            key_len = 0
+        else:
+            key_len = len(key)
+            key_len_part = encode_varint(key_len)
+        if value is None:
+            value_len_part = b"\x01"
+            value_len = 0
+        else:
+            value_len = len(value)
+            value_len_part = encode_varint(value_len)
+        header_part = _encode_headers(headers) if headers else b"\x00"
+        size = (
+            1
+            + len(ts_part)
+            + len(off_part)
+            + len(key_len_part)
+            + key_len
+            + len(value_len_part)
+            + value_len
+            + len(header_part)
+        )
+        body = self._body
+        body += encode_varint(size)
+        body.append(0)  # record attributes: unused
+        body += ts_part
+        body += off_part
+        body += key_len_part
+        if key_len:
+            body += key
+        body += value_len_part
+        if value_len:
+            body += value
+        body += header_part
+        self._count += 1
+        self._last_delta = offset_delta
+
+    def build(self) -> bytes:
+        """Return the finished batch (header + possibly compressed records)."""
+        records = _compress(self._compression, self._body) if self._compression else self._body
+        last_delta = self._last_offset_delta if self._last_offset_delta is not None else self._last_delta
+        if last_delta < self._last_delta:
+            raise ValueError(f"last offset delta {last_delta} is below the last record's {self._last_delta}")
+        if last_delta < 0:
+            last_delta = 0  # an empty batch still covers one offset, like Kafka's empty batches
+        out = bytearray(BATCH_HEADER_SIZE)
+        _HEADER.pack_into(
+            out,
+            0,
+            self._base_offset,
+            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(records),
+            self._partition_leader_epoch,
+            MAGIC,
+            0,
+            self._attributes,
+            last_delta,
+            self._base_ts if self._base_ts is not None else NO_TIMESTAMP,
+            self._max_ts,
+            self._producer_id,
+            self._producer_epoch,
+            self._base_sequence,
+            self._count,
+        )
+        out += records
+        _UINT32.pack_into(out, _CRC_POS, _crc32c_mod.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+        return bytes(out)
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    out = bytearray(encode_varint(len(headers)))
+    for name, value in headers:
+        raw = name.encode("utf-8")
+        out += encode_varint(len(raw))
+        out += raw
+        if value is None:
+            out += b"\x01"
+        else:
+            out += encode_varint(len(value))
+            out += value
+    return bytes(out)
+
+
+def encode_batch(
+    values: Iterable[bytes | None],
+    *,
+    keys: Iterable[bytes | None] | None = None,
+    timestamp_ms: int | Sequence[int] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]]] | None = None,
+    compression: Compression | int = Compression.NONE,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    is_transactional: bool = False,
+) -> bytes:
+    """Encode one batch of ``values`` (with optional parallel ``keys``/``headers``).
+
+    ``timestamp_ms`` is one timestamp for all records, one per record, or None for the wall clock.
+    """
+    if timestamp_ms is None:
+        import time
+
+        timestamp_ms = int(time.time() * 1000)
+    builder = BatchBuilder(
+        compression=compression,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+    )
+    values = list(values)
+    key_list = list(keys) if keys is not None else [None] * len(values)
+    if len(key_list) != len(values):
+        raise ValueError(f"{len(key_list)} keys for {len(values)} values")
+    ts_list = [timestamp_ms] * len(values) if isinstance(timestamp_ms, int) else list(timestamp_ms)
+    if len(ts_list) != len(values):
+        raise ValueError(f"{len(ts_list)} timestamps for {len(values)} values")
+    append = builder.append
+    for i, value in enumerate(values):
+        append(
+            timestamp_ms=ts_list[i],
+            key=key_list[i],
+            value=value,
+            headers=headers[i] if headers is not None else (),
+        )
+    return builder.build()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding (consumer side: per record).
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview, *, pos: int = 0, verify_crc: bool = True
+) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``pos`` into its header and records.
+
+    Record timestamp = BaseTimestamp + TimestampDelta, which is also right for KIP-534 batches (the
+    cleaner re-expressed the deltas relative to the horizon). For LOG_APPEND_TIME batches every
+    record carries MaxTimestamp, as in Kafka.
+    """
+    header = read_header(buf, pos)
+    end = pos + header.size_in_bytes
+    if end > len(buf):
+        raise CorruptMessage(f"batch at position {pos} is truncated: needs {header.size_in_bytes} bytes")
+    view = memoryview(buf)
+    if verify_crc:
+        actual = _crc32c_mod.crc32c(view[pos + _ATTRIBUTES_POS : end])
+        if actual != header.crc:
+            raise CorruptMessage(
+                f"batch at offset {header.base_offset} has CRC {header.crc:#010x}, computed {actual:#010x}"
+            )
+    data: bytes | memoryview = view[pos + BATCH_HEADER_SIZE : end]
+    if header.compression:
+        data = _decompress(header.compression, data)
+    else:
+        data = bytes(data)
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    log_append_ts = header.max_timestamp if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME else None
+    records: list[Record] = []
+    p = 0
+    n = len(data)
+    for _ in range(header.record_count):
+        length, p = decode_varint(data, p)
+        rec_end = p + length
+        if length < 0 or rec_end > n:
+            raise CorruptMessage(f"record in batch at offset {base_offset} overruns the batch")
+        p += 1  # record attributes
+        ts_delta, p = decode_varint(data, p)
+        off_delta, p = decode_varint(data, p)
+        key, p = _read_bytes(data, p)
+        value, p = _read_bytes(data, p)
+        header_count, p = decode_varint(data, p)
+        hdrs: list[tuple[str, bytes | None]] = []
+        for _h in range(header_count):
+            name, p = _read_bytes(data, p)
+            if name is None:
+                raise CorruptMessage(f"null header key in batch at offset {base_offset}")
+            hval, p = _read_bytes(data, p)
+            hdrs.append((name.decode("utf-8"), hval))
+        if p != rec_end:
+            raise CorruptMessage(f"record length mismatch in batch at offset {base_offset}")
+        records.append(
+            Record(
+                offset=base_offset + off_delta,
+                timestamp=log_append_ts if log_append_ts is not None else base_ts + ts_delta,
+                key=key,
+                value=value,
+                headers=tuple(hdrs),
+            )
+        )
+    if p != n:
+        raise CorruptMessage(f"{n - p} unexpected bytes after the records of batch at offset {base_offset}")
+    return header, records
+
+
+def decode_batches(buf: bytes | bytearray | memoryview) -> list[tuple[BatchHeader, list[Record]]]:
+    """Decode every complete batch in ``buf`` (a trailing partial batch is ignored)."""
+    return [decode_batch(buf, pos=pos) for _, pos in iter_batches(buf)]
+
+
+def _read_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(data, pos)
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(data):
+        raise CorruptMessage("record field overruns the batch")
+    return data[pos:end], end

@@ -1,0 +1,1 @@
+"""Cluster metadata (topics, partition leaders/ISR, brokers) kept in Redis."""

@@ -1,0 +1,81 @@
+"""Plain data of the cluster metadata. No I/O here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    id: int
+    host: str
+    port: int
+    rack: str = ""
+    metrics: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> BrokerInfo:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+    diskless: bool = False
+    created_ms: int = 0
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith(INTERNAL_TOPIC_PREFIX)
+
+    @property
+    def cleanup_policy(self) -> set[str]:
+        return {p.strip() for p in self.config.get("cleanup.policy", "delete").split(",") if p.strip()}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> TopicInfo:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Leadership of one partition. ``leader_epoch`` bumps on every leader change;
+    ``partition_epoch`` on every change at all (ISR included): writers compare-and-set on it."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        doc["replicas"] = list(self.replicas)
+        doc["isr"] = list(self.isr)
+        return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> PartitionState:
+        doc = json.loads(raw)
+        doc["replicas"] = tuple(doc["replicas"])
+        doc["isr"] = tuple(doc["isr"])
+        return cls(**doc)

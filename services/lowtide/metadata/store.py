@@ -1,0 +1,248 @@
+"""Cluster metadata in Redis: topics, partition leadership and ISR, brokers and their liveness.
+
+Why Redis: Redis is already a required component (purgatory timers), the front door must be
+stateless, and the metadata is small and changes rarely. Writes that race (ISR changes by a leader
+vs. a leader election by the controller) compare-and-set on ``partition_epoch`` in a Lua script,
+which Redis runs atomically. With AOF on (chart default) it survives a Redis restart.
+
+Key layout::
+
+    lowtide:topics                  HASH   topic name -> TopicInfo JSON
+    lowtide:partitions:{topic}      HASH   partition  -> PartitionState JSON
+    lowtide:brokers                 HASH   broker id  -> BrokerInfo JSON (last registration)
+    lowtide:broker:{id}:alive       STRING incarnation id, PX = session timeout (heartbeats renew)
+    lowtide:metadata:version        INT    INCR on every topic/partition change
+    lowtide:controller              STRING owner of the controller role, PX lease
+    lowtide:cluster_id              STRING random id set once by the first reader (Metadata)
+    channel lowtide:events:metadata        version number, published after every change
+
+A broker is *live* while its ``alive`` key exists (Kafka: a broker with a live session).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+
+import redis as redis_lib
+
+from lowtide.errors import (
+    FencedLeaderEpoch,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidTopic,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
+
+TOPICS = "lowtide:topics"
+BROKERS = "lowtide:brokers"
+VERSION = "lowtide:metadata:version"
+CONTROLLER = "lowtide:controller"
+CLUSTER_ID = "lowtide:cluster_id"
+METADATA_CHANNEL = "lowtide:events:metadata"
+TOPIC_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def partitions_key(topic: str) -> str:
+    return f"lowtide:partitions:{topic}"
+
+
+def alive_key(broker_id: int) -> str:
+    return f"lowtide:broker:{broker_id}:alive"
+
+
+# Compare-and-set one partition state on partition_epoch; bump the version; publish.
+_CAS_PARTITION = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return -1 end
+local doc = cjson.decode(cur)
+if tonumber(doc['partition_epoch']) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+local v = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', KEYS[3], v)
+return 1
+"""
+
+_CREATE_TOPIC = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('DEL', KEYS[2])
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+local v = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', KEYS[4], v)
+return 1
+"""
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", "..") or len(name) > 249 or not set(name) <= TOPIC_NAME_CHARS:
+        raise InvalidTopic(f"invalid topic name {name!r}: use 1-249 of [a-zA-Z0-9._-]")
+
+
+def assign_replicas(*, broker_ids: Iterable[int], partitions: int, replication_factor: int,
+                    start: int = 0) -> list[list[int]]:
+    """Round-robin placement (Kafka's rack-unaware assignment without the shift): partition p's
+    replicas are brokers start+p, start+p+1, ...; the first is the preferred leader."""
+    brokers = sorted(broker_ids)
+    if replication_factor < 1 or replication_factor > len(brokers):
+        raise InvalidReplicationFactor(
+            f"replication factor {replication_factor} must be between 1 and the {len(brokers)} live brokers")
+    if partitions < 1:
+        raise InvalidPartitions(f"number of partitions must be >= 1, got {partitions}")
+    n = len(brokers)
+    return [[brokers[(start + p + i) % n] for i in range(replication_factor)] for p in range(partitions)]
+
+
+class MetadataStore:
+    """Reads and writes cluster metadata in Redis. Thread-safe (redis-py pools connections)."""
+
+    def __init__(self, *, redis: redis_lib.Redis) -> None:
+        self.redis = redis
+        self._cas = redis.register_script(_CAS_PARTITION)
+        self._create = redis.register_script(_CREATE_TOPIC)
+
+    @classmethod
+    def from_url(cls, url: str) -> MetadataStore:
+        return cls(redis=redis_lib.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5))
+
+    # -- brokers -----------------------------------------------------------------------------
+    def register_broker(self, info: BrokerInfo, *, incarnation: str, session_timeout_ms: int) -> None:
+        pipe = self.redis.pipeline()
+        pipe.hset(BROKERS, str(info.id), info.to_json())
+        pipe.set(alive_key(info.id), incarnation, px=session_timeout_ms)
+        pipe.incr(VERSION)
+        pipe.execute()
+        self.redis.publish(METADATA_CHANNEL, "broker")
+
+    def heartbeat(self, broker_id: int, *, incarnation: str, session_timeout_ms: int) -> None:
+        self.redis.set(alive_key(broker_id), incarnation, px=session_timeout_ms)
+
+    def unregister_broker(self, broker_id: int, *, incarnation: str) -> None:
+        if self.redis.get(alive_key(broker_id)) == incarnation.encode():
+            self.redis.delete(alive_key(broker_id))
+            self.redis.publish(METADATA_CHANNEL, "broker")
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return {int(k): BrokerInfo.from_json(v) for k, v in self.redis.hgetall(BROKERS).items()}
+
+    def live_broker_ids(self, candidates: Iterable[int] | None = None) -> set[int]:
+        ids = sorted(candidates if candidates is not None else self.brokers())
+        if not ids:
+            return set()
+        alive = self.redis.mget([alive_key(i) for i in ids])
+        return {i for i, a in zip(ids, alive, strict=True) if a is not None}
+
+    # -- topics ------------------------------------------------------------------------------
+    def create_topic(self, *, name: str, partitions: int, replication_factor: int,
+                     config: dict[str, str], diskless: bool = False,
+                     assignment: list[list[int]]) -> TopicInfo:
+        validate_topic_name(name)
+        info = TopicInfo(name=name, topic_id=uuid.uuid4().hex, partitions=partitions,
+                         replication_factor=replication_factor, config=dict(config), diskless=diskless,
+                         created_ms=int(time.time() * 1000))
+        args: list[str] = [name, info.to_json()]
+        for p, replicas in enumerate(assignment):
+            state = PartitionState(topic=name, partition=p, leader=replicas[0], leader_epoch=0,
+                                   replicas=tuple(replicas), isr=tuple(replicas), partition_epoch=0)
+            args += [str(p), state.to_json()]
+        created = self._create(keys=[TOPICS, partitions_key(name), VERSION, METADATA_CHANNEL], args=args)
+        if not created:
+            raise TopicAlreadyExists(f"topic '{name}' already exists")
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        pipe = self.redis.pipeline()
+        pipe.hdel(TOPICS, name)
+        pipe.delete(partitions_key(name))
+        pipe.incr(VERSION)
+        removed, _, version = pipe.execute()
+        if not removed:
+            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+        self.redis.publish(METADATA_CHANNEL, version)
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return {k.decode(): TopicInfo.from_json(v) for k, v in self.redis.hgetall(TOPICS).items()}
+
+    def topic(self, name: str) -> TopicInfo:
+        raw = self.redis.hget(TOPICS, name)
+        if raw is None:
+            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+        return TopicInfo.from_json(raw)
+
+    # -- partitions --------------------------------------------------------------------------
+    def partition_states(self, topic: str) -> list[PartitionState]:
+        states = [PartitionState.from_json(v) for v in self.redis.hgetall(partitions_key(topic)).values()]
+        return sorted(states, key=lambda s: s.partition)
+
+    def all_partition_states(self) -> dict[tuple[str, int], PartitionState]:
+        topics = list(self.topics())
+        pipe = self.redis.pipeline()
+        for t in topics:
+            pipe.hgetall(partitions_key(t))
+        out: dict[tuple[str, int], PartitionState] = {}
+        for raw in pipe.execute():
+            for v in raw.values():
+                s = PartitionState.from_json(v)
+                out[(s.topic, s.partition)] = s
+        return out
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        raw = self.redis.hget(partitions_key(topic), str(partition))
+        if raw is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+        return PartitionState.from_json(raw)
+
+    def compare_and_set_partition(self, expected: PartitionState, new: PartitionState) -> bool:
+        """Write ``new`` if the stored state still has ``expected.partition_epoch``."""
+        new = PartitionState(**{**new.__dict__, "partition_epoch": expected.partition_epoch + 1})
+        r = self._cas(keys=[partitions_key(new.topic), VERSION, METADATA_CHANNEL],
+                      args=[str(new.partition), expected.partition_epoch, new.to_json()])
+        if r == -1:
+            raise UnknownTopicOrPartition(f"{new.topic}-{new.partition} does not exist")
+        return r == 1
+
+    def update_isr(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
+                   isr: Iterable[int]) -> PartitionState:
+        """A leader changes its ISR (Kafka's AlterPartition). Fenced if leadership moved."""
+        for _ in range(10):
+            cur = self.partition_state(topic, partition)
+            if cur.leader != leader or cur.leader_epoch != leader_epoch:
+                raise FencedLeaderEpoch(f"{topic}-{partition}: leader {leader} epoch {leader_epoch} is stale "
+                                        f"(now leader {cur.leader} epoch {cur.leader_epoch})")
+            new = PartitionState(topic=topic, partition=partition, leader=leader, leader_epoch=leader_epoch,
+                                 replicas=cur.replicas, isr=tuple(sorted(set(isr))),
+                                 partition_epoch=cur.partition_epoch)
+            if self.compare_and_set_partition(cur, new):
+                return PartitionState(**{**new.__dict__, "partition_epoch": cur.partition_epoch + 1})
+        raise FencedLeaderEpoch(f"{topic}-{partition}: ISR update lost too many races")
+
+    def version(self) -> int:
+        return int(self.redis.get(VERSION) or 0)
+
+    def cluster_id(self) -> str:
+        """The cluster's id, created on first use (SET NX, so every reader agrees)."""
+        raw = self.redis.get(CLUSTER_ID)
+        if raw is None:
+            self.redis.set(CLUSTER_ID, uuid.uuid4().hex, nx=True)
+            raw = self.redis.get(CLUSTER_ID)
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    # -- controller lease -------------------------------------------------------------------
+    def try_acquire_controller(self, owner: str, *, lease_ms: int) -> bool:
+        if self.redis.set(CONTROLLER, owner, nx=True, px=lease_ms):
+            return True
+        if self.redis.get(CONTROLLER) == owner.encode():
+            self.redis.pexpire(CONTROLLER, lease_ms)
+            return True
+        return False
+
+
+def decode_event(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+__all__ = ["MetadataStore", "assign_replicas", "validate_topic_name", "METADATA_CHANNEL", "json"]

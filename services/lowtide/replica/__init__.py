@@ -1,0 +1,1 @@
+"""The replica server: hosts partition replicas, leads some and follows others."""

@@ -1,0 +1,30 @@
+"""Configuration of a replica server (flags and LOWTIDE_* environment variables)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    broker_id: int
+    data_dir: Path
+    advertised_host: str = "127.0.0.1"
+    grpc_port: int = 9092
+    metrics_url: str = ""
+    rack: str = ""
+    # Liveness: a broker is live while its Redis session key exists (renewed every heartbeat).
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    # ISR: a follower that has not caught up for this long leaves the ISR (Kafka's default is 30 s).
+    replica_lag_time_max_ms: int = 10000
+    # How long a follower's fetch parks at the leader when there is nothing new.
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 8 * 1024 * 1024
+    # HW/LSO checkpoint period; LSO is also checkpointed on every change (see manager).
+    checkpoint_interval_ms: int = 5000
+    retention_check_interval_ms: int = 5000
+    min_insync_replicas: int = 1
+    # Broker-level defaults of topic configs (segment.bytes, retention.ms, ...).
+    log_defaults: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,241 @@
+"""One hosted replica of a partition: the log plus replication state.
+
+Leader side (Kafka's ``Partition``): tracks every follower's log end offset (its fetch offset)
+and log start offset (KIP-107: sent in each fetch), the ISR, the high watermark
+(min LEO over the ISR) and the low watermark (min LSO over the leader and every *live* replica,
+as Kafka counts replicas on live brokers, not only the ISR).
+Follower side: applies the leader's records, HW and LSO.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from lowtide.errors import (
+    FencedLeaderEpoch,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    OffsetOutOfRange,
+    PolicyViolation,
+    UnknownLeaderEpoch,
+)
+from lowtide.log.partition_log import AppendInfo, PartitionLog
+from lowtide.metadata.model import PartitionState, TopicInfo
+
+LEADER, FOLLOWER, NONE = "leader", "follower", "none"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower. -1 = not heard from since this leadership began."""
+
+    log_end_offset: int = -1
+    log_start_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    leader_leo_at_last_fetch: int = -1
+
+
+class Partition:
+    """A replica of one partition hosted here.
+
+    Thread-safety: every public method takes the partition lock; the PartitionLog underneath has
+    its own lock and is always taken after this one (never the other way round). Methods return
+    what changed so the caller (ReplicaManager) can notify waiters outside the lock.
+    """
+
+    def __init__(self, *, topic: TopicInfo, partition: int, log: PartitionLog, broker_id: int) -> None:
+        self.topic_info = topic
+        self.topic = topic.name
+        self.partition = partition
+        self.log = log
+        self.broker_id = broker_id
+        self.role = NONE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: frozenset[int] = frozenset()
+        self.partition_epoch = -1
+        self.followers: dict[int, FollowerState] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    # -- leadership ---------------------------------------------------------------------------
+    def apply_state(self, st: PartitionState) -> str | None:
+        """Apply metadata; returns the new role when leadership or epoch changed, else None."""
+        with self._lock:
+            changed = st.leader_epoch != self.leader_epoch or (
+                (st.leader == self.broker_id) != (self.role == LEADER))
+            self.replicas = st.replicas
+            self.isr = frozenset(st.isr)
+            self.partition_epoch = st.partition_epoch
+            if not changed:
+                return None
+            self.leader_epoch = st.leader_epoch
+            self.leader_id = st.leader
+            if st.leader == self.broker_id:
+                self.role = LEADER
+                t = now_ms()
+                # Kafka resets follower state on becoming leader; ISR members count as caught up now.
+                self.followers = {r: FollowerState(last_caught_up_ms=t if r in self.isr else 0)
+                                  for r in st.replicas if r != self.broker_id}
+            else:
+                self.role = FOLLOWER if st.leader >= 0 else NONE
+                self.followers = {}
+                # Records past the HW may not exist on the new leader: drop them and refetch.
+                self.log.truncate_to(self.log.high_watermark)
+            return self.role
+
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        if self.role != LEADER:
+            raise NotLeaderOrFollower(f"replica {self.broker_id} is not the leader of {self.topic}-{self.partition}"
+                                      f" (leader is {self.leader_id})")
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                raise FencedLeaderEpoch(f"epoch {current_leader_epoch} < {self.leader_epoch}")
+            if current_leader_epoch > self.leader_epoch:
+                raise UnknownLeaderEpoch(f"epoch {current_leader_epoch} > {self.leader_epoch}")
+
+    # -- leader: produce ---------------------------------------------------------------------
+    def append_as_leader(self, records: bytes, *, acks: int, min_insync_replicas: int) -> AppendInfo:
+        with self._lock:
+            self.check_leader()
+            if acks == -1 and len(self.isr) < min_insync_replicas:
+                raise NotEnoughReplicas(f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
+                                        f"min.insync.replicas={min_insync_replicas}")
+            info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
+            self._maybe_increment_high_watermark()
+            return info
+
+    # -- leader: follower progress ----------------------------------------------------------
+    def update_follower(self, replica_id: int, *, fetch_offset: int, log_start_offset: int) -> tuple[bool, bool]:
+        """Record a follower fetch. Returns (hw_changed, follower_lso_changed)."""
+        with self._lock:
+            if self.role != LEADER or replica_id not in self.followers:
+                return False, False
+            f = self.followers[replica_id]
+            t = now_ms()
+            leo = self.log.log_end_offset
+            if fetch_offset >= leo:
+                f.last_caught_up_ms = t
+            elif fetch_offset >= f.leader_leo_at_last_fetch >= 0:
+                f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+            f.leader_leo_at_last_fetch = leo
+            f.last_fetch_ms = t
+            f.log_end_offset = fetch_offset
+            lso_changed = log_start_offset != f.log_start_offset
+            f.log_start_offset = log_start_offset
+            return self._maybe_increment_high_watermark(), lso_changed
+
+    def isr_expansion_candidate(self, replica_id: int) -> frozenset[int] | None:
+        """The ISR with ``replica_id`` added, if it is out of the ISR and has caught up to the HW."""
+        with self._lock:
+            f = self.followers.get(replica_id)
+            if (self.role != LEADER or f is None or replica_id in self.isr
+                    or f.log_end_offset < self.log.high_watermark or f.log_end_offset < 0):
+                return None
+            return self.isr | {replica_id}
+
+    def isr_shrink_candidate(self, *, lag_time_max_ms: int) -> frozenset[int] | None:
+        with self._lock:
+            if self.role != LEADER:
+                return None
+            t = now_ms()
+            lagging = {r for r in self.isr if r != self.broker_id and r in self.followers
+                       and t - self.followers[r].last_caught_up_ms > lag_time_max_ms}
+            return self.isr - lagging if lagging else None
+
+    def set_isr(self, st: PartitionState) -> bool:
+        """Adopt an ISR the metadata store accepted; returns whether the HW moved."""
+        with self._lock:
+            if st.leader_epoch != self.leader_epoch:
+                return False
+            self.isr = frozenset(st.isr)
+            self.partition_epoch = st.partition_epoch
+            return self._maybe_increment_high_watermark()
+
+    def _maybe_increment_high_watermark(self) -> bool:
+        if self.role != LEADER:
+            return False
+        leos = [self.log.log_end_offset]
+        for r in self.isr:
+            if r == self.broker_id:
+                continue
+            f = self.followers.get(r)
+            leos.append(f.log_end_offset if f else -1)
+        new_hw = min(leos)
+        if new_hw > self.log.high_watermark:
+            self.log.set_high_watermark(new_hw)
+            return True
+        return False
+
+    def low_watermark(self, live_brokers: set[int] | frozenset[int]) -> int:
+        """min LSO over the leader and every live replica (-1 if a live one has not reported)."""
+        with self._lock:
+            if self.role != LEADER:
+                return -1
+            lw = self.log.log_start_offset
+            for r in self.replicas:
+                if r == self.broker_id or r not in live_brokers:
+                    continue
+                f = self.followers.get(r)
+                lw = min(lw, f.log_start_offset if f else -1)
+            return lw
+
+    # -- leader: DeleteRecords ---------------------------------------------------------------
+    def delete_records_before(self, offset: int) -> tuple[int, bool]:
+        """KIP-107 leader step: returns (required offset, lso changed)."""
+        with self._lock:
+            self.check_leader()
+            if "delete" not in self.topic_info.cleanup_policy:
+                raise PolicyViolation(f"topic '{self.topic}' has cleanup.policy="
+                                      f"{self.topic_info.config.get('cleanup.policy')}: records cannot be deleted")
+            hw = self.log.high_watermark
+            if offset == -1:
+                offset = hw
+            if offset < -1 or offset > hw:
+                raise OffsetOutOfRange(f"{self.topic}-{self.partition}: offset {offset} is not in "
+                                       f"[-1, high watermark {hw}]")
+            if offset <= self.log.log_start_offset:
+                return offset, False
+            return offset, self.log.increment_log_start_offset(offset)
+
+    # -- follower ----------------------------------------------------------------------------
+    def apply_fetched(self, *, records: bytes, leader_hw: int, leader_lso: int) -> tuple[bool, bool]:
+        """Follower: append what the leader sent, then adopt its HW and LSO (KIP-107 step 6).
+        Returns (appended, lso_changed)."""
+        with self._lock:
+            if self.role != FOLLOWER:
+                return False, False
+            appended = False
+            if records:
+                self.log.append_as_follower(records)
+                appended = True
+            leo = self.log.log_end_offset
+            if leader_lso > leo:
+                # The leader deleted past everything we have: start over at its LSO.
+                self.log.truncate_fully_and_start_at(leader_lso)
+                return appended, True
+            self.log.set_high_watermark(min(leader_hw, leo))
+            lso_changed = False
+            if leader_lso > self.log.log_start_offset:
+                lso_changed = self.log.increment_log_start_offset(min(leader_lso, self.log.high_watermark))
+            return appended, lso_changed
+
+    def handle_out_of_range(self, *, leader_lso: int, leader_leo: int) -> None:
+        with self._lock:
+            if self.role != FOLLOWER:
+                return
+            if self.log.log_end_offset < leader_lso:
+                self.log.truncate_fully_and_start_at(leader_lso)
+            elif self.log.log_end_offset > leader_leo:
+                self.log.truncate_to(max(leader_leo, self.log.log_start_offset))

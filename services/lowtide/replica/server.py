@@ -1,0 +1,84 @@
+"""Replica server: hosts partition replicas (`lowtide serve replica`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import redis as redis_lib
+from prometheus_client import REGISTRY
+
+from lowtide.common.logs import configure_logging
+from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
+from lowtide.metadata.store import MetadataStore
+from lowtide.purgatory.events import publish_low_watermark
+from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.metrics import ReplicaCollector
+from lowtide.replica.servicer import ReplicaServicer
+from lowtide_pb import replica_pb2, replica_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+def _parse_kv(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--config expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_flags(parser, grpc_port=9092)
+    add_flag(parser, "--id", type=int, required=True, help="broker id of this replica server")
+    add_flag(parser, "--data-dir", required=True, help="directory of the partition logs")
+    add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
+    add_flag(parser, "--rack", default="", help="rack id")
+    add_flag(parser, "--session-timeout-ms", type=int, default=6000, help="liveness session timeout")
+    add_flag(parser, "--heartbeat-interval-ms", type=int, default=1000, help="heartbeat period")
+    add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
+    add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
+    add_flag(parser, "--checkpoint-interval-ms", type=int, default=5000, help="HW/LSO checkpoint period")
+    add_flag(parser, "--retention-check-interval-ms", type=int, default=5000, help="retention pass period")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="broker default of a topic config (segment.bytes, retention.ms, ...)")
+
+
+def run(args: argparse.Namespace) -> int:
+    name = f"replica-{args.id}"
+    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    _, grpc_port = split_addr(args.grpc_addr)
+    m_host, m_port = split_addr(args.metrics_addr)
+    config = ReplicaConfig(
+        broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
+        grpc_port=grpc_port, rack=args.rack, metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
+        session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
+        replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+        replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
+        checkpoint_interval_ms=args.checkpoint_interval_ms,
+        retention_check_interval_ms=args.retention_check_interval_ms,
+        log_defaults=_parse_kv(args.config))
+    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
+    manager.on_leader_lw_change = lambda tp, lw: _publish(redis, tp, lw, args.id)
+    REGISTRY.register(ReplicaCollector(manager))
+
+    def register(server) -> None:
+        replica_pb2_grpc.add_ReplicaServicer_to_server(ReplicaServicer(manager), server)
+
+    spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
+                       register=register, on_stop=manager.stop)
+    serve(spec, grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
+          grace_seconds=args.grace_seconds, ready=manager.start)
+    return 0
+
+
+def _publish(redis: redis_lib.Redis, tp: tuple[str, int], lw: int, replica_id: int) -> None:
+    try:
+        publish_low_watermark(redis, topic=tp[0], partition=tp[1], low_watermark=lw, replica_id=replica_id)
+    except redis_lib.RedisError as exc:
+        log.debug("could not publish low watermark: %s", exc)
