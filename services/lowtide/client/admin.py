@@ -91,7 +91,8 @@ class Admin:
         return call(getattr(stub, name), request, metadata=self.metadata, timeout=timeout_s or self.timeout_s)
 
     # -- topics ------------------------------------------------------------------------------
-    def create_topics(self, topics: Sequence[Mapping], *, validate_only: bool = False) -> dict[str, LowtideError | None]:
+    def create_topics(self, topics: Sequence[Mapping], *,
+                      validate_only: bool = False) -> dict[str, LowtideError | None]:
         """``topics``: dicts with name, partitions, replication_factor, config, diskless. Per-topic errors."""
         request = admin_pb2.CreateTopicsRequest(validate_only=validate_only, topics=[
             admin_pb2.TopicSpec(name=t["name"], partitions=int(t.get("partitions", 1)),

@@ -171,7 +171,7 @@ class LocalCluster:
                         "CLUSTER_ALREADY_RUNNING",
                         f"{self.data_dir} already has a running cluster ({', '.join(running)}); "
                         f"stop it first with: lowtide cluster down --data-dir {self.data_dir}")
-            self._state = self._plan(previous, say)
+            self._state = self.plan(previous=previous, progress=say)
             started: list[ServiceEntry] = []
             try:
                 self._start_redis(self._state.services[0], say)
@@ -280,26 +280,13 @@ class LocalCluster:
             entries = [self.service(n) for n in names] if names else list(self.state.services)
             self._wait_healthy(entries, timeout_s=timeout_s, progress=_ignore_progress)
 
-    # --------------------------------------------------------------------------------- helpers
+    # ---------------------------------------------------------------------------------- planning
 
-    @contextmanager
-    def _startup_lock(self) -> Iterator[None]:
-        with open(self.data_dir / LOCK_FILE, "a") as fh:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EACCES):
-                    raise ClusterError("CLUSTER_ALREADY_RUNNING",
-                                       f"another 'cluster up' is starting a cluster in {self.data_dir}") from None
-                raise
-            try:
-                yield
-            finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-    def _plan(self, previous: ClusterState | None, say: Progress) -> ClusterState:
-        """Decide every service's name, ports, data dir and argv. Services known from a previous run
-        keep their ports when those are still free; ids and data dirs are fixed by name."""
+    def plan(self, *, previous: ClusterState | None = None, progress: Progress | None = None) -> ClusterState:
+        """Decide every service's name, ports, data dir and argv, starting nothing (``up`` uses it).
+        Services known from ``previous`` keep their ports when still free; ids and data dirs are
+        fixed by name (``replica-N`` is broker N in ``DIR/replica-N``)."""
+        say = progress or _ignore_progress
         taken: set[int] = set()
 
         def pick_port(old_addr: str) -> int:
@@ -348,6 +335,23 @@ class LocalCluster:
         return ClusterState(data_dir=self.data_dir, bootstrap=frontdoors[0].grpc if frontdoors else "",
                             redis=redis_url, object_store=self.config.object_store_url, services=services,
                             state="starting", config=self.config.to_json())
+
+    # --------------------------------------------------------------------------------- helpers
+
+    @contextmanager
+    def _startup_lock(self) -> Iterator[None]:
+        with open(self.data_dir / LOCK_FILE, "a") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    raise ClusterError("CLUSTER_ALREADY_RUNNING",
+                                       f"another 'cluster up' is starting a cluster in {self.data_dir}") from None
+                raise
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -441,6 +445,9 @@ class LocalCluster:
                 groups.append([entry])
         results: list[dict[str, Any]] = []
         for group in groups:
+            running = [e.name for e in group if control.is_service_running(e.pid, e.grpc)]
+            if running:
+                progress(f"stopping {', '.join(running)}...")
             outcomes: dict[str, str] = {}
             threads = [threading.Thread(target=self._stop_one, args=(e, timeout_s, outcomes),
                                         name=f"stop-{e.name}", daemon=True) for e in group]
@@ -450,8 +457,6 @@ class LocalCluster:
                 thread.join()
             for entry in group:
                 outcome = outcomes.get(entry.name, "unknown")
-                if outcome != "not running":
-                    progress(f"{entry.name}: {outcome}")
                 results.append({"name": entry.name, "kind": entry.kind, "pid": entry.pid, "result": outcome})
         return results
 

@@ -134,7 +134,7 @@ class LogSegment:
             rebuild = True
         # A missing/bad index or a tail that does not parse cleanly means the files were not closed
         # consistently: fall back to a full recovery scan (Kafka does the same).
-        if recover or (rebuild and segment._size) or not segment._load_tail():
+        if recover or (rebuild and segment._size) or not segment._load_tail() or segment._time_index_overruns():
             segment.recover(max_message_bytes=max_message_bytes)
         return segment
 
@@ -428,6 +428,10 @@ class LogSegment:
             yield header, position
             next_offset = header.last_offset + 1
             position = end
+
+    def _time_index_overruns(self) -> bool:
+        last = self.time_index.last_entry
+        return last is not None and last[1] >= self._next_offset
 
     def _reset_state(self) -> None:
         self.offset_index.reset()

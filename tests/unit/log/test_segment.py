@@ -94,13 +94,23 @@ def test_recover_truncates_a_partial_batch_at_the_tail(tmp_path):
     segment = LogSegment.create(tmp_path, 0)
     fill(segment, 3)
     good_size = segment.size_bytes
-    segment.close()
     with open(tmp_path / filenames.log_file_name(0), "ab") as f:
         f.write(batch(6)[:50])
-    reopened = LogSegment.open(tmp_path, 0)
-    assert reopened.recover() == 50
-    assert (reopened.size_bytes, reopened.next_offset) == (good_size, 6)
+    assert segment.recover() == 50
+    assert (segment.size_bytes, segment.next_offset) == (good_size, 6)
     assert os.path.getsize(tmp_path / filenames.log_file_name(0)) == good_size
+    segment.close()
+
+
+def test_open_recovers_a_torn_tail_even_without_being_asked(tmp_path):
+    segment = LogSegment.create(tmp_path, 0)
+    fill(segment, 3)
+    good_size = segment.size_bytes
+    segment.close()
+    with open(tmp_path / filenames.log_file_name(0), "ab") as f:
+        f.write(batch(6)[:70])
+    reopened = LogSegment.open(tmp_path, 0)
+    assert (reopened.size_bytes, reopened.next_offset) == (good_size, 6)
     reopened.close()
 
 

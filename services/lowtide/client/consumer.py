@@ -1,0 +1,245 @@
+"""``Consumer``: fetches RecordBatch v2 batches from the leaders and decodes them on the client.
+
+Positions: an explicit ``seek`` wins; otherwise, with a ``group_id``, the group's committed offset;
+otherwise (or when nothing is committed) ``auto_offset_reset`` (earliest = the log start offset,
+latest = the high watermark). A leader returns whole batches, so the first one may start before the
+requested offset: records below the position are skipped. Fetching below the log start offset is
+OFFSET_OUT_OF_RANGE: raised when the position was set by ``seek`` (the caller asked for deleted
+data), reset by ``auto_offset_reset`` when it came from a commit or an earlier reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from lowtide_pb import replica_pb2, replica_pb2_grpc
+
+from lowtide.client.admin import Admin, OffsetSpec
+from lowtide.client.channels import ChannelPool, call
+from lowtide.client.metadata import ClusterMetadata
+from lowtide.errors import (
+    InvalidRequest,
+    LeaderNotAvailable,
+    LowtideError,
+    OffsetOutOfRange,
+    error_for_code,
+)
+from lowtide.log.records import decode_batch, iter_batches
+
+MiB = 1 << 20
+TopicPartition = tuple[str, int]
+# Per-partition fetch errors after which the metadata is refreshed and the partition fetched again.
+REFRESH_CODES = frozenset({3, 5, 6, 8, 13, 74, 75})
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class Consumer:
+    """Reads assigned partitions from their leaders (module doc has the position rules).
+
+    No group membership protocol: partitions are assigned by the caller (``assign``/``subscribe``),
+    the group only stores committed offsets. Not thread-safe: one consumer per thread.
+    """
+
+    def __init__(self, bootstrap: str, *, group_id: str | None = None, metadata: Sequence[tuple[str, str]] = (),
+                 auto_offset_reset: str = "earliest", max_wait_ms: int = 500, min_bytes: int = 1,
+                 max_bytes: int = 50 * MiB, partition_max_bytes: int = MiB, request_timeout_s: float = 30.0) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise InvalidRequest(f"auto_offset_reset must be earliest or latest, got {auto_offset_reset!r}")
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.request_timeout_s = request_timeout_s
+        self._channels = ChannelPool()
+        self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
+        self.cluster = ClusterMetadata(self.admin)
+        self._assigned: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._explicit: set[TopicPartition] = set()  # positions the caller chose with seek()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._channels.close()
+
+    # -- assignment and positions ------------------------------------------------------------
+    def subscribe(self, topic: str) -> list[TopicPartition]:
+        """Assign every partition of ``topic`` (added to the current assignment)."""
+        self.cluster.add_topics([topic])
+        meta = self.cluster.refresh().topic(topic)
+        self.assign([*self._assigned, *((topic, p.partition) for p in meta.partitions)])
+        return list(self._assigned)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        assigned = list(dict.fromkeys(partitions))
+        self.cluster.add_topics(sorted({t for t, _ in assigned}))
+        self._assigned = assigned
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in assigned}
+        self._explicit &= set(assigned)
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assigned)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        if tp not in self._assigned:
+            raise InvalidRequest(f"{tp[0]}-{tp[1]} is not assigned to this consumer")
+        self._positions[tp] = offset
+        self._explicit.add(tp)
+
+    def seek_to(self, spec: int, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Seek to an OffsetSpec (EARLIEST/LATEST/MAX_TIMESTAMP) or a timestamp, via ListOffsets."""
+        for tp, offset in self._list_offsets(list(partitions or self._assigned), spec).items():
+            self.seek(tp, offset)
+
+    def position(self, tp: TopicPartition) -> int:
+        if tp not in self._positions:
+            self._initialize_positions([tp])
+        return self._positions[tp]
+
+    def _list_offsets(self, partitions: list[TopicPartition], spec: int) -> dict[TopicPartition, int]:
+        answers = self.admin.list_offsets({tp: spec for tp in partitions})
+        out = {}
+        for tp in partitions:
+            answer = answers.get(tp)
+            if answer is None or answer.error is not None:
+                raise answer.error if answer is not None else LeaderNotAvailable(f"no offset for {tp[0]}-{tp[1]}")
+            out[tp] = answer.offset
+        return out
+
+    def _initialize_positions(self, partitions: list[TopicPartition]) -> None:
+        missing = list(partitions)
+        if self.group_id and missing:
+            committed = self.admin.fetch_offsets(self.group_id, missing)
+            for tp in list(missing):
+                c = committed.get(tp)
+                if c is not None and c.error is None and c.offset >= 0:
+                    self._positions[tp] = c.offset
+                    missing.remove(tp)
+        if missing:
+            spec = OffsetSpec.EARLIEST if self.auto_offset_reset == "earliest" else OffsetSpec.LATEST
+            self._positions.update(self._list_offsets(missing, spec))
+
+    # -- fetching ----------------------------------------------------------------------------
+    def poll(self, *, max_wait_ms: int | None = None, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Fetch once from every leader of the assignment (in parallel); records in offset order per
+        partition. Returns [] when nothing new arrived within ``max_wait_ms``."""
+        if not self._assigned:
+            return []
+        uninitialized = [tp for tp in self._assigned if tp not in self._positions]
+        if uninitialized:
+            self._initialize_positions(uninitialized)
+        snapshot = self.cluster.snapshot()
+        by_address: dict[str, list[TopicPartition]] = {}
+        for tp in self._assigned:
+            try:
+                by_address.setdefault(snapshot.leader_address(*tp), []).append(tp)
+            except LeaderNotAvailable:
+                self.cluster.refresh()
+        wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
+        groups = list(by_address.items())
+        if len(groups) <= 1:
+            responses = [self._fetch(address, tps, wait_ms) for address, tps in groups]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fetch")
+            futures = [self._pool.submit(self._fetch, address, tps, wait_ms) for address, tps in groups]
+            responses = [f.result() for f in futures]
+        records: list[ConsumerRecord] = []
+        refresh = False
+        for response in responses:
+            if isinstance(response, LowtideError):
+                refresh = True
+                continue
+            for result in response.partitions:
+                refresh |= self._absorb(result, records)
+        if refresh:
+            self.cluster.refresh()
+        if max_records is not None and len(records) > max_records:
+            # Rewind each partition to its first record not handed out, so the next poll returns it.
+            for r in records[max_records:]:
+                tp = (r.topic, r.partition)
+                self._positions[tp] = min(self._positions[tp], r.offset)
+            records = records[:max_records]
+        return records
+
+    def _fetch(self, address: str, tps: list[TopicPartition], wait_ms: int):
+        stub = self._channels.stub(address, replica_pb2_grpc.ReplicaStub)
+        request = replica_pb2.FetchRequest(
+            replica_id=-1, max_wait_ms=wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+            partitions=[replica_pb2.FetchPartition(topic=t, partition=p, fetch_offset=self._positions[(t, p)],
+                                                   log_start_offset=0, partition_max_bytes=self.partition_max_bytes,
+                                                   current_leader_epoch=-1) for t, p in tps])
+        try:
+            return call(stub.Fetch, request, metadata=self.admin.metadata,
+                        timeout=wait_ms / 1000 + self.request_timeout_s)
+        except LowtideError as err:
+            if err.retriable:
+                return err
+            raise
+
+    def _absorb(self, result, records: list[ConsumerRecord]) -> bool:
+        """Decode one partition's result into ``records``; True when the metadata needs a refresh."""
+        tp = (result.topic, result.partition)
+        if tp not in self._positions:
+            return False
+        if result.error_code:
+            if result.error_code == OffsetOutOfRange.code and tp not in self._explicit:
+                self._positions.pop(tp)  # re-initialize from auto_offset_reset on the next poll
+                if self.group_id:
+                    spec = OffsetSpec.EARLIEST if self.auto_offset_reset == "earliest" else OffsetSpec.LATEST
+                    self._positions.update(self._list_offsets([tp], spec))
+                return False
+            if result.error_code in REFRESH_CODES:
+                return True
+            raise error_for_code(result.error_code, result.error_message or f"fetch {tp[0]}-{tp[1]}")
+        position = self._positions[tp]
+        data = result.records
+        for header, pos in iter_batches(data):
+            if header.next_offset <= position:
+                continue
+            if not header.is_control:
+                _, batch_records = decode_batch(data, pos=pos)
+                records.extend(ConsumerRecord(topic=tp[0], partition=tp[1], offset=r.offset, timestamp=r.timestamp,
+                                              key=r.key, value=r.value, headers=r.headers)
+                               for r in batch_records if r.offset >= position)
+            position = header.next_offset
+        self._positions[tp] = position
+        return False
+
+    # -- committing --------------------------------------------------------------------------
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions) for the group; raise the first error."""
+        if not self.group_id:
+            raise InvalidRequest("commit needs a consumer created with group_id")
+        offsets = dict(self._positions) if offsets is None else offsets
+        if not offsets:
+            return
+        for tp, error in self.admin.commit_offsets(self.group_id, offsets).items():
+            if error is not None:
+                raise type(error)(f"commit of {tp[0]}-{tp[1]} failed: {error.message}")
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        if not self.group_id:
+            raise InvalidRequest("committed offsets need a consumer created with group_id")
+        return {tp: c.offset for tp, c in self.admin.fetch_offsets(self.group_id, list(partitions)).items()}

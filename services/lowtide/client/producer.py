@@ -1,0 +1,305 @@
+"""``Producer``: encodes RecordBatch v2 batches on the client and appends them at the leaders.
+
+Partitioning (Kafka's): a keyed record goes to ``toPositive(murmur2(key)) % partitions``; unkeyed
+records fill ~``batch_bytes`` batches that go round-robin over the partitions, one batch at a time
+(Kafka's sticky partitioner, per batch). An explicit ``partition`` wins.
+
+Sending: per leader, several partitions share one Produce request (up to ``request_bytes``), and up
+to ``max_in_flight`` requests run at once across leaders and partitions. A partition never has two
+requests in flight, so its batches are appended in the order they were built. NOT_LEADER_OR_FOLLOWER,
+LEADER_NOT_AVAILABLE, an unreachable leader and NOT_ENOUGH_REPLICAS (rejected before appending)
+refresh the metadata and retry until ``delivery_timeout_ms``; every other error is raised.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from lowtide_pb import replica_pb2, replica_pb2_grpc
+
+from lowtide.client.admin import Admin
+from lowtide.client.channels import ChannelPool, call
+from lowtide.client.metadata import ClusterMetadata
+from lowtide.client.partitioner import partition_for_key
+from lowtide.errors import (
+    BrokerNotAvailable,
+    InvalidRequest,
+    InvalidRequiredAcks,
+    LeaderNotAvailable,
+    LowtideError,
+    NetworkException,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+    error_for_code,
+)
+from lowtide.log.records import BATCH_HEADER_SIZE, BatchBuilder, Compression
+
+MiB = 1 << 20
+COMPRESSION_BY_NAME = {"none": Compression.NONE, "gzip": Compression.GZIP}
+RETRIABLE = (NotLeaderOrFollower, LeaderNotAvailable, BrokerNotAvailable, NetworkException, NotEnoughReplicas,
+             UnknownTopicOrPartition)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAppend:
+    """Where one batch landed: records ``base_offset .. base_offset + record_count - 1``."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+@dataclass
+class ProduceReport:
+    records: int = 0
+    bytes: int = 0  # key + value payload bytes
+    batches: int = 0
+    appends: list[BatchAppend] = field(default_factory=list)
+
+    def base_offsets(self) -> dict[int, list[int]]:
+        """Partition -> base offsets of its batches, in append order."""
+        out: dict[int, list[int]] = {}
+        for a in self.appends:
+            out.setdefault(a.partition, []).append(a.base_offset)
+        return out
+
+
+@dataclass(slots=True)
+class _Batch:
+    data: bytes
+    count: int
+
+
+class Producer:
+    """Produces to lowtide (module doc has the partitioning and retry rules).
+
+    ``produce_values`` is synchronous: it returns once every batch is acknowledged per ``acks``.
+    ``send``/``flush`` buffer single records and produce them on ``flush``. Not thread-safe: use one
+    producer per thread (each runs its own small pool of in-flight requests).
+    """
+
+    def __init__(self, bootstrap: str, *, acks: int = -1, compression: str = "none", batch_bytes: int = MiB,
+                 request_bytes: int = 4 * MiB, max_in_flight: int = 8, linger_ms: int = 0,
+                 request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+        if acks not in (-1, 0, 1):
+            raise InvalidRequiredAcks(f"acks must be -1 (all), 0 or 1, got {acks}")
+        if compression not in COMPRESSION_BY_NAME:
+            raise InvalidRequest(f"compression must be one of {', '.join(COMPRESSION_BY_NAME)}, got {compression!r}")
+        self.acks = acks
+        self.compression = COMPRESSION_BY_NAME[compression]
+        self.batch_bytes = max(1024, batch_bytes)
+        self.request_bytes = max(self.batch_bytes, request_bytes)
+        self.max_in_flight = max(1, max_in_flight)
+        self.linger_ms = linger_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self._channels = ChannelPool()
+        self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
+        self.cluster = ClusterMetadata(self.admin)
+        self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight, thread_name_prefix="produce")
+        self._rng = random.Random()
+        self._buffer: dict[tuple[str, int | None], list[tuple[bytes | None, bytes | None]]] = {}
+        self._buffered_bytes = 0
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._channels.close()
+
+    # -- buffered single records -------------------------------------------------------------
+    def send(self, topic: str, value: bytes | None, *, key: bytes | None = None, partition: int | None = None) -> None:
+        """Buffer one record; it is produced by ``flush`` (or once a few batches are buffered)."""
+        self._buffer.setdefault((topic, partition), []).append((key, value))
+        self._buffered_bytes += len(value or b"") + len(key or b"")
+        if self._buffered_bytes >= self.request_bytes:
+            self.flush()
+
+    def flush(self) -> ProduceReport:
+        buffer, self._buffer, self._buffered_bytes = self._buffer, {}, 0
+        report = ProduceReport()
+        for (topic, partition), items in buffer.items():
+            part = self.produce_values(topic, [v for _, v in items], keys=[k for k, _ in items], partition=partition)
+            report.records += part.records
+            report.bytes += part.bytes
+            report.batches += part.batches
+            report.appends += part.appends
+        return report
+
+    # -- the fast path -----------------------------------------------------------------------
+    def produce_values(self, topic: str, values: Sequence[bytes | None], *,
+                       keys: Sequence[bytes | None] | None = None, partition: int | None = None,
+                       timestamp_ms: int | None = None) -> ProduceReport:
+        """Produce ``values`` (with optional parallel ``keys``) and wait for the acknowledgements."""
+        if keys is not None and len(keys) != len(values):
+            raise InvalidRequest(f"{len(keys)} keys for {len(values)} values")
+        self.cluster.add_topics([topic])
+        partitions = len(self.cluster.snapshot().topic(topic).partitions)
+        if partition is not None and not 0 <= partition < partitions:
+            raise UnknownTopicOrPartition(f"partition {topic}-{partition} does not exist")
+        batches = self.build_batches(values, keys=keys, partitions=partitions, partition=partition,
+                                     timestamp_ms=timestamp_ms)
+        report = ProduceReport(records=len(values), batches=sum(len(b) for b in batches.values()),
+                               bytes=sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k))
+        report.appends = self.send_batches(topic, batches)
+        return report
+
+    def build_batches(self, values: Sequence[bytes | None], *, keys: Sequence[bytes | None] | None,
+                      partitions: int, partition: int | None = None,
+                      timestamp_ms: int | None = None) -> dict[int, list[_Batch]]:
+        """Encode the records into ~batch_bytes batches per partition (client-side, per record)."""
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        out: dict[int, list[_Batch]] = {}
+        builders: dict[int, BatchBuilder] = {}
+        sticky = partition if partition is not None else self._rng.randrange(partitions)
+        limit = self.batch_bytes - BATCH_HEADER_SIZE
+
+        def seal(p: int) -> None:
+            builder = builders.pop(p)
+            out.setdefault(p, []).append(_Batch(builder.build(), builder.record_count))
+
+        for i, value in enumerate(values):
+            key = keys[i] if keys is not None else None
+            if partition is not None:
+                p = partition
+            elif key is not None:
+                p = partition_for_key(key, partitions)
+            else:
+                p = sticky
+            builder = builders.get(p)
+            if builder is not None and builder.size_estimate + len(value or b"") + len(key or b"") > limit:
+                seal(p)
+                if partition is None and key is None:
+                    sticky = p = (sticky + 1) % partitions  # next unkeyed batch goes to the next partition
+                builder = builders.get(p)
+            if builder is None:
+                builder = builders[p] = BatchBuilder(compression=self.compression)
+            builder.append(timestamp_ms=ts, key=key, value=value)
+        for p in list(builders):
+            seal(p)
+        return out
+
+    def send_batches(self, topic: str, batches: dict[int, list[_Batch]]) -> list[BatchAppend]:
+        """Append each partition's batches in order at its leader (module doc: pipelining, retries)."""
+        queues = {p: deque(bs) for p, bs in batches.items() if bs}
+        appends: list[BatchAppend] = []
+        in_flight: set[int] = set()
+        futures: dict[Future, list[tuple[int, list[_Batch]]]] = {}
+        deadline = time.monotonic() + self.delivery_timeout_ms / 1000
+        backoff_until = 0.0
+        try:
+            while any(queues.values()) or futures:
+                if time.monotonic() >= backoff_until:
+                    for address, request in self._plan_requests(topic, queues, in_flight,
+                                                                self.max_in_flight - len(futures)):
+                        for p, _ in request:
+                            in_flight.add(p)
+                        futures[self._pool.submit(self._produce, address, topic, request)] = request
+                if not futures:
+                    if time.monotonic() > deadline:
+                        raise LeaderNotAvailable(f"{topic}: no leader to produce to before the delivery timeout")
+                    time.sleep(0.05)
+                    self.cluster.refresh()
+                    continue
+                done, _ = wait(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
+                for future in done:
+                    request = futures.pop(future)
+                    retry = self._settle(topic, request, future, queues, appends, in_flight)
+                    if retry:
+                        if time.monotonic() > deadline:
+                            raise retry
+                        self.cluster.refresh()
+                        backoff_until = time.monotonic() + 0.05
+        finally:
+            for future in futures:
+                future.cancel()
+        return appends
+
+    def _plan_requests(self, topic: str, queues: dict[int, deque], in_flight: set[int],
+                       slots: int) -> list[tuple[str, list[tuple[int, list[_Batch]]]]]:
+        if slots <= 0:
+            return []
+        snapshot = self.cluster.snapshot()
+        by_address: dict[str, list[int]] = {}
+        missing = False
+        for p, q in queues.items():
+            if q and p not in in_flight:
+                try:
+                    by_address.setdefault(snapshot.leader_address(topic, p), []).append(p)
+                except LeaderNotAvailable:
+                    missing = True
+        if missing:
+            self.cluster.refresh()
+        requests = []
+        for address, parts in by_address.items():
+            request: list[tuple[int, list[_Batch]]] = []
+            size = 0
+            share = max(self.batch_bytes, self.request_bytes // len(parts))
+            for p in parts:
+                taken, taken_bytes = [], 0
+                q = queues[p]
+                while q and (not taken or taken_bytes + len(q[0].data) <= share):
+                    taken_bytes += len(q[0].data)
+                    taken.append(q.popleft())
+                if request and size + taken_bytes > self.request_bytes:
+                    requests.append((address, request))
+                    request, size = [], 0
+                request.append((p, taken))
+                size += taken_bytes
+            if request:
+                requests.append((address, request))
+        # Requests beyond the free slots go back to their queues, in order, for the next round.
+        for _, request in requests[slots:]:
+            for p, taken in request:
+                queues[p].extendleft(reversed(taken))
+        return requests[:slots]
+
+    def _produce(self, address: str, topic: str, request: list[tuple[int, list[_Batch]]]):
+        stub = self._channels.stub(address, replica_pb2_grpc.ReplicaStub)
+        message = replica_pb2.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=[
+            replica_pb2.ProducePartition(topic=topic, partition=p, records=b"".join(b.data for b in taken))
+            for p, taken in request])
+        return call(stub.Produce, message, metadata=self.admin.metadata, timeout=self.request_timeout_ms / 1000 + 5)
+
+    def _settle(self, topic: str, request: list[tuple[int, list[_Batch]]], future: Future, queues: dict[int, deque],
+                appends: list[BatchAppend], in_flight: set[int]) -> LowtideError | None:
+        """Record the outcome of one request; requeue retriable partitions; raise fatal errors."""
+        retry: LowtideError | None = None
+        try:
+            response = future.result()
+            results = {r.partition: r for r in response.partitions}
+        except RETRIABLE as err:
+            results, retry = {}, err
+        except RequestTimedOut:
+            raise
+        for p, taken in request:
+            in_flight.discard(p)
+            r = results.get(p)
+            if r is None:
+                error = retry or NotLeaderOrFollower(f"the leader sent no result for {topic}-{p}")
+            else:
+                error = error_for_code(r.error_code, r.error_message) if r.error_code else None
+            if error is None:
+                offset = r.base_offset
+                for batch in taken:
+                    appends.append(BatchAppend(topic=topic, partition=p, base_offset=offset, record_count=batch.count))
+                    offset += batch.count
+            elif isinstance(error, RETRIABLE):
+                queues[p].extendleft(reversed(taken))
+                retry = error
+            else:
+                raise error
+        return retry
