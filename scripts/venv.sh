@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv/ at the repository root with Python >= 3.11 and installs lowtide into it in
-# editable "compat" mode (a .pth file puts services/ on sys.path, so the generated lowtide_pb
+# Creates .venv/ at the repository root with Python >= 3.11 and installs lowtide into it as an
+# editable install whose .pth file puts services/ on sys.path (so the generated lowtide_pb
 # package next to lowtide is importable), with the spark and test extras.
 # Called by `make setup` only when pyproject.toml changed or .venv is missing or broken.
 set -euo pipefail
@@ -34,5 +34,16 @@ fi
 
 echo "setup: installing lowtide and its dependencies into .venv (first run downloads PySpark, ~1-3 min)"
 cd "$root"
-"$venv/bin/python" -m pip install -q --progress-bar off \
-  -e '.[spark,test]' --config-settings editable_mode=compat
+pip_install() { "$venv/bin/python" -m pip install -q --progress-bar off -e '.[spark,test]' "$@"; }
+services_on_path() {
+  "$venv/bin/python" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$root/services"
+}
+# With packages only under services/, setuptools' default editable mode writes a .pth file with
+# services/ itself (so lowtide_pb, generated after the install, imports too). Should a layout
+# change make it install a finder instead, fall back to the 'compat' mode, which always does.
+pip_install
+if ! services_on_path; then
+  echo "setup: services/ not on sys.path after the editable install; reinstalling in compat mode"
+  pip_install --config-settings editable_mode=compat
+  services_on_path || { echo "setup: ERROR: services/ is not on .venv's sys.path" >&2; exit 1; }
+fi

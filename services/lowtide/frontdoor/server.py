@@ -70,7 +70,10 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     store = MetadataStore(redis=redis)
     authorizer = Authorizer(store=AclStore(redis=redis), enabled=config.auth_enabled,
                             super_users=config.super_users)
-    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=config.auth_enabled)
+    # A caller without a token is User:ANONYMOUS and the authorizer decides (brief §4: an
+    # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition, not a failed
+    # call); a wrong token is still refused outright.
+    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
     replicas = ReplicaGateway()
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
     front = FrontDoor(

@@ -50,6 +50,7 @@ timestamps with no special case; ``BatchHeader.delete_horizon_ms`` exposes the h
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -599,8 +600,6 @@ def encode_batch(
     ``timestamp_ms`` is one timestamp for all records, one per record, or None for the wall clock.
     """
     if timestamp_ms is None:
-        import time
-
         timestamp_ms = int(time.time() * 1000)
     builder = BatchBuilder(
         compression=compression,

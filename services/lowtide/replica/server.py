@@ -32,6 +32,18 @@ def _parse_kv(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+# Broker-level keys accepted through --config (Kafka's names) and the flag each one overrides;
+# every other key is a broker default of a topic config (segment.bytes, retention.ms, ...).
+BROKER_KEYS = {
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "broker.session.timeout.ms": "session_timeout_ms",
+    "broker.heartbeat.interval.ms": "heartbeat_interval_ms",
+    "log.checkpoint.interval.ms": "checkpoint_interval_ms",
+    "log.retention.check.interval.ms": "retention_check_interval_ms",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_flags(parser, grpc_port=9092)
     add_flag(parser, "--id", type=int, required=True, help="broker id of this replica server")
@@ -51,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     name = f"replica-{args.id}"
     configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    log_defaults = _parse_kv(args.config)
+    for key, attr in BROKER_KEYS.items():
+        if key in log_defaults:
+            setattr(args, attr, int(log_defaults.pop(key)))
     _, grpc_port = split_addr(args.grpc_addr)
     m_host, m_port = split_addr(args.metrics_addr)
     config = ReplicaConfig(
@@ -61,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
-        log_defaults=_parse_kv(args.config))
+        log_defaults=log_defaults)
     redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
     manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
     manager.on_leader_lw_change = lambda tp, lw: _publish(redis, tp, lw, args.id)

@@ -1,0 +1,32 @@
+"""Flags and client construction shared by the CLI commands that talk to a cluster.
+
+Every such command takes ``--bootstrap-server HOST:PORT`` (the front door), ``--command-config
+FILE`` (Kafka-style properties; ``lowtide.auth.token=...`` becomes the bearer token sent on every
+call) and ``--output text|json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lowtide.auth.client_config import call_metadata, load_command_config
+from lowtide.cli.main import add_output_flag
+from lowtide.client import Admin
+from lowtide.client.channels import validate_address
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT", help="front door address")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="properties file with client settings, e.g. lowtide.auth.token=...")
+    add_output_flag(parser)
+
+
+def read_call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The gRPC metadata (bearer token) from ``--command-config``; [] without one."""
+    path = getattr(args, "command_config", None)
+    return call_metadata(load_command_config(path)) if path else []
+
+
+def build_admin(args: argparse.Namespace, *, timeout_s: float = 30.0) -> Admin:
+    return Admin(validate_address(args.bootstrap_server), metadata=read_call_metadata(args), timeout_s=timeout_s)

@@ -1,0 +1,243 @@
+"""`lowtide produce`, `lowtide consume` and `lowtide offsets`: moving records in and out.
+
+    lowtide produce --bootstrap-server B --topic T --num-records N --record-size S   (generated records)
+    lowtide produce --bootstrap-server B --topic T [--key-separator SEP] < lines     (one record per line)
+    lowtide consume --bootstrap-server B --topic T [--partition P --offset O | --group G] [--max-records N]
+    lowtide offsets --bootstrap-server B --topic T --time earliest|latest|max-timestamp|MS
+
+produce json: ``{"records", "bytes", "seconds", "records_per_second", "mb_per_second"}`` (bytes =
+key + value payload). consume json: one line per record ``{"topic", "partition", "offset",
+"timestamp", "key", "value"}`` with key/value base64 (null stays null); text prints the values.
+consume stops after --max-records or when nothing new arrived for --timeout-ms; with --group it
+commits the positions it reached. offsets json: ``{"partitions": [{"topic", "partition", "offset"}]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+from lowtide.cli.client_args import add_connection_flags, build_admin, read_call_metadata
+from lowtide.cli.output import CliError, emit, progress
+from lowtide.client import Consumer, OffsetSpec, Producer
+from lowtide.client.channels import validate_address
+from lowtide.client.consumer import ConsumerRecord
+
+MiB = 1 << 20
+ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}
+TIME_SPECS = {"earliest": OffsetSpec.EARLIEST, "latest": OffsetSpec.LATEST, "max-timestamp": OffsetSpec.MAX_TIMESTAMP}
+# Records handed to the producer per call: bounds memory and sets the progress granularity.
+CHUNK_BYTES = 32 * MiB
+PROGRESS_EVERY_S = 2.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    produce = subparsers.add_parser("produce", help="produce generated records or lines from stdin")
+    add_connection_flags(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--num-records", type=int, help="generate this many records (else read stdin)")
+    produce.add_argument("--record-size", type=int, default=1024, help="bytes per generated record")
+    produce.add_argument("--key-separator", help="stdin lines are KEY<SEP>VALUE (e.g. a tab)")
+    produce.add_argument("--acks", choices=sorted(ACKS), default="all")
+    produce.add_argument("--batch-size", type=int, default=MiB, metavar="BYTES", help="bytes per record batch")
+    produce.add_argument("--compression", choices=["none", "gzip"], default="none")
+    produce.add_argument("--partition", type=int, help="send every record to this partition")
+    produce.add_argument("--max-in-flight", type=int, default=8, help="concurrent Produce requests")
+    produce.set_defaults(func=run_produce)
+
+    consume = subparsers.add_parser("consume", help="consume records (json: one line per record)")
+    add_connection_flags(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, help="read only this partition")
+    consume.add_argument("--offset", help="start offset: a number, earliest or latest (needs --partition)")
+    consume.add_argument("--group", help="consumer group: start from its committed offsets and commit")
+    consume.add_argument("--max-records", type=int, help="stop after this many records")
+    consume.add_argument("--timeout-ms", type=int, default=2000, help="stop when nothing new arrives for this long")
+    consume.set_defaults(func=run_consume)
+
+    offsets = subparsers.add_parser("offsets", help="list offsets of a topic's partitions")
+    add_connection_flags(offsets)
+    offsets.add_argument("--topic", required=True)
+    offsets.add_argument("--time", default="latest", help="earliest | latest | max-timestamp | epoch ms")
+    offsets.add_argument("--partition", type=int, action="append", help="partition (repeatable; default all)")
+    offsets.set_defaults(func=run_offsets)
+
+
+# --- produce --------------------------------------------------------------------------------------
+
+
+def generate_chunks(*, num_records: int, record_size: int) -> Iterator[tuple[list[bytes | None], None]]:
+    """Generated values (random bytes, one payload shared by all, like kafka-producer-perf-test)."""
+    payload = os.urandom(record_size)
+    per_chunk = max(1, CHUNK_BYTES // max(1, record_size))
+    left = num_records
+    while left > 0:
+        n = min(per_chunk, left)
+        yield [payload] * n, None
+        left -= n
+
+
+def read_line_chunks(stream, *, key_separator: str | None) -> Iterator[tuple[list[bytes | None], list | None]]:
+    """Records from text lines; with ``key_separator`` each line is KEY<SEP>VALUE (no SEP = null key)."""
+    sep = key_separator.encode() if key_separator is not None else None
+    values: list[bytes | None] = []
+    keys: list[bytes | None] = []
+    size = 0
+    for raw in stream:
+        line = raw.rstrip(b"\r\n") if isinstance(raw, bytes) else raw.rstrip("\r\n").encode()
+        if sep is not None:
+            key, found, value = line.partition(sep)
+            keys.append(key if found else None)
+            values.append(value if found else line)
+        else:
+            values.append(line)
+        size += len(line)
+        if size >= CHUNK_BYTES:
+            yield values, (keys if sep is not None else None)
+            values, keys, size = [], [], 0
+    if values:
+        yield values, (keys if sep is not None else None)
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    if args.num_records is not None and (args.num_records < 0 or args.record_size < 0):
+        raise CliError("INVALID_REQUEST", "--num-records and --record-size must be >= 0")
+    if args.batch_size < 1024:
+        raise CliError("INVALID_REQUEST", f"--batch-size must be >= 1024 bytes, got {args.batch_size}")
+    if args.num_records is not None:
+        chunks = generate_chunks(num_records=args.num_records, record_size=args.record_size)
+    else:
+        chunks = read_line_chunks(sys.stdin.buffer, key_separator=args.key_separator)
+    records = payload_bytes = 0
+    started = last_progress = time.monotonic()
+    with Producer(validate_address(args.bootstrap_server), acks=ACKS[args.acks], compression=args.compression,
+                  batch_bytes=args.batch_size, max_in_flight=args.max_in_flight,
+                  metadata=read_call_metadata(args)) as producer:
+        for values, keys in chunks:
+            report = producer.produce_values(args.topic, values, keys=keys, partition=args.partition)
+            records += report.records
+            payload_bytes += report.bytes
+            now = time.monotonic()
+            if now - last_progress >= PROGRESS_EVERY_S:
+                last_progress = now
+                progress(args, f"{records} records sent, {records / (now - started):.0f} records/s")
+    seconds = max(time.monotonic() - started, 1e-9)
+    doc = {"records": records, "bytes": payload_bytes, "seconds": round(seconds, 6),
+           "records_per_second": round(records / seconds, 1), "mb_per_second": round(payload_bytes / MiB / seconds, 3)}
+    emit(args, doc, f"{records} records sent, {doc['records_per_second']} records/sec "
+                    f"({doc['mb_per_second']} MB/sec) in {doc['seconds']} s")
+    return 0
+
+
+# --- consume --------------------------------------------------------------------------------------
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def record_to_json(r: ConsumerRecord) -> dict:
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+            "key": _b64(r.key), "value": _b64(r.value)}
+
+
+def parse_start_offset(text: str) -> int | str:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise CliError("INVALID_REQUEST", f"--offset must be a number, earliest or latest, got {text!r}") from None
+    if offset < 0:
+        raise CliError("INVALID_REQUEST", f"--offset must be >= 0, got {offset}")
+    return offset
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    if args.offset is not None and args.partition is None:
+        raise CliError("INVALID_REQUEST", "--offset needs --partition")
+    if args.offset is not None and args.group:
+        raise CliError("INVALID_REQUEST", "use either --offset or --group, not both")
+    start = parse_start_offset(args.offset) if args.offset is not None else None
+    json_mode = args.output == "json"
+    consumed = 0
+    with Consumer(validate_address(args.bootstrap_server), group_id=args.group,
+                  metadata=read_call_metadata(args), max_wait_ms=min(500, max(1, args.timeout_ms))) as consumer:
+        if args.partition is not None:
+            consumer.assign([(args.topic, args.partition)])
+            consumer.cluster.refresh().leader_address(args.topic, args.partition)  # unknown partition fails here
+        else:
+            consumer.subscribe(args.topic)
+        tp = (args.topic, args.partition)
+        if start == "earliest":
+            consumer.seek_to(OffsetSpec.EARLIEST, [tp])
+        elif start == "latest":
+            consumer.seek_to(OffsetSpec.LATEST, [tp])
+        elif start is not None:
+            consumer.seek(tp, start)
+        idle_since = time.monotonic()
+        out = sys.stdout
+        while args.max_records is None or consumed < args.max_records:
+            left = None if args.max_records is None else args.max_records - consumed
+            records = consumer.poll(max_records=left)
+            if records:
+                idle_since = time.monotonic()
+                for r in records:
+                    if json_mode:
+                        out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
+                    else:
+                        out.write((r.value or b"").decode("utf-8", errors="replace") + "\n")
+                out.flush()
+                consumed += len(records)
+                if args.group:
+                    consumer.commit()
+            elif (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
+                break
+        if args.group:
+            consumer.commit()
+    if not json_mode:
+        sys.stderr.write(f"Processed a total of {consumed} messages\n")
+    return 0
+
+
+# --- offsets --------------------------------------------------------------------------------------
+
+
+def parse_time_spec(text: str) -> int:
+    if text in TIME_SPECS:
+        return TIME_SPECS[text]
+    try:
+        value = int(text)
+    except ValueError:
+        raise CliError("INVALID_REQUEST",
+                       f"--time must be earliest, latest, max-timestamp or epoch milliseconds, got {text!r}") from None
+    if value < 0:
+        raise CliError("INVALID_REQUEST", f"--time in milliseconds must be >= 0, got {value}")
+    return value
+
+
+def run_offsets(args: argparse.Namespace) -> int:
+    spec = parse_time_spec(args.time)
+    with build_admin(args) as admin:
+        meta = admin.describe_cluster([args.topic]).topic(args.topic)
+        partitions = args.partition or [p.partition for p in meta.partitions]
+        answers = admin.list_offsets({(args.topic, p): spec for p in partitions})
+    rows, failed = [], 0
+    for p in partitions:
+        answer = answers.get((args.topic, p))
+        if answer is None or answer.error is not None:
+            failed += 1
+            rows.append({"topic": args.topic, "partition": p,
+                         "error": answer.error.name if answer is not None else "UNKNOWN_SERVER_ERROR"})
+        else:
+            rows.append({"topic": args.topic, "partition": p, "offset": answer.offset})
+    emit(args, {"partitions": rows},
+         "\n".join(f"{r['topic']}:{r['partition']}:{r.get('offset', r.get('error'))}" for r in rows))
+    return 1 if failed else 0
+
+

@@ -1,0 +1,109 @@
+"""`lowtide topics create|describe|list|delete`: topic admin, shaped like kafka-topics.sh.
+
+JSON output: create -> {"topic", "partitions", "replication_factor"}; describe -> {"topics": [{name,
+partitions: [{partition, leader, leader_epoch, replicas, isr}], config, replication_factor,
+diskless}]}; list -> {"topics": [names]}; delete -> {"topic", "deleted": true}.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.output import CliError, emit
+from lowtide.client.metadata import TopicMetadata
+from lowtide.errors import TopicAlreadyExists
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    topics = subparsers.add_parser("topics", help="create, describe, list and delete topics")
+    actions = topics.add_subparsers(dest="topics_action", required=True)
+
+    create = actions.add_parser("create", help="create a topic")
+    add_connection_flags(create)
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=0,
+                        help="replicas per partition (default: min(3, live replicas))")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic config (repeatable), e.g. cleanup.policy=compact")
+    create.add_argument("--diskless", action="store_true", help="keep the data in object storage (KIP-1164)")
+    create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
+    create.set_defaults(func=run_create)
+
+    describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISR of topics")
+    add_connection_flags(describe)
+    describe.add_argument("--topic", action="append", default=[], help="topic (repeatable; default all)")
+    describe.set_defaults(func=run_describe)
+
+    listing = actions.add_parser("list", help="list topic names")
+    add_connection_flags(listing)
+    listing.add_argument("--include-internal", action="store_true", help="also list __* topics")
+    listing.set_defaults(func=run_list)
+
+    delete = actions.add_parser("delete", help="delete a topic")
+    add_connection_flags(delete)
+    delete.add_argument("--topic", required=True)
+    delete.set_defaults(func=run_delete)
+
+
+def parse_config_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; a pair without '=' or with an empty key is INVALID_CONFIG."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError("INVALID_CONFIG", f"--config expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def render_topic(meta: TopicMetadata) -> str:
+    configs = ",".join(f"{k}={v}" for k, v in sorted(meta.config.items()))
+    lines = [f"Topic: {meta.name}\tTopicId: {meta.topic_id}\tPartitionCount: {len(meta.partitions)}\t"
+             f"ReplicationFactor: {meta.replication_factor}\tDiskless: {str(meta.diskless).lower()}\t"
+             f"Configs: {configs}"]
+    for p in meta.partitions:
+        lines.append(f"\tTopic: {meta.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                     f"LeaderEpoch: {p.leader_epoch}\tReplicas: {','.join(map(str, p.replicas))}\t"
+                     f"Isr: {','.join(map(str, p.isr))}")
+    return "\n".join(lines)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    config = parse_config_pairs(args.config)
+    with build_admin(args) as admin:
+        try:
+            admin.create_topic(args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
+                               config=config, diskless=args.diskless)
+        except TopicAlreadyExists:
+            if not args.if_not_exists:
+                raise
+        meta = admin.describe_cluster([args.topic]).topic(args.topic)
+    emit(args, {"topic": args.topic, "partitions": len(meta.partitions),
+                "replication_factor": meta.replication_factor},
+         f"Created topic {args.topic} ({len(meta.partitions)} partitions, replication factor "
+         f"{meta.replication_factor}).")
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    with build_admin(args) as admin:
+        snapshot = admin.describe_cluster(args.topic)
+    topics = [snapshot.topic(name) for name in (args.topic or sorted(snapshot.topics))]
+    emit(args, {"topics": [t.as_dict() for t in topics]}, "\n".join(render_topic(t) for t in topics))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with build_admin(args) as admin:
+        names = admin.list_topics(include_internal=args.include_internal)
+    emit(args, {"topics": names}, "\n".join(names))
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    with build_admin(args) as admin:
+        admin.delete_topic(args.topic)
+    emit(args, {"topic": args.topic, "deleted": True}, f"Deleted topic {args.topic}.")
+    return 0

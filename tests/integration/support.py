@@ -1,0 +1,141 @@
+"""Helpers for integration tests: raw gRPC stubs to the services of a running LocalCluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from lowtide.localcluster import LocalCluster
+from lowtide.log.records import decode_batches, encode_batch
+from lowtide.metadata.store import MetadataStore
+from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
+
+OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+           ("grpc.max_send_message_length", 64 * 1024 * 1024)]
+
+
+def admin(cluster: LocalCluster) -> admin_pb2_grpc.AdminStub:
+    return admin_pb2_grpc.AdminStub(grpc.insecure_channel(cluster.bootstrap, options=OPTIONS))
+
+
+def replica(cluster: LocalCluster, broker_id: int) -> replica_pb2_grpc.ReplicaStub:
+    entry = cluster.service(f"replica-{broker_id}")
+    return replica_pb2_grpc.ReplicaStub(grpc.insecure_channel(entry.grpc, options=OPTIONS))
+
+
+def store(cluster: LocalCluster) -> MetadataStore:
+    return MetadataStore.from_url(cluster.redis_url)
+
+
+def create_topic(cluster: LocalCluster, name: str, *, partitions: int = 1, rf: int = 3,
+                 config: dict[str, str] | None = None) -> None:
+    resp = admin(cluster).CreateTopics(admin_pb2.CreateTopicsRequest(topics=[admin_pb2.TopicSpec(
+        name=name, partitions=partitions, replication_factor=rf, config=config or {})]))
+    assert resp.topics[0].error_code == 0, resp
+    # every replica has picked up its assignment once the leader answers DescribeLogs for it
+    wait_until(lambda: all(_hosted(cluster, name, p) for p in range(partitions)), what=f"{name} hosted")
+
+
+def _hosted(cluster: LocalCluster, topic: str, partition: int) -> bool:
+    st = store(cluster).partition_state(topic, partition)
+    for r in st.replicas:
+        logs = replica(cluster, r).DescribeLogs(replica_pb2.DescribeLogsRequest(
+            partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)])).logs
+        if not logs or logs[0].role not in ("leader", "follower"):
+            return False
+    return True
+
+
+def leader_of(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
+    return store(cluster).partition_state(topic, partition).leader
+
+
+def produce(cluster: LocalCluster, topic: str, values: list[bytes], *, partition: int = 0, acks: int = -1,
+            timeout_ms: int = 10000, leader: int | None = None) -> replica_pb2.ProduceResult:
+    lid = leader_of(cluster, topic, partition) if leader is None else leader
+    resp = replica(cluster, lid).Produce(replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
+        replica_pb2.ProducePartition(topic=topic, partition=partition, records=encode_batch(values))]),
+        timeout=timeout_ms / 1000 + 10)
+    return resp.partitions[0]
+
+
+def fetch(cluster: LocalCluster, topic: str, offset: int, *, partition: int = 0,
+          max_bytes: int = 1 << 20) -> replica_pb2.FetchResult:
+    lid = leader_of(cluster, topic, partition)
+    resp = replica(cluster, lid).Fetch(replica_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, partitions=[
+        replica_pb2.FetchPartition(topic=topic, partition=partition, fetch_offset=offset,
+                                   partition_max_bytes=max_bytes)]))
+    return resp.partitions[0]
+
+
+def read_all(cluster: LocalCluster, topic: str, *, partition: int = 0, start: int = 0) -> list[tuple[int, bytes]]:
+    """Every record from ``start`` to the HW, read from the leader as a consumer."""
+    out: list[tuple[int, bytes]] = []
+    offset = start
+    while True:
+        r = fetch(cluster, topic, offset, partition=partition)
+        assert r.error_code == 0, r
+        if not r.records:
+            return out
+        for _header, records in decode_batches(r.records):
+            for rec in records:
+                if rec.offset >= offset:
+                    out.append((rec.offset, rec.value))
+        offset = out[-1][0] + 1
+        if offset >= r.high_watermark:
+            return out
+
+
+def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> replica_pb2.LogInfo:
+    logs = replica(cluster, broker_id).DescribeLogs(replica_pb2.DescribeLogsRequest(
+        partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)])).logs
+    assert logs, f"{topic}-{partition} not hosted on replica {broker_id}"
+    return logs[0]
+
+
+def delete_records(cluster: LocalCluster, items: list[tuple[str, int, int]], *, timeout_ms: int = 10000,
+                   metadata: list[tuple[str, str]] | None = None) -> list[common_pb2.DeleteRecordsResult]:
+    resp = admin(cluster).DeleteRecords(common_pb2.DeleteRecordsRequest(
+        partitions=[common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items],
+        timeout_ms=timeout_ms), metadata=metadata or (), timeout=timeout_ms / 1000 + 10)
+    return list(resp.partitions)
+
+
+def segment_files(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> list[int]:
+    d = Path(cluster.service(f"replica-{broker_id}").data_dir) / f"{topic}-{partition}"
+    return sorted(int(f.name.split(".")[0]) for f in d.iterdir() if f.name.endswith(".log"))
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except (grpc.RpcError, AssertionError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def lowtide_cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real `lowtide` command (the console script of this venv)."""
+    exe = Path(sys.executable).with_name("lowtide")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "lowtide.cli.main"]
+    return subprocess.run(cmd + list(args), input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def cli_json(*args: str, ok: bool = True) -> dict:
+    proc = lowtide_cli(*args, "--output", "json")
+    if ok:
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,114 @@
+"""cluster.json persistence and the process primitives of the supervisor (on throwaway processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lowtide.cli.cluster_cmd import format_cluster, format_status
+from lowtide.localcluster import ClusterState, ServiceEntry, control
+from lowtide.localcluster.state import read_state, write_json_atomic, write_state
+
+
+def sample_state(data_dir: Path) -> ClusterState:
+    services = [
+        ServiceEntry(name="redis", kind="redis", grpc="127.0.0.1:7000", metrics_addr="",
+                     data_dir=str(data_dir / "redis"), argv=[], log=str(data_dir / "redis" / "redis.log"), pid=11),
+        ServiceEntry(name="replica-0", kind="replica", grpc="127.0.0.1:7001", metrics_addr="127.0.0.1:7002",
+                     data_dir=str(data_dir / "replica-0"), argv=["python", "-m", "x"],
+                     log=str(data_dir / "logs" / "replica-0.log"), pid=12),
+    ]
+    return ClusterState(data_dir=data_dir, bootstrap="127.0.0.1:7003", redis="redis://127.0.0.1:7000/0",
+                        object_store=(data_dir / "objects").as_uri(), services=services, config={"replicas": 1})
+
+
+def test_cluster_json_has_the_brief_shape_and_round_trips(tmp_path: Path) -> None:
+    state = sample_state(tmp_path)
+    write_state(state)
+    doc = json.loads((tmp_path / "cluster.json").read_text())
+    assert {"bootstrap", "redis", "object_store", "services"} <= set(doc)
+    replica = doc["services"][1]
+    assert replica["metrics"] == "http://127.0.0.1:7002/metrics"
+    assert {"name", "kind", "grpc", "metrics", "pid", "data_dir"} <= set(replica)
+    assert doc["services"][0]["metrics"] == ""
+    assert read_state(tmp_path) == state
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.json"], "no temporary file left behind"
+
+
+def test_read_state_of_an_empty_directory_is_none(tmp_path: Path) -> None:
+    assert read_state(tmp_path) is None
+
+
+def test_write_json_atomic_replaces_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "doc.json"
+    write_json_atomic(path, {"a": "x" * 10000})
+    write_json_atomic(path, {"b": 1})
+    assert json.loads(path.read_text()) == {"b": 1}
+
+
+def test_pid_liveness_and_zombies_are_dead() -> None:
+    assert control.is_pid_alive(os.getpid())
+    assert not control.is_pid_alive(0)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    # Not waited for: the exited child is a zombie, which must count as dead (and gets reaped).
+    while control.is_pid_alive(child.pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert not control.is_pid_alive(child.pid)
+
+
+def test_ownership_needs_the_address_on_the_command_line() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--grpc-addr", "127.0.0.1:65001"])
+    try:
+        deadline = time.monotonic() + 10
+        while "65001" not in (control.read_cmdline(child.pid) or ""):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert control.is_service_running(child.pid, "127.0.0.1:65001")
+        assert not control.is_service_running(child.pid, "127.0.0.1:65002"), "a recycled pid is not ours"
+        assert control.terminate(child.pid, address="127.0.0.1:65002", timeout_s=1, proc=child) == "not running"
+        assert control.terminate(child.pid, address="127.0.0.1:65001", timeout_s=5, proc=child) == "stopped"
+        assert child.returncode is not None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_terminate_kills_what_ignores_sigterm() -> None:
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code, "--port", "65003"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert control.terminate(child.pid, address="127.0.0.1:65003", timeout_s=0.3, proc=child) == "killed"
+        assert not control.is_pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_tail_file(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert control.tail_file(log, lines=2) == "line 98\nline 99\n"
+    assert control.tail_file(tmp_path / "missing.log").startswith("(no log:")
+
+
+def test_health_of_nothing_listening_is_unreachable() -> None:
+    assert control.check_grpc_health("127.0.0.1:1", timeout_s=0.3) == control.UNREACHABLE
+    assert control.check_redis_health("redis://127.0.0.1:1/0", timeout_s=0.3) == control.UNREACHABLE
+
+
+def test_text_renderings_name_every_service(tmp_path: Path) -> None:
+    doc = sample_state(tmp_path).to_json()
+    text = format_cluster(doc)
+    assert "replica-0" in text and "http://127.0.0.1:7002/metrics" in text and str(tmp_path / "logs") in text
+    status = {"data_dir": str(tmp_path), "state": "running", "bootstrap": "b", "healthy": False,
+              "services": [{"name": "replica-0", "kind": "replica", "grpc": "g", "pid": 1, "alive": False,
+                            "health": "STOPPED"}]}
+    assert "UNHEALTHY" in format_status(status) and "STOPPED" in format_status(status)
