@@ -25,10 +25,10 @@ from typing import Any
 
 from tests.bench import workers
 from tests.bench.common import (
-    KiB,
-    MiB,
     Bench,
     Figure,
+    KiB,
+    MiB,
     build_batch,
     check_delete,
     dir_log_bytes,
@@ -42,12 +42,13 @@ SEGMENT_FILE = re.compile(r"^(\d{20})\.log")
 
 
 def _prepare_topic(bench: Bench, topic: str, records: int, config: dict[str, str] | None = None,
-                   batch_records: int = 20) -> str:
-    """Create an RF 3 one-partition topic with ``records`` 1 KiB records; returns the leader address."""
+                   batch_records: int = 20, request_bytes: int = 4 * MiB) -> str:
+    """Create an RF 3 one-partition topic with ``records`` 1 KiB records in batches of
+    ``batch_records``, up to ``request_bytes`` per Produce; returns the leader address."""
     bench.create_topic(topic, 1, 3, config)
     leader = bench.leaders(topic)[0]
     batch, count = build_batch(batch_records * (KiB + 8))
-    group = max(1, (4 * MiB) // len(batch))
+    group = max(1, request_bytes // len(batch))
     sent = 0
     while sent < records:
         bench.produce_once(leader, topic, {0: b"".join([batch] * group)}, acks=-1)
@@ -118,7 +119,7 @@ def idle_latency(bench: Bench, n: int, step: int = 5, warmup: int = 10) -> list[
     return figs
 
 
-def busy_latency(bench: Bench, pool: Executor, n: int, warmup: int = 10) -> list[Figure]:
+def busy_latency(bench: Bench, pool: Executor, n: int, stop_dir: Path, warmup: int = 10) -> list[Figure]:
     """DeleteRecords latency while a worker process produces to the same RF 3 partition."""
     topic = "bench-delete-busy"
     try:
@@ -130,8 +131,12 @@ def busy_latency(bench: Bench, pool: Executor, n: int, warmup: int = 10) -> list
     gap_s = 0.02
     # Long enough for both loops; the loops end first and the producer then runs out its window.
     budget_s = 2 * (n + warmup) * 0.06 + 20
+    stop_file = stop_dir / "stop-busy-producer"
+    stop_file.unlink(missing_ok=True)
     spec = {"targets": [(leader, topic, 0)], "batch": batch, "records_per_batch": count, "acks": -1, "threads": 2,
-            "start_at": time.time(), "warmup_s": 0.0, "duration_s": budget_s, "rate_batches_s": 0.0}
+            "start_at": time.time(), "warmup_s": 0.0, "duration_s": budget_s, "rate_batches_s": 0.0,
+            "stop_file": str(stop_file)}
+    began = time.monotonic()
     future = pool.submit(workers.produce_raw, spec)
     say(f"delete: busy RF 3 partition (producer: 64 KiB batches, acks=all), {n} calls front door + {n} leader")
     time.sleep(1.0)  # let the producer reach steady state
@@ -163,11 +168,13 @@ def busy_latency(bench: Bench, pool: Executor, n: int, warmup: int = 10) -> list
     params = {"rf": 3, "partitions": 1, "calls": n, "warmup_calls": warmup, "producer": "1 process x 2 threads, "
               "64 KiB batches, acks=all, unthrottled", "target_offset": "HW - 5 batches"}
     try:
-        bench.delete_topic(topic)  # ends the producer's load early (its requests then fail)
+        stop_file.touch()
         load = future.result(timeout=budget_s + 60)
-        params["producer_mbs_during"] = load["bytes"] / budget_s / 1e6
+        params["producer_mbs_during"] = load["bytes"] / (time.monotonic() - began) / 1e6
+        params["producer_errors"] = load["errors"]
     except Exception as exc:  # noqa: BLE001
         params["producer_error"] = repr(exc)
+    bench.delete_topic(topic)
     figs = _latency_figures("delete_busy_frontdoor", "DeleteRecords while producing RF 3 (front door)", fd, fd_err,
                             25.0, {**params, "path": "Admin/DeleteRecords"})
     figs += _latency_figures("delete_busy_leader", "DeleteRecords while producing RF 3 (leader direct)", direct,
@@ -226,8 +233,8 @@ def space_freed(bench: Bench, produce_bytes: int, repeats: int) -> list[Figure]:
     key = "delete_space_freed_s"
     segment_bytes = 64 * KiB
     try:
-        leader = _prepare_topic(bench, topic, produce_bytes // KiB, config={"segment.bytes": str(segment_bytes)},
-                                batch_records=15)
+        _prepare_topic(bench, topic, produce_bytes // KiB, config={"segment.bytes": str(segment_bytes)},
+                       batch_records=15, request_bytes=segment_bytes // 2)
         replica_ids = bench.replica_sets(topic)[0]
         dirs = [Path(bench.replicas[r].data_dir) / f"{topic}-0" for r in replica_ids]
         segments = _segments(dirs[0])

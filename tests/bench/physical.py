@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.bench.common import MiB, Figure, percentile, say
+from tests.bench.common import Figure, MiB, percentile, say
 
 BLOCK = MiB
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.bench import workers
-from tests.bench.common import KiB, MiB, Bench, Figure, build_batch, failed, say, summary_ms
+from tests.bench.common import Bench, Figure, KiB, MiB, build_batch, failed, say, summary_ms
 
 RECORD_SIZE = KiB
 

@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from tests.bench import workers
-from tests.bench.common import KiB, MiB, Bench, Figure, build_batch, failed, rss_bytes, say
+from tests.bench.common import Bench, Figure, KiB, MiB, build_batch, failed, rss_bytes, say
 
 
 def rss_soak(bench: Bench, pool: Executor, seconds: float, processes: int, delete_every_s: float = 2.0) -> list[Figure]:
@@ -57,8 +57,8 @@ def rss_soak(bench: Bench, pool: Executor, seconds: float, processes: int, delet
                 delete_errors += 1
         if now >= next_report:
             next_report += 30
-            say("soak: t=%.0fs RSS %s" % (now - began, ", ".join(
-                f"{n} {s[-1][1] / MiB:.0f} MiB" for n, s in samples.items() if s)))
+            rss_now = ", ".join(f"{n} {s[-1][1] / MiB:.0f} MiB" for n, s in samples.items() if s)
+            say(f"soak: t={now - began:.0f}s RSS {rss_now}")
         time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
     load = [f.result(timeout=120) for f in futures]
     produced = sum(r["bytes"] for r in load)

@@ -8,6 +8,7 @@ Windows are aligned across processes by wall-clock ``start_at``: work completing
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -27,7 +28,8 @@ def produce_raw(spec: dict[str, Any]) -> dict[str, Any]:
     """Raw ``Replica.Produce`` of one pre-built batch per request, round-robin over ``targets``.
 
     spec: targets [(address, topic, partition)], batch (bytes), records_per_batch, acks, threads,
-    start_at (epoch s), warmup_s, duration_s, rate_batches_s (0 = as fast as acknowledged).
+    start_at (epoch s), warmup_s, duration_s, rate_batches_s (0 = as fast as acknowledged), stop_file
+    (optional: stop early once this path exists).
     Returns bytes/records/requests completed in the window, errors, and request latencies (s).
     """
     targets = spec["targets"]
@@ -38,6 +40,7 @@ def produce_raw(spec: dict[str, Any]) -> dict[str, Any]:
     win_start = start_at + float(spec["warmup_s"])
     win_end = win_start + float(spec["duration_s"])
     rate = float(spec.get("rate_batches_s", 0.0))
+    stop_file = spec.get("stop_file")
     channels: dict[str, grpc.Channel] = {}
     stubs = {}
     for address, _t, _p in targets:
@@ -55,7 +58,7 @@ def produce_raw(spec: dict[str, Any]) -> dict[str, Any]:
         next_due = start_at
         while True:
             now = time.time()
-            if now >= win_end:
+            if now >= win_end or (stop_file and i % 16 < threads and os.path.exists(stop_file)):
                 return
             if now < start_at:
                 time.sleep(start_at - now)

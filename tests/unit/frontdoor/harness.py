@@ -16,13 +16,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
-
 from lowtide.common.interceptor import ErrorInterceptor
 from lowtide.frontdoor.server import FrontDoorConfig, FrontDoorParts, build_front_door
 from lowtide.log.records import assign_offsets, iter_batches, validate_batches
 from lowtide.metadata.model import BrokerInfo
 from lowtide.metadata.store import MetadataStore
+from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 SESSION_MS = 60_000
 

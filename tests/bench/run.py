@@ -1,0 +1,126 @@
+"""Run the benchmark suite: ``python -m tests.bench.run [--quick] [--out DIR] [--soak-seconds S]``.
+
+Order: physical disk references (before any service runs), then one local cluster of 3 replicas +
+front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
+space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
+1,000 partitions. The cluster is always torn down. Writes ``results.json`` and ``RESULTS.md``
+into ``--out`` (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import multiprocessing
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from tests.bench import delete, physical, produce, report, soak, workers
+from tests.bench.common import Figure, MiB, failed, running_cluster, say
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH_DIR = Path(__file__).resolve().parent
+SECTIONS = ("physical", "rtt", "delete", "produce", "soak", "wide")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts, fewer variants (< 3 minutes)")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.json and RESULTS.md go")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="cluster data directory (default tests/bench/out/run-TIMESTAMP, removed afterwards)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the cluster data directory")
+    parser.add_argument("--soak-seconds", type=float, default=None, help="RSS soak length (quick 20, full 600)")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    parser.add_argument("--no-client", action="store_true", help="skip the client Producer variant")
+    return parser.parse_args(argv)
+
+
+def _section(name: str, figures: list[Figure], fn: Callable[[], list[Figure]], key: str, title: str,
+             unit: str) -> None:
+    """Run one section; an unexpected failure becomes an error figure, the suite goes on."""
+    began = time.monotonic()
+    try:
+        figures += fn()
+    except Exception as exc:  # noqa: BLE001 - report, never abort the whole run
+        say(f"{name}: failed: {exc!r}")
+        figures.append(failed(key, title, unit, None, exc))
+    say(f"{name}: done in {time.monotonic() - began:.1f}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    quick = args.quick
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    soak_s = args.soak_seconds if args.soak_seconds is not None else (20.0 if quick else 600.0)
+    processes = 2 if quick else 3
+    threads = 2
+    data_dir = (args.data_dir or BENCH_DIR / "out" / f"run-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    mode = "quick" if quick else "full"
+    say(f"lowtide bench, mode {mode}, data dir {data_dir}")
+    machine = physical.machine_info(data_dir, REPO, mode)
+    figures: list[Figure] = []
+    disk_write: float | None = None
+
+    if "physical" in only:
+        size = 256 * MiB if quick else 1024 * MiB
+        _section("physical", figures, lambda: physical.disk_bandwidth(data_dir / "disk", size),
+                 "disk_write_mbs", "sequential disk write", "MB/s")
+        disk_write = next((f.value for f in figures if f.key == "disk_write_mbs"), None)
+
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=max(processes, 3), mp_context=ctx)
+    try:
+        for f in [pool.submit(workers.noop) for _ in range(max(processes, 3))]:
+            f.result(timeout=120)
+        with running_cluster(data_dir / "cluster") as bench:
+            if "rtt" in only:
+                replica0 = bench.replicas[min(bench.replicas)].grpc
+                _section("rtt", figures, lambda: physical.grpc_rtt(replica0, 1000 if quick else 5000),
+                         "grpc_rtt_p50_ms", "loopback gRPC round trip", "ms")
+            if "delete" in only:
+                n = 50 if quick else 200
+                _section("delete idle", figures, lambda: delete.idle_latency(bench, n),
+                         "delete_idle_frontdoor_p99_ms", "DeleteRecords idle", "ms")
+                _section("delete busy", figures, lambda: delete.busy_latency(bench, pool, n, data_dir),
+                         "delete_busy_frontdoor_p99_ms", "DeleteRecords busy", "ms")
+                _section("delete space", figures,
+                         lambda: delete.space_freed(bench, (2 if quick else 8) * MiB, 3 if quick else 5),
+                         "delete_space_freed_s", "space freed", "s")
+            if "produce" in only:
+                pb = produce.ProduceBench(bench, pool, quick=quick, processes=processes, threads=threads)
+                with_client = not args.no_client and importlib.util.find_spec("lowtide.client.producer") is not None
+                _section("produce", figures, lambda: pb.run(disk_write, with_client), "produce_mbs", "produce",
+                         "MB/s")
+                _section("consume", figures, pb.consume, "consume_mbs", "consume", "MB/s")
+            if "soak" in only:
+                _section("soak", figures, lambda: soak.rss_soak(bench, pool, soak_s, processes),
+                         "replica_rss_drift_pct", "replica RSS soak", "%")
+            if "wide" in only:
+                _section("delete wide", figures, lambda: delete.many_partitions(bench, 1000, 2 if quick else 4),
+                         "delete_wide_s", "DeleteRecords over 1,000 partitions", "s")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if not args.keep_data and args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    figures += report.placeholders({f.key for f in figures})
+    elapsed = time.monotonic() - began
+    json_path, md_path = report.write_results(args.out, machine, figures, elapsed_s=elapsed, argv=argv)
+    say(f"wrote {json_path} and {md_path} ({elapsed:.0f}s)")
+    for f in figures:
+        if f.target is not None:
+            value = "—" if f.value is None else f"{f.value:.3g} {f.unit}"
+            print(f"{f.status:>14}  {f.name}: {value} (target {f.target})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

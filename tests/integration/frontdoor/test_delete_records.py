@@ -1,0 +1,134 @@
+"""KIP-107 DeleteRecords end to end: front door fan-out, leader purgatory, followers, files, restart.
+
+Real processes: 3 replica servers, a front door, redis-server. Segment size is 64 KiB so a few
+hundred KiB of records span several segments.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.integration import support as s
+
+PAYLOAD = b"v" * 1000
+
+
+def fill(cluster, topic: str, *, batches: int = 40, per_batch: int = 20) -> int:
+    for _ in range(batches):
+        assert s.produce(cluster, topic, [PAYLOAD] * per_batch).error_code == 0
+    return batches * per_batch
+
+
+def test_delete_before_an_offset_mid_segment_moves_every_replica_and_removes_old_segment_files(cluster):
+    s.create_topic(cluster, "orders", partitions=1, rf=3)
+    total = fill(cluster, "orders")
+    before = {r: s.segment_files(cluster, r, "orders") for r in (0, 1, 2)}
+    assert len(before[0]) > 5
+    # an offset strictly inside a segment (not a segment's base offset)
+    target = next(o for o in range(total // 2, total) if o not in before[0])
+
+    [res] = s.delete_records(cluster, [("orders", 0, target)])
+    assert res.error_code == 0, res
+    assert res.low_watermark == target
+
+    for r in (0, 1, 2):  # acknowledged => already applied on every live replica
+        info = s.describe(cluster, r, "orders")
+        assert info.log_start_offset == target
+        holding = max(x for x in before[r] if x <= target)  # the segment that holds the new LSO
+        files = s.segment_files(cluster, r, "orders")
+        assert files[0] == holding, "segments wholly below the LSO are gone; the one holding it stays"
+        assert files == [b for b in before[r] if b >= holding]
+    earliest = s.cli_json("offsets", "--bootstrap-server", cluster.bootstrap, "--topic", "orders",
+                          "--time", "earliest")
+    assert earliest["partitions"][0]["offset"] == target
+    below = s.fetch(cluster, "orders", target - 1)
+    assert below.error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert s.fetch(cluster, "orders", target).error_code == 0
+
+    # a full restart keeps the LSO (checkpointed before it was acknowledged)
+    cluster.down()
+    cluster.up(detach=True)
+    s.wait_until(lambda: s.fetch(cluster, "orders", target).error_code == 0, timeout_s=30, what="leader back")
+    for r in (0, 1, 2):
+        s.wait_until(lambda r=r: s.describe(cluster, r, "orders").log_start_offset == target,
+                     what=f"replica {r} LSO after restart")
+    assert s.fetch(cluster, "orders", target - 1).error_code == 1
+
+
+def test_offset_minus_one_deletes_everything_below_the_high_watermark(cluster):
+    s.create_topic(cluster, "all", partitions=1, rf=3)
+    total = fill(cluster, "all", batches=10)
+    [res] = s.delete_records(cluster, [("all", 0, -1)])
+    assert (res.error_code, res.low_watermark) == (0, total)
+    for r in (0, 1, 2):
+        assert s.describe(cluster, r, "all").log_start_offset == total
+    assert s.produce(cluster, "all", [b"after"]).error_code == 0
+    assert [v for _, v in s.read_all(cluster, "all", start=total)] == [b"after"]
+
+
+def test_bad_requests_get_their_kafka_error_and_change_nothing(cluster):
+    s.create_topic(cluster, "t", partitions=1, rf=3)
+    s.create_topic(cluster, "compacted", partitions=1, rf=3, config={"cleanup.policy": "compact"})
+    fill(cluster, "t", batches=5)
+    assert s.produce(cluster, "compacted", [b"x"]).error_code == 0
+
+    [above_hw] = s.delete_records(cluster, [("t", 0, 101)])
+    assert above_hw.error_code == 1 and above_hw.low_watermark == -1   # OFFSET_OUT_OF_RANGE
+    [below] = s.delete_records(cluster, [("t", 0, -2)])
+    assert below.error_code == 1
+    [unknown] = s.delete_records(cluster, [("t", 9, 1)])
+    assert unknown.error_code == 3                                      # UNKNOWN_TOPIC_OR_PARTITION
+    [no_topic] = s.delete_records(cluster, [("nosuch", 0, 1)])
+    assert no_topic.error_code == 3
+    [policy] = s.delete_records(cluster, [("compacted", 0, 1)])
+    assert policy.error_code == 44                                      # POLICY_VIOLATION
+    try:
+        s.delete_records(cluster, [("t", 0, 1), ("t", 0, 2)])
+        raise AssertionError("duplicate partitions must be rejected")
+    except s.grpc.RpcError as err:
+        assert "INVALID_REQUEST" in err.details()
+    for r in (0, 1, 2):
+        assert s.describe(cluster, r, "t").log_start_offset == 0
+        assert s.describe(cluster, r, "compacted").log_start_offset == 0
+
+
+def test_a_stopped_follower_times_the_request_out_while_live_and_is_ignored_once_its_session_expires(
+        cluster_factory):
+    # Kafka's rule: the low watermark counts replicas on *live* brokers. A SIGSTOPped follower stays
+    # live until its session (2 s here) expires; then it no longer holds deletion back.
+    cluster = cluster_factory(session_timeout_ms=2000)
+    s.create_topic(cluster, "slow", partitions=1, rf=3)
+    fill(cluster, "slow", batches=5)
+    leader = s.leader_of(cluster, "slow")
+    follower = next(r for r in (0, 1, 2) if r != leader)
+    cluster.pause(f"replica-{follower}")
+    try:
+        t0 = time.monotonic()
+        [res] = s.delete_records(cluster, [("slow", 0, 10)], timeout_ms=300)
+        assert res.error_code == 7, res                         # REQUEST_TIMED_OUT
+        assert time.monotonic() - t0 < 5
+        assert s.describe(cluster, leader, "slow").log_start_offset == 10  # LSO stays advanced
+        s.wait_until(lambda: follower not in s.store(cluster).live_broker_ids(), timeout_s=10,
+                     what="the paused follower's session to expire")
+        [res] = s.delete_records(cluster, [("slow", 0, 20)], timeout_ms=5000)
+        assert (res.error_code, res.low_watermark) == (0, 20)
+    finally:
+        cluster.resume(f"replica-{follower}")
+    # back alive: it catches up with the LSO and counts again
+    s.wait_until(lambda: s.describe(cluster, follower, "slow").log_start_offset == 20, what="follower LSO")
+
+
+def test_a_killed_follower_catches_up_with_the_log_start_offset_after_restart(cluster):
+    s.create_topic(cluster, "restart", partitions=1, rf=3)
+    total = fill(cluster, "restart", batches=20)
+    leader = s.leader_of(cluster, "restart")
+    follower = next(r for r in (0, 1, 2) if r != leader)
+    cluster.kill(f"replica-{follower}", signal.SIGKILL)
+    [res] = s.delete_records(cluster, [("restart", 0, total - 5)], timeout_ms=200)
+    assert res.error_code == 7  # still live (session not expired): times out, LSO advanced on the leader
+    cluster.start_service(f"replica-{follower}")
+    s.wait_until(lambda: s.describe(cluster, follower, "restart").log_start_offset == total - 5,
+                 what="restarted follower adopts the leader LSO")
+    [res] = s.delete_records(cluster, [("restart", 0, total - 5)])
+    assert (res.error_code, res.low_watermark) == (0, total - 5)

@@ -1,0 +1,99 @@
+"""`lowtide delete-records`: the offset JSON file is validated before anything is sent, and the
+output follows kafka-delete-records.sh (text) and brief §8 (json)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lowtide.cli.delete_records_cmd import read_offset_json_file
+from lowtide.cli.main import main
+from lowtide.cli.output import CliError
+
+from tests.unit.frontdoor.harness import register_broker
+
+
+def write(tmp_path, doc) -> str:
+    path = tmp_path / "offsets.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def run_json(capsys, *argv) -> tuple[int, list[dict]]:
+    code = main([*argv, "--output", "json"])
+    out = capsys.readouterr().out
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_kafkas_file_format_is_read_in_order(tmp_path):
+    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 1, "offset": -1},
+                                           {"topic": "orders", "partition": 0, "offset": 10000}], "version": 1})
+    assert read_offset_json_file(path) == [("orders", 1, -1), ("orders", 0, 10000)]
+
+
+@pytest.mark.parametrize("doc, reason", [
+    ("{not json", "malformed JSON"),
+    ({"version": 1}, '"partitions" list'),
+    ({"partitions": []}, "empty"),
+    ({"partitions": [{"topic": "", "partition": 0, "offset": 1}]}, '"topic"'),
+    ({"partitions": [{"topic": "t", "partition": -1, "offset": 1}]}, '"partition"'),
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": "10"}]}, '"offset"'),
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": True}]}, '"offset"'),
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": 1}], "version": 2}, "version"),
+    ({"partitions": [{"topic": "t", "partition": 0, "offset": 1}, {"topic": "t", "partition": 0, "offset": 2}]},
+     "more than once"),
+])
+def test_bad_files_are_invalid_requests_naming_the_path(tmp_path, doc, reason):
+    path = write(tmp_path, doc)
+    with pytest.raises(CliError) as err:
+        read_offset_json_file(path)
+    assert err.value.code == "INVALID_REQUEST"
+    assert path in err.value.message and reason in err.value.message
+
+
+def test_missing_file_fails_in_json_mode_without_contacting_the_cluster(tmp_path, capsys):
+    missing = str(tmp_path / "nope.json")
+    code, docs = run_json(capsys, "delete-records", "--bootstrap-server", "127.0.0.1:1",
+                          "--offset-json-file", missing)
+    assert code == 1
+    assert docs[0]["error"]["code"] == "INVALID_REQUEST" and missing in docs[0]["error"]["message"]
+
+
+def test_results_and_errors_per_partition_with_exit_one_on_failure(front_door, stub_replicas, store, tmp_path,
+                                                                   capsys):
+    replica, address = stub_replicas()
+    register_broker(store, 0, address)
+    store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 10000},
+                                           {"topic": "ghost", "partition": 0, "offset": 1}], "version": 1})
+    code, docs = run_json(capsys, "delete-records", "--bootstrap-server", front_door.address,
+                          "--offset-json-file", path, "--timeout-ms", "5000")
+    assert code == 1
+    assert docs == [{"partitions": [{"topic": "orders", "partition": 0, "low_watermark": 10000},
+                                    {"topic": "ghost", "partition": 0, "error": "UNKNOWN_TOPIC_OR_PARTITION"}]}]
+    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 5}], "version": 1})
+    assert main(["delete-records", "--bootstrap-server", front_door.address, "--offset-json-file", path]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["Executing records delete operation", "Records delete operation completed:",
+                                "partition: orders-0\tlow_watermark: 5"]
+
+
+def test_command_config_token_is_sent(front_door_factory, stub_replicas, store, tmp_path, capsys):
+    from lowtide.auth.acl import AclBinding
+    from lowtide.auth.store import AclStore
+    from lowtide.auth.tokens import add_token
+
+    front_door = front_door_factory(auth_enabled=True)
+    _, address = stub_replicas()
+    register_broker(store, 0, address)
+    store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    add_token(store.redis, token="t0k", principal="User:alice")
+    AclStore(redis=store.redis).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")])
+    offsets = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 3}], "version": 1})
+    config = tmp_path / "client.properties"
+    config.write_text("lowtide.auth.token=t0k\n")
+    base = ["delete-records", "--bootstrap-server", front_door.address, "--offset-json-file", offsets]
+    code, docs = run_json(capsys, *base)
+    assert code == 1 and docs[0]["partitions"][0]["error"] == "TOPIC_AUTHORIZATION_FAILED"
+    code, docs = run_json(capsys, *base, "--command-config", str(config))
+    assert code == 0 and docs[0]["partitions"][0]["low_watermark"] == 3

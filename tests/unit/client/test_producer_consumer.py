@@ -1,0 +1,103 @@
+"""Producer and Consumer against a real in-process front door and an in-test replica on a real
+gRPC port (offset assignment and whole-batch fetches; see ``tests.unit.frontdoor.harness``)."""
+
+from __future__ import annotations
+
+import pytest
+from lowtide.client import Consumer, Producer
+from lowtide.client.partitioner import partition_for_key
+from lowtide.errors import OffsetOutOfRange, UnknownTopicOrPartition
+from lowtide.log.records import decode_batches
+
+from tests.unit.frontdoor.harness import register_broker
+
+NOT_LEADER = 6
+
+
+@pytest.fixture
+def cluster(front_door, stub_replicas, store):
+    """Topic ``orders`` with 3 partitions, all led by one in-test replica."""
+    replica, address = stub_replicas()
+    register_broker(store, 0, address)
+    store.create_topic(name="orders", partitions=3, replication_factor=1, config={}, assignment=[[0]] * 3)
+    return front_door, replica
+
+
+def records_of(replica, partition):
+    log = replica.logs.get(("orders", partition))
+    return [r for batch in (log.batches if log else []) for _, rs in decode_batches(batch) for r in rs]
+
+
+def test_keyed_records_go_to_the_murmur2_partition(cluster):
+    front_door, replica = cluster
+    keys = [f"key-{i}".encode() for i in range(30)]
+    with Producer(front_door.address) as producer:
+        report = producer.produce_values("orders", [b"v"] * 30, keys=keys)
+    assert report.records == 30
+    for p in range(3):
+        assert [r.key for r in records_of(replica, p)] == [k for k in keys if partition_for_key(k, 3) == p]
+
+
+def test_unkeyed_batches_spread_round_robin_and_report_base_offsets(cluster):
+    front_door, replica = cluster
+    value = b"x" * 1000
+    with Producer(front_door.address, batch_bytes=10_000) as producer:
+        report = producer.produce_values("orders", [value] * 90)
+    assert report.batches >= 9
+    counts = [len(records_of(replica, p)) for p in range(3)]
+    assert sum(counts) == 90 and all(c >= 27 for c in counts)
+    for bases in report.base_offsets().values():
+        assert bases[0] == 0 and bases == sorted(bases)
+
+
+def test_not_leader_is_retried_after_a_metadata_refresh(cluster):
+    front_door, replica = cluster
+    replica.produce_errors[("orders", 1)] = [NOT_LEADER, NOT_LEADER]
+    with Producer(front_door.address) as producer:
+        producer.produce_values("orders", [b"a", b"b"], partition=1)
+    assert [r.value for r in records_of(replica, 1)] == [b"a", b"b"]
+    assert len(replica.called("Produce")) == 3
+
+
+def test_producing_to_a_missing_partition_fails(cluster):
+    front_door, _ = cluster
+    with Producer(front_door.address) as producer, pytest.raises(UnknownTopicOrPartition):
+        producer.produce_values("orders", [b"a"], partition=7)
+
+
+def test_consumer_skips_records_below_the_position_of_a_whole_batch(cluster):
+    front_door, _ = cluster
+    with Producer(front_door.address) as producer:
+        producer.produce_values("orders", [str(i).encode() for i in range(10)], partition=0)
+    with Consumer(front_door.address) as consumer:
+        consumer.assign([("orders", 0)])
+        consumer.seek(("orders", 0), 4)
+        records = consumer.poll(max_wait_ms=10)
+    assert [r.offset for r in records] == [4, 5, 6, 7, 8, 9]
+    assert [r.value for r in records] == [b"4", b"5", b"6", b"7", b"8", b"9"]
+
+
+def test_consumer_with_a_group_starts_at_the_commit_and_commits_its_position(cluster):
+    front_door, _ = cluster
+    with Producer(front_door.address) as producer:
+        producer.produce_values("orders", [b"a", b"b", b"c"], partition=2)
+    with Consumer(front_door.address, group_id="etl") as consumer:
+        consumer.assign([("orders", 2)])
+        assert [r.value for r in consumer.poll(max_wait_ms=10, max_records=2)] == [b"a", b"b"]
+        consumer.commit()
+        assert consumer.committed([("orders", 2)]) == {("orders", 2): 2}
+    with Consumer(front_door.address, group_id="etl") as consumer:
+        consumer.assign([("orders", 2)])
+        assert [r.value for r in consumer.poll(max_wait_ms=10)] == [b"c"]
+
+
+def test_seeking_below_the_log_start_offset_is_out_of_range(cluster):
+    front_door, replica = cluster
+    with Producer(front_door.address) as producer:
+        producer.produce_values("orders", [b"a", b"b", b"c"], partition=0)
+    replica.logs[("orders", 0)].lso = 2
+    with Consumer(front_door.address) as consumer:
+        consumer.assign([("orders", 0)])
+        consumer.seek(("orders", 0), 0)
+        with pytest.raises(OffsetOutOfRange):
+            consumer.poll(max_wait_ms=10)
