@@ -58,7 +58,7 @@ def produce_raw(spec: dict[str, Any]) -> dict[str, Any]:
         next_due = start_at
         while True:
             now = time.time()
-            if now >= win_end or (stop_file and i % 16 < threads and os.path.exists(stop_file)):
+            if now >= win_end or (stop_file and os.path.exists(stop_file)):
                 return
             if now < start_at:
                 time.sleep(start_at - now)

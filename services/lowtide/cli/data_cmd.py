@@ -187,12 +187,17 @@ def run_consume(args: argparse.Namespace) -> int:
             records = consumer.poll(max_records=left)
             if records:
                 idle_since = time.monotonic()
-                for r in records:
-                    if json_mode:
-                        out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
-                    else:
-                        out.write((r.value or b"").decode("utf-8", errors="replace") + "\n")
-                out.flush()
+                try:
+                    for r in records:
+                        if json_mode:
+                            out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
+                        else:
+                            out.write((r.value or b"").decode("utf-8", errors="replace") + "\n")
+                    out.flush()
+                except BrokenPipeError:
+                    # The reader went away (`| head`): stop quietly, and commit nothing it may not have seen.
+                    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
+                    return 0
                 consumed += len(records)
                 if args.group:
                     consumer.commit()

@@ -41,7 +41,7 @@ def run_describe(args: argparse.Namespace) -> int:
         for group_id in args.group:
             error = described[group_id].error if group_id in described else None
             if error is not None:
-                raise CliError(error.name, f"group {group_id!r}: {error.message}")
+                raise CliError(error.name, error.message)
         partitions = {tp for g in described.values() for tp in g.offsets}
         ends = admin.list_offsets({tp: OffsetSpec.LATEST for tp in partitions}) if partitions else {}
     docs, lines = [], []

@@ -1,0 +1,81 @@
+"""ACLs on a cluster with authorization on: bearer tokens, DELETE on TOPIC for DeleteRecords."""
+
+from __future__ import annotations
+
+import json
+
+from tests.integration import support as s
+
+
+def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_unauthorised_partitions(
+        cluster_factory, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("admin-secret User:admin\nalice-secret User:alice\n")
+    cluster = cluster_factory(auth_enabled=True, tokens_file=tokens, super_users="User:admin")
+    admin_cfg = tmp_path / "admin.properties"
+    admin_cfg.write_text("lowtide.auth.token=admin-secret\n")
+    alice_cfg = tmp_path / "alice.properties"
+    alice_cfg.write_text("# alice may delete from 'granted' only\nlowtide.auth.token=alice-secret\n")
+    admin_md = [("authorization", "Bearer admin-secret")]
+
+    for topic in ("granted", "denied"):
+        s.cli_json("topics", "create", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
+                   "--partitions", "1", "--replication-factor", "3", "--command-config", str(admin_cfg))
+        s.wait_until(lambda t=topic: s.leader_of(cluster, t) >= 0 and s.produce(cluster, t, [b"x"] * 10).error_code == 0,
+                     what=f"{topic} writable")
+    s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
+               "--principal", "User:alice", "--operation", "delete", "--topic", "granted")
+
+    spec = tmp_path / "delete.json"
+    spec.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "granted", "partition": 0, "offset": 5}, {"topic": "denied", "partition": 0, "offset": 5}]}))
+    proc = s.lowtide_cli("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file", str(spec),
+                         "--command-config", str(alice_cfg), "--output", "json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # one partition failed
+    out = {p["topic"]: p for p in json.loads(proc.stdout)["partitions"]}
+    assert out["granted"]["low_watermark"] == 5
+    assert out["denied"]["error"] == "TOPIC_AUTHORIZATION_FAILED"
+    for r in (0, 1, 2):
+        assert s.describe(cluster, r, "denied").log_start_offset == 0
+
+    # no token at all: unauthenticated callers are denied per partition, nothing moves
+    [anon] = s.delete_records(cluster, [("granted", 0, 8)])
+    assert anon.error_code == 29 and anon.low_watermark == -1
+    # a token nobody issued is refused outright
+    try:
+        s.delete_records(cluster, [("granted", 0, 8)], metadata=[("authorization", "Bearer forged")])
+        raise AssertionError("a forged token must be refused")
+    except s.grpc.RpcError as err:
+        assert "SASL_AUTHENTICATION_FAILED" in err.details()
+    assert s.describe(cluster, s.leader_of(cluster, "granted"), "granted").log_start_offset == 5
+    # the super user may delete anything
+    [ok] = s.delete_records(cluster, [("denied", 0, 8)], metadata=admin_md)
+    assert (ok.error_code, ok.low_watermark) == (0, 8)
+
+
+def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_failure(cluster, tmp_path):
+    s.create_topic(cluster, "cli", partitions=2, rf=3)
+    for p in (0, 1):
+        assert s.produce(cluster, "cli", [b"x"] * 10, partition=p).error_code == 0
+    spec = tmp_path / "d.json"
+    spec.write_text('{"partitions":[{"topic":"cli","partition":0,"offset":4},'
+                    '{"topic":"cli","partition":1,"offset":-1}],"version":1}')
+    proc = s.lowtide_cli("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert "partition: cli-0\tlow_watermark: 4" in proc.stdout
+    assert "partition: cli-1\tlow_watermark: 10" in proc.stdout
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"partitions":[{"topic":"cli","partition":0,"offset":99}],"version":1}')
+    out = s.cli_json("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file", str(bad),
+                     ok=False)
+    assert out["partitions"][0]["error"] == "OFFSET_OUT_OF_RANGE"
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"partitions": [')
+    proc = s.lowtide_cli("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file",
+                         str(broken), "--output", "json")
+    assert proc.returncode != 0
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "INVALID_REQUEST" and str(broken) in err["message"]
+    assert s.describe(cluster, s.leader_of(cluster, "cli"), "cli").log_start_offset == 4
