@@ -29,6 +29,8 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * MiB),
 ]
 _T0 = time.monotonic()
+# UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS
+RETRIABLE = frozenset({3, 5, 6, 19})
 
 
 def say(message: str) -> None:
@@ -122,7 +124,9 @@ def build_batch(batch_bytes: int, record_size: int = KiB) -> tuple[bytes, int]:
     Built once and re-sent: the leader assigns offsets (base offset and leader epoch are outside
     the CRC), so the same bytes are a valid new batch every time.
     """
-    count = max(1, batch_bytes // (record_size + 8))
+    # ~11 bytes of per-record framing (varints, attributes) at 1 KiB; stay under batch_bytes so a
+    # "1 MiB" batch fits Kafka's default max.message.bytes (1 MiB + 12).
+    count = max(1, (batch_bytes - 61) // (record_size + 16))
     value = (b"lowtide-bench-" * (record_size // 14 + 1))[:record_size]
     return encode_batch([value] * count), count
 
@@ -261,15 +265,28 @@ class Bench:
             return bool(leo) and all(len(v) == 1 for v in leo.values())
         wait_until(caught_up, timeout_s, f"replicas of {topic} to catch up", interval_s=0.1)
 
-    def produce_once(self, address: str, topic: str, items: dict[int, bytes], acks: int = -1) -> None:
-        """One Produce to ``address`` with one record set per partition; raises on any error."""
-        req = replica_pb2.ProduceRequest(acks=acks, timeout_ms=30000, partitions=[
-            replica_pb2.ProducePartition(topic=topic, partition=p, records=r) for p, r in items.items()])
-        resp = self.replica_stub(address).Produce(req, timeout=60)
-        for r in resp.partitions:
-            if r.error_code:
-                raise RuntimeError(f"Produce {topic}-{r.partition}: {common_pb2.ErrorCode.Name(r.error_code)} "
-                                   f"{r.error_message}")
+    def produce_once(self, address: str, topic: str, items: dict[int, bytes], acks: int = -1,
+                     retry_s: float = 30.0) -> None:
+        """One Produce to ``address`` with one record set per partition; raises on any error.
+
+        Partitions the replica does not host yet (a topic just created: the replicas learn of it
+        asynchronously) or does not lead yet are retried for ``retry_s``."""
+        deadline = time.monotonic() + retry_s
+        pending = dict(items)
+        while pending:
+            req = replica_pb2.ProduceRequest(acks=acks, timeout_ms=30000, partitions=[
+                replica_pb2.ProducePartition(topic=topic, partition=p, records=r) for p, r in pending.items()])
+            resp = self.replica_stub(address).Produce(req, timeout=60)
+            retry: dict[int, bytes] = {}
+            for r in resp.partitions:
+                if r.error_code in RETRIABLE and time.monotonic() < deadline:
+                    retry[r.partition] = pending[r.partition]
+                elif r.error_code:
+                    raise RuntimeError(f"Produce {topic}-{r.partition}: {common_pb2.ErrorCode.Name(r.error_code)} "
+                                       f"{r.error_message}")
+            pending = retry
+            if pending:
+                time.sleep(0.05)
 
     def produce_all(self, topic: str, items: dict[int, bytes], acks: int = -1) -> None:
         """Produce ``{partition: records}`` grouped into one request per leader."""

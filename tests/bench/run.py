@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     soak_s = args.soak_seconds if args.soak_seconds is not None else (20.0 if quick else 600.0)
     processes = 2 if quick else 3
-    threads = 2
+    threads = 4
     data_dir = (args.data_dir or BENCH_DIR / "out" / f"run-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--detach", action="store_true", help="return once healthy; processes keep running")
     up.add_argument("--auth-enabled", action="store_true", help="frontdoor requires bearer tokens")
     up.add_argument("--tokens-file", type=Path, default=None, help="frontdoor tokens file (token principal)")
-    up.add_argument("--super-users", default="", help="frontdoor super users, e.g. User:admin;User:ops")
+    up.add_argument("--super-users", default="", help="frontdoor super users, e.g. User:admin,User:ops")
     up.add_argument("--session-timeout-ms", type=int, default=None, help="replica liveness session timeout")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="replica broker setting or topic-config default (segment.bytes=65536, ...)")

@@ -166,6 +166,11 @@ class Producer:
         builders: dict[int, BatchBuilder] = {}
         sticky = partition if partition is not None else self._rng.randrange(partitions)
         limit = self.batch_bytes - BATCH_HEADER_SIZE
+        if partition is None and keys is None and partitions > 1:
+            # A bulk call of unkeyed records is spread evenly: each batch is at most an equal share
+            # of the total, so every partition gets some (as Kafka's 16 KiB sticky batches would).
+            total = sum(len(v) + 8 for v in values if v is not None) + len(values)
+            limit = min(limit, max(4096, -(-total // partitions) + 64))
 
         def seal(p: int) -> None:
             builder = builders.pop(p)

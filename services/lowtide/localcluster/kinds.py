@@ -103,7 +103,8 @@ def _is_replica_registered(index: int, redis_url: str) -> bool:
 
 
 def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
-    flags: list[str] = []
+    # Several frontdoors log under distinct names when the frontdoor takes --name.
+    flags = ["--name", f"frontdoor-{ctx.index}"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
     if ctx.config.auth_enabled:
         flags.append("--auth-enabled")
     if ctx.config.tokens_file is not None:

@@ -12,7 +12,7 @@ from lowtide.cli import cluster_cmd
 from lowtide.cli.output import CliError
 from lowtide.localcluster import KINDS, ClusterConfig, InstanceContext, LocalCluster, parse_config_pairs
 from lowtide.localcluster.config import COORDINATOR_MODULE, default_coordinators, is_module_available
-from lowtide.localcluster.kinds import REPLICA_MODULE, supported_flags
+from lowtide.localcluster.kinds import FRONTDOOR_MODULE, REPLICA_MODULE, supported_flags
 
 
 def kind(name: str):
@@ -89,10 +89,11 @@ def test_frontdoor_argv_carries_auth_flags_only_when_asked(tmp_path: Path) -> No
     tokens = tmp_path / "tokens"
     tokens.write_text("")
     plain = InstanceContext(config=ClusterConfig(data_dir=tmp_path), index=0, data_dir=None, redis_url="redis://r/0")
-    assert kind("frontdoor").build_flags(plain) == []
+    named = ["--name", "frontdoor-0"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
+    assert kind("frontdoor").build_flags(plain) == named
     secured = ClusterConfig(data_dir=tmp_path, auth_enabled=True, tokens_file=tokens, super_users="User:admin")
     flags = kind("frontdoor").build_flags(InstanceContext(config=secured, index=0, data_dir=None, redis_url=""))
-    assert flags == ["--auth-enabled", "--tokens-file", str(tokens), "--super-users", "User:admin"]
+    assert flags == [*named, "--auth-enabled", "--tokens-file", str(tokens), "--super-users", "User:admin"]
 
 
 def test_coordinator_argv_names_its_shard(tmp_path: Path) -> None:
