@@ -237,10 +237,13 @@ class PartitionLog:
                     f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes "
                     f"{config.max_message_bytes} of {self._topic}-{self._partition}"
                 )
-        if len(buf) > config.segment_bytes:
-            raise RecordListTooLarge(
-                f"{len(buf)} bytes exceed segment.bytes {config.segment_bytes} of {self._topic}-{self._partition}"
-            )
+        for header in headers:
+            # Checked per batch, as Kafka does: a request of several batches may span segments.
+            if header.size_in_bytes > config.segment_bytes:
+                raise RecordListTooLarge(
+                    f"batch of {header.size_in_bytes} bytes exceeds segment.bytes {config.segment_bytes} "
+                    f"of {self._topic}-{self._partition}"
+                )
         data = bytearray(buf)
         with self._lock:
             self._ensure_open()
@@ -283,18 +286,33 @@ class PartitionLog:
 
     def _append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> AppendInfo:
         first, last = headers[0], headers[-1]
-        active = self._segments.active
         config = self._config
-        if active.size_bytes > 0 and (
-            active.size_bytes + len(data) > config.segment_bytes
-            or _now_ms() - active.created_ms > config.segment_ms
-            or last.last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
-        ):
-            active = self._segments.roll(first.base_offset)
-        elif active.size_bytes == 0 and active.base_offset != first.base_offset:
-            # An empty segment is re-based so its name matches its first batch.
-            active = self._segments.roll(first.base_offset)
-        active.append(data, headers)
+        view = memoryview(data)
+        start = 0  # index of the first batch not yet appended
+        pos = 0  # its byte position in data
+        while start < len(headers):
+            active = self._segments.active
+            room = config.segment_bytes - active.size_bytes
+            # Take as many whole batches as fit in the active segment (per batch, never per record).
+            end, size = start, 0
+            while end < len(headers) and size + headers[end].size_in_bytes <= max(room, 0):
+                size += headers[end].size_in_bytes
+                end += 1
+            chunk_first, chunk_last = headers[start], headers[max(end, start + 1) - 1]
+            if active.size_bytes > 0 and (
+                end == start
+                or _now_ms() - active.created_ms > config.segment_ms
+                or chunk_last.last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
+            ):
+                self._segments.roll(chunk_first.base_offset)
+                continue
+            if active.size_bytes == 0 and active.base_offset != chunk_first.base_offset:
+                # An empty segment is re-based so its name matches its first batch.
+                active = self._segments.roll(chunk_first.base_offset)
+            if end == start:  # an empty segment takes one batch even if it is larger than the room
+                end, size = start + 1, headers[start].size_in_bytes
+            active.append(bytes(view[pos:pos + size]) if (pos or size != len(data)) else data, headers[start:end])
+            start, pos = end, pos + size
         return AppendInfo(
             base_offset=first.base_offset,
             last_offset=last.last_offset,

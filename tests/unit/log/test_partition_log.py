@@ -133,10 +133,22 @@ def test_batch_above_max_message_bytes_raises_message_too_large(tmp_path):
     log.close()
 
 
-def test_record_list_above_segment_bytes_raises_record_list_too_large(log):
-    raw = b"".join(encode_batch([b"x" * 300], timestamp_ms=1) for _ in range(4))
+def test_a_batch_above_segment_bytes_raises_record_list_too_large_and_stores_nothing(log):
+    raw = encode_batch([b"x" * 300] * 4, timestamp_ms=1)
+    assert len(raw) > log.config.segment_bytes
     with pytest.raises(RecordListTooLarge):
         log.append_as_leader(raw, leader_epoch=1)
+    assert log.log_end_offset == 0
+
+
+def test_a_request_of_several_batches_larger_than_a_segment_spans_segments(log):
+    raw = b"".join(encode_batch([b"x" * 300], timestamp_ms=1) for _ in range(4))
+    assert len(raw) > log.config.segment_bytes
+    info = log.append_as_leader(raw, leader_epoch=1)
+    assert (info.base_offset, info.next_offset, info.num_batches) == (0, 4, 4)
+    assert log.num_segments > 1
+    assert all(seg[2] <= log.config.segment_bytes for seg in log.describe()["segments"])
+    assert log.read(0, max_bytes=10_000, max_offset=4)[:8] == raw[:8]
 
 
 def test_append_as_follower_keeps_offsets_and_requires_the_log_end_offset(log):
