@@ -124,12 +124,9 @@ class ProduceBench:
                       "threads_per_process": self.threads if v.mode == "raw" else 1, "mode": v.mode,
                       "warmup_s": self.warmup_s, "duration_s": self.duration_s, "errors": out["errors"],
                       "first_error": out["first_error"], "records_per_s": rps, "request_latency": lat}
-            is_target = v.rf == 3 and v.acks == -1 and v.mode == "raw"
             fig = Figure(key=f"produce_{v.key}_mbs", name=name, value=mbs, unit="MB/s", params=params)
             if ref and v.mode == "raw":
                 fig.ratio, fig.ratio_of = mbs / ref, "disk write bandwidth / 3"
-            if is_target:
-                fig.target, fig.ratio_target = ">= 50% of disk write / 3", 0.5
             figures.append(fig.judge())
             figures.append(Figure(key=f"produce_{v.key}_rps", name=f"{name} (records/s)", value=rps,
                                   unit="records/s", params={"see": fig.key}))
@@ -137,7 +134,23 @@ class ProduceBench:
                 self.consume_topic, self.consume_ref = topic, fig
             else:
                 self.bench.delete_topic(topic)
-        return figures
+        return [*self._headline(figures, ref), *figures]
+
+    @staticmethod
+    def _headline(figures: list[Figure], ref: float | None) -> list[Figure]:
+        """The §11 produce target: the best RF 3 acks=all raw variant against disk write / 3."""
+        name = "produce RF 3, acks=all, 1 KiB records (best batch size)"
+        candidates = [f for f in figures if f.unit == "MB/s" and f.value is not None
+                      and f.params.get("rf") == 3 and f.params.get("acks") == -1 and f.params.get("mode") == "raw"]
+        if not candidates:
+            return [failed("produce_rf3_acksall_mbs", name, "MB/s", ">= 50% of disk write / 3", "no variant ran")]
+        best = max(candidates, key=lambda f: f.value or 0.0)
+        fig = Figure(key="produce_rf3_acksall_mbs", name=name, value=best.value, unit="MB/s",
+                     target=">= 50% of disk write / 3", ratio=best.ratio, ratio_of=best.ratio_of, ratio_target=0.5,
+                     note=f"best of {len(candidates)}: {best.name}", params={"see": best.key, **best.params})
+        if ref is None:
+            fig.note += "; no disk reference in this run"
+        return [fig.judge()]
 
     def consume(self) -> list[Figure]:
         """Consume the kept RF 3 acks=all topic from its leaders; ratio to its produce MB/s."""

@@ -53,6 +53,24 @@ def _section(name: str, figures: list[Figure], fn: Callable[[], list[Figure]], k
     say(f"{name}: done in {time.monotonic() - began:.1f}s")
 
 
+def _relate_latencies(figures: list[Figure]) -> None:
+    """DeleteRecords latencies as multiples of the loopback gRPC round trip (the ratio column) and
+    of the checkpoint-style fsync'd file replace (in the note): brief §4 wants "a few round trips"."""
+    by_key = {f.key: f for f in figures}
+    rtt = by_key.get("grpc_rtt_p50_ms")
+    rtt99 = by_key.get("grpc_rtt_p99_ms")
+    fsync = by_key.get("fsync_replace_p50_ms")
+    for f in figures:
+        if not (f.key.startswith(("delete_idle_", "delete_busy_")) and f.value is not None):
+            continue
+        ref = rtt99 if f.key.endswith("_p99_ms") else rtt
+        if ref is not None and ref.value:
+            f.ratio, f.ratio_of = f.value / ref.value, f"loopback gRPC round trip {ref.key.split('_')[2]}"
+        if fsync is not None and fsync.value:
+            times = f.value / fsync.value
+            f.note = (f.note + "; " if f.note else "") + f"= {times:.1f}x a fsync'd checkpoint replace p50"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -75,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         _section("physical", figures, lambda: physical.disk_bandwidth(data_dir / "disk", size),
                  "disk_write_mbs", "sequential disk write", "MB/s")
         disk_write = next((f.value for f in figures if f.key == "disk_write_mbs"), None)
+        _section("fsync", figures, lambda: physical.checkpoint_write_latency(data_dir / "disk", 200 if quick else 1000),
+                 "fsync_replace_p50_ms", "checkpoint-style file replace", "ms")
 
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=max(processes, 3), mp_context=ctx)
@@ -94,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                          "delete_busy_frontdoor_p99_ms", "DeleteRecords busy", "ms")
                 _section("delete space", figures,
                          lambda: delete.space_freed(bench, (2 if quick else 8) * MiB, 3 if quick else 5),
-                         "delete_space_freed_s", "space freed", "s")
+                         "delete_space_freed_ms", "space freed", "ms")
             if "produce" in only:
                 pb = produce.ProduceBench(bench, pool, quick=quick, processes=processes, threads=threads)
                 with_client = not args.no_client and importlib.util.find_spec("lowtide.client.producer") is not None
@@ -106,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                          "replica_rss_drift_pct", "replica RSS soak", "%")
             if "wide" in only:
                 _section("delete wide", figures, lambda: delete.many_partitions(bench, 1000, 2 if quick else 4),
-                         "delete_wide_s", "DeleteRecords over 1,000 partitions", "s")
+                         "delete_wide_ms", "DeleteRecords over 1,000 partitions", "ms")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
+    _relate_latencies(figures)
     figures += report.placeholders({f.key for f in figures})
     elapsed = time.monotonic() - began
     json_path, md_path = report.write_results(args.out, machine, figures, elapsed_s=elapsed, argv=argv)

@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", help="cluster directory (default: a new temporary one)")
     p.add_argument("--records", type=int, default=60_000, help="records to produce (1 KiB each)")
     p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--segment-bytes", type=int, default=1024 * 1024, help="segment size of the topic")
     p.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     add_output_flag(p)
     p.set_defaults(func=run)
@@ -83,7 +84,7 @@ def _consume(bootstrap: str, group: str, *, fraction: float, hw: dict[int, int])
 def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="lowtide-demo-"))
     cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3,
-                                         replica_config={"segment.bytes": str(1024 * 1024)}))
+                                         replica_config={"segment.bytes": str(args.segment_bytes)}))
     progress(args, f"[1/6] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
     cluster.up(detach=True, progress=lambda m: progress(args, "      " + m))
     try:
@@ -99,13 +100,15 @@ def run(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace, cluster: LocalCluster) -> int:
     bootstrap = cluster.bootstrap
     admin = Admin(bootstrap)
-    progress(args, f"[2/6] creating topic '{TOPIC}' ({args.partitions} partitions, RF 3, 1 MiB segments)")
+    progress(args, f"[2/6] creating topic '{TOPIC}' ({args.partitions} partitions, RF 3, "
+                   f"{args.segment_bytes // 1024} KiB segments)")
     admin.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
     time.sleep(0.5)
     progress(args, f"[3/6] producing {args.records:,} records of 1 KiB (acks=all)")
     payload = os.urandom(1024)
     t0 = time.perf_counter()
-    with Producer(bootstrap, acks=-1) as producer:
+    # A batch must fit in a segment (Kafka rejects larger ones with RECORD_LIST_TOO_LARGE too).
+    with Producer(bootstrap, acks=-1, batch_bytes=min(1024 * 1024, args.segment_bytes // 4)) as producer:
         sent = 0
         while sent < args.records:
             n = min(10_000, args.records - sent)
@@ -162,5 +165,5 @@ def _render(doc: dict) -> str:
     lines += ["", "Only records both groups had consumed (below the slow group's offsets) were deleted;",
               "the segment files wholly below the new log start offset are gone from every replica.",
               "", "Metrics (Prometheus text) were served at:"] + [f"  {u}" for u in doc["metrics"]]
-    lines.append("Grafana dashboards ship in charts/lowtide/dashboards/ (helm install).")
+    lines.append("In Kubernetes, Prometheus scrapes them through the chart's annotations (charts/lowtide).")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "lowtide.cli.delete_records_cmd",
     "lowtide.cli.acls_cmd",
     "lowtide.cli.groups_cmd",
+    "lowtide.cli.retention_cmd",
     "lowtide.cli.demo_cmd",
 ]
 

@@ -1,0 +1,43 @@
+"""The main job and the KIP-68 client-side retention caller, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+from tests.integration import support as s
+
+
+def test_demo_deletes_only_what_both_groups_consumed_and_frees_disk_on_every_replica(tmp_path):
+    proc = s.lowtide_cli("demo", "--records", "8000", "--segment-bytes", "262144", "--data-dir", str(tmp_path / "demo"), "--output", "json",
+                         timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sum(r["before"]["hw"] for r in doc["partitions"]) == 8000
+    for r in doc["partitions"]:
+        assert r["committed_slow"] < r["committed_fast"] == r["before"]["hw"]
+        assert r["after"]["lso"] == r["after"]["lw"] == r["committed_slow"] == r["delete_before"]
+        assert r["after"]["hw"] == r["before"]["hw"]
+        for replica, before in r["bytes_before"].items():
+            assert r["bytes_after"][replica] < before
+    assert "[6/6] stopping" in proc.stderr
+    status = s.lowtide_cli("cluster", "status", "--data-dir", str(tmp_path / "demo"))
+    assert status.returncode != 0  # everything the demo started is stopped
+
+
+def test_retention_run_skips_partitions_a_group_has_not_committed_and_deletes_below_the_minimum(cluster):
+    s.create_topic(cluster, "inter", partitions=2, rf=3)
+    for p in (0, 1):
+        assert s.produce(cluster, "inter", [b"x"] * 50, partition=p).error_code == 0
+    admin = s.admin(cluster)
+    from lowtide_pb import admin_pb2
+    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="a", partitions=[
+        admin_pb2.OffsetCommitPartition(topic="inter", partition=0, offset=40),
+        admin_pb2.OffsetCommitPartition(topic="inter", partition=1, offset=50)]))
+    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="b", partitions=[
+        admin_pb2.OffsetCommitPartition(topic="inter", partition=0, offset=25)]))
+    out = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "inter")
+    rows = {r["partition"]: r for r in out["partitions"]}
+    assert sorted(out["groups"]) == ["a", "b"]
+    assert rows[0]["low_watermark"] == 25       # min(40, 25)
+    assert "skipped" in rows[1]                 # group b never committed partition 1: delete nothing
+    assert s.describe(cluster, s.leader_of(cluster, "inter", 1), "inter", 1).log_start_offset == 0
