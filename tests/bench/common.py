@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.log.records import encode_batch, iter_batches
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 import grpc
-from lowtide_pb import replica_pb2, replica_pb2_grpc
 
+from lowtide_pb import replica_pb2, replica_pb2_grpc
 from tests.bench.common import CHANNEL_OPTIONS, next_offset_after
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import tail_file
 

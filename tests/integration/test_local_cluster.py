@@ -21,9 +21,9 @@ import grpc
 import pytest
 import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from lowtide.localcluster import KINDS, ClusterConfig, ClusterError, LocalCluster, ServiceKind
 from lowtide.localcluster.config import is_module_available
-
 from tests.integration.conftest import require_redis_server
 
 CLI = [sys.executable, "-m", "lowtide.cli.main"]

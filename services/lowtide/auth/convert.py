@@ -7,10 +7,9 @@ strings mean "any" in filters and are invalid in bindings.
 
 from __future__ import annotations
 
-from lowtide_pb import admin_pb2
-
 from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.errors import InvalidRequest
+from lowtide_pb import admin_pb2
 
 
 def binding_to_proto(binding: AclBinding) -> admin_pb2.AclBinding:

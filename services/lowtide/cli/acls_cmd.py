@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
-from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 from lowtide.auth.acl import (
     CLUSTER_RESOURCE_NAME,
@@ -36,6 +35,7 @@ from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_to
 from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import CliError, emit
 from lowtide.errors import name_for_code
+from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "all"]
 DEFAULT_TIMEOUT_MS = 30_000

@@ -135,7 +135,8 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster) -> int:
         rows.append({
             "partition": p, "committed_fast": fast[p], "committed_slow": slow[p],
             "delete_before": plan.targets[(TOPIC, p)],
-            "before": {k: before[p][k] for k in ("lso", "hw", "lw")}, "after": {k: after[p][k] for k in ("lso", "hw", "lw")},
+            "before": {k: before[p][k] for k in ("lso", "hw", "lw")},
+            "after": {k: after[p][k] for k in ("lso", "hw", "lw")},
             "bytes_before": before[p]["bytes"], "bytes_after": after[p]["bytes"],
             "error": res.error.name if res and res.error else None,
         })

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from lowtide_pb import replica_pb2, replica_pb2_grpc
-
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.channels import ChannelPool, call
 from lowtide.client.metadata import ClusterMetadata
@@ -27,6 +25,7 @@ from lowtide.errors import (
     error_for_code,
 )
 from lowtide.log.records import decode_batch, iter_batches
+from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20
 TopicPartition = tuple[str, int]

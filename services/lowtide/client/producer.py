@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from lowtide_pb import replica_pb2, replica_pb2_grpc
-
 from lowtide.client.admin import Admin
 from lowtide.client.channels import ChannelPool, call
 from lowtide.client.metadata import ClusterMetadata
@@ -40,6 +38,7 @@ from lowtide.errors import (
     error_for_code,
 )
 from lowtide.log.records import BATCH_HEADER_SIZE, BatchBuilder, Compression
+from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20
 COMPRESSION_BY_NAME = {"none": Compression.NONE, "gzip": Compression.GZIP}

@@ -11,11 +11,11 @@ import threading
 from collections.abc import Sequence
 
 import grpc
-from lowtide_pb import common_pb2, replica_pb2_grpc
 
 from lowtide.common.interceptor import error_from_rpc
 from lowtide.common.server import GRPC_OPTIONS
 from lowtide.frontdoor.results import DeleteAnswer, OffsetAnswer
+from lowtide_pb import common_pb2, replica_pb2_grpc
 
 # Slack added to the gRPC deadline over the timeout the leader itself honours, so the leader's own
 # REQUEST_TIMED_OUT answer (with per-partition detail) arrives before our deadline cuts it off.

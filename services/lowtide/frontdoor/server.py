@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import grpc
 import redis as redis_lib
-from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
@@ -29,6 +28,7 @@ from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.replicas import ReplicaGateway
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.metadata.store import MetadataStore
+from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
 

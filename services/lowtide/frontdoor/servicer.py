@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
-from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
 from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto
@@ -19,6 +18,7 @@ from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
 from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, OffsetCommit
+from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 
 def _code(error: LowtideError | None) -> tuple[int, str]:

@@ -8,8 +8,8 @@ from tests.integration import support as s
 
 
 def test_demo_deletes_only_what_both_groups_consumed_and_frees_disk_on_every_replica(tmp_path):
-    proc = s.lowtide_cli("demo", "--records", "8000", "--segment-bytes", "262144", "--data-dir", str(tmp_path / "demo"), "--output", "json",
-                         timeout=300)
+    proc = s.lowtide_cli("demo", "--records", "8000", "--segment-bytes", "262144",
+                         "--data-dir", str(tmp_path / "demo"), "--output", "json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sum(r["before"]["hw"] for r in doc["partitions"]) == 8000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis as redis_lib
+
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 

@@ -13,6 +13,7 @@ from concurrent import futures
 
 import grpc
 import pytest
+
 from lowtide.auth.acl import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
 from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide.auth.store import AclStore

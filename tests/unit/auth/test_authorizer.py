@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import redis as redis_lib
+
 from lowtide.auth.acl import (
     AclBinding,
     AclFilter,

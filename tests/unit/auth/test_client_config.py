@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lowtide.auth.client_config import call_metadata, load_command_config, parse_properties
 from lowtide.errors import InvalidConfig
 

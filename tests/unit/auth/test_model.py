@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lowtide.auth.acl import (
     AclBinding,
     AclFilter,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import redis as redis_lib
+
 from lowtide.auth.acl import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
 from lowtide.auth.store import ACLS_KEY, VERSION_KEY, AclStore
 

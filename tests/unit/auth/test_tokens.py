@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from lowtide.auth.tokens import TOKENS_KEY, Authenticator, add_token, remove_token
 from lowtide.errors import InvalidConfig, SaslAuthenticationFailed
 

@@ -8,11 +8,11 @@ import io
 import json
 
 import pytest
+
 from lowtide.cli.data_cmd import parse_time_spec, read_line_chunks
 from lowtide.cli.main import build_parser, main
 from lowtide.cli.output import CliError
 from lowtide.cli.topics_cmd import parse_config_pairs
-
 from tests.unit.frontdoor.harness import register_broker
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from lowtide.cli.delete_records_cmd import read_offset_json_file
 from lowtide.cli.main import main
 from lowtide.cli.output import CliError
-
 from tests.unit.frontdoor.harness import register_broker
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
 from lowtide.client.partitioner import murmur2, partition_for_key
 
 

@@ -4,8 +4,8 @@ in-test replicas on real gRPC ports (see ``harness`` for why)."""
 from __future__ import annotations
 
 import pytest
-from lowtide.metadata.store import MetadataStore
 
+from lowtide.metadata.store import MetadataStore
 from tests.unit.frontdoor.harness import start_front_door, start_stub_replica
 
 

@@ -16,6 +16,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
+
 from lowtide.common.interceptor import ErrorInterceptor
 from lowtide.frontdoor.server import FrontDoorConfig, FrontDoorParts, build_front_door
 from lowtide.log.records import assign_offsets, iter_batches, validate_batches

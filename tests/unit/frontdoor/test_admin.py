@@ -6,6 +6,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.errors import (
@@ -19,7 +20,6 @@ from lowtide.errors import (
 from lowtide.frontdoor.admin import TopicAdmin, TopicRequest
 from lowtide.frontdoor.replicas import ReplicaGateway
 from lowtide.frontdoor.topic_config import validate_topic_config
-
 from tests.unit.frontdoor.harness import kill_broker, register_broker
 
 

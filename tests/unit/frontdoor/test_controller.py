@@ -6,7 +6,6 @@ import time
 
 from lowtide.frontdoor.controller import Controller, ControllerConfig, elect_leader
 from lowtide.metadata.model import PartitionState
-
 from tests.unit.frontdoor.harness import kill_broker, register_broker
 
 

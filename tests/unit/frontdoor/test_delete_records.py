@@ -7,13 +7,13 @@ import time
 from dataclasses import replace
 
 import pytest
+from prometheus_client import REGISTRY
+
 from lowtide.auth.acl import AclBinding
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import add_token
 from lowtide.client import Admin
 from lowtide.errors import InvalidRequest
-from prometheus_client import REGISTRY
-
 from tests.unit.frontdoor.harness import register_broker
 
 NOT_LEADER, TIMED_OUT, POLICY_VIOLATION = 6, 7, 44

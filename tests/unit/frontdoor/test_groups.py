@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from lowtide.auth.acl import AclBinding, Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.errors import GroupAuthorizationFailed, GroupIdNotFound, InvalidGroupId, UnknownTopicOrPartition
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore, OffsetCommit
-
 from tests.unit.frontdoor.harness import register_broker
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.auth.convert import binding_to_proto, filter_to_proto
 from lowtide.auth.tokens import add_token
 from lowtide.client import Admin, OffsetSpec
 from lowtide.errors import ClusterAuthorizationFailed, SaslAuthenticationFailed, TopicAlreadyExists
 from lowtide_pb import admin_pb2, admin_pb2_grpc
-
 from tests.unit.frontdoor.harness import register_broker
 
 ADMIN_TOKEN = [("authorization", "Bearer admin-token")]

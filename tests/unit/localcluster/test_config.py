@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from lowtide.cli import cluster_cmd
 from lowtide.cli.output import CliError
 from lowtide.localcluster import KINDS, ClusterConfig, InstanceContext, LocalCluster, parse_config_pairs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from lowtide.errors import KafkaStorageError
 from lowtide.log.checkpoint import CheckpointFile
 from lowtide.log.filenames import LOG_START_OFFSET_CHECKPOINT

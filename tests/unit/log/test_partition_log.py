@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+
 from lowtide.errors import (
     CorruptMessage,
     InvalidConfig,

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
 from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
 from lowtide.log.records import (
     BATCH_HEADER_SIZE,

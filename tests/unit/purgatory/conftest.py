@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis as redis_lib
+
 from lowtide.purgatory import Purgatory
 
 

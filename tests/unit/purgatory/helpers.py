@@ -6,9 +6,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from prometheus_client import REGISTRY
+
 from lowtide.errors import RequestTimedOut
 from lowtide.purgatory import DelayedOperation, now_ms
-from prometheus_client import REGISTRY
 
 
 class Watermark:

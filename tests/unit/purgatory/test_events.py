@@ -6,6 +6,7 @@ import json
 import queue
 
 import redis as redis_lib
+
 from lowtide.common.procs import start_redis
 from lowtide.purgatory import LOW_WATERMARK_CHANNEL, LowWatermarkSubscriber, publish_low_watermark
 

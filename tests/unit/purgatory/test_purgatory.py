@@ -9,6 +9,7 @@ import time
 
 import pytest
 import redis as redis_lib
+
 from lowtide.errors import BrokerNotAvailable, NotLeaderOrFollower, RequestTimedOut
 from lowtide.purgatory import Purgatory, build_deadlines_key, build_owner_key, now_ms
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import redis as redis_lib
+
 from lowtide.common.procs import start_redis
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.purgatory import build_deadlines_key
