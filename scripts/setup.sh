@@ -128,6 +128,8 @@ build_go_tool() {
     return 0
   fi
   mkdir -p "$tools_dir/bin"
+  # go needs a home for its module and build caches; without $HOME keep them in .tools/
+  [ -n "${HOME:-}" ] || export GOPATH=$tools_dir/go GOCACHE=$tools_dir/go-cache
   say "$name: building $module with go install (first time only; up to ${GO_TOOL_TIMEOUT}s)"
   start=$SECONDS
   if GOBIN=$tools_dir/bin GOFLAGS=-buildvcs=false CGO_ENABLED=0 \

@@ -186,6 +186,14 @@ def test_kill_start_stop_pause_resume_one_service(cluster_factory) -> None:
     cluster.wait_until_healthy(timeout_s=15)
     assert cluster.status()["healthy"]
 
+    # Redis restarts on its port with its AOF: the metadata the replicas registered is still there.
+    brokers_before = set(redis_lib.Redis.from_url(cluster.redis_url).hkeys("lowtide:brokers"))
+    cluster.kill("redis")
+    assert not cluster.is_running("redis")
+    cluster.start_service("redis")
+    assert set(redis_lib.Redis.from_url(cluster.redis_url).hkeys("lowtide:brokers")) == brokers_before == {b"0", b"1"}
+    cluster.wait_until_healthy(timeout_s=15)
+
 
 def test_failed_start_stops_everything_and_reports_the_log_tail(tmp_path: Path) -> None:
     require_redis_server()

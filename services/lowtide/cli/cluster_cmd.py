@@ -78,10 +78,13 @@ def run_up(args: argparse.Namespace) -> int:
     starting = True
 
     def on_signal(_signum: int, _frame: Any) -> None:
-        # During startup, interrupt it: `up` stops what it started on any exception. Afterwards,
-        # just wake the foreground loop, which stops the cluster in order.
+        # During startup, interrupt it once: `up` stops what it started on any exception, and a
+        # second signal must not interrupt that cleanup. Afterwards, just wake the foreground loop,
+        # which stops the cluster in order.
+        nonlocal starting
         stop.set()
         if starting:
+            starting = False
             raise KeyboardInterrupt
 
     # Installed before starting, so a SIGTERM during startup does not leave orphans behind.

@@ -60,7 +60,18 @@ class ServiceKind:
     def build_argv(self, ctx: InstanceContext, *, grpc_addr: str, metrics_addr: str) -> list[str]:
         base = self.command(ctx) if self.command else [sys.executable, "-m", "lowtide.cli.main", "serve", self.kind]
         return [*base, "--grpc-addr", grpc_addr, "--metrics-addr", metrics_addr, "--redis-url", ctx.redis_url,
-                *self.build_flags(ctx)]
+                *self.build_flags(ctx), *self._shared_flags(ctx)]
+
+    def _shared_flags(self, ctx: InstanceContext) -> list[str]:
+        # Cluster-wide settings go to every kind whose parser takes them, so a new kind that
+        # reads the object store needs no entry here (they also reach it as LOWTIDE_* variables).
+        known = supported_flags(self.module) if self.command is None else frozenset()
+        flags: list[str] = []
+        for flag, value in (("--object-store", ctx.config.object_store_url),
+                            ("--object-store-url", ctx.config.object_store_url)):
+            if flag in known:
+                flags += [flag, value]
+        return flags
 
 
 @functools.cache

@@ -29,22 +29,28 @@ class DelayedDeleteRecords(DelayedOperation):
         self.manager = manager
         self.required = required  # tp -> (offset, leader epoch when the request was applied)
         self.results: dict[TP, int | LowtideError] = {}
+        self._pending: list[TP] = list(reversed(list(required)))  # popped from the end, in request order
 
     def try_complete(self) -> bool:
+        # Partitions are checked in order and the check stops at the first one still short of its
+        # offset: one follower fetch moves many partitions at once and calls this once per
+        # partition, so scanning every pending partition each time would be O(n^2) for a
+        # 1,000-partition request. A partition whose leadership moved is resolved when reached
+        # (or times out with the rest).
         live = self.manager.live_brokers
-        for tp, (offset, epoch) in self.required.items():
-            if tp in self.results:
-                continue
+        while self._pending:
+            tp = self._pending[-1]
+            offset, epoch = self.required[tp]
             p = self.manager._parts.get(tp)
             if p is None or p.role != LEADER or p.leader_epoch != epoch:
                 self.results[tp] = NotLeaderOrFollower(f"leadership of {tp[0]}-{tp[1]} moved while deleting")
-                continue
-            lw = p.low_watermark(live)
-            if lw >= offset:
+            else:
+                lw = p.low_watermark(live)
+                if lw < offset:
+                    return False
                 self.results[tp] = lw
-        if len(self.results) == len(self.required):
-            return self.force_complete()
-        return False
+            self._pending.pop()
+        return self.force_complete()
 
     def on_expiration(self) -> None:
         for tp, (offset, _) in self.required.items():

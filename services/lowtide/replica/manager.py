@@ -9,8 +9,8 @@ Responsibilities (Kafka's ReplicaManager + a slice of its KafkaController client
 * ISR shrink/expand, broker heartbeats, retention, LSO/HW checkpoints.
 
 Thread-safety: public methods are thread-safe. ``_parts_lock`` guards the partition map; each
-Partition has its own lock; ``_changed`` (a Condition) is notified after any change a parked
-fetch or an acks=all produce might wait for.
+Partition has its own lock; ``Waiters`` wakes the parked fetches and acks=all produces of a
+partition after any change they might wait for (data, HW, LSO, leadership).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,45 @@ class FetchOutcome:
     records: bytes = b""
 
 
+class Waiters:
+    """Per-partition wake-ups for parked fetches and acks=all produces.
+
+    A waiter registers one Event under every partition it waits on; a change to a partition sets
+    the events registered under it, so an append wakes only the waiters of that partition (a
+    process-wide Condition woke every parked request on every append). Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[TP, set[threading.Event]] = {}
+
+    @contextmanager
+    def waiting(self, keys: list[TP]) -> Iterator[threading.Event]:
+        event = threading.Event()
+        with self._lock:
+            for k in keys:
+                self._by_key.setdefault(k, set()).add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                for k in keys:
+                    events = self._by_key.get(k)
+                    if events is not None:
+                        events.discard(event)
+                        if not events:
+                            del self._by_key[k]
+
+    def notify(self, keys: Iterable[TP] | None) -> None:
+        with self._lock:
+            if keys is None:
+                events = {e for evs in self._by_key.values() for e in evs}
+            else:
+                events = {e for k in keys for e in self._by_key.get(k, ())}
+        for e in events:
+            e.set()
+
+
 class ReplicaManager:
     def __init__(self, *, config: ReplicaConfig, store: MetadataStore, redis: redis_lib.Redis) -> None:
         self.config = config
@@ -87,8 +127,7 @@ class ReplicaManager:
         self.incarnation = uuid.uuid4().hex[:12]
         self._parts: dict[TP, Partition] = {}
         self._parts_lock = threading.RLock()
-        self._changed = threading.Condition()
-        self._version = 0
+        self._waiters = Waiters()
         self._stop = threading.Event()
         self._reconcile_wanted = threading.Event()
         self._force_reconcile = False
@@ -140,15 +179,9 @@ class ReplicaManager:
             log.warning("could not unregister from redis")
 
     # -- notification ---------------------------------------------------------------------------
-    def notify_changed(self) -> None:
-        with self._changed:
-            self._version += 1
-            self._changed.notify_all()
-
-    def _wait_changed(self, version: int, deadline: float) -> None:
-        with self._changed:
-            if self._version == version:
-                self._changed.wait(max(0.0, deadline - time.monotonic()))
+    def notify_changed(self, keys: Iterable[TP] | None = None) -> None:
+        """Wake waiters (parked fetches, acks=all produces) of these partitions; None = all."""
+        self._waiters.notify(keys)
 
     # -- partitions ---------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition:
@@ -231,6 +264,7 @@ class ReplicaManager:
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcks(f"acks must be 0, 1 or -1 (all), got {acks}")
         results: list = []
+        keys = [(t, p) for t, p, _ in items]
         for topic, partition, records in items:
             try:
                 p = self.get_partition(topic, partition)
@@ -239,16 +273,19 @@ class ReplicaManager:
                 results.append((topic, partition, info))
             except LowtideError as err:
                 results.append((topic, partition, err))
-        self.notify_changed()
+        self.notify_changed(keys)
         if acks == -1:
             self._await_high_watermark(results, timeout_ms)
         return results
 
     def _await_high_watermark(self, results: list, timeout_ms: int) -> None:
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000
+        with self._waiters.waiting([(t, p) for t, p, _ in results]) as wake:
+            self._await_loop(results, timeout_ms, deadline, wake)
+
+    def _await_loop(self, results: list, timeout_ms: int, deadline: float, wake: threading.Event) -> None:
         while True:
-            with self._changed:
-                version = self._version
+            wake.clear()
             pending = False
             for i, (topic, partition, info) in enumerate(results):
                 if isinstance(info, LowtideError):
@@ -268,7 +305,7 @@ class ReplicaManager:
                             results[i] = (topic, partition, RequestTimedOut(
                                 f"{topic}-{partition}: not replicated to the ISR within {timeout_ms} ms"))
                 return
-            self._wait_changed(version, deadline)
+            wake.wait(max(0.0, deadline - time.monotonic()))
 
     # -- fetch ---------------------------------------------------------------------------------
     def fetch(self, items: list[FetchItem], *, replica_id: int, max_wait_ms: int, min_bytes: int,
@@ -277,13 +314,13 @@ class ReplicaManager:
         if follower:
             self._record_follower_fetch(replica_id, items)
         deadline = time.monotonic() + max(0, max_wait_ms) / 1000
-        while True:
-            with self._changed:
-                version = self._version
-            outcomes, size, wake = self._read(items, follower=follower, max_bytes=max_bytes)
-            if size >= max(min_bytes, 1) or wake or time.monotonic() >= deadline or self._stop.is_set():
-                return outcomes
-            self._wait_changed(version, deadline)
+        with self._waiters.waiting([(it.topic, it.partition) for it in items]) as wake:
+            while True:
+                wake.clear()  # before reading: a change during the read makes the wait return at once
+                outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes)
+                if size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set():
+                    return outcomes
+                wake.wait(max(0.0, deadline - time.monotonic()))
 
     def _read(self, items: list[FetchItem], *, follower: bool, max_bytes: int):
         outcomes: list[FetchOutcome] = []
@@ -315,7 +352,8 @@ class ReplicaManager:
         return outcomes, size, wake
 
     def _record_follower_fetch(self, replica_id: int, items: list[FetchItem]) -> None:
-        changed = False
+        changed: list[TP] = []
+        lso_moved: list[Partition] = []
         for it in items:
             p = self._parts.get((it.topic, it.partition))
             if p is None or p.role != LEADER:
@@ -326,11 +364,14 @@ class ReplicaManager:
             if new_isr is not None:
                 hw_changed |= self._change_isr(p, new_isr)
             if lso_changed:
-                self.delete_purgatory.check_and_complete(p.key)
-                self._report_low_watermark(p)
-            changed |= hw_changed
+                lso_moved.append(p)
+            if hw_changed:
+                changed.append(p.key)
         if changed:
-            self.notify_changed()
+            self.notify_changed(changed)
+        for p in lso_moved:
+            self.delete_purgatory.check_and_complete(p.key)
+            self._report_low_watermark(p)
 
     def _change_isr(self, p: Partition, isr: Iterable[int]) -> bool:
         try:
@@ -363,10 +404,11 @@ class ReplicaManager:
             except LowtideError as err:
                 errors[tp] = err
         if lso_changed:
-            # Durable before it counts: after a restart the LSO never goes back below an
-            # acknowledged low watermark.
+            # Wake the parked follower fetches first so their round trip overlaps our fsync; the
+            # checkpoint is still durable before anything is acknowledged (we wait after it), so
+            # after a restart the LSO never goes back below an acknowledged low watermark.
+            self.notify_changed(list(required))
             self.write_log_start_offset_checkpoint()
-            self.notify_changed()
         op = DelayedDeleteRecords(manager=self, required=required,
                                   deadline_ms=now_ms() + max(1, timeout_ms))
         if required:

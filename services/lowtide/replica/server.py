@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
     add_flag(parser, "--rack", default="", help="rack id")
     add_flag(parser, "--session-timeout-ms", type=int, default=6000, help="liveness session timeout")
-    add_flag(parser, "--heartbeat-interval-ms", type=int, default=1000, help="heartbeat period")
+    add_flag(parser, "--heartbeat-interval-ms", type=int, default=0,
+             help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
     add_flag(parser, "--checkpoint-interval-ms", type=int, default=5000, help="HW/LSO checkpoint period")
@@ -67,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
     for key, attr in BROKER_KEYS.items():
         if key in log_defaults:
             setattr(args, attr, int(log_defaults.pop(key)))
+    if args.heartbeat_interval_ms <= 0:
+        # Several heartbeats per session, so one late heartbeat on a busy machine does not make a
+        # healthy broker look dead (Kafka: 2 s heartbeats, 9 s session).
+        args.heartbeat_interval_ms = max(100, args.session_timeout_ms // 4)
     _, grpc_port = split_addr(args.grpc_addr)
     m_host, m_port = split_addr(args.metrics_addr)
     config = ReplicaConfig(

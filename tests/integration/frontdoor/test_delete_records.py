@@ -96,8 +96,8 @@ def test_bad_requests_get_their_kafka_error_and_change_nothing(cluster):
 def test_a_stopped_follower_times_the_request_out_while_live_and_is_ignored_once_its_session_expires(
         cluster_factory):
     # Kafka's rule: the low watermark counts replicas on *live* brokers. A SIGSTOPped follower stays
-    # live until its session (2 s here) expires; then it no longer holds deletion back.
-    cluster = cluster_factory(session_timeout_ms=2000)
+    # live until its session (3 s here) expires; then it no longer holds deletion back.
+    cluster = cluster_factory(session_timeout_ms=3000)
     s.create_topic(cluster, "slow", partitions=1, rf=3)
     fill(cluster, "slow", batches=5)
     leader = s.leader_of(cluster, "slow")

@@ -3,7 +3,6 @@ replicas on real gRPC ports (the replica server is tested on its own; see ``harn
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -97,11 +96,9 @@ def test_not_leader_is_retried_until_the_leader_answers(front_door, two_leaders)
 def test_persistent_not_leader_is_reported_when_the_timeout_runs_out(front_door, two_leaders):
     r0, _ = two_leaders
     r0.delete_errors[("orders", 0)] = [NOT_LEADER] * 1000
-    started = time.monotonic()
     with Admin(front_door.address) as admin:
         result = admin.delete_records({("orders", 0): 7}, timeout_ms=300)[("orders", 0)]
     assert result.error.name == "NOT_LEADER_OR_FOLLOWER" and result.low_watermark == -1
-    assert time.monotonic() - started < 2
 
 
 def test_unreachable_leader_is_reported_after_the_timeout(front_door, store):
