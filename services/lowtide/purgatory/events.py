@@ -31,6 +31,17 @@ LowWatermarkCallback = Callable[[str, int, int], None]
 _REDIS_ERRORS = (redis_lib.exceptions.RedisError, OSError)
 
 
+def format_low_watermark_event(*, topic: str, partition: int, low_watermark: int, replica_id: str) -> str:
+    """The JSON payload of one low-watermark change event."""
+    return json.dumps({
+        "topic": topic,
+        "partition": int(partition),
+        "low_watermark": int(low_watermark),
+        "replica_id": replica_id,
+        "ts_ms": time.time_ns() // 1_000_000,
+    }, separators=(",", ":"))
+
+
 def publish_low_watermark(redis: redis_lib.Redis, *, topic: str, partition: int, low_watermark: int,
                           replica_id: str) -> int:
     """Publish a low-watermark change; returns how many subscribers received it.
@@ -38,13 +49,8 @@ def publish_low_watermark(redis: redis_lib.Redis, *, topic: str, partition: int,
     Raises the Redis client's error if Redis is unreachable: the caller decides whether a lost hint
     matters (on the replica it does not; log and go on).
     """
-    payload = json.dumps({
-        "topic": topic,
-        "partition": int(partition),
-        "low_watermark": int(low_watermark),
-        "replica_id": replica_id,
-        "ts_ms": time.time_ns() // 1_000_000,
-    }, separators=(",", ":"))
+    payload = format_low_watermark_event(topic=topic, partition=partition, low_watermark=low_watermark,
+                                         replica_id=replica_id)
     return int(redis.publish(LOW_WATERMARK_CHANNEL, payload))
 
 

@@ -140,7 +140,9 @@ class ReplicaManager:
         self.delete_purgatory = Purgatory(name="DeleteRecords", redis=redis, owner=f"replica-{self.broker_id}")
         self._threads: list[threading.Thread] = []
         self.fetchers = None  # set by start(); avoids an import cycle
-        self.on_leader_lw_change: Callable[[TP, int], None] | None = None
+        # Called with the partitions whose low watermark changed: [(tp, lw), ...].
+        self.on_leader_lw_change: Callable[[list[tuple[TP, int]]], None] | None = None
+        self._reported_lw: dict[TP, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -371,7 +373,7 @@ class ReplicaManager:
             self.notify_changed(changed)
         for p in lso_moved:
             self.delete_purgatory.check_and_complete(p.key)
-            self._report_low_watermark(p)
+        self._report_low_watermarks(lso_moved)
 
     def _change_isr(self, p: Partition, isr: Iterable[int]) -> bool:
         try:
@@ -384,9 +386,18 @@ class ReplicaManager:
         log.info("ISR changed", extra={"fields": {"topic": p.topic, "partition": p.partition, "isr": list(st.isr)}})
         return p.set_isr(st)
 
-    def _report_low_watermark(self, p: Partition) -> None:
-        if self.on_leader_lw_change:
-            self.on_leader_lw_change(p.key, p.low_watermark(self.live_brokers))
+    def _report_low_watermarks(self, parts: list[Partition]) -> None:
+        """Publish the low watermarks that changed (one event per change, not per fetch)."""
+        if not self.on_leader_lw_change or not parts:
+            return
+        changed = []
+        for p in parts:
+            lw = p.low_watermark(self.live_brokers)
+            if self._reported_lw.get(p.key) != lw:
+                self._reported_lw[p.key] = lw
+                changed.append((p.key, lw))
+        if changed:
+            self.on_leader_lw_change(changed)
 
     # -- delete records -----------------------------------------------------------------------
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list:
@@ -445,10 +456,10 @@ class ReplicaManager:
             if live != self.live_brokers:
                 log.info("live brokers changed", extra={"fields": {"live": sorted(live)}})
                 self.live_brokers = live
-                for p in self.partitions():
-                    if p.role == LEADER:
-                        self.delete_purgatory.check_and_complete(p.key)
-                        self._report_low_watermark(p)
+                leaders = [p for p in self.partitions() if p.role == LEADER]
+                for p in leaders:
+                    self.delete_purgatory.check_and_complete(p.key)
+                self._report_low_watermarks(leaders)
 
     def _run_reconcile(self) -> None:
         seen = -1

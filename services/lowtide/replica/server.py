@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
 from lowtide.metadata.store import MetadataStore
-from lowtide.purgatory.events import publish_low_watermark
+from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         log_defaults=log_defaults)
     redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
     manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
-    manager.on_leader_lw_change = lambda tp, lw: _publish(redis, tp, lw, args.id)
+    manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
 
     def register(server) -> None:
@@ -98,8 +98,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _publish(redis: redis_lib.Redis, tp: tuple[str, int], lw: int, replica_id: int) -> None:
+def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:
+    """Low-watermark change events, one pipeline per batch of changes."""
     try:
-        publish_low_watermark(redis, topic=tp[0], partition=tp[1], low_watermark=lw, replica_id=replica_id)
+        pipe = redis.pipeline(transaction=False)
+        for (topic, partition), lw in changes:
+            pipe.publish(LOW_WATERMARK_CHANNEL, format_low_watermark_event(
+                topic=topic, partition=partition, low_watermark=lw, replica_id=str(replica_id)))
+        pipe.execute()
     except redis_lib.RedisError as exc:
-        log.debug("could not publish low watermark: %s", exc)
+        log.debug("could not publish low watermarks: %s", exc)

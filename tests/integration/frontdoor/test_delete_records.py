@@ -132,3 +132,31 @@ def test_a_killed_follower_catches_up_with_the_log_start_offset_after_restart(cl
                  what="restarted follower adopts the leader LSO")
     [res] = s.delete_records(cluster, [("restart", 0, total - 5)])
     assert (res.error_code, res.low_watermark) == (0, total - 5)
+
+
+def test_low_watermark_changes_are_published_on_redis_when_deletion_reaches_the_replicas(cluster):
+    import queue
+
+    import redis as redis_lib
+
+    from lowtide.purgatory.events import LowWatermarkSubscriber
+
+    s.create_topic(cluster, "events", partitions=1, rf=3)
+    fill(cluster, "events", batches=3)
+    seen: queue.Queue = queue.Queue()
+    sub = LowWatermarkSubscriber(redis=redis_lib.Redis.from_url(cluster.redis_url),
+                                 callback=lambda t, p, lw: seen.put((t, p, lw)))
+    sub.start(timeout_s=5)
+    try:
+        [res] = s.delete_records(cluster, [("events", 0, 30)])
+        assert res.low_watermark == 30
+        deadline = time.monotonic() + 5
+        events = []
+        while time.monotonic() < deadline and (not events or events[-1] != ("events", 0, 30)):
+            try:
+                events.append(seen.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        assert events and events[-1] == ("events", 0, 30), events
+    finally:
+        sub.close()
