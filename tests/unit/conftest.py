@@ -1,5 +1,6 @@
-"""Fixtures of the front-door tests: a real Redis (``redis_url``), an in-process front door, and
-in-test replicas on real gRPC ports (see ``harness`` for why)."""
+"""Fixtures shared by the unit tests of the front door, the client and the CLI: a real Redis
+(``redis_url``), an in-process front door, and in-test replicas on real gRPC ports (see
+``tests/unit/frontdoor/harness`` for why)."""
 
 from __future__ import annotations
 
