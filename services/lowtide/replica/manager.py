@@ -29,6 +29,7 @@ from pathlib import Path
 import redis as redis_lib
 
 from lowtide.errors import (
+    InvalidRequest,
     InvalidRequiredAcks,
     LowtideError,
     NotLeaderOrFollower,
@@ -546,7 +547,6 @@ class ReplicaManager:
         elif timestamp >= 0:
             found = plog.offset_for_timestamp(timestamp)
         else:
-            from lowtide.errors import InvalidRequest
             raise InvalidRequest(f"invalid ListOffsets timestamp {timestamp}")
         if found is None or found[0] >= plog.high_watermark:
             return -1, -1, p.leader_epoch
