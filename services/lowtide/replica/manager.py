@@ -134,6 +134,7 @@ class ReplicaManager:
         self._force_reconcile = False
         self._checkpoint_lock = threading.Lock()
         self.live_brokers: frozenset[int] = frozenset()
+        self._live_lock = threading.Lock()
         self._lso_ckpt = CheckpointFile(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
         self._hw_ckpt = CheckpointFile(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         self._saved_lso = self._lso_ckpt.read()
@@ -406,6 +407,7 @@ class ReplicaManager:
         required: dict[TP, tuple[int, int]] = {}
         errors: dict[TP, LowtideError] = {}
         lso_changed = False
+        self.refresh_live_brokers()
         for topic, partition, offset in items:
             tp = (topic, partition)
             try:
@@ -450,17 +452,30 @@ class ReplicaManager:
                 else:
                     self.store.heartbeat(self.broker_id, incarnation=self.incarnation,
                                          session_timeout_ms=self.config.session_timeout_ms)
-                live = frozenset(self.store.live_broker_ids())
             except redis_lib.RedisError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
-            if live != self.live_brokers:
-                log.info("live brokers changed", extra={"fields": {"live": sorted(live)}})
-                self.live_brokers = live
-                leaders = [p for p in self.partitions() if p.role == LEADER]
-                for p in leaders:
-                    self.delete_purgatory.check_and_complete(p.key)
-                self._report_low_watermarks(leaders)
+            self.refresh_live_brokers()
+
+    def refresh_live_brokers(self) -> None:
+        """Re-read which brokers hold a live session; on a change, re-check parked DeleteRecords
+        and republish low watermarks (a broker leaving may complete them, one joining holds
+        them back). Called by the heartbeat, on broker events, and before each DeleteRecords so
+        the live-replica rule never works from a view older than one Redis round trip."""
+        try:
+            live = frozenset(self.store.live_broker_ids())
+        except redis_lib.RedisError as exc:
+            log.warning("reading live brokers failed: %s", exc)
+            return
+        with self._live_lock:
+            if live == self.live_brokers:
+                return
+            self.live_brokers = live
+        log.info("live brokers changed", extra={"fields": {"live": sorted(live)}})
+        leaders = [p for p in self.partitions() if p.role == LEADER]
+        for p in leaders:
+            self.delete_purgatory.check_and_complete(p.key)
+        self._report_low_watermarks(leaders)
 
     def _run_reconcile(self) -> None:
         seen = -1
@@ -484,7 +499,10 @@ class ReplicaManager:
                 pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(METADATA_CHANNEL)
                 while not self._stop.is_set():
-                    if pubsub.get_message(timeout=1.0):
+                    msg = pubsub.get_message(timeout=1.0)
+                    if msg:
+                        if msg.get("data") in (b"broker", "broker"):
+                            self.refresh_live_brokers()
                         self._reconcile_wanted.set()
             except redis_lib.RedisError:
                 self._stop.wait(1.0)
