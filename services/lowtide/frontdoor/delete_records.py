@@ -121,6 +121,10 @@ class RecordsDeleter:
                              deadline: float) -> dict[TopicPartitionKey, DeleteAnswer]:
         answers: dict[TopicPartitionKey, DeleteAnswer] = {}
         pending = dict(offsets)
+        # The last retriable error per partition survives the attempts: when time runs out before
+        # another call could be made, the caller learns why (NOT_LEADER_OR_FOLLOWER...), not a
+        # bare timeout.
+        last_errors: dict[TopicPartitionKey, LowtideError] = {}
         attempt = 0
         while pending:
             routes = route_partitions(self._store, pending)
@@ -128,18 +132,20 @@ class RecordsDeleter:
                 answers[key] = DeleteAnswer.failed(*key, error)
                 pending.pop(key)
             retry: dict[TopicPartitionKey, LowtideError] = dict(routes.unroutable)
+            last_errors.update(routes.unroutable)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if routes.by_address and remaining_ms > 0:
                 for key, answer in self._call_leaders(routes.by_address, pending, remaining_ms).items():
                     if answer.error_code in RETRIABLE_CODES:
-                        retry[key] = _error_of(answer)
+                        retry[key] = last_errors[key] = _error_of(answer)
                     else:
                         answers[key] = answer
                         pending.pop(key)
             backoff = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
             if not retry or time.monotonic() + backoff >= deadline:
                 for key in list(pending):
-                    error = retry.get(key) or RequestTimedOut(f"{key[0]}-{key[1]}: no leader answered in time")
+                    error = retry.get(key) or last_errors.get(key) or RequestTimedOut(
+                        f"{key[0]}-{key[1]}: no leader answered in time")
                     answers[key] = DeleteAnswer.failed(*key, error)
                 return answers
             for key in list(pending):
