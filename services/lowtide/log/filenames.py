@@ -6,6 +6,7 @@ Layout::
       log-start-offset-checkpoint          KIP-107 LSO per partition (checkpoint.py format)
       replication-offset-checkpoint        HW per partition
       <topic>-<partition>/                 one directory per partition replica, e.g. orders-3
+        log-start-offset                   the durable LSO, two 512-byte slots (start_offset_file.py)
         00000000000000000000.log           segment data: concatenated RecordBatch v2 batches
         00000000000000000000.index         sparse offset index of that segment (index.py)
         00000000000000000000.timeindex     sparse time index of that segment (index.py)
@@ -27,6 +28,7 @@ TMP_SUFFIX = ".tmp"
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset"
 
 _OFFSET_DIGITS = 20
 

@@ -27,6 +27,7 @@ from lowtide.errors import (
 from lowtide.log.records import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
+from lowtide.log.start_offset_file import LogStartOffsetFile
 
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 _DAY_MS = 24 * 60 * 60 * 1000
@@ -137,6 +138,7 @@ class PartitionLog:
         self._high_watermark = self._log_start_offset
         self._closed = False
         self._pending_deletes: list[tuple[threading.Timer, list[Path]]] = []
+        self._lso_file = LogStartOffsetFile(dir)
 
     @classmethod
     def open(
@@ -151,8 +153,9 @@ class PartitionLog:
     ) -> PartitionLog:
         """Open (creating) the partition directory and recover it.
 
-        LSO = max(``log_start_offset`` (checkpointed), first segment's base offset); if that is past
-        the recovered LEO the log restarts empty at it. ``high_watermark`` (checkpointed) is clamped
+        LSO = max(the partition's log start offset file, or ``log_start_offset`` (checkpointed)
+        when that file does not exist yet, first segment's base offset); if that is past the
+        recovered LEO the log restarts empty at it. ``high_watermark`` (checkpointed) is clamped
         to [LSO, LEO]; without it HW starts at LSO.
         """
         dir = Path(dir)
@@ -163,11 +166,18 @@ class PartitionLog:
             max_message_bytes=config.max_message_bytes,
         )
         log = cls(dir=dir, topic=topic, partition=partition, config=config, segments=segments)
-        lso = max(log_start_offset, segments.first.base_offset)
+        durable = log._lso_file.read()
+        # The file is written before every LSO change takes effect, so it is never older than the
+        # periodic checkpoint; the checkpoint only counts for a directory that predates the file.
+        lso = max(log_start_offset if durable is None else durable, segments.first.base_offset)
         if lso > segments.next_offset:
             segments.truncate_fully_and_start_at(lso)
         log._log_start_offset = lso
-        # Finish a deletion the checkpointed LSO implies but a crash interrupted.
+        if durable is None:
+            log._lso_file.create(lso)
+        elif durable != lso:
+            log._lso_file.write(lso)
+        # Finish a deletion the durable LSO implies but a crash interrupted.
         for segment in segments.remove_below(lso):
             segment.delete()
         hw = lso if high_watermark is None else high_watermark
@@ -414,6 +424,7 @@ class PartitionLog:
                 )
             if offset <= self._log_start_offset:
                 return False
+            self._lso_file.write(offset)  # durable before anyone can see it
             self._log_start_offset = offset
             self._delete_segments(self._segments.remove_below(offset))
             return True
@@ -433,6 +444,8 @@ class PartitionLog:
                 return True
             self._segments.truncate_to(offset)
             leo = self._segments.next_offset
+            if leo < self._log_start_offset:
+                self._lso_file.write(leo)
             self._log_start_offset = min(self._log_start_offset, leo)
             self._high_watermark = min(self._high_watermark, leo)
             return True
@@ -444,6 +457,8 @@ class PartitionLog:
             self._truncate_fully(offset)
 
     def _truncate_fully(self, offset: int) -> None:
+        if offset != self._log_start_offset:
+            self._lso_file.write(offset)
         self._segments.truncate_fully_and_start_at(offset)
         self._log_start_offset = self._high_watermark = offset
 
@@ -485,6 +500,7 @@ class PartitionLog:
             new_lso = min(max(new_lso, segments[count - 1].next_offset), hw)
             freed = sum(s.size_bytes for s in segments[:count])
             if new_lso > self._log_start_offset:
+                self._lso_file.write(new_lso)
                 self._log_start_offset = new_lso
             self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset))
             return freed

@@ -3,9 +3,9 @@ follows from that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread)
 
 Each request carries, per partition, the fetch offset (our LEO) and our log start offset
 (KIP-107); each response carries records, the leader's HW and the leader's LSO. We append, adopt
-the HW and LSO, checkpoint a changed LSO *before* reporting it (so an acknowledged low watermark
-survives a crash of this replica), and fetch again at once — the next request is what tells the
-leader our new LSO.
+the HW and LSO (a log makes a new LSO durable in its log start offset file before taking it, so
+an acknowledged low watermark survives a crash of this replica), and fetch again at once — the
+next request is what tells the leader our new LSO.
 """
 
 from __future__ import annotations
@@ -128,8 +128,6 @@ class FetcherThread:
                 log.warning("cannot apply fetched data", extra={"fields": {
                     "topic": r.topic, "partition": r.partition, "error": err.name, "detail": err.message}})
                 refresh = True
-        if lso_changed:
-            self.manager.write_log_start_offset_checkpoint()
         if refresh:
             self._stale = True
             self.manager.request_reconcile()

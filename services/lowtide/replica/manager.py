@@ -407,7 +407,6 @@ class ReplicaManager:
         required: dict[TP, tuple[int, int]] = {}
         errors: dict[TP, LowtideError] = {}
         lso_changed = False
-        self.refresh_live_brokers()
         for topic, partition, offset in items:
             tp = (topic, partition)
             try:
@@ -418,11 +417,9 @@ class ReplicaManager:
             except LowtideError as err:
                 errors[tp] = err
         if lso_changed:
-            # Wake the parked follower fetches first so their round trip overlaps our fsync; the
-            # checkpoint is still durable before anything is acknowledged (we wait after it), so
-            # after a restart the LSO never goes back below an acknowledged low watermark.
+            # The new LSO is already durable (each log wrote its log start offset file before
+            # taking it), so the parked follower fetches can go at once.
             self.notify_changed(list(required))
-            self.write_log_start_offset_checkpoint()
         op = DelayedDeleteRecords(manager=self, required=required,
                                   deadline_ms=now_ms() + max(1, timeout_ms))
         if required:
@@ -460,8 +457,8 @@ class ReplicaManager:
     def refresh_live_brokers(self) -> None:
         """Re-read which brokers hold a live session; on a change, re-check parked DeleteRecords
         and republish low watermarks (a broker leaving may complete them, one joining holds
-        them back). Called by the heartbeat, on broker events, and before each DeleteRecords so
-        the live-replica rule never works from a view older than one Redis round trip."""
+        them back). Called by the heartbeat (sessions expire silently) and on broker
+        registration events, so a broker that joins is counted within a pub/sub hop."""
         try:
             live = frozenset(self.store.live_broker_ids())
         except redis_lib.RedisError as exc:
@@ -498,6 +495,9 @@ class ReplicaManager:
             try:
                 pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(METADATA_CHANNEL)
+                # Brokers that registered between start() reading the live set and this
+                # subscription published their event before we listened: read the set again.
+                self.refresh_live_brokers()
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=1.0)
                     if msg:
@@ -535,14 +535,9 @@ class ReplicaManager:
                 except LowtideError as exc:
                     log.warning("retention failed: %s", exc)
             if changed:
-                self.write_log_start_offset_checkpoint()
                 self.notify_changed()
 
     # -- checkpoints -------------------------------------------------------------------------
-    def write_log_start_offset_checkpoint(self) -> None:
-        with self._checkpoint_lock:
-            self._lso_ckpt.write({p.key: p.log.log_start_offset for p in self.partitions()})
-
     def write_checkpoints(self) -> None:
         with self._checkpoint_lock:
             parts = self.partitions()

@@ -234,9 +234,37 @@ def test_reopen_uses_the_larger_of_checkpointed_lso_and_first_segment_base(tmp_p
     assert reopened.log_start_offset == 9
     assert reopened.log_end_offset == 20
     reopened.close()
+    # A directory from before the log start offset file: only the checkpoint and the segments count.
+    (tmp_path / "t-0" / "log-start-offset").unlink()
     again = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=0)
     assert again.log_start_offset == first_base
     again.close()
+
+
+def test_the_log_start_offset_file_outranks_a_stale_checkpoint_on_reopen(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    for _ in range(10):
+        produce(log)
+    log.set_high_watermark(20)
+    log.increment_log_start_offset(9)
+    log.close()
+    # The periodic checkpoint may lag (or the replica crashed before writing it): 0 is stale.
+    reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=0)
+    assert reopened.log_start_offset == 9
+    reopened.close()
+
+
+def test_a_full_truncation_below_the_log_start_offset_is_remembered_across_reopen(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    for _ in range(10):
+        produce(log)
+    log.set_high_watermark(20)
+    log.increment_log_start_offset(12)
+    log.truncate_fully_and_start_at(4)
+    log.close()
+    reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=12)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (4, 4)
+    reopened.close()
 
 
 @pytest.mark.parametrize("damage", ["garbage", "partial", "flipped"])
