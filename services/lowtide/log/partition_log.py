@@ -24,6 +24,7 @@ from lowtide.errors import (
     OffsetOutOfRange,
     RecordListTooLarge,
 )
+from lowtide.log.file_deleter import DELETER, PendingDelete
 from lowtide.log.records import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
@@ -31,6 +32,7 @@ from lowtide.log.start_offset_file import LogStartOffsetFile
 
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 _DAY_MS = 24 * 60 * 60 * 1000
+RECYCLE_ACTIVE_MAX_BYTES = 8 * 1024 * 1024
 
 
 def _now_ms() -> int:
@@ -137,7 +139,7 @@ class PartitionLog:
         self._log_start_offset = segments.first.base_offset
         self._high_watermark = self._log_start_offset
         self._closed = False
-        self._pending_deletes: list[tuple[threading.Timer, list[Path]]] = []
+        self._pending_deletes: list[PendingDelete] = []
         self._lso_file = LogStartOffsetFile(dir)
 
     @classmethod
@@ -426,7 +428,7 @@ class PartitionLog:
                 return False
             self._lso_file.write(offset)  # durable before anyone can see it
             self._log_start_offset = offset
-            self._delete_segments(self._segments.remove_below(offset))
+            self._delete_segments(self._segments.remove_below(offset, recycle_active_up_to=self._recycle_limit()))
             return True
 
     def truncate_to(self, offset: int) -> bool:
@@ -502,25 +504,27 @@ class PartitionLog:
             if new_lso > self._log_start_offset:
                 self._lso_file.write(new_lso)
                 self._log_start_offset = new_lso
-            self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset))
+            self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset,
+                                                              recycle_active_up_to=self._recycle_limit()))
             return freed
 
+    def _recycle_limit(self) -> int:
+        # A fully deleted active segment is emptied in place (no file creation) when that is
+        # cheap: truncation frees its blocks on this thread, so only for small segments, and
+        # never when file.delete.delay.ms asks for the data to linger.
+        return RECYCLE_ACTIVE_MAX_BYTES if self._config.file_delete_delay_ms <= 0 else -1
+
     def _delete_segments(self, segments: list[LogSegment]) -> None:
+        # Renamed to *.deleted now (cheap, and the names are free for new segments at once);
+        # unlinked by the file deleter after file.delete.delay.ms, off this thread (see
+        # file_deleter.py for why).
         if not segments:
-            return
-        delay_ms = self._config.file_delete_delay_ms
-        if delay_ms <= 0:
-            for segment in segments:
-                segment.delete()
             return
         paths: list[Path] = []
         for segment in segments:
             paths.extend(segment.rename_to_deleted())
-        timer = threading.Timer(delay_ms / 1000.0, _unlink_paths, args=(paths,))
-        timer.daemon = True
-        self._pending_deletes = [(t, p) for t, p in self._pending_deletes if t.is_alive()]
-        self._pending_deletes.append((timer, paths))
-        timer.start()
+        self._pending_deletes = [p for p in self._pending_deletes if not p.done]
+        self._pending_deletes.append(DELETER.schedule(paths, delay_s=self._config.file_delete_delay_ms / 1000.0))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -565,9 +569,8 @@ class PartitionLog:
             }
 
     def _finish_pending_deletes(self) -> None:
-        for timer, paths in self._pending_deletes:
-            timer.cancel()
-            _unlink_paths(paths)
+        for pending in self._pending_deletes:
+            pending.finish()
         self._pending_deletes = []
 
     def _ensure_open(self) -> None:
@@ -576,8 +579,3 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({self._topic}-{self._partition}, dir={self._dir})"
-
-
-def _unlink_paths(paths: list[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)

@@ -248,6 +248,32 @@ class LogSegment:
         for name in filenames.segment_file_names(self._base_offset):
             (self.dir / name).unlink(missing_ok=True)
 
+    def recycle(self, base_offset: int) -> None:
+        """Become an empty segment at ``base_offset`` (> every offset in it) on the same files:
+        truncate them, then rename them to the new base offset's names.
+
+        Used when the log start offset passes the whole active segment: creating three new files
+        costs 0.3-0.7 ms each on the benchmark machine, a truncate and a rename tens of
+        microseconds. Crash-safe in any order: a half-renamed set is an empty segment, a stray
+        index (removed on open) or an empty .log below the durable log start offset.
+        """
+        if base_offset < self._next_offset:
+            raise KafkaStorageError(
+                f"cannot recycle segment {self.dir / filenames.log_file_name(self._base_offset)} at "
+                f"{base_offset}, below its next offset {self._next_offset}")
+        os.ftruncate(self._fd, 0)
+        self.offset_index.reset()
+        self.time_index.reset()
+        log_name, index_name, time_name = filenames.segment_file_names(base_offset)
+        os.rename(self.dir / filenames.log_file_name(self._base_offset), self.dir / log_name)
+        self.offset_index.rename(self.dir / index_name)
+        self.time_index.rename(self.dir / time_name)
+        self.offset_index.base_offset = self.time_index.base_offset = base_offset
+        self._base_offset = self._next_offset = self._offset_of_max_timestamp = base_offset
+        self._size = self._bytes_since_last_index_entry = 0
+        self._max_timestamp = NO_TIMESTAMP
+        self.created_ms = _now_ms()
+
     def rename_to_deleted(self) -> list[Path]:
         """Close and rename the files to ``*.deleted`` (for delayed deletion); return the new paths."""
         self.close()

@@ -153,11 +153,13 @@ class SegmentSet:
         fsync_directory(self.dir)
         return segment
 
-    def remove_below(self, offset: int) -> list[LogSegment]:
+    def remove_below(self, offset: int, *, recycle_active_up_to: int = -1) -> list[LogSegment]:
         """Take out the segments whose offsets are all < ``offset`` (next_offset <= offset).
 
-        If that includes the non-empty active segment, a new empty one is rolled first at
-        max(offset, active.next_offset) so an active segment always remains. The removed segments
+        If that includes the non-empty active segment, an empty one at max(offset,
+        active.next_offset) takes its place so an active segment always remains: the active
+        segment itself, recycled (LogSegment.recycle), when it holds at most
+        ``recycle_active_up_to`` bytes, else a new one. The removed segments
         are still open; the caller deletes them.
         """
         count = 0
@@ -170,7 +172,18 @@ class SegmentSet:
         if count == 0:
             return []
         if count == len(self._segments):
-            self.roll(max(offset, self.active.next_offset))
+            # Everything goes, the active segment too. Its replacement needs neither a seal (the
+            # old data is being deleted, flushing it is wasted) nor a directory fsync: after a
+            # crash, recovery rebuilds the empty segment from the durable log start offset.
+            base_offset = max(offset, self.active.next_offset)
+            if recycle_active_up_to >= self.active.size_bytes:
+                self.active.recycle(base_offset)
+                self._base_offsets[-1] = base_offset
+                count -= 1
+            else:
+                self._segments.append(LogSegment.create(self.dir, base_offset,
+                                                        index_interval_bytes=self._index_interval_bytes))
+                self._base_offsets.append(base_offset)
         removed = self._segments[:count]
         del self._segments[:count]
         del self._base_offsets[:count]

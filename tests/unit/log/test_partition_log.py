@@ -207,6 +207,17 @@ def test_increment_log_start_offset_to_the_log_end_rolls_a_new_empty_segment(log
     assert log.log_end_offset == 4
 
 
+def test_deleted_segment_files_leave_the_directory_soon_after_the_log_start_offset_passes_them(log):
+    produce(log)
+    log.set_high_watermark(2)
+    log.increment_log_start_offset(2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(n.endswith(".deleted") for n in os.listdir(log.dir)):
+        time.sleep(0.01)
+    assert sorted(os.listdir(log.dir)) == sorted(
+        [filenames.LOG_START_OFFSET_FILE, *filenames.segment_file_names(2)])
+
+
 def test_delayed_file_deletion_renames_then_removes_segment_files(tmp_path):
     config = LogConfig(segment_bytes=1000, file_delete_delay_ms=100)
     log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=config)

@@ -202,3 +202,43 @@ def test_segment_set_remove_below_rolls_when_the_active_segment_goes(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(filenames.segment_file_names(2))
     assert segments.remove_below(2) == []
     segments.close()
+
+
+def test_segment_set_remove_below_recycles_a_small_active_segment_instead_of_creating_files(tmp_path):
+    segments = SegmentSet.open(tmp_path)
+    raw = batch(0)
+    segments.active.append(raw, validate_batches(raw))
+    active = segments.active
+    inode = os.stat(tmp_path / filenames.log_file_name(0)).st_ino
+    assert segments.remove_below(5, recycle_active_up_to=1 << 20) == []
+    assert segments.active is active
+    assert (active.base_offset, active.next_offset, active.size_bytes, active.max_timestamp) == (5, 5, 0, -1)
+    assert sorted(os.listdir(tmp_path)) == sorted(filenames.segment_file_names(5))
+    assert os.stat(tmp_path / filenames.log_file_name(5)).st_ino == inode  # same file, renamed
+    segments.close()
+
+
+def test_a_recycled_segment_takes_appends_at_its_new_base_and_reopens_intact(tmp_path):
+    segment = LogSegment.create(tmp_path, 0)
+    fill(segment, 3)
+    segment.recycle(10)
+    fill(segment, 2, start=10)
+    assert (segment.next_offset, segment.offset_index.base_offset) == (14, 10)
+    assert segment.translate_offset(12) is not None
+    segment.close()
+    reopened = LogSegment.open(tmp_path, 10)
+    assert (reopened.base_offset, reopened.next_offset, reopened.max_timestamp) == (10, 14, 1001)
+    assert [h.base_offset for h, _ in iter_batches(reopened.read(0, 1 << 20))] == [10, 12]
+    reopened.close()
+
+
+def test_a_segment_cannot_be_recycled_below_its_next_offset(tmp_path):
+    import pytest
+
+    from lowtide.errors import KafkaStorageError
+
+    segment = LogSegment.create(tmp_path, 0)
+    fill(segment, 2)
+    with pytest.raises(KafkaStorageError, match="below its next offset 4"):
+        segment.recycle(3)
+    segment.close()

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import time
+
+from lowtide.log.file_deleter import FileDeleter
+
+
+def wait_for(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_scheduled_files_are_unlinked_in_the_background(tmp_path):
+    paths = [tmp_path / f"{i}.log.deleted" for i in range(3)]
+    for p in paths:
+        p.write_bytes(b"x")
+    pending = FileDeleter().schedule(paths)
+    assert wait_for(lambda: pending.done)
+    assert not any(p.exists() for p in paths)
+
+
+def test_a_later_due_time_does_not_hold_back_an_earlier_one(tmp_path):
+    late, early = tmp_path / "late.deleted", tmp_path / "early.deleted"
+    late.write_bytes(b"x")
+    early.write_bytes(b"x")
+    deleter = FileDeleter()
+    slow = deleter.schedule([late], delay_s=3600)
+    fast = deleter.schedule([early])
+    assert wait_for(lambda: fast.done)
+    assert late.exists() and not slow.done
+
+
+def test_finish_unlinks_at_once_and_tolerates_files_already_gone(tmp_path):
+    there, gone = tmp_path / "there.deleted", tmp_path / "gone.deleted"
+    there.write_bytes(b"x")
+    pending = FileDeleter().schedule([there, gone], delay_s=3600)
+    pending.finish()
+    assert pending.done and not there.exists()
