@@ -447,8 +447,12 @@ class PartitionLog:
             self._segments.truncate_to(offset)
             leo = self._segments.next_offset
             if leo < self._log_start_offset:
-                self._lso_file.write(leo)
-            self._log_start_offset = min(self._log_start_offset, leo)
+                # ``offset`` was inside the batch holding the LSO, so the whole batch went. Its
+                # records below the LSO are deleted anyway: restart empty at the LSO rather than
+                # lower it (it may be an acknowledged low watermark). The next fetch from the
+                # leader brings that batch back (see append_as_follower).
+                self._segments.truncate_fully_and_start_at(self._log_start_offset)
+                leo = self._log_start_offset
             self._high_watermark = min(self._high_watermark, leo)
             return True
 

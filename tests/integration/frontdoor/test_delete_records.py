@@ -160,3 +160,25 @@ def test_low_watermark_changes_are_published_on_redis_when_deletion_reaches_the_
         assert events and events[-1] == ("events", 0, 30), events
     finally:
         sub.close()
+
+
+def test_an_acknowledged_low_watermark_survives_kill_9_of_every_replica_before_any_checkpoint(cluster_factory):
+    # Brief §12: after a restart the LSO never goes back below an acknowledged LW. The periodic
+    # checkpoint is pushed out of reach, so only the per-partition log-start-offset file can keep it.
+    from tests.integration.conftest import DEFAULT_REPLICA_CONFIG
+
+    cluster = cluster_factory(config={**DEFAULT_REPLICA_CONFIG, "log.checkpoint.interval.ms": "3600000"})
+    s.create_topic(cluster, "durable", partitions=1, rf=3)
+    total = fill(cluster, "durable", batches=10)
+    target = total - 7  # inside the active segment: no segment file is deleted to hint at it
+    [res] = s.delete_records(cluster, [("durable", 0, target)])
+    assert (res.error_code, res.low_watermark) == (0, target)
+    for r in (0, 1, 2):
+        cluster.kill(f"replica-{r}", signal.SIGKILL)
+    for r in (0, 1, 2):
+        cluster.start_service(f"replica-{r}")
+    for r in (0, 1, 2):
+        s.wait_until(lambda r=r: s.describe(cluster, r, "durable").log_start_offset >= 0, what=f"replica {r} back")
+        assert s.describe(cluster, r, "durable").log_start_offset == target
+    s.wait_until(lambda: s.fetch(cluster, "durable", target).error_code == 0, timeout_s=30, what="a leader")
+    assert s.fetch(cluster, "durable", target - 1).error_code == 1  # OFFSET_OUT_OF_RANGE

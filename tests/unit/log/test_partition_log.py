@@ -403,6 +403,24 @@ def test_truncate_to_drops_batches_from_the_offset_and_clamps_the_high_watermark
     assert log.truncate_to(100) is False
 
 
+def test_truncating_inside_the_batch_that_holds_the_log_start_offset_keeps_the_log_start_offset(tmp_path):
+    # A restarted follower truncates to its HW; with no HW checkpoint that is its LSO, which
+    # DeleteRecords may have put mid-batch. Dropping that batch must not lower the LSO.
+    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    log.append_as_leader(encode_batch([b"x"] * 10, timestamp_ms=5), leader_epoch=0)
+    log.set_high_watermark(10)
+    log.increment_log_start_offset(7)
+    assert log.truncate_to(7) is True
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (7, 7, 7)
+    log.close()
+    reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    assert reopened.log_start_offset == 7
+    # the leader sends the whole batch back (base offset 0): accepted, the LSO stays 7
+    reopened.append_as_follower(encode_batch([b"x"] * 10, timestamp_ms=5, base_offset=0))
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (7, 10)
+    reopened.close()
+
+
 def test_truncate_fully_and_start_at_resets_all_offsets(log):
     for _ in range(10):
         produce(log)
