@@ -1,17 +1,7 @@
 from __future__ import annotations
 
-import time
-
 from lowtide.log.file_deleter import FileDeleter
-
-
-def wait_for(condition, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+from tests.unit.purgatory.helpers import wait_until
 
 
 def test_scheduled_files_are_unlinked_in_the_background(tmp_path):
@@ -19,7 +9,7 @@ def test_scheduled_files_are_unlinked_in_the_background(tmp_path):
     for p in paths:
         p.write_bytes(b"x")
     pending = FileDeleter().schedule(paths)
-    assert wait_for(lambda: pending.done)
+    assert wait_until(lambda: pending.done)
     assert not any(p.exists() for p in paths)
 
 
@@ -30,7 +20,7 @@ def test_a_later_due_time_does_not_hold_back_an_earlier_one(tmp_path):
     deleter = FileDeleter()
     slow = deleter.schedule([late], delay_s=3600)
     fast = deleter.schedule([early])
-    assert wait_for(lambda: fast.done)
+    assert wait_until(lambda: fast.done)
     assert late.exists() and not slow.done
 
 

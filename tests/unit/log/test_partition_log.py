@@ -19,6 +19,7 @@ from lowtide.errors import (
 from lowtide.log import filenames
 from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.log.records import decode_batches, encode_batch, iter_batches
+from tests.unit.purgatory.helpers import wait_until
 
 SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)
 
@@ -211,9 +212,7 @@ def test_deleted_segment_files_leave_the_directory_soon_after_the_log_start_offs
     produce(log)
     log.set_high_watermark(2)
     log.increment_log_start_offset(2)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(n.endswith(".deleted") for n in os.listdir(log.dir)):
-        time.sleep(0.01)
+    assert wait_until(lambda: not any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)))
     assert sorted(os.listdir(log.dir)) == sorted(
         [filenames.LOG_START_OFFSET_FILE, *filenames.segment_file_names(2)])
 
@@ -233,12 +232,18 @@ def test_delayed_file_deletion_renames_then_removes_segment_files(tmp_path):
     log.close()
 
 
-def test_reopen_uses_the_larger_of_checkpointed_lso_and_first_segment_base(tmp_path):
+def twenty_records_with_lso(tmp_path, lso: int) -> PartitionLog:
+    """A log of 10 two-record batches, HW 20, LSO moved to ``lso``."""
     log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
     for _ in range(10):
         produce(log)
     log.set_high_watermark(20)
-    log.increment_log_start_offset(9)
+    log.increment_log_start_offset(lso)
+    return log
+
+
+def test_reopen_uses_the_larger_of_checkpointed_lso_and_first_segment_base(tmp_path):
+    log = twenty_records_with_lso(tmp_path, 9)
     first_base = log.describe()["segments"][0][0]
     log.close()
     reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=9)
@@ -246,18 +251,14 @@ def test_reopen_uses_the_larger_of_checkpointed_lso_and_first_segment_base(tmp_p
     assert reopened.log_end_offset == 20
     reopened.close()
     # A directory from before the log start offset file: only the checkpoint and the segments count.
-    (tmp_path / "t-0" / "log-start-offset").unlink()
+    (tmp_path / "t-0" / filenames.LOG_START_OFFSET_FILE).unlink()
     again = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=0)
     assert again.log_start_offset == first_base
     again.close()
 
 
 def test_the_log_start_offset_file_outranks_a_stale_checkpoint_on_reopen(tmp_path):
-    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
-    for _ in range(10):
-        produce(log)
-    log.set_high_watermark(20)
-    log.increment_log_start_offset(9)
+    log = twenty_records_with_lso(tmp_path, 9)
     log.close()
     # The periodic checkpoint may lag (or the replica crashed before writing it): 0 is stale.
     reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=0)
@@ -266,11 +267,7 @@ def test_the_log_start_offset_file_outranks_a_stale_checkpoint_on_reopen(tmp_pat
 
 
 def test_a_full_truncation_below_the_log_start_offset_is_remembered_across_reopen(tmp_path):
-    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
-    for _ in range(10):
-        produce(log)
-    log.set_high_watermark(20)
-    log.increment_log_start_offset(12)
+    log = twenty_records_with_lso(tmp_path, 12)
     log.truncate_fully_and_start_at(4)
     log.close()
     reopened = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=12)
