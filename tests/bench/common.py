@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from lowtide.localcluster import ClusterConfig, LocalCluster
-from lowtide.log.records import encode_batch, iter_batches
+from lowtide.record import encode_batch, iter_batches
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
 
 MiB = 1024 * 1024

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 
 from lowtide.localcluster import LocalCluster
-from lowtide.log.records import decode_batches, encode_batch
 from lowtide.metadata.store import MetadataStore
+from lowtide.record import decode_batches, encode_batch
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
 
 OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),

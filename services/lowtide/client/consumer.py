@@ -24,7 +24,7 @@ from lowtide.errors import (
     OffsetOutOfRange,
     error_for_code,
 )
-from lowtide.log.records import decode_batch, iter_batches
+from lowtide.record import decode_batch, iter_batches
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20

@@ -37,7 +37,7 @@ from lowtide.errors import (
     UnknownTopicOrPartition,
     error_for_code,
 )
-from lowtide.log.records import BATCH_HEADER_SIZE, BatchBuilder, Compression
+from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20

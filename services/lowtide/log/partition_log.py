@@ -25,10 +25,10 @@ from lowtide.errors import (
     RecordListTooLarge,
 )
 from lowtide.log.file_deleter import DELETER, PendingDelete
-from lowtide.log.records import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
 from lowtide.log.start_offset_file import LogStartOffsetFile
+from lowtide.record import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
 
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 _DAY_MS = 24 * 60 * 60 * 1000

@@ -23,7 +23,7 @@ from pathlib import Path
 from lowtide.errors import KafkaStorageError, LowtideError
 from lowtide.log import filenames
 from lowtide.log.index import OffsetIndex, TimeIndex
-from lowtide.log.records import (
+from lowtide.record import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from lowtide.log.records import encode_batch
+from lowtide.record import encode_batch
 from lowtide_pb import replica_pb2
 from tests.integration import support as s
 

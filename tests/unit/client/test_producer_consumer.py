@@ -8,7 +8,7 @@ import pytest
 from lowtide.client import Consumer, Producer
 from lowtide.client.partitioner import partition_for_key
 from lowtide.errors import OffsetOutOfRange, UnknownTopicOrPartition
-from lowtide.log.records import decode_batches
+from lowtide.record import decode_batches
 from tests.unit.frontdoor.harness import register_broker
 
 NOT_LEADER = 6

@@ -18,7 +18,7 @@ from lowtide.errors import (
 )
 from lowtide.log import filenames
 from lowtide.log.partition_log import LogConfig, PartitionLog
-from lowtide.log.records import decode_batches, encode_batch, iter_batches
+from lowtide.record import decode_batches, encode_batch, iter_batches
 from tests.unit.purgatory.helpers import wait_until
 
 SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)

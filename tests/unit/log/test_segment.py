@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 from lowtide.log import filenames
-from lowtide.log.records import decode_batch, encode_batch, iter_batches, validate_batches
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
+from lowtide.record import decode_batch, encode_batch, iter_batches, validate_batches
 
 
 def batch(base_offset: int, count: int = 2, *, ts: int = 1000, size: int = 100) -> bytes:

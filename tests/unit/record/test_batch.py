@@ -8,7 +8,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
-from lowtide.log.records import (
+from lowtide.record.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,

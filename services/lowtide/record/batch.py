@@ -51,14 +51,13 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 
 import crc32c as _crc32c_mod
 
 from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
+from lowtide.record.compression import Compression, compress, decompress, describe_unsupported
 
 MAGIC = 2
 BATCH_HEADER_SIZE = 61
@@ -90,14 +89,6 @@ DELETE_HORIZON_MASK = 0x40
 
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
-
-
-class Compression(IntEnum):
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
 
 
 def compose_attributes(
@@ -243,38 +234,6 @@ def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Compression. Only NONE and GZIP are implemented; the other codecs are recognised but refused so the
-# caller gets a clear error instead of garbage.
-
-_GZIP_WBITS = 31  # zlib: 16 + 15 = gzip container, which is what Kafka's GZIP codec writes
-_AUTO_WBITS = 47  # zlib: 32 + 15 = accept gzip or zlib container
-
-
-def _compress(codec: int, data: bytes | bytearray) -> bytes:
-    if codec == Compression.GZIP:
-        comp = zlib.compressobj(6, zlib.DEFLATED, _GZIP_WBITS)
-        return comp.compress(data) + comp.flush()
-    raise UnsupportedForMessageFormat(_codec_message(codec))
-
-
-def _decompress(codec: int, data: bytes | memoryview) -> bytes:
-    if codec == Compression.GZIP:
-        try:
-            return zlib.decompress(data, _AUTO_WBITS)
-        except zlib.error as exc:
-            raise CorruptMessage(f"gzip record data does not decompress: {exc}") from None
-    raise UnsupportedForMessageFormat(_codec_message(codec))
-
-
-def _codec_message(codec: int) -> str:
-    try:
-        name = Compression(codec).name
-    except ValueError:
-        return f"unknown compression codec {codec} (attributes bits 0-2)"
-    return f"compression {name} is not supported by lowtide; use NONE or GZIP"
-
-
-# ---------------------------------------------------------------------------------------------------
 # Header access (broker hot path).
 
 
@@ -357,7 +316,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, allow_compacted: bo
         if actual != crc:
             raise CorruptMessage(f"batch at position {pos} has CRC {crc:#010x}, computed {actual:#010x}")
         if attrs & COMPRESSION_MASK > Compression.ZSTD:
-            raise UnsupportedForMessageFormat(_codec_message(attrs & COMPRESSION_MASK))
+            raise UnsupportedForMessageFormat(describe_unsupported(attrs & COMPRESSION_MASK))
         if last_delta < 0:
             raise InvalidRecord(f"batch at position {pos} has negative last offset delta {last_delta}")
         if allow_compacted:
@@ -446,7 +405,7 @@ class BatchBuilder:
         last_offset_delta: int | None = None,
     ) -> None:
         if compression not in (Compression.NONE, Compression.GZIP):
-            raise UnsupportedForMessageFormat(_codec_message(int(compression)))
+            raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
         self._compression = int(compression)
         self._base_offset = base_offset
         self._producer_id = producer_id
@@ -538,7 +497,7 @@ class BatchBuilder:
 
     def build(self) -> bytes:
         """Return the finished batch (header + possibly compressed records)."""
-        records = _compress(self._compression, self._body) if self._compression else self._body
+        records = compress(self._compression, self._body) if self._compression else self._body
         last_delta = self._last_offset_delta if self._last_offset_delta is not None else self._last_delta
         if last_delta < self._last_delta:
             raise ValueError(f"last offset delta {last_delta} is below the last record's {self._last_delta}")
@@ -654,7 +613,7 @@ def decode_batch(
             )
     data: bytes | memoryview = view[pos + BATCH_HEADER_SIZE : end]
     if header.compression:
-        data = _decompress(header.compression, data)
+        data = decompress(header.compression, data)
     else:
         data = bytes(data)
     base_offset = header.base_offset

@@ -1,0 +1,69 @@
+"""Kafka's RecordBatch v2 (magic 2) codec and its compression: the byte format shared by the
+storage engine (``lowtide.log``), the clients (``lowtide.client``) and, later, WAL files.
+
+Imports only ``lowtide.errors`` and the C CRC-32C module, so a client that encodes or decodes
+batches loads no storage, server or metrics code (as Kafka keeps ``common.record`` with its
+clients and aiokafka keeps ``record/`` beside its client).
+"""
+
+from lowtide.record.batch import (
+    BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchBuilder,
+    BatchHeader,
+    Record,
+    assign_offsets,
+    compose_attributes,
+    crc32c,
+    decode_batch,
+    decode_batches,
+    decode_varint,
+    encode_batch,
+    encode_varint,
+    iter_batches,
+    read_header,
+    validate_batches,
+)
+from lowtide.record.compression import Compression
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "COMPRESSION_MASK",
+    "CONTROL_MASK",
+    "DELETE_HORIZON_MASK",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MIN_BATCH_LENGTH",
+    "NO_PRODUCER_ID",
+    "NO_TIMESTAMP",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
+    "BatchBuilder",
+    "BatchHeader",
+    "Compression",
+    "Record",
+    "assign_offsets",
+    "compose_attributes",
+    "crc32c",
+    "decode_batch",
+    "decode_batches",
+    "decode_varint",
+    "encode_batch",
+    "encode_varint",
+    "iter_batches",
+    "read_header",
+    "validate_batches",
+]
