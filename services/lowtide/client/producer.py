@@ -24,6 +24,7 @@ from lowtide.client.admin import Admin
 from lowtide.client.channels import ChannelPool, call
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.client.partitioner import partition_for_key
+from lowtide.clock import now_ms
 from lowtide.errors import (
     BrokerNotAvailable,
     InvalidRequest,
@@ -160,7 +161,7 @@ class Producer:
                       partitions: int, partition: int | None = None,
                       timestamp_ms: int | None = None) -> dict[int, list[_Batch]]:
         """Encode the records into ~batch_bytes batches per partition (client-side, per record)."""
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else now_ms()
         out: dict[int, list[_Batch]] = {}
         builders: dict[int, BatchBuilder] = {}
         sticky = partition if partition is not None else self._rng.randrange(partitions)

@@ -19,12 +19,12 @@ A NUL separates topic and partition because topic names cannot contain it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis as redis_lib
 
+from lowtide import clock
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
     GroupAuthorizationFailed,
@@ -92,7 +92,7 @@ class GroupStore:
     def commit(self, group_id: str, commits: Sequence[OffsetCommit], *, now_ms: int | None = None) -> None:
         if not commits:
             return
-        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        now_ms = now_ms if now_ms is not None else clock.now_ms()
         mapping = {offset_field(c.topic, c.partition): json.dumps(
             {"offset": c.offset, "metadata": c.metadata, "commit_ms": now_ms}) for c in commits}
         with self._redis.pipeline(transaction=True) as pipe:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowtide.clock import now_ms
 from lowtide.errors import (
     InvalidConfig,
     KafkaStorageError,
@@ -33,10 +33,6 @@ from lowtide.record import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batch
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 _DAY_MS = 24 * 60 * 60 * 1000
 RECYCLE_ACTIVE_MAX_BYTES = 8 * 1024 * 1024
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -313,7 +309,7 @@ class PartitionLog:
             chunk_first, chunk_last = headers[start], headers[max(end, start + 1) - 1]
             if active.size_bytes > 0 and (
                 end == start
-                or _now_ms() - active.created_ms > config.segment_ms
+                or now_ms() - active.created_ms > config.segment_ms
                 or chunk_last.last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
             ):
                 self._segments.roll(chunk_first.base_offset)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lowtide.clock import now_ms
 from lowtide.errors import KafkaStorageError, LowtideError
 from lowtide.log import filenames
 from lowtide.log.index import OffsetIndex, TimeIndex
@@ -38,10 +38,6 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _SCAN_CHUNK = 1 << 20  # recovery reads the .log in 1 MiB windows, not one pread per batch
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class LogSegment:
@@ -77,7 +73,7 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_last_index_entry = 0
         # Like Kafka's LogSegment.created: wall clock when this object was made (also after a restart).
-        self.created_ms = _now_ms()
+        self.created_ms = now_ms()
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -272,7 +268,7 @@ class LogSegment:
         self._base_offset = self._next_offset = self._offset_of_max_timestamp = base_offset
         self._size = self._bytes_since_last_index_entry = 0
         self._max_timestamp = NO_TIMESTAMP
-        self.created_ms = _now_ms()
+        self.created_ms = now_ms()
 
     def rename_to_deleted(self) -> list[Path]:
         """Close and rename the files to ``*.deleted`` (for delayed deletion); return the new paths."""

@@ -22,12 +22,12 @@ A broker is *live* while its ``alive`` key exists (Kafka: a broker with a live s
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterable
 
 import redis as redis_lib
 
+from lowtide.clock import now_ms
 from lowtide.errors import (
     FencedLeaderEpoch,
     InvalidPartitions,
@@ -143,7 +143,7 @@ class MetadataStore:
         validate_topic_name(name)
         info = TopicInfo(name=name, topic_id=uuid.uuid4().hex, partitions=partitions,
                          replication_factor=replication_factor, config=dict(config), diskless=diskless,
-                         created_ms=int(time.time() * 1000))
+                         created_ms=now_ms())
         args: list[str] = [name, info.to_json()]
         for p, replicas in enumerate(assignment):
             state = PartitionState(topic=name, partition=p, leader=replicas[0], leader_epoch=0,

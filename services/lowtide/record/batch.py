@@ -50,12 +50,12 @@ timestamps with no special case; ``BatchHeader.delete_horizon_ms`` exposes the h
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c as _crc32c_mod
 
+from lowtide.clock import now_ms
 from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
 from lowtide.record.compression import Compression, compress, decompress, describe_unsupported
 
@@ -559,7 +559,7 @@ def encode_batch(
     ``timestamp_ms`` is one timestamp for all records, one per record, or None for the wall clock.
     """
     if timestamp_ms is None:
-        timestamp_ms = int(time.time() * 1000)
+        timestamp_ms = now_ms()
     builder = BatchBuilder(
         compression=compression,
         base_offset=base_offset,
