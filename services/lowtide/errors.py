@@ -1,30 +1,41 @@
 """The one exception root of lowtide, with Kafka's error names and codes.
 
-Every domain error is a ``LowtideError`` subclass carrying behaviour attributes:
+Every domain error is a ``LowtideError`` subclass carrying behaviour attributes, so callers decide
+what to do from the error, never from a hand-kept list of codes:
 
-* ``code``       Kafka's numeric error code (``org.apache.kafka.common.protocol.Errors``)
-* ``name``       Kafka's error name, e.g. ``OFFSET_OUT_OF_RANGE``
-* ``retriable``  whether retrying the same request may succeed
-* ``grpc_status`` the gRPC status a whole-call failure maps to (see ``common.interceptor``)
+* ``code``              Kafka's numeric error code (``org.apache.kafka.common.protocol.Errors``)
+* ``name``              Kafka's error name, e.g. ``OFFSET_OUT_OF_RANGE``
+* ``retriable``         retrying the same request may succeed (Kafka's ``RetriableException``)
+* ``invalid_metadata``  the caller's view of leaders/partitions is stale: refresh metadata, then
+                        retry (Kafka's ``InvalidMetadataException``); implies ``retriable``
 
-Per-partition results carry (code, message) pairs built with ``error.code``/``str(error)``;
-whole-call failures are raised and mapped to a gRPC status in one interceptor.
+Per-partition results carry errors as data (``error.code`` / ``error.message`` in a response);
+whole-call failures are raised. This module knows nothing of gRPC: ``lowtide.rpc.status`` holds
+the one table between these errors and gRPC status codes.
 """
 
 from __future__ import annotations
-
-import grpc
 
 
 class LowtideError(Exception):
     code: int = -1
     name: str = "UNKNOWN_SERVER_ERROR"
     retriable: bool = False
-    grpc_status: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    invalid_metadata: bool = False
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message or self.name)
         self.message = message or self.name
+
+
+class RetriableError(LowtideError):
+    retriable = True
+
+
+class InvalidMetadataError(RetriableError):
+    """The leader or partition the caller addressed is not what it thought: refresh, retry."""
+
+    invalid_metadata = True
 
 
 class UnknownServerError(LowtideError):
@@ -32,152 +43,155 @@ class UnknownServerError(LowtideError):
 
 
 class OffsetOutOfRange(LowtideError):
-    code, name, grpc_status = 1, "OFFSET_OUT_OF_RANGE", grpc.StatusCode.OUT_OF_RANGE
+    code, name = 1, "OFFSET_OUT_OF_RANGE"
 
 
 class CorruptMessage(LowtideError):
-    code, name, retriable, grpc_status = 2, "CORRUPT_MESSAGE", True, grpc.StatusCode.INVALID_ARGUMENT
+    # Kafka retries a corrupt record (network corruption). Here gRPC checks its frames, so a bad
+    # batch is the sender's bug: resending the same bytes cannot succeed.
+    code, name = 2, "CORRUPT_MESSAGE"
 
 
-class UnknownTopicOrPartition(LowtideError):
-    code, name, retriable, grpc_status = 3, "UNKNOWN_TOPIC_OR_PARTITION", True, grpc.StatusCode.NOT_FOUND
+class UnknownTopicOrPartition(InvalidMetadataError):
+    code, name = 3, "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class InvalidFetchSize(LowtideError):
-    code, name, grpc_status = 4, "INVALID_FETCH_SIZE", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 4, "INVALID_FETCH_SIZE"
 
 
-class LeaderNotAvailable(LowtideError):
-    code, name, retriable, grpc_status = 5, "LEADER_NOT_AVAILABLE", True, grpc.StatusCode.UNAVAILABLE
+class LeaderNotAvailable(InvalidMetadataError):
+    code, name = 5, "LEADER_NOT_AVAILABLE"
 
 
-class NotLeaderOrFollower(LowtideError):
-    code, name, retriable, grpc_status = 6, "NOT_LEADER_OR_FOLLOWER", True, grpc.StatusCode.FAILED_PRECONDITION
+class NotLeaderOrFollower(InvalidMetadataError):
+    code, name = 6, "NOT_LEADER_OR_FOLLOWER"
 
 
-class RequestTimedOut(LowtideError):
-    code, name, retriable, grpc_status = 7, "REQUEST_TIMED_OUT", True, grpc.StatusCode.DEADLINE_EXCEEDED
+class RequestTimedOut(RetriableError):
+    code, name = 7, "REQUEST_TIMED_OUT"
 
 
-class BrokerNotAvailable(LowtideError):
-    code, name, retriable, grpc_status = 8, "BROKER_NOT_AVAILABLE", True, grpc.StatusCode.UNAVAILABLE
+class BrokerNotAvailable(InvalidMetadataError):
+    code, name = 8, "BROKER_NOT_AVAILABLE"
 
 
 class MessageTooLarge(LowtideError):
-    code, name, grpc_status = 10, "MESSAGE_TOO_LARGE", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 10, "MESSAGE_TOO_LARGE"
 
 
-class NetworkException(LowtideError):
-    code, name, retriable, grpc_status = 13, "NETWORK_EXCEPTION", True, grpc.StatusCode.UNAVAILABLE
+class NetworkException(InvalidMetadataError):
+    # As in Kafka: the broker may have gone away, so the leader may have moved.
+    code, name = 13, "NETWORK_EXCEPTION"
 
 
 class InvalidTopic(LowtideError):
-    code, name, grpc_status = 17, "INVALID_TOPIC_EXCEPTION", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 17, "INVALID_TOPIC_EXCEPTION"
 
 
 class RecordListTooLarge(LowtideError):
-    code, name, grpc_status = 18, "RECORD_LIST_TOO_LARGE", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 18, "RECORD_LIST_TOO_LARGE"
 
 
-class NotEnoughReplicas(LowtideError):
-    code, name, retriable, grpc_status = 19, "NOT_ENOUGH_REPLICAS", True, grpc.StatusCode.UNAVAILABLE
+class NotEnoughReplicas(RetriableError):
+    code, name = 19, "NOT_ENOUGH_REPLICAS"
 
 
-class NotEnoughReplicasAfterAppend(LowtideError):
-    code, name, retriable = 20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True
-    grpc_status = grpc.StatusCode.UNAVAILABLE
+class NotEnoughReplicasAfterAppend(RetriableError):
+    code, name = 20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
 
 
 class InvalidRequiredAcks(LowtideError):
-    code, name, grpc_status = 21, "INVALID_REQUIRED_ACKS", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 21, "INVALID_REQUIRED_ACKS"
 
 
 class InvalidGroupId(LowtideError):
-    code, name, grpc_status = 24, "INVALID_GROUP_ID", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 24, "INVALID_GROUP_ID"
 
 
 class TopicAuthorizationFailed(LowtideError):
-    code, name, grpc_status = 29, "TOPIC_AUTHORIZATION_FAILED", grpc.StatusCode.PERMISSION_DENIED
+    code, name = 29, "TOPIC_AUTHORIZATION_FAILED"
 
 
 class GroupAuthorizationFailed(LowtideError):
-    code, name, grpc_status = 30, "GROUP_AUTHORIZATION_FAILED", grpc.StatusCode.PERMISSION_DENIED
+    code, name = 30, "GROUP_AUTHORIZATION_FAILED"
 
 
 class ClusterAuthorizationFailed(LowtideError):
-    code, name, grpc_status = 31, "CLUSTER_AUTHORIZATION_FAILED", grpc.StatusCode.PERMISSION_DENIED
+    code, name = 31, "CLUSTER_AUTHORIZATION_FAILED"
 
 
 class InvalidTimestamp(LowtideError):
-    code, name, grpc_status = 32, "INVALID_TIMESTAMP", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 32, "INVALID_TIMESTAMP"
 
 
 class TopicAlreadyExists(LowtideError):
-    code, name, grpc_status = 36, "TOPIC_ALREADY_EXISTS", grpc.StatusCode.ALREADY_EXISTS
+    code, name = 36, "TOPIC_ALREADY_EXISTS"
 
 
 class InvalidPartitions(LowtideError):
-    code, name, grpc_status = 37, "INVALID_PARTITIONS", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 37, "INVALID_PARTITIONS"
 
 
 class InvalidReplicationFactor(LowtideError):
-    code, name, grpc_status = 38, "INVALID_REPLICATION_FACTOR", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 38, "INVALID_REPLICATION_FACTOR"
 
 
 class InvalidConfig(LowtideError):
-    code, name, grpc_status = 40, "INVALID_CONFIG", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 40, "INVALID_CONFIG"
 
 
 class InvalidRequest(LowtideError):
-    code, name, grpc_status = 42, "INVALID_REQUEST", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 42, "INVALID_REQUEST"
 
 
 class UnsupportedForMessageFormat(LowtideError):
-    code, name, grpc_status = 43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 43, "UNSUPPORTED_FOR_MESSAGE_FORMAT"
 
 
 class PolicyViolation(LowtideError):
-    code, name, grpc_status = 44, "POLICY_VIOLATION", grpc.StatusCode.FAILED_PRECONDITION
+    code, name = 44, "POLICY_VIOLATION"
 
 
 class OutOfOrderSequenceNumber(LowtideError):
-    code, name, grpc_status = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", grpc.StatusCode.FAILED_PRECONDITION
+    code, name = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
 
 class DuplicateSequenceNumber(LowtideError):
-    code, name, grpc_status = 46, "DUPLICATE_SEQUENCE_NUMBER", grpc.StatusCode.ALREADY_EXISTS
+    code, name = 46, "DUPLICATE_SEQUENCE_NUMBER"
 
 
 class InvalidProducerEpoch(LowtideError):
-    code, name, grpc_status = 47, "INVALID_PRODUCER_EPOCH", grpc.StatusCode.FAILED_PRECONDITION
+    code, name = 47, "INVALID_PRODUCER_EPOCH"
 
 
-class KafkaStorageError(LowtideError):
-    code, name, retriable, grpc_status = 56, "KAFKA_STORAGE_ERROR", True, grpc.StatusCode.INTERNAL
+class KafkaStorageError(InvalidMetadataError):
+    # Kafka: the replica's log directory failed; the leader will move elsewhere.
+    code, name = 56, "KAFKA_STORAGE_ERROR"
 
 
 class SaslAuthenticationFailed(LowtideError):
-    code, name, grpc_status = 58, "SASL_AUTHENTICATION_FAILED", grpc.StatusCode.UNAUTHENTICATED
+    code, name = 58, "SASL_AUTHENTICATION_FAILED"
 
 
 class NonEmptyGroup(LowtideError):
-    code, name, grpc_status = 68, "NON_EMPTY_GROUP", grpc.StatusCode.FAILED_PRECONDITION
+    code, name = 68, "NON_EMPTY_GROUP"
 
 
 class GroupIdNotFound(LowtideError):
-    code, name, grpc_status = 69, "GROUP_ID_NOT_FOUND", grpc.StatusCode.NOT_FOUND
+    code, name = 69, "GROUP_ID_NOT_FOUND"
 
 
-class FencedLeaderEpoch(LowtideError):
-    code, name, retriable, grpc_status = 74, "FENCED_LEADER_EPOCH", True, grpc.StatusCode.FAILED_PRECONDITION
+class FencedLeaderEpoch(InvalidMetadataError):
+    code, name = 74, "FENCED_LEADER_EPOCH"
 
 
-class UnknownLeaderEpoch(LowtideError):
-    code, name, retriable, grpc_status = 75, "UNKNOWN_LEADER_EPOCH", True, grpc.StatusCode.FAILED_PRECONDITION
+class UnknownLeaderEpoch(InvalidMetadataError):
+    code, name = 75, "UNKNOWN_LEADER_EPOCH"
 
 
 class InvalidRecord(LowtideError):
-    code, name, grpc_status = 87, "INVALID_RECORD", grpc.StatusCode.INVALID_ARGUMENT
+    code, name = 87, "INVALID_RECORD"
 
 
 def _all_subclasses(cls: type) -> list[type]:
@@ -188,15 +202,24 @@ def _all_subclasses(cls: type) -> list[type]:
     return out
 
 
-_BY_CODE: dict[int, type[LowtideError]] = {c.code: c for c in _all_subclasses(LowtideError)}
+_BY_CODE: dict[int, type[LowtideError]] = {c.code: c for c in _all_subclasses(LowtideError) if c.code >= 0}
 _BY_CODE[-1] = UnknownServerError
 _BY_NAME: dict[str, type[LowtideError]] = {c.name: c for c in _BY_CODE.values()}
+
+
+def error_class_for_code(code: int) -> type[LowtideError]:
+    return _BY_CODE.get(code, UnknownServerError)
 
 
 def error_for_code(code: int, message: str = "") -> LowtideError:
     """Build the exception for a Kafka error code (unknown codes become UNKNOWN_SERVER_ERROR)."""
     cls = _BY_CODE.get(code, UnknownServerError)
     return cls(message or (cls.name if code in _BY_CODE else f"error code {code}"))
+
+
+def error_or_none(code: int, message: str = "") -> LowtideError | None:
+    """The error a response's (error_code, error_message) pair carries; None for code 0 (NONE)."""
+    return None if code == 0 else error_for_code(int(code), message)
 
 
 def name_for_code(code: int) -> str:

@@ -2,7 +2,7 @@
 
 The enums carry the same numbers as the ``lowtide.v1`` proto enums (and as Kafka's
 ``AclOperation``/``ResourceType``/``PatternType``/``AclPermissionType``), so conversion is a plain
-``Enum(int)`` and never a lookup table. Only ``lowtide.auth.convert`` touches the generated code.
+``Enum(int)`` and never a lookup table. Only ``lowtide.rpc.acls`` touches the generated code.
 
 Semantics follow Kafka's ``AclAuthorizer``:
 

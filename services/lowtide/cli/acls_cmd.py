@@ -31,10 +31,10 @@ from lowtide.auth.acl import (
     parse_principal,
 )
 from lowtide.auth.client_config import call_metadata, load_command_config
-from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import CliError, emit
 from lowtide.errors import name_for_code
+from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "all"]

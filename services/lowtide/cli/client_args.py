@@ -12,7 +12,7 @@ import argparse
 from lowtide.auth.client_config import call_metadata, load_command_config
 from lowtide.cli.main import add_output_flag
 from lowtide.client import Admin
-from lowtide.client.channels import validate_address
+from lowtide.rpc.channels import validate_address
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:

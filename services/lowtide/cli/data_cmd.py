@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from lowtide.cli.client_args import add_connection_flags, build_admin, read_call_metadata
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.client import Consumer, OffsetSpec, Producer
-from lowtide.client.channels import validate_address
 from lowtide.client.consumer import ConsumerRecord
+from lowtide.rpc.channels import validate_address
 
 MiB = 1 << 20
 ACKS = {"all": -1, "-1": -1, "1": 1, "0": 0}

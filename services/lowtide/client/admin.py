@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from lowtide.client.channels import ChannelPool, call, validate_address
 from lowtide.client.metadata import (
     BrokerMetadata,
     ClusterSnapshot,
@@ -14,6 +13,7 @@ from lowtide.client.metadata import (
     topic_from_error,
 )
 from lowtide.errors import LowtideError, error_for_code
+from lowtide.rpc.channels import ChannelPool, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 TopicPartition = tuple[str, int]

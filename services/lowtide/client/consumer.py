@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
-from lowtide.client.channels import ChannelPool, call
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.errors import (
     InvalidRequest,
@@ -25,6 +24,7 @@ from lowtide.errors import (
     error_for_code,
 )
 from lowtide.record import decode_batch, iter_batches
+from lowtide.rpc.channels import ChannelPool, call
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20

@@ -21,7 +21,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from lowtide.client.admin import Admin
-from lowtide.client.channels import ChannelPool, call
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.client.partitioner import partition_for_key
 from lowtide.clock import now_ms
@@ -39,6 +38,7 @@ from lowtide.errors import (
     error_for_code,
 )
 from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression
+from lowtide.rpc.channels import ChannelPool, call
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20

@@ -22,16 +22,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from lowtide.common.interceptor import ErrorInterceptor
+from lowtide.rpc.channels import CHANNEL_OPTIONS
+from lowtide.rpc.interceptor import ErrorInterceptor
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
+SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
 def env_default(flag: str, default: str | None = None) -> str | None:
@@ -75,7 +71,7 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
           grace_seconds: float = 5.0, ready: Callable[[], None] | None = None) -> None:
     """Run a service until SIGTERM/SIGINT. Blocks."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-                         interceptors=[ErrorInterceptor()], options=GRPC_OPTIONS)
+                         interceptors=[ErrorInterceptor()], options=SERVER_OPTIONS)
     spec.register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import grpc
 
-from lowtide.common.interceptor import error_from_rpc
-from lowtide.common.server import GRPC_OPTIONS
 from lowtide.frontdoor.results import DeleteAnswer, OffsetAnswer
+from lowtide.rpc.channels import CHANNEL_OPTIONS as GRPC_OPTIONS
+from lowtide.rpc.status import error_from_rpc
 from lowtide_pb import common_pb2, replica_pb2_grpc
 
 # Slack added to the gRPC deadline over the timeout the leader itself honours, so the leader's own

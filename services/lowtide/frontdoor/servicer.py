@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import grpc
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
-from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide.auth.tokens import Authenticator
 from lowtide.errors import LowtideError
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
 from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, OffsetCommit
+from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from lowtide.common.server import GRPC_OPTIONS
 from lowtide.errors import LowtideError
 from lowtide.metadata.model import BrokerInfo
+from lowtide.rpc.channels import CHANNEL_OPTIONS as GRPC_OPTIONS
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 if TYPE_CHECKING:

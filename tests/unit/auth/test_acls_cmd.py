@@ -15,12 +15,13 @@ import grpc
 import pytest
 
 from lowtide.auth.acl import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
-from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.cli import acls_cmd
 from lowtide.cli.output import CliError
 from lowtide.errors import LowtideError
+from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.rpc.status import details_for, status_for
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 
@@ -135,7 +136,7 @@ class AclAdmin(admin_pb2_grpc.AdminServicer):
         try:
             self.principals.append(self.authenticator.authenticate(context.invocation_metadata()))
         except LowtideError as err:
-            context.abort(err.grpc_status, f"{err.name}: {err.message}")
+            context.abort(status_for(err), details_for(err))
 
     def CreateAcls(self, request, context):  # noqa: N802 - gRPC method name
         self._authenticate(context)

@@ -15,8 +15,8 @@ from lowtide.auth.acl import (
     parse_pattern_type,
     parse_principal,
 )
-from lowtide.auth.convert import binding_from_proto, binding_to_proto, filter_from_proto, filter_to_proto
 from lowtide.errors import InvalidRequest
+from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto, filter_to_proto
 from lowtide_pb import admin_pb2
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from lowtide.common.interceptor import ErrorInterceptor
 from lowtide.frontdoor.server import FrontDoorConfig, FrontDoorParts, build_front_door
 from lowtide.metadata.model import BrokerInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import assign_offsets, iter_batches, validate_batches
+from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 SESSION_MS = 60_000

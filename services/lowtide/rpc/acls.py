@@ -1,6 +1,6 @@
 """Conversion between the auth domain types and ``lowtide.v1`` protobuf messages.
 
-The only auth module that imports generated code; the enum numbers are identical on both sides
+Used by the front door's servicer and by ``client.Admin``; the enum numbers are identical on both sides
 (see ``lowtide.auth.acl``), so enums convert by value. Proto ``*_UNSPECIFIED`` (0) and empty
 strings mean "any" in filters and are invalid in bindings.
 """

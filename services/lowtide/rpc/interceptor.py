@@ -1,8 +1,8 @@
-"""The one place where domain errors become gRPC statuses.
+"""The server side of ``rpc.status``: the one place a raised domain error becomes a gRPC status.
 
 Servicers raise ``LowtideError`` for whole-call failures; this interceptor aborts the call with the
-error's ``grpc_status`` and details ``"KAFKA_NAME: message"`` (clients parse the name back). Any
-other exception is logged and reported as ``UNKNOWN_SERVER_ERROR`` with status INTERNAL.
+status of the error's class and details ``"KAFKA_NAME: message"`` (clients parse the name back).
+Any other exception is logged and reported as ``UNKNOWN_SERVER_ERROR`` with status INTERNAL.
 Per-partition errors are not exceptions: they travel inside the response messages.
 """
 
@@ -13,6 +13,7 @@ import logging
 import grpc
 
 from lowtide.errors import LowtideError
+from lowtide.rpc.status import details_for, status_for
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def _wrap_unary(behavior):
         try:
             return behavior(request, context)
         except LowtideError as err:
-            context.abort(err.grpc_status, f"{err.name}: {err.message}")
+            context.abort(status_for(err), details_for(err))
         except grpc.RpcError:
             raise
         except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
@@ -44,19 +45,3 @@ class ErrorInterceptor(grpc.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-
-
-def error_from_rpc(exc: grpc.RpcError) -> LowtideError:
-    """Client side: turn a failed call back into the domain error it carried."""
-    from lowtide.errors import NetworkException, RequestTimedOut, error_for_name
-
-    detail = exc.details() if hasattr(exc, "details") else str(exc)
-    code = exc.code() if hasattr(exc, "code") else None
-    if detail and ":" in detail:
-        head, _, rest = detail.partition(":")
-        head = head.strip()
-        if head.isupper() and "_" in head:
-            return error_for_name(head, rest.strip())
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return RequestTimedOut(detail or "deadline exceeded")
-    return NetworkException(f"{code.name if code else 'RPC'}: {detail}")

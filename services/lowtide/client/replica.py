@@ -1,0 +1,191 @@
+"""``ReplicaClient``: the one client of the ``lowtide.v1.Replica`` service.
+
+Used by the producer and consumer (Produce, Fetch to leaders), the front door's fan-out
+(ListOffsets, DeleteRecords to leaders), the follower fetcher of a replica (Fetch with its
+``replica_id``), the local cluster's tools and the demo (DescribeLogs). Callers hand it plain
+tuples and dataclasses and get dataclasses back: no caller outside ``rpc``/``client`` and the
+servicers touches generated protobuf code.
+
+Errors: a whole-call failure raises the ``LowtideError`` it carried (an unreachable broker is
+NETWORK_EXCEPTION, a passed deadline REQUEST_TIMED_OUT); per-partition errors come back as the
+``error`` field of each result (None when the partition succeeded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from lowtide.errors import LowtideError, error_or_none
+from lowtide.rpc.channels import ChannelPool, call
+from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
+
+MiB = 1 << 20
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedPartition:
+    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
+
+    topic: str
+    partition: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    """One partition of a Fetch: read from ``fetch_offset``. A follower also reports its log start
+    offset (KIP-107) and leader epoch; a consumer leaves them at 0 / -1."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    log_start_offset: int = 0
+    max_bytes: int = MiB
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition of a Fetch response: whole record batches, and the leader's offsets."""
+
+    topic: str
+    partition: int
+    error: LowtideError | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    records: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    """A ListOffsets answer of one partition: ``offset`` -1 when nothing matches or on error."""
+
+    topic: str
+    partition: int
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDeletion:
+    """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error."""
+
+    topic: str
+    partition: int
+    low_watermark: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDescription:
+    """One hosted replica as DescribeLogs reports it (``low_watermark`` -1 on followers)."""
+
+    topic: str
+    partition: int
+    role: str
+    leader: int
+    leader_epoch: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    low_watermark: int
+    size_bytes: int
+    segments: int
+    isr: tuple[int, ...] = ()
+    dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogs:
+    replica_id: int
+    logs: list[LogDescription] = field(default_factory=list)
+
+
+class ReplicaClient:
+    """Calls Replica RPCs on brokers by address over a shared ``ChannelPool``.
+
+    ``metadata`` (``authorization: Bearer ...``) is sent on every call. Thread-safe: holds no
+    per-call state; the pool is thread-safe. ``close()`` closes the pool only if it made it.
+    """
+
+    def __init__(self, *, channels: ChannelPool | None = None, metadata: Sequence[tuple[str, str]] = ()) -> None:
+        self._owns_channels = channels is None
+        self.channels = channels or ChannelPool()
+        self.metadata = tuple(metadata)
+
+    def close(self) -> None:
+        if self._owns_channels:
+            self.channels.close()
+
+    def _stub(self, address: str) -> replica_pb2_grpc.ReplicaStub:
+        return self.channels.stub(address, replica_pb2_grpc.ReplicaStub)
+
+    def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                deadline_s: float) -> list[ProducedPartition]:
+        """Append ``(topic, partition, batches)`` at the leader; ``timeout_ms`` is the leader's
+        acks=all wait, ``deadline_s`` the call's own deadline."""
+        request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
+            replica_pb2.ProducePartition(topic=t, partition=p, records=records) for t, p, records in partitions])
+        response = call(self._stub(address).Produce, request, metadata=self.metadata, timeout=deadline_s)
+        return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
+                                  log_start_offset=r.log_start_offset,
+                                  error=error_or_none(r.error_code, r.error_message))
+                for r in response.partitions]
+
+    def fetch(self, address: str, positions: Iterable[FetchPosition], *, replica_id: int = -1, max_wait_ms: int,
+              min_bytes: int = 1, max_bytes: int = 0, deadline_s: float) -> list[FetchedPartition]:
+        """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch."""
+        request = replica_pb2.FetchRequest(
+            replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+            partitions=[replica_pb2.FetchPartition(
+                topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
+                log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
+                current_leader_epoch=p.current_leader_epoch) for p in positions])
+        response = call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s)
+        return [FetchedPartition(topic=r.topic, partition=r.partition,
+                                 error=error_or_none(r.error_code, r.error_message),
+                                 high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
+                                 log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records)
+                for r in response.partitions]
+
+    def list_offsets(self, address: str, queries: Iterable[tuple[str, int, int]], *,
+                     timeout_s: float) -> list[PartitionOffset]:
+        """ListOffsets for ``(topic, partition, timestamp)``: -1 latest, -2 earliest, -3 max timestamp,
+        >= 0 the first offset at or after that time."""
+        request = common_pb2.ListOffsetsRequest(partitions=[
+            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for t, p, ts in queries])
+        response = call(self._stub(address).ListOffsets, request, metadata=self.metadata, timeout=timeout_s)
+        return [PartitionOffset(topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
+                                leader_epoch=r.leader_epoch, error=error_or_none(r.error_code, r.error_message))
+                for r in response.partitions]
+
+    def delete_records(self, address: str, items: Iterable[tuple[str, int, int]], *, timeout_ms: int,
+                       deadline_s: float) -> list[PartitionDeletion]:
+        """KIP-107 DeleteRecords at the leader for ``(topic, partition, offset)``; the leader waits
+        up to ``timeout_ms`` for the low watermark, the call up to ``deadline_s``."""
+        request = common_pb2.DeleteRecordsRequest(timeout_ms=max(1, timeout_ms), partitions=[
+            common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
+        response = call(self._stub(address).DeleteRecords, request, metadata=self.metadata, timeout=deadline_s)
+        return [PartitionDeletion(topic=r.topic, partition=r.partition, low_watermark=r.low_watermark,
+                                  error=error_or_none(r.error_code, r.error_message))
+                for r in response.partitions]
+
+    def describe_logs(self, address: str, partitions: Iterable[TopicPartition] = (), *,
+                      timeout_s: float = 10.0) -> ReplicaLogs:
+        """The replicas hosted at ``address`` (all of them when ``partitions`` is empty)."""
+        request = replica_pb2.DescribeLogsRequest(partitions=[
+            common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
+        response = call(self._stub(address).DescribeLogs, request, metadata=self.metadata, timeout=timeout_s)
+        return ReplicaLogs(replica_id=response.replica_id, logs=[LogDescription(
+            topic=i.topic, partition=i.partition, role=i.role, leader=i.leader, leader_epoch=i.leader_epoch,
+            log_start_offset=i.log_start_offset, high_watermark=i.high_watermark, log_end_offset=i.log_end_offset,
+            low_watermark=i.low_watermark, size_bytes=i.size_bytes, segments=i.segments, isr=tuple(i.isr),
+            dir=i.dir) for i in response.logs])

@@ -1,0 +1,90 @@
+"""gRPC channels: the one ``ChannelPool`` every client, service and tool creates channels with.
+
+One channel per address (gRPC multiplexes every call over it), one cached stub per (address,
+stub type). ``call`` invokes a unary RPC and turns a failed call back into the ``LowtideError``
+it carried (``rpc.status``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from lowtide.errors import InvalidRequest
+from lowtide.rpc.status import error_from_rpc
+
+# Large enough for a fetch or produce of several 8 MiB batches; the same limit on both ends.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+T = TypeVar("T")
+
+
+def validate_address(address: str) -> str:
+    """``HOST:PORT`` or raise InvalidRequest naming it (a typo must not hang a CLI for 30 s)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidRequest(f"bootstrap server must be HOST:PORT, got {address!r}")
+    return address
+
+
+class ChannelPool:
+    """Caches one channel per address and one stub per (address, stub type).
+
+    ``close()`` closes every channel; ``forget(address)`` closes one (a broker that moved).
+    Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[tuple[str, type], Any] = {}
+
+    def channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            return self._channel_locked(address)
+
+    def _channel_locked(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+    def stub(self, address: str, stub_type: Callable[[grpc.Channel], T]) -> T:
+        key = (address, stub_type)
+        stub = self._stubs.get(key)
+        if stub is None:
+            with self._lock:
+                stub = self._stubs.get(key)
+                if stub is None:
+                    stub = self._stubs[key] = stub_type(self._channel_locked(address))
+        return stub
+
+    def forget(self, address: str) -> None:
+        with self._lock:
+            channel = self._channels.pop(address, None)
+            for key in [k for k in self._stubs if k[0] == address]:
+                del self._stubs[key]
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            channel.close()
+
+
+def call(method: Callable[..., T], request: Any, *, metadata: Sequence[tuple[str, str]] = (),
+         timeout: float) -> T:
+    """Invoke a unary RPC; a failed call raises the LowtideError it carried."""
+    try:
+        return method(request, metadata=list(metadata), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise error_from_rpc(exc) from None
