@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import grpc
 
 from lowtide.auth.acl import (
     CLUSTER_RESOURCE_NAME,
@@ -30,12 +27,10 @@ from lowtide.auth.acl import (
     parse_pattern_type,
     parse_principal,
 )
-from lowtide.auth.client_config import call_metadata, load_command_config
+from lowtide.cli.client_args import build_admin
 from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import CliError, emit
-from lowtide.errors import name_for_code
-from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
-from lowtide_pb import admin_pb2, admin_pb2_grpc
+from lowtide.client.admin import Admin
 
 OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "all"]
 DEFAULT_TIMEOUT_MS = 30_000
@@ -200,34 +195,26 @@ def _emit(args: argparse.Namespace, bindings: list[AclBinding], *, verb: str) ->
 
 
 @contextmanager
-def _admin(args: argparse.Namespace) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """An Admin stub on the bootstrap server plus the per-call kwargs (metadata, deadline)."""
+def _admin(args: argparse.Namespace) -> Iterator[Admin]:
+    """An Admin client on the bootstrap server, with the token and the ``--timeout-ms`` deadline."""
     host, sep, port = args.bootstrap_server.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise CliError("INVALID_REQUEST", f"--bootstrap-server must be HOST:PORT, got {args.bootstrap_server!r}")
-    config = load_command_config(args.command_config) if args.command_config else {}
-    call_kwargs = {"metadata": call_metadata(config), "timeout": args.timeout_ms / 1000.0}
-    channel = grpc.insecure_channel(args.bootstrap_server)
-    try:
-        yield admin_pb2_grpc.AdminStub(channel), call_kwargs
-    finally:
-        channel.close()
+    with build_admin(args, timeout_s=args.timeout_ms / 1000.0) as admin:
+        yield admin
 
 
 def run_add(args: argparse.Namespace) -> int:
     bindings = bindings_from_args(args)
-    with _admin(args) as (stub, call_kwargs):
-        response = stub.CreateAcls(
-            admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]), **call_kwargs
-        )
-    failed = [(b, code) for b, code in zip(bindings, response.results, strict=False) if code != 0]
+    with _admin(args) as admin:
+        results = admin.create_acls(bindings)
+    failed = [(b, error) for b, error in zip(bindings, results, strict=False) if error is not None]
     if failed:
-        first_code = failed[0][1]
         detail = "; ".join(
-            f"{name_for_code(code)} for {b.principal} {b.operation.name} {b.resource_type.name} {b.resource_name}"
-            for b, code in failed
+            f"{error.name} for {b.principal} {b.operation.name} {b.resource_type.name} {b.resource_name}"
+            for b, error in failed
         )
-        raise CliError(name_for_code(first_code), f"{len(failed)} of {len(bindings)} ACLs not added: {detail}")
+        raise CliError(failed[0][1].name, f"{len(failed)} of {len(bindings)} ACLs not added: {detail}")
     _emit(args, bindings, verb="Adding")
     return 0
 
@@ -235,12 +222,9 @@ def run_add(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     filters = filters_from_args(args)
     found: dict[AclBinding, None] = {}  # ordered set: several filters may select the same ACL
-    with _admin(args) as (stub, call_kwargs):
+    with _admin(args) as admin:
         for acl_filter in filters:
-            response = stub.DescribeAcls(
-                admin_pb2.DescribeAclsRequest(filter=filter_to_proto(acl_filter)), **call_kwargs
-            )
-            found.update((binding_from_proto(m), None) for m in response.acls)
+            found.update((b, None) for b in admin.describe_acls(acl_filter))
     _emit(args, list(found), verb="Current")
     return 0
 
@@ -253,9 +237,7 @@ def run_remove(args: argparse.Namespace) -> int:
             "or a --principal"
         )
     filters = filters_from_args(args)
-    with _admin(args) as (stub, call_kwargs):
-        response = stub.DeleteAcls(
-            admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]), **call_kwargs
-        )
-    _emit(args, [binding_from_proto(m) for m in response.deleted], verb="Removed")
+    with _admin(args) as admin:
+        removed = admin.delete_acls(filters)
+    _emit(args, removed, verb="Removed")
     return 0

@@ -17,15 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
-
 from lowtide.cli.output import emit, progress
 from lowtide.client.admin import Admin
 from lowtide.client.consumer import Consumer
 from lowtide.client.producer import Producer
+from lowtide.client.replica import ReplicaClient
 from lowtide.client.retention import plan_consumed_retention, run_consumed_retention
 from lowtide.localcluster import ClusterConfig, LocalCluster
-from lowtide_pb import replica_pb2, replica_pb2_grpc
 
 TOPIC = "intermediate"
 
@@ -46,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _snapshot(cluster: LocalCluster, admin: Admin) -> dict[int, dict]:
     """Per partition: LSO/HW/LW from the leader, and bytes on disk on every replica."""
     out: dict[int, dict] = {}
+    replicas = ReplicaClient(channels=admin.channels)
     for entry in cluster.services("replica"):
-        stub = replica_pb2_grpc.ReplicaStub(grpc.insecure_channel(entry.grpc))
-        for info in stub.DescribeLogs(replica_pb2.DescribeLogsRequest(), timeout=10).logs:
+        for info in replicas.describe_logs(entry.grpc, timeout_s=10).logs:
             if info.topic != TOPIC:
                 continue
             row = out.setdefault(info.partition, {"bytes": {}})

@@ -10,6 +10,7 @@ import grpc
 
 from lowtide.cli.output import CliError, emit_error
 from lowtide.errors import LowtideError
+from lowtide.rpc.status import error_from_rpc
 
 # Each module exposes register(subparsers) and sets args.func(args) -> int exit code.
 COMMAND_MODULES = [
@@ -52,22 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return emit_error(args, err)
     except LowtideError as err:
         return emit_error(args, CliError.from_lowtide(err))
-    except grpc.RpcError as err:
-        code = err.code().name if hasattr(err, "code") else "NETWORK_EXCEPTION"
-        detail = err.details() if hasattr(err, "details") else str(err)
-        return emit_error(args, CliError(_grpc_to_kafka_name(code, detail), detail or code))
+    except grpc.RpcError as err:  # a command that called a stub directly: the same table as clients
+        return emit_error(args, CliError.from_lowtide(error_from_rpc(err)))
     except KeyboardInterrupt:
         return 130
-
-
-def _grpc_to_kafka_name(grpc_code: str, detail: str | None) -> str:
-    # Servers put the Kafka error name first in the status details ("NAME: message").
-    if detail and ":" in detail:
-        head = detail.split(":", 1)[0].strip()
-        if head.isupper() and "_" in head:
-            return head
-    return {"UNAVAILABLE": "NETWORK_EXCEPTION", "DEADLINE_EXCEEDED": "REQUEST_TIMED_OUT",
-            "UNAUTHENTICATED": "SASL_AUTHENTICATION_FAILED"}.get(grpc_code, "UNKNOWN_SERVER_ERROR")
 
 
 if __name__ == "__main__":

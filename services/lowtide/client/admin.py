@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.client.metadata import (
     BrokerMetadata,
     ClusterSnapshot,
@@ -12,7 +13,8 @@ from lowtide.client.metadata import (
     TopicMetadata,
     topic_from_error,
 )
-from lowtide.errors import LowtideError, error_for_code
+from lowtide.errors import LowtideError, error_or_none
+from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
@@ -57,10 +59,6 @@ class GroupOffsets:
     error: LowtideError | None = None
 
 
-def _error(code: int, message: str) -> LowtideError | None:
-    return None if code == 0 else error_for_code(int(code), message)
-
-
 class Admin:
     """Wraps every Admin RPC; whole-call failures raise ``LowtideError``, per-item ones come back
     inside the results. ``metadata`` is sent on every call (``authorization: Bearer ...``; see
@@ -73,7 +71,7 @@ class Admin:
         self.metadata = tuple(metadata)
         self.timeout_s = timeout_s
         self._owns_channels = channels is None
-        self._channels = channels or ChannelPool()
+        self.channels = channels or ChannelPool()
 
     def __enter__(self) -> Admin:
         return self
@@ -83,10 +81,10 @@ class Admin:
 
     def close(self) -> None:
         if self._owns_channels:
-            self._channels.close()
+            self.channels.close()
 
     def _call(self, name: str, request, *, timeout_s: float | None = None):
-        stub = self._channels.stub(self.bootstrap, admin_pb2_grpc.AdminStub)
+        stub = self.channels.stub(self.bootstrap, admin_pb2_grpc.AdminStub)
         return call(getattr(stub, name), request, metadata=self.metadata, timeout=timeout_s or self.timeout_s)
 
     # -- topics ------------------------------------------------------------------------------
@@ -99,7 +97,7 @@ class Admin:
                                 config=dict(t.get("config") or {}), diskless=bool(t.get("diskless", False)))
             for t in topics])
         response = self._call("CreateTopics", request)
-        return {r.name: _error(r.error_code, r.error_message) for r in response.topics}
+        return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 0,
                      config: Mapping[str, str] | None = None, diskless: bool = False) -> None:
@@ -111,7 +109,7 @@ class Admin:
 
     def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self._call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
-        return {r.name: _error(r.error_code, r.error_message) for r in response.topics}
+        return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
 
     def delete_topic(self, name: str) -> None:
         error = self.delete_topics([name]).get(name)
@@ -150,7 +148,7 @@ class Admin:
         response = self._call("ListOffsets", request)
         return {(r.topic, r.partition): ListedOffset(offset=r.offset, timestamp=r.timestamp,
                                                      leader_epoch=r.leader_epoch,
-                                                     error=_error(r.error_code, r.error_message))
+                                                     error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
 
     def delete_records(self, offsets: Mapping[TopicPartition, int] | Sequence[tuple[str, int, int]], *,
@@ -162,7 +160,7 @@ class Admin:
             common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
         response = self._call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
         return {(r.topic, r.partition): DeleteRecordsResult(low_watermark=r.low_watermark,
-                                                            error=_error(r.error_code, r.error_message))
+                                                            error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
 
     # -- groups ------------------------------------------------------------------------------
@@ -172,7 +170,7 @@ class Admin:
             admin_pb2.OffsetCommitPartition(topic=t, partition=p, offset=o, metadata=metadata)
             for (t, p), o in offsets.items()])
         response = self._call("OffsetCommit", request)
-        return {(r.topic, r.partition): _error(r.error_code, r.error_message) for r in response.partitions}
+        return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
     def fetch_offsets(self, group_id: str,
                       partitions: Iterable[TopicPartition] = ()) -> dict[TopicPartition, CommittedOffset]:
@@ -181,7 +179,7 @@ class Admin:
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
         response = self._call("OffsetFetch", request)
         return {(r.topic, r.partition): CommittedOffset(offset=r.offset, metadata=r.metadata,
-                                                        error=_error(r.error_code, r.error_message))
+                                                        error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
 
     def list_groups(self) -> list[str]:
@@ -190,16 +188,33 @@ class Admin:
     def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupOffsets]:
         response = self._call("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)))
         return {g.group_id: GroupOffsets(
-            group_id=g.group_id, error=_error(g.error_code, g.error_message),
+            group_id=g.group_id, error=error_or_none(g.error_code, g.error_message),
             offsets={(o.topic, o.partition): CommittedOffset(offset=o.offset, metadata=o.metadata,
-                                                             error=_error(o.error_code, o.error_message))
+                                                             error=error_or_none(o.error_code, o.error_message))
                      for o in g.offsets}) for g in response.groups}
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self._call("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)))
-        return {g.group_id: _error(g.error_code, g.error_message) for g in response.groups}
+        return {g.group_id: error_or_none(g.error_code, g.error_message) for g in response.groups}
 
     def who_am_i(self) -> tuple[str, bool]:
         """(principal, authorization enabled) as the front door sees this client."""
         response = self._call("WhoAmI", admin_pb2.WhoAmIRequest())
         return response.principal, response.authorization_enabled
+
+    # -- ACLs (KIP-11) -----------------------------------------------------------------------
+    def create_acls(self, bindings: Sequence[AclBinding]) -> list[LowtideError | None]:
+        """Add ``bindings``; one result per binding, in order (None = added)."""
+        response = self._call("CreateAcls", admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]))
+        return [error_or_none(code) for code in response.results]
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter`` (all of them when None)."""
+        response = self._call("DescribeAcls", admin_pb2.DescribeAclsRequest(
+            filter=filter_to_proto(acl_filter or AclFilter())))
+        return [binding_from_proto(m) for m in response.acls]
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclBinding]:
+        """Remove every ACL matching any of ``filters``; returns the removed bindings."""
+        response = self._call("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]))
+        return [binding_from_proto(m) for m in response.deleted]

@@ -16,21 +16,18 @@ from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.metadata import ClusterMetadata
+from lowtide.client.replica import FetchedPartition, FetchPosition, ReplicaClient
 from lowtide.errors import (
     InvalidRequest,
     LeaderNotAvailable,
     LowtideError,
     OffsetOutOfRange,
-    error_for_code,
 )
 from lowtide.record import decode_batch, iter_batches
-from lowtide.rpc.channels import ChannelPool, call
-from lowtide_pb import replica_pb2, replica_pb2_grpc
+from lowtide.rpc.channels import ChannelPool
 
 MiB = 1 << 20
 TopicPartition = tuple[str, int]
-# Per-partition fetch errors after which the metadata is refreshed and the partition fetched again.
-REFRESH_CODES = frozenset({3, 5, 6, 8, 13, 74, 75})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +62,7 @@ class Consumer:
         self.request_timeout_s = request_timeout_s
         self._channels = ChannelPool()
         self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
+        self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
         self.cluster = ClusterMetadata(self.admin)
         self._assigned: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -170,7 +168,7 @@ class Consumer:
             if isinstance(response, LowtideError):
                 refresh = True
                 continue
-            for result in response.partitions:
+            for result in response:
                 refresh |= self._absorb(result, records)
         if refresh:
             self.cluster.refresh()
@@ -182,36 +180,33 @@ class Consumer:
             records = records[:max_records]
         return records
 
-    def _fetch(self, address: str, tps: list[TopicPartition], wait_ms: int):
-        stub = self._channels.stub(address, replica_pb2_grpc.ReplicaStub)
-        request = replica_pb2.FetchRequest(
-            replica_id=-1, max_wait_ms=wait_ms, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
-            partitions=[replica_pb2.FetchPartition(topic=t, partition=p, fetch_offset=self._positions[(t, p)],
-                                                   log_start_offset=0, partition_max_bytes=self.partition_max_bytes,
-                                                   current_leader_epoch=-1) for t, p in tps])
+    def _fetch(self, address: str, tps: list[TopicPartition], wait_ms: int) -> list[FetchedPartition] | LowtideError:
+        positions = [FetchPosition(topic=t, partition=p, fetch_offset=self._positions[(t, p)],
+                                   max_bytes=self.partition_max_bytes) for t, p in tps]
         try:
-            return call(stub.Fetch, request, metadata=self.admin.metadata,
-                        timeout=wait_ms / 1000 + self.request_timeout_s)
+            return self.replicas.fetch(address, positions, max_wait_ms=wait_ms, min_bytes=self.min_bytes,
+                                       max_bytes=self.max_bytes, deadline_s=wait_ms / 1000 + self.request_timeout_s)
         except LowtideError as err:
             if err.retriable:
                 return err
             raise
 
-    def _absorb(self, result, records: list[ConsumerRecord]) -> bool:
+    def _absorb(self, result: FetchedPartition, records: list[ConsumerRecord]) -> bool:
         """Decode one partition's result into ``records``; True when the metadata needs a refresh."""
         tp = (result.topic, result.partition)
         if tp not in self._positions:
             return False
-        if result.error_code:
-            if result.error_code == OffsetOutOfRange.code and tp not in self._explicit:
+        error = result.error
+        if error is not None:
+            if isinstance(error, OffsetOutOfRange) and tp not in self._explicit:
                 self._positions.pop(tp)  # re-initialize from auto_offset_reset on the next poll
                 if self.group_id:
                     spec = OffsetSpec.EARLIEST if self.auto_offset_reset == "earliest" else OffsetSpec.LATEST
                     self._positions.update(self._list_offsets([tp], spec))
                 return False
-            if result.error_code in REFRESH_CODES:
-                return True
-            raise error_for_code(result.error_code, result.error_message or f"fetch {tp[0]}-{tp[1]}")
+            if error.invalid_metadata:
+                return True  # the leader moved or is unknown: refresh, fetch again
+            raise error
         position = self._positions[tp]
         data = result.records
         for header, pos in iter_batches(data):

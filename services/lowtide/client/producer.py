@@ -7,8 +7,10 @@ records fill ~``batch_bytes`` batches that go round-robin over the partitions, o
 Sending: per leader, several partitions share one Produce request (up to ``request_bytes``), and up
 to ``max_in_flight`` requests run at once across leaders and partitions. A partition never has two
 requests in flight, so its batches are appended in the order they were built. NOT_LEADER_OR_FOLLOWER,
-LEADER_NOT_AVAILABLE, an unreachable leader and NOT_ENOUGH_REPLICAS (rejected before appending)
-refresh the metadata and retry until ``delivery_timeout_ms``; every other error is raised.
+Retries follow the errors' behaviour attributes: a ``retriable`` error (NOT_LEADER_OR_FOLLOWER,
+LEADER_NOT_AVAILABLE, an unreachable leader, NOT_ENOUGH_REPLICAS...) refreshes the metadata and
+retries until ``delivery_timeout_ms``, except REQUEST_TIMED_OUT: an acks=all append that timed out
+may already be in the log, so it is raised rather than written twice. Every other error is raised.
 """
 
 from __future__ import annotations
@@ -23,28 +25,22 @@ from dataclasses import dataclass, field
 from lowtide.client.admin import Admin
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.client.partitioner import partition_for_key
+from lowtide.client.replica import ProducedPartition, ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import (
-    BrokerNotAvailable,
     InvalidRequest,
     InvalidRequiredAcks,
     LeaderNotAvailable,
     LowtideError,
-    NetworkException,
-    NotEnoughReplicas,
     NotLeaderOrFollower,
     RequestTimedOut,
     UnknownTopicOrPartition,
-    error_for_code,
 )
 from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression
-from lowtide.rpc.channels import ChannelPool, call
-from lowtide_pb import replica_pb2, replica_pb2_grpc
+from lowtide.rpc.channels import ChannelPool
 
 MiB = 1 << 20
 COMPRESSION_BY_NAME = {"none": Compression.NONE, "gzip": Compression.GZIP}
-RETRIABLE = (NotLeaderOrFollower, LeaderNotAvailable, BrokerNotAvailable, NetworkException, NotEnoughReplicas,
-             UnknownTopicOrPartition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +100,7 @@ class Producer:
         self.delivery_timeout_ms = delivery_timeout_ms
         self._channels = ChannelPool()
         self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
+        self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
         self.cluster = ClusterMetadata(self.admin)
         self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight, thread_name_prefix="produce")
         self._rng = random.Random()
@@ -272,39 +269,41 @@ class Producer:
                 queues[p].extendleft(reversed(taken))
         return requests[:slots]
 
-    def _produce(self, address: str, topic: str, request: list[tuple[int, list[_Batch]]]):
-        stub = self._channels.stub(address, replica_pb2_grpc.ReplicaStub)
-        message = replica_pb2.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=[
-            replica_pb2.ProducePartition(topic=topic, partition=p, records=b"".join(b.data for b in taken))
-            for p, taken in request])
-        return call(stub.Produce, message, metadata=self.admin.metadata, timeout=self.request_timeout_ms / 1000 + 5)
+    def _produce(self, address: str, topic: str, request: list[tuple[int, list[_Batch]]]) -> list[ProducedPartition]:
+        return self.replicas.produce(
+            address, [(topic, p, b"".join(b.data for b in taken)) for p, taken in request], acks=self.acks,
+            timeout_ms=self.request_timeout_ms, deadline_s=self.request_timeout_ms / 1000 + 5)
 
     def _settle(self, topic: str, request: list[tuple[int, list[_Batch]]], future: Future, queues: dict[int, deque],
                 appends: list[BatchAppend], in_flight: set[int]) -> LowtideError | None:
         """Record the outcome of one request; requeue retriable partitions; raise fatal errors."""
         retry: LowtideError | None = None
         try:
-            response = future.result()
-            results = {r.partition: r for r in response.partitions}
-        except RETRIABLE as err:
+            results = {r.partition: r for r in future.result()}
+        except LowtideError as err:
+            if not _should_retry(err):
+                raise
             results, retry = {}, err
-        except RequestTimedOut:
-            raise
         for p, taken in request:
             in_flight.discard(p)
             r = results.get(p)
             if r is None:
                 error = retry or NotLeaderOrFollower(f"the leader sent no result for {topic}-{p}")
             else:
-                error = error_for_code(r.error_code, r.error_message) if r.error_code else None
+                error = r.error
             if error is None:
                 offset = r.base_offset
                 for batch in taken:
                     appends.append(BatchAppend(topic=topic, partition=p, base_offset=offset, record_count=batch.count))
                     offset += batch.count
-            elif isinstance(error, RETRIABLE):
+            elif _should_retry(error):
                 queues[p].extendleft(reversed(taken))
                 retry = error
             else:
                 raise error
         return retry
+
+
+def _should_retry(error: LowtideError) -> bool:
+    # A timed-out acks=all append may already be in the log: resending could write it twice.
+    return error.retriable and not isinstance(error, RequestTimedOut)

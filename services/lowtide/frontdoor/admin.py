@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.client.replica import PartitionOffset, ReplicaClient
+from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     InvalidConfig,
@@ -26,10 +28,7 @@ from lowtide.errors import (
     TopicAuthorizationFailed,
     UnknownServerError,
     UnknownTopicOrPartition,
-    error_for_code,
 )
-from lowtide.frontdoor.replicas import ReplicaGateway
-from lowtide.frontdoor.results import OffsetAnswer, TopicPartitionKey
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.topic_config import validate_topic_config
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
@@ -94,7 +93,7 @@ class TopicAdmin:
     operation), DeleteTopics DELETE on the topic, ListOffsets DESCRIBE on the topic.
     """
 
-    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaGateway,
+    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
                  pool: ThreadPoolExecutor, rng: random.Random | None = None) -> None:
         self._store = store
         self._authorizer = authorizer
@@ -186,29 +185,29 @@ class TopicAdmin:
         return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views))
 
     # -- offsets -----------------------------------------------------------------------------
-    def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery]) -> list[OffsetAnswer]:
+    def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery]) -> list[PartitionOffset]:
         """Ask each partition's leader (one request per leader, leaders in parallel); one retry
         after a metadata refresh for partitions whose leader moved."""
-        answers: dict[TopicPartitionKey, OffsetAnswer] = {}
+        answers: dict[TopicPartitionKey, PartitionOffset] = {}
         timestamps: dict[TopicPartitionKey, int] = {}
         for q in queries:
             if self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
                                           resource_type=ResourceType.TOPIC, resource_name=q.topic):
                 timestamps[(q.topic, q.partition)] = q.timestamp
             else:
-                answers[(q.topic, q.partition)] = OffsetAnswer.failed(q.topic, q.partition, TopicAuthorizationFailed(
+                answers[(q.topic, q.partition)] = _failed(q.topic, q.partition, TopicAuthorizationFailed(
                     f"{principal} is not authorized to DESCRIBE on TOPIC {q.topic!r}"))
         deadline = time.monotonic() + LIST_OFFSETS_TIMEOUT_S
         pending = dict(timestamps)
         for attempt in range(3):
             routes = route_partitions(self._store, pending)
             for key, error in {**routes.unknown, **routes.unroutable}.items():
-                answers[key] = OffsetAnswer.failed(*key, error)
+                answers[key] = _failed(*key, error)
             got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()))
             retry = {}
             for key, answer in got.items():
                 answers[key] = answer
-                if answer.error_code == NotLeaderOrFollower.code:
+                if answer.error is not None and answer.error.invalid_metadata:
                     retry[key] = pending[key]
             for key in routes.unroutable:
                 retry[key] = pending[key]
@@ -216,23 +215,27 @@ class TopicAdmin:
                 break
             pending = retry
             time.sleep(0.05 * (attempt + 1))
-        return [answers.get((q.topic, q.partition)) or OffsetAnswer.failed(q.topic, q.partition, UnknownServerError(
+        return [answers.get((q.topic, q.partition)) or _failed(q.topic, q.partition, UnknownServerError(
             "no answer")) for q in queries]
 
     def _ask_leaders(self, by_address: dict[str, list[TopicPartitionKey]], timestamps: dict[TopicPartitionKey, int],
-                     timeout_s: float) -> dict[TopicPartitionKey, OffsetAnswer]:
-        def ask(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, OffsetAnswer]:
+                     timeout_s: float) -> dict[TopicPartitionKey, PartitionOffset]:
+        def ask(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionOffset]:
             try:
                 got = self._replicas.list_offsets(address, [(t, p, timestamps[(t, p)]) for t, p in keys],
                                                   timeout_s=timeout_s)
             except LowtideError as err:
-                return {k: OffsetAnswer.failed(*k, err) for k in keys}
+                return {k: _failed(*k, err) for k in keys}
             by_key = {(a.topic, a.partition): a for a in got}
-            return {k: by_key.get(k) or OffsetAnswer.failed(*k, error_for_code(NotLeaderOrFollower.code))
-                    for k in keys}
+            return {k: by_key.get(k) or _failed(*k, NotLeaderOrFollower(
+                f"leader at {address} did not answer for {k[0]}-{k[1]}")) for k in keys}
 
         futures = [self._pool.submit(ask, address, keys) for address, keys in by_address.items()]
-        out: dict[TopicPartitionKey, OffsetAnswer] = {}
+        out: dict[TopicPartitionKey, PartitionOffset] = {}
         for f in futures:
             out.update(f.result())
         return out
+
+
+def _failed(topic: str, partition: int, error: LowtideError) -> PartitionOffset:
+    return PartitionOffset(topic=topic, partition=partition, error=error)

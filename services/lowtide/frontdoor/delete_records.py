@@ -22,30 +22,22 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, Counter, Histogram
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
+from lowtide.client.replica import PartitionDeletion, ReplicaClient
+from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.errors import (
-    BrokerNotAvailable,
-    FencedLeaderEpoch,
     InvalidRequest,
-    LeaderNotAvailable,
     LowtideError,
-    NetworkException,
     NotLeaderOrFollower,
     RequestTimedOut,
     TopicAuthorizationFailed,
-    UnknownLeaderEpoch,
-    error_for_code,
-    name_for_code,
 )
-from lowtide.frontdoor.replicas import ReplicaGateway
-from lowtide.frontdoor.results import DeleteAnswer, TopicPartitionKey
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.metadata.store import MetadataStore
 
 DEFAULT_TIMEOUT_MS = 30_000
-# Errors after which the partition is retried against freshly read metadata (the leader moved,
-# has not been elected yet, or could not be reached).
-RETRIABLE_CODES = frozenset(cls.code for cls in (NotLeaderOrFollower, LeaderNotAvailable, BrokerNotAvailable,
-                                                  NetworkException, FencedLeaderEpoch, UnknownLeaderEpoch))
+# Slack added to the gRPC deadline over the timeout the leader itself honours, so the leader's own
+# REQUEST_TIMED_OUT answer (with per-partition detail) arrives before our deadline cuts it off.
+DEADLINE_SLACK_S = 1.0
 RETRY_BACKOFF_S = (0.005, 0.01, 0.02, 0.05, 0.1)
 
 
@@ -81,7 +73,7 @@ class RecordsDeleter:
     metadata store, authorizer, gateway and the fan-out pool are shared and thread-safe.
     """
 
-    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaGateway,
+    def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
                  pool: ThreadPoolExecutor, default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         self._store = store
         self._authorizer = authorizer
@@ -90,12 +82,12 @@ class RecordsDeleter:
         self._default_timeout_ms = default_timeout_ms
 
     def delete_records(self, *, principal: str, items: Sequence[DeleteRequestItem],
-                       timeout_ms: int = 0) -> list[DeleteAnswer]:
+                       timeout_ms: int = 0) -> list[PartitionDeletion]:
         started = time.monotonic()
         validate_unique_partitions(items)
         timeout_ms = timeout_ms if timeout_ms > 0 else self._default_timeout_ms
         deadline = started + timeout_ms / 1000
-        answers: dict[TopicPartitionKey, DeleteAnswer] = {}
+        answers: dict[TopicPartitionKey, PartitionDeletion] = {}
         offsets: dict[TopicPartitionKey, int] = {}
         allowed_topics: dict[str, bool] = {}
         for item in items:
@@ -108,18 +100,18 @@ class RecordsDeleter:
             if allowed:
                 offsets[key] = item.offset
             else:
-                answers[key] = DeleteAnswer.failed(item.topic, item.partition, TopicAuthorizationFailed(
+                answers[key] = _failed(item.topic, item.partition, TopicAuthorizationFailed(
                     f"{principal} is not authorized to DELETE on TOPIC {item.topic!r}"))
         answers.update(self._delete_with_retries(offsets, deadline))
         results = [answers[(i.topic, i.partition)] for i in items]
         DELETE_RECORDS_DURATION.observe(time.monotonic() - started)
         for r in results:
-            DELETE_RECORDS_TOTAL.labels(result=name_for_code(r.error_code)).inc()
+            DELETE_RECORDS_TOTAL.labels(result=r.error.name if r.error is not None else "NONE").inc()
         return results
 
     def _delete_with_retries(self, offsets: dict[TopicPartitionKey, int],
-                             deadline: float) -> dict[TopicPartitionKey, DeleteAnswer]:
-        answers: dict[TopicPartitionKey, DeleteAnswer] = {}
+                             deadline: float) -> dict[TopicPartitionKey, PartitionDeletion]:
+        answers: dict[TopicPartitionKey, PartitionDeletion] = {}
         pending = dict(offsets)
         # The last retriable error per partition survives the attempts: when time runs out before
         # another call could be made, the caller learns why (NOT_LEADER_OR_FOLLOWER...), not a
@@ -129,15 +121,17 @@ class RecordsDeleter:
         while pending:
             routes = route_partitions(self._store, pending)
             for key, error in routes.unknown.items():
-                answers[key] = DeleteAnswer.failed(*key, error)
+                answers[key] = _failed(*key, error)
                 pending.pop(key)
             retry: dict[TopicPartitionKey, LowtideError] = dict(routes.unroutable)
             last_errors.update(routes.unroutable)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if routes.by_address and remaining_ms > 0:
                 for key, answer in self._call_leaders(routes.by_address, pending, remaining_ms).items():
-                    if answer.error_code in RETRIABLE_CODES:
-                        retry[key] = last_errors[key] = _error_of(answer)
+                    # The leader moved, has not been elected yet or could not be reached: retry
+                    # against freshly read metadata.
+                    if answer.error is not None and answer.error.invalid_metadata:
+                        retry[key] = last_errors[key] = answer.error
                     else:
                         answers[key] = answer
                         pending.pop(key)
@@ -146,34 +140,35 @@ class RecordsDeleter:
                 for key in list(pending):
                     error = retry.get(key) or last_errors.get(key) or RequestTimedOut(
                         f"{key[0]}-{key[1]}: no leader answered in time")
-                    answers[key] = DeleteAnswer.failed(*key, error)
+                    answers[key] = _failed(*key, error)
                 return answers
             for key in list(pending):
                 if key not in retry:
                     pending.pop(key)  # defensive: a leader that left a partition out of its answer
-                    answers[key] = DeleteAnswer.failed(*key, NotLeaderOrFollower(
+                    answers[key] = _failed(*key, NotLeaderOrFollower(
                         f"{key[0]}-{key[1]}: the leader did not answer for this partition"))
             time.sleep(backoff)
             attempt += 1
         return answers
 
     def _call_leaders(self, by_address: dict[str, list[TopicPartitionKey]], offsets: dict[TopicPartitionKey, int],
-                      remaining_ms: int) -> dict[TopicPartitionKey, DeleteAnswer]:
-        def call(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, DeleteAnswer]:
+                      remaining_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
+        def call(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionDeletion]:
             items = [(t, p, offsets[(t, p)]) for t, p in keys]
             try:
-                got = self._replicas.delete_records(address, items, timeout_ms=remaining_ms)
+                got = self._replicas.delete_records(address, items, timeout_ms=remaining_ms,
+                                                    deadline_s=remaining_ms / 1000 + DEADLINE_SLACK_S)
             except LowtideError as err:
-                return {k: DeleteAnswer.failed(*k, err) for k in keys}
+                return {k: _failed(*k, err) for k in keys}
             by_key = {(a.topic, a.partition): a for a in got}
-            return {k: by_key.get(k) or DeleteAnswer.failed(*k, NotLeaderOrFollower(
+            return {k: by_key.get(k) or _failed(*k, NotLeaderOrFollower(
                 f"leader at {address} did not answer for {k[0]}-{k[1]}")) for k in keys}
 
         groups = list(by_address.items())
         if len(groups) == 1:  # the common case: no thread hop on the latency path
             return call(*groups[0])
         futures: list[Future] = [self._pool.submit(call, address, keys) for address, keys in groups]
-        out: dict[TopicPartitionKey, DeleteAnswer] = {}
+        out: dict[TopicPartitionKey, PartitionDeletion] = {}
         for future in futures:
             out.update(future.result())
         return out
@@ -189,5 +184,5 @@ def validate_unique_partitions(items: Sequence[DeleteRequestItem]) -> None:
         seen.add(key)
 
 
-def _error_of(answer: DeleteAnswer) -> LowtideError:
-    return error_for_code(answer.error_code, answer.error_message)
+def _failed(topic: str, partition: int, error: LowtideError) -> PartitionDeletion:
+    return PartitionDeletion(topic=topic, partition=partition, low_watermark=-1, error=error)

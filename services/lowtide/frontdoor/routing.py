@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.errors import BrokerNotAvailable, LeaderNotAvailable, LowtideError, UnknownTopicOrPartition
-from lowtide.frontdoor.results import TopicPartitionKey
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import TOPICS, MetadataStore, partitions_key
 

@@ -18,6 +18,7 @@ import redis as redis_lib
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
+from lowtide.client.replica import ReplicaClient
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve
 from lowtide.frontdoor.acls import AclAdmin
@@ -25,7 +26,6 @@ from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
-from lowtide.frontdoor.replicas import ReplicaGateway
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
@@ -51,7 +51,7 @@ class FrontDoorParts:
 
     front: FrontDoor
     store: MetadataStore
-    replicas: ReplicaGateway
+    replicas: ReplicaClient
     pool: ThreadPoolExecutor
     redis: redis_lib.Redis
 
@@ -74,7 +74,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition, not a failed
     # call); a wrong token is still refused outright.
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
-    replicas = ReplicaGateway()
+    replicas = ReplicaClient()
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
     front = FrontDoor(
         authenticator=authenticator,

@@ -106,8 +106,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp)
                      for p in request.partitions])
         return common_pb2.ListOffsetsResponse(partitions=[
-            common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=a.error_code,
-                                         error_message=a.error_message, offset=a.offset, timestamp=a.timestamp,
+            common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=_code(a.error)[0],
+                                         error_message=_code(a.error)[1], offset=a.offset, timestamp=a.timestamp,
                                          leader_epoch=a.leader_epoch) for a in answers])
 
     def DeleteRecords(self, request, context):  # noqa: N802
@@ -117,7 +117,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                    for p in request.partitions])
         return common_pb2.DeleteRecordsResponse(partitions=[
             common_pb2.DeleteRecordsResult(topic=a.topic, partition=a.partition, low_watermark=a.low_watermark,
-                                           error_code=a.error_code, error_message=a.error_message)
+                                           error_code=_code(a.error)[0], error_message=_code(a.error)[1])
             for a in answers])
 
     # -- groups ------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import grpc
 import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lowtide.rpc.channels import ChannelPool
+
 SERVING = "SERVING"
 UNREACHABLE = "UNREACHABLE"
 STOPPED = "STOPPED"
@@ -128,7 +130,7 @@ def tail_file(path: Path | str, *, lines: int = 40) -> str:
 
 def check_grpc_health(address: str, *, timeout_s: float = 1.0) -> str:
     """``grpc.health.v1.Health/Check(service="")`` at ``address``: the status name, or UNREACHABLE."""
-    with grpc.insecure_channel(address) as channel:
+    with ChannelPool.oneshot(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)

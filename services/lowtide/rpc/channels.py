@@ -8,7 +8,8 @@ it carried (``rpc.status``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
@@ -53,8 +54,20 @@ class ChannelPool:
     def _channel_locked(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = _open_channel(address)
         return channel
+
+    @staticmethod
+    @contextmanager
+    def oneshot(address: str) -> Iterator[grpc.Channel]:
+        """An uncached channel, closed on exit. For probes of processes that come and go (health
+        checks while a service restarts): a cached channel that saw the port closed would wait out
+        gRPC's reconnect backoff (1 s, growing) before trying again."""
+        channel = _open_channel(address)
+        try:
+            yield channel
+        finally:
+            channel.close()
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], T]) -> T:
         key = (address, stub_type)
@@ -79,6 +92,11 @@ class ChannelPool:
             channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         for channel in channels:
             channel.close()
+
+
+def _open_channel(address: str) -> grpc.Channel:
+    # The only place lowtide creates a channel: every one gets the same message-size limits.
+    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 def call(method: Callable[..., T], request: Any, *, metadata: Sequence[tuple[str, str]] = (),

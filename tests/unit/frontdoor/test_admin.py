@@ -9,6 +9,7 @@ import pytest
 
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -18,7 +19,6 @@ from lowtide.errors import (
     UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.admin import TopicAdmin, TopicRequest
-from lowtide.frontdoor.replicas import ReplicaGateway
 from lowtide.frontdoor.topic_config import validate_topic_config
 from tests.unit.frontdoor.harness import kill_broker, register_broker
 
@@ -27,7 +27,7 @@ from tests.unit.frontdoor.harness import kill_broker, register_broker
 def admin(store):
     pool = ThreadPoolExecutor(4)
     yield TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
-                     replicas=ReplicaGateway(), pool=pool, rng=random.Random(7))
+                     replicas=ReplicaClient(), pool=pool, rng=random.Random(7))
     pool.shutdown()
 
 
