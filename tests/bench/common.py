@@ -19,19 +19,15 @@ from typing import Any
 
 import grpc
 
+from lowtide.errors import error_class_for_code
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.record import encode_batch, iter_batches
+from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
 
 MiB = 1024 * 1024
 KiB = 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * MiB),
-    ("grpc.max_receive_message_length", 64 * MiB),
-]
 _T0 = time.monotonic()
-# UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS
-RETRIABLE = frozenset({3, 5, 6, 19})
 
 
 def say(message: str) -> None:
@@ -280,7 +276,7 @@ class Bench:
             resp = self.replica_stub(address).Produce(req, timeout=60)
             retry: dict[int, bytes] = {}
             for r in resp.partitions:
-                if r.error_code in RETRIABLE and time.monotonic() < deadline:
+                if r.error_code and error_class_for_code(r.error_code).retriable and time.monotonic() < deadline:
                     retry[r.partition] = pending[r.partition]
                 elif r.error_code:
                     raise RuntimeError(f"Produce {topic}-{r.partition}: {common_pb2.ErrorCode.Name(r.error_code)} "

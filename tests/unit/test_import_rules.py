@@ -1,0 +1,118 @@
+"""Import rules of the ``lowtide`` package (README "Import rules"), checked by walking the imports.
+
+Each package may import only the packages its row names; generated protobuf code (``lowtide_pb``)
+only ``lowtide.rpc``, ``lowtide.client`` and the servicer/server modules that register services.
+And ``import lowtide.client`` loads exactly the client's own modules: no storage engine, no server
+scaffolding, no metrics or health/reflection servers.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SERVICES = Path(__file__).resolve().parents[2] / "services"
+
+BASE = {"errors", "clock"}
+# package -> the lowtide packages it may import (besides itself). "errors" and "clock" are modules.
+MAY_IMPORT: dict[str, set[str]] = {
+    "errors": set(),
+    "clock": set(),
+    "record": BASE,
+    "auth": BASE,
+    "rpc": BASE | {"auth"},
+    "client": BASE | {"record", "rpc", "auth"},
+    "log": BASE | {"record"},
+    "metadata": BASE,
+    "purgatory": BASE,
+    "common": BASE | {"rpc"},
+    "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
+    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},
+    "localcluster": BASE | {"rpc", "client", "common", "metadata"},
+    "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
+                   "metadata"},
+}
+# Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code.
+PROTOBUF_MODULE_NAMES = {"servicer", "server"}
+# What ``import lowtide.client`` may load, and what it must not.
+CLIENT_MODULES = {
+    "lowtide", "lowtide.errors", "lowtide.clock",
+    "lowtide.record", "lowtide.record.batch", "lowtide.record.compression",
+    "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status",
+    "lowtide.auth", "lowtide.auth.acl",
+    "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",
+    "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica",
+}
+# grpcio's own __init__ imports the bare grpc_health / grpc_reflection packages for backwards
+# compatibility; the servers inside them are what a client must not load.
+FORBIDDEN_FOR_CLIENT = {"prometheus_client", "grpc_health.v1.health", "grpc_reflection.v1alpha.reflection",
+                        "redis", "lowtide.log", "lowtide.common.server", "lowtide.replica", "lowtide.frontdoor"}
+
+
+def imported_names(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import statement in a file, at any depth."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+    return names
+
+
+def find_violations(root: Path) -> list[str]:
+    """Every import under ``root/lowtide`` that breaks a rule, as ``path:line: message``."""
+    violations = []
+    for path in sorted((root / "lowtide").rglob("*.py")):
+        rel = path.relative_to(root / "lowtide")
+        package = rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.stem != "__init__" else ""
+        if not package:
+            continue
+        for line, name in imported_names(path):
+            parts = name.split(".")
+            where = f"{path.relative_to(root)}:{line}"
+            if parts[0] == "lowtide_pb":
+                if package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES:
+                    violations.append(f"{where}: only rpc/, client/ and servicers import generated code ({name})")
+            elif parts[0] == "lowtide" and len(parts) > 1:
+                target = parts[1]
+                if target == package or (root / "lowtide" / target).exists() is False and \
+                        not (root / "lowtide" / f"{target}.py").exists():
+                    continue  # an own module, or a name imported from the lowtide package itself
+                if target not in MAY_IMPORT.get(package, set()):
+                    violations.append(f"{where}: lowtide.{package} may not import lowtide.{target}")
+    return violations
+
+
+def test_every_package_imports_only_what_its_rule_allows():
+    assert find_violations(SERVICES) == []
+
+
+def test_a_forbidden_import_is_reported(tmp_path):
+    # The checker's own negative case: a client module reaching into the storage engine, and a
+    # domain module importing generated code, are both caught.
+    for name in ("client", "log", "replica"):
+        (tmp_path / "lowtide" / name).mkdir(parents=True)
+        (tmp_path / "lowtide" / name / "__init__.py").write_text("")
+    (tmp_path / "lowtide" / "__init__.py").write_text("")
+    (tmp_path / "lowtide" / "client" / "bad.py").write_text("from lowtide.log.partition_log import PartitionLog\n")
+    (tmp_path / "lowtide" / "replica" / "manager.py").write_text("def f():\n    from lowtide_pb import replica_pb2\n")
+    assert find_violations(tmp_path) == [
+        "lowtide/client/bad.py:1: lowtide.client may not import lowtide.log",
+        "lowtide/replica/manager.py:2: only rpc/, client/ and servicers import generated code "
+        "(lowtide_pb.replica_pb2)",
+    ]
+
+
+def test_importing_the_client_loads_only_the_client_side_modules():
+    code = ("import json, sys, lowtide.client; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('lowtide', 'prometheus_client', 'grpc_health', 'grpc_reflection', 'redis'))))")
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                           text=True).stdout))
+    lowtide_modules = {m for m in loaded if m.split(".")[0] == "lowtide"}
+    assert lowtide_modules == CLIENT_MODULES
+    assert not {m for m in loaded for f in FORBIDDEN_FOR_CLIENT if m == f or m.startswith(f + ".")}
