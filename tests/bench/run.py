@@ -30,7 +30,10 @@ SECTIONS = ("physical", "rtt", "delete", "produce", "soak", "wide")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts, fewer variants (< 3 minutes)")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.json and RESULTS.md go")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where results.json and RESULTS.md go (default tests/bench for a full run; "
+                             "tests/bench/out/quick for --quick, so a quick run never overwrites the "
+                             "committed full results)")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="cluster data directory (default tests/bench/out/run-TIMESTAMP, removed afterwards)")
     parser.add_argument("--keep-data", action="store_true", help="keep the cluster data directory")
@@ -38,7 +41,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
     parser.add_argument("--no-client", action="store_true", help="skip the client Producer variant")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = BENCH_DIR / "out" / "quick" if args.quick else BENCH_DIR
+    return args
 
 
 def _section(name: str, figures: list[Figure], fn: Callable[[], list[Figure]], key: str, title: str,
