@@ -1,33 +1,52 @@
-"""The delayed DeleteRecords operation of a leader (KIP-107 step 4).
+"""DeleteRecords on a leader (KIP-107 steps 3-4 and 7).
 
-It completes when, for every partition of the request, the low watermark (min LSO over the leader
-and every live replica) has reached the requested offset, or that partition failed (leadership
-moved: NOT_LEADER_OR_FOLLOWER). At its deadline the remaining partitions get REQUEST_TIMED_OUT;
-the leader's LSO stays advanced either way.
+``DeleteRecordsHandler.delete_records`` raises each leader's LSO, then parks a
+``DelayedDeleteRecords`` in the purgatory until, for every partition of the request, the low
+watermark (min LSO over the leader and every live replica) has reached the requested offset, or
+that partition failed (leadership moved: NOT_LEADER_OR_FOLLOWER). At its deadline the remaining
+partitions get REQUEST_TIMED_OUT; the leader's LSO stays advanced either way.
+
+Whatever may move a low watermark (a follower reporting a new LSO, a broker joining or leaving,
+a leadership change) calls ``recheck_low_watermarks`` or ``complete_ready``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterable
 
-from lowtide.errors import LowtideError, NotLeaderOrFollower, RequestTimedOut
+from lowtide.clock import now_ms
+from lowtide.errors import LowtideError, NotLeaderOrFollower, RequestTimedOut, UnknownServerError
 from lowtide.purgatory.delayed import DelayedOperation
-from lowtide.replica.partition import LEADER
-
-if TYPE_CHECKING:
-    from lowtide.replica.manager import ReplicaManager
+from lowtide.purgatory.purgatory import Purgatory
+from lowtide.replica.partition import LEADER, Partition
+from lowtide.replica.registry import PartitionRegistry
 
 TP = tuple[str, int]
+# One partition of a DeleteRecords answer: its low watermark, or why there is none.
+DeleteResult = tuple[str, int, int | LowtideError]
+# Called with the partitions whose low watermark changed: [(tp, lw), ...].
+LowWatermarkListener = Callable[[list[tuple[TP, int]]], None]
 
 
 class DelayedDeleteRecords(DelayedOperation):
-    """Thread-safe: try_complete may run concurrently from several fetch handlers; results are
-    only read after completion, and each partition's result is written once under the op lock."""
+    """Waits until the low watermark of every requested partition reaches its offset.
 
-    def __init__(self, *, manager: ReplicaManager, required: dict[TP, tuple[int, int]], deadline_ms: int) -> None:
+    Contract: ``required`` maps each partition to (offset, leader epoch when the request was
+    applied). ``results`` holds, once completed, the low watermark or the error of every
+    partition: the LW (>= offset) when reached, NOT_LEADER_OR_FOLLOWER when the partition is no
+    longer hosted, no longer led here or led under another epoch, REQUEST_TIMED_OUT otherwise.
+
+    Thread-safety: try_complete may run concurrently from several fetch handlers (the purgatory
+    serialises the checks of one operation); results are only read after completion, and each
+    partition's result is written once under the op lock.
+    """
+
+    def __init__(self, *, registry: PartitionRegistry, required: dict[TP, tuple[int, int]],
+                 deadline_ms: int) -> None:
         super().__init__(deadline_ms=deadline_ms)
-        self.manager = manager
-        self.required = required  # tp -> (offset, leader epoch when the request was applied)
+        self.registry = registry
+        self.required = required
         self.results: dict[TP, int | LowtideError] = {}
         self._pending: list[TP] = list(reversed(list(required)))  # popped from the end, in request order
 
@@ -37,11 +56,11 @@ class DelayedDeleteRecords(DelayedOperation):
         # partition, so scanning every pending partition each time would be O(n^2) for a
         # 1,000-partition request. A partition whose leadership moved is resolved when reached
         # (or times out with the rest).
-        live = self.manager.live_brokers
+        live = self.registry.live_brokers
         while self._pending:
             tp = self._pending[-1]
             offset, epoch = self.required[tp]
-            p = self.manager._parts.get(tp)
+            p = self.registry.find(*tp)
             if p is None or p.role != LEADER or p.leader_epoch != epoch:
                 self.results[tp] = NotLeaderOrFollower(f"leadership of {tp[0]}-{tp[1]} moved while deleting")
             else:
@@ -63,3 +82,84 @@ class DelayedDeleteRecords(DelayedOperation):
         # Results were recorded by try_complete / on_expiration; waiting threads use wait().
         for tp in self.required:
             self.results.setdefault(tp, RequestTimedOut(f"{tp[0]}-{tp[1]}: completed without a result"))
+
+
+class DeleteRecordsHandler:
+    """The leader side of DeleteRecords, and the low watermarks it reports.
+
+    Contract: ``delete_records`` returns one (topic, partition, low watermark | LowtideError) per
+    item, in request order, after the LW of every applied partition reached its offset or the
+    timeout passed. ``recheck_low_watermarks`` completes the waiting requests the given partitions
+    may satisfy and, when a partition's LW differs from the last one reported, calls
+    ``on_low_watermark_change`` (one event per change, not per fetch).
+
+    Thread-safety: thread-safe; ``delete_records`` blocks its caller (a gRPC handler thread)
+    while it waits. The reported-LW map is updated from fetch handler threads and the membership
+    thread, under its own lock.
+    """
+
+    def __init__(self, *, registry: PartitionRegistry, purgatory: Purgatory,
+                 on_low_watermark_change: LowWatermarkListener | None = None) -> None:
+        self.registry = registry
+        self.purgatory = purgatory
+        self.on_low_watermark_change = on_low_watermark_change
+        self._reported_lw: dict[TP, int] = {}
+        self._reported_lock = threading.Lock()
+
+    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
+        """KIP-107 on the leader. Returns one (topic, partition, low_watermark | LowtideError)."""
+        required: dict[TP, tuple[int, int]] = {}
+        errors: dict[TP, LowtideError] = {}
+        lso_changed = False
+        for topic, partition, offset in items:
+            tp = (topic, partition)
+            try:
+                p = self.registry.get(topic, partition)
+                target, changed = p.delete_records_before(offset)
+                required[tp] = (target, p.leader_epoch)
+                lso_changed |= changed
+            except LowtideError as err:
+                errors[tp] = err
+        if lso_changed:
+            # The new LSO is already durable (each log wrote its log start offset file before
+            # taking it), so the parked follower fetches can go at once.
+            self.registry.notify(list(required))
+        op = DelayedDeleteRecords(registry=self.registry, required=required,
+                                  deadline_ms=now_ms() + max(1, timeout_ms))
+        if required:
+            if not self.purgatory.try_complete_else_watch(op, list(required)):
+                op.wait(timeout_ms / 1000 + 5)
+            if not op.is_completed:
+                op.force_complete()
+        out: list[DeleteResult] = []
+        for topic, partition, _ in items:
+            tp = (topic, partition)
+            out.append((topic, partition, errors.get(tp) or op.results.get(tp) or
+                        UnknownServerError("no result")))
+        return out
+
+    def complete_ready(self, keys: Iterable[TP]) -> None:
+        """Re-check the requests waiting on these partitions (an LW or a leadership moved)."""
+        for key in keys:
+            self.purgatory.check_and_complete(key)
+
+    def recheck_low_watermarks(self, parts: list[Partition]) -> None:
+        """The LW of these led partitions may have moved: complete what it satisfies, report it."""
+        self.complete_ready(p.key for p in parts)
+        self.report_low_watermarks(parts)
+
+    def report_low_watermarks(self, parts: list[Partition]) -> None:
+        """Publish the low watermarks that changed (one event per change, not per fetch)."""
+        listener = self.on_low_watermark_change
+        if not listener or not parts:
+            return
+        live = self.registry.live_brokers
+        changed = []
+        with self._reported_lock:
+            for p in parts:
+                lw = p.low_watermark(live)
+                if self._reported_lw.get(p.key) != lw:
+                    self._reported_lw[p.key] = lw
+                    changed.append((p.key, lw))
+        if changed:
+            listener(changed)

@@ -13,35 +13,58 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-import grpc
-
-from lowtide.errors import LowtideError
+from lowtide.client.replica import FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.errors import LowtideError, OffsetOutOfRange
 from lowtide.metadata.model import BrokerInfo
-from lowtide.rpc.channels import CHANNEL_OPTIONS as GRPC_OPTIONS
-from lowtide_pb import replica_pb2, replica_pb2_grpc
-
-if TYPE_CHECKING:
-    from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.partition import FOLLOWER
+from lowtide.replica.registry import PartitionRegistry
+from lowtide.rpc.channels import ChannelPool
 
 log = logging.getLogger(__name__)
 
-OFFSET_OUT_OF_RANGE = 1
 RETRY_BACKOFF_S = 0.2
 ADDRESS_TTL_S = 5.0
+# The call's own deadline beyond the leader's long poll: room for a slow leader under load.
+CALL_DEADLINE_MARGIN_S = 10.0
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    """What a follower fetch asks for: ``replica_id`` (this broker), the leader's long-poll wait
+    and the byte limits (per partition and per response)."""
+
+    replica_id: int
+    max_wait_ms: int
+    max_bytes: int
 
 
 class FetcherThread:
-    """Fetches from one leader. Thread-safety: owned by FetcherManager; stop() from any thread."""
+    """Fetches every partition this replica follows from one leader, until stopped.
 
-    def __init__(self, *, manager: ReplicaManager, leader_id: int) -> None:
-        self.manager = manager
+    Contract: each round sends one Fetch with every partition following ``leader_id``; applies
+    records, HW and LSO; truncates on OFFSET_OUT_OF_RANGE; on any other per-partition error (stale
+    leadership or otherwise) asks for a forced reconcile and backs off. A whole-call failure (the
+    leader unreachable, a deadline passed) marks the leader's address stale and backs off. The
+    leader's address is looked up again after a failure or every ``ADDRESS_TTL_S``.
+
+    Thread-safety: owned by FetcherManager; ``stop()`` from any thread. Partitions are changed only
+    through their own (locked) methods.
+    """
+
+    def __init__(self, *, registry: PartitionRegistry, client: ReplicaClient, config: FetcherConfig,
+                 leader_id: int, lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
+                 request_reconcile: Callable[[], None]) -> None:
+        self.registry = registry
+        self.client = client
+        self.config = config
         self.leader_id = leader_id
+        self._lookup_brokers = lookup_brokers
+        self._request_reconcile = request_reconcile
         self._stop = threading.Event()
-        self._channel: grpc.Channel | None = None
         self._address = ""
-        self._stub: replica_pb2_grpc.ReplicaStub | None = None
         self._stale = True
         self._resolved_at = 0.0
         self.thread = threading.Thread(target=self._run, name=f"fetcher-{leader_id}", daemon=True)
@@ -52,103 +75,121 @@ class FetcherThread:
     def stop(self) -> None:
         self._stop.set()
 
-    def _stub_for_leader(self) -> replica_pb2_grpc.ReplicaStub | None:
+    def _resolve_leader_address(self) -> str | None:
         # The address is looked up again only after a failed call or every few seconds: a Redis
         # round trip per fetch cost ~8% of a replica's CPU.
         now = time.monotonic()
-        if self._stub is not None and not self._stale and now - self._resolved_at < ADDRESS_TTL_S:
-            return self._stub
+        if self._address and not self._stale and now - self._resolved_at < ADDRESS_TTL_S:
+            return self._address
         self._stale, self._resolved_at = False, now
-        broker: BrokerInfo | None = self.manager.store.brokers().get(self.leader_id)
+        broker = self._lookup_brokers().get(self.leader_id)
         if broker is None:
             return None
-        if broker.address != self._address or self._stub is None:
-            if self._channel is not None:
-                self._channel.close()
+        if broker.address != self._address:
+            if self._address:
+                # The leader moved: its old channel would only ever fail (or reach someone else).
+                self.client.channels.forget(self._address)
             self._address = broker.address
-            self._channel = grpc.insecure_channel(broker.address, options=GRPC_OPTIONS)
-            self._stub = replica_pb2_grpc.ReplicaStub(self._channel)
-        return self._stub
+        return self._address
 
     def _run(self) -> None:
-        cfg = self.manager.config
+        cfg = self.config
         while not self._stop.is_set():
-            parts = self.manager.partitions_following(self.leader_id)
+            parts = self.registry.following(self.leader_id)
             if not parts:
                 self._stop.wait(0.2)
                 continue
             try:
-                stub = self._stub_for_leader()
+                address = self._resolve_leader_address()
             except Exception as exc:  # noqa: BLE001 - redis hiccup: retry
                 log.warning("cannot resolve leader %s: %s", self.leader_id, exc)
-                stub = None
-            if stub is None:
+                address = None
+            if address is None:
                 self._stop.wait(RETRY_BACKOFF_S)
                 continue
-            req = replica_pb2.FetchRequest(
-                replica_id=self.manager.broker_id, max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=1,
-                max_bytes=cfg.replica_fetch_max_bytes,
-                partitions=[replica_pb2.FetchPartition(
-                    topic=p.topic, partition=p.partition, fetch_offset=p.log.log_end_offset,
-                    log_start_offset=p.log.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes,
-                    current_leader_epoch=p.leader_epoch) for p in parts])
+            positions = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.log.log_end_offset,
+                                       log_start_offset=p.log.log_start_offset, max_bytes=cfg.max_bytes,
+                                       current_leader_epoch=p.leader_epoch) for p in parts]
             try:
-                resp = stub.Fetch(req, timeout=cfg.replica_fetch_wait_max_ms / 1000 + 10)
-            except grpc.RpcError as exc:
+                fetched = self.client.fetch(address, positions, replica_id=cfg.replica_id,
+                                            max_wait_ms=cfg.max_wait_ms, min_bytes=1, max_bytes=cfg.max_bytes,
+                                            deadline_s=cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
+            except LowtideError as exc:
                 self._stale = True
                 if not self._stop.is_set():
-                    log.debug("fetch from leader %s failed: %s", self.leader_id, exc.code())
+                    log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
                     self._stop.wait(RETRY_BACKOFF_S)
                 continue
-            self._apply(resp)
-        if self._channel is not None:
-            self._channel.close()
+            self._apply(fetched)
 
-    def _apply(self, resp: replica_pb2.FetchResponse) -> None:
+    def _apply(self, fetched: list[FetchedPartition]) -> None:
         lso_changed = appended = refresh = False
         touched = []
-        for r in resp.partitions:
-            try:
-                p = self.manager.get_partition(r.topic, r.partition)
-            except LowtideError:
+        for r in fetched:
+            p = self.registry.find(r.topic, r.partition)
+            if p is None:
                 continue
             touched.append((r.topic, r.partition))
+            err = r.error
             try:
-                if r.error_code == 0:
+                if err is None:
                     a, l_changed = p.apply_fetched(records=r.records, leader_hw=r.high_watermark,
                                                    leader_lso=r.log_start_offset)
                     appended |= a
                     lso_changed |= l_changed
-                elif r.error_code == OFFSET_OUT_OF_RANGE:
+                elif isinstance(err, OffsetOutOfRange):
                     p.handle_out_of_range(leader_lso=r.log_start_offset, leader_leo=r.log_end_offset)
                     lso_changed = True
+                elif err.invalid_metadata:
+                    refresh = True  # NOT_LEADER / FENCED / UNKNOWN_...: our view of leadership is stale
                 else:
-                    refresh = True  # NOT_LEADER / FENCED / UNKNOWN: our metadata is stale
-            except LowtideError as err:
+                    # Not a metadata error, but our state for this partition may still be what is
+                    # wrong: re-read the metadata too, and back off rather than spin on it.
+                    log.debug("leader %s answered %s for %s-%s: %s", self.leader_id, err.name,
+                              r.topic, r.partition, err.message)
+                    refresh = True
+            except LowtideError as apply_err:
                 log.warning("cannot apply fetched data", extra={"fields": {
-                    "topic": r.topic, "partition": r.partition, "error": err.name, "detail": err.message}})
+                    "topic": r.topic, "partition": r.partition, "error": apply_err.name,
+                    "detail": apply_err.message}})
                 refresh = True
         if refresh:
             self._stale = True
-            self.manager.request_reconcile()
+            self._request_reconcile()
             self._stop.wait(RETRY_BACKOFF_S)
         if appended or lso_changed:
-            self.manager.notify_changed(touched)
+            self.registry.notify(touched)
 
 
 class FetcherManager:
-    """Keeps one FetcherThread per leader we follow. Thread-safe."""
+    """Keeps one FetcherThread per leader this replica follows.
 
-    def __init__(self, *, manager: ReplicaManager) -> None:
-        self.manager = manager
+    Contract: ``sync()`` starts a thread for every leader of a followed partition and stops the
+    threads of leaders no longer followed; every thread shares one ``ReplicaClient`` over one
+    ``ChannelPool`` (one channel per leader address). ``stop()`` stops and joins every thread,
+    then closes the channels.
+
+    Thread-safety: thread-safe (``sync`` runs on the reconcile thread, ``stop`` on shutdown).
+    """
+
+    def __init__(self, *, registry: PartitionRegistry, config: FetcherConfig,
+                 lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
+                 request_reconcile: Callable[[], None]) -> None:
+        self.registry = registry
+        self.config = config
+        self._lookup_brokers = lookup_brokers
+        self._request_reconcile = request_reconcile
+        self._channels = ChannelPool()
+        self.client = ReplicaClient(channels=self._channels)
         self._threads: dict[int, FetcherThread] = {}
         self._lock = threading.Lock()
 
     def sync(self) -> None:
-        leaders = {p.leader_id for p in self.manager.partitions() if p.role == "follower" and p.leader_id >= 0}
+        leaders = {p.leader_id for p in self.registry.all() if p.role == FOLLOWER and p.leader_id >= 0}
         with self._lock:
             for lid in leaders - set(self._threads):
-                t = FetcherThread(manager=self.manager, leader_id=lid)
+                t = FetcherThread(registry=self.registry, client=self.client, config=self.config, leader_id=lid,
+                                  lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile)
                 self._threads[lid] = t
                 t.start()
             for lid in set(self._threads) - leaders:
@@ -162,3 +203,4 @@ class FetcherManager:
             self._threads.clear()
         for t in threads:
             t.thread.join(timeout=2)
+        self._channels.close()

@@ -13,20 +13,22 @@ on the produce/fetch paths).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
-
-if TYPE_CHECKING:
-    from lowtide.replica.manager import ReplicaManager
 
 LABELS = ["topic", "partition", "replica"]
 
 
 class ReplicaCollector(Collector):
+    """Per-partition gauges of one replica, read from its partitions at each scrape.
+
+    Thread-safety: ``collect`` runs on the metrics HTTP thread; it reads a snapshot of the hosted
+    partitions and their logs' offsets (each read is atomic), never blocking the request paths.
+    """
+
     def __init__(self, manager: ReplicaManager) -> None:
         self.manager = manager
 

@@ -10,9 +10,9 @@ Follower side: applies the leader's records, HW and LSO.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
+from lowtide.clock import now_ms
 from lowtide.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
@@ -25,10 +25,6 @@ from lowtide.log.partition_log import AppendInfo, PartitionLog
 from lowtide.metadata.model import PartitionState, TopicInfo
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass
@@ -47,7 +43,7 @@ class Partition:
 
     Thread-safety: every public method takes the partition lock; the PartitionLog underneath has
     its own lock and is always taken after this one (never the other way round). Methods return
-    what changed so the caller (ReplicaManager) can notify waiters outside the lock.
+    what changed so the caller (the request paths, the fetcher) can notify waiters outside the lock.
     """
 
     def __init__(self, *, topic: TopicInfo, partition: int, log: PartitionLog, broker_id: int) -> None:

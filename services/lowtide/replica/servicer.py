@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from lowtide.errors import LowtideError
-from lowtide.replica.manager import FetchItem, ReplicaManager
+from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
+from lowtide.replica.requests import FetchItem
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -15,6 +16,11 @@ def _err(result) -> tuple[int, str]:
 
 
 class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
+    """The ``lowtide.v1.Replica`` gRPC service over a ReplicaManager: protobuf in and out only.
+
+    Thread-safety: stateless; gRPC calls it from many threads and the manager is thread-safe.
+    """
+
     def __init__(self, manager: ReplicaManager) -> None:
         self.manager = manager
 

@@ -1,0 +1,118 @@
+"""Periodic work of a replica that no request triggers: ISR shrink checks, time/size retention,
+and the LSO/HW checkpoint files.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from lowtide.clock import now_ms
+from lowtide.errors import LowtideError
+from lowtide.log.checkpoint import CheckpointFile
+from lowtide.log.filenames import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.isr import IsrUpdater
+from lowtide.replica.partition import LEADER
+from lowtide.replica.registry import PartitionRegistry
+
+log = logging.getLogger(__name__)
+TP = tuple[str, int]
+
+
+class ReplicaCheckpoints:
+    """The ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` files of one data
+    directory (Kafka's text format, written atomically by ``CheckpointFile``).
+
+    Contract: the saved offsets are read once, at construction, for partitions opened later
+    (on restart LSO = max(checkpointed LSO, first segment's base offset)); ``write`` replaces both
+    files with the LSO and HW of the given partitions.
+
+    Thread-safety: ``write`` is serialised by an internal lock (periodic thread and shutdown).
+    """
+
+    def __init__(self, *, data_dir: Path) -> None:
+        self._lso_file = CheckpointFile(Path(data_dir) / LOG_START_OFFSET_CHECKPOINT)
+        self._hw_file = CheckpointFile(Path(data_dir) / REPLICATION_OFFSET_CHECKPOINT)
+        self.saved_log_start_offsets: dict[TP, int] = self._lso_file.read()
+        self.saved_high_watermarks: dict[TP, int] = self._hw_file.read()
+        self._lock = threading.Lock()
+
+    def write(self, registry: PartitionRegistry) -> None:
+        """Checkpoint the LSO and HW of every hosted partition."""
+        with self._lock:
+            parts = registry.all()
+            self._lso_file.write({p.key: p.log.log_start_offset for p in parts})
+            self._hw_file.write({p.key: p.log.high_watermark for p in parts})
+
+
+class Housekeeping:
+    """The ISR, retention and checkpoint threads of a replica.
+
+    Contract:
+
+    * every ``replica_lag_time_max_ms / 2`` (at least 100 ms) the ISR of each led partition drops
+      followers that have not caught up within ``replica_lag_time_max_ms``;
+    * every ``retention_check_interval_ms`` each *led* partition deletes the segments time and
+      size retention allow (followers adopt the leader's LSO, so replicas agree);
+    * every ``checkpoint_interval_ms`` the LSO and HW of every hosted partition are checkpointed;
+    * an HW or LSO that moved wakes every parked request (``registry.notify``).
+
+    Thread-safety: the one-pass methods (``shrink_isrs``, ``apply_retention``,
+    ``write_checkpoints``) may be called from any thread; ``start``/``stop`` once each.
+    """
+
+    def __init__(self, *, config: ReplicaConfig, registry: PartitionRegistry, isr: IsrUpdater,
+                 checkpoints: ReplicaCheckpoints, clock: Callable[[], int] = now_ms) -> None:
+        self.config = config
+        self.registry = registry
+        self.isr = isr
+        self.checkpoints = checkpoints
+        self.clock = clock
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        for name, target in [("isr", self._run_isr_checks), ("checkpoint", self._run_checkpoints),
+                             ("retention", self._run_retention)]:
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- one pass each ---------------------------------------------------------------------------
+    def shrink_isrs(self) -> None:
+        if self.isr.shrink_lagging(lag_time_max_ms=self.config.replica_lag_time_max_ms):
+            self.registry.notify()
+
+    def apply_retention(self) -> None:
+        changed = False
+        for p in self.registry.all():
+            if p.role != LEADER:
+                continue  # followers adopt the leader's LSO, so replicas agree
+            try:
+                before = p.log.log_start_offset
+                p.log.delete_retention_segments(now_ms=self.clock())
+                changed |= p.log.log_start_offset != before
+            except LowtideError as exc:
+                log.warning("retention failed: %s", exc)
+        if changed:
+            self.registry.notify()
+
+    def write_checkpoints(self) -> None:
+        self.checkpoints.write(self.registry)
+
+    # -- loops -----------------------------------------------------------------------------------
+    def _run_isr_checks(self) -> None:
+        interval = max(0.1, self.config.replica_lag_time_max_ms / 2000)
+        while not self._stop.wait(interval):
+            self.shrink_isrs()
+
+    def _run_checkpoints(self) -> None:
+        while not self._stop.wait(self.config.checkpoint_interval_ms / 1000):
+            self.write_checkpoints()
+
+    def _run_retention(self) -> None:
+        while not self._stop.wait(self.config.retention_check_interval_ms / 1000):
+            self.apply_retention()

@@ -1,0 +1,178 @@
+"""Hosted partitions follow the metadata in Redis: open the partitions assigned here, apply each
+leadership change (become leader / follower), delete the partitions no longer assigned and any
+directory left from one.
+
+A pass runs at start, then whenever the metadata version moved (a metadata event or a periodic
+look) or someone knows its view is stale (``ReconcileTrigger.force``: a follower fetch answered
+NOT_LEADER_OR_FOLLOWER although the metadata did not change yet in our eyes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import redis as redis_lib
+
+from lowtide.errors import LowtideError
+from lowtide.log.filenames import parse_partition_dir, partition_dir_name
+from lowtide.log.partition_log import LogConfig, PartitionLog
+from lowtide.metadata.model import TopicInfo
+from lowtide.metadata.store import MetadataStore
+from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.partition import Partition
+from lowtide.replica.registry import PartitionRegistry
+
+log = logging.getLogger(__name__)
+TP = tuple[str, int]
+# How often the loop looks at the metadata version when nothing woke it.
+RECONCILE_POLL_S = 2.0
+
+
+class ReconcileTrigger:
+    """Requests for a reconcile pass.
+
+    Contract: ``wake()`` makes the loop look at the metadata version and reconcile if it moved;
+    ``force()`` makes the next look reconcile even if it did not. A force stays pending until a
+    pass runs (a Redis error while reading the version does not lose it).
+
+    Thread-safety: thread-safe; any thread may wake or force, one loop thread waits.
+    """
+
+    def __init__(self) -> None:
+        self._wanted = threading.Event()
+        self._forced = False
+
+    def wake(self) -> None:
+        self._wanted.set()
+
+    def force(self) -> None:
+        self._forced = True
+        self._wanted.set()
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until woken or ``timeout_s`` passed, then re-arm."""
+        self._wanted.wait(timeout_s)
+        self._wanted.clear()
+
+    @property
+    def forced(self) -> bool:
+        return self._forced
+
+    def clear_forced(self) -> None:
+        self._forced = False
+
+
+def build_log_config(topic: TopicInfo, *, defaults: Mapping[str, str]) -> LogConfig:
+    """The log settings of a topic: the broker's defaults overridden by the topic's own config."""
+    return LogConfig.from_topic_config({**defaults, **topic.config})
+
+
+class PartitionReconciler:
+    """Makes the hosted partitions match the metadata.
+
+    Contract: after ``reconcile()`` the registry hosts exactly the partitions whose replica set
+    contains this broker (of topics that exist), each with the metadata's leader, epoch, replicas
+    and ISR; a new partition opens its log with the checkpointed LSO and HW; a removed one has its
+    log deleted; a partition whose role or epoch changed, or that was removed, has its waiting
+    DeleteRecords re-checked (``complete_waiting_deletes``: leadership moved, they fail); then
+    ``on_reconciled`` runs (the fetchers follow the new leaders) and every parked request wakes.
+    A metadata read failure leaves everything as it was.
+
+    Thread-safety: ``reconcile`` may run on any thread (the manager runs the first pass, then the
+    loop thread); the registry applies each assignment atomically and hands a removed partition to
+    one pass only. ``start``/``stop`` once each.
+    """
+
+    def __init__(self, *, config: ReplicaConfig, store: MetadataStore, registry: PartitionRegistry,
+                 trigger: ReconcileTrigger, saved_log_start_offsets: Mapping[TP, int],
+                 saved_high_watermarks: Mapping[TP, int],
+                 complete_waiting_deletes: Callable[[Iterable[TP]], None],
+                 on_reconciled: Callable[[], None]) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.data_dir = Path(config.data_dir)
+        self.store = store
+        self.registry = registry
+        self.trigger = trigger
+        self._saved_lso = saved_log_start_offsets
+        self._saved_hw = saved_high_watermarks
+        self._complete_waiting_deletes = complete_waiting_deletes
+        self._on_reconciled = on_reconciled
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the loop thread (the first pass is the caller's ``reconcile()``)."""
+        self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.trigger.wake()
+
+    # -- one pass --------------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """Make hosted partitions match the metadata."""
+        try:
+            topics = self.store.topics()
+            states = self.store.all_partition_states()
+        except redis_lib.RedisError as exc:
+            log.warning("metadata unavailable: %s", exc)
+            return
+        mine = {tp: st for tp, st in states.items() if self.broker_id in st.replicas and tp[0] in topics}
+        changes = self.registry.apply_assignment(mine, open_partition=lambda tp: self._open(topics[tp[0]], tp))
+        for p in changes.removed:
+            log.info("removing partition", extra={"fields": {"topic": p.topic, "partition": p.partition}})
+            self._complete_waiting_deletes([p.key])
+            p.log.delete()
+        self._remove_orphan_dirs(set(mine))
+        for p, role in changes.became:
+            log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,
+                                                          "leader_epoch": p.leader_epoch, "leader": p.leader_id}})
+            self._complete_waiting_deletes([p.key])
+        self._on_reconciled()
+        self.registry.notify()
+
+    def _open(self, topic: TopicInfo, tp: TP) -> Partition:
+        plog = PartitionLog.open(self.data_dir / partition_dir_name(*tp), topic=tp[0], partition=tp[1],
+                                 config=build_log_config(topic, defaults=self.config.log_defaults),
+                                 log_start_offset=self._saved_lso.get(tp, 0))
+        saved_hw = self._saved_hw.get(tp)
+        if saved_hw is not None:
+            plog.set_high_watermark(min(saved_hw, plog.log_end_offset))
+        return Partition(topic=topic, partition=tp[1], log=plog, broker_id=self.broker_id)
+
+    def _remove_orphan_dirs(self, hosted: set[TP]) -> None:
+        for entry in os.scandir(self.data_dir):
+            if not entry.is_dir():
+                continue
+            try:
+                tp = parse_partition_dir(entry.name)
+            except (ValueError, LowtideError):
+                continue
+            if tp not in hosted:
+                log.info("deleting directory of a partition no longer assigned here",
+                         extra={"fields": {"dir": entry.path}})
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    # -- loop ------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        seen = -1
+        while not self._stop.is_set():
+            self.trigger.wait(RECONCILE_POLL_S)
+            if self._stop.is_set():
+                return
+            try:
+                version = self.store.version()
+            except redis_lib.RedisError:
+                continue
+            if version != seen or self.trigger.forced:
+                seen = version
+                self.trigger.clear_forced()
+                self.reconcile()

@@ -1,0 +1,176 @@
+"""The partitions hosted by one replica server, the live brokers it counts, and the wake-ups of
+requests parked on those partitions.
+
+Every other piece of the replica (request paths, follower fetchers, DeleteRecords, housekeeping,
+reconciliation) shares one ``PartitionRegistry`` instead of reaching into each other's fields.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+
+from lowtide.errors import UnknownTopicOrPartition
+from lowtide.metadata.model import PartitionState
+from lowtide.replica.partition import FOLLOWER, LEADER, Partition
+
+TP = tuple[str, int]
+
+
+class Waiters:
+    """Per-partition wake-ups for parked fetches and acks=all produces.
+
+    Contract: a waiter registers one Event under every partition it waits on (``waiting``); a
+    change to a partition sets the events registered under it (``notify``), so an append wakes
+    only the waiters of that partition (a process-wide Condition woke every parked request on every
+    append). A waiter clears its event *before* re-reading its condition, so a change that lands
+    between the read and the wait is never lost.
+
+    Thread-safety: thread-safe; events are set outside the internal lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[TP, set[threading.Event]] = {}
+
+    @contextmanager
+    def waiting(self, keys: list[TP]) -> Iterator[threading.Event]:
+        """Register one event under ``keys`` for the duration of the block."""
+        event = threading.Event()
+        with self._lock:
+            for k in keys:
+                self._by_key.setdefault(k, set()).add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                for k in keys:
+                    events = self._by_key.get(k)
+                    if events is not None:
+                        events.discard(event)
+                        if not events:
+                            del self._by_key[k]
+
+    def notify(self, keys: Iterable[TP] | None) -> None:
+        """Set the events waiting on ``keys``; None wakes every waiter."""
+        with self._lock:
+            if keys is None:
+                events = {e for evs in self._by_key.values() for e in evs}
+            else:
+                events = {e for k in keys for e in self._by_key.get(k, ())}
+        for e in events:
+            e.set()
+
+
+@dataclass
+class AssignmentChanges:
+    """What ``PartitionRegistry.apply_assignment`` changed: partitions whose role or leader epoch
+    changed (with the new role), and partitions no longer assigned here (already unhosted; their
+    logs are still open, for the caller to delete)."""
+
+    became: list[tuple[Partition, str]] = field(default_factory=list)
+    removed: list[Partition] = field(default_factory=list)
+
+
+class PartitionRegistry:
+    """The partitions this replica hosts, keyed by (topic, partition), and the live-broker set.
+
+    Contract:
+
+    * ``get`` raises UNKNOWN_TOPIC_OR_PARTITION for a partition not hosted here; ``find`` returns
+      None instead (for paths where a missing partition is not an error of the caller).
+    * The hosted set changes only through ``apply_assignment`` (the metadata said so), atomically
+      with respect to other assignments and ``close_logs``.
+    * ``live_brokers`` is the set the low watermark is computed over (Kafka counts replicas on live
+      brokers, not only the ISR); ``update_live_brokers`` says whether it changed.
+    * ``notify``/``waiting`` wake requests parked on partitions (see ``Waiters``).
+
+    Thread-safety: thread-safe. Lookups (``get``/``find``) read the map without the lock (a dict
+    read is atomic and they are on every produce and fetch); listings copy it under the lock.
+    """
+
+    def __init__(self, *, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self._parts: dict[TP, Partition] = {}
+        # Reentrant: an open_partition callback may list the registry while an assignment runs.
+        self._lock = threading.RLock()
+        self._live_brokers: frozenset[int] = frozenset()
+        self._live_lock = threading.Lock()
+        self._waiters = Waiters()
+
+    # -- lookups --------------------------------------------------------------------------------
+    def get(self, topic: str, partition: int) -> Partition:
+        """The hosted partition, or raise UnknownTopicOrPartition."""
+        p = self._parts.get((topic, partition))
+        if p is None:
+            raise UnknownTopicOrPartition(f"{topic}-{partition} is not hosted on replica {self.broker_id}")
+        return p
+
+    def find(self, topic: str, partition: int) -> Partition | None:
+        """The hosted partition, or None."""
+        return self._parts.get((topic, partition))
+
+    def all(self) -> list[Partition]:
+        """Every hosted partition (a snapshot)."""
+        with self._lock:
+            return list(self._parts.values())
+
+    def leading(self) -> list[Partition]:
+        """The hosted partitions this replica leads."""
+        return [p for p in self.all() if p.role == LEADER]
+
+    def following(self, leader_id: int) -> list[Partition]:
+        """The hosted partitions this replica follows from ``leader_id``."""
+        return [p for p in self.all() if p.role == FOLLOWER and p.leader_id == leader_id]
+
+    # -- assignment -----------------------------------------------------------------------------
+    def apply_assignment(self, states: Mapping[TP, PartitionState], *,
+                         open_partition: Callable[[TP], Partition]) -> AssignmentChanges:
+        """Host exactly the partitions of ``states`` and apply each state.
+
+        ``open_partition`` builds a partition not hosted yet. Partitions not in ``states`` are
+        unhosted and returned in ``removed``; the caller deletes their logs.
+        """
+        changes = AssignmentChanges()
+        with self._lock:
+            for tp, st in states.items():
+                p = self._parts.get(tp)
+                if p is None:
+                    p = self._parts[tp] = open_partition(tp)
+                role = p.apply_state(st)
+                if role:
+                    changes.became.append((p, role))
+            gone = [tp for tp in self._parts if tp not in states]
+            changes.removed = [self._parts.pop(tp) for tp in gone]
+        return changes
+
+    def close_logs(self) -> None:
+        """Close every hosted log (clean shutdown); no assignment runs meanwhile."""
+        with self._lock:
+            for p in self._parts.values():
+                p.log.close()
+
+    # -- live brokers ---------------------------------------------------------------------------
+    @property
+    def live_brokers(self) -> frozenset[int]:
+        return self._live_brokers
+
+    def update_live_brokers(self, live: Iterable[int]) -> bool:
+        """Adopt the brokers holding a live session; returns whether the set changed."""
+        live = frozenset(live)
+        with self._live_lock:
+            if live == self._live_brokers:
+                return False
+            self._live_brokers = live
+            return True
+
+    # -- wake-ups -------------------------------------------------------------------------------
+    def notify(self, keys: Iterable[TP] | None = None) -> None:
+        """Wake requests parked on these partitions (data, HW, LSO or leadership changed); None = all."""
+        self._waiters.notify(keys)
+
+    def waiting(self, keys: list[TP]) -> AbstractContextManager[threading.Event]:
+        """Context manager: an event set whenever one of ``keys`` is notified."""
+        return self._waiters.waiting(keys)

@@ -1,0 +1,233 @@
+"""The request paths of a replica: Produce (acks 0/1/all), Fetch (consumers up to the HW,
+followers up to the LEO, long-polled) and ListOffsets, plus the leader's bookkeeping of follower
+fetches (follower LEO/LSO, HW, ISR expansion, low watermark).
+
+A parked fetch wakes on new data, on an HW change *and* on an LSO change: the LSO wake-up is what
+lets DeleteRecords finish in a few round trips on an idle partition (KIP-107; Kafka only tells a
+parked follower when its long poll ends).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from lowtide.errors import (
+    InvalidRequest,
+    InvalidRequiredAcks,
+    LowtideError,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+)
+from lowtide.log.partition_log import AppendInfo
+from lowtide.replica.delete_records import DeleteRecordsHandler
+from lowtide.replica.isr import IsrUpdater
+from lowtide.replica.partition import LEADER, Partition
+from lowtide.replica.registry import PartitionRegistry
+
+TP = tuple[str, int]
+# One produced partition: where its records landed, or why they did not.
+ProduceResult = tuple[str, int, AppendInfo | LowtideError]
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+# Response budget when the request sets no max_bytes.
+DEFAULT_RESPONSE_MAX_BYTES = 50 * 1024 * 1024
+
+
+@dataclass
+class FetchItem:
+    """One partition of a Fetch: read from ``fetch_offset``; a follower also reports its log start
+    offset (KIP-107); ``current_leader_epoch`` -1 skips the epoch check."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    log_start_offset: int = 0
+    max_bytes: int = DEFAULT_PARTITION_MAX_BYTES
+    current_leader_epoch: int = -1
+
+
+@dataclass
+class FetchOutcome:
+    """One partition of a Fetch answer: the records and the leader's offsets, or the error."""
+
+    topic: str
+    partition: int
+    error: LowtideError | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    records: bytes = b""
+
+
+class ReplicaRequests:
+    """Produce, Fetch and ListOffsets against the hosted partitions.
+
+    Contract:
+
+    * ``produce`` returns one (topic, partition, AppendInfo | LowtideError) per item; with
+      acks=all it returns once the HW passed each append, or with REQUEST_TIMED_OUT /
+      NOT_LEADER_OR_FOLLOWER for the partitions that did not get there.
+    * ``fetch`` returns one ``FetchOutcome`` per item, parking up to ``max_wait_ms`` until
+      ``min_bytes`` are available, a partition errs, or (follower) the leader's LSO is ahead of
+      the follower's; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
+      LSO, which may move the HW, expand the ISR and move the low watermark.
+    * ``list_offset``: -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time.
+    * After ``stop()`` parked fetches return at their next wake-up (the caller notifies all).
+
+    Thread-safety: thread-safe; called concurrently from gRPC handler threads. State lives in the
+    partitions (each with its lock) and the registry.
+    """
+
+    def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
+                 min_insync_replicas: int) -> None:
+        self.registry = registry
+        self.isr = isr
+        self.deletes = deletes
+        self.min_insync_replicas = min_insync_replicas
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- produce ---------------------------------------------------------------------------------
+    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int) -> list[ProduceResult]:
+        """Returns one (topic, partition, AppendInfo | LowtideError) per item."""
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcks(f"acks must be 0, 1 or -1 (all), got {acks}")
+        results: list[ProduceResult] = []
+        keys = [(t, p) for t, p, _ in items]
+        for topic, partition, records in items:
+            try:
+                p = self.registry.get(topic, partition)
+                min_isr = int(p.topic_info.config.get("min.insync.replicas", self.min_insync_replicas))
+                info = p.append_as_leader(records, acks=acks, min_insync_replicas=min_isr)
+                results.append((topic, partition, info))
+            except LowtideError as err:
+                results.append((topic, partition, err))
+        self.registry.notify(keys)
+        if acks == -1:
+            self._await_high_watermark(results, timeout_ms)
+        return results
+
+    def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
+        deadline = time.monotonic() + max(timeout_ms, 1) / 1000
+        with self.registry.waiting([(t, p) for t, p, _ in results]) as wake:
+            self._await_loop(results, timeout_ms, deadline, wake)
+
+    def _await_loop(self, results: list[ProduceResult], timeout_ms: int, deadline: float,
+                    wake: threading.Event) -> None:
+        while True:
+            wake.clear()
+            pending = False
+            for i, (topic, partition, info) in enumerate(results):
+                if isinstance(info, LowtideError):
+                    continue
+                p = self.registry.find(topic, partition)
+                if p is None or p.role != LEADER:
+                    results[i] = (topic, partition, NotLeaderOrFollower(f"leadership of {topic}-{partition} moved"))
+                elif p.log.high_watermark <= info.last_offset:
+                    pending = True
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                for i, (topic, partition, info) in enumerate(results):
+                    if not isinstance(info, LowtideError):
+                        p = self.registry.find(topic, partition)
+                        if p is None or p.log.high_watermark <= info.last_offset:
+                            results[i] = (topic, partition, RequestTimedOut(
+                                f"{topic}-{partition}: not replicated to the ISR within {timeout_ms} ms"))
+                return
+            wake.wait(max(0.0, deadline - time.monotonic()))
+
+    # -- fetch -----------------------------------------------------------------------------------
+    def fetch(self, items: list[FetchItem], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+              max_bytes: int) -> list[FetchOutcome]:
+        """One long-polled fetch; ``replica_id`` >= 0 marks a follower's."""
+        follower = replica_id >= 0
+        if follower:
+            self._record_follower_fetch(replica_id, items)
+        deadline = time.monotonic() + max(0, max_wait_ms) / 1000
+        with self.registry.waiting([(it.topic, it.partition) for it in items]) as wake:
+            while True:
+                wake.clear()  # before reading: a change during the read makes the wait return at once
+                outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes)
+                if size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set():
+                    return outcomes
+                wake.wait(max(0.0, deadline - time.monotonic()))
+
+    def _read(self, items: list[FetchItem], *, follower: bool,
+              max_bytes: int) -> tuple[list[FetchOutcome], int, bool]:
+        """Read every item once: (outcomes, bytes read, whether to answer without waiting)."""
+        outcomes: list[FetchOutcome] = []
+        size = 0
+        wake = False
+        budget = max_bytes if max_bytes > 0 else DEFAULT_RESPONSE_MAX_BYTES
+        for it in items:
+            out = FetchOutcome(topic=it.topic, partition=it.partition)
+            try:
+                p = self.registry.get(it.topic, it.partition)
+                p.check_leader(it.current_leader_epoch)
+                plog = p.log
+                out.high_watermark = plog.high_watermark
+                out.log_start_offset = plog.log_start_offset
+                out.log_end_offset = plog.log_end_offset
+                out.leader_epoch = p.leader_epoch
+                if follower and it.log_start_offset < out.log_start_offset:
+                    wake = True  # the follower must learn the new LSO now (KIP-107, fast path)
+                partition_max = it.max_bytes or DEFAULT_PARTITION_MAX_BYTES
+                # Until something was read the response budget does not apply (as in Kafka), so a
+                # batch larger than max_bytes still makes progress.
+                limit = min(partition_max, budget) if size else partition_max
+                if limit > 0:
+                    out.records = plog.read(it.fetch_offset, max_bytes=limit,
+                                            max_offset=out.log_end_offset if follower else out.high_watermark)
+                size += len(out.records)
+                budget -= len(out.records)
+            except LowtideError as err:
+                out.error = err
+                wake = True
+            outcomes.append(out)
+        return outcomes, size, wake
+
+    def _record_follower_fetch(self, replica_id: int, items: list[FetchItem]) -> None:
+        changed: list[TP] = []
+        lso_moved: list[Partition] = []
+        for it in items:
+            p = self.registry.find(it.topic, it.partition)
+            if p is None or p.role != LEADER:
+                continue
+            hw_changed, lso_changed = p.update_follower(replica_id, fetch_offset=it.fetch_offset,
+                                                       log_start_offset=it.log_start_offset)
+            new_isr = p.isr_expansion_candidate(replica_id)
+            if new_isr is not None:
+                hw_changed |= self.isr.change(p, new_isr)
+            if lso_changed:
+                lso_moved.append(p)
+            if hw_changed:
+                changed.append(p.key)
+        if changed:
+            self.registry.notify(changed)
+        self.deletes.recheck_low_watermarks(lso_moved)
+
+    # -- list offsets ----------------------------------------------------------------------------
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
+        """(offset, timestamp, leader epoch): -1 latest (HW), -2 earliest (LSO), -3 max timestamp,
+        >= 0 the first offset whose timestamp is >= it (-1 when none)."""
+        p = self.registry.get(topic, partition)
+        p.check_leader()
+        plog = p.log
+        if timestamp == -1:
+            return plog.high_watermark, -1, p.leader_epoch
+        if timestamp == -2:
+            return plog.log_start_offset, -1, p.leader_epoch
+        if timestamp == -3:
+            found = plog.max_timestamp_offset()
+        elif timestamp >= 0:
+            found = plog.offset_for_timestamp(timestamp)
+        else:
+            raise InvalidRequest(f"invalid ListOffsets timestamp {timestamp}")
+        if found is None or found[0] >= plog.high_watermark:
+            return -1, -1, p.leader_epoch
+        return max(found[0], plog.log_start_offset), found[1], p.leader_epoch

@@ -1,0 +1,41 @@
+"""The low watermark: min LSO over the leader and every replica on a live broker (as Kafka counts)."""
+
+from __future__ import annotations
+
+ALL_LIVE = frozenset({0, 1, 2})
+
+
+def test_the_low_watermark_is_the_minimum_log_start_offset_over_leader_and_live_followers(replicas):
+    replicas.leader.delete_records_before(15)
+    replicas.replicate(1)  # follower 1 adopts 15 and reports it; follower 2 has not fetched since
+
+    assert replicas.follower(1).log.log_start_offset == 15
+    assert replicas.leader.followers[2].log_start_offset == 0
+    assert replicas.leader.low_watermark(ALL_LIVE) == 0
+
+    replicas.replicate(2)
+    assert replicas.leader.low_watermark(ALL_LIVE) == 15
+
+
+def test_a_follower_on_a_broker_that_is_not_live_does_not_hold_the_low_watermark_back(replicas):
+    replicas.leader.delete_records_before(15)
+    replicas.replicate(1)
+
+    assert replicas.leader.low_watermark(frozenset({0, 1})) == 15
+    assert replicas.leader.low_watermark(frozenset({0})) == 15
+
+
+def test_a_live_follower_not_heard_from_since_the_leadership_began_makes_it_minus_one(make_replicas):
+    r = make_replicas()
+    r.elect(0, leader_epoch=2)  # a new leadership resets what the leader knows of its followers
+
+    assert r.leader.low_watermark(ALL_LIVE) == -1
+    r.fetch_once(1)
+    assert r.leader.low_watermark(ALL_LIVE) == -1  # follower 2 is live and silent
+    assert r.leader.low_watermark(frozenset({0, 1})) == 0
+    r.fetch_once(2)
+    assert r.leader.low_watermark(ALL_LIVE) == 0
+
+
+def test_a_replica_that_is_not_the_leader_reports_no_low_watermark(replicas):
+    assert replicas.follower(1).low_watermark(ALL_LIVE) == -1
