@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -16,6 +15,7 @@ from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
+from tests import waiting
 
 OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
            ("grpc.max_send_message_length", 64 * 1024 * 1024)]
@@ -113,17 +113,10 @@ def segment_files(cluster: LocalCluster, broker_id: int, topic: str, partition: 
     return sorted(int(f.name.split(".")[0]) for f in d.iterdir() if f.name.endswith(".log"))
 
 
-def wait_until(check: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except (grpc.RpcError, AssertionError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+# The suite's wait_until with cluster defaults: services take seconds to settle, and while they do a
+# check may hit a replica that is not (yet) the leader (RpcError) or a failed assert in a helper.
+wait_until = functools.partial(waiting.wait_until, timeout_s=20.0, interval_s=0.05,
+                               retry_on=(grpc.RpcError, AssertionError))
 
 
 def lowtide_cli(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -56,14 +55,6 @@ def is_pid_alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
     return not stat or stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def wait_until(predicate, *, timeout_s: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def run_cli(*args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:

@@ -35,7 +35,8 @@ class DelayedOperation(ABC):
     Contract:
 
     * ``deadline_ms`` is wall-clock epoch milliseconds (not monotonic) because the deadline is
-      shared with other processes through Redis.
+      shared with other processes through Redis; it is read against the purgatory's ``clock``, so
+      compute it from that same clock (``lowtide.clock.now_ms`` unless a test injects another).
     * Subclasses implement ``try_complete`` (check the condition; if it holds, return
       ``self.force_complete()``; otherwise return False), ``on_complete`` (build the result; called
       exactly once, also after expiration or ``fail``) and ``on_expiration`` (called once, before

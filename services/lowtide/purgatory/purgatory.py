@@ -33,7 +33,7 @@ Life of an operation (``try_complete_else_watch``)::
 Reaper thread, per purgatory:
 
 * sleeps on a local Condition until the earliest score in the zset (capped at the reaper interval),
-  woken early when an operation with an earlier deadline is watched;
+  woken early when an operation with an earlier deadline is watched, or by ``wake_reaper()``;
 * own due members: ZREM, and expire the local operation only if ZREM returned 1;
 * foreign due members whose owner's liveness key is gone (a dead process): ZREM (leak clean-up; they
   are never "completed": the process that could answer their request is gone);
@@ -45,6 +45,11 @@ a restart neither leaks entries nor completes anything early. A Redis outage nev
 (it logs and retries) and never makes a completion fail; while Redis is unreachable, operations whose
 deadline passed more than one reaper interval ago are expired from their local deadline so that no
 handler waits forever.
+
+Time: every reading (deadlines due, the reaper's next wake-up, liveness refresh, the local-expiry
+fallback) comes from the injected ``clock`` (wall-clock epoch ms by default; Redis scores are its
+values). The reaper's sleep itself is a real-time wait of at most one interval, so a test that moves
+a manual clock calls ``wake_reaper()`` to have the move looked at without waiting for that sleep.
 """
 
 from __future__ import annotations
@@ -52,13 +57,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 import redis as redis_lib
 from prometheus_client import Counter, Gauge
 
+from lowtide.clock import Clock, now_ms
 from lowtide.errors import BrokerNotAvailable, LowtideError, UnknownServerError
 from lowtide.purgatory.delayed import DelayedOperation
 
@@ -102,11 +107,6 @@ def parse_member(member: bytes | str) -> tuple[str, str]:
     return owner, op_id
 
 
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds: deadlines are compared across processes."""
-    return time.time_ns() // 1_000_000
-
-
 def _escape_glob(text: str) -> str:
     # SCAN MATCH uses glob syntax; an owner such as "replica[0]" must match literally.
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
@@ -131,17 +131,24 @@ class Purgatory:
       their condition may have changed (the partition's low watermark or high watermark moved).
     * An operation is completed exactly once: by its condition, by ``fail``/``cancel_all_for_key``
       or by expiry, whichever comes first. Operations that complete normally never expire.
+    * ``clock`` (epoch milliseconds, default ``now_ms``) is the only source of time: deadlines are
+      compared with it and written to Redis as its values, so it must agree with the clock that
+      computed the operations' ``deadline_ms``. Redis expires the liveness key in real time, so a
+      clock that stands still longer than the liveness TTL lets other processes think this one dead.
+    * ``wake_reaper()`` makes the reaper run a round at once (re-reading the clock), optionally
+      waiting for that round to finish.
 
     Thread-safety: all public methods are safe to call from any thread concurrently (gRPC handler
-    threads, follower-fetch threads, the reaper). The purgatory's lock is never held while calling
-    into an operation, so operation callbacks may call back into the purgatory.
+    threads, follower-fetch threads, the reaper), and ``clock`` is called from all of them, so it
+    must be thread-safe too. The purgatory's lock is never held while calling into an operation, so
+    operation callbacks may call back into the purgatory.
 
     Give the Redis client a ``socket_timeout``: a Redis that hangs (rather than refuses) would
     otherwise block completing threads in their best-effort ZREM.
     """
 
     def __init__(self, *, name: str, redis: redis_lib.Redis, owner: str,
-                 reaper_interval_ms: int = 1000) -> None:
+                 reaper_interval_ms: int = 1000, clock: Clock = now_ms) -> None:
         if not name or "|" in owner or not owner:
             raise ValueError(f"invalid purgatory name/owner: {name!r}/{owner!r} (owner must not contain '|')")
         if reaper_interval_ms <= 0:
@@ -149,6 +156,7 @@ class Purgatory:
         self.name = name
         self.owner = owner
         self._redis = redis
+        self._clock = clock
         self._interval_ms = int(reaper_interval_ms)
         self._liveness_ttl_ms = max(3 * self._interval_ms, 1000)
         self._deadlines_key = build_deadlines_key(name)
@@ -163,6 +171,10 @@ class Purgatory:
         self._wake_cond = threading.Condition()
         self._next_wake_ms = math.inf
         self._wake_requested = False
+        # Reaper rounds begun and finished (under _wake_cond): wake_reaper(wait_s=...) waits for a
+        # round that began after its call, i.e. one that read the clock after the caller moved it.
+        self._rounds_begun = 0
+        self._rounds_finished = 0
 
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -201,9 +213,7 @@ class Purgatory:
             return
         self._closed = True
         self._stop.set()
-        with self._wake_cond:
-            self._wake_requested = True
-            self._wake_cond.notify_all()
+        self.wake_reaper()
         if self._thread is not None:
             self._thread.join(timeout_s)
         with self._lock:
@@ -286,6 +296,25 @@ class Purgatory:
             ops = list(watched.values()) if watched else []
         return sum(1 for op in ops if op.fail(reason_exc))
 
+    def wake_reaper(self, *, wait_s: float | None = None) -> bool:
+        """Have the reaper run a round now, reading the clock afresh, instead of at its next wake-up.
+
+        For a caller that moved an injected clock: the reaper otherwise notices only after its
+        current real-time sleep (up to one interval). With ``wait_s``, block until a round that began
+        after this call has finished (expired what was due, reaped dead owners, ran the local-expiry
+        fallback); returns False if that did not happen within ``wait_s`` (reaper not running or
+        stopped). Without ``wait_s``, returns True at once.
+        """
+        with self._wake_cond:
+            target = self._rounds_begun + 1
+            self._wake_requested = True
+            self._wake_cond.notify_all()
+            if wait_s is None:
+                return True
+            return self._wake_cond.wait_for(
+                lambda: self._rounds_finished >= target or self._stop.is_set(), wait_s,
+            ) and self._rounds_finished >= target
+
     @property
     def is_running(self) -> bool:
         """Started, not closed, and the reaper thread alive."""
@@ -353,6 +382,8 @@ class Purgatory:
 
     def _run_reaper(self) -> None:
         while not self._stop.is_set():
+            with self._wake_cond:
+                self._rounds_begun += 1
             wait_ms: float = self._interval_ms
             try:
                 self._refresh_liveness_if_due()
@@ -377,7 +408,9 @@ class Purgatory:
     def _sleep_until_woken(self, wait_ms: float) -> None:
         wait_ms = max(0.0, min(wait_ms, self._interval_ms))
         with self._wake_cond:
-            self._next_wake_ms = now_ms() + wait_ms
+            self._rounds_finished = self._rounds_begun
+            self._wake_cond.notify_all()  # wake_reaper(wait_s=...) callers waiting for this round
+            self._next_wake_ms = self._clock() + wait_ms
             if not self._wake_requested and not self._stop.is_set() and wait_ms > 0:
                 self._wake_cond.wait(wait_ms / 1000.0)
             self._wake_requested = False
@@ -385,7 +418,7 @@ class Purgatory:
 
     def _reap_due_members(self) -> float:
         """One round over the due members; returns milliseconds until the next deadline."""
-        now = now_ms()
+        now = self._clock()
         due = self._redis.zrangebyscore(self._deadlines_key, "-inf", now, start=0, num=_REAP_BATCH)
         own: list[tuple[str, str]] = []
         foreign: dict[str, list[str]] = {}
@@ -408,7 +441,7 @@ class Purgatory:
                                              withscores=True)
         if not upcoming:
             return self._interval_ms
-        return max(0.0, float(upcoming[0][1]) - now_ms())
+        return max(0.0, float(upcoming[0][1]) - self._clock())
 
     def _expire_own(self, members: list[tuple[str, str]]) -> None:
         pipe = self._redis.pipeline(transaction=False)
@@ -463,11 +496,11 @@ class Purgatory:
 
     def _refresh_liveness(self) -> None:
         self._redis.set(self._owner_key, self.owner, px=self._liveness_ttl_ms)
-        self._last_liveness_ms = now_ms()
+        self._last_liveness_ms = self._clock()
 
     def _refresh_liveness_if_due(self) -> None:
         # Three refreshes per TTL: one missed round does not make this process look dead.
-        if now_ms() - self._last_liveness_ms >= self._liveness_ttl_ms // 3:
+        if self._clock() - self._last_liveness_ms >= self._liveness_ttl_ms // 3:
             self._refresh_liveness()
 
     def _expire_overdue_locally(self) -> None:
@@ -477,7 +510,7 @@ class Purgatory:
         member removed by a foreign reaper that believed this process dead, so that no waiter blocks
         past its deadline plus one interval.
         """
-        now = now_ms()
+        now = self._clock()
         if now - self._last_local_sweep_ms < self._interval_ms:
             return
         self._last_local_sweep_ms = now

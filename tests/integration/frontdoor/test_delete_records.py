@@ -150,13 +150,14 @@ def test_low_watermark_changes_are_published_on_redis_when_deletion_reaches_the_
     try:
         [res] = s.delete_records(cluster, [("events", 0, 30)])
         assert res.low_watermark == 30
-        deadline = time.monotonic() + 5
         events = []
-        while time.monotonic() < deadline and (not events or events[-1] != ("events", 0, 30)):
-            try:
-                events.append(seen.get(timeout=0.5))
-            except queue.Empty:
-                pass
+
+        def saw_the_new_low_watermark() -> bool:
+            while not seen.empty():
+                events.append(seen.get_nowait())
+            return bool(events) and events[-1] == ("events", 0, 30)
+
+        s.wait_until(saw_the_new_low_watermark, timeout_s=5, what="the LW event of events-0 at 30")
         assert events and events[-1] == ("events", 0, 30), events
     finally:
         sub.close()

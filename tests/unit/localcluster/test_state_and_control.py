@@ -6,12 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from lowtide.cli.cluster_cmd import format_cluster, format_status
 from lowtide.localcluster import ClusterState, ServiceEntry, control
 from lowtide.localcluster.state import read_state, write_json_atomic, write_state
+from tests.waiting import wait_until
 
 
 def sample_state(data_dir: Path) -> ClusterState:
@@ -54,21 +54,17 @@ def test_pid_liveness_and_zombies_are_dead() -> None:
     assert control.is_pid_alive(os.getpid())
     assert not control.is_pid_alive(0)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
     # Not waited for: the exited child is a zombie, which must count as dead (and gets reaped).
-    while control.is_pid_alive(child.pid):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: not control.is_pid_alive(child.pid), timeout_s=10, interval_s=0.02,
+               what="the exited child to count as dead")
     assert not control.is_pid_alive(child.pid)
 
 
 def test_ownership_needs_the_address_on_the_command_line() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--grpc-addr", "127.0.0.1:65001"])
     try:
-        deadline = time.monotonic() + 10
-        while "65001" not in (control.read_cmdline(child.pid) or ""):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: "65001" in (control.read_cmdline(child.pid) or ""), timeout_s=10, interval_s=0.02,
+                   what="the child's command line to show its address")
         assert control.is_service_running(child.pid, "127.0.0.1:65001")
         assert not control.is_service_running(child.pid, "127.0.0.1:65002"), "a recycled pid is not ours"
         assert control.terminate(child.pid, address="127.0.0.1:65002", timeout_s=1, proc=child) == "not running"

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from lowtide.log.file_deleter import FileDeleter
-from tests.unit.purgatory.helpers import wait_until
+from tests.waiting import wait_until
 
 
 def test_scheduled_files_are_unlinked_in_the_background(tmp_path):
@@ -9,7 +9,7 @@ def test_scheduled_files_are_unlinked_in_the_background(tmp_path):
     for p in paths:
         p.write_bytes(b"x")
     pending = FileDeleter().schedule(paths)
-    assert wait_until(lambda: pending.done)
+    wait_until(lambda: pending.done, what="the scheduled files unlinked")
     assert not any(p.exists() for p in paths)
 
 
@@ -20,7 +20,7 @@ def test_a_later_due_time_does_not_hold_back_an_earlier_one(tmp_path):
     deleter = FileDeleter()
     slow = deleter.schedule([late], delay_s=3600)
     fast = deleter.schedule([early])
-    assert wait_until(lambda: fast.done)
+    wait_until(lambda: fast.done, what="the file due now unlinked")
     assert late.exists() and not slow.done
 
 

@@ -19,7 +19,7 @@ from lowtide.errors import (
 from lowtide.log import filenames
 from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.record import decode_batches, encode_batch, iter_batches
-from tests.unit.purgatory.helpers import wait_until
+from tests.waiting import wait_until
 
 SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)
 
@@ -212,7 +212,8 @@ def test_deleted_segment_files_leave_the_directory_soon_after_the_log_start_offs
     produce(log)
     log.set_high_watermark(2)
     log.increment_log_start_offset(2)
-    assert wait_until(lambda: not any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)))
+    wait_until(lambda: not any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)),
+               what="no *.deleted file left")
     assert sorted(os.listdir(log.dir)) == sorted(
         [filenames.LOG_START_OFFSET_FILE, *filenames.segment_file_names(2)])
 
@@ -225,10 +226,8 @@ def test_delayed_file_deletion_renames_then_removes_segment_files(tmp_path):
     log.set_high_watermark(log.log_end_offset)
     log.increment_log_start_offset(log.describe()["segments"][1][0])
     assert any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir))
-    deadline = time.monotonic() + 5
-    while any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: not any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)),
+               interval_s=0.02, what="the renamed segment files removed after file_delete_delay_ms")
     log.close()
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for purgatory tests: a real Redis client and purgatories closed after each test."""
+"""Fixtures for purgatory tests: a real Redis client, a manual clock, and purgatories closed after
+each test."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 import redis as redis_lib
 
 from lowtide.purgatory import Purgatory
+
+from .helpers import ManualClock
 
 
 @pytest.fixture
@@ -25,13 +28,20 @@ def operation_name() -> str:
 
 
 @pytest.fixture
-def make_purgatory(redis_client: redis_lib.Redis, operation_name: str) -> Iterator[Callable[..., Purgatory]]:
+def clock() -> ManualClock:
+    """The time of every purgatory ``make_purgatory`` builds: it moves only when the test says so."""
+    return ManualClock()
+
+
+@pytest.fixture
+def make_purgatory(redis_client: redis_lib.Redis, operation_name: str,
+                   clock: ManualClock) -> Iterator[Callable[..., Purgatory]]:
     created: list[Purgatory] = []
 
     def make(*, owner: str = "replica-0", reaper_interval_ms: int = 1000, name: str | None = None,
              redis: redis_lib.Redis | None = None, start: bool = True) -> Purgatory:
         purgatory = Purgatory(name=name or operation_name, redis=redis or redis_client, owner=owner,
-                              reaper_interval_ms=reaper_interval_ms)
+                              reaper_interval_ms=reaper_interval_ms, clock=clock.now)
         if start:
             purgatory.start()
         created.append(purgatory)

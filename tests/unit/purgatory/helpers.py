@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 from prometheus_client import REGISTRY
 
 from lowtide.errors import RequestTimedOut
-from lowtide.purgatory import DelayedOperation, now_ms
+from lowtide.purgatory import DelayedOperation, Purgatory, now_ms
 
 
 class Watermark:
@@ -51,18 +49,41 @@ def read_metric(name: str, operation: str) -> float:
     return REGISTRY.get_sample_value(name, {"operation": operation}) or 0.0
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 5.0, step_s: float = 0.01) -> bool:
-    """Poll ``predicate`` until true or ``timeout_s``; a bounded wait for asynchronous effects."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
+class ManualClock:
+    """A purgatory ``Clock`` that moves only when the test calls ``advance``.
+
+    Contract: ``now()`` returns epoch milliseconds, starting at the real wall clock (so deadlines it
+    produces sit next to those of real processes sharing the Redis zset) and never going back.
+    Thread-safety: ``now`` and ``advance`` may be called from any thread (the reaper reads the
+    clock while the test moves it).
+    """
+
+    def __init__(self, start_ms: int | None = None) -> None:
+        self._now_ms = now_ms() if start_ms is None else start_ms
+        self._lock = threading.Lock()
+
+    def now(self) -> int:
+        with self._lock:
+            return self._now_ms
+
+    def advance(self, ms: int) -> int:
+        """Move the clock forward by ``ms``; returns the new time."""
+        if ms < 0:
+            raise ValueError(f"a clock only moves forward, got {ms} ms")
+        with self._lock:
+            self._now_ms += ms
+            return self._now_ms
 
 
-def deadline_in(ms: int) -> int:
-    return now_ms() + ms
+def reaper_round(purgatory: Purgatory) -> None:
+    """Have the reaper run one round at the clock's current time and wait until it has finished."""
+    assert purgatory.wake_reaper(wait_s=5.0), f"the reaper of {purgatory.name} ran no round within 5 s"
+
+
+def advance_and_reap(clock: ManualClock, purgatory: Purgatory, ms: int) -> None:
+    """Move the clock by ``ms``, then let the reaper act on the new time before returning."""
+    clock.advance(ms)
+    reaper_round(purgatory)
 
 
 PENDING_METRIC = "lowtide_purgatory_pending"
