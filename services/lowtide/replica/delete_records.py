@@ -134,8 +134,11 @@ class DeleteRecordsHandler:
         out: list[DeleteResult] = []
         for topic, partition, _ in items:
             tp = (topic, partition)
-            out.append((topic, partition, errors.get(tp) or op.results.get(tp) or
-                        UnknownServerError("no result")))
+            # Explicit None checks: a low watermark of 0 is a result, not a missing one.
+            result = errors.get(tp)
+            if result is None:
+                result = op.results.get(tp)
+            out.append((topic, partition, UnknownServerError("no result") if result is None else result))
         return out
 
     def complete_ready(self, keys: Iterable[TP]) -> None:

@@ -1,0 +1,54 @@
+"""The leader's DeleteRecords handler end to end in one process: a real purgatory on a real
+redis-server, real partition logs, no replica server."""
+
+from __future__ import annotations
+
+import pytest
+import redis as redis_lib
+
+from lowtide.purgatory import Purgatory
+from lowtide.replica.delete_records import DeleteRecordsHandler
+from lowtide.replica.registry import PartitionRegistry
+from tests.unit.replica.conftest import BROKERS, TOPIC
+
+
+@pytest.fixture
+def purgatory(redis_url):
+    client = redis_lib.Redis.from_url(redis_url)
+    p = Purgatory(name="DeleteRecords", redis=client, owner="replica-0")
+    p.start()
+    yield p
+    p.close()
+    client.close()
+
+
+def handler_for(replicas, purgatory) -> DeleteRecordsHandler:
+    registry = PartitionRegistry(broker_id=0)
+    registry.apply_assignment({replicas.leader.key: replicas.state}, open_partition=lambda tp: replicas.leader)
+    registry.update_live_brokers(BROKERS)
+    return DeleteRecordsHandler(registry=registry, purgatory=purgatory)
+
+
+def test_a_low_watermark_of_zero_is_a_success_not_an_unknown_server_error(replicas, purgatory):
+    # Finding 4 of issue 9: the result 0 was falsy and fell through to UNKNOWN_SERVER_ERROR.
+    handler = handler_for(replicas, purgatory)
+
+    assert handler.delete_records([(TOPIC, 0, 0)], timeout_ms=1000) == [(TOPIC, 0, 0)]
+
+
+def test_offset_minus_one_on_an_empty_partition_succeeds_with_low_watermark_zero(make_replicas, purgatory):
+    empty = make_replicas()
+    empty.replicate()  # the followers have fetched once, so they count toward the low watermark
+    handler = handler_for(empty, purgatory)
+
+    assert handler.delete_records([(TOPIC, 0, -1)], timeout_ms=1000) == [(TOPIC, 0, 0)]
+
+
+def test_results_come_back_in_request_order_with_errors_in_place(replicas, purgatory):
+    handler = handler_for(replicas, purgatory)
+    replicas.replicate()
+
+    results = handler.delete_records([(TOPIC, 7, 1), (TOPIC, 0, 0)], timeout_ms=1000)
+
+    assert [(t, p) for t, p, _ in results] == [(TOPIC, 7), (TOPIC, 0)]
+    assert results[0][2].name == "UNKNOWN_TOPIC_OR_PARTITION" and results[1][2] == 0
