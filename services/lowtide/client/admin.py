@@ -13,6 +13,7 @@ from lowtide.client.metadata import (
     TopicMetadata,
     topic_from_error,
 )
+from lowtide.client.replica import PartitionDeletion, PartitionOffset
 from lowtide.errors import LowtideError, error_or_none
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, call, validate_address
@@ -29,20 +30,10 @@ class OffsetSpec:
     MAX_TIMESTAMP = -3
 
 
-@dataclass(frozen=True, slots=True)
-class ListedOffset:
-    offset: int
-    timestamp: int = -1
-    leader_epoch: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecordsResult:
-    """KIP-107 ``DeleteDataResult``: the low watermark, or -1 and the error."""
-
-    low_watermark: int
-    error: LowtideError | None = None
+# A ListOffsets answer (KIP-79) and a DeleteRecords answer (KIP-107 ``DeleteDataResult``) are the
+# same whether the front door or a leader gives them.
+ListedOffset = PartitionOffset
+DeleteRecordsResult = PartitionDeletion
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +137,8 @@ class Admin:
         request = common_pb2.ListOffsetsRequest(partitions=[
             common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in queries.items()])
         response = self._call("ListOffsets", request)
-        return {(r.topic, r.partition): ListedOffset(offset=r.offset, timestamp=r.timestamp,
+        return {(r.topic, r.partition): ListedOffset(topic=r.topic, partition=r.partition, offset=r.offset,
+                                                     timestamp=r.timestamp,
                                                      leader_epoch=r.leader_epoch,
                                                      error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
@@ -159,7 +151,8 @@ class Admin:
         request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
             common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
         response = self._call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
-        return {(r.topic, r.partition): DeleteRecordsResult(low_watermark=r.low_watermark,
+        return {(r.topic, r.partition): DeleteRecordsResult(topic=r.topic, partition=r.partition,
+                                                            low_watermark=r.low_watermark,
                                                             error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
 

@@ -25,11 +25,17 @@ TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
-class ProducedPartition:
-    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
+class PartitionResult:
+    """What every per-partition answer starts with; ``error`` (where present) None = success."""
 
     topic: str
     partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedPartition(PartitionResult):
+    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
+
     base_offset: int = -1
     log_start_offset: int = -1
     error: LowtideError | None = None
@@ -49,11 +55,9 @@ class FetchPosition:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchedPartition:
+class FetchedPartition(PartitionResult):
     """One partition of a Fetch response: whole record batches, and the leader's offsets."""
 
-    topic: str
-    partition: int
     error: LowtideError | None = None
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -63,11 +67,9 @@ class FetchedPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionOffset:
+class PartitionOffset(PartitionResult):
     """A ListOffsets answer of one partition: ``offset`` -1 when nothing matches or on error."""
 
-    topic: str
-    partition: int
     offset: int = -1
     timestamp: int = -1
     leader_epoch: int = -1
@@ -75,21 +77,17 @@ class PartitionOffset:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionDeletion:
+class PartitionDeletion(PartitionResult):
     """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error."""
 
-    topic: str
-    partition: int
     low_watermark: int = -1
     error: LowtideError | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class LogDescription:
+class LogDescription(PartitionResult):
     """One hosted replica as DescribeLogs reports it (``low_watermark`` -1 on followers)."""
 
-    topic: str
-    partition: int
     role: str
     leader: int
     leader_epoch: int

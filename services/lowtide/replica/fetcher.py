@@ -57,12 +57,8 @@ class FetcherThread:
     def __init__(self, *, registry: PartitionRegistry, client: ReplicaClient, config: FetcherConfig,
                  leader_id: int, lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
                  request_reconcile: Callable[[], None]) -> None:
-        self.registry = registry
-        self.client = client
-        self.config = config
-        self.leader_id = leader_id
-        self._lookup_brokers = lookup_brokers
-        self._request_reconcile = request_reconcile
+        self.registry, self.client, self.config, self.leader_id = registry, client, config, leader_id
+        self._lookup_brokers, self._request_reconcile = lookup_brokers, request_reconcile
         self._stop = threading.Event()
         self._address = ""
         self._stale = True

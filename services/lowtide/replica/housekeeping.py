@@ -66,10 +66,7 @@ class Housekeeping:
 
     def __init__(self, *, config: ReplicaConfig, registry: PartitionRegistry, isr: IsrUpdater,
                  checkpoints: ReplicaCheckpoints, clock: Callable[[], int] = now_ms) -> None:
-        self.config = config
-        self.registry = registry
-        self.isr = isr
-        self.checkpoints = checkpoints
+        self.config, self.registry, self.isr, self.checkpoints = config, registry, isr, checkpoints
         self.clock = clock
         self._stop = threading.Event()
 

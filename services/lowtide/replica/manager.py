@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
+from lowtide.client.replica import FetchedPartition, FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
@@ -31,7 +32,7 @@ from lowtide.replica.membership import BrokerMembership
 from lowtide.replica.partition import Partition
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
-from lowtide.replica.requests import FetchItem, FetchOutcome, ProduceResult, ReplicaRequests
+from lowtide.replica.requests import ProduceResult, ReplicaRequests
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,8 @@ class ReplicaManager:
         """One (topic, partition, AppendInfo | LowtideError) per item."""
         return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms)
 
-    def fetch(self, items: list[FetchItem], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> list[FetchOutcome]:
+    def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+              max_bytes: int) -> list[FetchedPartition]:
         return self.requests.fetch(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                    max_bytes=max_bytes)
 

@@ -93,16 +93,11 @@ class PartitionReconciler:
                  saved_high_watermarks: Mapping[TP, int],
                  complete_waiting_deletes: Callable[[Iterable[TP]], None],
                  on_reconciled: Callable[[], None]) -> None:
-        self.config = config
-        self.broker_id = config.broker_id
-        self.data_dir = Path(config.data_dir)
-        self.store = store
-        self.registry = registry
-        self.trigger = trigger
-        self._saved_lso = saved_log_start_offsets
-        self._saved_hw = saved_high_watermarks
-        self._complete_waiting_deletes = complete_waiting_deletes
-        self._on_reconciled = on_reconciled
+        self.config, self.broker_id, self.data_dir = config, config.broker_id, Path(config.data_dir)
+        self.store, self.registry, self.trigger = store, registry, trigger
+        # What the last run checkpointed: the LSO and HW a partition's log reopens with.
+        self._saved_lso, self._saved_hw = saved_log_start_offsets, saved_high_watermarks
+        self._complete_waiting_deletes, self._on_reconciled = complete_waiting_deletes, on_reconciled
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
+# Fetch requests and answers are the client's types: the servicer converts them, the follower
+# fetcher sends them, so both ends of a Fetch agree on one shape.
+from lowtide.client.replica import FetchedPartition, FetchPosition
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -34,33 +36,6 @@ DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 DEFAULT_RESPONSE_MAX_BYTES = 50 * 1024 * 1024
 
 
-@dataclass
-class FetchItem:
-    """One partition of a Fetch: read from ``fetch_offset``; a follower also reports its log start
-    offset (KIP-107); ``current_leader_epoch`` -1 skips the epoch check."""
-
-    topic: str
-    partition: int
-    fetch_offset: int
-    log_start_offset: int = 0
-    max_bytes: int = DEFAULT_PARTITION_MAX_BYTES
-    current_leader_epoch: int = -1
-
-
-@dataclass
-class FetchOutcome:
-    """One partition of a Fetch answer: the records and the leader's offsets, or the error."""
-
-    topic: str
-    partition: int
-    error: LowtideError | None = None
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    log_end_offset: int = -1
-    leader_epoch: int = -1
-    records: bytes = b""
-
-
 class ReplicaRequests:
     """Produce, Fetch and ListOffsets against the hosted partitions.
 
@@ -69,7 +44,7 @@ class ReplicaRequests:
     * ``produce`` returns one (topic, partition, AppendInfo | LowtideError) per item; with
       acks=all it returns once the HW passed each append, or with REQUEST_TIMED_OUT /
       NOT_LEADER_OR_FOLLOWER for the partitions that did not get there.
-    * ``fetch`` returns one ``FetchOutcome`` per item, parking up to ``max_wait_ms`` until
+    * ``fetch`` returns one ``FetchedPartition`` per item, parking up to ``max_wait_ms`` until
       ``min_bytes`` are available, a partition errs, or (follower) the leader's LSO is ahead of
       the follower's; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
       LSO, which may move the HW, expand the ISR and move the low watermark.
@@ -82,9 +57,7 @@ class ReplicaRequests:
 
     def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
                  min_insync_replicas: int) -> None:
-        self.registry = registry
-        self.isr = isr
-        self.deletes = deletes
+        self.registry, self.isr, self.deletes = registry, isr, deletes
         self.min_insync_replicas = min_insync_replicas
         self._stop = threading.Event()
 
@@ -142,8 +115,8 @@ class ReplicaRequests:
             wake.wait(max(0.0, deadline - time.monotonic()))
 
     # -- fetch -----------------------------------------------------------------------------------
-    def fetch(self, items: list[FetchItem], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> list[FetchOutcome]:
+    def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+              max_bytes: int) -> list[FetchedPartition]:
         """One long-polled fetch; ``replica_id`` >= 0 marks a follower's."""
         follower = replica_id >= 0
         if follower:
@@ -157,41 +130,42 @@ class ReplicaRequests:
                     return outcomes
                 wake.wait(max(0.0, deadline - time.monotonic()))
 
-    def _read(self, items: list[FetchItem], *, follower: bool,
-              max_bytes: int) -> tuple[list[FetchOutcome], int, bool]:
+    def _read(self, items: list[FetchPosition], *, follower: bool,
+              max_bytes: int) -> tuple[list[FetchedPartition], int, bool]:
         """Read every item once: (outcomes, bytes read, whether to answer without waiting)."""
-        outcomes: list[FetchOutcome] = []
+        outcomes: list[FetchedPartition] = []
         size = 0
         wake = False
         budget = max_bytes if max_bytes > 0 else DEFAULT_RESPONSE_MAX_BYTES
         for it in items:
-            out = FetchOutcome(topic=it.topic, partition=it.partition)
+            # The offsets go with an error too: a follower told OFFSET_OUT_OF_RANGE truncates or
+            # restarts from the leader's LSO and LEO in the same answer.
+            hw = lso = leo = epoch = -1
             try:
                 p = self.registry.get(it.topic, it.partition)
                 p.check_leader(it.current_leader_epoch)
                 plog = p.log
-                out.high_watermark = plog.high_watermark
-                out.log_start_offset = plog.log_start_offset
-                out.log_end_offset = plog.log_end_offset
-                out.leader_epoch = p.leader_epoch
-                if follower and it.log_start_offset < out.log_start_offset:
+                hw, lso, leo, epoch = plog.high_watermark, plog.log_start_offset, plog.log_end_offset, p.leader_epoch
+                if follower and it.log_start_offset < lso:
                     wake = True  # the follower must learn the new LSO now (KIP-107, fast path)
                 partition_max = it.max_bytes or DEFAULT_PARTITION_MAX_BYTES
                 # Until something was read the response budget does not apply (as in Kafka), so a
                 # batch larger than max_bytes still makes progress.
                 limit = min(partition_max, budget) if size else partition_max
-                if limit > 0:
-                    out.records = plog.read(it.fetch_offset, max_bytes=limit,
-                                            max_offset=out.log_end_offset if follower else out.high_watermark)
-                size += len(out.records)
-                budget -= len(out.records)
+                records = plog.read(it.fetch_offset, max_bytes=limit,
+                                    max_offset=leo if follower else hw) if limit > 0 else b""
+                size += len(records)
+                budget -= len(records)
+                outcomes.append(FetchedPartition(topic=it.topic, partition=it.partition, high_watermark=hw,
+                                                 log_start_offset=lso, log_end_offset=leo, leader_epoch=epoch,
+                                                 records=records))
             except LowtideError as err:
-                out.error = err
+                outcomes.append(FetchedPartition(topic=it.topic, partition=it.partition, error=err, high_watermark=hw,
+                                                 log_start_offset=lso, log_end_offset=leo, leader_epoch=epoch))
                 wake = True
-            outcomes.append(out)
         return outcomes, size, wake
 
-    def _record_follower_fetch(self, replica_id: int, items: list[FetchItem]) -> None:
+    def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> None:
         changed: list[TP] = []
         lso_moved: list[Partition] = []
         for it in items:

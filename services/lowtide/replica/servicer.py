@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from lowtide.client.replica import FetchPosition
 from lowtide.errors import LowtideError
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
-from lowtide.replica.requests import FetchItem
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -41,7 +41,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return replica_pb2.ProduceResponse(partitions=out)
 
     def Fetch(self, request, context):
-        items = [FetchItem(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
+        items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
                            log_start_offset=p.log_start_offset,
                            max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
                            current_leader_epoch=p.current_leader_epoch if p.current_leader_epoch else -1)
