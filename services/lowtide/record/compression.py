@@ -48,10 +48,6 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     raise UnsupportedForMessageFormat(describe_unsupported(codec))
 
 
-def is_supported(codec: int) -> bool:
-    return codec in (Compression.NONE, Compression.GZIP)
-
-
 def describe_unsupported(codec: int) -> str:
     try:
         name = Compression(codec).name

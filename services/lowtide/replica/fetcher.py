@@ -136,13 +136,13 @@ class FetcherThread:
                 elif isinstance(err, OffsetOutOfRange):
                     p.handle_out_of_range(leader_lso=r.log_start_offset, leader_leo=r.log_end_offset)
                     lso_changed = True
-                elif err.invalid_metadata:
-                    refresh = True  # NOT_LEADER / FENCED / UNKNOWN_...: our view of leadership is stale
                 else:
-                    # Not a metadata error, but our state for this partition may still be what is
-                    # wrong: re-read the metadata too, and back off rather than spin on it.
-                    log.debug("leader %s answered %s for %s-%s: %s", self.leader_id, err.name,
-                              r.topic, r.partition, err.message)
+                    # NOT_LEADER / FENCED / UNKNOWN_... (invalid_metadata): our view of leadership is
+                    # stale. Any other error: our state for this partition may still be what is
+                    # wrong. Either way re-read the metadata and back off rather than spin.
+                    if not err.invalid_metadata:
+                        log.debug("leader %s answered %s for %s-%s: %s", self.leader_id, err.name,
+                                  r.topic, r.partition, err.message)
                     refresh = True
             except LowtideError as apply_err:
                 log.warning("cannot apply fetched data", extra={"fields": {

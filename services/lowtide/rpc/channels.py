@@ -47,10 +47,6 @@ class ChannelPool:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[tuple[str, type], Any] = {}
 
-    def channel(self, address: str) -> grpc.Channel:
-        with self._lock:
-            return self._channel_locked(address)
-
     def _channel_locked(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
