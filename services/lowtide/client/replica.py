@@ -13,7 +13,7 @@ NETWORK_EXCEPTION, a passed deadline REQUEST_TIMED_OUT); per-partition errors co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lowtide.errors import LowtideError, error_or_none
@@ -85,6 +85,26 @@ class PartitionDeletion(PartitionResult):
 
 
 @dataclass(frozen=True, slots=True)
+class EpochQuery:
+    """One partition of OffsetForLeaderEpoch: where does ``leader_epoch`` end on the leader?"""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset(PartitionResult):
+    """The leader's answer: the largest epoch <= the asked one it knows and its end offset
+    (both -1 when the asked epoch is newer than any it knows)."""
+
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LogDescription(PartitionResult):
     """One hosted replica as DescribeLogs reports it (``low_watermark`` -1 on followers)."""
 
@@ -107,6 +127,11 @@ class ReplicaLogs:
     logs: list[LogDescription] = field(default_factory=list)
 
 
+def _epoch_or_none(epoch: int) -> int | None:
+    # proto3 ``optional``: None leaves the field unset, which the server reads as "unchecked".
+    return epoch if epoch >= 0 else None
+
+
 class ReplicaClient:
     """Calls Replica RPCs on brokers by address over a shared ``ChannelPool``.
 
@@ -127,11 +152,15 @@ class ReplicaClient:
         return self.channels.stub(address, replica_pb2_grpc.ReplicaStub)
 
     def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                deadline_s: float) -> list[ProducedPartition]:
+                deadline_s: float, leader_epochs: Mapping[TopicPartition, int] | None = None) -> list[ProducedPartition]:
         """Append ``(topic, partition, batches)`` at the leader; ``timeout_ms`` is the leader's
-        acks=all wait, ``deadline_s`` the call's own deadline."""
+        acks=all wait, ``deadline_s`` the call's own deadline. ``leader_epochs`` (from metadata)
+        lets the leader fence a producer whose view of leadership is stale."""
+        epochs = leader_epochs or {}
         request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
-            replica_pb2.ProducePartition(topic=t, partition=p, records=records) for t, p, records in partitions])
+            replica_pb2.ProducePartition(topic=t, partition=p, records=records,
+                                         current_leader_epoch=_epoch_or_none(epochs.get((t, p), -1)))
+            for t, p, records in partitions])
         response = call(self._stub(address).Produce, request, metadata=self.metadata, timeout=deadline_s)
         return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
                                   log_start_offset=r.log_start_offset,
@@ -146,12 +175,25 @@ class ReplicaClient:
             partitions=[replica_pb2.FetchPartition(
                 topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
                 log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
-                current_leader_epoch=p.current_leader_epoch) for p in positions])
+                current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
         response = call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s)
         return [FetchedPartition(topic=r.topic, partition=r.partition,
                                  error=error_or_none(r.error_code, r.error_message),
                                  high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
                                  log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records)
+                for r in response.partitions]
+
+    def offset_for_leader_epoch(self, address: str, queries: Iterable[EpochQuery], *, replica_id: int = -1,
+                                timeout_s: float) -> list[EpochEndOffset]:
+        """KIP-101/KIP-279: where each queried leader epoch ends on the leader at ``address``."""
+        request = replica_pb2.OffsetForLeaderEpochRequest(replica_id=replica_id, partitions=[
+            replica_pb2.EpochQuery(topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch,
+                                   current_leader_epoch=_epoch_or_none(q.current_leader_epoch))
+            for q in queries])
+        response = call(self._stub(address).OffsetForLeaderEpoch, request, metadata=self.metadata,
+                        timeout=timeout_s)
+        return [EpochEndOffset(topic=r.topic, partition=r.partition, leader_epoch=r.leader_epoch,
+                               end_offset=r.end_offset, error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions]
 
     def list_offsets(self, address: str, queries: Iterable[tuple[str, int, int]], *,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from lowtide.client.replica import FetchPosition
+from lowtide.client.replica import EpochQuery, FetchPosition
 from lowtide.errors import LowtideError
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+
+
+def _epoch(message) -> int:
+    """A request's ``optional current_leader_epoch``; -1 (unchecked) when unset."""
+    return message.current_leader_epoch if message.HasField("current_leader_epoch") else -1
 
 
 def _err(result) -> tuple[int, str]:
@@ -44,7 +49,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
                            log_start_offset=p.log_start_offset,
                            max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
-                           current_leader_epoch=p.current_leader_epoch if p.current_leader_epoch else -1)
+                           current_leader_epoch=_epoch(p))
                  for p in request.partitions]
         outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
                                       min_bytes=request.min_bytes, max_bytes=request.max_bytes)
@@ -78,6 +83,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             out.append(common_pb2.DeleteRecordsResult(topic=topic, partition=partition, error_code=code,
                                                       error_message=msg, low_watermark=-1 if code else res))
         return common_pb2.DeleteRecordsResponse(partitions=out)
+
+    def OffsetForLeaderEpoch(self, request, context):
+        queries = [EpochQuery(topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch,
+                              current_leader_epoch=_epoch(q)) for q in request.partitions]
+        answers = self.manager.offset_for_leader_epoch(queries)
+        return replica_pb2.OffsetForLeaderEpochResponse(partitions=[
+            replica_pb2.EpochEndOffset(topic=a.topic, partition=a.partition,
+                                       error_code=a.error.code if a.error else 0,
+                                       error_message=a.error.message if a.error else "",
+                                       leader_epoch=a.leader_epoch, end_offset=a.end_offset)
+            for a in answers])
 
     def DescribeLogs(self, request, context):
         wanted = {(p.topic, p.partition) for p in request.partitions}
