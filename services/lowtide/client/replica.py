@@ -152,7 +152,8 @@ class ReplicaClient:
         return self.channels.stub(address, replica_pb2_grpc.ReplicaStub)
 
     def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                deadline_s: float, leader_epochs: Mapping[TopicPartition, int] | None = None) -> list[ProducedPartition]:
+                deadline_s: float,
+                leader_epochs: Mapping[TopicPartition, int] | None = None) -> list[ProducedPartition]:
         """Append ``(topic, partition, batches)`` at the leader; ``timeout_ms`` is the leader's
         acks=all wait, ``deadline_s`` the call's own deadline. ``leader_epochs`` (from metadata)
         lets the leader fence a producer whose view of leadership is stale."""

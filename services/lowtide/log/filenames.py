@@ -7,6 +7,7 @@ Layout::
       replication-offset-checkpoint        HW per partition
       <topic>-<partition>/                 one directory per partition replica, e.g. orders-3
         log-start-offset                   the durable LSO, two 512-byte slots (start_offset_file.py)
+        leader-epoch-checkpoint            leader epoch -> start offset (leader_epoch.py, KIP-101)
         00000000000000000000.log           segment data: concatenated RecordBatch v2 batches
         00000000000000000000.index         sparse offset index of that segment (index.py)
         00000000000000000000.timeindex     sparse time index of that segment (index.py)
@@ -29,6 +30,7 @@ TMP_SUFFIX = ".tmp"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 _OFFSET_DIGITS = 20
 

@@ -25,6 +25,7 @@ from lowtide.errors import (
     RecordListTooLarge,
 )
 from lowtide.log.file_deleter import DELETER, PendingDelete
+from lowtide.log.leader_epoch import LeaderEpochCache
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
 from lowtide.log.start_offset_file import LogStartOffsetFile
@@ -137,6 +138,7 @@ class PartitionLog:
         self._closed = False
         self._pending_deletes: list[PendingDelete] = []
         self._lso_file = LogStartOffsetFile(dir)
+        self._epochs = LeaderEpochCache.load(dir, log_is_empty=segments.size_bytes == 0)
 
     @classmethod
     def open(
@@ -180,6 +182,9 @@ class PartitionLog:
             segment.delete()
         hw = lso if high_watermark is None else high_watermark
         log._high_watermark = min(max(hw, lso), segments.next_offset)
+        # Recovery may have cut a torn tail: epochs starting past the recovered end wrote nothing.
+        log._epochs.truncate_from_end(segments.next_offset)
+        log._epochs.truncate_from_start(lso)
         return log
 
     # -- properties -------------------------------------------------------------------------------
@@ -290,7 +295,15 @@ class PartitionLog:
                         f"follower append to {self._topic}-{self._partition} starts at offset "
                         f"{first.base_offset} but the log end offset is {leo}"
                     )
-            return self._append(data, headers)
+            info = self._append(data, headers)
+            # Per batch, not per record: a follower learns each new leader epoch from the batches
+            # that carry it (KIP-101), so it can answer and truncate by epoch if it leads later.
+            latest = self._epochs.latest_epoch
+            for header in headers:
+                if header.partition_leader_epoch > latest:
+                    self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+                    latest = header.partition_leader_epoch
+            return info
 
     def _append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> AppendInfo:
         first, last = headers[0], headers[-1]
@@ -397,6 +410,36 @@ class PartitionLog:
                     best = segment
             return best.find_max_timestamp_offset() if best is not None else None
 
+    # -- leader epochs (KIP-101 / KIP-279) ---------------------------------------------------------
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch this log has written or replicated, -1 if none."""
+        with self._lock:
+            return self._epochs.latest_epoch
+
+    @property
+    def epochs_known(self) -> bool:
+        """False for a non-empty log written before epochs were recorded (its epochs are unknown)."""
+        with self._lock:
+            return self._epochs.known
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """A new leadership: ``epoch`` starts at the current LEO (persisted before any append)."""
+        with self._lock:
+            self._ensure_open()
+            self._epochs.assign(epoch, self._segments.next_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on this log: (largest epoch <= ``epoch`` known, its end offset)."""
+        with self._lock:
+            self._ensure_open()
+            return self._epochs.end_offset_for(epoch, log_end_offset=self._segments.next_offset)
+
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return self._epochs.entries()
+
     # -- offsets ----------------------------------------------------------------------------------
 
     def set_high_watermark(self, high_watermark: int) -> int:
@@ -424,24 +467,30 @@ class PartitionLog:
                 return False
             self._lso_file.write(offset)  # durable before anyone can see it
             self._log_start_offset = offset
+            self._epochs.truncate_from_start(offset)
             self._delete_segments(self._segments.remove_below(offset, recycle_active_up_to=self._recycle_limit()))
             return True
 
     def truncate_to(self, offset: int) -> bool:
-        """Follower truncation: drop everything from the batch containing ``offset`` on.
+        """Follower truncation: drop everything from the batch containing ``offset`` on, and the
+        leader epochs that start there or later.
 
-        Below LSO the log restarts empty at ``offset`` (as Kafka does). HW and LSO are clamped to
-        the new LEO. Returns whether anything was truncated.
+        Below LSO the log restarts empty at its LSO (Kafka would lower the LSO to ``offset``; here
+        it may be an acknowledged low watermark, which must never go back). HW is clamped to the
+        new LEO. Returns whether anything was truncated.
         """
         with self._lock:
             self._ensure_open()
             if offset >= self._segments.next_offset:
                 return False
             if offset < self._log_start_offset:
-                self._truncate_fully(offset)
+                # Everything we hold diverges from the leader. Restart empty at our LSO rather than
+                # lower it (it may be an acknowledged low watermark); the leader serves from there.
+                self._truncate_fully(self._log_start_offset)
                 return True
             self._segments.truncate_to(offset)
             leo = self._segments.next_offset
+            self._epochs.truncate_from_end(leo)
             if leo < self._log_start_offset:
                 # ``offset`` was inside the batch holding the LSO, so the whole batch went. Its
                 # records below the LSO are deleted anyway: restart empty at the LSO rather than
@@ -463,6 +512,7 @@ class PartitionLog:
             self._lso_file.write(offset)
         self._segments.truncate_fully_and_start_at(offset)
         self._log_start_offset = self._high_watermark = offset
+        self._epochs.clear_and_start(offset)
 
     # -- retention --------------------------------------------------------------------------------
 
@@ -504,6 +554,7 @@ class PartitionLog:
             if new_lso > self._log_start_offset:
                 self._lso_file.write(new_lso)
                 self._log_start_offset = new_lso
+                self._epochs.truncate_from_start(new_lso)
             self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset,
                                                               recycle_active_up_to=self._recycle_limit()))
             return freed

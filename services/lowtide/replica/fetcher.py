@@ -16,15 +16,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lowtide.client.replica import FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.client.replica import EpochQuery, FetchedPartition, FetchPosition, ReplicaClient
 from lowtide.errors import LowtideError, OffsetOutOfRange
 from lowtide.metadata.model import BrokerInfo
-from lowtide.replica.partition import FOLLOWER
+from lowtide.replica.partition import FOLLOWER, Partition
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.rpc.channels import ChannelPool
 
 log = logging.getLogger(__name__)
 
+TP = tuple[str, int]
 RETRY_BACKOFF_S = 0.2
 ADDRESS_TTL_S = 5.0
 # The call's own deadline beyond the leader's long poll: room for a slow leader under load.
@@ -103,6 +104,12 @@ class FetcherThread:
             if address is None:
                 self._stop.wait(RETRY_BACKOFF_S)
                 continue
+            if any(p.truncation_pending for p in parts):
+                self._truncate_by_epoch(address, parts)
+                parts = [p for p in parts if not p.truncation_pending]
+                if not parts:
+                    self._stop.wait(RETRY_BACKOFF_S)
+                    continue
             positions = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.log.log_end_offset,
                                        log_start_offset=p.log.log_start_offset, max_bytes=cfg.max_bytes,
                                        current_leader_epoch=p.leader_epoch) for p in parts]
@@ -118,6 +125,44 @@ class FetcherThread:
                 continue
             self._apply(fetched)
 
+    def _truncate_by_epoch(self, address: str, parts: list[Partition]) -> None:
+        """KIP-101/KIP-279: ask the leader where our latest epoch ends and truncate there (never
+        to our own HW). A partition whose question fails stays pending: no fetch until settled."""
+        asked: dict[TP, tuple[Partition, EpochQuery]] = {}
+        for p in parts:
+            epoch = p.epoch_to_query()
+            if epoch is not None:
+                asked[p.key] = (p, EpochQuery(topic=p.topic, partition=p.partition, leader_epoch=epoch,
+                                              current_leader_epoch=p.leader_epoch))
+        if not asked:
+            return
+        try:
+            answers = self.client.offset_for_leader_epoch(address, [q for _, q in asked.values()],
+                                                          replica_id=self.config.replica_id,
+                                                          timeout_s=CALL_DEADLINE_MARGIN_S)
+        except LowtideError as exc:
+            self._stale = True
+            log.debug("OffsetForLeaderEpoch to leader %s failed: %s", self.leader_id, exc.name)
+            return
+        refresh = False
+        for a in answers:
+            p, q = asked.get((a.topic, a.partition), (None, None))
+            if p is None or q is None:
+                continue
+            if a.error is not None:
+                refresh = True
+                continue
+            before = p.log.log_end_offset
+            if p.truncate_to_epoch_end(leader_epoch=a.leader_epoch, asked_epoch=q.leader_epoch,
+                                       end_offset=a.end_offset, leader_epoch_now=q.current_leader_epoch):
+                log.info("truncated by leader epoch", extra={"fields": {
+                    "topic": p.topic, "partition": p.partition, "epoch": q.leader_epoch,
+                    "leader_epoch_end": a.end_offset, "from": before, "to": p.log.log_end_offset}})
+            else:
+                refresh = True
+        if refresh:
+            self._request_reconcile()
+
     def _apply(self, fetched: list[FetchedPartition]) -> None:
         lso_changed = appended = refresh = False
         touched = []
@@ -130,7 +175,7 @@ class FetcherThread:
             try:
                 if err is None:
                     a, l_changed = p.apply_fetched(records=r.records, leader_hw=r.high_watermark,
-                                                   leader_lso=r.log_start_offset)
+                                                   leader_lso=r.log_start_offset, leader_epoch=r.leader_epoch)
                     appended |= a
                     lso_changed |= l_changed
                 elif isinstance(err, OffsetOutOfRange):

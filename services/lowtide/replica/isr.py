@@ -28,7 +28,9 @@ class IsrUpdater:
     locally and wakes the reconciler (our view of the partition is probably stale; it reconciles
     if the metadata version moved).
     ``shrink_lagging`` drops, from every led partition, the followers that have not caught up
-    within ``lag_time_max_ms``.
+    within ``lag_time_max_ms`` and those whose broker is no longer live: a replica stops counting
+    toward the low watermark when its session lapses, so it must leave the ISR (the set election
+    picks from) before a DeleteRecords can be acknowledged without it.
 
     Thread-safety: thread-safe (called from fetch handler threads and the ISR check thread);
     the store's compare-and-set serialises concurrent changes of one partition.
@@ -55,8 +57,9 @@ class IsrUpdater:
     def shrink_lagging(self, *, lag_time_max_ms: int) -> bool:
         """One ISR check over every hosted partition; returns whether any HW moved."""
         changed = False
+        live = self.registry.live_brokers
         for p in self.registry.all():
-            new_isr = p.isr_shrink_candidate(lag_time_max_ms=lag_time_max_ms)
+            new_isr = p.isr_shrink_candidate(lag_time_max_ms=lag_time_max_ms, live_brokers=live)
             if new_isr is not None:
                 changed |= self.change(p, new_isr)
         return changed

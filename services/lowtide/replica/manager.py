@@ -16,11 +16,12 @@ in order, and is the one surface the servicer, the metrics collector and the ser
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import redis as redis_lib
 
-from lowtide.client.replica import FetchedPartition, FetchPosition
+from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
@@ -105,8 +106,11 @@ class ReplicaManager:
         self.membership.unregister()
 
     def _recheck_led_partitions(self) -> None:
-        # The live set moved: a broker leaving may complete parked DeleteRecords, one joining
-        # holds them back; either way the published low watermarks may be stale.
+        # The live set moved. A broker leaving leaves the ISR first (it stops counting toward the
+        # low watermark only once it can no longer be elected), which may complete parked
+        # DeleteRecords; one joining holds them back; either way the published LWs may be stale.
+        if self.isr.shrink_lagging(lag_time_max_ms=self.config.replica_lag_time_max_ms):
+            self.registry.notify()
         self.deletes.recheck_low_watermarks(self.registry.leading())
 
     # -- state ---------------------------------------------------------------------------------
@@ -137,9 +141,13 @@ class ReplicaManager:
         return self.registry.following(leader_id)
 
     # -- requests --------------------------------------------------------------------------------
-    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int) -> list[ProduceResult]:
+    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                leader_epochs: Mapping[tuple[str, int], int] | None = None) -> list[ProduceResult]:
         """One (topic, partition, AppendInfo | LowtideError) per item."""
-        return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms)
+        return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs)
+
+    def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:
+        return self.requests.offset_for_leader_epoch(queries)
 
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
               max_bytes: int) -> list[FetchedPartition]:

@@ -59,6 +59,10 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.partition_epoch = -1
         self.followers: dict[int, FollowerState] = {}
+        # Follower: set when this replica starts following a leader (a new epoch, or a restart);
+        # until the leader has said where our latest epoch ends (OffsetForLeaderEpoch) we neither
+        # truncate nor fetch (KIP-101: truncating to our own HW could drop acknowledged records).
+        self.truncation_pending = False
         self._lock = threading.RLock()
 
     @property
@@ -80,6 +84,10 @@ class Partition:
             self.leader_id = st.leader
             if st.leader == self.broker_id:
                 self.role = LEADER
+                self.truncation_pending = False
+                # Persisted before the first append of this epoch, so a follower that asks later
+                # learns where the previous epoch ended here (KIP-101).
+                self.log.assign_leader_epoch(st.leader_epoch)
                 t = now_ms()
                 # Kafka resets follower state on becoming leader; ISR members count as caught up now.
                 self.followers = {r: FollowerState(last_caught_up_ms=t if r in self.isr else 0)
@@ -87,8 +95,9 @@ class Partition:
             else:
                 self.role = FOLLOWER if st.leader >= 0 else NONE
                 self.followers = {}
-                # Records past the HW may not exist on the new leader: drop them and refetch.
-                self.log.truncate_to(self.log.high_watermark)
+                # Records past the divergence point may not exist on the new leader: the fetcher
+                # asks it where our latest epoch ends before fetching (see truncate_to_epoch_end).
+                self.truncation_pending = self.role == FOLLOWER
             return self.role
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
@@ -102,15 +111,22 @@ class Partition:
                 raise UnknownLeaderEpoch(f"epoch {current_leader_epoch} > {self.leader_epoch}")
 
     # -- leader: produce ---------------------------------------------------------------------
-    def append_as_leader(self, records: bytes, *, acks: int, min_insync_replicas: int) -> AppendInfo:
+    def append_as_leader(self, records: bytes, *, acks: int, min_insync_replicas: int,
+                         current_leader_epoch: int = -1) -> AppendInfo:
         with self._lock:
-            self.check_leader()
+            self.check_leader(current_leader_epoch)
             if acks == -1 and len(self.isr) < min_insync_replicas:
                 raise NotEnoughReplicas(f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
                                         f"min.insync.replicas={min_insync_replicas}")
             info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch)
             self._maybe_increment_high_watermark()
             return info
+
+    def end_offset_for_epoch(self, epoch: int, *, current_leader_epoch: int = -1) -> tuple[int, int]:
+        """Leader side of OffsetForLeaderEpoch: (largest epoch <= ``epoch`` known, its end offset)."""
+        with self._lock:
+            self.check_leader(current_leader_epoch)
+            return self.log.end_offset_for_epoch(epoch)
 
     # -- leader: follower progress ----------------------------------------------------------
     def update_follower(self, replica_id: int, *, fetch_offset: int, log_start_offset: int) -> tuple[bool, bool]:
@@ -137,17 +153,25 @@ class Partition:
         with self._lock:
             f = self.followers.get(replica_id)
             if (self.role != LEADER or f is None or replica_id in self.isr
-                    or f.log_end_offset < self.log.high_watermark or f.log_end_offset < 0):
+                    or f.log_end_offset < self.log.high_watermark or f.log_end_offset < 0
+                    # An ISR member may be elected; one whose LSO lags ours could then serve
+                    # records below a low watermark acknowledged without it (brief §4).
+                    or f.log_start_offset < self.log.log_start_offset):
                 return None
             return self.isr | {replica_id}
 
-    def isr_shrink_candidate(self, *, lag_time_max_ms: int) -> frozenset[int] | None:
+    def isr_shrink_candidate(self, *, lag_time_max_ms: int,
+                             live_brokers: set[int] | frozenset[int] | None = None) -> frozenset[int] | None:
+        """The ISR without followers that lag by more than ``lag_time_max_ms`` and, when
+        ``live_brokers`` is given, without members that are not live; None if nothing changes."""
         with self._lock:
             if self.role != LEADER:
                 return None
             t = now_ms()
             lagging = {r for r in self.isr if r != self.broker_id and r in self.followers
                        and t - self.followers[r].last_caught_up_ms > lag_time_max_ms}
+            if live_brokers is not None:
+                lagging |= {r for r in self.isr if r != self.broker_id and r not in live_brokers}
             return self.isr - lagging if lagging else None
 
     def set_isr(self, st: PartitionState) -> bool:
@@ -175,13 +199,18 @@ class Partition:
         return False
 
     def low_watermark(self, live_brokers: set[int] | frozenset[int]) -> int:
-        """min LSO over the leader and every live replica (-1 if a live one has not reported)."""
+        """min LSO over the leader, every live replica and every ISR member (-1 if one of them
+        has not reported yet).
+
+        The ISR is counted even when a member's session has lapsed: election picks from the ISR,
+        so a replica left out of an acknowledged LW must be out of the ISR first (the leader
+        shrinks the ISR as soon as a member is no longer live; see IsrUpdater.drop_dead)."""
         with self._lock:
             if self.role != LEADER:
                 return -1
             lw = self.log.log_start_offset
             for r in self.replicas:
-                if r == self.broker_id or r not in live_brokers:
+                if r == self.broker_id or (r not in live_brokers and r not in self.isr):
                     continue
                 f = self.followers.get(r)
                 lw = min(lw, f.log_start_offset if f else -1)
@@ -206,11 +235,13 @@ class Partition:
             return offset, self.log.increment_log_start_offset(offset)
 
     # -- follower ----------------------------------------------------------------------------
-    def apply_fetched(self, *, records: bytes, leader_hw: int, leader_lso: int) -> tuple[bool, bool]:
+    def apply_fetched(self, *, records: bytes, leader_hw: int, leader_lso: int,
+                      leader_epoch: int) -> tuple[bool, bool]:
         """Follower: append what the leader sent, then adopt its HW and LSO (KIP-107 step 6).
-        Returns (appended, lso_changed)."""
+        An answer from another leader epoch than ours, or one that arrives before our truncation,
+        is dropped. Returns (appended, lso_changed)."""
         with self._lock:
-            if self.role != FOLLOWER:
+            if self.role != FOLLOWER or leader_epoch != self.leader_epoch or self.truncation_pending:
                 return False, False
             appended = False
             if records:
@@ -227,9 +258,45 @@ class Partition:
                 lso_changed = self.log.increment_log_start_offset(min(leader_lso, self.log.high_watermark))
             return appended, lso_changed
 
+    def epoch_to_query(self) -> int | None:
+        """Follower with a pending truncation: the epoch to ask the leader about, or None when no
+        question is needed (then the truncation is settled here: an empty log has nothing to
+        drop; a log from before epochs were recorded falls back to its HW, as Kafka does)."""
+        with self._lock:
+            if self.role != FOLLOWER or not self.truncation_pending:
+                return None
+            if not self.log.epochs_known:
+                self.log.truncate_to(self.log.high_watermark)
+                self.truncation_pending = False
+                return None
+            latest = self.log.latest_epoch
+            if latest < 0:
+                self.truncation_pending = False
+                return None
+            return latest
+
+    def truncate_to_epoch_end(self, *, leader_epoch: int, asked_epoch: int, end_offset: int,
+                              leader_epoch_now: int) -> bool:
+        """KIP-279 follower step: the leader (in ``leader_epoch_now``) said ``asked_epoch`` ends,
+        for it, as epoch ``leader_epoch`` at ``end_offset``. Truncate to min(that, where that
+        epoch ends here). Returns whether the truncation is settled (False: ask again later)."""
+        with self._lock:
+            if (self.role != FOLLOWER or not self.truncation_pending or leader_epoch_now != self.leader_epoch
+                    or asked_epoch != self.log.latest_epoch):
+                return False
+            if leader_epoch < 0 or end_offset < 0:
+                # The leader knows no epoch <= ours: it cannot be newer than ours unless our view
+                # is stale. Ask again after the metadata settles; never guess.
+                return False
+            own_epoch, own_end = self.log.end_offset_for_epoch(leader_epoch)
+            target = min(end_offset, own_end if own_end >= 0 else end_offset, self.log.log_end_offset)
+            self.log.truncate_to(target)
+            self.truncation_pending = False
+            return True
+
     def handle_out_of_range(self, *, leader_lso: int, leader_leo: int) -> None:
         with self._lock:
-            if self.role != FOLLOWER:
+            if self.role != FOLLOWER or self.truncation_pending:
                 return
             if self.log.log_end_offset < leader_lso:
                 self.log.truncate_fully_and_start_at(leader_lso)

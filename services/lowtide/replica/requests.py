@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 
 # Fetch requests and answers are the client's types: the servicer converts them, the follower
 # fetcher sends them, so both ends of a Fetch agree on one shape.
-from lowtide.client.replica import FetchedPartition, FetchPosition
+from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -65,8 +66,11 @@ class ReplicaRequests:
         self._stop.set()
 
     # -- produce ---------------------------------------------------------------------------------
-    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int) -> list[ProduceResult]:
-        """Returns one (topic, partition, AppendInfo | LowtideError) per item."""
+    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                leader_epochs: Mapping[TP, int] | None = None) -> list[ProduceResult]:
+        """Returns one (topic, partition, AppendInfo | LowtideError) per item; ``leader_epochs``
+        are the producer's views of each partition's leader epoch (fenced when stale)."""
+        epochs = leader_epochs or {}
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcks(f"acks must be 0, 1 or -1 (all), got {acks}")
         results: list[ProduceResult] = []
@@ -75,7 +79,8 @@ class ReplicaRequests:
             try:
                 p = self.registry.get(topic, partition)
                 min_isr = int(p.topic_info.config.get("min.insync.replicas", self.min_insync_replicas))
-                info = p.append_as_leader(records, acks=acks, min_insync_replicas=min_isr)
+                info = p.append_as_leader(records, acks=acks, min_insync_replicas=min_isr,
+                                          current_leader_epoch=epochs.get((topic, partition), -1))
                 results.append((topic, partition, info))
             except LowtideError as err:
                 results.append((topic, partition, err))
@@ -184,6 +189,19 @@ class ReplicaRequests:
         if changed:
             self.registry.notify(changed)
         self.deletes.recheck_low_watermarks(lso_moved)
+
+    # -- offset for leader epoch -----------------------------------------------------------------
+    def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:
+        """KIP-101/KIP-279 on the leader: where each asked epoch ends here."""
+        out: list[EpochEndOffset] = []
+        for q in queries:
+            try:
+                p = self.registry.get(q.topic, q.partition)
+                epoch, end = p.end_offset_for_epoch(q.leader_epoch, current_leader_epoch=q.current_leader_epoch)
+                out.append(EpochEndOffset(topic=q.topic, partition=q.partition, leader_epoch=epoch, end_offset=end))
+            except LowtideError as err:
+                out.append(EpochEndOffset(topic=q.topic, partition=q.partition, error=err))
+        return out
 
     # -- list offsets ----------------------------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:

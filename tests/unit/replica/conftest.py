@@ -53,8 +53,12 @@ class Replicas:
                                             acks=1, min_insync_replicas=1)
 
     def fetch_once(self, broker: int) -> None:
-        """One follower fetch round from the leader, without the network."""
+        """One follower fetch round from the leader, without the network: first, if the follower
+        has just started following, the OffsetForLeaderEpoch truncation step (KIP-279)."""
         follower, leader = self.by_broker[broker], self.leader
+        self.truncate_by_epoch(broker)
+        if follower.truncation_pending:
+            return
         offset = follower.log.log_end_offset
         leader.update_follower(broker, fetch_offset=offset, log_start_offset=follower.log.log_start_offset)
         try:
@@ -64,7 +68,17 @@ class Replicas:
                                          leader_leo=leader.log.log_end_offset)
             return
         follower.apply_fetched(records=records, leader_hw=leader.log.high_watermark,
-                               leader_lso=leader.log.log_start_offset)
+                               leader_lso=leader.log.log_start_offset, leader_epoch=leader.leader_epoch)
+
+    def truncate_by_epoch(self, broker: int) -> None:
+        """The follower's truncation step, as the fetcher runs it before fetching."""
+        follower, leader = self.by_broker[broker], self.leader
+        epoch = follower.epoch_to_query()
+        if epoch is None:
+            return
+        answer_epoch, end = leader.end_offset_for_epoch(epoch, current_leader_epoch=follower.leader_epoch)
+        follower.truncate_to_epoch_end(leader_epoch=answer_epoch, asked_epoch=epoch, end_offset=end,
+                                       leader_epoch_now=follower.leader_epoch)
 
     def replicate(self, *brokers: int) -> None:
         """Fetch rounds of ``brokers`` (default: every follower) until one changes nothing: the
@@ -92,6 +106,13 @@ class Replicas:
                                     replicas=BROKERS, isr=self.state.isr)
         for p in self.by_broker.values():
             p.apply_state(self.state)
+
+    def shrink_isr(self, isr: tuple[int, ...]) -> None:
+        """The leader adopts an ISR the metadata store accepted (as IsrUpdater.change does)."""
+        self.state = PartitionState(topic=self.topic.name, partition=0, leader=self.state.leader,
+                                    leader_epoch=self.state.leader_epoch, replicas=BROKERS, isr=isr,
+                                    partition_epoch=self.state.partition_epoch + 1)
+        self.leader.set_isr(self.state)
 
     def close(self) -> None:
         for p in self.by_broker.values():

@@ -45,13 +45,15 @@ def test_an_offset_at_or_below_the_log_start_offset_completes_at_once_with_the_c
     assert op.results == {TP: 12}
 
 
-def test_it_completes_when_the_lagging_follower_leaves_the_live_set(replicas, registry):
+def test_it_completes_when_the_lagging_follower_leaves_the_live_set_and_then_the_isr(replicas, registry):
     op = delete_and_wait(registry, 15)
     replicas.replicate(1)
     assert op.run_try_complete() is False
 
     registry.update_live_brokers({0, 1})
+    assert op.run_try_complete() is False  # still in the ISR: it could be elected with LSO 0
 
+    replicas.shrink_isr((0, 1))
     assert op.run_try_complete() is True
     assert op.results == {TP: 15}
 

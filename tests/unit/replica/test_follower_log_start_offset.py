@@ -23,9 +23,9 @@ def test_a_follower_adopts_the_leader_log_start_offset_and_reports_it_on_its_nex
 def test_apply_fetched_reports_whether_the_log_start_offset_moved(replicas):
     follower = replicas.follower(1)
 
-    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8) == (False, True)
-    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8) == (False, False)
-    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=5) == (False, False)  # never back
+    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8, leader_epoch=1) == (False, True)
+    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8, leader_epoch=1) == (False, False)
+    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=5, leader_epoch=1) == (False, False)  # never
     assert follower.log.log_start_offset == 8
 
 
@@ -37,7 +37,7 @@ def test_a_follower_never_moves_its_log_start_offset_past_its_own_high_watermark
     follower = r.follower(1)
     assert (follower.log.log_end_offset, follower.log.high_watermark) == (10, 0)
 
-    assert follower.apply_fetched(records=b"", leader_hw=6, leader_lso=8) == (False, True)
+    assert follower.apply_fetched(records=b"", leader_hw=6, leader_lso=8, leader_epoch=1) == (False, True)
 
     assert (follower.log.log_start_offset, follower.log.high_watermark) == (6, 6)
 
@@ -47,7 +47,7 @@ def test_a_leader_log_start_offset_past_the_follower_log_end_truncates_it_fully_
     follower.log.truncate_to(5)  # a follower that holds less than the leader deleted
     assert follower.log.log_end_offset == 5
 
-    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=15) == (False, True)
+    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=15, leader_epoch=1) == (False, True)
 
     assert (follower.log.log_start_offset, follower.log.high_watermark, follower.log.log_end_offset) == (15, 15, 15)
     assert [s[0] for s in follower.log.describe()["segments"]] == [15]
@@ -70,5 +70,5 @@ def test_a_follower_that_restarted_at_the_leader_log_start_offset_catches_up_fro
 
 
 def test_a_leader_ignores_fetched_data_applied_to_it(replicas):
-    assert replicas.leader.apply_fetched(records=b"", leader_hw=20, leader_lso=10) == (False, False)
+    assert replicas.leader.apply_fetched(records=b"", leader_hw=20, leader_lso=10, leader_epoch=1) == (False, False)
     assert replicas.leader.log.log_start_offset == 0
