@@ -16,11 +16,12 @@ in order, and is the one surface the servicer, the metrics collector and the ser
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import redis as redis_lib
 
+from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
@@ -69,7 +70,8 @@ class ReplicaManager:
             registry=self.registry,
             config=FetcherConfig(replica_id=self.broker_id, max_wait_ms=config.replica_fetch_wait_max_ms,
                                  max_bytes=config.replica_fetch_max_bytes),
-            lookup_brokers=store.brokers, request_reconcile=self.reconcile_trigger.force)
+            lookup_brokers=store.brokers, request_reconcile=self.reconcile_trigger.force,
+            call_metadata=tuple(token_file_metadata(config.token_file)))
         self.reconciler = PartitionReconciler(
             config=config, store=store, registry=self.registry, trigger=self.reconcile_trigger,
             saved_log_start_offsets=self.checkpoints.saved_log_start_offsets,
@@ -150,9 +152,10 @@ class ReplicaManager:
         return self.requests.offset_for_leader_epoch(queries)
 
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> list[FetchedPartition]:
+              max_bytes: int, peer: str = "",
+              on_cancel: Callable[[Callable[[], None]], object] | None = None) -> list[FetchedPartition]:
         return self.requests.fetch(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                   max_bytes=max_bytes)
+                                   max_bytes=max_bytes, peer=peer, on_cancel=on_cancel)
 
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
         """KIP-107 on the leader: one (topic, partition, low_watermark | LowtideError) per item."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 # Fetch requests and answers are the client's types: the servicer converts them, the follower
 # fetcher sends them, so both ends of a Fetch agree on one shape.
@@ -26,6 +26,7 @@ from lowtide.errors import (
 from lowtide.log.partition_log import AppendInfo
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.isr import IsrUpdater
+from lowtide.replica.parking import FetchLimits, ParkingLot
 from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.registry import PartitionRegistry
 
@@ -45,9 +46,10 @@ class ReplicaRequests:
     * ``produce`` returns one (topic, partition, AppendInfo | LowtideError) per item; with
       acks=all it returns once the HW passed each append, or with REQUEST_TIMED_OUT /
       NOT_LEADER_OR_FOLLOWER for the partitions that did not get there.
-    * ``fetch`` returns one ``FetchedPartition`` per item, parking up to ``max_wait_ms`` until
-      ``min_bytes`` are available, a partition errs, or (follower) the leader's LSO is ahead of
-      the follower's; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
+    * ``fetch`` returns one ``FetchedPartition`` per item, parking up to ``max_wait_ms`` (capped,
+      see parking.py) until ``min_bytes`` are available, a partition errs, (follower) the leader's
+      LSO is ahead of the follower's, or the caller goes away; consumer fetches park only while
+      the parking bounds allow; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
       LSO, which may move the HW, expand the ISR and move the low watermark.
     * ``list_offset``: -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time.
     * After ``stop()`` parked fetches return at their next wake-up (the caller notifies all).
@@ -57,9 +59,10 @@ class ReplicaRequests:
     """
 
     def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
-                 min_insync_replicas: int) -> None:
+                 min_insync_replicas: int, fetch_limits: FetchLimits = FetchLimits()) -> None:
         self.registry, self.isr, self.deletes = registry, isr, deletes
         self.min_insync_replicas = min_insync_replicas
+        self.parking = ParkingLot(fetch_limits)
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -121,19 +124,43 @@ class ReplicaRequests:
 
     # -- fetch -----------------------------------------------------------------------------------
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int) -> list[FetchedPartition]:
-        """One long-polled fetch; ``replica_id`` >= 0 marks a follower's."""
+              max_bytes: int, peer: str = "",
+              on_cancel: Callable[[Callable[[], None]], object] | None = None) -> list[FetchedPartition]:
+        """One long-polled fetch; ``replica_id`` >= 0 marks a follower's.
+
+        ``peer`` names the caller's connection (parking bounds, see parking.py); ``on_cancel``
+        registers a callback run when the caller cancels or disconnects (gRPC's
+        ``context.add_callback``): a parked fetch then returns at once.
+        """
         follower = replica_id >= 0
         if follower:
             self._record_follower_fetch(replica_id, items)
-        deadline = time.monotonic() + max(0, max_wait_ms) / 1000
-        with self.registry.waiting([(it.topic, it.partition) for it in items]) as wake:
-            while True:
-                wake.clear()  # before reading: a change during the read makes the wait return at once
-                outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes)
-                if size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set():
-                    return outcomes
-                wake.wait(max(0.0, deadline - time.monotonic()))
+        limits = self.parking.limits
+        max_wait_ms = min(max(0, max_wait_ms), limits.max_wait_ms)
+        if not follower:
+            max_bytes = min(max_bytes or limits.max_bytes, limits.max_bytes)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        cancelled = threading.Event()
+        parked = False
+        try:
+            with self.registry.waiting([(it.topic, it.partition) for it in items]) as wake:
+                if on_cancel is not None:
+                    on_cancel(lambda: (cancelled.set(), wake.set()))
+                while True:
+                    wake.clear()  # before reading: a change during the read makes the wait return at once
+                    outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes)
+                    if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
+                            or cancelled.is_set()):
+                        return outcomes
+                    if not follower and not parked:
+                        # No free parking slot: answer now with what there is (never refuse).
+                        if not self.parking.try_park(peer):
+                            return outcomes
+                        parked = True
+                    wake.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            if parked:
+                self.parking.leave(peer)
 
     def _read(self, items: list[FetchPosition], *, follower: bool,
               max_bytes: int) -> tuple[list[FetchedPartition], int, bool]:
