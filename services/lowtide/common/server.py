@@ -18,10 +18,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
+import redis as redis_lib
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide.rpc.interceptor import ErrorInterceptor
 
@@ -58,6 +60,20 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def translate_store_errors(exc: Exception) -> LowtideError | None:
+    """A Redis outage (metadata, purgatory timers, ACLs) as a typed, retriable error.
+
+    REQUEST_TIMED_OUT is what Kafka answers when a request could not be completed in time for a
+    reason the caller may retry; clients retry it within their own deadline, and nothing was
+    changed (a DeleteRecords that could not park in the purgatory already moved the leader's LSO,
+    which a retry finds as a no-op, exactly as after a KIP-107 timeout).
+    """
+    if isinstance(exc, redis_lib.RedisError):
+        return RequestTimedOut(f"the cluster's metadata and timer store (Redis) is unavailable: "
+                               f"{type(exc).__name__}: {exc}")
+    return None
+
+
 @dataclass
 class ServiceSpec:
     name: str  # e.g. "replica-0"
@@ -71,7 +87,7 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
           grace_seconds: float = 5.0, ready: Callable[[], None] | None = None) -> None:
     """Run a service until SIGTERM/SIGINT. Blocks."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-                         interceptors=[ErrorInterceptor()], options=SERVER_OPTIONS)
+                         interceptors=[ErrorInterceptor(translate=translate_store_errors)], options=SERVER_OPTIONS)
     spec.register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

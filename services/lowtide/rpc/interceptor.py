@@ -2,13 +2,16 @@
 
 Servicers raise ``LowtideError`` for whole-call failures; this interceptor aborts the call with the
 status of the error's class and details ``"KAFKA_NAME: message"`` (clients parse the name back).
-Any other exception is logged and reported as ``UNKNOWN_SERVER_ERROR`` with status INTERNAL.
+A server may pass ``translate``: it turns an infrastructure exception it knows (a Redis outage,
+say) into a typed ``LowtideError``, so callers get a Kafka name and a retriable flag, not a bare
+INTERNAL. Any other exception is logged and reported as ``UNKNOWN_SERVER_ERROR`` with status INTERNAL.
 Per-partition errors are not exceptions: they travel inside the response messages.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -18,7 +21,10 @@ from lowtide.rpc.status import details_for, status_for
 log = logging.getLogger(__name__)
 
 
-def _wrap_unary(behavior):
+Translate = Callable[[Exception], LowtideError | None]
+
+
+def _wrap_unary(behavior, translate: Translate | None):
     def handler(request, context):
         try:
             return behavior(request, context)
@@ -29,6 +35,10 @@ def _wrap_unary(behavior):
         except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
             if context.code() is not None and context.code() != grpc.StatusCode.OK:
                 raise
+            typed = translate(exc) if translate is not None else None
+            if typed is not None:
+                log.warning("%s failed: %s", getattr(behavior, "__name__", "handler"), typed.message)
+                context.abort(status_for(typed), details_for(typed))
             log.exception("unhandled error in %s", getattr(behavior, "__name__", "handler"))
             context.abort(grpc.StatusCode.INTERNAL, f"UNKNOWN_SERVER_ERROR: {type(exc).__name__}: {exc}")
 
@@ -36,12 +46,17 @@ def _wrap_unary(behavior):
 
 
 class ErrorInterceptor(grpc.ServerInterceptor):
+    """Maps exceptions escaping a unary handler to gRPC status (see module doc)."""
+
+    def __init__(self, *, translate: Translate | None = None) -> None:
+        self._translate = translate
+
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
         return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary),
+            _wrap_unary(handler.unary_unary, self._translate),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
