@@ -38,7 +38,7 @@ help:
 	@echo "make clean / distclean remove generated files / also .venv and .tools"
 
 # ---- setup ---------------------------------------------------------------------------------
-setup: $(PIP_STAMP) $(PB_STAMP) system
+setup: system $(PIP_STAMP) $(PB_STAMP)
 
 # Python environment: rebuilt when pyproject.toml (or the script) changes or .venv is missing.
 $(PIP_STAMP): pyproject.toml scripts/venv.sh
@@ -49,7 +49,8 @@ $(PIP_STAMP): pyproject.toml scripts/venv.sh
 $(PB_STAMP): $(PROTOS) scripts/gen_protos.sh $(PIP_STAMP)
 	@PYTHON=$(PY) scripts/gen_protos.sh
 
-# System packages and Go tools: checked every time (a few `command -v`; installs only what's missing).
+# System packages and Go tools (first: gcc must exist before pip compiles the C record walker):
+# checked every time (a few `command -v`; installs only what's missing).
 system:
 	@scripts/setup.sh
 

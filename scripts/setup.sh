@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for lowtide's demo and tests (called by `make setup`):
-#   system:  redis-server, jq, prometheus (Debian packages) and Java >= 17 (for PySpark);
-#            installed with apt-get when run as root, otherwise named with the command to run.
+#   system:  redis-server, jq, prometheus (Debian packages), Java >= 17 (for PySpark), gcc and
+#            the headers of the Python that builds .venv (for the C record walker, which
+#            `pip install -e .` compiles); installed with apt-get when run as root, otherwise
+#            named with the command to run.
 #   tools:   grpcurl and helm, built from their Go modules into .tools/bin when Go is there.
 #            Optional: a failure is a warning (tests that need them skip, naming the tool), and a
 #            failed build is not retried by `make setup` until `make tools` (which forces it).
@@ -65,19 +67,51 @@ apt_install() {
   return $rc
 }
 
+# The interpreter `pip install -e .` compiles lowtide.record._validate with: .venv's if it exists,
+# else the one scripts/venv.sh would pick first.
+build_python() {
+  local cand
+  if [ -x "$root/.venv/bin/python" ]; then echo "$root/.venv/bin/python"; return 0; fi
+  for cand in ${PYTHON:-} python3 python3.13 python3.12 python3.11; do
+    command -v "$cand" >/dev/null 2>&1 && { command -v "$cand"; return 0; }
+  done
+  return 1
+}
+
+# Prints the Debian package holding Python.h for interpreter $1 when the header is missing and apt
+# can provide it ("" when present); returns 1 when missing and apt cannot help (pyenv, conda, ...).
+python_headers_pkg() {
+  local py=$1 inc prefix ver
+  inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null) || return 1
+  [ -f "$inc/Python.h" ] && return 0
+  prefix=$("$py" -c 'import sys; print(sys.base_prefix)')
+  ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  [ "$prefix" = /usr ] || return 1
+  echo "python$ver-dev"
+}
+
 setup_system() {
   local -a missing=() pkgs=()
-  local cmd jv
-  for cmd in redis-server jq prometheus; do
+  local cmd jv py hdr_pkg=""
+  # gcc: compiles the C record walker (without it, leader validation runs a slow Python fallback).
+  for cmd in redis-server jq prometheus gcc; do
     have "$cmd" || { missing+=("$cmd"); pkgs+=("$cmd"); }   # command name == Debian package name
   done
+  if py=$(build_python); then
+    if hdr_pkg=$(python_headers_pkg "$py"); then
+      [ -n "$hdr_pkg" ] && { missing+=("Python.h of $py"); pkgs+=("$hdr_pkg"); }
+    else
+      warn "Python.h of $py is missing and apt-get cannot install it (not a Debian python):"
+      warn "  lowtide.record._validate will not compile; leader validation uses a slow Python fallback."
+    fi
+  fi
   jv=$(java_major)
   if [ "$jv" -lt 17 ]; then
     missing+=("java>=17 (found: $( [ "$jv" -eq 0 ] && echo none || echo "$jv"))")
     pkgs+=(openjdk-17-jre-headless)
   fi
   if [ ${#missing[@]} -eq 0 ]; then
-    say "system tools present: redis-server jq prometheus java $jv"
+    say "system tools present: redis-server jq prometheus gcc java $jv"
     return 0
   fi
   if is_root && have apt-get; then
@@ -87,9 +121,12 @@ setup_system() {
     if [[ " ${pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && have systemctl; then
       systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
-    for cmd in redis-server jq prometheus; do
+    for cmd in redis-server jq prometheus gcc; do
       have "$cmd" || { echo "setup: ERROR: $cmd still missing after apt-get install" >&2; exit 1; }
     done
+    if [ -n "$hdr_pkg" ] && [ -n "$(python_headers_pkg "$py")" ]; then
+      echo "setup: ERROR: Python.h of $py still missing after apt-get install $hdr_pkg" >&2; exit 1
+    fi
     jv=$(java_major)
     if [ "$jv" -lt 17 ]; then
       echo "setup: ERROR: java >= 17 is needed by PySpark, but 'java -version' reports $jv." >&2
@@ -102,7 +139,8 @@ setup_system() {
     warn "install them as root with:"
     warn "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
     warn "(redis-server: every integration test and the demo; prometheus: observability tests;"
-    warn " jq: contract-check; java 17+: PySpark jobs and the demo). Tests needing them will skip."
+    warn " jq: contract-check; java 17+: PySpark jobs and the demo; gcc and python3.X-dev: the C"
+    warn " record walker, built by 'pip install -e .', else a slow Python fallback). Tests needing them will skip."
     [ "${CI:-}" = true ] && { echo "setup: ERROR: CI needs every tool and cannot install them (not root)." >&2; exit 1; }
   fi
   return 0

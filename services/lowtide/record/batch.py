@@ -39,7 +39,8 @@ Layout (all integers big-endian; offsets in the table are byte positions inside 
 
 Hot path: the broker side (``read_header``, ``iter_batches``, ``validate_batches``,
 ``assign_offsets``) works per batch with ``struct`` on the fixed 61-byte header and C CRC-32C over the
-batch bytes; records are only walked one by one in the consumer-side ``decode_batch``.
+batch bytes. The leader's ``validate_batches`` also walks every record, in C (``record/validate.py``,
+``_validate.c``); records are only walked one by one in Python in the consumer-side ``decode_batch``.
 
 KIP-534 (delete horizon): a cleaner that retains a tombstone or marker sets BaseTimestamp to the
 horizon, re-expresses every TimestampDelta relative to it and sets attribute bit 6. Because a record's
@@ -56,8 +57,9 @@ from dataclasses import dataclass
 import crc32c as _crc32c_mod
 
 from lowtide.clock import now_ms
-from lowtide.errors import CorruptMessage, InvalidRecord, UnsupportedForMessageFormat
+from lowtide.errors import CorruptMessage, InvalidRecord, LowtideError, UnsupportedForMessageFormat
 from lowtide.record.compression import Compression, compress, decompress, describe_unsupported
+from lowtide.record.validate import CORRUPT_MESSAGE, walk_records
 
 MAGIC = 2
 BATCH_HEADER_SIZE = 61
@@ -65,6 +67,9 @@ LOG_OVERHEAD = 12  # BaseOffset + BatchLength: the bytes BatchLength does not co
 MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD  # 49: a batch with zero records
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
+# Most a compressed batch may inflate to when the leader validates it: bounds the memory one
+# produce request can make the broker allocate (a batch itself is capped by max.message.bytes).
+MAX_DECOMPRESSED_BATCH_BYTES = 64 << 20
 
 # Byte positions of the fields broker code touches directly.
 _LENGTH_POS = 8
@@ -273,7 +278,13 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[BatchHea
         pos += LOG_OVERHEAD + length
 
 
-def validate_batches(buf: bytes | bytearray | memoryview, *, allow_compacted: bool = False) -> list[BatchHeader]:
+def validate_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    allow_compacted: bool = False,
+    verify_records: bool | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BATCH_BYTES,
+) -> list[BatchHeader]:
     """Validate producer or follower input and return the header of each batch, in order.
 
     Checks per batch: header complete, magic 2, BatchLength >= 49 and inside ``buf`` (and the last
@@ -281,10 +292,20 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, allow_compacted: bo
     With ``allow_compacted`` (follower input of a compacted topic) a batch may hold fewer records
     than its offset range, even none; otherwise RecordCount must be >= 1 and == LastOffsetDelta + 1.
 
-    Raises CorruptMessage (truncated, bad length, bad CRC), UnsupportedForMessageFormat (magic, codec)
-    or InvalidRecord (empty input, counts, timestamps). An empty buffer is InvalidRecord: there is no
-    corrupt data, just nothing to append.
+    ``verify_records`` (default: ``not allow_compacted``, i.e. on for the leader's producer input,
+    off for follower input the leader already checked) also decompresses each body (at most
+    ``max_decompressed_bytes``) and walks its records (``lowtide.record.validate``): exactly
+    RecordCount records, offset deltas 0, 1, ... (rising and <= LastOffsetDelta when compacted),
+    every record's fields inside its Length, nothing after the last record.
+
+    Raises CorruptMessage (truncated, bad length, bad CRC, body that does not decompress or does not
+    hold RecordCount records), UnsupportedForMessageFormat (magic, codec), InvalidRecord (empty input,
+    counts, timestamps, a malformed record) or MessageTooLarge (inflates past the limit). An empty
+    buffer is InvalidRecord: there is no corrupt data, just nothing to append. A bad batch rejects
+    the whole input.
     """
+    if verify_records is None:
+        verify_records = not allow_compacted
     end = len(buf)
     if end == 0:
         raise InvalidRecord("record set is empty: at least one batch is required")
@@ -334,9 +355,31 @@ def validate_batches(buf: bytes | bytearray | memoryview, *, allow_compacted: bo
         # must have max >= base.
         if count and not attrs & DELETE_HORIZON_MASK and max_ts < base_ts:
             raise InvalidRecord(f"batch at position {pos} has max timestamp {max_ts} < base {base_ts}")
+        if verify_records:
+            _verify_records(view[pos + BATCH_HEADER_SIZE : batch_end], pos, attrs, count, last_delta,
+                            max_decompressed_bytes)
         headers.append(BatchHeader(*fields))
         pos = batch_end
     return headers
+
+
+def _verify_records(
+    body: memoryview, pos: int, attrs: int, count: int, last_delta: int, max_decompressed_bytes: int
+) -> None:
+    """Walk the records of the batch at ``pos`` (one C call per batch); raise on the first problem."""
+    codec = attrs & COMPRESSION_MASK
+    records: bytes | memoryview = body
+    if codec:
+        try:
+            records = decompress(codec, body, max_size=max_decompressed_bytes)
+        except LowtideError as exc:  # same error, told which batch
+            raise type(exc)(f"batch at position {pos}: {exc.message}") from None
+    problem = walk_records(records, count, last_delta)
+    if problem is not None:
+        code, message = problem
+        error = CorruptMessage if code == CORRUPT_MESSAGE else InvalidRecord
+        where = f"batch at position {pos}" + (f" ({Compression(codec).name} records)" if codec else "")
+        raise error(f"{where}: {message}")
 
 
 def assign_offsets(

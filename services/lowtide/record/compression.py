@@ -15,7 +15,7 @@ from __future__ import annotations
 import zlib
 from enum import IntEnum
 
-from lowtide.errors import CorruptMessage, UnsupportedForMessageFormat
+from lowtide.errors import CorruptMessage, MessageTooLarge, UnsupportedForMessageFormat
 
 
 class Compression(IntEnum):
@@ -38,14 +38,44 @@ def compress(codec: int, data: bytes | bytearray) -> bytes:
     raise UnsupportedForMessageFormat(describe_unsupported(codec))
 
 
-def decompress(codec: int, data: bytes | memoryview) -> bytes:
-    """Decompress a batch's record bytes; CORRUPT_MESSAGE when they do not decompress."""
+def decompress(codec: int, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
+    """Decompress a batch's record bytes; CORRUPT_MESSAGE when they do not decompress.
+
+    With ``max_size`` (the leader validating a produced batch) the data must be whole gzip
+    members, one after another as Java's GZIPInputStream reads them, with nothing after the last,
+    and inflate to at most ``max_size`` bytes (MESSAGE_TOO_LARGE otherwise): a few KiB of gzip can
+    claim gigabytes, and the limit stops inflating at the limit instead of after allocating them.
+    """
     if codec == Compression.GZIP:
+        if max_size is None:
+            try:
+                return zlib.decompress(data, _AUTO_WBITS)
+            except zlib.error as exc:
+                raise CorruptMessage(f"gzip record data does not decompress: {exc}") from None
+        return _gunzip_bounded(data, max_size)
+    raise UnsupportedForMessageFormat(describe_unsupported(codec))
+
+
+def _gunzip_bounded(data: bytes | memoryview, max_size: int) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    rest: bytes | memoryview = data
+    while True:
+        inflater = zlib.decompressobj(_AUTO_WBITS)
         try:
-            return zlib.decompress(data, _AUTO_WBITS)
+            # max_length = room + 1: getting more than the room means the limit is exceeded.
+            part = inflater.decompress(rest, max_size - total + 1)
         except zlib.error as exc:
             raise CorruptMessage(f"gzip record data does not decompress: {exc}") from None
-    raise UnsupportedForMessageFormat(describe_unsupported(codec))
+        total += len(part)
+        if total > max_size:
+            raise MessageTooLarge(f"gzip record data inflates to more than {max_size} bytes")
+        if not inflater.eof:
+            raise CorruptMessage("gzip record data is truncated: the gzip stream does not end")
+        parts.append(part)
+        rest = inflater.unused_data
+        if not rest:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def describe_unsupported(codec: int) -> str:
