@@ -270,9 +270,14 @@ class Producer:
         return requests[:slots]
 
     def _produce(self, address: str, topic: str, request: list[tuple[int, list[_Batch]]]) -> list[ProducedPartition]:
+        # The leader epoch we believe current goes along: a deposed leader answers
+        # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH instead of appending (both refresh metadata).
+        partitions = self.cluster.snapshot().topics.get(topic)
+        epochs = ({(topic, pm.partition): pm.leader_epoch for pm in partitions.partitions}
+                  if partitions is not None else {})
         return self.replicas.produce(
             address, [(topic, p, b"".join(b.data for b in taken)) for p, taken in request], acks=self.acks,
-            timeout_ms=self.request_timeout_ms, deadline_s=self.request_timeout_ms / 1000 + 5)
+            timeout_ms=self.request_timeout_ms, deadline_s=self.request_timeout_ms / 1000 + 5, leader_epochs=epochs)
 
     def _settle(self, topic: str, request: list[tuple[int, list[_Batch]]], future: Future, queues: dict[int, deque],
                 appends: list[BatchAppend], in_flight: set[int]) -> LowtideError | None:
