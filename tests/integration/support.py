@@ -34,20 +34,27 @@ def store(cluster: LocalCluster) -> MetadataStore:
     return MetadataStore.from_url(cluster.redis_url)
 
 
+def auth_metadata(cluster: LocalCluster) -> list[tuple[str, str]]:
+    """The generated admin's bearer token of a cluster started with auth on (no tokens file); []
+    without auth. Pass it as ``metadata`` to the helpers below."""
+    token_file = cluster.state.auth.get("admin_token_file")
+    return [("authorization", f"Bearer {Path(token_file).read_text().strip()}")] if token_file else []
+
+
 def create_topic(cluster: LocalCluster, name: str, *, partitions: int = 1, rf: int = 3,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None, metadata: list[tuple[str, str]] = ()) -> None:
     resp = admin(cluster).CreateTopics(admin_pb2.CreateTopicsRequest(topics=[admin_pb2.TopicSpec(
-        name=name, partitions=partitions, replication_factor=rf, config=config or {})]))
+        name=name, partitions=partitions, replication_factor=rf, config=config or {})]), metadata=metadata)
     assert resp.topics[0].error_code == 0, resp
     # every replica has picked up its assignment once the leader answers DescribeLogs for it
-    wait_until(lambda: all(_hosted(cluster, name, p) for p in range(partitions)), what=f"{name} hosted")
+    wait_until(lambda: all(_hosted(cluster, name, p, metadata) for p in range(partitions)), what=f"{name} hosted")
 
 
-def _hosted(cluster: LocalCluster, topic: str, partition: int) -> bool:
+def _hosted(cluster: LocalCluster, topic: str, partition: int, metadata: list[tuple[str, str]] = ()) -> bool:
     st = store(cluster).partition_state(topic, partition)
     for r in st.replicas:
         logs = replica(cluster, r).DescribeLogs(replica_pb2.DescribeLogsRequest(
-            partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)])).logs
+            partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)]), metadata=metadata).logs
         if not logs or logs[0].role not in ("leader", "follower"):
             return False
     return True
@@ -58,11 +65,12 @@ def leader_of(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
 
 
 def produce(cluster: LocalCluster, topic: str, values: list[bytes], *, partition: int = 0, acks: int = -1,
-            timeout_ms: int = 10000, leader: int | None = None) -> replica_pb2.ProduceResult:
+            timeout_ms: int = 10000, leader: int | None = None,
+            metadata: list[tuple[str, str]] = ()) -> replica_pb2.ProduceResult:
     lid = leader_of(cluster, topic, partition) if leader is None else leader
     resp = replica(cluster, lid).Produce(replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
         replica_pb2.ProducePartition(topic=topic, partition=partition, records=encode_batch(values))]),
-        timeout=timeout_ms / 1000 + 10)
+        timeout=timeout_ms / 1000 + 10, metadata=metadata)
     return resp.partitions[0]
 
 
@@ -93,9 +101,10 @@ def read_all(cluster: LocalCluster, topic: str, *, partition: int = 0, start: in
             return out
 
 
-def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> replica_pb2.LogInfo:
+def describe(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0, *,
+             metadata: list[tuple[str, str]] = ()) -> replica_pb2.LogInfo:
     logs = replica(cluster, broker_id).DescribeLogs(replica_pb2.DescribeLogsRequest(
-        partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)])).logs
+        partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)]), metadata=metadata).logs
     assert logs, f"{topic}-{partition} not hosted on replica {broker_id}"
     return logs[0]
 

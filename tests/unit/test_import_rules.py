@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},
-    "localcluster": BASE | {"rpc", "client", "common", "metadata"},
+    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth"},
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
                    "metadata"},
 }
@@ -40,7 +40,8 @@ PROTOBUF_MODULE_NAMES = {"servicer", "server"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock",
-    "lowtide.record", "lowtide.record.batch", "lowtide.record.compression",
+    "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
+    "lowtide.record._validate",
     "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status",
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",

@@ -105,3 +105,38 @@ affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The auth Secret's name; fails the render when auth is on without one. */}}
+{{- define "lowtide.authSecret" -}}
+{{- required "auth.existingSecret is required when auth.enabled is true (see README \"Authentication\")" .Values.auth.existingSecret }}
+{{- end }}
+
+{{/* Env of every lowtide server with auth on (the flags fall back to these LOWTIDE_* variables). */}}
+{{- define "lowtide.authEnv" -}}
+{{- if .Values.auth.enabled }}
+- name: LOWTIDE_AUTH_ENABLED
+  value: "true"
+- name: LOWTIDE_TOKENS_FILE
+  value: {{ printf "%s/tokens" .Values.auth.mountPath | quote }}
+- name: LOWTIDE_SUPER_USERS
+  value: {{ .Values.auth.superUsers | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The auth Secret as a pod volume (mount it with "lowtide.authVolumeMount"). */}}
+{{- define "lowtide.authVolume" -}}
+{{- if .Values.auth.enabled }}
+- name: auth
+  secret:
+    secretName: {{ include "lowtide.authSecret" . }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "lowtide.authVolumeMount" -}}
+{{- if .Values.auth.enabled }}
+- name: auth
+  mountPath: {{ .Values.auth.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}

@@ -61,6 +61,11 @@ def load_command_config(path: str | Path) -> dict[str, str]:
     return parse_properties(text, source=str(path))
 
 
+def bearer_metadata(token: str | None) -> list[tuple[str, str]]:
+    """gRPC call metadata presenting ``token``; ``[]`` for no token."""
+    return [("authorization", f"Bearer {token}")] if token else []
+
+
 def call_metadata(config: dict[str, str] | None) -> list[tuple[str, str]]:
     """gRPC call metadata carrying the configured token; ``[]`` when no token is configured."""
     if not config:
@@ -68,5 +73,5 @@ def call_metadata(config: dict[str, str] | None) -> list[tuple[str, str]]:
     for key in (TOKEN_KEY, *TOKEN_KEY_ALIASES):
         token = config.get(key, "").strip()
         if token:
-            return [("authorization", f"Bearer {token}")]
+            return bearer_metadata(token)
     return []

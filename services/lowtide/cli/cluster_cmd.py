@@ -30,9 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help=f"diskless coordinator shards (default {default_coordinators()}; 0 while not built)")
     up.add_argument("--frontdoors", type=int, default=1, help="frontdoor (Admin) servers; the first is bootstrap")
     up.add_argument("--detach", action="store_true", help="return once healthy; processes keep running")
-    up.add_argument("--auth-enabled", action="store_true", help="frontdoor requires bearer tokens")
-    up.add_argument("--tokens-file", type=Path, default=None, help="frontdoor tokens file (token principal)")
-    up.add_argument("--super-users", default="", help="frontdoor super users, e.g. User:admin,User:ops")
+    up.add_argument("--auth-enabled", action="store_true",
+                    help="every service requires a bearer token and checks ACLs; writes each service's own "
+                         "token, and (without --tokens-file) an admin token + DIR/secrets/admin.properties "
+                         "for --command-config, under DIR/secrets")
+    up.add_argument("--tokens-file", type=Path, default=None,
+                    help="your own tokens file (lines 'token User:name') for every service; no admin is generated")
+    up.add_argument("--super-users", default="", help="super users, e.g. User:ops,User:alice")
     up.add_argument("--session-timeout-ms", type=int, default=None, help="replica liveness session timeout")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="replica broker setting or topic-config default (segment.bytes=65536, ...)")
@@ -147,8 +151,13 @@ def format_cluster(doc: dict[str, Any]) -> str:
              f"  {'NAME':<18} {'KIND':<15} {'GRPC':<22} {'METRICS':<38} PID"]
     for s in doc["services"]:
         lines.append(f"  {s['name']:<18} {s['kind']:<15} {s['grpc']:<22} {s['metrics'] or '-':<38} {s['pid']}")
-    lines += ["", f"  logs: {doc['logs_dir']}/<name>.log",
-              f"  stop: lowtide cluster down --data-dir {doc['data_dir']}"]
+    lines += ["", f"  logs: {doc['logs_dir']}/<name>.log"]
+    auth = doc.get("auth") or {}
+    if auth:
+        lines.append(f"  auth: on; service tokens in {auth['secrets_dir']}")
+        if auth.get("admin_command_config"):
+            lines.append(f"  admin ({auth['admin_principal']}): --command-config {auth['admin_command_config']}")
+    lines.append(f"  stop: lowtide cluster down --data-dir {doc['data_dir']}")
     return "\n".join(lines)
 
 

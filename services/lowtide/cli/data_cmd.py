@@ -7,7 +7,9 @@
 
 produce json: ``{"records", "bytes", "seconds", "records_per_second", "mb_per_second"}`` (bytes =
 key + value payload). consume json: one line per record ``{"topic", "partition", "offset",
-"timestamp", "key", "value"}`` with key/value base64 (null stays null); text prints the values.
+"timestamp", "key", "value"}`` with key/value base64 (null stays null); text prints one value per
+line (``--print-key``: KEY<TAB>VALUE), escaped Python-style by ``escape_bytes`` so binary data never
+reaches the terminal raw.
 consume stops after --max-records or when nothing new arrived for --timeout-ms; with --group it
 commits the positions it reached. offsets json: ``{"partitions": [{"topic", "partition", "offset"}]}``.
 """
@@ -18,6 +20,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from lowtide.cli.client_args import add_connection_flags, build_admin, read_call
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.client import Consumer, OffsetSpec, Producer
 from lowtide.client.consumer import ConsumerRecord
+from lowtide.errors import UnknownTopicOrPartition
 from lowtide.rpc.channels import validate_address
 
 MiB = 1 << 20
@@ -50,7 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     produce.add_argument("--max-in-flight", type=int, default=8, help="concurrent Produce requests")
     produce.set_defaults(func=run_produce)
 
-    consume = subparsers.add_parser("consume", help="consume records (json: one line per record)")
+    consume = subparsers.add_parser(
+        "consume", help="consume records (json: one line per record)",
+        description="Text output prints one record value per line. Bytes that are not printable UTF-8 are "
+                    "escaped Python-style: \\xNN for a byte that is not UTF-8 or an ASCII control "
+                    "character, \\n \\r \\t, \\uNNNN for other unprintable characters, and a backslash is "
+                    "doubled, so every line is the record and nothing is sent raw to the terminal. A null "
+                    "key or value prints as null. --output json gives the exact bytes (base64).")
     add_connection_flags(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int, help="read only this partition")
@@ -58,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--group", help="consumer group: start from its committed offsets and commit")
     consume.add_argument("--max-records", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=2000, help="stop when nothing new arrives for this long")
+    consume.add_argument("--print-key", action="store_true", help="text output: print KEY<TAB>VALUE")
     consume.set_defaults(func=run_consume)
 
     offsets = subparsers.add_parser("offsets", help="list offsets of a topic's partitions")
@@ -118,6 +129,12 @@ def run_produce(args: argparse.Namespace) -> int:
     with Producer(validate_address(args.bootstrap_server), acks=ACKS[args.acks], compression=args.compression,
                   batch_bytes=args.batch_size, max_in_flight=args.max_in_flight,
                   metadata=read_call_metadata(args)) as producer:
+        # Ask for the topic before reading any input: an unknown topic or partition must fail even
+        # when there is nothing to send (--num-records 0, empty stdin), not report "0 records sent".
+        producer.cluster.add_topics([args.topic])
+        meta = producer.cluster.refresh().topic(args.topic)
+        if args.partition is not None and not 0 <= args.partition < len(meta.partitions):
+            raise UnknownTopicOrPartition(f"partition {args.topic}-{args.partition} does not exist")
         for values, keys in chunks:
             report = producer.produce_values(args.topic, values, keys=keys, partition=args.partition)
             records += report.records
@@ -139,6 +156,41 @@ def run_produce(args: argparse.Namespace) -> int:
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+# Everything but printable ASCII, and the backslash itself (so an escape in the output is never
+# ambiguous with the same characters in the data). Non-ASCII printable characters are kept below.
+_NEEDS_ESCAPE = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    c = match.group()
+    code = ord(c)
+    if c in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[c]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape): show the byte
+        return f"\\x{code - 0xDC00:02x}"
+    if c.isprintable():
+        return c
+    if code < 0x80:  # C0 controls and DEL: the character is the byte
+        return f"\\x{code:02x}"
+    # \u even below U+0100, so \xNN always means exactly one byte of the record (U+0085 is c2 85).
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape_bytes(data: bytes | None) -> str:
+    """Key or value for a terminal: printable UTF-8 as is, the rest escaped as Python would in a
+    string literal (``\\xNN``, ``\\n``, ``\\uNNNN``, ``\\\\``); None is ``null``, as Kafka's console
+    consumer prints it."""
+    if data is None:
+        return "null"
+    return _NEEDS_ESCAPE.sub(_escape_char, data.decode("utf-8", errors="surrogateescape"))
+
+
+def record_to_text(r: ConsumerRecord, *, print_key: bool) -> str:
+    value = escape_bytes(r.value)
+    return f"{escape_bytes(r.key)}\t{value}" if print_key else value
 
 
 def record_to_json(r: ConsumerRecord) -> dict:
@@ -192,7 +244,7 @@ def run_consume(args: argparse.Namespace) -> int:
                         if json_mode:
                             out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
                         else:
-                            out.write((r.value or b"").decode("utf-8", errors="replace") + "\n")
+                            out.write(record_to_text(r, print_key=args.print_key) + "\n")
                     out.flush()
                 except BrokenPipeError:
                     # The reader went away (`| head`): stop quietly, and commit nothing it may not have seen.

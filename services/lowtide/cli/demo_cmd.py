@@ -7,12 +7,20 @@ the groups → DeleteRecords) and prints, per partition, LSO / HW / LW and bytes
 replica before and after, with the DeleteRecords latency. Only what both groups consumed is
 deleted; its segment files are gone from every replica. Everything it started is stopped.
 (The Spark jobs and the diskless topic join this demo when they exist.)
+
+What it leaves behind: nothing, by default (its temporary data directory is removed once the
+cluster is down). A ``--data-dir`` the user chose is kept and named at the end; ``--keep`` keeps
+the cluster running and its directory. Metrics URLs are offered as live only while they are: in
+the progress output while the cluster runs, and at the end only with ``--keep`` (otherwise they
+are listed as "served during the run"). The summary states what the numbers show, not what was
+hoped: a failed DeleteRecords or a replica whose disk did not shrink is said so, and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -32,11 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from lowtide.cli.main import add_output_flag
 
     p = subparsers.add_parser("demo", help="run the main job on a local cluster and show what deletion does")
-    p.add_argument("--data-dir", help="cluster directory (default: a new temporary one)")
+    p.add_argument("--data-dir", help="cluster directory, kept afterwards (default: a new temporary one, "
+                                      "removed at the end)")
     p.add_argument("--records", type=int, default=60_000, help="records to produce (1 KiB each)")
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--segment-bytes", type=int, default=1024 * 1024, help="segment size of the topic")
-    p.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
+    p.add_argument("--keep", action="store_true", help="leave the cluster (and its directory) running at the end")
     add_output_flag(p)
     p.set_defaults(func=run)
 
@@ -80,24 +89,40 @@ def _consume(bootstrap: str, group: str, *, fraction: float, hw: dict[int, int])
 
 
 def run(args: argparse.Namespace) -> int:
+    keep_dir = bool(args.data_dir) or args.keep
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="lowtide-demo-"))
-    cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3,
-                                         replica_config={"segment.bytes": str(args.segment_bytes)}))
-    progress(args, f"[1/6] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
-    cluster.up(detach=True, progress=lambda m: progress(args, "      " + m))
     try:
-        return _run_demo(args, cluster)
+        cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3,
+                                             replica_config={"segment.bytes": str(args.segment_bytes)}))
+        progress(args, f"[1/6] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
+        cluster.up(detach=True, progress=lambda m: progress(args, "      " + m))
+        try:
+            progress(args, "      metrics (Prometheus text), live while the demo runs:")
+            for entry in cluster.services():
+                if entry.metrics_url:
+                    progress(args, f"        {entry.name:<12} {entry.metrics_url}")
+            with Admin(cluster.bootstrap) as admin:
+                doc = _run_demo(args, cluster, admin)
+        finally:
+            if args.keep:
+                progress(args, f"cluster left running: lowtide cluster down --data-dir {data_dir}")
+            else:
+                progress(args, "[6/6] stopping everything the demo started")
+                cluster.down()
     finally:
-        if args.keep:
-            progress(args, f"cluster left running: lowtide cluster down --data-dir {data_dir}")
-        else:
-            progress(args, "[6/6] stopping everything the demo started")
-            cluster.down()
+        if not keep_dir:
+            # Only a directory the demo made itself, and only once nothing runs in it any more.
+            shutil.rmtree(data_dir, ignore_errors=True)
+    doc["metrics_live"] = bool(args.keep)
+    doc["data_dir"] = str(data_dir) if keep_dir else None
+    doc["cluster"] = str(data_dir / "cluster.json") if keep_dir else None
+    # Printed after the cluster stopped (unless --keep), so nothing below claims a live service.
+    emit(args, doc, _render(doc))
+    return 0 if doc["deleted_as_expected"] and doc["disk_freed_on_every_replica"] else 1
 
 
-def _run_demo(args: argparse.Namespace, cluster: LocalCluster) -> int:
+def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> dict:
     bootstrap = cluster.bootstrap
-    admin = Admin(bootstrap)
     progress(args, f"[2/6] creating topic '{TOPIC}' ({args.partitions} partitions, RF 3, "
                    f"{args.segment_bytes // 1024} KiB segments)")
     admin.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
@@ -138,13 +163,12 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster) -> int:
             "bytes_before": before[p]["bytes"], "bytes_after": after[p]["bytes"],
             "error": res.error.name if res and res.error else None,
         })
-    doc = {"topic": TOPIC, "records": args.records, "produce_seconds": round(produce_s, 3),
-           "delete_records_ms": round(delete_ms, 2), "partitions": rows,
-           "metrics": [e.metrics_url for e in cluster.services() if e.metrics_url],
-           "cluster": str(cluster.data_dir / "cluster.json")}
-    emit(args, doc, _render(doc))
-    ok = all(r["error"] is None and r["after"]["lw"] == r["committed_slow"] for r in rows)
-    return 0 if ok else 1
+    return {"topic": TOPIC, "records": args.records, "produce_seconds": round(produce_s, 3),
+            "delete_records_ms": round(delete_ms, 2), "partitions": rows,
+            "deleted_as_expected": all(r["error"] is None and r["after"]["lw"] == r["committed_slow"] for r in rows),
+            "disk_freed_on_every_replica": all(r["bytes_after"].get(k, 0) < b for r in rows
+                                               for k, b in r["bytes_before"].items()),
+            "metrics": [e.metrics_url for e in cluster.services() if e.metrics_url]}
 
 
 def _render(doc: dict) -> str:
@@ -161,8 +185,28 @@ def _render(doc: dict) -> str:
         lines.append(f"{r['partition']:>4} {r['committed_fast']:>7} {r['committed_slow']:>7} | {b['lso']:>7} "
                      f"{b['hw']:>7} {b['lw']:>7} | {a['lso']:>7} {a['hw']:>7} {a['lw']:>7} | {disk}"
                      + (f"  ERROR {r['error']}" if r["error"] else ""))
-    lines += ["", "Only records both groups had consumed (below the slow group's offsets) were deleted;",
-              "the segment files wholly below the new log start offset are gone from every replica.",
-              "", "Metrics (Prometheus text) were served at:"] + [f"  {u}" for u in doc["metrics"]]
+    lines.append("")
+    if doc["deleted_as_expected"]:
+        lines.append("Only records both groups had consumed (below the slow group's offsets) were deleted.")
+    else:
+        lines.append("NOT AS EXPECTED: on some partitions DeleteRecords failed or the low watermark is not the "
+                     "slow group's offset (see ERROR / LW above).")
+    if doc["disk_freed_on_every_replica"]:
+        lines.append("Every replica holds fewer bytes: the segment files wholly below the new log start offset "
+                     "are gone.")
+    else:
+        lines.append("NOT AS EXPECTED: some replica's bytes on disk did not shrink (see the disk column).")
+    lines.append("")
+    if doc["metrics_live"]:
+        lines.append("Metrics (Prometheus text), live until `lowtide cluster down --data-dir "
+                     f"{doc['data_dir']}`:")
+    else:
+        lines.append("Metrics (Prometheus text) were served during the run at these addresses; the cluster "
+                     "is stopped now (--keep leaves it running):")
+    lines += [f"  {u}" for u in doc["metrics"]]
     lines.append("In Kubernetes, Prometheus scrapes them through the chart's annotations (charts/lowtide).")
+    if doc["data_dir"]:
+        lines.append(f"The cluster's directory (data, logs, cluster.json) is kept in {doc['data_dir']}.")
+    else:
+        lines.append("The demo's temporary directory was removed.")
     return "\n".join(lines)

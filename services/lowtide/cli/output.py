@@ -44,11 +44,16 @@ def emit(args: Any, doc: Any, text: str | None = None) -> None:
 
 
 def emit_error(args: Any, err: CliError) -> int:
+    """Report ``err`` in the chosen format; returns its (non-zero) exit code."""
+    # The contract promises a message: an empty one (a bare exception, a server that sent no
+    # details) becomes the code's own name rather than "".
+    code = err.code or "UNKNOWN_SERVER_ERROR"
+    message = (err.message or "").strip() or f"{code} (no details were given)"
     if getattr(args, "output", "text") == "json":
-        emit_json({"error": {"code": err.code, "message": err.message}})
+        emit_json({"error": {"code": code, "message": message}})
     else:
-        sys.stderr.write(f"error: {err.code}: {err.message}\n")
-    return err.exit_code
+        sys.stderr.write(f"error: {code}: {message}\n")
+    return err.exit_code or 1
 
 
 def progress(args: Any, message: str) -> None:

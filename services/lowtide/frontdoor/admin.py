@@ -90,7 +90,9 @@ class TopicAdmin:
 
     Stateless apart from its collaborators; thread-safe (the store, authorizer, gateway and pool
     are). Authorization when enabled: CreateTopics needs ALTER on CLUSTER (the proto has no CREATE
-    operation), DeleteTopics DELETE on the topic, ListOffsets DESCRIBE on the topic.
+    operation), DeleteTopics DELETE on the topic, ListOffsets DESCRIBE on the topic; ListTopics and
+    Metadata show only topics the caller may DESCRIBE (as Kafka filters Metadata), and a topic
+    named explicitly without DESCRIBE is TOPIC_AUTHORIZATION_FAILED whether it exists or not.
     """
 
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
@@ -124,6 +126,11 @@ class TopicAdmin:
         validate_topic_name(request.name)
         if request.partitions < 1:
             raise InvalidPartitions(f"number of partitions must be >= 1, got {request.partitions}")
+        if request.diskless:
+            # Nothing stores a diskless topic's data yet (KIP-1164 is a later issue): accepting the
+            # flag would create a classic topic that claims to be diskless.
+            raise InvalidConfig("diskless topics (KIP-1164) are not implemented yet; create the topic "
+                                "without diskless")
         config = validate_topic_config(request.config)
         live = sorted(self._store.live_broker_ids())
         rf = request.replication_factor
@@ -158,23 +165,39 @@ class TopicAdmin:
                 outcomes.append(TopicOutcome(name=name, error=err))
         return outcomes
 
-    def list_topics(self, *, include_internal: bool = False) -> list[str]:
-        return sorted(name for name, info in self._store.topics().items() if include_internal or not info.internal)
+    def _may_describe(self, principal: str, topic: str) -> bool:
+        return self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
+                                          resource_type=ResourceType.TOPIC, resource_name=topic)
 
-    def describe_cluster(self, *, topics: Sequence[str] = ()) -> ClusterView:
-        """Brokers (with liveness) and the named topics; all non-internal topics when none are named."""
+    def list_topics(self, *, principal: str, include_internal: bool = False) -> list[str]:
+        """The topics ``principal`` may DESCRIBE (others are left out, as if they did not exist)."""
+        return sorted(name for name, info in self._store.topics().items()
+                      if (include_internal or not info.internal) and self._may_describe(principal, name))
+
+    def describe_cluster(self, *, principal: str, topics: Sequence[str] = ()) -> ClusterView:
+        """Brokers (with liveness) and the named topics; all non-internal topics ``principal`` may
+        DESCRIBE when none are named. A named topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED
+        (checked before existence, so a refused caller cannot probe which names exist)."""
         brokers = self._store.brokers()
         live = self._store.live_broker_ids(brokers)
         all_topics = self._store.topics()
-        names = list(topics) if topics else sorted(n for n, i in all_topics.items() if not i.internal)
+        if topics:
+            names = list(topics)
+        else:
+            names = sorted(n for n, i in all_topics.items() if not i.internal and self._may_describe(principal, n))
+        refused = {n for n in names if not self._may_describe(principal, n)}
         views = []
         pipe = self._store.redis.pipeline(transaction=False)
-        known = [n for n in names if n in all_topics]
+        known = [n for n in names if n in all_topics and n not in refused]
         for n in known:
             pipe.hgetall(partitions_key(n))
         partitions = dict(zip(known, pipe.execute(), strict=True)) if known else {}
         for name in names:
             info = all_topics.get(name)
+            if name in refused:
+                views.append(TopicView(name=name, error=TopicAuthorizationFailed(
+                    f"{principal} is not authorized to DESCRIBE on TOPIC {name!r}")))
+                continue
             if info is None:
                 views.append(TopicView(name=name, error=UnknownTopicOrPartition(f"topic '{name}' does not exist")))
                 continue

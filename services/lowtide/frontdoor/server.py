@@ -1,7 +1,10 @@
 """Front door server: the lowtide.v1.Admin service (topics, metadata, DeleteRecords, groups, ACLs).
 
-``lowtide serve frontdoor --redis-url URL [--auth-enabled --tokens-file F --super-users U,..]``.
-Stateless: any number may run against one Redis; exactly one of them acts as controller at a time.
+``lowtide serve frontdoor --redis-url URL [--auth-enabled --tokens-file F --super-users U,..
+--token-file F]``. Stateless: any number may run against one Redis; exactly one of them acts as
+controller at a time. With auth on every call needs a bearer token, and the front door calls the
+leaders (ListOffsets, DeleteRecords fan-out) as ``User:frontdoor`` with the token in
+``--token-file``, after authorizing its own caller.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from dataclasses import dataclass, field
 import grpc
 import redis as redis_lib
 
+from lowtide.auth.access import auth_enabled_from_env, parse_super_users
 from lowtide.auth.acl import Authorizer
+from lowtide.auth.identity import token_file_metadata
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.client.replica import ReplicaClient
@@ -42,6 +47,8 @@ class FrontDoorConfig:
     auth_enabled: bool = False
     tokens_file: str | None = None
     super_users: frozenset[str] = field(default_factory=frozenset)
+    # This front door's own token (User:frontdoor) for its calls to the replicas.
+    token_file: str | None = None
     fanout_threads: int = 32
 
 
@@ -70,11 +77,12 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     store = MetadataStore(redis=redis)
     authorizer = Authorizer(store=AclStore(redis=redis), enabled=config.auth_enabled,
                             super_users=config.super_users)
-    # A caller without a token is User:ANONYMOUS and the authorizer decides (brief §4: an
-    # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition, not a failed
-    # call); a wrong token is still refused outright.
+    # A caller without a token is User:ANONYMOUS and the ACLs decide, which by default deny: brief
+    # §4's contract is that an unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per
+    # partition (not a failed call), and Metadata/ListTopics show it no topic. A wrong token is
+    # refused outright. The replica port, which has no such contract, refuses a missing token too.
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
-    replicas = ReplicaClient()
+    replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
     front = FrontDoor(
         authenticator=authenticator,
@@ -87,10 +95,6 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis)
 
 
-def parse_super_users(text: str | None) -> frozenset[str]:
-    return frozenset(u.strip() for u in (text or "").split(",") if u.strip())
-
-
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     return default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
@@ -98,11 +102,12 @@ def _env_bool(name: str, default: bool) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
-    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction,
-                        default=_env_bool("LOWTIDE_AUTH_ENABLED", False),
-                        help="require a bearer token and check ACLs (env LOWTIDE_AUTH_ENABLED)")
+    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
+                        help="require a bearer token on every call and check ACLs (env LOWTIDE_AUTH_ENABLED)")
     add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
     add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
+    add_flag(parser, "--token-file", default=None,
+             help="this front door's own token (User:frontdoor) for its calls to the replicas")
     parser.add_argument("--controller", action=argparse.BooleanOptionalAction,
                         default=_env_bool("LOWTIDE_CONTROLLER", True),
                         help="take part in controller election (env LOWTIDE_CONTROLLER)")
@@ -113,9 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(service=args.name, level=args.log_level, fmt=args.log_format)
+    if args.auth_enabled and not args.token_file:
+        raise SystemExit(f"{args.name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
+                         "User:frontdoor, which the front door presents to the replicas it calls")
     parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
                                              tokens_file=args.tokens_file,
-                                             super_users=parse_super_users(args.super_users)))
+                                             super_users=parse_super_users(args.super_users),
+                                             token_file=args.token_file))
     controller = None
     if args.controller:
         controller = Controller(store=parts.store, config=ControllerConfig(

@@ -76,13 +76,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             for o in outcomes])
 
     def ListTopics(self, request, context):  # noqa: N802
-        self._principal(context)
         return admin_pb2.ListTopicsResponse(names=self._front.topics.list_topics(
-            include_internal=request.include_internal))
+            principal=self._principal(context), include_internal=request.include_internal))
 
     def Metadata(self, request, context):  # noqa: N802
-        self._principal(context)
-        view = self._front.topics.describe_cluster(topics=list(request.topics))
+        view = self._front.topics.describe_cluster(principal=self._principal(context), topics=list(request.topics))
         brokers = [admin_pb2.BrokerInfo(id=b.info.id, host=b.info.host, port=b.info.port, rack=b.info.rack,
                                         live=b.live) for b in view.brokers]
         topics = []

@@ -5,6 +5,9 @@ Layout of ``DIR`` (the cluster's data directory)::
     cluster.json          the record of the cluster (brief §8), rewritten atomically
     cluster.lock          flock held while ``up`` starts processes (two ``up`` never interleave)
     cluster.pid           pid of a foreground ``cluster up`` supervisor (absent when detached)
+    secrets/              with auth on (mode 0700): NAME.token per service, admin.token and
+                          admin.properties (a ready --command-config) unless the user gave a
+                          tokens file; every file 0600, reused by later ``up``s
     logs/NAME.log         stdout+stderr of each service (appended across restarts)
     redis/                redis-server data (AOF) and its log; logs/redis.log links to it
     replica-N/            replica N's data directory, reused by every later ``up``
@@ -27,6 +30,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import redis as redis_lib
+
+from lowtide.auth.identity import (
+    ADMIN_PRINCIPAL,
+    ServiceIdentity,
+    provision_identities,
+    read_token_file,
+    write_command_config,
+)
 from lowtide.common.procs import find_free_port, start_redis
 from lowtide.localcluster import control
 from lowtide.localcluster.config import ClusterConfig
@@ -177,6 +189,9 @@ class LocalCluster:
                 self._start_redis(self._state.services[0], say)
                 started.append(self._state.services[0])
                 write_state(self._state)  # a crash from here on still leaves `down` something to stop
+                if self.config.auth_enabled:
+                    self._state.auth = self._provision_auth(say)
+                    write_state(self._state)
                 for kind in self._kinds:
                     batch = [s for s in self._state.services if s.kind == kind.kind]
                     if not batch:
@@ -393,6 +408,42 @@ class LocalCluster:
             link.unlink(missing_ok=True)
             link.symlink_to(Path(entry.log))
         say(f"redis healthy ({time.monotonic() - began:.1f}s)")
+
+    def _provision_auth(self, say: Progress) -> dict[str, Any]:
+        """Before any service starts: a token per service that takes one (``User:broker-N`` for
+        replica N, ``User:<kind>`` otherwise) with CLUSTER_ACTION on the CLUSTER, and unless the
+        user brought a tokens file an admin super user for the CLI. Returns cluster.json's "auth"."""
+        config = self.config
+        config.secrets_dir.mkdir(mode=0o700, exist_ok=True)
+        by_service: dict[str, ServiceIdentity] = {}
+        for entry in self.state.services:
+            kind = self._kind_by_name.get(entry.kind)
+            if kind is not None and kind.takes_token_file():
+                by_service[entry.name] = ServiceIdentity(principal=kind.principal_of(entry.index),
+                                                         token_file=config.token_file(entry.name))
+        identities = list(by_service.values())
+        auth: dict[str, Any] = {
+            "enabled": True, "secrets_dir": str(config.secrets_dir),
+            "tokens_file": str(config.tokens_file) if config.tokens_file else None,
+            "super_users": config.effective_super_users,
+            "services": {name: {"principal": i.principal, "token_file": str(i.token_file)}
+                         for name, i in by_service.items()},
+        }
+        redis = redis_lib.Redis.from_url(self.state.redis, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            provision_identities(redis, identities)
+            if config.generates_admin:
+                admin = ServiceIdentity(principal=ADMIN_PRINCIPAL, token_file=config.secrets_dir / "admin.token")
+                provision_identities(redis, [admin], cluster_action=False)  # a super user needs no ACL
+                command_config = config.secrets_dir / "admin.properties"
+                write_command_config(command_config, read_token_file(admin.token_file))
+                auth.update(admin_principal=admin.principal, admin_token_file=str(admin.token_file),
+                            admin_command_config=str(command_config))
+        finally:
+            redis.close()
+        say(f"auth on: {len(identities)} service identities in {config.secrets_dir}"
+            + (f"; CLI: --command-config {auth['admin_command_config']}" if config.generates_admin else ""))
+        return auth
 
     def _check_health(self, entry: ServiceEntry, *, timeout_s: float = 1.0) -> str:
         if entry.is_redis:

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lowtide.auth.identity import ADMIN_PRINCIPAL
+
 COORDINATOR_MODULE = "lowtide.coordinator.server"
 SCANNER_MODULE = "lowtide.scanner.server"
+SECRETS_DIR = "secrets"
 
 
 def is_module_available(module: str) -> bool:
@@ -54,8 +57,10 @@ class ClusterConfig:
 
     Contract: ``validate()`` raises ``ValueError`` for impossible shapes; everything else is passed
     to the services as flags (``replica_config`` entries become replica ``--config k=v`` broker
-    defaults; ``extra_env`` is added to every child's environment). Not thread-safe: build it, then
-    hand it to ``LocalCluster`` and do not mutate it afterwards.
+    defaults; ``extra_env`` is added to every child's environment). With ``auth_enabled`` every
+    service gets its own token file under ``DIR/secrets`` and, when no ``tokens_file`` is given, an
+    admin identity (``User:admin``, a super user) is generated for the CLI. Not thread-safe: build
+    it, then hand it to ``LocalCluster`` and do not mutate it afterwards.
     """
 
     data_dir: Path
@@ -95,6 +100,27 @@ class ClusterConfig:
     @property
     def object_store_url(self) -> str:
         return (self.data_dir / "objects").as_uri()
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.data_dir / SECRETS_DIR
+
+    def token_file(self, service_name: str) -> Path:
+        """Where the token of service ``service_name`` (e.g. ``replica-0``) lives (mode 0600)."""
+        return self.secrets_dir / f"{service_name}.token"
+
+    @property
+    def generates_admin(self) -> bool:
+        """Whether ``up`` makes an admin identity: auth on and no tokens file of the user's own."""
+        return self.auth_enabled and self.tokens_file is None
+
+    @property
+    def effective_super_users(self) -> str:
+        """The ``--super-users`` the services get: the user's, plus the generated admin."""
+        users = [u.strip() for u in self.super_users.split(",") if u.strip()]
+        if self.generates_admin and ADMIN_PRINCIPAL not in users:
+            users.append(ADMIN_PRINCIPAL)
+        return ",".join(users)
 
     def to_json(self) -> dict[str, Any]:
         """The settings a later ``LocalCluster.load`` needs to restart services the same way."""

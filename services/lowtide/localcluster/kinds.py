@@ -18,6 +18,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
+from lowtide.auth.identity import FRONTDOOR_PRINCIPAL, broker_principal
 from lowtide.localcluster.config import COORDINATOR_MODULE, SCANNER_MODULE, ClusterConfig, is_module_available
 from lowtide.metadata.store import MetadataStore
 
@@ -50,9 +51,18 @@ class ServiceKind:
     is_ready: Callable[[int, str], bool] | None = None
     # Full command override (tests use it for stand-in services); default: the lowtide CLI.
     command: Callable[[InstanceContext], list[str]] | None = None
+    # The principal instance N authenticates as when auth is on; default ``User:<kind>``.
+    principal: Callable[[int], str] | None = None
 
     def name(self, index: int) -> str:
         return f"{self.kind}-{index}"
+
+    def principal_of(self, index: int) -> str:
+        return self.principal(index) if self.principal else f"User:{self.kind}"
+
+    def takes_token_file(self) -> bool:
+        """Whether instances get an identity of their own (their server takes ``--token-file``)."""
+        return self.command is None and "--token-file" in supported_flags(self.module)
 
     def is_available(self) -> bool:
         return is_module_available(self.module)
@@ -71,6 +81,17 @@ class ServiceKind:
                             ("--object-store-url", ctx.config.object_store_url)):
             if flag in known:
                 flags += [flag, value]
+        config = ctx.config
+        if config.auth_enabled and "--auth-enabled" in known:
+            # Every call on every port carries an identity: each service that checks tokens also
+            # gets its own (DIR/secrets/<name>.token, written by LocalCluster before it starts).
+            flags.append("--auth-enabled")
+            if config.tokens_file is not None:
+                flags += ["--tokens-file", str(config.tokens_file)]
+            if config.effective_super_users:
+                flags += ["--super-users", config.effective_super_users]
+            if "--token-file" in known:
+                flags += ["--token-file", str(config.token_file(self.name(ctx.index)))]
         return flags
 
 
@@ -115,14 +136,7 @@ def _is_replica_registered(index: int, redis_url: str) -> bool:
 
 def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
     # Several frontdoors log under distinct names when the frontdoor takes --name.
-    flags = ["--name", f"frontdoor-{ctx.index}"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
-    if ctx.config.auth_enabled:
-        flags.append("--auth-enabled")
-    if ctx.config.tokens_file is not None:
-        flags += ["--tokens-file", str(ctx.config.tokens_file)]
-    if ctx.config.super_users:
-        flags += ["--super-users", ctx.config.super_users]
-    return flags
+    return ["--name", f"frontdoor-{ctx.index}"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
 
 
 def _coordinator_flags(ctx: InstanceContext) -> list[str]:
@@ -137,8 +151,9 @@ def _no_flags(_ctx: InstanceContext) -> list[str]:
 # coordinators keep their metadata log on the replicas; the scanner asks the coordinators.
 KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("replica", REPLICA_MODULE, lambda c: c.replicas, _replica_flags, has_data_dir=True,
-                is_ready=_is_replica_registered),
-    ServiceKind("frontdoor", FRONTDOOR_MODULE, lambda c: c.frontdoors, _frontdoor_flags),
+                is_ready=_is_replica_registered, principal=broker_principal),
+    ServiceKind("frontdoor", FRONTDOOR_MODULE, lambda c: c.frontdoors, _frontdoor_flags,
+                principal=lambda _index: FRONTDOOR_PRINCIPAL),
     ServiceKind("coordinator", COORDINATOR_MODULE, lambda c: c.coordinators, _coordinator_flags, has_data_dir=True),
     ServiceKind("orphan-scanner", SCANNER_MODULE, lambda c: c.orphan_scanners, _no_flags),
 )

@@ -3,6 +3,8 @@
 Fields the brief fixes: ``bootstrap``, ``redis``, ``object_store`` and ``services`` (each with
 ``name``, ``kind``, ``grpc``, ``metrics``, ``pid``, ``data_dir``). The extra fields (``argv``,
 ``log``, ``state``, ``config``) let another process stop or restart the same services later.
+``auth`` (only with auth on) names the secret files: each service's token file and principal and,
+when generated, the admin token and its ready ``--command-config`` file.
 """
 
 from __future__ import annotations
@@ -66,18 +68,23 @@ class ClusterState:
     services: list[ServiceEntry] = field(default_factory=list)
     state: str = "running"  # "running" | "stopped": what the last up/down left behind
     config: dict[str, Any] = field(default_factory=dict)
+    auth: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
-                "services": [s.to_json() for s in self.services], "state": self.state,
-                "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
+        doc = {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
+               "services": [s.to_json() for s in self.services], "state": self.state,
+               "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
+        if self.auth:
+            doc["auth"] = self.auth
+        return doc
 
     @classmethod
     def from_json(cls, data_dir: Path, doc: dict[str, Any]) -> ClusterState:
         return cls(data_dir=data_dir, bootstrap=doc.get("bootstrap", ""), redis=doc.get("redis", ""),
                    object_store=doc.get("object_store", ""),
                    services=[ServiceEntry.from_json(s) for s in doc.get("services", [])],
-                   state=doc.get("state", "running"), config=dict(doc.get("config") or {}))
+                   state=doc.get("state", "running"), config=dict(doc.get("config") or {}),
+                   auth=dict(doc.get("auth") or {}))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)

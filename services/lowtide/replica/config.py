@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lowtide.replica.parking import FetchLimits
+
 
 @dataclass(frozen=True)
 class ReplicaConfig:
@@ -26,5 +28,14 @@ class ReplicaConfig:
     checkpoint_interval_ms: int = 5000
     retention_check_interval_ms: int = 5000
     min_insync_replicas: int = 1
+    # Server-side bounds on consumer fetches (replica/parking.py).
+    fetch_limits: FetchLimits = field(default_factory=FetchLimits)
     # Broker-level defaults of topic configs (segment.bytes, retention.ms, ...).
     log_defaults: dict[str, str] = field(default_factory=dict)
+    # Authentication and ACLs on this replica's port (auth/access.py); off = everything allowed.
+    auth_enabled: bool = False
+    tokens_file: Path | None = None
+    super_users: frozenset[str] = frozenset()
+    # This broker's own identity (User:broker-<id>) for its calls to other brokers; with auth on
+    # a follower without it cannot replicate, so the server refuses to start without it.
+    token_file: Path | None = None

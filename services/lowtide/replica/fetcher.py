@@ -215,13 +215,15 @@ class FetcherManager:
 
     def __init__(self, *, registry: PartitionRegistry, config: FetcherConfig,
                  lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
-                 request_reconcile: Callable[[], None]) -> None:
+                 request_reconcile: Callable[[], None], call_metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self.registry = registry
         self.config = config
         self._lookup_brokers = lookup_brokers
         self._request_reconcile = request_reconcile
         self._channels = ChannelPool()
-        self.client = ReplicaClient(channels=self._channels)
+        # call_metadata: this broker's own token (User:broker-<id>); leaders with auth on refuse
+        # a follower fetch that does not prove it comes from the replica it names.
+        self.client = ReplicaClient(channels=self._channels, metadata=call_metadata)
         self._threads: dict[int, FetcherThread] = {}
         self._lock = threading.Lock()
 

@@ -81,7 +81,8 @@ class ReplicaManager:
             config=config, store=store, redis=redis, registry=self.registry,
             on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self.reconcile_trigger.wake)
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
-                                        min_insync_replicas=config.min_insync_replicas)
+                                        min_insync_replicas=config.min_insync_replicas,
+                                        fetch_limits=config.fetch_limits)
         self.housekeeping = Housekeeping(config=config, registry=self.registry, isr=self.isr,
                                          checkpoints=self.checkpoints)
 

@@ -1,4 +1,9 @@
-"""Replica server: hosts partition replicas (`lowtide serve replica`)."""
+"""Replica server: hosts partition replicas (`lowtide serve replica`).
+
+With ``--auth-enabled`` every call needs a bearer token (``--tokens-file`` and Redis digests) and
+passes the ACL checks of ``ReplicaServicer``; ``--token-file`` holds this broker's own token
+(principal ``User:broker-<id>``) that its follower fetches present to the leaders.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
+from lowtide.auth.access import auth_enabled_from_env, build_access_control, parse_super_users
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
 from lowtide.metadata.store import MetadataStore
@@ -16,6 +22,7 @@ from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
+from lowtide.replica.parking import FetchLimits
 from lowtide.replica.servicer import ReplicaServicer
 from lowtide_pb import replica_pb2, replica_pb2_grpc
 
@@ -37,6 +44,7 @@ def _parse_kv(items: list[str] | None) -> dict[str, str]:
 BROKER_KEYS = {
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
     "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "fetch.max.wait.ms": "fetch_max_wait_ms",
     "broker.session.timeout.ms": "session_timeout_ms",
     "broker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "log.checkpoint.interval.ms": "checkpoint_interval_ms",
@@ -55,10 +63,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
+    add_flag(parser, "--fetch-max-wait-ms", type=int, default=FetchLimits.max_wait_ms,
+             help="cap on any fetch's long-poll wait")
+    add_flag(parser, "--fetch-max-bytes", type=int, default=FetchLimits.max_bytes,
+             help="cap on a consumer fetch's bytes")
+    add_flag(parser, "--max-parked-fetches", type=int, default=FetchLimits.max_parked,
+             help="consumer fetches that may wait for data at once (beyond: answered at once)")
+    add_flag(parser, "--max-parked-fetches-per-connection", type=int, default=FetchLimits.max_parked_per_connection,
+             help="the same bound per client connection")
     add_flag(parser, "--checkpoint-interval-ms", type=int, default=5000, help="HW/LSO checkpoint period")
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000, help="retention pass period")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="broker default of a topic config (segment.bytes, retention.ms, ...)")
+    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
+                        help="require a bearer token on every call and check ACLs (env LOWTIDE_AUTH_ENABLED)")
+    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
+    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
+    add_flag(parser, "--token-file", default=None,
+             help="this broker's own token (User:broker-<id>) for its calls to other brokers")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,14 +104,25 @@ def run(args: argparse.Namespace) -> int:
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
-        log_defaults=log_defaults)
+        fetch_limits=FetchLimits(max_wait_ms=args.fetch_max_wait_ms, max_bytes=args.fetch_max_bytes,
+                                 max_parked=args.max_parked_fetches,
+                                 max_parked_per_connection=args.max_parked_fetches_per_connection),
+        log_defaults=log_defaults, auth_enabled=args.auth_enabled,
+        tokens_file=Path(args.tokens_file) if args.tokens_file else None,
+        super_users=parse_super_users(args.super_users),
+        token_file=Path(args.token_file) if args.token_file else None)
+    if config.auth_enabled and config.token_file is None:
+        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
+                         f"User:broker-{args.id}, which this broker presents when it fetches from leaders")
     redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    access = build_access_control(redis=redis, enabled=config.auth_enabled, tokens_file=config.tokens_file,
+                                  super_users=config.super_users)
     manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
     manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
 
     def register(server) -> None:
-        replica_pb2_grpc.add_ReplicaServicer_to_server(ReplicaServicer(manager), server)
+        replica_pb2_grpc.add_ReplicaServicer_to_server(ReplicaServicer(manager, access=access), server)
 
     spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                        register=register, on_stop=manager.stop)

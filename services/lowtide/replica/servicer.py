@@ -1,7 +1,14 @@
-"""lowtide.v1.Replica servicer: unpack, call the ReplicaManager, build the reply."""
+"""lowtide.v1.Replica servicer: unpack, authorize, call the ReplicaManager, build the reply.
+
+Every call is authenticated and its partitions screened by ``AccessControl`` (Kafka's checks per
+API, see ``ReplicaServicer``) before the manager sees them: a refused partition is answered here
+with TOPIC_AUTHORIZATION_FAILED and never reaches the request paths, so it changes nothing.
+"""
 
 from __future__ import annotations
 
+from lowtide.auth.access import AccessControl, Screened
+from lowtide.auth.acl import AclOperation
 from lowtide.client.replica import EpochQuery, FetchPosition
 from lowtide.errors import LowtideError
 from lowtide.replica.manager import ReplicaManager
@@ -20,18 +27,54 @@ def _err(result) -> tuple[int, str]:
     return (result.code, result.message) if isinstance(result, LowtideError) else (0, "")
 
 
+def _topic(message) -> str:
+    return message.topic
+
+
+def _refusal(message_type, **no_offsets):
+    """The answer to a refused partition: its error and -1 for every offset it would have carried."""
+    def build(p, error: LowtideError):
+        return message_type(topic=p.topic, partition=p.partition, error_code=error.code,
+                            error_message=error.message, **no_offsets)
+    return build
+
+
+_REFUSED_PRODUCE = _refusal(replica_pb2.ProduceResult, base_offset=-1, log_start_offset=-1)
+_REFUSED_FETCH = _refusal(replica_pb2.FetchResult, high_watermark=-1, log_start_offset=-1, log_end_offset=-1,
+                          leader_epoch=-1)
+_REFUSED_LIST_OFFSETS = _refusal(common_pb2.ListOffsetsResult, offset=-1, timestamp=-1, leader_epoch=-1)
+_REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
+_REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     """The ``lowtide.v1.Replica`` gRPC service over a ReplicaManager: protobuf in and out only.
+
+    Authorization (auth on; every call needs a valid token first), per partition as Kafka does:
+    Produce WRITE on the topic; consumer Fetch READ; ListOffsets DESCRIBE; DeleteRecords DELETE;
+    OffsetForLeaderEpoch DESCRIBE. ListOffsets, DeleteRecords and OffsetForLeaderEpoch also accept
+    CLUSTER_ACTION on the CLUSTER (brokers, and the front door acting for a caller it authorized).
+    A follower Fetch (``replica_id`` >= 0) needs CLUSTER_ACTION and must come from
+    ``User:broker-<replica_id>``, else the whole call fails; DescribeLogs needs DESCRIBE on the
+    CLUSTER.
 
     Thread-safety: stateless; gRPC calls it from many threads and the manager is thread-safe.
     """
 
-    def __init__(self, manager: ReplicaManager) -> None:
+    def __init__(self, manager: ReplicaManager, *, access: AccessControl | None = None) -> None:
         self.manager = manager
+        self.access = access or AccessControl.allow_all()
+
+    def _principal(self, context) -> str:
+        return self.access.authenticate(context.invocation_metadata())
 
     def Produce(self, request, context):
-        items = [(p.topic, p.partition, p.records) for p in request.partitions]
-        results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000)
+        screened = self.access.screen(self._principal(context), request.partitions,
+                                      operation=AclOperation.WRITE, topic=_topic)
+        items = [(p.topic, p.partition, p.records) for p in screened.allowed]
+        epochs = {(p.topic, p.partition): _epoch(p) for p in screened.allowed if p.HasField("current_leader_epoch")}
+        results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
+                                       leader_epochs=epochs) if screened.any_allowed else []
         out = []
         for topic, partition, info in results:
             code, msg = _err(info)
@@ -43,28 +86,42 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             else:
                 r.base_offset = -1
             out.append(r)
-        return replica_pb2.ProduceResponse(partitions=out)
+        return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
 
     def Fetch(self, request, context):
+        principal = self._principal(context)
+        if request.replica_id >= 0:
+            # Before anything is read or recorded: a refused follower fetch must not move the
+            # follower's LEO/LSO as the leader sees them (HW, ISR, low watermark).
+            self.access.require_follower(principal, request.replica_id)
+            screened = Screened.everything(request.partitions)
+        else:
+            screened = self.access.screen(principal, request.partitions, operation=AclOperation.READ, topic=_topic)
         items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
-                           log_start_offset=p.log_start_offset,
-                           max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
-                           current_leader_epoch=_epoch(p))
-                 for p in request.partitions]
+                               log_start_offset=p.log_start_offset,
+                               max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
+                               current_leader_epoch=_epoch(p))
+                 for p in screened.allowed]
+        # peer = the caller's connection (parking bounds); add_callback fires when the caller
+        # cancels or disconnects, which releases a parked fetch at once.
         outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
-                                      min_bytes=request.min_bytes, max_bytes=request.max_bytes)
-        return replica_pb2.FetchResponse(partitions=[
+                                      min_bytes=request.min_bytes, max_bytes=request.max_bytes,
+                                      peer=context.peer(), on_cancel=context.add_callback
+                                      ) if screened.any_allowed else []
+        return replica_pb2.FetchResponse(partitions=screened.merge([
             replica_pb2.FetchResult(topic=o.topic, partition=o.partition,
                                     error_code=o.error.code if o.error else 0,
                                     error_message=o.error.message if o.error else "",
                                     high_watermark=o.high_watermark, log_start_offset=o.log_start_offset,
                                     log_end_offset=o.log_end_offset, leader_epoch=o.leader_epoch,
                                     records=o.records)
-            for o in outcomes])
+            for o in outcomes], _REFUSED_FETCH))
 
     def ListOffsets(self, request, context):
+        screened = self.access.screen(self._principal(context), request.partitions,
+                                      operation=AclOperation.DESCRIBE, topic=_topic, or_cluster_action=True)
         out = []
-        for q in request.partitions:
+        for q in screened.allowed:
             r = common_pb2.ListOffsetsResult(topic=q.topic, partition=q.partition, offset=-1, timestamp=-1)
             try:
                 offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp)
@@ -72,30 +129,36 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             except LowtideError as err:
                 r.error_code, r.error_message = err.code, err.message
             out.append(r)
-        return common_pb2.ListOffsetsResponse(partitions=out)
+        return common_pb2.ListOffsetsResponse(partitions=screened.merge(out, _REFUSED_LIST_OFFSETS))
 
     def DeleteRecords(self, request, context):
-        items = [(p.topic, p.partition, p.offset) for p in request.partitions]
-        results = self.manager.delete_records(items, timeout_ms=request.timeout_ms or 30000)
+        screened = self.access.screen(self._principal(context), request.partitions,
+                                      operation=AclOperation.DELETE, topic=_topic, or_cluster_action=True)
+        items = [(p.topic, p.partition, p.offset) for p in screened.allowed]
+        results = self.manager.delete_records(items, timeout_ms=request.timeout_ms or 30000
+                                              ) if screened.any_allowed else []
         out = []
         for topic, partition, res in results:
             code, msg = _err(res)
             out.append(common_pb2.DeleteRecordsResult(topic=topic, partition=partition, error_code=code,
                                                       error_message=msg, low_watermark=-1 if code else res))
-        return common_pb2.DeleteRecordsResponse(partitions=out)
+        return common_pb2.DeleteRecordsResponse(partitions=screened.merge(out, _REFUSED_DELETE))
 
     def OffsetForLeaderEpoch(self, request, context):
+        screened = self.access.screen(self._principal(context), request.partitions,
+                                      operation=AclOperation.DESCRIBE, topic=_topic, or_cluster_action=True)
         queries = [EpochQuery(topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch,
-                              current_leader_epoch=_epoch(q)) for q in request.partitions]
-        answers = self.manager.offset_for_leader_epoch(queries)
-        return replica_pb2.OffsetForLeaderEpochResponse(partitions=[
+                              current_leader_epoch=_epoch(q)) for q in screened.allowed]
+        answers = self.manager.offset_for_leader_epoch(queries) if screened.any_allowed else []
+        return replica_pb2.OffsetForLeaderEpochResponse(partitions=screened.merge([
             replica_pb2.EpochEndOffset(topic=a.topic, partition=a.partition,
                                        error_code=a.error.code if a.error else 0,
                                        error_message=a.error.message if a.error else "",
                                        leader_epoch=a.leader_epoch, end_offset=a.end_offset)
-            for a in answers])
+            for a in answers], _REFUSED_EPOCH))
 
     def DescribeLogs(self, request, context):
+        self.access.require_cluster(self._principal(context), AclOperation.DESCRIBE)
         wanted = {(p.topic, p.partition) for p in request.partitions}
         live = self.manager.live_brokers
         logs = []

@@ -20,6 +20,7 @@ def test_demo_deletes_only_what_both_groups_consumed_and_frees_disk_on_every_rep
         for replica, before in r["bytes_before"].items():
             assert r["bytes_after"][replica] < before
     assert "[6/6] stopping" in proc.stderr
+    assert doc["data_dir"] == str(tmp_path / "demo") and doc["metrics_live"] is False  # kept, and said where
     status = s.lowtide_cli("cluster", "status", "--data-dir", str(tmp_path / "demo"))
     assert status.returncode != 0  # everything the demo started is stopped
 

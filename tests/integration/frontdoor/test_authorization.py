@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from lowtide.auth.tokens import add_token
+from lowtide_pb import admin_pb2
 from tests.integration import support as s
 
 
@@ -21,7 +23,8 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
     for topic in ("granted", "denied"):
         s.cli_json("topics", "create", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
                    "--partitions", "1", "--replication-factor", "3", "--command-config", str(admin_cfg))
-        s.wait_until(lambda t=topic: s.produce(cluster, t, [b"x"] * 10).error_code == 0, what=f"{topic} writable")
+        s.wait_until(lambda t=topic: s.produce(cluster, t, [b"x"] * 10, metadata=admin_md).error_code == 0,
+                     what=f"{topic} writable")
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:alice", "--operation", "delete", "--topic", "granted")
 
@@ -35,9 +38,9 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
     assert out["granted"]["low_watermark"] == 5
     assert out["denied"]["error"] == "TOPIC_AUTHORIZATION_FAILED"
     for r in (0, 1, 2):
-        assert s.describe(cluster, r, "denied").log_start_offset == 0
+        assert s.describe(cluster, r, "denied", metadata=admin_md).log_start_offset == 0
 
-    # no token at all: unauthenticated callers are denied per partition, nothing moves
+    # no token at all: unauthenticated callers are denied per partition (brief §4), nothing moves
     [anon] = s.delete_records(cluster, [("granted", 0, 8)])
     assert anon.error_code == 29 and anon.low_watermark == -1
     # a token nobody issued is refused outright
@@ -45,8 +48,9 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
         s.delete_records(cluster, [("granted", 0, 8)], metadata=[("authorization", "Bearer forged")])
         raise AssertionError("a forged token must be refused")
     except s.grpc.RpcError as err:
+        assert err.code() == s.grpc.StatusCode.UNAUTHENTICATED
         assert "SASL_AUTHENTICATION_FAILED" in err.details()
-    assert s.describe(cluster, s.leader_of(cluster, "granted"), "granted").log_start_offset == 5
+    assert s.describe(cluster, s.leader_of(cluster, "granted"), "granted", metadata=admin_md).log_start_offset == 5
     # the super user may delete anything
     [ok] = s.delete_records(cluster, [("denied", 0, 8)], metadata=admin_md)
     assert (ok.error_code, ok.low_watermark) == (0, 8)
@@ -78,3 +82,49 @@ def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_fail
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "INVALID_REQUEST" and str(broken) in err["message"]
     assert s.describe(cluster, s.leader_of(cluster, "cli"), "cli").log_start_offset == 4
+
+
+def test_with_auth_on_anonymous_callers_see_no_topic_and_users_only_topics_they_may_describe(
+        cluster_factory, tmp_path):
+    cluster = cluster_factory(auth_enabled=True)  # no tokens file: `up` generates an admin identity
+    admin_cfg = cluster.state.auth["admin_command_config"]
+    for topic in ("visible", "listed-by-prefix", "hidden"):
+        s.cli_json("topics", "create", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
+                   "--partitions", "1", "--replication-factor", "1", "--command-config", admin_cfg)
+    s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", admin_cfg,
+               "--principal", "User:carol", "--operation", "read", "--topic", "visible")
+    s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", admin_cfg,
+               "--principal", "User:carol", "--operation", "describe", "--topic", "listed-",
+               "--resource-pattern-type", "prefixed")
+    add_token(s.store(cluster).redis, token="carol-token", principal="User:carol")
+    carol = [("authorization", "Bearer carol-token")]
+    stub = s.admin(cluster)
+
+    # no token: User:ANONYMOUS, who may DESCRIBE nothing, sees no topic (as Kafka filters Metadata)
+    assert list(stub.ListTopics(admin_pb2.ListTopicsRequest()).names) == []
+    assert list(stub.Metadata(admin_pb2.MetadataRequest()).topics) == []
+    assert [t.error_code for t in stub.Metadata(admin_pb2.MetadataRequest(topics=["visible"])).topics] == [29]
+    # a token nobody issued is refused outright
+    for call in (lambda md: stub.ListTopics(admin_pb2.ListTopicsRequest(), metadata=md),
+                 lambda md: stub.Metadata(admin_pb2.MetadataRequest(), metadata=md)):
+        try:
+            call([("authorization", "Bearer forged")])
+            raise AssertionError("a forged token must be refused")
+        except s.grpc.RpcError as err:
+            assert err.code() == s.grpc.StatusCode.UNAUTHENTICATED, err.details()
+
+    assert list(stub.ListTopics(admin_pb2.ListTopicsRequest(), metadata=carol).names) == [
+        "listed-by-prefix", "visible"]
+    assert [t.name for t in stub.Metadata(admin_pb2.MetadataRequest(), metadata=carol).topics] == [
+        "listed-by-prefix", "visible"]
+    named = stub.Metadata(admin_pb2.MetadataRequest(topics=["hidden", "no-such-topic", "visible"]),
+                          metadata=carol).topics
+    assert [(t.name, t.error_code, len(t.partitions)) for t in named] == [
+        ("hidden", 29, 0), ("no-such-topic", 29, 0), ("visible", 0, 1)]
+    carol_cfg = tmp_path / "carol.properties"
+    carol_cfg.write_text("lowtide.auth.token=carol-token\n")
+    assert s.cli_json("topics", "list", "--bootstrap-server", cluster.bootstrap,
+                      "--command-config", str(carol_cfg))["topics"] == ["listed-by-prefix", "visible"]
+    # the admin (super user) still sees everything
+    assert s.cli_json("topics", "list", "--bootstrap-server", cluster.bootstrap,
+                      "--command-config", admin_cfg)["topics"] == ["hidden", "listed-by-prefix", "visible"]

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lowtide.auth.acl import Authorizer
+from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, AclBinding, Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
@@ -121,8 +121,8 @@ def test_internal_topics_are_listed_only_when_asked(admin, store):
     register_broker(store, 0)
     create(admin, name="orders", rf=1)
     create(admin, name="__diskless_metadata", rf=1)
-    assert admin.list_topics() == ["orders"]
-    assert admin.list_topics(include_internal=True) == ["__diskless_metadata", "orders"]
+    assert admin.list_topics(principal=ANONYMOUS_PRINCIPAL) == ["orders"]
+    assert admin.list_topics(principal=ANONYMOUS_PRINCIPAL, include_internal=True) == ["__diskless_metadata", "orders"]
 
 
 def test_metadata_reports_broker_liveness_and_unknown_topics(admin, store):
@@ -130,12 +130,12 @@ def test_metadata_reports_broker_liveness_and_unknown_topics(admin, store):
     register_broker(store, 1, "127.0.0.1:7001")
     create(admin, rf=2, partitions=2)
     kill_broker(store, 1)
-    view = admin.describe_cluster(topics=["orders", "missing"])
+    view = admin.describe_cluster(principal=ANONYMOUS_PRINCIPAL, topics=["orders", "missing"])
     assert [(b.info.id, b.live) for b in view.brokers] == [(0, True), (1, False)]
     orders, missing = view.topics
     assert [s.partition for s in orders.partitions] == [0, 1]
     assert isinstance(missing.error, UnknownTopicOrPartition)
-    assert view.cluster_id == admin.describe_cluster().cluster_id
+    assert view.cluster_id == admin.describe_cluster(principal=ANONYMOUS_PRINCIPAL).cluster_id
 
 
 def test_deleted_topic_is_gone_and_deleting_again_fails(admin, store):
@@ -144,3 +144,24 @@ def test_deleted_topic_is_gone_and_deleting_again_fails(admin, store):
     assert admin.delete_topics(principal="User:x", names=["orders"])[0].error is None
     again = admin.delete_topics(principal="User:x", names=["orders"])[0]
     assert isinstance(again.error, UnknownTopicOrPartition)
+
+
+def test_with_auth_on_topics_and_metadata_show_only_what_the_caller_may_describe(store):
+    acls = AclStore(redis=store.redis)
+    acls.add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "READ", "ALLOW"),
+              AclBinding("User:alice", "TOPIC", "pay", "PREFIXED", "DESCRIBE", "ALLOW")])
+    pool = ThreadPoolExecutor(2)
+    admin = TopicAdmin(store=store, authorizer=Authorizer(store=acls, enabled=True), replicas=ReplicaClient(),
+                       pool=pool)
+    register_broker(store, 0)
+    for name in ("orders", "payments", "secret"):
+        create(admin, name=name, partitions=1, rf=1)
+    assert admin.list_topics(principal="User:alice") == ["orders", "payments"]  # READ implies DESCRIBE
+    assert admin.list_topics(principal="User:bob") == []
+    assert [t.name for t in admin.describe_cluster(principal="User:alice").topics] == ["orders", "payments"]
+    named = admin.describe_cluster(principal="User:alice", topics=["secret", "missing", "orders"]).topics
+    # refused before existence is looked at: a caller cannot probe which names exist
+    assert [type(t.error).__name__ if t.error else None for t in named] == [
+        "TopicAuthorizationFailed", "TopicAuthorizationFailed", None]
+    assert named[0].partitions == () and named[2].partitions[0].partition == 0
+    pool.shutdown()

@@ -97,5 +97,7 @@ def test_acl_changes_need_alter_on_the_cluster(front_door_factory, store):
 def test_topic_creation_needs_alter_on_the_cluster_when_auth_is_on(front_door_factory, store):
     front_door = front_door_factory(auth_enabled=True)
     register_broker(store, 0)
-    with Admin(front_door.address) as anonymous, pytest.raises(ClusterAuthorizationFailed):
-        anonymous.create_topic("orders", partitions=1, replication_factor=1)
+    add_token(store.redis, token="bob-token", principal="User:bob")
+    with Admin(front_door.address, metadata=[("authorization", "Bearer bob-token")]) as bob, \
+            pytest.raises(ClusterAuthorizationFailed):
+        bob.create_topic("orders", partitions=1, replication_factor=1)

@@ -13,7 +13,7 @@ from lowtide.cli import cluster_cmd
 from lowtide.cli.output import CliError
 from lowtide.localcluster import KINDS, ClusterConfig, InstanceContext, LocalCluster, parse_config_pairs
 from lowtide.localcluster.config import COORDINATOR_MODULE, default_coordinators, is_module_available
-from lowtide.localcluster.kinds import FRONTDOOR_MODULE, REPLICA_MODULE, supported_flags
+from lowtide.localcluster.kinds import REPLICA_MODULE, supported_flags
 
 
 def kind(name: str):
@@ -86,15 +86,31 @@ def test_replica_argv_passes_broker_settings_as_flags_and_the_rest_as_config(tmp
         assert argv[argv.index("--session-timeout-ms") + 1] == "2500"
 
 
-def test_frontdoor_argv_carries_auth_flags_only_when_asked(tmp_path: Path) -> None:
+def _auth_tail(name: str, config: ClusterConfig, *, index: int) -> list[str]:
+    ctx = InstanceContext(config=config, index=index, data_dir=config.data_dir / f"{name}-{index}", redis_url="r")
+    argv = kind(name).build_argv(ctx, grpc_addr="127.0.0.1:1", metrics_addr="127.0.0.1:2")
+    return argv[argv.index("--auth-enabled"):] if "--auth-enabled" in argv else []
+
+
+@pytest.mark.parametrize("name", ["replica", "frontdoor"])
+def test_replica_and_frontdoor_argv_carry_auth_flags_and_their_own_token_file_only_when_asked(
+        tmp_path: Path, name: str) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("")
-    plain = InstanceContext(config=ClusterConfig(data_dir=tmp_path), index=0, data_dir=None, redis_url="redis://r/0")
-    named = ["--name", "frontdoor-0"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
-    assert kind("frontdoor").build_flags(plain) == named
-    secured = ClusterConfig(data_dir=tmp_path, auth_enabled=True, tokens_file=tokens, super_users="User:admin")
-    flags = kind("frontdoor").build_flags(InstanceContext(config=secured, index=0, data_dir=None, redis_url=""))
-    assert flags == [*named, "--auth-enabled", "--tokens-file", str(tokens), "--super-users", "User:admin"]
+    assert _auth_tail(name, ClusterConfig(data_dir=tmp_path), index=1) == []
+    secured = ClusterConfig(data_dir=tmp_path, auth_enabled=True, tokens_file=tokens, super_users="User:ops")
+    assert _auth_tail(name, secured, index=1) == [
+        "--auth-enabled", "--tokens-file", str(tokens), "--super-users", "User:ops",
+        "--token-file", str(tmp_path / "secrets" / f"{name}-1.token")]
+
+
+def test_without_a_tokens_file_the_generated_admin_is_added_to_the_super_users(tmp_path: Path) -> None:
+    config = ClusterConfig(data_dir=tmp_path, auth_enabled=True, super_users="User:ops")
+    assert config.generates_admin and config.effective_super_users == "User:ops,User:admin"
+    assert _auth_tail("replica", config, index=0) == [
+        "--auth-enabled", "--super-users", "User:ops,User:admin",
+        "--token-file", str(tmp_path / "secrets" / "replica-0.token")]
+    assert not ClusterConfig(data_dir=tmp_path).generates_admin
 
 
 def test_coordinator_argv_names_its_shard(tmp_path: Path) -> None:

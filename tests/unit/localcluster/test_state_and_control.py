@@ -39,6 +39,17 @@ def test_cluster_json_has_the_brief_shape_and_round_trips(tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["cluster.json"], "no temporary file left behind"
 
 
+def test_cluster_json_has_an_auth_key_only_with_auth_on_and_the_cli_shows_the_admin_config(tmp_path: Path) -> None:
+    state = sample_state(tmp_path)
+    assert "auth" not in state.to_json()
+    state.auth = {"enabled": True, "secrets_dir": str(tmp_path / "secrets"), "admin_principal": "User:admin",
+                  "admin_command_config": str(tmp_path / "secrets" / "admin.properties")}
+    write_state(state)
+    again = read_state(tmp_path)
+    assert again == state and again.to_json()["auth"] == state.auth
+    assert f"--command-config {tmp_path / 'secrets' / 'admin.properties'}" in format_cluster(again.to_json())
+
+
 def test_read_state_of_an_empty_directory_is_none(tmp_path: Path) -> None:
     assert read_state(tmp_path) is None
 
