@@ -21,7 +21,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools chart-lint
+        contract-check tools chart-lint chaos
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -30,6 +30,7 @@ help:
 	@echo "make test-unit         tests/unit only"
 	@echo "make test-integration  tests/integration only (real redis-server, services)"
 	@echo "make bench             benchmarks           (BENCH_ARGS=--quick for a short run)"
+	@echo "make chaos             random faults + history check (CHAOS_MINUTES=30, CHAOS_SEED=random) -> tests/chaos/RESULTS.md"
 	@echo "make lint              ruff check"
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
@@ -82,6 +83,12 @@ demo: setup
 
 bench: setup
 	$(PY) -m tests.bench.run $(BENCH_ARGS)
+
+CHAOS_MINUTES ?= 30
+CHAOS_SEED    ?=
+chaos: setup
+	$(PY) -m tests.chaos.run --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+	  --out tests/chaos/RESULTS.md
 
 lint: $(PIP_STAMP)
 	$(VENV)/bin/ruff check services tests spark-jobs

@@ -1,0 +1,197 @@
+"""Randomized fault injection against a local 3-replica cluster, checked against its history.
+
+    python -m tests.chaos.run --minutes 30 --seed 7 --out tests/chaos/RESULTS.md
+
+Starts a cluster (3 s session timeout, 3 s ISR lag limit), creates an RF 3 topic with
+min.insync.replicas=2, runs the workload (acks=all producers, a DeleteRecords caller, readers) and a
+random nemesis (kill -9 / SIGSTOP of replicas, the leader especially, redis-server restarts) for the
+given time, heals everything, reads every partition in full from its leader and runs the checker.
+Prints a summary table, appends it to ``--out`` (date, seed, duration, commit) and exits 1 on any
+violation, 2 when the harness itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lowtide.localcluster import LocalCluster
+from tests.chaos.checker import VIOLATION_KINDS, History, Summary, Violation, check
+from tests.chaos.harness import SESSION_TIMEOUT_MS, ChaosEnv, log_tails, start_cluster, wait_until
+from tests.chaos.nemesis import FAULT_KINDS, Nemesis, RandomNemesis
+from tests.chaos.workload import Workload
+
+TOPIC = "chaos"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunResult:
+    seed: int
+    minutes: float
+    started_at: str
+    elapsed_s: float
+    commit: str
+    faults: dict[str, int]
+    summary: Summary
+    violations: list[Violation]
+    harness_errors: list[str] = field(default_factory=list)
+    fault_log: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and not self.harness_errors
+
+    def table(self) -> str:
+        s = self.summary
+        rows = [("date", self.started_at), ("seed", str(self.seed)),
+                ("duration", f"{self.minutes:g} min of faults, {self.elapsed_s:.0f} s in all"),
+                ("commit", self.commit)]
+        rows += [(f"faults: {k}", str(self.faults.get(k, 0))) for k in FAULT_KINDS]
+        rows += [("records acknowledged", f"{s.records_acked} ({s.produces_acked} acks=all batches)"),
+                 ("deletes acknowledged", f"{s.deletes_acked} of {s.deletes_attempted} attempted"),
+                 ("reads", f"{s.reads} ({s.records_read} records served)"),
+                 ("final read", f"{s.final_records} records"),
+                 ("client errors", ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none")]
+        rows += [(f"violations: {k}", str(s.violations.get(k, 0))) for k in VIOLATION_KINDS]
+        rows.append(("result", "PASS" if self.ok else ("FAIL" if self.violations else "HARNESS ERROR")))
+        out = ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+        if self.violations:
+            out += ["", "Violations (first 20):", ""] + [f"- {v}" for v in self.violations[:20]]
+        if self.harness_errors:
+            out += ["", "Harness errors:", ""] + [f"- {e}" for e in self.harness_errors]
+        return "\n".join(out)
+
+
+def git_commit() -> str:
+    # Read-only: GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10, env=env).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10, env=env).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + (" (+ uncommitted changes)" if dirty else "")
+
+
+def _settle(env: ChaosEnv, partitions: int, replicas: int, say: Callable[[str], None]) -> None:
+    """After healing: every replica live, every partition led with the full ISR (bounded wait)."""
+    try:
+        wait_until(lambda: len(env.live_brokers()) == replicas, timeout_s=30, what="every replica live")
+        for p in range(partitions):
+            wait_until(lambda p=p: env.leader(TOPIC, p) >= 0 and len(env.state(TOPIC, p).isr) == replicas,
+                       timeout_s=30, what=f"{TOPIC}-{p} led with a full ISR")
+    except AssertionError as exc:
+        say(f"settle: {exc} (checking anyway)")
+
+
+def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partitions: int = 3,
+              say: Callable[[str], None] = print, keep_data: bool = False) -> RunResult:
+    started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    t0 = time.monotonic()
+    own_dir = data_dir is None
+    data_dir = Path(data_dir or tempfile.mkdtemp(prefix="lowtide-chaos-"))
+    history = History()
+    harness_errors: list[str] = []
+    clusters: list[LocalCluster] = []
+    nemesis: Nemesis | None = None
+    violations: list[Violation] = []
+    env: ChaosEnv | None = None
+    say(f"chaos: seed {seed}, {minutes:g} min, cluster in {data_dir}")
+    try:
+        cluster = start_cluster(data_dir, register=clusters.append)
+        env = ChaosEnv(cluster)
+        env.create_topic(TOPIC, partitions=partitions, rf=3)
+        nemesis = Nemesis(cluster, say=say)
+        random_nemesis = RandomNemesis(nemesis, seed=seed, topic=TOPIC, partitions=partitions,
+                                       session_timeout_ms=SESSION_TIMEOUT_MS)
+        workload = Workload(bootstrap=cluster.bootstrap, history=history, topic=TOPIC, partitions=partitions,
+                            seed=seed, say=say)
+        workload.start()
+        stop = threading.Event()
+        thread = threading.Thread(target=random_nemesis.run, args=(stop,), name="nemesis", daemon=True)
+        time.sleep(2.0)  # some acknowledged records before the first fault
+        thread.start()
+        stop.wait(minutes * 60)
+        stop.set()
+        thread.join(60)
+        say("chaos: healing")
+        nemesis.heal()
+        if random_nemesis.error is not None:
+            harness_errors.append(f"nemesis: {random_nemesis.error!r}")
+        _settle(env, partitions, len(cluster.services("replica")), say)
+        time.sleep(1.0)  # the workload keeps going on the healed cluster for a moment
+        workload.stop()
+        workload.join()
+        harness_errors += workload.crashes
+        say("chaos: final read")
+        for p in range(partitions):
+            try:
+                env.final_read(history, TOPIC, p)
+            except AssertionError as exc:
+                harness_errors.append(str(exc))
+        violations = check(history)
+    except Exception as exc:  # noqa: BLE001 - reported as a harness error with the log tails
+        harness_errors.append(f"{type(exc).__name__}: {exc}")
+        for c in clusters:
+            say(log_tails(c))
+    finally:
+        if env is not None:
+            env.close()
+        for c in clusters:
+            if violations or harness_errors:
+                say(log_tails(c, lines=30))
+            c.down(timeout_s=10)
+        if own_dir and not keep_data and not (violations or harness_errors):
+            shutil.rmtree(data_dir, ignore_errors=True)
+    result = RunResult(seed=seed, minutes=minutes, started_at=started_at, elapsed_s=time.monotonic() - t0,
+                       commit=git_commit(), faults=dict(nemesis.counts()) if nemesis else {},
+                       summary=Summary.of(history, violations), violations=violations,
+                       harness_errors=harness_errors,
+                       fault_log=[f.describe() for f in nemesis.faults] if nemesis else [])
+    return result
+
+
+def write_results(result: RunResult, out: Path) -> None:
+    header = "" if out.exists() else "# Chaos runs\n\nAppended by `python -m tests.chaos.run` (`make chaos`).\n"
+    section = f"\n## {result.started_at} — seed {result.seed}, {result.minutes:g} min\n\n{result.table()}\n"
+    with open(out, "a", encoding="utf-8") as fh:
+        fh.write(header + section)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="how long to inject faults")
+    parser.add_argument("--seed", type=int, default=None, help="nemesis/workload seed (default: random)")
+    parser.add_argument("--out", type=Path, default=None, help="markdown file to append the summary to")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=None, help="cluster directory (default: a temp dir)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the cluster directory after a pass")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    result = run_chaos(minutes=args.minutes, seed=seed, data_dir=args.data_dir, partitions=args.partitions,
+                       keep_data=args.keep_data)
+    print(result.table())
+    if args.out is not None:
+        write_results(result, args.out)
+        print(f"appended to {args.out}")
+    if result.harness_errors:
+        return 2
+    return 1 if result.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
