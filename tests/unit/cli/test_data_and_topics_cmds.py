@@ -5,28 +5,14 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 
 import pytest
 
 from lowtide.cli.data_cmd import parse_time_spec, read_line_chunks
-from lowtide.cli.main import build_parser, main
+from lowtide.cli.main import build_parser
 from lowtide.cli.output import CliError
 from lowtide.cli.topics_cmd import parse_config_pairs
-from tests.unit.frontdoor.harness import register_broker
-
-
-def run_json(capsys, *argv) -> tuple[int, list[dict]]:
-    code = main([*argv, "--output", "json"])
-    out = capsys.readouterr().out
-    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-@pytest.fixture
-def cluster(front_door, stub_replicas, store):
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
-    return front_door.address, replica
+from tests.unit.cli.conftest import run_json
 
 
 def test_every_command_takes_output_and_command_config():

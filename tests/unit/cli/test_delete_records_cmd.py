@@ -10,6 +10,7 @@ import pytest
 from lowtide.cli.delete_records_cmd import read_offset_json_file
 from lowtide.cli.main import main
 from lowtide.cli.output import CliError
+from tests.unit.cli.conftest import run_json
 from tests.unit.frontdoor.harness import register_broker
 
 
@@ -18,11 +19,6 @@ def write(tmp_path, doc) -> str:
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
     return str(path)
 
-
-def run_json(capsys, *argv) -> tuple[int, list[dict]]:
-    code = main([*argv, "--output", "json"])
-    out = capsys.readouterr().out
-    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def test_kafkas_file_format_is_read_in_order(tmp_path):

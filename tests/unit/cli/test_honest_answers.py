@@ -13,21 +13,7 @@ import pytest
 from lowtide.cli.data_cmd import escape_bytes
 from lowtide.cli.main import main
 from lowtide.client import Admin, Producer
-from tests.unit.frontdoor.harness import register_broker
-
-
-def run_json(capsys, *argv: str) -> tuple[int, list[dict]]:
-    code = main([*argv, "--output", "json"])
-    out = capsys.readouterr().out
-    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-@pytest.fixture
-def cluster(front_door, stub_replicas, store):
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
-    return front_door.address, replica
-
+from tests.unit.cli.conftest import run_json
 
 # --- topic configs and flags that are not implemented -----------------------------------------
 
