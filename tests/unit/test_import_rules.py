@@ -32,8 +32,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth"},
+    # The Spark data source is a client: it may not reach into servers or the storage engine.
+    "spark": BASE | {"record", "rpc", "client", "auth"},
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
-                   "metadata"},
+                   "metadata", "spark"},
 }
 # Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code.
 PROTOBUF_MODULE_NAMES = {"servicer", "server"}

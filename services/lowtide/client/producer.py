@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -36,7 +36,7 @@ from lowtide.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression
+from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression, read_header
 from lowtide.rpc.channels import ChannelPool
 
 MiB = 1 << 20
@@ -153,6 +153,18 @@ class Producer:
                                bytes=sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k))
         report.appends = self.send_batches(topic, batches)
         return report
+
+    def produce_encoded(self, topic: str, batches: Mapping[int, Sequence[bytes]]) -> list[BatchAppend]:
+        """Append already-encoded RecordBatch v2 batches (any base offset; the leader assigns offsets)
+        to each partition, in order, and wait for the acknowledgements (the Spark sink's path: its
+        batches are built from Arrow columns in C, not record by record)."""
+        self.cluster.add_topics([topic])
+        partitions = len(self.cluster.snapshot().topic(topic).partitions)
+        bad = [p for p in batches if not 0 <= p < partitions]
+        if bad:
+            raise UnknownTopicOrPartition(f"partition {topic}-{bad[0]} does not exist ({partitions} partitions)")
+        return self.send_batches(topic, {p: [_Batch(b, read_header(b).record_count) for b in bs]
+                                         for p, bs in batches.items()})
 
     def build_batches(self, values: Sequence[bytes | None], *, keys: Sequence[bytes | None] | None,
                       partitions: int, partition: int | None = None,

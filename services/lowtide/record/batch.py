@@ -540,33 +540,112 @@ class BatchBuilder:
 
     def build(self) -> bytes:
         """Return the finished batch (header + possibly compressed records)."""
-        records = compress(self._compression, self._body) if self._compression else self._body
         last_delta = self._last_offset_delta if self._last_offset_delta is not None else self._last_delta
         if last_delta < self._last_delta:
             raise ValueError(f"last offset delta {last_delta} is below the last record's {self._last_delta}")
-        if last_delta < 0:
-            last_delta = 0  # an empty batch still covers one offset, like Kafka's empty batches
-        out = bytearray(BATCH_HEADER_SIZE)
-        _HEADER.pack_into(
-            out,
-            0,
-            self._base_offset,
-            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(records),
-            self._partition_leader_epoch,
-            MAGIC,
-            0,
-            self._attributes,
-            last_delta,
-            self._base_ts if self._base_ts is not None else NO_TIMESTAMP,
-            self._max_ts,
-            self._producer_id,
-            self._producer_epoch,
-            self._base_sequence,
-            self._count,
+        return _seal(
+            self._body,
+            attributes=self._attributes,
+            record_count=self._count,
+            last_offset_delta=last_delta,
+            base_timestamp=self._base_ts if self._base_ts is not None else NO_TIMESTAMP,
+            max_timestamp=self._max_ts,
+            base_offset=self._base_offset,
+            producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch,
+            base_sequence=self._base_sequence,
+            partition_leader_epoch=self._partition_leader_epoch,
         )
-        out += records
-        _UINT32.pack_into(out, _CRC_POS, _crc32c_mod.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
-        return bytes(out)
+
+
+def seal_batch(
+    records_body: bytes | bytearray | memoryview,
+    *,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    compression: Compression | int = Compression.NONE,
+    last_offset_delta: int | None = None,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """A complete batch around an already-encoded, uncompressed Records body (what follows the
+    61-byte header): compressed with ``compression``, header filled in, CRC-32C computed.
+
+    ``BatchBuilder.build`` seals its records the same way, so the same body and fields give the same
+    bytes. ``last_offset_delta`` defaults to ``record_count - 1`` (0 for an empty batch). Nothing
+    checks that the body holds ``record_count`` records: that is the caller's contract.
+    """
+    if compression not in (Compression.NONE, Compression.GZIP):
+        raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
+    if last_offset_delta is None:
+        last_offset_delta = record_count - 1
+    return _seal(
+        records_body,
+        attributes=compose_attributes(
+            compression=int(compression),
+            timestamp_type=timestamp_type,
+            is_transactional=is_transactional,
+            is_control=is_control,
+        ),
+        record_count=record_count,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def _seal(
+    records_body: bytes | bytearray | memoryview,
+    *,
+    attributes: int,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+) -> bytes:
+    codec = attributes & COMPRESSION_MASK
+    records = compress(codec, records_body) if codec else records_body
+    if last_offset_delta < 0:
+        last_offset_delta = 0  # an empty batch still covers one offset, like Kafka's empty batches
+    header = bytearray(BATCH_HEADER_SIZE)
+    _HEADER.pack_into(
+        header,
+        0,
+        base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(records),
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
+    # The CRC runs on from the header's covered part into the records, which are copied once.
+    crc = _crc32c_mod.crc32c(records, _crc32c_mod.crc32c(memoryview(header)[_ATTRIBUTES_POS:]))
+    _UINT32.pack_into(header, _CRC_POS, crc)
+    return bytes(header) + records
 
 
 def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:

@@ -1,0 +1,12 @@
+"""lowtide for Spark: the ``"lowtide"`` PySpark data source and a quiet local session.
+
+``register(spark)`` makes ``spark.read.format("lowtide")`` (and readStream / write / writeStream)
+available; ``build_session`` makes a local-mode session with lowtide registered and Spark's own
+logs down to errors. Needs the ``spark`` extra (pyspark 4.2+, pyarrow) and Java 17+.
+"""
+
+from __future__ import annotations
+
+from lowtide.spark.session import build_session, register
+
+__all__ = ["build_session", "register"]

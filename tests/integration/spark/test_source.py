@@ -1,0 +1,202 @@
+"""The "lowtide" PySpark data source on real PySpark (local mode) against a real local cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lowtide.client import Admin, Producer
+from lowtide.record import decode_batches
+from tests.integration import support as s
+
+KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+@pytest.fixture
+def admin(spark_cluster):
+    with Admin(spark_cluster.bootstrap) as a:
+        yield a
+
+
+def _create(admin: Admin, topic: str, partitions: int = 3) -> None:
+    admin.create_topic(topic, partitions=partitions, replication_factor=3)
+    s.wait_until(lambda: all(p.leader >= 0 for p in admin.describe_topics([topic])[topic].partitions),
+                 what=f"leaders for {topic}")
+
+
+def _produce(bootstrap: str, topic: str, n: int, *, partition: int | None = None, prefix: str = "v") -> None:
+    with Producer(bootstrap, acks=-1) as producer:
+        producer.produce_values(topic, [f"{prefix}{i}".encode() for i in range(n)],
+                                keys=[f"k{i}".encode() for i in range(n)], partition=partition)
+
+
+def _opts(cluster) -> dict[str, str]:
+    return {"bootstrap.servers": cluster.bootstrap}
+
+
+def test_a_batch_read_returns_every_produced_record_once_with_the_kafka_source_schema(spark, spark_cluster, admin):
+    _create(admin, "batch-read")
+    _produce(spark_cluster.bootstrap, "batch-read", 3000)
+    df = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "batch-read").load()
+    assert df.columns == KAFKA_COLUMNS
+    assert df.rdd.getNumPartitions() >= 3  # at least one Spark partition per topic partition
+    rows = df.collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(f"v{i}".encode() for i in range(3000))
+    assert {bytes(r.key) for r in rows} == {f"k{i}".encode() for i in range(3000)}
+    per_partition: dict[int, list[int]] = {}
+    for r in rows:
+        assert r.topic == "batch-read" and r.timestampType == 0 and r.timestamp is not None
+        per_partition.setdefault(r.partition, []).append(r.offset)
+    for p, offsets in per_partition.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"partition {p} has gaps or repeats"
+
+
+def test_starting_and_ending_offsets_as_json_select_exactly_that_range_and_min_partitions_splits_it(
+        spark, spark_cluster, admin):
+    _create(admin, "ranges", partitions=1)
+    _produce(spark_cluster.bootstrap, "ranges", 500, partition=0)
+    df = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "ranges")
+          .option("startingOffsets", json.dumps({"ranges": {"0": 100}}))
+          .option("endingOffsets", json.dumps({"ranges": {"0": 400}}))
+          .option("minPartitions", "4").load())
+    assert df.rdd.getNumPartitions() == 4
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(range(100, 400))
+
+
+def test_a_write_then_read_round_trip_keeps_keys_values_headers_and_explicit_partitions(spark, spark_cluster, admin):
+    _create(admin, "round-trip")
+    rows = [(f"key{i}".encode() if i % 5 else None, f"value{i}".encode(), i % 3,
+             [("h", f"{i}".encode()), ("n", None)]) for i in range(1000)]
+    df = spark.createDataFrame(rows, "key binary, value binary, partition int, "
+                                     "headers array<struct<key: string, value: binary>>")
+    df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "round-trip").mode("append").save()
+    back = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "round-trip")
+            .option("includeHeaders", "true").load().collect())
+    assert len(back) == 1000
+    got = {bytes(r.value): r for r in back}
+    for key, value, partition, headers in rows:
+        r = got[value]
+        assert (bytes(r.key) if r.key is not None else None) == key
+        assert r.partition == partition
+        assert [(h.key, bytes(h.value) if h.value is not None else None) for h in r.headers] == headers
+
+
+def test_a_write_without_partitions_spreads_unkeyed_rows_and_hashes_keys_as_kafka_does(spark, spark_cluster, admin):
+    from lowtide.client.partitioner import partition_for_key
+
+    _create(admin, "routed")
+    keyed = spark.createDataFrame([(f"user-{i}", f"event-{i}") for i in range(300)], "key string, value string")
+    keyed.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "routed").mode("append").save()
+    back = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "routed").load().collect()
+    assert len(back) == 300
+    for r in back:
+        assert r.partition == partition_for_key(bytes(r.key), 3)
+
+
+def test_a_write_that_names_a_missing_topic_fails_the_task_with_the_kafka_error(spark, spark_cluster):
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION|does not exist"):
+        df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "no-such-topic") \
+            .mode("append").save()
+
+
+def test_subscribe_pattern_reads_every_matching_topic_and_no_other(spark, spark_cluster, admin):
+    for name in ("metrics-a", "metrics-b", "other"):
+        _create(admin, name, partitions=2)
+        _produce(spark_cluster.bootstrap, name, 100, prefix=name)
+    df = (spark.read.format("lowtide").options(**_opts(spark_cluster))
+          .option("subscribePattern", "metrics-.*").load())
+    counts = {r.topic: r["count"] for r in df.groupBy("topic").count().collect()}
+    assert counts == {"metrics-a": 100, "metrics-b": 100}
+
+
+def test_a_streaming_read_with_available_now_and_max_offsets_per_trigger_delivers_everything_in_bounded_batches(
+        spark, spark_cluster, admin, tmp_path):
+    _create(admin, "stream", partitions=2)
+    _produce(spark_cluster.bootstrap, "stream", 1000)
+    seen: list[tuple[int, int]] = []
+    sizes: list[int] = []
+
+    def collect(batch_df, batch_id):
+        got = [(r.partition, r.offset) for r in batch_df.select("partition", "offset").collect()]
+        sizes.append(len(got))
+        seen.extend(got)
+
+    query = (spark.readStream.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "stream")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300")
+             .option("lowtide.group.id", "spark-stream").load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert len(seen) == 1000 and len(set(seen)) == 1000
+    assert max(sizes) <= 300 and len([n for n in sizes if n]) >= 4
+    # Every micro-batch Spark finished is committed to the group, up to the one before the last
+    # (the source commits a batch when Spark plans the next one).
+    committed = admin.fetch_offsets("spark-stream", [("stream", 0), ("stream", 1)])
+    assert all(c.offset > 0 for c in committed.values())
+
+
+def _stream_with_delete(spark, cluster, admin, topic: str, *, fail: bool, tmp_path) -> tuple[list[int], object]:
+    _create(admin, topic, partitions=1)
+    _produce(cluster.bootstrap, topic, 300, partition=0)
+    seen: list[int] = []
+
+    def collect(batch_df, batch_id):
+        seen.extend(r.offset for r in batch_df.select("offset").collect())
+        if batch_id == 0:  # while the query runs, delete records it has not read yet
+            result = admin.delete_records({(topic, 0): 200})[(topic, 0)]
+            assert result.error is None and result.low_watermark == 200
+
+    query = (spark.readStream.format("lowtide").options(**{"bootstrap.servers": cluster.bootstrap})
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", "50").option("failOnDataLoss", str(fail).lower()).load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / topic))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    except Exception as err:  # the query's failure is re-raised here
+        return seen, err
+    return seen, query.exception()
+
+
+def test_records_deleted_under_a_streaming_read_fail_the_query_naming_partition_and_offsets(
+        spark, spark_cluster, admin, tmp_path):
+    seen, error = _stream_with_delete(spark, spark_cluster, admin, "loss-fails", fail=True, tmp_path=tmp_path)
+    assert error is not None
+    assert "loss-fails-0" in str(error) and "offsets 50..199" in str(error) and "failOnDataLoss" in str(error)
+    assert seen == list(range(50))
+
+
+def test_records_deleted_under_a_streaming_read_are_skipped_with_fail_on_data_loss_false(
+        spark, spark_cluster, admin, tmp_path):
+    seen, error = _stream_with_delete(spark, spark_cluster, admin, "loss-skips", fail=False, tmp_path=tmp_path)
+    assert error is None
+    assert seen == list(range(50)) + list(range(200, 300))
+
+
+def test_a_batch_read_from_deleted_offsets_fails_or_starts_at_the_log_start_offset(spark, spark_cluster, admin):
+    _create(admin, "deleted-start", partitions=1)
+    _produce(spark_cluster.bootstrap, "deleted-start", 100, partition=0)
+    assert admin.delete_records({("deleted-start", 0): 60})[("deleted-start", 0)].error is None
+    reader = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "deleted-start")
+              .option("startingOffsets", json.dumps({"deleted-start": {"0": 10}})))
+    with pytest.raises(Exception, match=r"deleted-start-0 at offsets 10\.\.59"):
+        reader.load().collect()
+    offsets = [r.offset for r in reader.option("failOnDataLoss", "false").load().select("offset").collect()]
+    assert sorted(offsets) == list(range(60, 100))
+
+
+def test_what_the_writer_stores_is_ordinary_record_batches_any_client_decodes(spark, spark_cluster, admin):
+    _create(admin, "plain", partitions=1)
+    spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string").write.format("lowtide") \
+        .options(**_opts(spark_cluster)).option("topic", "plain").mode("append").save()
+    leader = s.leader_of(spark_cluster, "plain")
+    r = s.replica(spark_cluster, leader)
+    from lowtide_pb import replica_pb2
+
+    resp = r.Fetch(replica_pb2.FetchRequest(replica_id=-1, max_bytes=1 << 20, partitions=[
+        replica_pb2.FetchPartition(topic="plain", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]))
+    values = [rec.value for _, recs in decode_batches(resp.partitions[0].records) for rec in recs]
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(50))
