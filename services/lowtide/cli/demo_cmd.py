@@ -1,12 +1,15 @@
-"""`lowtide demo`: the main job on a local cluster of real processes.
+"""`lowtide demo`: the main job (brief §10) on a local cluster of real processes and local Spark.
 
 Starts a cluster (redis-server, 3 replicas, front door), creates an intermediate topic (RF 3,
-small segments), produces into it, lets two consumer groups read it — one all the way, one only
-part of the way — then runs the KIP-68 client-side retention caller (min committed offset over
-the groups → DeleteRecords) and prints, per partition, LSO / HW / LW and bytes on disk on every
-replica before and after, with the DeleteRecords latency. Only what both groups consumed is
-deleted; its segment files are gone from every replica. Everything it started is stopped.
-(The Spark jobs and the diskless topic join this demo when they exist.)
+small segments) and a results topic, then runs the pipeline's Spark jobs on one local-mode
+SparkSession (``lowtide.spark.jobs``, the code behind ``spark-jobs/*.py``): the producer writes
+the intermediate topic through format "lowtide"; the consumer job runs for two groups — "fast"
+reads everything, "slow" stops after a few small micro-batches — each transforming the records into
+the results topic and committing its group; then the retention caller (KIP-68 client side: min
+committed offset over both groups → DeleteRecords). It prints, per partition, LSO / HW / LW and
+bytes on disk on every replica before and after, with the DeleteRecords latency: only what both
+groups consumed is deleted, and its segment files are gone from every replica. (The diskless topic
+joins when diskless topics exist.)
 
 What it leaves behind: nothing, by default (its temporary data directory is removed once the
 cluster is down). A ``--data-dir`` the user chose is kept and named at the end; ``--keep`` keeps
@@ -19,7 +22,6 @@ hoped: a failed DeleteRecords or a replica whose disk did not shrink is said so,
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -27,13 +29,12 @@ from pathlib import Path
 
 from lowtide.cli.output import emit, progress
 from lowtide.client.admin import Admin
-from lowtide.client.consumer import Consumer
-from lowtide.client.producer import Producer
 from lowtide.client.replica import ReplicaClient
-from lowtide.client.retention import plan_consumed_retention, run_consumed_retention
 from lowtide.localcluster import ClusterConfig, LocalCluster
 
 TOPIC = "intermediate"
+RESULTS = "results"
+STEPS = 7
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="run the main job on a local cluster and show what deletion does")
     p.add_argument("--data-dir", help="cluster directory, kept afterwards (default: a new temporary one, "
                                       "removed at the end)")
-    p.add_argument("--records", type=int, default=60_000, help="records to produce (1 KiB each)")
+    p.add_argument("--records", type=int, default=60_000, help="records the Spark producer writes (1 KiB each)")
+    p.add_argument("--slow-batches", type=int, default=2,
+                   help="micro-batches the slow group's consumer job runs before it stops")
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--segment-bytes", type=int, default=1024 * 1024, help="segment size of the topic")
     p.add_argument("--keep", action="store_true", help="leave the cluster (and its directory) running at the end")
@@ -73,28 +76,13 @@ def _bytes_on_disk(path: Path) -> int:
         return 0
 
 
-def _consume(bootstrap: str, group: str, *, fraction: float, hw: dict[int, int]) -> dict[int, int]:
-    """Consume each partition up to ``fraction`` of its HW and commit; returns committed offsets."""
-    goal = {p: int(h * fraction) for p, h in hw.items()}
-    with Consumer(bootstrap, group_id=group, max_wait_ms=200) as consumer:
-        consumer.assign([(TOPIC, p) for p in goal])
-        done: dict[int, int] = {p: 0 for p in goal}
-        deadline = time.monotonic() + 120
-        while any(done[p] < goal[p] for p in goal) and time.monotonic() < deadline:
-            for rec in consumer.poll(max_records=5000):
-                if rec.offset < goal[rec.partition]:
-                    done[rec.partition] = rec.offset + 1
-        consumer.commit({(TOPIC, p): o for p, o in done.items()})
-        return done
-
-
 def run(args: argparse.Namespace) -> int:
     keep_dir = bool(args.data_dir) or args.keep
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="lowtide-demo-"))
     try:
         cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3,
                                              replica_config={"segment.bytes": str(args.segment_bytes)}))
-        progress(args, f"[1/6] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
+        progress(args, f"[1/{STEPS}] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
         cluster.up(detach=True, progress=lambda m: progress(args, "      " + m))
         try:
             progress(args, "      metrics (Prometheus text), live while the demo runs:")
@@ -107,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             if args.keep:
                 progress(args, f"cluster left running: lowtide cluster down --data-dir {data_dir}")
             else:
-                progress(args, "[6/6] stopping everything the demo started")
+                progress(args, f"[{STEPS}/{STEPS}] stopping everything the demo started")
                 cluster.down()
     finally:
         if not keep_dir:
@@ -122,48 +110,61 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> dict:
-    bootstrap = cluster.bootstrap
-    progress(args, f"[2/6] creating topic '{TOPIC}' ({args.partitions} partitions, RF 3, "
-                   f"{args.segment_bytes // 1024} KiB segments)")
+    from lowtide.spark import build_session
+    from lowtide.spark.jobs import run_consumer, run_producer, run_retention
+    from lowtide.spark.options import Connection
+
+    connection = Connection(bootstrap=cluster.bootstrap)
+    progress(args, f"[2/{STEPS}] creating topic '{TOPIC}' ({args.partitions} partitions, RF 3, "
+                   f"{args.segment_bytes // 1024} KiB segments) and '{RESULTS}' for the consumers' output")
     admin.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
+    admin.create_topic(RESULTS, partitions=args.partitions, replication_factor=3)
     time.sleep(0.5)
-    progress(args, f"[3/6] producing {args.records:,} records of 1 KiB (acks=all)")
-    payload = os.urandom(1024)
-    t0 = time.perf_counter()
-    # A batch must fit in a segment (Kafka rejects larger ones with RECORD_LIST_TOO_LARGE too).
-    with Producer(bootstrap, acks=-1, batch_bytes=min(1024 * 1024, args.segment_bytes // 4)) as producer:
-        sent = 0
-        while sent < args.records:
-            n = min(10_000, args.records - sent)
-            producer.produce_values(TOPIC, [payload] * n)
-            sent += n
-            progress(args, f"      {sent:,}/{args.records:,} records")
-    produce_s = time.perf_counter() - t0
-    before = _snapshot(cluster, admin)
-    hw = {p: row["hw"] for p, row in before.items()}
-    progress(args, "[4/6] consumer group 'fast' reads everything, group 'slow' reads 40 %")
-    fast = _consume(bootstrap, "fast", fraction=1.0, hw=hw)
-    slow = _consume(bootstrap, "slow", fraction=0.4, hw=hw)
-    progress(args, "[5/6] retention caller: min committed offset over both groups -> DeleteRecords")
-    plan = plan_consumed_retention(admin, TOPIC, groups=["fast", "slow"])
-    t0 = time.perf_counter()
-    results = run_consumed_retention(admin, plan)
-    delete_ms = (time.perf_counter() - t0) * 1000
+    progress(args, f"[3/{STEPS}] starting Spark (local mode) and running the producer job")
+    spark = build_session("lowtide-demo")
+    checkpoints = Path(tempfile.mkdtemp(prefix="lowtide-demo-ckpt-"))
+    say = lambda m: progress(args, "      " + m)  # noqa: E731
+    try:
+        # A batch must fit in a segment (Kafka rejects larger ones with RECORD_LIST_TOO_LARGE too).
+        produced = run_producer(spark, connection, topic=TOPIC, records=args.records, record_size=1024,
+                                batch_bytes=min(512 * 1024, args.segment_bytes // 4), progress=say)
+        say(f"{produced['records']:,} records in {produced['seconds']} s ({produced['mb_per_s']} MB/s)")
+        before = _snapshot(cluster, admin)
+        per_batch = max(1, args.records // 10)
+        progress(args, f"[4/{STEPS}] Spark consumer job, group 'fast': reads everything into '{RESULTS}'")
+        fast = run_consumer(spark, connection, topic=TOPIC, group="fast", checkpoint_dir=str(checkpoints / "fast"),
+                            output_topic=RESULTS, max_offsets_per_trigger=per_batch * 4, progress=say)
+        progress(args, f"[5/{STEPS}] Spark consumer job, group 'slow': {args.slow_batches} micro-batches of "
+                       f"{per_batch:,} records, then it stops")
+        slow = run_consumer(spark, connection, topic=TOPIC, group="slow", checkpoint_dir=str(checkpoints / "slow"),
+                            output_topic=RESULTS, max_offsets_per_trigger=per_batch, max_batches=args.slow_batches,
+                            progress=say)
+        progress(args, f"[6/{STEPS}] Spark retention caller: min committed offset over both groups -> DeleteRecords")
+        retention = run_retention(connection, topic=TOPIC, groups=["fast", "slow"], progress=say)
+    finally:
+        spark.stop()
+        shutil.rmtree(checkpoints, ignore_errors=True)
     time.sleep(0.2)
     after = _snapshot(cluster, admin)
+    delete_ms = retention["delete_records_ms"]
+    results = {r["partition"]: r for r in retention["partitions"]}
+    produce_s = produced["seconds"]
+    fast_committed = {int(p): o for p, o in fast["committed"].items()}
+    slow_committed = {int(p): o for p, o in slow["committed"].items()}
 
     rows = []
     for p in sorted(before):
-        res = results.get((TOPIC, p))
+        res = results.get(p, {})
         rows.append({
-            "partition": p, "committed_fast": fast[p], "committed_slow": slow[p],
-            "delete_before": plan.targets[(TOPIC, p)],
+            "partition": p, "committed_fast": fast_committed.get(p, -1), "committed_slow": slow_committed.get(p, -1),
+            "delete_before": res.get("delete_before", -1),
             "before": {k: before[p][k] for k in ("lso", "hw", "lw")},
             "after": {k: after[p][k] for k in ("lso", "hw", "lw")},
             "bytes_before": before[p]["bytes"], "bytes_after": after[p]["bytes"],
-            "error": res.error.name if res and res.error else None,
+            "error": res.get("error"),
         })
     return {"topic": TOPIC, "records": args.records, "produce_seconds": round(produce_s, 3),
+            "spark": {"producer": produced, "fast": fast, "slow": slow},
             "delete_records_ms": round(delete_ms, 2), "partitions": rows,
             "deleted_as_expected": all(r["error"] is None and r["after"]["lw"] == r["committed_slow"] for r in rows),
             "disk_freed_on_every_replica": all(r["bytes_after"].get(k, 0) < b for r in rows

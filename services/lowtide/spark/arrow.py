@@ -24,8 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lowtide.errors import InvalidRecord
-from lowtide.record import BatchBuilder
+from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder
 from lowtide.record.columns import BinaryColumn, Columns, encode_batch_from_columns, partitions_for_keys
+
+# Most bytes a record takes beyond its key and value: length (5) + attributes (1) + timestamp
+# delta (1: every row of a batch has the batch's timestamp) + offset delta (5) + key and value
+# lengths (5 + 5) + header count (1).
+_RECORD_FRAMING = 23
 
 HEADER_TYPE = pa.list_(pa.field("element", pa.struct([pa.field("key", pa.string()),
                                                       pa.field("value", pa.binary())])))
@@ -126,17 +131,19 @@ def encode_rows(batch: pa.RecordBatch, *, batch_bytes: int, timestamp_ms: int, c
         yield from _encode_with_headers(values, keys, batch.column("headers"), batch_bytes=batch_bytes,
                                         timestamp_ms=timestamp_ms, compression=compression)
         return
-    # Cumulative bytes per row (value + key + ~8 bytes of framing) pick where each batch ends.
+    # Cumulative bytes per row (value + key + at most _RECORD_FRAMING bytes of varints) pick where
+    # each batch ends, so a batch never exceeds batch_bytes (max.message.bytes is checked on it).
     ends = memoryview(values.buffers()[1]).cast("i")
     key_ends = memoryview(keys.buffers()[1]).cast("i") if keys is not None else None
+    budget = max(1, batch_bytes - BATCH_HEADER_SIZE)
     start = 0
     while start < n:
         def size_to(i: int, _start: int = start) -> int:
-            size = ends[i] - ends[_start] + 8 * (i - _start)
+            size = ends[i] - ends[_start] + _RECORD_FRAMING * (i - _start)
             return size + (key_ends[i] - key_ends[_start] if key_ends is not None else 0)
 
-        # The largest stop with size_to(stop) <= batch_bytes (at least one row).
-        stop = bisect.bisect_right(range(start, n + 1), batch_bytes, key=size_to) + start - 1
+        # The largest stop with size_to(stop) <= budget (at least one row).
+        stop = bisect.bisect_right(range(start, n + 1), budget, key=size_to) + start - 1
         stop = max(stop, start + 1)
         values_part = values.slice(start, stop - start)
         keys_part = keys.slice(start, stop - start) if keys is not None else None

@@ -38,8 +38,10 @@ def _options(connection: Connection) -> dict[str, str]:
 
 
 def run_producer(spark, connection: Connection, *, topic: str, records: int, record_size: int = 1024,
-                 partitions: int | None = None, progress: Progress = _quiet) -> dict:
-    """Write ``records`` generated rows into ``topic``; returns records, bytes, seconds, MB/s."""
+                 partitions: int | None = None, batch_bytes: int | None = None,
+                 progress: Progress = _quiet) -> dict:
+    """Write ``records`` generated rows into ``topic``; returns records, bytes, seconds, MB/s.
+    ``batch_bytes`` caps a record batch (it must fit the topic's segment.bytes and max.message.bytes)."""
     from pyspark.sql import functions as F
 
     slices = partitions or spark.sparkContext.defaultParallelism
@@ -51,7 +53,10 @@ def run_producer(spark, connection: Connection, *, topic: str, records: int, rec
                   .cast("binary").alias("value")))
     progress(f"Spark producer: {records:,} records of {record_size} B into '{topic}' ({slices} tasks)")
     t0 = time.perf_counter()
-    df.write.format("lowtide").options(**_options(connection)).option("topic", topic).mode("append").save()
+    writer = df.write.format("lowtide").options(**_options(connection)).option("topic", topic).mode("append")
+    if batch_bytes:
+        writer = writer.option("lowtide.batch.bytes", str(batch_bytes))
+    writer.save()
     seconds = time.perf_counter() - t0
     nbytes = records * record_size
     return {"topic": topic, "records": records, "bytes": nbytes, "seconds": round(seconds, 3),
@@ -102,7 +107,6 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
                 query.stop()
                 break
             time.sleep(0.2)
-        query.awaitTermination(timeout=0)
     finally:
         if query.isActive:
             query.stop()

@@ -19,7 +19,7 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
     lowtide.read.timeout.ms   longest a task waits for offsets the plan promised (default 60000)
 
 Write options: ``bootstrap.servers``; ``topic`` (overrides a ``topic`` column); ``lowtide.batch.bytes``
-(default 1 MiB); ``lowtide.compression`` none|gzip.
+(most bytes per record batch, default 512 KiB: below the default max.message.bytes and segment size); ``lowtide.compression`` none|gzip.
 
 Both: ``lowtide.auth.token`` (bearer token) or ``lowtide.command.config`` (a properties file as the
 CLI's ``--command-config``). Keys are case-insensitive (Spark passes them lower-cased).
@@ -217,5 +217,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if compression not in ("none", "gzip"):
         raise InvalidConfig(f"option lowtide.compression must be none or gzip, got {compression!r}")
     return WriteOptions(connection=parse_connection(options), topic=_get(options, "topic") or None,
-                        batch_bytes=_int(options, "lowtide.batch.bytes", MiB, minimum=1024) or MiB,
+                        batch_bytes=_int(options, "lowtide.batch.bytes", 512 * 1024, minimum=1024) or 512 * 1024,
                         compression=compression)

@@ -19,7 +19,12 @@ def test_demo_deletes_only_what_both_groups_consumed_and_frees_disk_on_every_rep
         assert r["after"]["hw"] == r["before"]["hw"]
         for replica, before in r["bytes_before"].items():
             assert r["bytes_after"][replica] < before
-    assert "[6/6] stopping" in proc.stderr
+    assert "[7/7] stopping" in proc.stderr
+    # The pipeline ran as Spark jobs: the producer, both consumer groups, the retention caller.
+    for step in ("Spark producer: 8,000 records", "Spark consumer 'fast'", "Spark consumer 'slow'",
+                 "Spark retention caller"):
+        assert step in proc.stderr
+    assert doc["spark"]["slow"]["stopped_early"] and doc["spark"]["fast"]["records"] == 8000
     assert doc["data_dir"] == str(tmp_path / "demo") and doc["metrics_live"] is False  # kept, and said where
     status = s.lowtide_cli("cluster", "status", "--data-dir", str(tmp_path / "demo"))
     assert status.returncode != 0  # everything the demo started is stopped

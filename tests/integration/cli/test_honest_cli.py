@@ -99,7 +99,7 @@ def test_the_demo_removes_its_temporary_directory_and_offers_no_dead_metrics_url
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(tmp_path.glob("lowtide-demo-*")) == []
     assert "metrics (Prometheus text), live while the demo runs:" in proc.stderr   # offered while live
-    assert proc.stderr.index("live while the demo runs") < proc.stderr.index("[6/6] stopping")
+    assert proc.stderr.index("live while the demo runs") < proc.stderr.index("[7/7] stopping")
     assert "were served during the run" in proc.stdout and "the cluster is stopped now" in proc.stdout
     assert "live until" not in proc.stdout
     assert "temporary directory was removed" in proc.stdout
