@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--record-size", type=int, default=1024, help="value bytes per record")
     parser.add_argument("--tasks", type=int, help="Spark tasks writing in parallel (default: cores)")
+    parser.add_argument("--batch-bytes", type=int, help="most bytes per record batch (default 512 KiB; must fit "
+                                                         "the topic's segment.bytes and max.message.bytes)")
     args = parser.parse_args(argv)
 
     from lowtide.spark import build_session
@@ -29,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("lowtide-producer", master=args.master)
     try:
         report = run_producer(spark, _common.connection(args), topic=args.topic, records=args.records,
-                              record_size=args.record_size, partitions=args.tasks, progress=_common.progress(args))
+                              record_size=args.record_size, partitions=args.tasks,
+                              batch_bytes=args.batch_bytes, progress=_common.progress(args))
     finally:
         spark.stop()
     _common.emit(args, report, f"produced {report['records']:,} records ({report['bytes']:,} B) into "

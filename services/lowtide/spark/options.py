@@ -19,7 +19,8 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
     lowtide.read.timeout.ms   longest a task waits for offsets the plan promised (default 60000)
 
 Write options: ``bootstrap.servers``; ``topic`` (overrides a ``topic`` column); ``lowtide.batch.bytes``
-(most bytes per record batch, default 512 KiB: below the default max.message.bytes and segment size); ``lowtide.compression`` none|gzip.
+(most bytes per record batch, default 512 KiB: below the default max.message.bytes and segment size;
+capped by a topic's own settings); ``lowtide.compression`` none|gzip.
 
 Both: ``lowtide.auth.token`` (bearer token) or ``lowtide.command.config`` (a properties file as the
 CLI's ``--command-config``). Keys are case-insensitive (Spark passes them lower-cased).

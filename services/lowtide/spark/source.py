@@ -45,7 +45,7 @@ from pyspark.sql.types import StructType
 from lowtide.client.admin import OffsetSpec
 from lowtide.client.producer import Producer
 from lowtide.clock import now_ms
-from lowtide.errors import InvalidConfig, InvalidRecord
+from lowtide.errors import InvalidConfig, InvalidRecord, MessageTooLarge, RecordListTooLarge
 from lowtide.record import Compression
 from lowtide.spark import planning as plan
 from lowtide.spark.arrow import encode_rows, route
@@ -207,18 +207,36 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
                 continue
             for topic, rows in _split_by_topic(batch, options.topic):
                 producer.cluster.add_topics([topic])
-                partitions = len(producer.cluster.snapshot().topic(topic).partitions)
+                meta = producer.cluster.snapshot().topic(topic)
+                partitions = len(meta.partitions)
+                batch_bytes = _batch_bytes_for(meta.config, options.batch_bytes)
                 routed = route(rows, partitions=partitions, rng=rng)
                 encoded: dict[int, list[bytes]] = {}
                 timestamp = now_ms()
                 for p in pc.unique(routed).to_pylist():
                     part_rows = rows.filter(pc.equal(routed, p)) if partitions > 1 else rows
-                    encoded[p] = list(encode_rows(part_rows, batch_bytes=options.batch_bytes, timestamp_ms=timestamp,
+                    encoded[p] = list(encode_rows(part_rows, batch_bytes=batch_bytes, timestamp_ms=timestamp,
                                                   compression=compression))
-                producer.produce_encoded(topic, encoded)
+                try:
+                    producer.produce_encoded(topic, encoded)
+                except (MessageTooLarge, RecordListTooLarge) as err:
+                    raise type(err)(f"{err.message}; set the write option lowtide.batch.bytes below it "
+                                    f"(now {batch_bytes})") from err
                 report.records += rows.num_rows
                 report.batches += sum(len(b) for b in encoded.values())
     return report
+
+
+def _batch_bytes_for(config: dict[str, str], wanted: int) -> int:
+    """``wanted``, capped by the topic's own segment.bytes / max.message.bytes when it sets them (a
+    batch must fit both; broker-wide defaults are not visible to a client, hence the option)."""
+    limits = [wanted]
+    for key in ("segment.bytes", "max.message.bytes"):
+        try:
+            limits.append(int(config[key]) - 12 if key == "max.message.bytes" else int(config[key]) // 2)
+        except (KeyError, ValueError):
+            pass
+    return max(1024, min(limits))
 
 
 def _split_by_topic(batch: pa.RecordBatch, topic: str | None) -> Iterator[tuple[str, pa.RecordBatch]]:
