@@ -19,8 +19,6 @@ PLACEHOLDERS = [
     ("orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s", "<= 10 s", "orphan scanner, KIP-1164"),
     ("cleaner_mbs", "log cleaner (compaction, KIP-534 delete horizon) throughput", "MB/s", "(named by its issue)",
      "log cleaner, KIP-534"),
-    ("spark_produce_mbs", "Spark producer / consumer / retention job throughput", "MB/s", "(named by its issue)",
-     "Spark jobs"),
 ]
 
 

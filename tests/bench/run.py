@@ -20,11 +20,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tests.bench import delete, physical, produce, report, soak, workers
+from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "rtt", "delete", "produce", "soak", "wide")
+SECTIONS = ("physical", "rtt", "delete", "produce", "spark", "soak", "wide")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                 _section("produce", figures, lambda: pb.run(disk_write, with_client), "produce_mbs", "produce",
                          "MB/s")
                 _section("consume", figures, pb.consume, "consume_mbs", "consume", "MB/s")
+            if "spark" in only:
+                _section("spark", figures, lambda: bench_spark.spark_throughput(bench, quick=quick),
+                         "spark_write_mbs", "Spark write/read", "MB/s")
             if "soak" in only:
                 _section("soak", figures, lambda: soak.rss_soak(bench, pool, soak_s, processes),
                          "replica_rss_drift_pct", "replica RSS soak", "%")
