@@ -7,10 +7,13 @@ configuration written to a temporary file, at ERROR, so a job prints only its ow
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from lowtide.errors import InvalidConfig
@@ -46,6 +49,40 @@ def _log4j_file() -> str:
     return str(path)
 
 
+# The one line the JVM itself prints at start-up whatever log4j says (Spark 4 opens the module
+# jdk.incubator.vector); it says nothing to a user of a job.
+_JVM_NOTICES = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered() -> Iterator[None]:
+    """While the JVM is spawned, fd 2 is a pipe: the JVM inherits it for its whole life and a daemon
+    thread forwards its lines to the real stderr, minus ``_JVM_NOTICES``. Errors still show."""
+    try:
+        real = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:
+        yield
+        return
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe, os.fdopen(os.dup(real), "wb", buffering=0) as out:
+            for line in iter(pipe.readline, b""):
+                if not line.rstrip().startswith(_JVM_NOTICES):
+                    out.write(line)
+
+    threading.Thread(target=forward, name="spark-jvm-stderr", daemon=True).start()
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)
+        os.close(real)
+
+
 def build_session(app_name: str, *, master: str | None = None, conf: dict[str, str] | None = None):
     """A SparkSession (``local[*]`` unless ``master`` or spark-submit says otherwise), lowtide registered."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -68,7 +105,8 @@ def build_session(app_name: str, *, master: str | None = None, conf: dict[str, s
         builder = builder.master(master or os.environ.get("LOWTIDE_SPARK_MASTER", "local[*]"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_stderr_filtered():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
