@@ -43,7 +43,7 @@ PROTOBUF_MODULE_NAMES = {"servicer", "server"}
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
-    "lowtide.record._validate",
+    "lowtide.record._validate", "lowtide.record.columns", "lowtide.record._columns",
     "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status",
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",

@@ -116,8 +116,9 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
         if p["batchId"] not in seen:
             seen.add(p["batchId"])
             rows += p["numInputRows"]
-    # The source commits a micro-batch when Spark plans the next one; the last finished batch is
-    # committed here, from the query's own record of what it completed.
+    # The source commits a finished micro-batch when Spark plans the next one; a query stopped
+    # early (max_batches) may not have planned one, so its last finished batch is committed here,
+    # from the query's own record of what it completed.
     last = _last_end_offsets(query)
     if last:
         with open_admin(connection) as admin:

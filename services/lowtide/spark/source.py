@@ -129,6 +129,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._available_now: plan.OffsetMap | None = None
+        self._committed: dict | None = None
 
     def _latest(self) -> plan.OffsetMap:
         with plan.open_admin(self.options.connection) as admin:
@@ -149,6 +150,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         starts = plan.from_json_offsets(start)
+        # Spark asks for the next batch's end only once the batch ending at `start` is done, so
+        # `start` is safe to commit here too (commit() alone would leave the last batch of an
+        # AvailableNow run uncommitted: Spark calls it when it plans the *next* batch).
+        self.commit(start)
         latest = self._available_now if self._available_now is not None else self._latest()
         new = [tp for tp in latest if tp not in starts]
         if new:  # a topic or partition that appeared since the query started is read from its start
@@ -171,9 +176,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        if self.options.group_id:
-            with plan.open_admin(self.options.connection) as admin:
-                plan.commit_group(admin, self.options.group_id, plan.from_json_offsets(end))
+        if not self.options.group_id or end == self._committed:
+            return
+        with plan.open_admin(self.options.connection) as admin:
+            plan.commit_group(admin, self.options.group_id, plan.from_json_offsets(end))
+        self._committed = end
 
 
 # ---- writes -------------------------------------------------------------------------------------
