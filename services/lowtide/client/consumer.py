@@ -10,8 +10,9 @@ data), reset by ``auto_offset_reset`` when it came from a commit or an earlier r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
@@ -103,6 +104,8 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._explicit: set[TopicPartition] = set()  # positions the caller chose with seek()
         self._pool: ThreadPoolExecutor | None = None
+        # leader address -> (its Fetch in flight, the position each partition was fetched from)
+        self._inflight: dict[str, tuple[Future, dict[TopicPartition, int]]] = {}
 
     def __enter__(self) -> Consumer:
         return self
@@ -111,6 +114,9 @@ class Consumer:
         self.close()
 
     def close(self) -> None:
+        for future, _ in self._inflight.values():
+            future.cancel()
+        self._inflight.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._channels.close()
@@ -174,37 +180,46 @@ class Consumer:
 
     # -- fetching ----------------------------------------------------------------------------
     def poll(self, *, max_wait_ms: int | None = None, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Fetch once from every leader of the assignment (in parallel); records in offset order per
-        partition. Returns [] when nothing new arrived within ``max_wait_ms``."""
+        """Records that are ready, in offset order per partition; [] when nothing arrived within
+        ``max_wait_ms``.
+
+        One Fetch per leader is kept in flight across polls (as Kafka's consumer does): a poll
+        returns as soon as one leader answers with records, so a caught-up partition long-polling on
+        one leader never holds back data another leader already sent. A fetch answer for a
+        partition whose position moved meanwhile (seek, a rewind by ``max_records``) is dropped.
+        """
         if not self._assigned:
             return []
         uninitialized = [tp for tp in self._assigned if tp not in self._positions]
         if uninitialized:
             self._initialize_positions(uninitialized)
-        snapshot = self.cluster.snapshot()
-        by_address: dict[str, list[TopicPartition]] = {}
-        for tp in self._assigned:
-            try:
-                by_address.setdefault(snapshot.leader_address(*tp), []).append(tp)
-            except LeaderNotAvailable:
-                self.cluster.refresh()
         wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
-        groups = list(by_address.items())
-        if len(groups) <= 1:
-            responses = [self._fetch(address, tps, wait_ms) for address, tps in groups]
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fetch")
-            futures = [self._pool.submit(self._fetch, address, tps, wait_ms) for address, tps in groups]
-            responses = [f.result() for f in futures]
+        self._send_fetches(wait_ms)
+        deadline = time.monotonic() + wait_ms / 1000 + 0.05
         records: list[ConsumerRecord] = []
         refresh = False
-        for response in responses:
-            if isinstance(response, LowtideError):
-                refresh = True
+        while self._inflight:
+            done = [address for address, (future, _) in self._inflight.items() if future.done()]
+            if not done:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                wait([f for f, _ in self._inflight.values()], timeout=remaining, return_when=FIRST_COMPLETED)
                 continue
-            for result in response:
-                refresh |= self._absorb(result, records)
+            for address in done:
+                future, fetched = self._inflight.pop(address)
+                response = future.result()
+                if isinstance(response, LowtideError):
+                    refresh = True
+                    continue
+                for result in response:
+                    tp = (result.topic, result.partition)
+                    if self._positions.get(tp) != fetched.get(tp):
+                        continue  # the position moved while this answer was on its way
+                    refresh |= self._absorb(result, records)
+            if records or time.monotonic() >= deadline:
+                break
+            self._send_fetches(wait_ms)  # the answered leaders had nothing: ask them again
         if refresh:
             self.cluster.refresh()
         if max_records is not None and len(records) > max_records:
@@ -215,9 +230,33 @@ class Consumer:
             records = records[:max_records]
         return records
 
-    def _fetch(self, address: str, tps: list[TopicPartition], wait_ms: int) -> list[FetchedPartition] | LowtideError:
-        positions = [FetchPosition(topic=t, partition=p, fetch_offset=self._positions[(t, p)],
-                                   max_bytes=self.partition_max_bytes) for t, p in tps]
+    def _send_fetches(self, wait_ms: int) -> None:
+        """One Fetch to every leader of the assignment that has none in flight."""
+        busy = {tp for _, fetched in self._inflight.values() for tp in fetched}
+        snapshot = self.cluster.snapshot()
+        by_address: dict[str, list[TopicPartition]] = {}
+        for tp in self._assigned:
+            if tp in busy or tp not in self._positions:
+                continue
+            try:
+                by_address.setdefault(snapshot.leader_address(*tp), []).append(tp)
+            except LeaderNotAvailable:
+                self.cluster.refresh()
+        if not by_address:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fetch")
+        for address, tps in by_address.items():
+            if address in self._inflight:
+                continue
+            fetched = {tp: self._positions[tp] for tp in tps}
+            self._inflight[address] = (self._pool.submit(self._fetch, address, fetched, wait_ms), fetched)
+
+    def _fetch(self, address: str, fetched: dict[TopicPartition, int],
+               wait_ms: int) -> list[FetchedPartition] | LowtideError:
+        """One Fetch (on a pool thread: it reads only its arguments, never the consumer's state)."""
+        positions = [FetchPosition(topic=t, partition=p, fetch_offset=offset, max_bytes=self.partition_max_bytes)
+                     for (t, p), offset in fetched.items()]
         try:
             return self.replicas.fetch(address, positions, max_wait_ms=wait_ms, min_bytes=self.min_bytes,
                                        max_bytes=self.max_bytes, deadline_s=wait_ms / 1000 + self.request_timeout_s)

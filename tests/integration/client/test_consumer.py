@@ -1,0 +1,44 @@
+"""Consumer.poll on real replicas: what is ready is returned, whatever the other leaders do."""
+
+from __future__ import annotations
+
+import time
+
+from lowtide.client import Consumer, Producer
+from tests.integration import support as s
+
+
+def test_a_caught_up_partition_on_one_leader_does_not_hold_back_records_another_leader_sent(cluster):
+    s.create_topic(cluster, "spread", partitions=3, rf=3)
+    leaders = {p: s.leader_of(cluster, "spread", p) for p in range(3)}
+    busy = 0
+    idle = next(p for p in range(3) if leaders[p] != leaders[busy])
+    with Consumer(cluster.bootstrap, max_wait_ms=20_000) as consumer:
+        consumer.assign([("spread", busy), ("spread", idle)])
+        assert consumer.poll(max_wait_ms=50) == []  # positions set; both leaders now long-poll
+        with Producer(cluster.bootstrap) as producer:
+            producer.produce_values("spread", [b"a", b"b", b"c"], partition=busy)
+        began = time.monotonic()
+        got: list[bytes] = []
+        while len(got) < 3 and time.monotonic() - began < 15:
+            got += [r.value for r in consumer.poll()]
+        waited = time.monotonic() - began
+    assert got == [b"a", b"b", b"c"]
+    # The idle leader's fetch would hold a poll for its full 20 s long-poll; the records came first.
+    assert waited < 10, f"poll waited {waited:.1f}s on the caught-up partition"
+
+
+def test_a_seek_while_a_fetch_is_in_flight_is_honoured(cluster):
+    s.create_topic(cluster, "reseek", partitions=1, rf=3)
+    with Producer(cluster.bootstrap) as producer:
+        producer.produce_values("reseek", [str(i).encode() for i in range(10)], partition=0)
+    with Consumer(cluster.bootstrap, max_wait_ms=200) as consumer:
+        consumer.assign([("reseek", 0)])
+        assert [r.offset for r in consumer.poll()] == list(range(10))
+        consumer.poll(max_wait_ms=10)   # leaves a long-poll at offset 10 in flight
+        consumer.seek(("reseek", 0), 3)
+        got: list[int] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 7 and time.monotonic() < deadline:
+            got += [r.offset for r in consumer.poll()]
+    assert got == list(range(3, 10))
