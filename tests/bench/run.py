@@ -19,13 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from tests.bench import consumer as bench_consumer
 from tests.bench import delete, physical, produce, report, soak, workers
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "rtt", "delete", "produce", "spark", "soak", "wide")
+SECTIONS = ("physical", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -128,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                 _section("produce", figures, lambda: pb.run(disk_write, with_client), "produce_mbs", "produce",
                          "MB/s")
                 _section("consume", figures, pb.consume, "consume_mbs", "consume", "MB/s")
+            if "consumer" in only:
+                _section("consumer", figures, lambda: bench_consumer.consumer_figures(bench, quick=quick),
+                         "consumer_poll_mbs", "Consumer.poll", "MB/s")
             if "spark" in only:
                 _section("spark", figures, lambda: bench_spark.spark_throughput(bench, quick=quick),
                          "spark_write_mbs", "Spark write/read", "MB/s")

@@ -188,6 +188,26 @@ class Consumer:
         one leader never holds back data another leader already sent. A fetch answer for a
         partition whose position moved meanwhile (seek, a rewind by ``max_records``) is dropped.
         """
+        records: list[ConsumerRecord] = []
+        for (topic, partition), columns in self._gather(max_wait_ms, with_headers=True):
+            records.extend(records_from_columns(columns, topic=topic, partition=partition))
+        if max_records is not None and len(records) > max_records:
+            # Rewind each partition to its first record not handed out, so the next poll returns it.
+            for r in records[max_records:]:
+                tp = (r.topic, r.partition)
+                self._positions[tp] = min(self._positions[tp], r.offset)
+            records = records[:max_records]
+        return records
+
+    def poll_columns(self, *, max_wait_ms: int | None = None,
+                     with_headers: bool = False) -> list[tuple[TopicPartition, Columns]]:
+        """The batch-level poll for bulk readers: per partition with new records, its records as
+        columns (``lowtide.record.columns.Columns``: offsets, timestamps, keys and values each one
+        buffer plus offsets), cut from the fetched batches in C. No Python object per record; the
+        positions advance past everything returned, as with ``poll``."""
+        return self._gather(max_wait_ms, with_headers=with_headers)
+
+    def _gather(self, max_wait_ms: int | None, *, with_headers: bool) -> list[tuple[TopicPartition, Columns]]:
         if not self._assigned:
             return []
         uninitialized = [tp for tp in self._assigned if tp not in self._positions]
@@ -196,7 +216,7 @@ class Consumer:
         wait_ms = self.max_wait_ms if max_wait_ms is None else max_wait_ms
         self._send_fetches(wait_ms)
         deadline = time.monotonic() + wait_ms / 1000 + 0.05
-        records: list[ConsumerRecord] = []
+        out: list[tuple[TopicPartition, Columns]] = []
         refresh = False
         while self._inflight:
             done = [address for address, (future, _) in self._inflight.items() if future.done()]
@@ -216,19 +236,16 @@ class Consumer:
                     tp = (result.topic, result.partition)
                     if self._positions.get(tp) != fetched.get(tp):
                         continue  # the position moved while this answer was on its way
-                    refresh |= self._absorb(result, records)
-            if records or time.monotonic() >= deadline:
+                    columns, stale = self._absorb(result, with_headers=with_headers)
+                    refresh |= stale
+                    if columns is not None and columns.count:
+                        out.append((tp, columns))
+            if out or time.monotonic() >= deadline:
                 break
             self._send_fetches(wait_ms)  # the answered leaders had nothing: ask them again
         if refresh:
             self.cluster.refresh()
-        if max_records is not None and len(records) > max_records:
-            # Rewind each partition to its first record not handed out, so the next poll returns it.
-            for r in records[max_records:]:
-                tp = (r.topic, r.partition)
-                self._positions[tp] = min(self._positions[tp], r.offset)
-            records = records[:max_records]
-        return records
+        return out
 
     def _send_fetches(self, wait_ms: int) -> None:
         """One Fetch to every leader of the assignment that has none in flight."""
@@ -265,11 +282,12 @@ class Consumer:
                 return err
             raise
 
-    def _absorb(self, result: FetchedPartition, records: list[ConsumerRecord]) -> bool:
-        """Decode one partition's result into ``records``; True when the metadata needs a refresh."""
+    def _absorb(self, result: FetchedPartition, *, with_headers: bool) -> tuple[Columns | None, bool]:
+        """One partition's answer as columns (positions advanced past it), and whether the metadata
+        needs a refresh."""
         tp = (result.topic, result.partition)
         if tp not in self._positions:
-            return False
+            return None, False
         error = result.error
         if error is not None:
             if isinstance(error, OffsetOutOfRange) and tp not in self._explicit:
@@ -277,17 +295,16 @@ class Consumer:
                 if self.group_id:
                     spec = OffsetSpec.EARLIEST if self.auto_offset_reset == "earliest" else OffsetSpec.LATEST
                     self._positions.update(self._list_offsets([tp], spec))
-                return False
+                return None, False
             if error.invalid_metadata:
-                return True  # the leader moved or is unknown: refresh, fetch again
+                return None, True  # the leader moved or is unknown: refresh, fetch again
             raise error
         position = self._positions[tp]
         # The records are cut out of the fetched batches in C (record/_columns.c), one call for the
-        # whole answer; only the ConsumerRecord objects are made here.
-        columns = columnize(result.records, min_offset=position, max_offset=_NO_END, with_headers=True)
-        records.extend(records_from_columns(columns, topic=tp[0], partition=tp[1]))
+        # whole answer; only ``poll`` makes Python objects of them.
+        columns = columnize(result.records, min_offset=position, max_offset=_NO_END, with_headers=with_headers)
         self._positions[tp] = max(position, columns.next_offset)
-        return False
+        return columns, False
 
     # -- committing --------------------------------------------------------------------------
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:

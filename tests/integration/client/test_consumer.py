@@ -42,3 +42,24 @@ def test_a_seek_while_a_fetch_is_in_flight_is_honoured(cluster):
         while len(got) < 7 and time.monotonic() < deadline:
             got += [r.offset for r in consumer.poll()]
     assert got == list(range(3, 10))
+
+
+def test_the_batch_level_poll_returns_the_same_records_as_columns(cluster):
+    from lowtide.client.consumer import records_from_columns
+
+    s.create_topic(cluster, "columns", partitions=2, rf=3)
+    with Producer(cluster.bootstrap) as producer:
+        producer.produce_values("columns", [f"v{i}".encode() for i in range(500)],
+                                keys=[f"k{i}".encode() if i % 3 else None for i in range(500)])
+    with Consumer(cluster.bootstrap, max_wait_ms=200) as bulk, Consumer(cluster.bootstrap, max_wait_ms=200) as one:
+        bulk.subscribe("columns")
+        one.subscribe("columns")
+        from_columns, from_poll = [], []
+        deadline = time.monotonic() + 15
+        while (len(from_columns) < 500 or len(from_poll) < 500) and time.monotonic() < deadline:
+            for (topic, partition), columns in bulk.poll_columns():
+                from_columns += records_from_columns(columns, topic=topic, partition=partition)
+            from_poll += one.poll()
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(from_columns, key=key) == sorted(from_poll, key=key)
+    assert sorted(r.value for r in from_columns) == sorted(f"v{i}".encode() for i in range(500))
