@@ -202,13 +202,29 @@ def _check_write_schema(schema: StructType, overwrite: bool, options: WriteOptio
     return options
 
 
+# Encoded batches a task buffers before producing them in one pipelined call: the producer keeps
+# up to 8 requests in flight inside a call, but waits for every acknowledgement at its end.
+_FLUSH_BYTES = 16 << 20
+
+
 def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     """Produce every row (acks=all) and return once all are acknowledged; errors propagate."""
     compression = Compression.GZIP if options.compression == "gzip" else Compression.NONE
     rng = random.Random()
     report = WriteReport(records=0, batches=0)
+    pending: dict[str, dict[int, list[bytes]]] = {}
+    pending_bytes = 0
     with Producer(options.connection.bootstrap, acks=-1, batch_bytes=options.batch_bytes,
                   metadata=options.connection.call_metadata()) as producer:
+
+        def flush() -> None:
+            for topic, encoded in pending.items():
+                try:
+                    producer.produce_encoded(topic, encoded)
+                except (MessageTooLarge, RecordListTooLarge) as err:
+                    raise type(err)(f"{err.message}; set the write option lowtide.batch.bytes below it") from err
+            pending.clear()
+
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -218,19 +234,22 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
                 partitions = len(meta.partitions)
                 batch_bytes = _batch_bytes_for(meta.config, options.batch_bytes)
                 routed = route(rows, partitions=partitions, rng=rng)
-                encoded: dict[int, list[bytes]] = {}
+                targets = pc.unique(routed).to_pylist()
+                encoded = pending.setdefault(topic, {})
                 timestamp = now_ms()
-                for p in pc.unique(routed).to_pylist():
-                    part_rows = rows.filter(pc.equal(routed, p)) if partitions > 1 else rows
-                    encoded[p] = list(encode_rows(part_rows, batch_bytes=batch_bytes, timestamp_ms=timestamp,
-                                                  compression=compression))
-                try:
-                    producer.produce_encoded(topic, encoded)
-                except (MessageTooLarge, RecordListTooLarge) as err:
-                    raise type(err)(f"{err.message}; set the write option lowtide.batch.bytes below it "
-                                    f"(now {batch_bytes})") from err
+                for p in targets:
+                    # One target (no key, no partition column: the sticky case) needs no filtering copy.
+                    part_rows = rows.filter(pc.equal(routed, p)) if len(targets) > 1 else rows
+                    made = list(encode_rows(part_rows, batch_bytes=batch_bytes, timestamp_ms=timestamp,
+                                            compression=compression))
+                    encoded.setdefault(p, []).extend(made)
+                    pending_bytes += sum(len(b) for b in made)
+                    report.batches += len(made)
                 report.records += rows.num_rows
-                report.batches += sum(len(b) for b in encoded.values())
+            if pending_bytes >= _FLUSH_BYTES:
+                flush()
+                pending_bytes = 0
+        flush()
     return report
 
 
