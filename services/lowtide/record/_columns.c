@@ -75,6 +75,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include "_varint.h" /* read_varint, VARINT_OK / _TRUNCATED / _MALFORMED */
 #include <stdio.h>
 #include <string.h>
 
@@ -343,37 +344,6 @@ column_to_tuple(column *c, PyObject *tuple, Py_ssize_t start)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Varints.                                                                                        */
-
-enum { VARINT_OK = 0, VARINT_TRUNCATED = 1, VARINT_MALFORMED = 2 };
-
-/* Zig-zag varint of at most max_bytes bytes ending before `end`; the last allowed byte may hold
- * only last_bits bits (which also rules out its continuation bit). */
-static inline int
-read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int max_bytes, int last_bits,
-            int64_t *value)
-{
-    Py_ssize_t p = *pos;
-    if (p < end && buf[p] < 0x80) { /* one byte: almost every length and delta */
-        *pos = p + 1;
-        *value = (int64_t)(buf[p] >> 1) ^ -(int64_t)(buf[p] & 1);
-        return VARINT_OK;
-    }
-    uint64_t raw = 0;
-    for (int i = 0; i < max_bytes; i++) {
-        if (p >= end)
-            return VARINT_TRUNCATED;
-        unsigned char c = buf[p++];
-        if (i == max_bytes - 1 && (c >> last_bits) != 0)
-            return VARINT_MALFORMED;
-        raw |= (uint64_t)(c & 0x7F) << (7 * i);
-        if (c < 0x80) {
-            *pos = p;
-            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-            return VARINT_OK;
-        }
-    }
-    return VARINT_MALFORMED; /* not reached: the last byte is checked above */
-}
 
 static inline int
 uvarint_size(uint64_t z)

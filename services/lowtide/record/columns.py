@@ -52,6 +52,7 @@ from lowtide.record.batch import (
     seal_batch,
 )
 from lowtide.record.compression import Compression, decompress
+from lowtide.record.validate import VARINT_MALFORMED, VARINT_TRUNCATED, read_varint
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,11 @@ def partitions_for_keys(keys: BinaryColumn, count: int, num_partitions: int) -> 
     return KERNELS.partitions_for_keys(count, _kernel_column(keys, "keys"), num_partitions)
 
 
+def murmur2(data: bytes | bytearray | memoryview) -> int:
+    """Kafka's ``Utils.murmur2`` (seed 0x9747b28c) as a signed int: C, or its Python twin."""
+    return KERNELS.murmur2(data)
+
+
 def _kernel_column(column: BinaryColumn, name: str) -> KernelColumn:
     if column.validity is None and column.null_count:
         raise ValueError(f"{name}: null_count {column.null_count} but no validity bitmap")
@@ -233,26 +239,8 @@ def _kernel_column(column: BinaryColumn, name: str) -> KernelColumn:
 
 # ---------------------------------------------------------------------------------------------------
 # Python twins of the C kernels (used only when _columns is not built). Same rules, same results,
-# same messages, character for character; see the comment block at the top of _columns.c.
-
-_TRUNCATED = 1
-_MALFORMED = 2
-
-
-def _varint(data: bytes, pos: int, end: int, max_bytes: int, last_bits: int) -> tuple[int, int] | int:
-    """(value, next position), or _TRUNCATED (ran past ``end``) / _MALFORMED (too long or too wide)."""
-    raw = 0
-    for i in range(max_bytes):
-        if pos >= end:
-            return _TRUNCATED
-        c = data[pos]
-        pos += 1
-        if i == max_bytes - 1 and c >> last_bits:
-            return _MALFORMED
-        raw |= (c & 0x7F) << (7 * i)
-        if c < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-    return _MALFORMED
+# same messages, character for character; see the comment block at the top of _columns.c. The varint
+# reader is validate.py's, as the C side shares _varint.h.
 
 
 class _ColumnBuilder:
@@ -351,10 +339,10 @@ def _columnize_record(
     header_values: _ColumnBuilder, list_offsets: list[int],
 ) -> int:
     """Read the record at ``pos``, append it when its offset is in range; the position after it."""
-    got = _varint(data, pos, n, 5, 4)
-    if got == _TRUNCATED:
+    got = read_varint(data, pos, n, 5, 4)
+    if got == VARINT_TRUNCATED:
         raise _Malformed("its length runs past the end of the records")
-    if got == _MALFORMED:
+    if got == VARINT_MALFORMED:
         raise _Malformed("its length is not a valid varint")
     length, pos = got  # type: ignore[misc]
     if length < 0:
@@ -366,10 +354,10 @@ def _columnize_record(
 
     def varint(name: str, max_bytes: int = 5, last_bits: int = 4) -> int:
         nonlocal pos
-        got = _varint(data, pos, rec_end, max_bytes, last_bits)
-        if got == _TRUNCATED:
+        got = read_varint(data, pos, rec_end, max_bytes, last_bits)
+        if got == VARINT_TRUNCATED:
             raise _Malformed(f"{name} {past}")
-        if got == _MALFORMED:
+        if got == VARINT_MALFORMED:
             raise _Malformed(f"{name} is not a valid varint")
         value, pos = got  # type: ignore[misc]
         return value
@@ -500,8 +488,7 @@ _MASK = 0xFFFFFFFF
 
 
 def murmur2_py(data: bytes | bytearray | memoryview) -> int:
-    """Kafka's ``Utils.murmur2`` as a signed int; the twin of ``_columns.murmur2`` (the same function as
-    ``lowtide.client.partitioner.murmur2``, which record/ may not import)."""
+    """Kafka's ``Utils.murmur2`` as a signed int; the twin of ``_columns.murmur2``."""
     data = bytes(data)
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK

@@ -52,8 +52,8 @@ Walker = Callable[[bytes | bytearray | memoryview, int, int], WalkResult]
 log = logging.getLogger(__name__)
 
 
-_TRUNCATED = 1
-_MALFORMED = 2
+VARINT_TRUNCATED = 1
+VARINT_MALFORMED = 2
 
 # The fields after Attributes and TimestampDelta, in order: (name, lowest valid value). The bytes
 # fields follow their length; headers repeat the last two pairs HeaderCount times.
@@ -61,20 +61,20 @@ _KEY_VALUE = (("key", -1), ("value", -1))
 _HEADER = (("header key", 0), ("header value", -1))
 
 
-def _varint(data: bytes, pos: int, end: int, max_bytes: int, last_bits: int) -> tuple[int, int] | int:
-    """(value, next position), or _TRUNCATED (ran past ``end``) / _MALFORMED (too long or too wide)."""
+def read_varint(data: bytes, pos: int, end: int, max_bytes: int, last_bits: int) -> tuple[int, int] | int:
+    """(value, next position), or VARINT_TRUNCATED (ran past ``end``) / VARINT_MALFORMED (too long or too wide)."""
     raw = 0
     for i in range(max_bytes):
         if pos >= end:
-            return _TRUNCATED
+            return VARINT_TRUNCATED
         c = data[pos]
         pos += 1
         if i == max_bytes - 1 and c >> last_bits:
-            return _MALFORMED
+            return VARINT_MALFORMED
         raw |= (c & 0x7F) << (7 * i)
         if c < 0x80:
             return (raw >> 1) ^ -(raw & 1), pos
-    return _MALFORMED
+    return VARINT_MALFORMED
 
 
 def walk_records_py(buffer: bytes | bytearray | memoryview, expected_count: int, last_offset_delta: int) -> WalkResult:
@@ -94,10 +94,10 @@ def walk_records_py(buffer: bytes | bytearray | memoryview, expected_count: int,
                 f"{n - pos} bytes at byte {pos} after the {expected_count} records the batch declares"
             )
         start = pos
-        got = _varint(data, pos, n, 5, 4)
-        if got == _TRUNCATED:
+        got = read_varint(data, pos, n, 5, 4)
+        if got == VARINT_TRUNCATED:
             return CORRUPT_MESSAGE, f"record {index} at byte {start}: its length runs past the end of the records"
-        if got == _MALFORMED:
+        if got == VARINT_MALFORMED:
             return CORRUPT_MESSAGE, f"record {index} at byte {start}: its length is not a valid varint"
         length, pos = got  # type: ignore[misc]
         if length < 0:
@@ -127,13 +127,13 @@ def _walk_one(
     if pos >= rec_end:
         return f"attributes {past}"
     pos += 1  # attributes: unused by RecordBatch v2
-    got = _varint(data, pos, rec_end, 10, 1)
+    got = read_varint(data, pos, rec_end, 10, 1)
     if not isinstance(got, tuple):
-        return f"timestamp delta {past}" if got == _TRUNCATED else "timestamp delta is not a valid varint"
+        return f"timestamp delta {past}" if got == VARINT_TRUNCATED else "timestamp delta is not a valid varint"
     pos = got[1]
-    got = _varint(data, pos, rec_end, 5, 4)
+    got = read_varint(data, pos, rec_end, 5, 4)
     if not isinstance(got, tuple):
-        return f"offset delta {past}" if got == _TRUNCATED else "offset delta is not a valid varint"
+        return f"offset delta {past}" if got == VARINT_TRUNCATED else "offset delta is not a valid varint"
     delta, pos = got
     if consecutive:
         if delta != index:
@@ -144,9 +144,9 @@ def _walk_one(
     headers = -1  # -1: key and value not read yet
     while True:
         for name, low in fields:
-            got = _varint(data, pos, rec_end, 5, 4)
+            got = read_varint(data, pos, rec_end, 5, 4)
             if not isinstance(got, tuple):
-                return f"{name} length {past}" if got == _TRUNCATED else f"{name} length is not a valid varint"
+                return f"{name} length {past}" if got == VARINT_TRUNCATED else f"{name} length is not a valid varint"
             size, pos = got
             if size < low:
                 return f"invalid {name} length {size}"
@@ -155,9 +155,9 @@ def _walk_one(
                     return f"{name} {past}"
                 pos += size
         if headers < 0:
-            got = _varint(data, pos, rec_end, 5, 4)
+            got = read_varint(data, pos, rec_end, 5, 4)
             if not isinstance(got, tuple):
-                return f"header count {past}" if got == _TRUNCATED else "header count is not a valid varint"
+                return f"header count {past}" if got == VARINT_TRUNCATED else "header count is not a valid varint"
             headers, pos = got
             if headers < 0:
                 return f"invalid header count {headers}"

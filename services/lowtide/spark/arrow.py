@@ -77,12 +77,11 @@ def to_record_batch(columns: Columns, *, topic: str, partition: int) -> pa.Recor
 # ---- write side --------------------------------------------------------------------------------
 
 def _as_binary(array: pa.Array, name: str) -> pa.Array:
-    if pa.types.is_string(array.type) or pa.types.is_binary(array.type):
-        array = array.cast(pa.binary())
-    elif pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type):
-        array = array.cast(pa.binary())
-    else:
+    t = pa.types
+    if not (t.is_string(array.type) or t.is_binary(array.type) or t.is_large_string(array.type)
+            or t.is_large_binary(array.type)):
         raise InvalidRecord(f"column {name} must be binary or string, not {array.type}")
+    array = array.cast(pa.binary())
     if array.offset != 0:
         array = pa.concat_arrays([array])  # a fresh array: its validity bitmap starts at bit 0
     return array

@@ -15,6 +15,7 @@ them on one SparkSession. Each returns a plain dict report (printed as JSON by t
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 
@@ -131,8 +132,6 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
 
 
 def _last_end_offsets(query) -> dict[tuple[str, int], int]:
-    import json
-
     done = [p for p in query.recentProgress if p["sources"]]
     if not done:
         return {}
@@ -143,8 +142,6 @@ def _last_end_offsets(query) -> dict[tuple[str, int], int]:
 
 
 def _committed_or_earliest(admin: Admin, group: str, topic: str) -> str:
-    import json
-
     committed = {p: c.offset for (t, p), c in admin.fetch_offsets(group, []).items() if t == topic and c.offset >= 0}
     if not committed:
         return "earliest"
