@@ -149,6 +149,52 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms(pid: int) -> float | None:
+    """CPU time of ``pid`` (utime + stime, all its threads) from /proc/PID/stat, in ms (None when
+    the process is gone). Resolution is one clock tick (``SC_CLK_TCK``, usually 10 ms)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the ")" closing the command name (which may hold spaces): state is field 3,
+    # utime field 14, stime field 15.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / _CLK_TCK
+
+
+def cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
+    return {name: cpu_ms(pid) for name, pid in pids.items()}
+
+
+def cpu_per_mib(before: dict[str, float | None], after: dict[str, float | None], nbytes: int) -> dict[str, float]:
+    """``{process name: CPU ms per MiB of nbytes}`` between two ``cpu_snapshot``s, plus ``"sum"``
+    (over the processes measured at both ends); empty when nothing was produced."""
+    if nbytes <= 0:
+        return {}
+    mib = nbytes / MiB
+    out = {n: (after[n] - b) / mib for n, b in before.items() if b is not None and after.get(n) is not None}
+    if out:
+        out["sum"] = sum(out.values())
+    return out
+
+
+def cpu_figures(key: str, name: str, per_process: dict[str, float], params: dict[str, Any]) -> list[Figure]:
+    """One ms/MiB figure per process of ``per_process`` (from ``cpu_per_mib``) and one for the sum;
+    keys ``{key}_{process}_ms_mib``, names ``{name}: {process}``."""
+    figs = []
+    procs = sorted(n for n in per_process if n != "sum")
+    for n in [*procs, "sum"]:
+        if n not in per_process:
+            continue
+        label = f"sum of {len(procs)} processes" if n == "sum" else n
+        figs.append(Figure(key=f"{key}_{n}_ms_mib", name=f"{name}: {label}", value=per_process[n], unit="ms/MiB",
+                           params=params))
+    return figs
+
+
 def dir_log_bytes(path: Path) -> dict[str, int]:
     """``{file name: size}`` of the segment files (``*.log*``) in one partition directory."""
     out: dict[str, int] = {}

@@ -13,6 +13,14 @@ Consume: consumer ``Replica.Fetch`` (replica_id -1) from the leaders of the RF 3
 every partition from its log start to its high watermark in parallel (one worker per partition),
 4 MiB per fetch. The data was just written, so the page cache is warm (as for a consumer keeping
 up with producers).
+
+Replica CPU per produced MiB: utime + stime of each replica process (``/proc/PID/stat``, all its
+threads) read at the start and the end of every variant's measured window, divided by the MiB
+acknowledged in that window (each batch counted once, not once per replica); in every variant's
+``params`` (``replica_cpu_ms_per_mib``) and, for RF 3 acks=all with 1 MiB batches, as one figure
+per replica plus their sum. It is what the servers spend per MiB whatever the machine's core count
+(the throughput figures on few cores are bounded by it); compare with the same measure for the
+plain-socket transport ceiling (``ceiling.py``), which does the same replication with no gRPC.
 """
 
 from __future__ import annotations
@@ -23,9 +31,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.bench import workers
-from tests.bench.common import Bench, Figure, KiB, MiB, build_batch, failed, say, summary_ms
+from tests.bench.common import (
+    Bench,
+    Figure,
+    KiB,
+    MiB,
+    build_batch,
+    cpu_figures,
+    cpu_per_mib,
+    cpu_snapshot,
+    failed,
+    say,
+    summary_ms,
+)
 
 RECORD_SIZE = KiB
+CPU_VARIANT_BATCH = MiB  # the RF 3 acks=all batch size whose replica CPU per MiB is reported as figures
 
 
 @dataclass(frozen=True)
@@ -90,15 +111,24 @@ class ProduceBench:
             specs = [{**common, "targets": targets[k:] + targets[:k], "batch": batch, "records_per_batch": count,
                       "threads": self.threads} for k in range(self.processes)]
             futures = [self.pool.submit(workers.produce_raw, s) for s in specs]
+        # Replica CPU over exactly the measured window (the workers count what completes in it).
+        pids = {s.name: s.pid for s in self.bench.replicas.values()}
+        win_start = start_at + self.warmup_s
+        time.sleep(max(0.0, win_start - time.time()))
+        cpu_before = cpu_snapshot(pids)
+        time.sleep(max(0.0, win_start + self.duration_s - time.time()))
+        cpu_after = cpu_snapshot(pids)
         results = [f.result(timeout=self.warmup_s + self.duration_s + 120) for f in futures]
         latencies = [x for r in results for x in r["latencies"]]
-        return {"bytes": sum(r["bytes"] for r in results), "records": sum(r["records"] for r in results),
+        nbytes = sum(r["bytes"] for r in results)
+        return {"bytes": nbytes, "records": sum(r["records"] for r in results),
                 "errors": sum(r["errors"] for r in results),
                 "first_error": next((r["first_error"] for r in results if r["first_error"]), ""),
-                "latency": summary_ms(latencies)}
+                "latency": summary_ms(latencies), "cpu": cpu_per_mib(cpu_before, cpu_after, nbytes)}
 
     def run(self, disk_write_mbs: float | None, with_client: bool) -> list[Figure]:
         figures: list[Figure] = []
+        cpu_figs: list[Figure] = []
         ref = disk_write_mbs / 3 if disk_write_mbs else None
         keep = Variant(3, -1, 256 * KiB)
         for v in variants(self.quick, with_client):
@@ -116,25 +146,41 @@ class ProduceBench:
             mbs = out["bytes"] / self.duration_s / 1e6
             rps = out["records"] / self.duration_s
             lat = out["latency"]
+            cpu = out["cpu"]
             say(f"produce: {v.label}: {mbs:.1f} MB/s, {rps:,.0f} records/s, request p50 "
                 f"{lat.get('p50_ms', float('nan')):.1f} ms p99 {lat.get('p99_ms', float('nan')):.1f} ms, "
-                f"errors {out['errors']} {out['first_error']}")
+                f"errors {out['errors']}{out['first_error'] and ' '}{out['first_error']}; replica CPU "
+                + (", ".join(f"{n} {ms:.1f}" for n, ms in cpu.items()) + " ms/MiB" if cpu else "unknown"))
             params = {"rf": v.rf, "acks": v.acks, "batch_bytes": v.batch_bytes, "record_bytes": RECORD_SIZE,
                       "partitions": self.partitions, "processes": self.processes,
                       "threads_per_process": self.threads if v.mode == "raw" else 1, "mode": v.mode,
                       "warmup_s": self.warmup_s, "duration_s": self.duration_s, "errors": out["errors"],
-                      "first_error": out["first_error"], "records_per_s": rps, "request_latency": lat}
+                      "first_error": out["first_error"], "records_per_s": rps, "request_latency": lat,
+                      "replica_cpu_ms_per_mib": cpu}
             fig = Figure(key=f"produce_{v.key}_mbs", name=name, value=mbs, unit="MB/s", params=params)
             if ref and v.mode == "raw":
                 fig.ratio, fig.ratio_of = mbs / ref, "disk write bandwidth / 3"
             figures.append(fig.judge())
             figures.append(Figure(key=f"produce_{v.key}_rps", name=f"{name} (records/s)", value=rps,
                                   unit="records/s", params={"see": fig.key}))
+            if (v.rf, v.acks, v.batch_bytes, v.mode) == (3, -1, CPU_VARIANT_BATCH, "raw"):
+                cpu_figs = self._cpu_figures(v, fig, cpu, out["bytes"])
             if v == keep:
                 self.consume_topic, self.consume_ref = topic, fig
             else:
                 self.bench.delete_topic(topic)
-        return [*self._headline(figures, ref), *figures]
+        return [*self._headline(figures, ref), *figures, *cpu_figs]
+
+    def _cpu_figures(self, v: Variant, fig: Figure, cpu: dict[str, float], nbytes: int) -> list[Figure]:
+        """Replica CPU ms per produced MiB of variant ``v``: one figure per replica and the sum."""
+        key = f"replica_cpu_{v.key}"
+        name = f"replica CPU per produced MiB (RF 3 acks=all, batch {v.batch_bytes // MiB} MiB)"
+        if not cpu:
+            return [failed(f"{key}_sum_ms_mib", f"{name}: sum", "ms/MiB", None,
+                           "no CPU reading (no bytes acknowledged or a replica process gone)")]
+        return cpu_figures(key, name, cpu, {
+            "see": fig.key, "batch_bytes": v.batch_bytes, "window_s": self.duration_s, "produced_mib": nbytes / MiB,
+            "source": "utime+stime of each replica pid from /proc/PID/stat over the measured window"})
 
     @staticmethod
     def _headline(figures: list[Figure], ref: float | None) -> list[Figure]:

@@ -117,9 +117,12 @@ def render_markdown(machine: dict[str, Any], figures: list[Figure], *, elapsed_s
             note = note or "error"
         lines.append(f"| {f.name} | {_fmt(f.value, f.unit)} | {_ratio(f)} | {note.replace('|', '/')} |")
     lines += ["", "## How each figure is measured", "",
-              "See the module docstrings in `tests/bench/` (physical.py, produce.py, delete.py, soak.py). "
-              "Parameters of every figure (counts, batch sizes, processes, raw percentiles) are in "
+              "See the module docstrings in `tests/bench/` (physical.py, ceiling.py, produce.py, delete.py, "
+              "soak.py). Parameters of every figure (counts, batch sizes, processes, raw percentiles) are in "
               "`results.json`. All figures are real gRPC on loopback to real processes started by "
-              "`lowtide.localcluster`; latencies are percentiles of raw per-call samples taken after a warm-up.",
+              "`lowtide.localcluster`, except the transport ceiling: the same produce load over plain TCP "
+              "sockets between three plain-Python processes; latencies are percentiles of raw per-call "
+              "samples taken after a warm-up. CPU figures are utime + stime from `/proc/PID/stat` over "
+              "the measured window, per MiB acknowledged.",
               ""]
     return "\n".join(lines)

@@ -1,10 +1,12 @@
 """Run the benchmark suite: ``python -m tests.bench.run [--quick] [--out DIR] [--soak-seconds S]``.
 
-Order: physical disk references (before any service runs), then one local cluster of 3 replicas +
-front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
-space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
-1,000 partitions. The cluster is always torn down. Writes ``results.json`` and ``RESULTS.md``
-into ``--out`` (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
+Order: physical disk references (before any service runs), the transport ceiling (the produce
+RF 3 acks=all load over plain sockets between three plain-Python processes, no cluster running),
+then one local cluster of 3 replicas + front door + Redis: loopback gRPC round trip, DeleteRecords
+on an idle and a busy partition, disk space freed after DeleteRecords, produce variants and
+consume, the RSS soak, DeleteRecords over 1,000 partitions. The cluster and the ceiling's
+processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
+(default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from tests.bench import ceiling, delete, physical, produce, report, soak, workers
 from tests.bench import consumer as bench_consumer
-from tests.bench import delete, physical, produce, report, soak, workers
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
+SECTIONS = ("physical", "ceiling", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -79,6 +81,37 @@ def _relate_latencies(figures: list[Figure]) -> None:
             f.note = (f.note + "; " if f.note else "") + f"= {times:.1f}x a fsync'd checkpoint replace p50"
 
 
+def _relate_ceiling(figures: list[Figure]) -> None:
+    """Produce RF 3 acks=all figures as fractions of the transport ceiling of the same batch size
+    (in the note: their ratio column is the disk's), the §11 headline against the ceiling of its
+    best batch; the replicas' CPU per MiB as a multiple of the ceiling servers' (the ratio column)."""
+    by_key = {f.key: f for f in figures}
+    for f in figures:
+        if f.value is None or f.unit != "MB/s" or not f.key.startswith("produce_rf3_acksall"):
+            continue
+        if f.params.get("mode") != "raw" or "batch_bytes" not in f.params:
+            continue
+        ref = by_key.get(ceiling.key(int(f.params["batch_bytes"])))
+        if ref is None or not ref.value:
+            continue
+        times = f.value / ref.value
+        f.params["ceiling_ratio"] = times
+        f.note = (f.note + "; " if f.note else "") + (
+            f"= {times:.2f}x the transport ceiling (plain sockets, Python) at batch "
+            f"{ceiling.size_label(int(ref.params['batch_bytes']))}, {ref.value:.0f} MB/s")
+    for f in figures:
+        if f.value is None or not (f.key.startswith("replica_cpu_") and f.key.endswith("_ms_mib")):
+            continue
+        ref = by_key.get(ceiling.cpu_key(int(f.params.get("batch_bytes", 0))) + "_sum_ms_mib")
+        if ref is None or not ref.value:
+            continue
+        if f.key.endswith("_sum_ms_mib"):
+            f.ratio, f.ratio_of = f.value / ref.value, "transport ceiling servers' CPU per MiB (sum)"
+        else:
+            per_server = ref.value / ceiling.SERVERS
+            f.ratio, f.ratio_of = f.value / per_server, "transport ceiling servers' CPU per MiB (sum / 3)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -109,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for f in [pool.submit(workers.noop) for _ in range(max(processes, 3))]:
             f.result(timeout=120)
+        if "ceiling" in only:
+            _section("ceiling", figures,
+                     lambda: ceiling.transport_ceiling(data_dir / "ceiling", pool, quick=quick, processes=processes,
+                                                       threads=threads, disk_write_mbs=disk_write),
+                     ceiling.key(ceiling.HEADLINE_BATCH), ceiling.name(ceiling.HEADLINE_BATCH), "MB/s")
         with running_cluster(data_dir / "cluster") as bench:
             if "rtt" in only:
                 replica0 = bench.replicas[min(bench.replicas)].grpc
@@ -146,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep_data and args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
     _relate_latencies(figures)
+    _relate_ceiling(figures)
     figures += report.placeholders({f.key for f in figures})
     elapsed = time.monotonic() - began
     json_path, md_path = report.write_results(args.out, machine, figures, elapsed_s=elapsed, argv=argv)
