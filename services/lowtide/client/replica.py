@@ -13,11 +13,16 @@ NETWORK_EXCEPTION, a passed deadline REQUEST_TIMED_OUT); per-partition errors co
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from lowtide.errors import LowtideError, error_or_none
+import grpc
+
+from lowtide.errors import LowtideError, NetworkException, error_or_none
 from lowtide.rpc.channels import ChannelPool, call
+from lowtide.rpc.status import error_from_rpc
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
 MiB = 1 << 20
@@ -171,18 +176,13 @@ class ReplicaClient:
     def fetch(self, address: str, positions: Iterable[FetchPosition], *, replica_id: int = -1, max_wait_ms: int,
               min_bytes: int = 1, max_bytes: int = 0, deadline_s: float) -> list[FetchedPartition]:
         """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch."""
-        request = replica_pb2.FetchRequest(
-            replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-            partitions=[replica_pb2.FetchPartition(
-                topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
-                log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
-                current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
-        response = call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s)
-        return [FetchedPartition(topic=r.topic, partition=r.partition,
-                                 error=error_or_none(r.error_code, r.error_message),
-                                 high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
-                                 log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records)
-                for r in response.partitions]
+        request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                                 max_bytes=max_bytes)
+        return _fetched(call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s))
+
+    def open_replication(self, address: str) -> ReplicationStream:
+        """A follower's Replicate stream to the leader at ``address`` (see ``ReplicationStream``)."""
+        return ReplicationStream(self._stub(address).Replicate, metadata=self.metadata)
 
     def offset_for_leader_epoch(self, address: str, queries: Iterable[EpochQuery], *, replica_id: int = -1,
                                 timeout_s: float) -> list[EpochEndOffset]:
@@ -230,3 +230,66 @@ class ReplicaClient:
             log_start_offset=i.log_start_offset, high_watermark=i.high_watermark, log_end_offset=i.log_end_offset,
             low_watermark=i.low_watermark, size_bytes=i.size_bytes, segments=i.segments, isr=tuple(i.isr),
             dir=i.dir) for i in response.logs])
+
+
+def _fetch_request(positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+                   max_bytes: int) -> replica_pb2.FetchRequest:
+    return replica_pb2.FetchRequest(
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+        partitions=[replica_pb2.FetchPartition(
+            topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
+            log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
+            current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
+
+
+def _fetched(response: replica_pb2.FetchResponse) -> list[FetchedPartition]:
+    return [FetchedPartition(topic=r.topic, partition=r.partition, error=error_or_none(r.error_code, r.error_message),
+                             high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
+                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records)
+            for r in response.partitions]
+
+
+_END_OF_STREAM = object()
+
+
+class ReplicationStream:
+    """A follower's ``Replicate`` stream to one leader: ``fetch`` sends one follower fetch on it
+    and returns the leader's answer, exactly as ``ReplicaClient.fetch`` would, without a new call
+    per round. The stream has no deadline of its own (it lives as long as the leader leads);
+    ``cancel`` (from any thread: a watchdog, a shutdown) makes a waiting ``fetch`` raise.
+
+    Errors: a failed or cancelled stream raises the ``LowtideError`` it carried (NETWORK_EXCEPTION
+    when the leader went away); the stream is then finished and the caller opens a new one.
+
+    Thread-safety: one ``fetch`` at a time (one follower thread per leader); ``cancel`` and
+    ``close`` from any thread.
+    """
+
+    def __init__(self, method: Any, *, metadata: Sequence[tuple[str, str]]) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        # gRPC consumes the request iterator on its own thread; the queue hands requests to it.
+        self._responses = method(iter(self._requests.get, _END_OF_STREAM), metadata=list(metadata))
+        self.finished = False
+
+    def fetch(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int = 1,
+              max_bytes: int = 0) -> list[FetchedPartition]:
+        if self.finished:
+            raise NetworkException("the replication stream is finished; open a new one")
+        self._requests.put(_fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms,
+                                          min_bytes=min_bytes, max_bytes=max_bytes))
+        try:
+            return _fetched(next(self._responses))
+        except StopIteration:
+            self.finished = True
+            raise NetworkException("the leader ended the replication stream") from None
+        except grpc.RpcError as exc:
+            self.finished = True
+            raise error_from_rpc(exc) from None
+
+    def cancel(self) -> None:
+        self._responses.cancel()
+
+    def close(self) -> None:
+        self.finished = True
+        self._requests.put(_END_OF_STREAM)
+        self._responses.cancel()

@@ -80,6 +80,9 @@ class ServiceSpec:
     service_names: Sequence[str]  # fully qualified gRPC services for health + reflection
     register: Callable[[grpc.Server], None]
     on_stop: Callable[[], None] = lambda: None
+    # Runs when shutdown starts, before the grace period: ends long-lived streams (replication)
+    # that would otherwise hold the whole grace period.
+    on_draining: Callable[[], None] = lambda: None
     extra_reflection: Sequence[str] = field(default_factory=tuple)
 
 
@@ -121,6 +124,7 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
     signal.signal(signal.SIGINT, on_signal)
     stop_event.wait()
     health_servicer.enter_graceful_shutdown()
+    spec.on_draining()
     # Let in-flight calls (parked fetches, acks=all produces) finish before state is closed.
     server.stop(grace_seconds).wait(grace_seconds + 1)
     try:

@@ -1,6 +1,12 @@
 """Follower fetchers: one thread per leader broker, fetching every partition this replica
 follows from that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread).
 
+Transport: by default every round travels on one long-lived ``Replicate`` stream per
+follower-leader pair (the same request and answer as a Fetch, without a new call per round);
+``transport="fetch"`` uses a unary Fetch per round. A stream has no deadline of its own, so a
+watchdog cancels a round that outlives the leader's long poll by ``CALL_DEADLINE_MARGIN_S`` (a
+hung leader), exactly as the unary call's deadline would.
+
 Each request carries, per partition, the fetch offset (our LEO) and our log start offset
 (KIP-107); each response carries records, the leader's HW and the leader's LSO. We append, adopt
 the HW and LSO (a log makes a new LSO durable in its log start offset file before taking it, so
@@ -16,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lowtide.client.replica import EpochQuery, FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.client.replica import EpochQuery, FetchedPartition, FetchPosition, ReplicaClient, ReplicationStream
 from lowtide.errors import LowtideError, OffsetOutOfRange
 from lowtide.metadata.model import BrokerInfo
 from lowtide.replica.partition import FOLLOWER, Partition
@@ -30,6 +36,7 @@ RETRY_BACKOFF_S = 0.2
 ADDRESS_TTL_S = 5.0
 # The call's own deadline beyond the leader's long poll: room for a slow leader under load.
 CALL_DEADLINE_MARGIN_S = 10.0
+WATCHDOG_TICK_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class FetcherConfig:
     replica_id: int
     max_wait_ms: int
     max_bytes: int
+    transport: str = "stream"  # stream | fetch (see module doc)
 
 
 class FetcherThread:
@@ -64,6 +72,9 @@ class FetcherThread:
         self._address = ""
         self._stale = True
         self._resolved_at = 0.0
+        self._stream: ReplicationStream | None = None
+        self._stream_address = ""
+        self._round_deadline = 0.0
         self.thread = threading.Thread(target=self._run, name=f"fetcher-{leader_id}", daemon=True)
 
     def start(self) -> None:
@@ -71,6 +82,41 @@ class FetcherThread:
 
     def stop(self) -> None:
         self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()  # a round parked at the leader ends now, not after its long poll
+
+    def check_deadline(self, now: float) -> None:
+        """Watchdog: cancel a stream round that outlived its deadline (a hung leader)."""
+        stream, deadline = self._stream, self._round_deadline
+        if stream is not None and deadline and now > deadline:
+            log.debug("replication round to leader %s passed its deadline; cancelling", self.leader_id)
+            stream.cancel()
+
+    def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    def _fetch_round(self, address: str, positions: list[FetchPosition]) -> list[FetchedPartition]:
+        cfg = self.config
+        if cfg.transport != "stream":
+            return self.client.fetch(address, positions, replica_id=cfg.replica_id, max_wait_ms=cfg.max_wait_ms,
+                                     min_bytes=1, max_bytes=cfg.max_bytes,
+                                     deadline_s=cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
+        stream = self._stream
+        if stream is None or stream.finished or self._stream_address != address:
+            self._close_stream()
+            stream = self._stream = self.client.open_replication(address)
+            self._stream_address = address
+            if self._stop.is_set():  # stop() ran before this stream existed
+                stream.cancel()
+        self._round_deadline = time.monotonic() + cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S
+        try:
+            return stream.fetch(positions, replica_id=cfg.replica_id, max_wait_ms=cfg.max_wait_ms, min_bytes=1,
+                                max_bytes=cfg.max_bytes)
+        finally:
+            self._round_deadline = 0.0
 
     def _resolve_leader_address(self) -> str | None:
         # The address is looked up again only after a failed call or every few seconds: a Redis
@@ -90,6 +136,12 @@ class FetcherThread:
         return self._address
 
     def _run(self) -> None:
+        try:
+            self._run_rounds()
+        finally:
+            self._close_stream()
+
+    def _run_rounds(self) -> None:
         cfg = self.config
         while not self._stop.is_set():
             parts = self.registry.following(self.leader_id)
@@ -114,11 +166,10 @@ class FetcherThread:
                                        log_start_offset=p.log.log_start_offset, max_bytes=cfg.max_bytes,
                                        current_leader_epoch=p.leader_epoch) for p in parts]
             try:
-                fetched = self.client.fetch(address, positions, replica_id=cfg.replica_id,
-                                            max_wait_ms=cfg.max_wait_ms, min_bytes=1, max_bytes=cfg.max_bytes,
-                                            deadline_s=cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
+                fetched = self._fetch_round(address, positions)
             except LowtideError as exc:
                 self._stale = True
+                self._close_stream()
                 if not self._stop.is_set():
                     log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
                     self._stop.wait(RETRY_BACKOFF_S)
@@ -226,6 +277,17 @@ class FetcherManager:
         self.client = ReplicaClient(channels=self._channels, metadata=call_metadata)
         self._threads: dict[int, FetcherThread] = {}
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="fetcher-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(WATCHDOG_TICK_S):
+            now = time.monotonic()
+            with self._lock:
+                threads = list(self._threads.values())
+            for t in threads:
+                t.check_deadline(now)
 
     def sync(self) -> None:
         leaders = {p.leader_id for p in self.registry.all() if p.role == FOLLOWER and p.leader_id >= 0}
@@ -239,6 +301,7 @@ class FetcherManager:
                 self._threads.pop(lid).stop()
 
     def stop(self) -> None:
+        self._stopped.set()
         with self._lock:
             for t in self._threads.values():
                 t.stop()

@@ -69,7 +69,8 @@ class ReplicaManager:
         self.fetchers = FetcherManager(
             registry=self.registry,
             config=FetcherConfig(replica_id=self.broker_id, max_wait_ms=config.replica_fetch_wait_max_ms,
-                                 max_bytes=config.replica_fetch_max_bytes),
+                                 max_bytes=config.replica_fetch_max_bytes,
+                                 transport=config.replication_transport),
             lookup_brokers=store.brokers, request_reconcile=self.reconcile_trigger.force,
             call_metadata=tuple(token_file_metadata(config.token_file)))
         self.reconciler = PartitionReconciler(

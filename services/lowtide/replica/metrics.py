@@ -9,10 +9,16 @@ on the produce/fetch paths).
     lowtide_partition_low_watermark{topic,partition,replica}              leader only
     lowtide_partition_low_watermark_lag_records{topic,partition,replica}  leader LSO - LW, leader only
     lowtide_partition_in_sync_replicas{topic,partition,replica}           leader only
+
+Counted on the request path (one labelled child per follower, cached per stream):
+
+    lowtide_replication_streams{follower}                 open Replicate streams on this leader
+    lowtide_replication_rounds_total{follower,transport}  follower fetch rounds answered (stream|fetch)
 """
 
 from __future__ import annotations
 
+from prometheus_client import Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,6 +26,11 @@ from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
 
 LABELS = ["topic", "partition", "replica"]
+
+REPLICATION_STREAMS = Gauge("lowtide_replication_streams", "Open Replicate streams on this leader, by follower",
+                            ["follower"])
+REPLICATION_ROUNDS = Counter("lowtide_replication_rounds", "Follower fetch rounds answered by this leader",
+                             ["follower", "transport"])
 
 
 class ReplicaCollector(Collector):

@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
+    add_flag(parser, "--replication-transport", default="stream",
+             help="how followers fetch: stream (one Replicate stream per leader) | fetch (unary Fetch calls)")
     add_flag(parser, "--fetch-max-wait-ms", type=int, default=FetchLimits.max_wait_ms,
              help="cap on any fetch's long-poll wait")
     add_flag(parser, "--fetch-max-bytes", type=int, default=FetchLimits.max_bytes,
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
+        replication_transport=args.replication_transport,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
         fetch_limits=FetchLimits(max_wait_ms=args.fetch_max_wait_ms, max_bytes=args.fetch_max_bytes,
@@ -111,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         tokens_file=Path(args.tokens_file) if args.tokens_file else None,
         super_users=parse_super_users(args.super_users),
         token_file=Path(args.token_file) if args.token_file else None)
+    if config.replication_transport not in ("stream", "fetch"):
+        raise SystemExit(f"{name}: --replication-transport must be stream or fetch, "
+                         f"got {config.replication_transport!r}")
     if config.auth_enabled and config.token_file is None:
         raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
                          f"User:broker-{args.id}, which this broker presents when it fetches from leaders")
@@ -121,11 +127,13 @@ def run(args: argparse.Namespace) -> int:
     manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
 
+    servicer = ReplicaServicer(manager, access=access)
+
     def register(server) -> None:
-        replica_pb2_grpc.add_ReplicaServicer_to_server(ReplicaServicer(manager, access=access), server)
+        replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
 
     spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
-                       register=register, on_stop=manager.stop)
+                       register=register, on_stop=manager.stop, on_draining=servicer.drain)
     serve(spec, grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
           grace_seconds=args.grace_seconds, ready=manager.start)
     return 0

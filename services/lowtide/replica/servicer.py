@@ -7,11 +7,15 @@ with TOPIC_AUTHORIZATION_FAILED and never reaches the request paths, so it chang
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import AclOperation
 from lowtide.client.replica import EpochQuery, FetchPosition
-from lowtide.errors import LowtideError
+from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.metrics import REPLICATION_ROUNDS, REPLICATION_STREAMS
 from lowtide.replica.partition import LEADER
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
@@ -47,6 +51,30 @@ _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 
 
+class _StreamCancelHook:
+    """One cancellation callback per stream, handed to each round in turn: gRPC's
+    ``add_callback`` registers for the whole call, so registering per round would pile up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: Callable[[], None] | None = None
+        self.fired = False
+
+    def register(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._current = callback
+            fired = self.fired
+        if fired:
+            callback()
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            callback = self._current
+        if callback is not None:
+            callback()
+
+
 class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     """The ``lowtide.v1.Replica`` gRPC service over a ReplicaManager: protobuf in and out only.
 
@@ -54,9 +82,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     Produce WRITE on the topic; consumer Fetch READ; ListOffsets DESCRIBE; DeleteRecords DELETE;
     OffsetForLeaderEpoch DESCRIBE. ListOffsets, DeleteRecords and OffsetForLeaderEpoch also accept
     CLUSTER_ACTION on the CLUSTER (brokers, and the front door acting for a caller it authorized).
-    A follower Fetch (``replica_id`` >= 0) needs CLUSTER_ACTION and must come from
-    ``User:broker-<replica_id>``, else the whole call fails; DescribeLogs needs DESCRIBE on the
-    CLUSTER.
+    A follower Fetch (``replica_id`` >= 0), and every request of a Replicate stream, needs
+    CLUSTER_ACTION and must come from ``User:broker-<replica_id>``, else the whole call fails;
+    DescribeLogs needs DESCRIBE on the CLUSTER.
 
     Thread-safety: stateless; gRPC calls it from many threads and the manager is thread-safe.
     """
@@ -64,6 +92,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     def __init__(self, manager: ReplicaManager, *, access: AccessControl | None = None) -> None:
         self.manager = manager
         self.access = access or AccessControl.allow_all()
+        self._draining = threading.Event()
 
     def _principal(self, context) -> str:
         return self.access.authenticate(context.invocation_metadata())
@@ -89,7 +118,50 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
 
     def Fetch(self, request, context):
+        response = self._fetch(request, self._principal(context), peer=context.peer(),
+                               on_cancel=context.add_callback)
+        if request.replica_id >= 0:
+            REPLICATION_ROUNDS.labels(str(request.replica_id), "fetch").inc()
+        return response
+
+    def Replicate(self, request_iterator, context):
+        """A follower's replication stream: each request is a follower Fetch, answered in order
+        (see replica.proto). Authenticated once when the stream opens; every request is still
+        checked (CLUSTER_ACTION, ``replica_id`` = the authenticated broker) before it is read or
+        recorded. Ends when the caller goes away or this server drains."""
         principal = self._principal(context)
+        hook = _StreamCancelHook()
+        context.add_callback(hook.fire)
+        peer = context.peer()
+        follower = -1
+        try:
+            for request in request_iterator:
+                if request.replica_id < 0:
+                    raise InvalidRequest("Replicate carries follower fetches: replica_id must be >= 0, "
+                                         f"got {request.replica_id}; consumers use Fetch")
+                if self._draining.is_set() or hook.fired:
+                    return
+                if request.replica_id != follower:
+                    if follower >= 0:
+                        REPLICATION_STREAMS.labels(str(follower)).dec()
+                    follower = request.replica_id
+                    REPLICATION_STREAMS.labels(str(follower)).inc()
+                    rounds = REPLICATION_ROUNDS.labels(str(follower), "stream")
+                response = self._fetch(request, principal, peer=peer, on_cancel=hook.register)
+                rounds.inc()
+                yield response
+                if self._draining.is_set():
+                    return
+        finally:
+            if follower >= 0:
+                REPLICATION_STREAMS.labels(str(follower)).dec()
+
+    def drain(self) -> None:
+        """Shutting down: replication streams end after their current round (followers
+        reconnect to whoever leads next) instead of holding the server's grace period."""
+        self._draining.set()
+
+    def _fetch(self, request, principal: str, *, peer: str, on_cancel) -> replica_pb2.FetchResponse:
         if request.replica_id >= 0:
             # Before anything is read or recorded: a refused follower fetch must not move the
             # follower's LEO/LSO as the leader sees them (HW, ISR, low watermark).
@@ -102,12 +174,11 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
                                current_leader_epoch=_epoch(p))
                  for p in screened.allowed]
-        # peer = the caller's connection (parking bounds); add_callback fires when the caller
-        # cancels or disconnects, which releases a parked fetch at once.
+        # peer = the caller's connection (parking bounds); on_cancel registers a callback fired
+        # when the caller cancels or disconnects, which releases a parked fetch at once.
         outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
                                       min_bytes=request.min_bytes, max_bytes=request.max_bytes,
-                                      peer=context.peer(), on_cancel=context.add_callback
-                                      ) if screened.any_allowed else []
+                                      peer=peer, on_cancel=on_cancel) if screened.any_allowed else []
         return replica_pb2.FetchResponse(partitions=screened.merge([
             replica_pb2.FetchResult(topic=o.topic, partition=o.partition,
                                     error_code=o.error.code if o.error else 0,

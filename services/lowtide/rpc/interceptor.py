@@ -24,39 +24,64 @@ log = logging.getLogger(__name__)
 Translate = Callable[[Exception], LowtideError | None]
 
 
+def _abort(behavior, context, exc: Exception, translate: Translate | None) -> None:
+    """Abort the call with the status ``exc`` maps to (re-raises what gRPC itself raised)."""
+    if isinstance(exc, LowtideError):
+        context.abort(status_for(exc), details_for(exc))
+    if isinstance(exc, grpc.RpcError):
+        raise exc
+    if context.code() is not None and context.code() != grpc.StatusCode.OK:
+        raise exc
+    typed = translate(exc) if translate is not None else None
+    if typed is not None:
+        log.warning("%s failed: %s", getattr(behavior, "__name__", "handler"), typed.message)
+        context.abort(status_for(typed), details_for(typed))
+    log.exception("unhandled error in %s", getattr(behavior, "__name__", "handler"), exc_info=exc)
+    context.abort(grpc.StatusCode.INTERNAL, f"UNKNOWN_SERVER_ERROR: {type(exc).__name__}: {exc}")
+
+
 def _wrap_unary(behavior, translate: Translate | None):
     def handler(request, context):
         try:
             return behavior(request, context)
-        except LowtideError as err:
-            context.abort(status_for(err), details_for(err))
-        except grpc.RpcError:
-            raise
         except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
-            if context.code() is not None and context.code() != grpc.StatusCode.OK:
-                raise
-            typed = translate(exc) if translate is not None else None
-            if typed is not None:
-                log.warning("%s failed: %s", getattr(behavior, "__name__", "handler"), typed.message)
-                context.abort(status_for(typed), details_for(typed))
-            log.exception("unhandled error in %s", getattr(behavior, "__name__", "handler"))
-            context.abort(grpc.StatusCode.INTERNAL, f"UNKNOWN_SERVER_ERROR: {type(exc).__name__}: {exc}")
+            _abort(behavior, context, exc, translate)
+
+    return handler
+
+
+def _wrap_stream_stream(behavior, translate: Translate | None):
+    # A streaming handler is a generator: errors surface while it is iterated, so the mapping
+    # wraps the iteration, not the call.
+    def handler(request_iterator, context):
+        try:
+            yield from behavior(request_iterator, context)
+        except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
+            _abort(behavior, context, exc, translate)
 
     return handler
 
 
 class ErrorInterceptor(grpc.ServerInterceptor):
-    """Maps exceptions escaping a unary handler to gRPC status (see module doc)."""
+    """Maps exceptions escaping a unary or bidi-streaming handler to gRPC status (see module doc)."""
 
     def __init__(self, *, translate: Translate | None = None) -> None:
         self._translate = translate
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary, self._translate),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, self._translate),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream_stream(handler.stream_stream, self._translate),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler

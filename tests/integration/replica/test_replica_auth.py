@@ -221,6 +221,12 @@ def test_a_follower_fetch_is_accepted_only_from_the_broker_whose_replica_id_it_n
             replica_pb2.FetchPartition(topic="follow", partition=0, fetch_offset=10, log_start_offset=6)]),
             metadata=md)
 
+    def replicate_as_follower(md):
+        # The same round on a Replicate stream: every request of a stream is checked as a Fetch.
+        return next(iter(stub.Replicate(iter([replica_pb2.FetchRequest(
+            replica_id=follower, max_wait_ms=0, partitions=[replica_pb2.FetchPartition(
+                topic="follow", partition=0, fetch_offset=10, log_start_offset=6)])]), metadata=md, timeout=10)))
+
     cluster.pause(f"replica-{follower}")  # its own fetches must not move the LW during the test
     try:
         [pending] = s.replica(cluster, leader).DeleteRecords(common_pb2.DeleteRecordsRequest(
@@ -230,13 +236,16 @@ def test_a_follower_fetch_is_accepted_only_from_the_broker_whose_replica_id_it_n
         assert low_watermark() == 0
 
         for md in (alice, admin_md, service_token(cluster, f"replica-{other}"), service_token(cluster, "frontdoor-0")):
-            refused(lambda m=md: fetch_as_follower(m), status=grpc.StatusCode.PERMISSION_DENIED,
-                    name="CLUSTER_AUTHORIZATION_FAILED")
-            assert low_watermark() == 0, "a refused follower fetch must record nothing"
+            for attempt in (fetch_as_follower, replicate_as_follower):
+                refused(lambda m=md, a=attempt: a(m), status=grpc.StatusCode.PERMISSION_DENIED,
+                        name="CLUSTER_AUTHORIZATION_FAILED")
+                assert low_watermark() == 0, f"a refused {attempt.__name__} must record nothing"
 
+        [answer] = replicate_as_follower(service_token(cluster, f"replica-{follower}")).partitions
+        assert answer.error_code == 0
+        assert low_watermark() == 6  # the same round from the right broker does move it
         [answer] = fetch_as_follower(service_token(cluster, f"replica-{follower}")).partitions
         assert answer.error_code == 0
-        assert low_watermark() == 6  # the same fetch from the right broker does move it
     finally:
         cluster.resume(f"replica-{follower}")
 

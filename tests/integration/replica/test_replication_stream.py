@@ -1,0 +1,174 @@
+"""The Replicate stream (issue 11) on real processes: followers replicate over one long-lived
+stream per leader; a follower that dies mid-stream reconnects on a new stream, a leader change
+moves the streams to the new leader, and a stopped follower costs the leader no memory (a round
+carries only what the follower asked for, so nothing queues on the leader for it).
+
+Which transport carried the rounds is read from the leader's /metrics
+(``lowtide_replication_streams``, ``lowtide_replication_rounds_total``).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import urllib.request
+
+import grpc
+import pytest
+
+from lowtide.record import encode_batch
+from lowtide_pb import replica_pb2
+from tests.integration import support as s
+
+MiB = 1 << 20
+
+
+def rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def metric(cluster, broker: int, name: str, **labels: str) -> float:
+    """One sample of the replica's /metrics (0 when the series does not exist yet)."""
+    url = cluster.service(f"replica-{broker}").metrics_url
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m and ",".join(sorted(m.group(1).split(","))) == want:
+            return float(m.group(2))
+    return 0.0
+
+
+def streams(cluster, leader: int, follower: int) -> float:
+    return metric(cluster, leader, "lowtide_replication_streams", follower=str(follower))
+
+
+def rounds(cluster, leader: int, follower: int, transport: str) -> float:
+    return metric(cluster, leader, "lowtide_replication_rounds_total", follower=str(follower), transport=transport)
+
+
+def produce_batches(cluster, topic: str, n: int, *, leader: int, acks: int = -1, tag: str = "v") -> list[bytes]:
+    acked = []
+    for i in range(n):
+        values = [f"{tag}-{i}-{j}".encode() for j in range(10)]
+        r = s.produce(cluster, topic, values, acks=acks, timeout_ms=10000, leader=leader)
+        assert r.error_code == 0, r
+        acked.extend(values)
+    return acked
+
+
+def test_followers_replicate_over_one_stream_per_leader_and_no_unary_fetch(cluster):
+    s.create_topic(cluster, "streamed", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "streamed")
+    acked = produce_batches(cluster, "streamed", 20, leader=leader)
+    for follower in (b for b in (0, 1, 2) if b != leader):
+        s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1, what=f"one stream from follower {follower}")
+        assert rounds(cluster, leader, follower, "stream") > 0
+        assert rounds(cluster, leader, follower, "fetch") == 0
+        s.wait_until(lambda f=follower: s.describe(cluster, f, "streamed").log_end_offset == len(acked),
+                     what=f"follower {follower} has every record")
+
+
+def test_the_unary_fetch_transport_still_replicates_when_chosen(cluster_factory):
+    cluster = cluster_factory(extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "fetch"})
+    s.create_topic(cluster, "unary", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "unary")
+    acked = produce_batches(cluster, "unary", 10, leader=leader)
+    for follower in (b for b in (0, 1, 2) if b != leader):
+        assert rounds(cluster, leader, follower, "fetch") > 0
+        assert streams(cluster, leader, follower) == 0
+    assert [v for _, v in s.read_all(cluster, "unary")] == acked
+
+
+def test_a_follower_killed_mid_stream_comes_back_on_a_new_stream_and_catches_up(cluster):
+    s.create_topic(cluster, "reconnect", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "reconnect")
+    follower = next(b for b in (0, 1, 2) if b != leader)
+    acked = produce_batches(cluster, "reconnect", 20, leader=leader, tag="before")
+    s.wait_until(lambda: streams(cluster, leader, follower) == 1, what="the follower's stream open")
+
+    cluster.kill(f"replica-{follower}", signal.SIGKILL)
+    # The leader notices the dead peer: its handler ends and the stream is no longer counted.
+    s.wait_until(lambda: streams(cluster, leader, follower) == 0, timeout_s=30, what="the dead stream closed")
+    acked += produce_batches(cluster, "reconnect", 20, leader=leader, tag="while-dead")
+
+    cluster.start_service(f"replica-{follower}")
+    acked += produce_batches(cluster, "reconnect", 5, leader=leader, tag="after")
+    leo = s.describe(cluster, leader, "reconnect").log_end_offset
+    s.wait_until(lambda: s.describe(cluster, follower, "reconnect").log_end_offset == leo,
+                 what="the restarted follower caught up")
+    s.wait_until(lambda: follower in s.store(cluster).partition_state("reconnect", 0).isr,
+                 what="the restarted follower back in the ISR")
+    assert streams(cluster, leader, follower) == 1, "exactly one stream: the old one must be gone"
+    assert [v for _, v in s.read_all(cluster, "reconnect")] == acked
+
+
+def test_a_leader_change_moves_the_streams_to_the_new_leader_and_nothing_acknowledged_is_lost(cluster):
+    s.create_topic(cluster, "moving", partitions=1, rf=3)
+    old = s.leader_of(cluster, "moving")
+    acked = produce_batches(cluster, "moving", 30, leader=old, tag="old")
+    # A graceful stop: the draining leader ends its streams instead of holding them for its grace.
+    assert cluster.stop_service(f"replica-{old}") == "stopped"
+    s.wait_until(lambda: s.leader_of(cluster, "moving") not in (old, -1), timeout_s=30, what="a new leader")
+    new = s.leader_of(cluster, "moving")
+    other = next(b for b in (0, 1, 2) if b not in (old, new))
+    # acks=all on the new leader needs the remaining follower to replicate from it: over a stream.
+    s.wait_until(lambda: s.produce(cluster, "moving", [b"probe"], acks=-1, timeout_ms=5000,
+                                   leader=new).error_code == 0, timeout_s=30, what="acks=all on the new leader")
+    acked.append(b"probe")
+    acked += produce_batches(cluster, "moving", 10, leader=new, tag="new")
+    assert streams(cluster, new, other) == 1
+
+    cluster.start_service(f"replica-{old}")  # comes back as a follower of the new leader
+    s.wait_until(lambda: streams(cluster, new, old) == 1, timeout_s=30, what="the old leader streams as follower")
+    leo = s.describe(cluster, new, "moving").log_end_offset
+    s.wait_until(lambda: s.describe(cluster, old, "moving").log_end_offset == leo, what="old leader caught up")
+    assert [v for _, v in s.read_all(cluster, "moving")] == acked
+
+
+def test_a_stopped_follower_costs_the_leader_no_memory_and_catches_up_when_resumed(cluster):
+    s.create_topic(cluster, "slow", partitions=1, rf=3, config={"segment.bytes": str(16 * MiB)})
+    leader = s.leader_of(cluster, "slow")
+    slow = next(b for b in (0, 1, 2) if b != leader)
+    leader_pid = cluster.service(f"replica-{leader}").pid
+    batch = encode_batch([b"x" * 1024] * 900)  # just under max.message.bytes
+    stub = s.replica(cluster, leader)
+
+    def produce_mib(n: int) -> None:
+        for _ in range(n):
+            resp = stub.Produce(replica_pb2.ProduceRequest(acks=1, timeout_ms=10000, partitions=[
+                replica_pb2.ProducePartition(topic="slow", partition=0, records=batch)]), timeout=30)
+            assert resp.partitions[0].error_code == 0
+
+    produce_mib(64)  # with every follower up: the leader's heap reaches its working size first
+    before = rss_bytes(leader_pid)
+    cluster.pause(f"replica-{slow}")
+    try:
+        peak = before
+        for _ in range(4):
+            produce_mib(48)
+            peak = max(peak, rss_bytes(leader_pid))
+        # 192 MiB went by the stopped follower. The leader keeps none of it for that follower (it
+        # reads the log when asked; one answer of at most replica.fetch.max.bytes can sit in the
+        # stream), so RSS stays within the heap's usual swing (±20 MiB here), far below the backlog.
+        assert peak - before < 48 * MiB, f"leader RSS grew {(peak - before) / MiB:.1f} MiB over a stopped follower"
+    finally:
+        cluster.resume(f"replica-{slow}")
+    leo = s.describe(cluster, leader, "slow").log_end_offset
+    s.wait_until(lambda: s.describe(cluster, slow, "slow").log_end_offset == leo, timeout_s=60,
+                 what="the resumed follower caught up")
+    assert s.produce(cluster, "slow", [b"after"], acks=-1, timeout_ms=10000, leader=leader).error_code == 0
+
+
+def test_a_replicate_stream_refuses_a_consumer_request(cluster):
+    s.create_topic(cluster, "notforconsumers", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "notforconsumers")
+    request = replica_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, partitions=[
+        replica_pb2.FetchPartition(topic="notforconsumers", partition=0, fetch_offset=0)])
+    with pytest.raises(grpc.RpcError) as err:
+        next(iter(s.replica(cluster, leader).Replicate(iter([request]), timeout=10)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith("INVALID_REQUEST"), err.value.details()
