@@ -2,6 +2,7 @@
 
     lowtide produce --bootstrap-server B --topic T --num-records N --record-size S   (generated records)
     lowtide produce --bootstrap-server B --topic T [--key-separator SEP] < lines     (one record per line)
+        [--compression-type none|gzip|lz4|zstd] [--batch-size BYTES] [--acks all|1|0] [--partition P]
     lowtide consume --bootstrap-server B --topic T [--partition P --offset O | --group G] [--max-records N]
     lowtide offsets --bootstrap-server B --topic T --time earliest|latest|max-timestamp|MS
 
@@ -29,6 +30,7 @@ from lowtide.cli.client_args import add_connection_flags, build_admin, read_call
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.client import Consumer, OffsetSpec, Producer
 from lowtide.client.consumer import ConsumerRecord
+from lowtide.client.producer import COMPRESSION_BY_NAME
 from lowtide.errors import UnknownTopicOrPartition
 from lowtide.rpc.channels import validate_address
 
@@ -48,8 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     produce.add_argument("--record-size", type=int, default=1024, help="bytes per generated record")
     produce.add_argument("--key-separator", help="stdin lines are KEY<SEP>VALUE (e.g. a tab)")
     produce.add_argument("--acks", choices=sorted(ACKS), default="all")
-    produce.add_argument("--batch-size", type=int, default=MiB, metavar="BYTES", help="bytes per record batch")
-    produce.add_argument("--compression", choices=["none", "gzip"], default="none")
+    produce.add_argument("--batch-size", type=int, default=MiB, metavar="BYTES",
+                         help="bytes per record batch at most (also capped by the topic's max.message.bytes and "
+                              "half its segment.bytes; a batch the broker refuses as too large is split)")
+    produce.add_argument("--compression-type", "--compression-codec", "--compression", dest="compression_type",
+                         choices=list(COMPRESSION_BY_NAME), default="none",
+                         help="compression.type of the batches (Kafka's codecs; --compression-codec as Kafka's "
+                              "console producer names it)")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
     produce.add_argument("--max-in-flight", type=int, default=8, help="concurrent Produce requests")
     produce.set_defaults(func=run_produce)
@@ -126,7 +133,7 @@ def run_produce(args: argparse.Namespace) -> int:
         chunks = read_line_chunks(sys.stdin.buffer, key_separator=args.key_separator)
     records = payload_bytes = 0
     started = last_progress = time.monotonic()
-    with Producer(validate_address(args.bootstrap_server), acks=ACKS[args.acks], compression=args.compression,
+    with Producer(validate_address(args.bootstrap_server), acks=ACKS[args.acks], compression_type=args.compression_type,
                   batch_bytes=args.batch_size, max_in_flight=args.max_in_flight,
                   metadata=read_call_metadata(args)) as producer:
         # Ask for the topic before reading any input: an unknown topic or partition must fail even

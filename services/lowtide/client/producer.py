@@ -4,13 +4,24 @@ Partitioning (Kafka's): a keyed record goes to ``toPositive(murmur2(key)) % part
 records fill ~``batch_bytes`` batches that go round-robin over the partitions, one batch at a time
 (Kafka's sticky partitioner, per batch). An explicit ``partition`` wins.
 
+Batch size: ``batch_bytes`` (Kafka's batch.size), capped per topic so that a batch fits what the
+leader accepts: at most the topic's ``max.message.bytes`` (MESSAGE_TOO_LARGE above it) and half its
+``segment.bytes`` (RECORD_LIST_TOO_LARGE above the whole of it; half, so a segment holds more than
+one batch), as the topic's metadata gives them. ``compression_type`` (Kafka's compression.type:
+none, gzip, lz4 or zstd) compresses each batch; the size is counted before compression.
+
 Sending: per leader, several partitions share one Produce request (up to ``request_bytes``), and up
 to ``max_in_flight`` requests run at once across leaders and partitions. A partition never has two
-requests in flight, so its batches are appended in the order they were built. NOT_LEADER_OR_FOLLOWER,
+requests in flight, so its batches are appended in the order they were built.
 Retries follow the errors' behaviour attributes: a ``retriable`` error (NOT_LEADER_OR_FOLLOWER,
 LEADER_NOT_AVAILABLE, an unreachable leader, NOT_ENOUGH_REPLICAS...) refreshes the metadata and
 retries until ``delivery_timeout_ms``, except REQUEST_TIMED_OUT: an acks=all append that timed out
-may already be in the log, so it is raised rather than written twice. Every other error is raised.
+may already be in the log, so it is raised rather than written twice. MESSAGE_TOO_LARGE and
+RECORD_LIST_TOO_LARGE (limits the metadata does not show: broker-wide defaults, a config changed
+since) split the partition's largest batch and retry, as Kafka's producer splits a batch it was
+refused: every batch of that request above half the largest is cut into batches at most that big,
+in order, and later batches of the topic are built no bigger. A batch of one record cannot be split:
+its error is raised. Every other error is raised.
 """
 
 from __future__ import annotations
@@ -32,15 +43,19 @@ from lowtide.errors import (
     InvalidRequiredAcks,
     LeaderNotAvailable,
     LowtideError,
+    MessageTooLarge,
     NotLeaderOrFollower,
+    RecordListTooLarge,
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression, read_header
+from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression, decode_batch, read_header
+from lowtide.record.compression import BY_NAME, decompress
 from lowtide.rpc.channels import ChannelPool
 
 MiB = 1 << 20
-COMPRESSION_BY_NAME = {"none": Compression.NONE, "gzip": Compression.GZIP}
+COMPRESSION_BY_NAME: Mapping[str, Compression] = BY_NAME  # Kafka's compression.type values
+MIN_BATCH_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +97,18 @@ class Producer:
     producer per thread (each runs its own small pool of in-flight requests).
     """
 
-    def __init__(self, bootstrap: str, *, acks: int = -1, compression: str = "none", batch_bytes: int = MiB,
+    def __init__(self, bootstrap: str, *, acks: int = -1, compression_type: str = "none", batch_bytes: int = MiB,
                  request_bytes: int = 4 * MiB, max_in_flight: int = 8, linger_ms: int = 0,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  metadata: Sequence[tuple[str, str]] = ()) -> None:
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcks(f"acks must be -1 (all), 0 or 1, got {acks}")
-        if compression not in COMPRESSION_BY_NAME:
-            raise InvalidRequest(f"compression must be one of {', '.join(COMPRESSION_BY_NAME)}, got {compression!r}")
+        if compression_type not in COMPRESSION_BY_NAME:
+            raise InvalidRequest(f"compression.type must be one of {', '.join(COMPRESSION_BY_NAME)}, "
+                                 f"got {compression_type!r}")
         self.acks = acks
-        self.compression = COMPRESSION_BY_NAME[compression]
-        self.batch_bytes = max(1024, batch_bytes)
+        self.compression = COMPRESSION_BY_NAME[compression_type]
+        self.batch_bytes = max(MIN_BATCH_BYTES, batch_bytes)
         self.request_bytes = max(self.batch_bytes, request_bytes)
         self.max_in_flight = max(1, max_in_flight)
         self.linger_ms = linger_ms
@@ -106,6 +122,8 @@ class Producer:
         self._rng = random.Random()
         self._buffer: dict[tuple[str, int | None], list[tuple[bytes | None, bytes | None]]] = {}
         self._buffered_bytes = 0
+        # Topic -> batch size a leader refused (halved): limits its metadata did not show.
+        self._refused_limits: dict[str, int] = {}
 
     def __enter__(self) -> Producer:
         return self
@@ -144,11 +162,12 @@ class Producer:
         if keys is not None and len(keys) != len(values):
             raise InvalidRequest(f"{len(keys)} keys for {len(values)} values")
         self.cluster.add_topics([topic])
-        partitions = len(self.cluster.snapshot().topic(topic).partitions)
+        meta = self.cluster.snapshot().topic(topic)
+        partitions = len(meta.partitions)
         if partition is not None and not 0 <= partition < partitions:
             raise UnknownTopicOrPartition(f"partition {topic}-{partition} does not exist")
         batches = self.build_batches(values, keys=keys, partitions=partitions, partition=partition,
-                                     timestamp_ms=timestamp_ms)
+                                     timestamp_ms=timestamp_ms, batch_bytes=self.batch_bytes_for(topic))
         report = ProduceReport(records=len(values), batches=sum(len(b) for b in batches.values()),
                                bytes=sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k))
         report.appends = self.send_batches(topic, batches)
@@ -166,15 +185,22 @@ class Producer:
         return self.send_batches(topic, {p: [_Batch(b, read_header(b).record_count) for b in bs]
                                          for p, bs in batches.items()})
 
+    def batch_bytes_for(self, topic: str) -> int:
+        """The batch size for ``topic``: ``batch_bytes`` capped by the topic's limits (module doc)."""
+        meta = self.cluster.snapshot().topic(topic)
+        limit = batch_bytes_for_topic(meta.config, self.batch_bytes)
+        return min(limit, self._refused_limits.get(topic, limit))
+
     def build_batches(self, values: Sequence[bytes | None], *, keys: Sequence[bytes | None] | None,
                       partitions: int, partition: int | None = None,
-                      timestamp_ms: int | None = None) -> dict[int, list[_Batch]]:
-        """Encode the records into ~batch_bytes batches per partition (client-side, per record)."""
+                      timestamp_ms: int | None = None, batch_bytes: int | None = None) -> dict[int, list[_Batch]]:
+        """Encode the records into batches of at most ~``batch_bytes`` (default: the producer's)
+        per partition (client-side, per record)."""
         ts = timestamp_ms if timestamp_ms is not None else now_ms()
         out: dict[int, list[_Batch]] = {}
         builders: dict[int, BatchBuilder] = {}
         sticky = partition if partition is not None else self._rng.randrange(partitions)
-        limit = self.batch_bytes - BATCH_HEADER_SIZE
+        limit = _records_room(batch_bytes or self.batch_bytes, self.compression)
         if partition is None and keys is None and partitions > 1:
             # A bulk call of unkeyed records is spread evenly: each batch is at most an equal share
             # of the total, so every partition gets some (as Kafka's 16 KiB sticky batches would).
@@ -316,6 +342,11 @@ class Producer:
             elif _should_retry(error):
                 queues[p].extendleft(reversed(taken))
                 retry = error
+            elif isinstance(error, (MessageTooLarge, RecordListTooLarge)):
+                # Split, requeue in order and send again at once: no backoff, no metadata refresh.
+                limit, smaller = split_refused(taken, error)
+                self._refused_limits[topic] = min(limit, self._refused_limits.get(topic, limit))
+                queues[p].extendleft(reversed(smaller))
             else:
                 raise error
         return retry
@@ -324,3 +355,80 @@ class Producer:
 def _should_retry(error: LowtideError) -> bool:
     # A timed-out acks=all append may already be in the log: resending could write it twice.
     return error.retriable and not isinstance(error, RequestTimedOut)
+
+
+def batch_bytes_for_topic(config: Mapping[str, str], wanted: int) -> int:
+    """``wanted`` capped by the topic's ``max.message.bytes`` and half its ``segment.bytes`` when
+    its config sets them (at least MIN_BATCH_BYTES)."""
+    limits = [wanted]
+    for key, share in (("max.message.bytes", 1), ("segment.bytes", 2)):
+        try:
+            limits.append(int(config[key]) // share)
+        except (KeyError, ValueError):
+            pass
+    return max(MIN_BATCH_BYTES, min(limits))
+
+
+def _records_room(batch_bytes: int, compression: int) -> int:
+    """Bytes of key + value payload a batch of ``batch_bytes`` takes before it is sealed: the header
+    and the records' own fields (counted by ``size_estimate``) come off, and with a codec its worst
+    case growth on incompressible data (under 0.4%: LZ4 4 bytes per 64 KiB block, zstd 3 per 128
+    KiB, deflate 5 per 16 KiB stored block, plus their headers)."""
+    room = batch_bytes - BATCH_HEADER_SIZE
+    if compression:
+        room -= 64 + batch_bytes // 256
+    return max(room, 1)
+
+
+def split_batch(batch: _Batch, max_bytes: int) -> list[_Batch]:
+    """Re-encode ``batch`` as consecutive batches of at most ~``max_bytes`` each, counted before
+    compression (the same records in order, keys, values, headers and timestamps kept, the same codec
+    and producer fields; the base sequence follows the records), at least two when it has two
+    records or more."""
+    header, records = decode_batch(batch.data)
+    if len(records) < 2:
+        return [batch]
+    sizes = [len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v or b"") for k, v in r.headers)
+             for r in records]
+    # Never one piece: a batch refused as a whole is cut at least in half.
+    room = min(_records_room(max_bytes, header.compression), -(-(_uncompressed_size(batch) - BATCH_HEADER_SIZE) // 2))
+    out: list[_Batch] = []
+    builder: BatchBuilder | None = None
+    for i, record in enumerate(records):
+        if builder is not None and builder.size_estimate + sizes[i] > room + BATCH_HEADER_SIZE:
+            out.append(_Batch(builder.build(), builder.record_count))
+            builder = None
+        if builder is None:
+            builder = BatchBuilder(compression=header.compression, producer_id=header.producer_id,
+                                   producer_epoch=header.producer_epoch,
+                                   base_sequence=header.base_sequence + i if header.base_sequence >= 0 else -1,
+                                   is_transactional=header.is_transactional, timestamp_type=header.timestamp_type)
+        builder.append(timestamp_ms=record.timestamp, key=record.key, value=record.value, headers=record.headers)
+    if builder is not None:
+        out.append(_Batch(builder.build(), builder.record_count))
+    return out
+
+
+def split_refused(taken: Sequence[_Batch], error: LowtideError) -> tuple[int, list[_Batch]]:
+    """A partition's batches the leader refused as too large, split (module doc): returns the new
+    batch size limit (half the largest batch, counted before compression like ``batch_bytes``, so a
+    compressed batch is halved too) and the batches to send instead, in order. Raises ``error``
+    (its message saying so) when the largest batch holds a single record."""
+    sizes = [_uncompressed_size(b) for b in taken]
+    largest = max(range(len(taken)), key=sizes.__getitem__)
+    if taken[largest].count < 2:
+        raise type(error)(f"{error.message} (a batch of a single record, {len(taken[largest].data)} bytes with "
+                          f"its batch header: it cannot be split)") from error
+    limit = max(MIN_BATCH_BYTES, sizes[largest] // 2)
+    out: list[_Batch] = []
+    for batch, size in zip(taken, sizes, strict=True):
+        out.extend(split_batch(batch, limit) if size > limit else [batch])
+    return limit, out
+
+
+def _uncompressed_size(batch: _Batch) -> int:
+    """Bytes of ``batch`` with its records uncompressed (what ``batch_bytes`` counts)."""
+    header = read_header(batch.data)
+    if not header.compression:
+        return len(batch.data)
+    return BATCH_HEADER_SIZE + len(decompress(header.compression, memoryview(batch.data)[BATCH_HEADER_SIZE:]))

@@ -1,8 +1,9 @@
 """Kafka's RecordBatch v2 (magic 2) codec and its compression: the byte format shared by the
 storage engine (``lowtide.log``), the clients (``lowtide.client``) and, later, WAL files.
 
-Imports only ``lowtide.errors``, the C CRC-32C module and the C record walker (``_validate``,
-built by ``pip install -e .``; ``validate.py`` falls back to Python without it), so a client that
+Imports only ``lowtide.errors``, the C CRC-32C module, the C record walker (``_validate``,
+built by ``pip install -e .``; ``validate.py`` falls back to Python without it) and, on first use of
+those codecs, ``lz4`` and ``zstandard`` (``compression.py``), so a client that
 encodes or decodes batches loads no storage, server or metrics code (as Kafka keeps ``common.record`` with its
 clients and aiokafka keeps ``record/`` beside its client).
 """

@@ -16,7 +16,7 @@ Layout (all integers big-endian; offsets in the table are byte positions inside 
       ProducerEpoch        => Int16                       51    2
       BaseSequence         => Int32                       53    4
       RecordCount          => Int32                       57    4
-      Records              => [Record]                    61    ...   gzip-compressed when codec = 1
+      Records              => [Record]                    61    ...   compressed when codec > 0
                                                           (BATCH_HEADER_SIZE = 61)
     Attributes (Int16):
       | unused 7-15 | delete horizon 6 (KIP-534) | control 5 | transactional 4 |
@@ -58,7 +58,7 @@ import crc32c as _crc32c_mod
 
 from lowtide.clock import now_ms
 from lowtide.errors import CorruptMessage, InvalidRecord, LowtideError, UnsupportedForMessageFormat
-from lowtide.record.compression import Compression, compress, decompress, describe_unsupported
+from lowtide.record.compression import SUPPORTED, Compression, compress, decompress, describe_unsupported
 from lowtide.record.validate import CORRUPT_MESSAGE, walk_records
 
 MAGIC = 2
@@ -447,7 +447,7 @@ class BatchBuilder:
         delete_horizon_ms: int | None = None,
         last_offset_delta: int | None = None,
     ) -> None:
-        if compression not in (Compression.NONE, Compression.GZIP):
+        if compression not in SUPPORTED:
             raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
         self._compression = int(compression)
         self._base_offset = base_offset
@@ -476,7 +476,7 @@ class BatchBuilder:
 
     @property
     def size_estimate(self) -> int:
-        """Bytes of the batch if built now without compression (an upper bound with gzip, roughly)."""
+        """Bytes of the batch if built now without compression (roughly an upper bound with a codec)."""
         return BATCH_HEADER_SIZE + len(self._body)
 
     def append(
@@ -582,7 +582,7 @@ def seal_batch(
     bytes. ``last_offset_delta`` defaults to ``record_count - 1`` (0 for an empty batch). Nothing
     checks that the body holds ``record_count`` records: that is the caller's contract.
     """
-    if compression not in (Compression.NONE, Compression.GZIP):
+    if compression not in SUPPORTED:
         raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
     if last_offset_delta is None:
         last_offset_delta = record_count - 1

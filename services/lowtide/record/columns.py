@@ -2,7 +2,7 @@
 
 Hot paths handle batches as bytes and never loop per record in Python, so the per-record work is
 ``_columns.c`` (built by ``pip install -e .``): ``columnize`` cuts a fetch into batches, checks their
-CRCs, skips control batches and inflates gzip here, then hands all the batches' records to the C
+CRCs, skips control batches and inflates compressed ones here, then hands all the batches' records to the C
 module in ONE call; ``encode_records`` / ``encode_batch_from_columns`` / ``partitions_for_keys`` are
 one C call each. When the C build failed (no compiler or Python headers) the pure-Python twins below
 (``columnize_py``, ``encode_records_py``, ``partitions_py``, ``murmur2_py``) are used instead, with the
@@ -136,13 +136,13 @@ def columnize(
     batch is ignored. Per batch, in Python: batches ending at or below ``min_offset`` are skipped
     unread, the walk stops at the first batch starting at or after ``max_offset``, control batches
     (attributes bit 5) and empty batches are skipped, the CRC-32C is checked (``verify_crc``, as
-    Kafka's ``check.crcs``) and gzip bodies are inflated. Then one C call turns every record of every
+    Kafka's ``check.crcs``) and compressed bodies are inflated. Then one C call turns every record of every
     remaining batch into rows. LogAppendTime batches (attributes bit 3) give every record the batch's
     MaxTimestamp and timestamp type 1, as Kafka does.
 
     Raises CorruptMessage (bad CRC, impossible batch length, a body that does not decompress or a
     malformed record: the message names the batch position, the record index and its byte
-    position), UnsupportedForMessageFormat (magic other than 2, codec other than NONE/GZIP), and
+    position), UnsupportedForMessageFormat (magic other than 2, codec SNAPPY or unknown), and
     OverflowError when one binary column would exceed 2 GiB (Arrow's int32 offsets).
     """
     view = memoryview(data)

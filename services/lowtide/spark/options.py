@@ -20,7 +20,7 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
 
 Write options: ``bootstrap.servers``; ``topic`` (overrides a ``topic`` column); ``lowtide.batch.bytes``
 (most bytes per record batch, default 512 KiB: below the default max.message.bytes and segment size;
-capped by a topic's own settings); ``lowtide.compression`` none|gzip.
+capped by a topic's own settings); ``lowtide.compression`` none|gzip|lz4|zstd.
 
 Both: ``lowtide.auth.token`` (bearer token) or ``lowtide.command.config`` (a properties file as the
 CLI's ``--command-config``). Keys are case-insensitive (Spark passes them lower-cased).
@@ -215,8 +215,8 @@ class WriteOptions:
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     compression = (_get(options, "lowtide.compression") or "none").lower()
-    if compression not in ("none", "gzip"):
-        raise InvalidConfig(f"option lowtide.compression must be none or gzip, got {compression!r}")
+    if compression not in ("none", "gzip", "lz4", "zstd"):
+        raise InvalidConfig(f"option lowtide.compression must be none, gzip, lz4 or zstd, got {compression!r}")
     return WriteOptions(connection=parse_connection(options), topic=_get(options, "topic") or None,
                         batch_bytes=_int(options, "lowtide.batch.bytes", 512 * 1024, minimum=1024) or 512 * 1024,
                         compression=compression)

@@ -43,10 +43,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from lowtide.client.admin import OffsetSpec
-from lowtide.client.producer import Producer
+from lowtide.client.producer import COMPRESSION_BY_NAME, Producer
 from lowtide.clock import now_ms
 from lowtide.errors import InvalidConfig, InvalidRecord, MessageTooLarge, RecordListTooLarge
-from lowtide.record import Compression
 from lowtide.spark import planning as plan
 from lowtide.spark.arrow import encode_rows, route
 from lowtide.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
@@ -209,7 +208,7 @@ _FLUSH_BYTES = 16 << 20
 
 def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     """Produce every row (acks=all) and return once all are acknowledged; errors propagate."""
-    compression = Compression.GZIP if options.compression == "gzip" else Compression.NONE
+    compression = COMPRESSION_BY_NAME[options.compression]
     rng = random.Random()
     report = WriteReport(records=0, batches=0)
     pending: dict[str, dict[int, list[bytes]]] = {}

@@ -190,9 +190,10 @@ def test_timestamps_are_microseconds_and_create_time_is_type_zero(kernels):
     assert cols.timestamp_types == struct.pack("<2i", 0, 0)
 
 
-def test_gzip_batches_are_inflated_before_their_records_are_cut(kernels):
-    data = mixed_fetch(Compression.GZIP)
-    assert next(iter_batches(data))[0].compression == Compression.GZIP
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_compressed_batches_are_inflated_before_their_records_are_cut(kernels, codec):
+    data = mixed_fetch(codec)
+    assert next(iter_batches(data))[0].compression == codec
     cols = columns.columnize(data, min_offset=0, max_offset=100, with_headers=True)
     assert rows_of(cols) == expected_rows(data, 0, 100, True)
     assert cols == columns.columnize(mixed_fetch(), min_offset=0, max_offset=100, with_headers=True)

@@ -25,8 +25,10 @@ from lowtide.record.batch import (
     read_header,
     validate_batches,
 )
+from lowtide.record.compression import compress
 from lowtide.record.validate import walk_records_c, walk_records_py
 from tests.unit.record.test_batch import RECORDS, TINY_BATCH_HEX, build_with_kafka_python, build_with_lowtide
+from tests.unit.record.test_compression import kafka_lz4_frame
 from tests.unit.record.test_walk_records import require_c_walker
 
 
@@ -82,6 +84,20 @@ def test_gzip_batches_of_lowtide_and_kafka_python_pass():
                 build_with_kafka_python(RECORDS, compression=1)):
         assert read_header(raw).compression == Compression.GZIP
         assert validate_batches(raw)[0].record_count == len(RECORDS)
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+def test_lz4_and_zstd_batches_of_lowtide_and_kafka_python_pass(codec):
+    for raw in (build_with_lowtide(RECORDS, compression=codec),
+                build_with_kafka_python(RECORDS, compression=int(codec))):
+        assert read_header(raw).compression == codec
+        assert validate_batches(raw)[0].record_count == len(RECORDS)
+
+
+def test_lz4_frame_with_block_checksums_as_java_can_write_it_passes():
+    raw = encode_batch([b"v" * 100] * 1000, timestamp_ms=1)
+    body = kafka_lz4_frame(raw[BATCH_HEADER_SIZE:], block_checksum=True)
+    assert validate_batches(reframe(raw, body=body, attributes=Compression.LZ4))[0].record_count == 1000
 
 
 def test_gzip_body_of_two_concatenated_members_passes_as_java_reads_it():
@@ -174,9 +190,14 @@ def test_codec_id_7_is_unsupported_for_message_format():
         validate_batches(reframe(three_records(), attributes=7))
 
 
-@pytest.mark.parametrize("codec", [Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
-def test_codecs_lowtide_cannot_read_are_refused_on_the_leader(codec):
-    with pytest.raises(UnsupportedForMessageFormat, match=codec.name):
+def test_snappy_which_lowtide_cannot_read_is_refused_on_the_leader():
+    with pytest.raises(UnsupportedForMessageFormat, match="SNAPPY"):
+        validate_batches(reframe(three_records(), attributes=Compression.SNAPPY))
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+def test_lz4_or_zstd_attribute_on_an_uncompressed_body_is_corrupt_message(codec):
+    with pytest.raises(CorruptMessage, match=f"batch at position 0: {codec.name.lower()} record data"):
         validate_batches(reframe(three_records(), attributes=codec))
 
 
@@ -204,6 +225,29 @@ def test_records_inside_a_gzip_body_are_walked():
     body = zlib.compress(raw[BATCH_HEADER_SIZE:] + b"\x00")  # zlib container, one byte of garbage
     with pytest.raises(CorruptMessage, match=r"\(GZIP records\): 1 bytes at byte 24 after the 3 records"):
         validate_batches(reframe(raw, body=body, attributes=Compression.GZIP))
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+def test_records_inside_lz4_and_zstd_bodies_are_walked(codec):
+    raw = three_records()
+    body = compress(codec, raw[BATCH_HEADER_SIZE:] + b"\x00")  # a well-formed frame, one byte of garbage
+    with pytest.raises(CorruptMessage, match=rf"\({codec.name} records\): 1 bytes at byte 24 after the 3 records"):
+        validate_batches(reframe(raw, body=body, attributes=codec))
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+def test_truncated_lz4_and_zstd_bodies_are_corrupt_message(codec):
+    raw = encode_batch([b"a" * 100] * 3, timestamp_ms=1, compression=codec)
+    with pytest.raises(CorruptMessage, match="batch at position 0: .* truncated"):
+        validate_batches(reframe(raw, body=raw[BATCH_HEADER_SIZE:-1]))
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD])
+def test_lz4_and_zstd_bodies_inflating_past_the_limit_are_message_too_large(codec):
+    raw = encode_batch([b"\x00" * 100_000], timestamp_ms=1, compression=codec)
+    assert validate_batches(raw, max_decompressed_bytes=200_000)
+    with pytest.raises(MessageTooLarge, match="inflates to more than 50000 bytes"):
+        validate_batches(raw, max_decompressed_bytes=50_000)
 
 
 # -- follower input ---------------------------------------------------------------------------------
