@@ -17,8 +17,6 @@ PLACEHOLDERS = [
      "diskless coordinator, KIP-1164"),
     ("dc_findbatches_p99_ms", "DC FindBatches p99", "ms", "p99 <= 5 ms", "diskless coordinator, KIP-1164"),
     ("orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s", "<= 10 s", "orphan scanner, KIP-1164"),
-    ("cleaner_mbs", "log cleaner (compaction, KIP-534 delete horizon) throughput", "MB/s", "(named by its issue)",
-     "log cleaner, KIP-534"),
 ]
 
 

@@ -2,9 +2,10 @@
 
 Order: physical disk references (before any service runs), the transport ceiling (the produce
 RF 3 acks=all load over plain sockets between three plain-Python processes, no cluster running),
-then one local cluster of 3 replicas + front door + Redis: loopback gRPC round trip, DeleteRecords
-on an idle and a busy partition, disk space freed after DeleteRecords, produce variants and
-consume, the RSS soak, DeleteRecords over 1,000 partitions. The cluster and the ceiling's
+the log cleaner's MB/s (in process, over a PartitionLog), then one local cluster of 3 replicas +
+front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
+space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
+1,000 partitions. The cluster and the ceiling's
 processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
@@ -22,13 +23,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
+from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "ceiling", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
+SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -147,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                      lambda: ceiling.transport_ceiling(data_dir / "ceiling", pool, quick=quick, processes=processes,
                                                        threads=threads, disk_write_mbs=disk_write),
                      ceiling.key(ceiling.HEADLINE_BATCH), ceiling.name(ceiling.HEADLINE_BATCH), "MB/s")
+        if "cleaner" in only:
+            _section("cleaner", figures,
+                     lambda: bench_cleaner.cleaner_throughput(data_dir, quick=quick, disk_write_mbs=disk_write),
+                     "cleaner_mbs", "log cleaner (compaction, KIP-534 delete horizon) throughput", "MB/s")
         with running_cluster(data_dir / "cluster") as bench:
             if "rtt" in only:
                 replica0 = bench.replicas[min(bench.replicas)].grpc

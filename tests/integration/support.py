@@ -64,12 +64,13 @@ def leader_of(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
     return store(cluster).partition_state(topic, partition).leader
 
 
-def produce(cluster: LocalCluster, topic: str, values: list[bytes], *, partition: int = 0, acks: int = -1,
-            timeout_ms: int = 10000, leader: int | None = None,
-            metadata: list[tuple[str, str]] = ()) -> replica_pb2.ProduceResult:
+def produce(cluster: LocalCluster, topic: str, values: list[bytes | None], *, partition: int = 0, acks: int = -1,
+            timeout_ms: int = 10000, leader: int | None = None, metadata: list[tuple[str, str]] = (),
+            keys: list[bytes | None] | None = None) -> replica_pb2.ProduceResult:
     lid = leader_of(cluster, topic, partition) if leader is None else leader
+    records = encode_batch(values, keys=keys)
     resp = replica(cluster, lid).Produce(replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
-        replica_pb2.ProducePartition(topic=topic, partition=partition, records=encode_batch(values))]),
+        replica_pb2.ProducePartition(topic=topic, partition=partition, records=records)]),
         timeout=timeout_ms / 1000 + 10, metadata=metadata)
     return resp.partitions[0]
 

@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--replication-factor", type=int, default=0,
                         help="replicas per partition (default: min(3, live replicas))")
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                        help="topic config (repeatable), e.g. retention.ms=600000; unknown keys and "
-                             "cleanup.policy=compact (not implemented yet) fail with INVALID_CONFIG")
+                        help="topic config (repeatable), e.g. retention.ms=600000 or cleanup.policy=compact; "
+                             "unknown keys and bad values fail with INVALID_CONFIG")
     create.add_argument("--diskless", action="store_true",
                         help="keep the data in object storage (KIP-1164; not implemented yet: the front "
                              "door refuses it with INVALID_CONFIG)")
@@ -65,24 +65,6 @@ def parse_config_pairs(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def refuse_unimplemented_configs(config: dict[str, str]) -> None:
-    """INVALID_CONFIG for a cleanup.policy with ``compact``: no log cleaner exists yet (KIP-534 is a
-    later issue), so such a topic would keep every record while claiming to compact.
-
-    Why here and not in the front door: the front door's CreateTopics still takes compact topics,
-    because the platform does implement what a compact-only topic must *refuse* (DeleteRecords
-    answers POLICY_VIOLATION, time/size retention skips it) and the integration tests of that rule
-    create such topics through it. A person at the command line, though, asks for compaction and
-    must not get a topic that silently never compacts. Unknown keys and bad values are refused by
-    the front door (``lowtide.frontdoor.topic_config``), the one place that knows every key.
-    """
-    policy = config.get("cleanup.policy")
-    if policy is not None and "compact" in {p.strip() for p in policy.split(",")}:
-        raise CliError("INVALID_CONFIG",
-                       f"invalid value {policy!r} for topic config 'cleanup.policy': log compaction is not "
-                       "implemented yet (it comes with KIP-534 in a later issue); use cleanup.policy=delete")
-
-
 def render_topic(meta: TopicMetadata) -> str:
     configs = ",".join(f"{k}={v}" for k, v in sorted(meta.config.items()))
     lines = [f"Topic: {meta.name}\tTopicId: {meta.topic_id}\tPartitionCount: {len(meta.partitions)}\t"
@@ -97,7 +79,6 @@ def render_topic(meta: TopicMetadata) -> str:
 
 def run_create(args: argparse.Namespace) -> int:
     config = parse_config_pairs(args.config)
-    refuse_unimplemented_configs(config)
     with build_admin(args) as admin:
         try:
             admin.create_topic(args.topic, partitions=args.partitions, replication_factor=args.replication_factor,

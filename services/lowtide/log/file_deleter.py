@@ -8,6 +8,10 @@ its lock, so they are gone from the segment namespace at once, and this thread u
 
 A crash before the unlink loses nothing: ``*.deleted`` files are removed when the partition
 directory is opened (SegmentSet.open), and the durable log start offset already excludes them.
+
+The same thread also runs the other block-freeing work a log hands off (``schedule_call``):
+emptying an active segment that a new log start offset left wholly deleted (a truncation of its
+three files, as costly as unlinking them).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -44,6 +48,26 @@ class PendingDelete:
         self.done = True
 
 
+class PendingCall:
+    """A function run once, by the thread or by ``finish``; ``done`` once it ran."""
+
+    __slots__ = ("fn", "done")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+        self.done = False
+
+    def finish(self) -> None:
+        """Run now (idempotent). Exceptions are logged: the thread must survive them."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.fn()
+        except Exception:
+            log.exception("background log task failed")
+
+
 class FileDeleter:
     """A daemon thread unlinking scheduled files at or after their due time, earliest first.
 
@@ -53,19 +77,28 @@ class FileDeleter:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, PendingDelete]] = []
+        self._heap: list[tuple[float, int, PendingDelete | PendingCall]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
     def schedule(self, paths: Iterable[Path], *, delay_s: float = 0.0) -> PendingDelete:
         pending = PendingDelete(list(paths))
+        self._push(pending, delay_s)
+        return pending
+
+    def schedule_call(self, fn: Callable[[], None], *, delay_s: float = 0.0) -> PendingCall:
+        """Run ``fn`` on the thread at or after ``delay_s``."""
+        pending = PendingCall(fn)
+        self._push(pending, delay_s)
+        return pending
+
+    def _push(self, pending: PendingDelete | PendingCall, delay_s: float) -> None:
         with self._cond:
             heapq.heappush(self._heap, (time.monotonic() + max(0.0, delay_s), next(self._seq), pending))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="file-deleter", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        return pending
 
     def _run(self) -> None:
         while True:

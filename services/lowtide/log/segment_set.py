@@ -14,6 +14,7 @@ from pathlib import Path
 from lowtide.errors import KafkaStorageError
 from lowtide.log import filenames
 from lowtide.log.checkpoint import fsync_directory
+from lowtide.log.cleaner.swap import complete_interrupted_swaps
 from lowtide.log.segment import DEFAULT_MAX_MESSAGE_BYTES, LogSegment
 
 
@@ -49,6 +50,8 @@ class SegmentSet:
         segment at ``initial_offset``."""
         try:
             dir.mkdir(parents=True, exist_ok=True)
+            # A log cleaner swap that a crash interrupted is finished or discarded first (cleaner/swap.py).
+            complete_interrupted_swaps(dir)
             names = os.listdir(dir)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open partition directory {dir}: {exc}") from exc
@@ -153,14 +156,17 @@ class SegmentSet:
         fsync_directory(self.dir)
         return segment
 
-    def remove_below(self, offset: int, *, recycle_active_up_to: int = -1) -> list[LogSegment]:
+    def remove_below(self, offset: int, *, recycle_active_up_to: int = -1,
+                     defer_recycle: bool = False) -> list[LogSegment]:
         """Take out the segments whose offsets are all < ``offset`` (next_offset <= offset).
 
         If that includes the non-empty active segment, an empty one at max(offset,
         active.next_offset) takes its place so an active segment always remains: the active
         segment itself, recycled (LogSegment.recycle), when it holds at most
-        ``recycle_active_up_to`` bytes, else a new one. The removed segments
-        are still open; the caller deletes them.
+        ``recycle_active_up_to`` bytes, else a new one. With ``defer_recycle`` an active segment
+        that would be recycled is left as it is instead (its base offset stays below ``offset``,
+        the bytes it holds are dead), for the caller to recycle later with another call. The
+        removed segments are still open; the caller deletes them.
         """
         count = 0
         for segment in self._segments:
@@ -177,8 +183,9 @@ class SegmentSet:
             # crash, recovery rebuilds the empty segment from the durable log start offset.
             base_offset = max(offset, self.active.next_offset)
             if recycle_active_up_to >= self.active.size_bytes:
-                self.active.recycle(base_offset)
-                self._base_offsets[-1] = base_offset
+                if not defer_recycle:
+                    self.active.recycle(base_offset)
+                    self._base_offsets[-1] = base_offset
                 count -= 1
             else:
                 self._segments.append(LogSegment.create(self.dir, base_offset,
@@ -188,6 +195,21 @@ class SegmentSet:
         del self._segments[:count]
         del self._base_offsets[:count]
         return removed
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """For the log cleaner: put ``new`` where the consecutive non-active segments ``old`` are
+        (same objects, in order); ``new`` starts at the first one's base offset. The caller has
+        already renamed or deleted the old files (cleaner/swap.py)."""
+        start = next((i for i, s in enumerate(self._segments) if s is old[0]), -1)
+        end = start + len(old)
+        if start < 0 or end >= len(self._segments) or any(
+                a is not b for a, b in zip(self._segments[start:end], old, strict=True)):
+            raise KafkaStorageError(f"segments to replace in {self.dir} are not consecutive non-active segments")
+        if new.base_offset != old[0].base_offset:
+            raise KafkaStorageError(f"replacement of segment {old[0].base_offset} in {self.dir} starts at "
+                                    f"{new.base_offset}")
+        self._segments[start:end] = [new]
+        self._base_offsets[start:end] = [new.base_offset]
 
     def truncate_to(self, offset: int) -> int:
         """Drop everything from the batch containing ``offset`` on; delete emptied segments' files.

@@ -1,6 +1,7 @@
 """DeleteRecords on a leader (KIP-107 steps 3-4 and 7).
 
-``DeleteRecordsHandler.delete_records`` raises each leader's LSO, then parks a
+``DeleteRecordsHandler.delete_records`` raises each leader's LSO (all of them made durable by one
+flush: a LogStartOffsetCommit), then parks a
 ``DelayedDeleteRecords`` in the purgatory until, for every partition of the request, the low
 watermark (min LSO over the leader and every live replica) has reached the requested offset, or
 that partition failed (leadership moved: NOT_LEADER_OR_FOLLOWER). At its deadline the remaining
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from lowtide.clock import now_ms
 from lowtide.errors import LowtideError, NotLeaderOrFollower, RequestTimedOut, UnknownServerError
+from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.purgatory.delayed import DelayedOperation
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.partition import LEADER, Partition
@@ -110,19 +112,28 @@ class DeleteRecordsHandler:
         """KIP-107 on the leader. Returns one (topic, partition, low_watermark | LowtideError)."""
         required: dict[TP, tuple[int, int]] = {}
         errors: dict[TP, LowtideError] = {}
-        lso_changed = False
-        for topic, partition, offset in items:
-            tp = (topic, partition)
-            try:
-                p = self.registry.get(topic, partition)
-                target, changed = p.delete_records_before(offset)
-                required[tp] = (target, p.leader_epoch)
-                lso_changed |= changed
-            except LowtideError as err:
-                errors[tp] = err
-        if lso_changed:
-            # The new LSO is already durable (each log wrote its log start offset file before
-            # taking it), so the parked follower fetches can go at once.
+        raised: list[TP] = []
+        # One flush for every LSO this request raises, not one per partition (start_offset_file.py).
+        with LogStartOffsetCommit() as lso_commit:
+            for topic, partition, offset in items:
+                tp = (topic, partition)
+                try:
+                    p = self.registry.get(topic, partition)
+                    target, changed = p.delete_records_before(offset, lso_commit=lso_commit)
+                    required[tp] = (target, p.leader_epoch)
+                    if changed:
+                        raised.append(tp)
+                except LowtideError as err:
+                    errors[tp] = err
+            if raised:
+                try:
+                    lso_commit.commit()
+                except LowtideError as err:  # the flush failed: none of these LSOs moved
+                    for tp in raised:
+                        errors[tp] = err
+                        required.pop(tp, None)
+        if raised:
+            # The new LSOs are durable and taken now, so the parked follower fetches can go at once.
             self.registry.notify(list(required))
         op = DelayedDeleteRecords(registry=self.registry, required=required,
                                   deadline_ms=now_ms() + max(1, timeout_ms))

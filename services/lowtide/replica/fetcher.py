@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from lowtide.client.replica import EpochQuery, FetchedPartition, FetchPosition, ReplicaClient, ReplicationStream
 from lowtide.errors import LowtideError, OffsetOutOfRange
+from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.metadata.model import BrokerInfo
 from lowtide.replica.partition import FOLLOWER, Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -217,6 +218,9 @@ class FetcherThread:
     def _apply(self, fetched: list[FetchedPartition]) -> None:
         lso_changed = appended = refresh = False
         touched = []
+        # The LSOs this answer raises are flushed once, together, and taken before the next fetch
+        # reports them to the leader (one flush per answer, not one per partition).
+        lso_commit = LogStartOffsetCommit()
         for r in fetched:
             p = self.registry.find(r.topic, r.partition)
             if p is None:
@@ -226,7 +230,8 @@ class FetcherThread:
             try:
                 if err is None:
                     a, l_changed = p.apply_fetched(records=r.records, leader_hw=r.high_watermark,
-                                                   leader_lso=r.log_start_offset, leader_epoch=r.leader_epoch)
+                                                   leader_lso=r.log_start_offset, leader_epoch=r.leader_epoch,
+                                                   lso_commit=lso_commit)
                     appended |= a
                     lso_changed |= l_changed
                 elif isinstance(err, OffsetOutOfRange):
@@ -245,6 +250,14 @@ class FetcherThread:
                     "topic": r.topic, "partition": r.partition, "error": apply_err.name,
                     "detail": apply_err.message}})
                 refresh = True
+        try:
+            lso_commit.commit()
+        except LowtideError as commit_err:  # none of these LSOs moved; the next answer brings them again
+            log.warning("cannot make the fetched log start offsets durable", extra={"fields": {
+                "leader": self.leader_id, "error": commit_err.name, "detail": commit_err.message}})
+            refresh = True
+        finally:
+            lso_commit.close()
         if refresh:
             self._stale = True
             self._request_reconcile()

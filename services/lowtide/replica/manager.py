@@ -11,6 +11,7 @@ in order, and is the one surface the servicer, the metrics collector and the ser
 * ``isr``           IsrUpdater: ISR expansion/shrink through the metadata store
 * ``housekeeping``  Housekeeping: ISR checks, retention, checkpoints
 * ``fetchers``      FetcherManager: follower fetch threads, one per leader
+* ``cleaner``       LogCleaner: compaction of the hosted compacted logs (log/cleaner/), leader or follower
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import redis as redis_lib
 
 from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
+from lowtide.errors import InvalidConfig
+from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
+from lowtide.log.cleaner.scheduler import LogCleaner
+from lowtide.log.partition_log import PartitionLog
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
@@ -44,8 +49,9 @@ class ReplicaManager:
 
     Contract: ``start()`` registers the broker, starts the DeleteRecords purgatory, reconciles
     once with the metadata, then starts the background threads (heartbeat, metadata events,
-    reconcile, ISR checks, checkpoints, retention) and, through reconciliation, the follower
-    fetchers. ``stop()`` is a clean shutdown: stop fetching, wake parked requests, fail waiting
+    reconcile, ISR checks, checkpoints, retention, the log cleaner unless ``log.cleaner.enable``
+    is false) and, through reconciliation, the follower fetchers. ``stop()`` is a clean shutdown:
+    stop cleaning and fetching, wake parked requests, fail waiting
     DeleteRecords, checkpoint LSO and HW, close logs, leave the cluster. Setting
     ``on_leader_lw_change`` subscribes to low-watermark changes of led partitions.
 
@@ -86,6 +92,9 @@ class ReplicaManager:
                                         fetch_limits=config.fetch_limits)
         self.housekeeping = Housekeeping(config=config, registry=self.registry, isr=self.isr,
                                          checkpoints=self.checkpoints)
+        # Every replica compacts its own copy of each compacted partition, as in Kafka.
+        self.cleaner_settings = CleanerSettings.from_broker_config(config.log_defaults)
+        self.cleaner = LogCleaner(data_dir=self.data_dir, logs=self._compacted_logs, settings=self.cleaner_settings)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -95,12 +104,15 @@ class ReplicaManager:
         self.membership.start()
         self.reconciler.start()
         self.housekeeping.start()
+        if self.cleaner_settings.enabled:
+            self.cleaner.start()
 
     def stop(self) -> None:
         """Clean shutdown: stop fetching, checkpoint LSO and HW, close logs, leave the cluster."""
         self.membership.stop()
         self.reconciler.stop()
         self.housekeeping.stop()
+        self.cleaner.stop()  # before the logs close: a pass in progress gives up and tidies up
         self.requests.stop()
         self.fetchers.stop()
         self.registry.notify()
@@ -116,6 +128,21 @@ class ReplicaManager:
         if self.isr.shrink_lagging(lag_time_max_ms=self.config.replica_lag_time_max_ms):
             self.registry.notify()
         self.deletes.recheck_low_watermarks(self.registry.leading())
+
+    def _compacted_logs(self) -> list[tuple[PartitionLog, CompactionConfig]]:
+        """For the cleaner: the hosted logs of compacted topics, with the topic's compaction knobs
+        (the broker's defaults overridden by the topic's config, as for the log's own settings)."""
+        out = []
+        for p in self.registry.all():
+            if not p.log.config.compacts:
+                continue
+            try:
+                compaction = CompactionConfig.from_topic_config({**self.config.log_defaults, **p.topic_info.config})
+            except InvalidConfig as exc:  # the front door validates topic configs; a bad broker default
+                log.warning("using default compaction settings for %s: %s", p.topic, exc)
+                compaction = CompactionConfig()
+            out.append((p.log, compaction))
+        return out
 
     # -- state ---------------------------------------------------------------------------------
     @property

@@ -10,6 +10,20 @@ on the produce/fetch paths).
     lowtide_partition_low_watermark_lag_records{topic,partition,replica}  leader LSO - LW, leader only
     lowtide_partition_in_sync_replicas{topic,partition,replica}           leader only
 
+The log cleaner's process totals (log/cleaner/scheduler.py), read at scrape time:
+
+    lowtide_log_cleaner_passes_total{replica}                 cleaning passes completed
+    lowtide_log_cleaner_failures_total{replica}               passes that failed (retried later)
+    lowtide_log_cleaner_bytes_read_total{replica}             segment bytes read (map + rewrite)
+    lowtide_log_cleaner_bytes_written_total{replica}          cleaned segment bytes written
+    lowtide_log_cleaner_dirty_bytes_total{replica}            dirty bytes the passes started from
+    lowtide_log_cleaner_records_removed_total{replica}        records removed (superseded, tombstones, keyless)
+    lowtide_log_cleaner_tombstones_removed_total{replica}     tombstones removed past their delete horizon
+    lowtide_log_cleaner_delete_horizons_set_total{replica}    batches given a KIP-534 delete horizon
+    lowtide_log_cleaner_segments_rolled_total{replica}        idle active segments rolled to become cleanable
+    lowtide_log_cleaner_pass_seconds_total{replica}           time spent in passes
+    lowtide_log_cleaner_throttle_seconds_total{replica}       of which asleep (log.cleaner.io.max.bytes.per.second)
+
 Counted on the request path (one labelled child per follower, cached per stream):
 
     lowtide_replication_streams{follower}                 open Replicate streams on this leader
@@ -19,7 +33,7 @@ Counted on the request path (one labelled child per follower, cached per stream)
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lowtide.replica.manager import ReplicaManager
@@ -71,3 +85,23 @@ class ReplicaCollector(Collector):
                                                           else plog.log_start_offset)
                 g["in_sync_replicas"].add_metric(labels, len(p.isr))
         yield from g.values()
+        yield from self._cleaner_counters(rid)
+
+    def _cleaner_counters(self, rid: str):
+        snap = self.manager.cleaner.metrics.snapshot()
+        for name, doc, value in [
+            ("passes", "Log cleaner passes completed", snap.passes),
+            ("failures", "Log cleaner passes that failed", snap.failures),
+            ("bytes_read", "Segment bytes the log cleaner read", snap.bytes_read),
+            ("bytes_written", "Cleaned segment bytes the log cleaner wrote", snap.bytes_written),
+            ("dirty_bytes", "Dirty bytes the log cleaner's passes started from", snap.dirty_bytes_cleaned),
+            ("records_removed", "Records the log cleaner removed", snap.records_removed),
+            ("tombstones_removed", "Tombstones removed past their delete horizon (KIP-534)", snap.tombstones_removed),
+            ("delete_horizons_set", "Batches given a delete horizon (KIP-534)", snap.delete_horizons_set),
+            ("segments_rolled", "Idle active segments of compacted logs rolled by the cleaner", snap.segments_rolled),
+            ("pass_seconds", "Seconds spent in log cleaner passes", snap.pass_seconds),
+            ("throttle_seconds", "Seconds the log cleaner slept to respect its I/O limit", snap.throttle_seconds),
+        ]:
+            counter = CounterMetricFamily(f"lowtide_log_cleaner_{name}", doc, labels=["replica"])
+            counter.add_metric([rid], value)
+            yield counter

@@ -21,7 +21,7 @@ from lowtide.errors import (
     PolicyViolation,
     UnknownLeaderEpoch,
 )
-from lowtide.log.partition_log import AppendInfo, PartitionLog
+from lowtide.log.partition_log import AppendInfo, LogStartOffsetCommit, PartitionLog
 from lowtide.metadata.model import PartitionState, TopicInfo
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
@@ -217,8 +217,10 @@ class Partition:
             return lw
 
     # -- leader: DeleteRecords ---------------------------------------------------------------
-    def delete_records_before(self, offset: int) -> tuple[int, bool]:
-        """KIP-107 leader step: returns (required offset, lso changed)."""
+    def delete_records_before(self, offset: int, *,
+                              lso_commit: LogStartOffsetCommit | None = None) -> tuple[int, bool]:
+        """KIP-107 leader step: returns (required offset, lso changed). With ``lso_commit`` the new
+        LSO is only written: it is flushed and taken by ``lso_commit.commit()``."""
         with self._lock:
             self.check_leader()
             if "delete" not in self.topic_info.cleanup_policy:
@@ -232,14 +234,19 @@ class Partition:
                                        f"[-1, high watermark {hw}]")
             if offset <= self.log.log_start_offset:
                 return offset, False
-            return offset, self.log.increment_log_start_offset(offset)
+            return offset, self.log.increment_log_start_offset(offset, commit=lso_commit)
 
     # -- follower ----------------------------------------------------------------------------
-    def apply_fetched(self, *, records: bytes, leader_hw: int, leader_lso: int,
-                      leader_epoch: int) -> tuple[bool, bool]:
+    def apply_fetched(self, *, records: bytes, leader_hw: int, leader_lso: int, leader_epoch: int,
+                      lso_commit: LogStartOffsetCommit | None = None) -> tuple[bool, bool]:
         """Follower: append what the leader sent, then adopt its HW and LSO (KIP-107 step 6).
         An answer from another leader epoch than ours, or one that arrives before our truncation,
-        is dropped. Returns (appended, lso_changed)."""
+        is dropped. Returns (appended, lso_changed).
+
+        With ``lso_commit`` (one per fetch answer) a raised LSO is only written here, and flushed
+        with those of the other partitions and taken by ``lso_commit.commit()``, which the caller
+        runs before its next fetch reports the LSOs; lso_changed then says it will move. A restart
+        at the leader's LSO (below) is made durable at once."""
         with self._lock:
             if self.role != FOLLOWER or leader_epoch != self.leader_epoch or self.truncation_pending:
                 return False, False
@@ -255,7 +262,8 @@ class Partition:
             self.log.set_high_watermark(min(leader_hw, leo))
             lso_changed = False
             if leader_lso > self.log.log_start_offset:
-                lso_changed = self.log.increment_log_start_offset(min(leader_lso, self.log.high_watermark))
+                lso_changed = self.log.increment_log_start_offset(min(leader_lso, self.log.high_watermark),
+                                                                  commit=lso_commit)
             return appended, lso_changed
 
     def epoch_to_query(self) -> int | None:

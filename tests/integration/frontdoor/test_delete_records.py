@@ -71,7 +71,7 @@ def test_bad_requests_get_their_kafka_error_and_change_nothing(cluster):
     s.create_topic(cluster, "t", partitions=1, rf=3)
     s.create_topic(cluster, "compacted", partitions=1, rf=3, config={"cleanup.policy": "compact"})
     fill(cluster, "t", batches=5)
-    assert s.produce(cluster, "compacted", [b"x"]).error_code == 0
+    assert s.produce(cluster, "compacted", [b"x"], keys=[b"k"]).error_code == 0  # compacted: keyed
 
     [above_hw] = s.delete_records(cluster, [("t", 0, 101)])
     assert above_hw.error_code == 1 and above_hw.low_watermark == -1   # OFFSET_OUT_OF_RANGE

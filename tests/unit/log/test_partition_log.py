@@ -12,12 +12,15 @@ from lowtide.errors import (
     CorruptMessage,
     InvalidConfig,
     InvalidRecord,
+    KafkaStorageError,
     MessageTooLarge,
     OffsetOutOfRange,
     RecordListTooLarge,
 )
 from lowtide.log import filenames
-from lowtide.log.partition_log import LogConfig, PartitionLog
+from lowtide.log.file_deleter import DELETER
+from lowtide.log.partition_log import LogConfig, LogStartOffsetCommit, PartitionLog
+from lowtide.log.start_offset_file import LogStartOffsetFile, StartOffsetSyncGroup
 from lowtide.record import decode_batches, encode_batch, iter_batches
 from tests.waiting import wait_until
 
@@ -25,8 +28,10 @@ SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)
 
 
 def produce(log: PartitionLog, count: int = 2, *, ts: int = 1000, size: int = 100) -> int:
-    """Append one batch of ``count`` records as leader; return its base offset."""
-    raw = encode_batch([b"v" * size] * count, timestamp_ms=ts)
+    """Append one batch of ``count`` records as leader (keyed if the log compacts, which refuses
+    keyless records); return its base offset."""
+    keys = [b"k%d" % i for i in range(count)] if log.config.compacts else None
+    raw = encode_batch([b"v" * size] * count, keys=keys, timestamp_ms=ts)
     return log.append_as_leader(raw, leader_epoch=1).base_offset
 
 
@@ -197,25 +202,131 @@ def test_increment_log_start_offset_above_high_watermark_raises_offset_out_of_ra
         log.increment_log_start_offset(2)
 
 
-def test_increment_log_start_offset_to_the_log_end_rolls_a_new_empty_segment(log):
+def test_increment_log_start_offset_to_the_log_end_soon_leaves_one_empty_segment_there(log):
     produce(log)
     log.set_high_watermark(2)
     log.increment_log_start_offset(2)
-    assert log.describe()["segments"] == [(2, 2, 0)]
-    assert log_files(log.dir) == [filenames.log_file_name(2)]
+    assert log.log_start_offset == 2
     assert log.read(2, max_bytes=100, max_offset=2) == b""
+    # Emptied by the file deleter's thread, off the caller's path.
+    wait_until(lambda: log.describe()["segments"] == [(2, 2, 0)], what="the wholly deleted active segment emptied")
+    assert log_files(log.dir) == [filenames.log_file_name(2)]
     produce(log)
     assert log.log_end_offset == 4
+
+
+@pytest.fixture
+def file_deleter_held():
+    """The file deleter's thread blocked until the test ends (work handed to it waits)."""
+    release = threading.Event()
+    DELETER.schedule_call(lambda: release.wait(10))
+    yield
+    release.set()
+
+
+def test_an_append_before_the_wholly_deleted_active_segment_is_emptied_lands_after_its_dead_bytes(
+        log, file_deleter_held):
+    produce(log)
+    log.set_high_watermark(2)
+    log.increment_log_start_offset(2)
+    assert log.describe()["segments"][0][:2] == (0, 2)  # not emptied yet: the deleter is busy
+
+    produce(log)
+
+    assert (log.log_start_offset, log.log_end_offset) == (2, 4)
+    assert offsets_of(log.read(2, max_bytes=1 << 20, max_offset=4)) == [2, 3]
+    with pytest.raises(OffsetOutOfRange):
+        log.read(0, max_bytes=1 << 20, max_offset=4)
 
 
 def test_deleted_segment_files_leave_the_directory_soon_after_the_log_start_offset_passes_them(log):
     produce(log)
     log.set_high_watermark(2)
     log.increment_log_start_offset(2)
-    wait_until(lambda: not any(n.endswith(filenames.DELETED_SUFFIX) for n in os.listdir(log.dir)),
-               what="no *.deleted file left")
-    assert sorted(os.listdir(log.dir)) == sorted(
-        [filenames.LOG_START_OFFSET_FILE, *filenames.segment_file_names(2)])
+    wait_until(lambda: sorted(os.listdir(log.dir)) == sorted(
+        [filenames.LOG_START_OFFSET_FILE, *filenames.segment_file_names(2)]), what="only the empty segment at 2 left")
+
+
+def twenty_records(tmp_path, name: str = "t-0") -> PartitionLog:
+    log = PartitionLog.open(tmp_path / name, topic="t", partition=0, config=SMALL)
+    for _ in range(10):
+        produce(log)
+    log.set_high_watermark(20)
+    return log
+
+
+def test_a_log_start_offset_commit_moves_nothing_until_it_commits_then_every_log_with_one_flush(
+        tmp_path, monkeypatch):
+    logs = [twenty_records(tmp_path, f"t-{i}") for i in range(3)]
+    flushes = []
+    real_flush = StartOffsetSyncGroup.flush
+    monkeypatch.setattr(StartOffsetSyncGroup, "flush", lambda self: (flushes.append(len(self)), real_flush(self)))
+    first_segments = logs[0].describe()["segments"]
+
+    with LogStartOffsetCommit() as commit:
+        assert all(log.increment_log_start_offset(15, commit=commit) for log in logs)
+        assert [log.log_start_offset for log in logs] == [0, 0, 0]  # written, not taken
+        assert logs[0].describe()["segments"] == first_segments
+        assert offsets_of(logs[0].read(0, max_bytes=1 << 20, max_offset=20))[0] == 0  # still readable
+        assert commit.commit() == logs
+
+    assert flushes == [3]
+    assert [log.log_start_offset for log in logs] == [15, 15, 15]
+    with pytest.raises(OffsetOutOfRange):
+        logs[0].read(0, max_bytes=1 << 20, max_offset=20)
+    assert logs[0].describe()["segments"][0][0] > 0
+    for log in logs:
+        log.close()
+    again = PartitionLog.open(tmp_path / "t-1", topic="t", partition=0, config=SMALL)
+    assert again.log_start_offset == 15
+    again.close()
+
+
+def test_a_plain_raise_below_an_unfinished_commit_flushes_that_write_and_takes_its_own_offset(tmp_path):
+    log = twenty_records(tmp_path)
+    commit = LogStartOffsetCommit()
+    log.increment_log_start_offset(15, commit=commit)
+
+    assert log.increment_log_start_offset(10) is True  # no write below 15: the file then says 15 durably
+
+    assert log.log_start_offset == 10
+    assert LogStartOffsetFile(log.dir).read() == 15
+    assert commit.commit() == [log]
+    assert log.log_start_offset == 15
+    log.close()
+
+
+def test_a_commit_does_not_take_a_log_start_offset_that_a_full_truncation_replaced(tmp_path):
+    log = twenty_records(tmp_path)
+    commit = LogStartOffsetCommit()
+    log.increment_log_start_offset(15, commit=commit)
+
+    log.truncate_fully_and_start_at(4)  # a follower restarting below it
+
+    assert commit.commit() == []
+    assert (log.log_start_offset, log.log_end_offset) == (4, 4)
+    log.close()
+    again = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    assert again.log_start_offset == 4
+    again.close()
+
+
+def test_when_the_commit_flush_fails_no_log_start_offset_moves(tmp_path):
+    log = twenty_records(tmp_path)
+    commit = LogStartOffsetCommit()
+    log.increment_log_start_offset(15, commit=commit)
+
+    def fail() -> None:
+        raise KafkaStorageError("cannot flush the log start offset files: Input/output error")
+
+    commit.sync_group.flush = fail
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        commit.commit()
+
+    assert log.log_start_offset == 0
+    assert log.increment_log_start_offset(16) is True  # flushes the unflushed 15 first, then writes 16
+    assert log.log_start_offset == 16
+    log.close()
 
 
 def test_delayed_file_deletion_renames_then_removes_segment_files(tmp_path):

@@ -48,8 +48,10 @@ class Replicas:
         return self.by_broker[broker]
 
     def produce(self, count: int = 5) -> AppendInfo:
-        """One batch of ``count`` records appended on the leader (acks=1)."""
-        return self.leader.append_as_leader(encode_batch([b"value-%d" % i for i in range(count)]),
+        """One batch of ``count`` records appended on the leader (acks=1); keyed on a compacted
+        topic, which refuses records without a key."""
+        keys = [b"key-%d" % i for i in range(count)] if self.leader.log.config.compacts else None
+        return self.leader.append_as_leader(encode_batch([b"value-%d" % i for i in range(count)], keys=keys),
                                             acks=1, min_insync_replicas=1)
 
     def fetch_once(self, broker: int) -> None:

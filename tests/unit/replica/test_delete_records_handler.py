@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import redis as redis_lib
 
+from lowtide.errors import KafkaStorageError
+from lowtide.log.start_offset_file import StartOffsetSyncGroup
 from lowtide.purgatory import Purgatory
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.registry import PartitionRegistry
@@ -52,3 +54,48 @@ def test_results_come_back_in_request_order_with_errors_in_place(replicas, purga
 
     assert [(t, p) for t, p, _ in results] == [(TOPIC, 7), (TOPIC, 0)]
     assert results[0][2].name == "UNKNOWN_TOPIC_OR_PARTITION" and results[1][2] == 0
+
+
+def leaders_alone(make_replicas, count: int) -> tuple[list, PartitionRegistry]:
+    """``count`` single-partition topics led by broker 0, the only live broker and ISR member, so
+    each low watermark is the leader's LSO; and broker 0's registry hosting them."""
+    sets = [make_replicas(topic=f"t{i}", isr=(0,)) for i in range(count)]
+    for r in sets:
+        r.produce(10)
+    registry = PartitionRegistry(broker_id=0)
+    leaders = {r.leader.key: r.leader for r in sets}
+    registry.apply_assignment({r.leader.key: r.state for r in sets}, open_partition=leaders.__getitem__)
+    registry.update_live_brokers({0})
+    return sets, registry
+
+
+def test_one_request_over_many_partitions_makes_their_log_start_offsets_durable_with_one_flush(
+        make_replicas, purgatory, monkeypatch):
+    sets, registry = leaders_alone(make_replicas, 3)
+    flushes = []
+    real_flush = StartOffsetSyncGroup.flush
+    monkeypatch.setattr(StartOffsetSyncGroup, "flush", lambda self: (flushes.append(len(self)), real_flush(self)))
+    handler = DeleteRecordsHandler(registry=registry, purgatory=purgatory)
+
+    results = handler.delete_records([("t0", 0, 7), ("t1", 0, 7), ("t2", 0, 7)], timeout_ms=1000)
+
+    assert results == [("t0", 0, 7), ("t1", 0, 7), ("t2", 0, 7)]
+    assert flushes == [3]
+    assert [r.leader.log.log_start_offset for r in sets] == [7, 7, 7]
+
+
+def test_when_the_flush_fails_the_raised_partitions_fail_and_keep_their_log_start_offset(
+        make_replicas, purgatory, monkeypatch):
+    sets, registry = leaders_alone(make_replicas, 2)
+
+    def fail(self) -> None:
+        raise KafkaStorageError("cannot flush the log start offset files of 2 partitions: Input/output error")
+
+    monkeypatch.setattr(StartOffsetSyncGroup, "flush", fail)
+    handler = DeleteRecordsHandler(registry=registry, purgatory=purgatory)
+
+    results = handler.delete_records([("t0", 0, 7), ("t1", 0, 0)], timeout_ms=1000)
+
+    assert results[0][2].name == "KAFKA_STORAGE_ERROR"
+    assert results[1] == ("t1", 0, 0)  # nothing to raise there: not part of the failed flush
+    assert [r.leader.log.log_start_offset for r in sets] == [0, 0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lowtide.errors import OffsetOutOfRange
+from lowtide.log.partition_log import LogStartOffsetCommit
 
 
 def test_a_follower_adopts_the_leader_log_start_offset_and_reports_it_on_its_next_fetch(replicas):
@@ -26,6 +27,18 @@ def test_apply_fetched_reports_whether_the_log_start_offset_moved(replicas):
     assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8, leader_epoch=1) == (False, True)
     assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8, leader_epoch=1) == (False, False)
     assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=5, leader_epoch=1) == (False, False)  # never
+    assert follower.log.log_start_offset == 8
+
+
+def test_with_a_commit_the_follower_takes_the_leader_log_start_offset_only_once_it_is_flushed(replicas):
+    follower = replicas.follower(1)
+    commit = LogStartOffsetCommit()
+
+    assert follower.apply_fetched(records=b"", leader_hw=20, leader_lso=8, leader_epoch=1,
+                                  lso_commit=commit) == (False, True)
+
+    assert follower.log.log_start_offset == 0  # what the next fetch would report: not durable yet
+    assert commit.commit() == [follower.log]
     assert follower.log.log_start_offset == 8
 
 
