@@ -5,6 +5,7 @@
   Every cluster it made is stopped at the end of the test, pass or fail; when the test failed, the
   tail of each service's log is printed (pytest shows it under "Captured stdout teardown").
 * ``cluster``: the usual 3-replica cluster with small segments and a short ISR lag limit.
+* ``running_cluster(request, config)``: the same lifecycle for a module-scoped fixture.
 
 Every test under ``tests/integration`` gets the ``integration`` marker, so ``pytest -m integration``
 selects them and ``-m "not integration"`` skips them.
@@ -107,3 +108,19 @@ def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
     """3 replicas, 1 frontdoor (+ coordinator/scanner once built), segment.bytes=65536,
     replica.lag.time.max.ms=3000."""
     return cluster_factory()
+
+
+
+def running_cluster(request: pytest.FixtureRequest, config: ClusterConfig) -> Iterator[LocalCluster]:
+    """Body of a (module-scoped) cluster fixture: up, yield, down; the services' log tails are
+    printed when a test failed while the cluster was up."""
+    require_redis_server()
+    cluster = LocalCluster(config)
+    failed_before = request.session.testsfailed
+    try:
+        cluster.up(detach=True)
+        yield cluster
+    finally:
+        if request.session.testsfailed > failed_before:
+            print_log_tails(cluster)
+        cluster.down(timeout_s=10.0)

@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
@@ -142,3 +144,15 @@ def cli_json(*args: str, ok: bool = True) -> dict:
     if ok:
         assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def metric(cluster: LocalCluster, service: str, sample: str, **labels: str) -> float:
+    """The first sample named ``sample`` (e.g. ``..._total``) whose labels include ``labels`` on
+    ``service``'s /metrics; 0 when no such series exists yet."""
+    with urllib.request.urlopen(cluster.service(service).metrics_url, timeout=5) as reply:
+        text = reply.read().decode()
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == sample and labels.items() <= found.labels.items():
+                return float(found.value)
+    return 0.0

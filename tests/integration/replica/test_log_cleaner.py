@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 from lowtide.errors import LowtideError
@@ -56,9 +55,7 @@ def produce_keys(cluster: LocalCluster, topic: str, rounds: int, *, value_size: 
 
 
 def cleaner_counter(cluster: LocalCluster, broker_id: int, name: str) -> float:
-    text = urllib.request.urlopen(cluster.service(f"replica-{broker_id}").metrics_url, timeout=5).read().decode()
-    line = next(x for x in text.splitlines() if x.startswith(f"lowtide_log_cleaner_{name}_total{{"))
-    return float(line.rsplit(" ", 1)[1])
+    return s.metric(cluster, f"replica-{broker_id}", f"lowtide_log_cleaner_{name}_total")
 
 
 def test_a_compacted_topic_keeps_each_keys_latest_value_and_loses_a_tombstone_soon_after_its_horizon(

@@ -24,7 +24,7 @@ from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.record import encode_batch
 from lowtide_pb import common_pb2, replica_pb2
 from tests.integration import support as s
-from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, print_log_tails, require_redis_server
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 TOPIC_AUTHORIZATION_FAILED = 29
 
@@ -41,18 +41,9 @@ def service_token(cluster: LocalCluster, name: str) -> list[tuple[str, str]]:
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One auth-enabled 3-replica cluster for the module (each test uses its own topics). A long
     session timeout keeps a paused follower live, so it still counts toward the low watermark."""
-    require_redis_server()
-    cluster = LocalCluster(ClusterConfig(data_dir=tmp_path_factory.mktemp("auth-cluster"), replicas=3,
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("auth-cluster"), replicas=3,
                                          replica_config=dict(DEFAULT_REPLICA_CONFIG), auth_enabled=True,
                                          session_timeout_ms=30000))
-    failed_before = request.session.testsfailed
-    try:
-        cluster.up(detach=True)
-        yield cluster
-    finally:
-        if request.session.testsfailed > failed_before:
-            print_log_tails(cluster)
-        cluster.down(timeout_s=10.0)
 
 
 @pytest.fixture(scope="module")

@@ -9,45 +9,26 @@ Which transport carried the rounds is read from the leader's /metrics
 
 from __future__ import annotations
 
-import re
 import signal
-import urllib.request
 
 import grpc
 import pytest
 
 from lowtide.record import encode_batch
 from lowtide_pb import replica_pb2
+from tests.bench.common import rss_bytes
 from tests.integration import support as s
 
 MiB = 1 << 20
 
 
-def rss_bytes(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def metric(cluster, broker: int, name: str, **labels: str) -> float:
-    """One sample of the replica's /metrics (0 when the series does not exist yet)."""
-    url = cluster.service(f"replica-{broker}").metrics_url
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
-        if m and ",".join(sorted(m.group(1).split(","))) == want:
-            return float(m.group(2))
-    return 0.0
-
-
 def streams(cluster, leader: int, follower: int) -> float:
-    return metric(cluster, leader, "lowtide_replication_streams", follower=str(follower))
+    return s.metric(cluster, f"replica-{leader}", "lowtide_replication_streams", follower=str(follower))
 
 
 def rounds(cluster, leader: int, follower: int, transport: str) -> float:
-    return metric(cluster, leader, "lowtide_replication_rounds_total", follower=str(follower), transport=transport)
+    return s.metric(cluster, f"replica-{leader}", "lowtide_replication_rounds_total", follower=str(follower),
+                    transport=transport)
 
 
 def produce_batches(cluster, topic: str, n: int, *, leader: int, acks: int = -1, tag: str = "v") -> list[bytes]:

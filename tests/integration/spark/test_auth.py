@@ -10,22 +10,13 @@ import pytest
 from lowtide.client import Admin
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from tests.integration import support as s
-from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, print_log_tails, require_redis_server
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 
 @pytest.fixture(scope="module")
 def auth_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    require_redis_server()
-    cluster = LocalCluster(ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-auth"), replicas=3,
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-auth"), replicas=3,
                                          replica_config=dict(DEFAULT_REPLICA_CONFIG), auth_enabled=True))
-    failed_before = request.session.testsfailed
-    try:
-        cluster.up(detach=True)
-        yield cluster
-    finally:
-        if request.session.testsfailed > failed_before:
-            print_log_tails(cluster)
-        cluster.down(timeout_s=10.0)
 
 
 def test_a_token_option_lets_a_spark_job_write_and_read_and_no_token_gets_nothing(spark, auth_cluster, tmp_path):
