@@ -21,7 +21,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools chart-lint chaos
+        contract-check tools chart-lint chaos dashboards
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -35,6 +35,7 @@ help:
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
 	@echo "make chart-lint        helm lint + helm template of charts/lowtide"
+	@echo "make dashboards        regenerate charts/lowtide/dashboards/*.json and rules/*.yaml from lowtide.observability"
 	@echo "make contract-check    run ../shared/tools/contract-check against a fresh local cluster"
 	@echo "make clean / distclean remove generated files / also .venv and .tools"
 
@@ -97,10 +98,15 @@ contract-check: setup
 	@if [ -f $(CONTRACT_CHECK) ]; then bash $(CONTRACT_CHECK); \
 	else echo "contract-check: $(CONTRACT_CHECK) not present, skipped"; fi
 
+dashboards: $(PIP_STAMP)
+	@$(PY) -m lowtide.observability charts/lowtide
+
 chart-lint:
 	@if command -v helm >/dev/null; then \
 	  helm lint charts/lowtide && helm template lt charts/lowtide >/dev/null && \
 	  helm template lt charts/lowtide --set redis.enabled=false --set redis.externalUrl=redis://r:6379/0 >/dev/null && \
+	  helm template lt charts/lowtide --api-versions monitoring.coreos.com/v1/PrometheusRule \
+	    --show-only templates/observability.yaml | grep -q 'kind: PrometheusRule' && \
 	  echo "chart-lint: charts/lowtide ok"; \
 	else echo "chart-lint: helm not found (make tools builds it), skipped"; fi
 

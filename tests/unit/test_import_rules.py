@@ -31,7 +31,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},
-    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth"},
+    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
+    # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
+    "observability": BASE | {"common"},
     # The Spark data source is a client: it may not reach into servers or the storage engine.
     "spark": BASE | {"record", "rpc", "client", "auth"},
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",

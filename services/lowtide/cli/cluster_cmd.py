@@ -40,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--session-timeout-ms", type=int, default=None, help="replica liveness session timeout")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="replica broker setting or topic-config default (segment.bytes=65536, ...)")
+    up.add_argument("--with-prometheus", action="store_true",
+                    help="also start a real Prometheus scraping every service, with lowtide's alert rules")
     up.add_argument("--health-timeout", type=float, default=60.0, help="seconds to wait for health SERVING")
     add_output_flag(up)
     up.set_defaults(func=run_up)
@@ -67,7 +69,8 @@ def build_config(args: argparse.Namespace) -> ClusterConfig:
             data_dir=args.data_dir, replicas=args.replicas, frontdoors=args.frontdoors,
             replica_config=parse_config_pairs(args.config), auth_enabled=args.auth_enabled,
             tokens_file=args.tokens_file, super_users=args.super_users,
-            session_timeout_ms=args.session_timeout_ms, health_timeout_s=args.health_timeout)
+            session_timeout_ms=args.session_timeout_ms, health_timeout_s=args.health_timeout,
+            with_prometheus=args.with_prometheus)
         if args.coordinators is not None:
             config.coordinators = args.coordinators
         config.validate()
@@ -147,6 +150,7 @@ def format_cluster(doc: dict[str, Any]) -> str:
              f"  bootstrap     {doc['bootstrap']}",
              f"  redis         {doc['redis']}",
              f"  object store  {doc['object_store']}",
+             *([f"  prometheus    {doc['prometheus']}"] if doc.get("prometheus") else []),
              "",
              f"  {'NAME':<18} {'KIND':<15} {'GRPC':<22} {'METRICS':<38} PID"]
     for s in doc["services"]:

@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
     keep_dir = bool(args.data_dir) or args.keep
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="lowtide-demo-"))
     try:
+        # A real Prometheus (with the alert rules) when the machine has one: `make setup` installs it.
         cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3,
-                                             replica_config={"segment.bytes": str(args.segment_bytes)}))
+                                             replica_config={"segment.bytes": str(args.segment_bytes)},
+                                             with_prometheus=shutil.which("prometheus") is not None))
         progress(args, f"[1/{STEPS}] starting a local cluster in {data_dir} (redis-server, 3 replicas, front door)")
         cluster.up(detach=True, progress=lambda m: progress(args, "      " + m))
         try:
@@ -89,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
             for entry in cluster.services():
                 if entry.metrics_url:
                     progress(args, f"        {entry.name:<12} {entry.metrics_url}")
+            if cluster.state.prometheus:
+                progress(args, f"      Prometheus (scraping all of them, alert rules loaded): "
+                               f"{cluster.state.prometheus['url']}")
             with Admin(cluster.bootstrap) as admin:
                 doc = _run_demo(args, cluster, admin)
         finally:
@@ -169,7 +174,8 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> 
             "deleted_as_expected": all(r["error"] is None and r["after"]["lw"] == r["committed_slow"] for r in rows),
             "disk_freed_on_every_replica": all(r["bytes_after"].get(k, 0) < b for r in rows
                                                for k, b in r["bytes_before"].items()),
-            "metrics": [e.metrics_url for e in cluster.services() if e.metrics_url]}
+            "metrics": [e.metrics_url for e in cluster.services() if e.metrics_url],
+            "prometheus": cluster.state.prometheus.get("url")}
 
 
 def _render(doc: dict) -> str:
@@ -205,6 +211,9 @@ def _render(doc: dict) -> str:
         lines.append("Metrics (Prometheus text) were served during the run at these addresses; the cluster "
                      "is stopped now (--keep leaves it running):")
     lines += [f"  {u}" for u in doc["metrics"]]
+    if doc.get("prometheus"):
+        lines.append(f"Prometheus {'at' if doc['metrics_live'] else 'was at'} {doc['prometheus']} (alert rules "
+                     "loaded; Grafana dashboards in charts/lowtide/dashboards/*.json).")
     lines.append("In Kubernetes, Prometheus scrapes them through the chart's annotations (charts/lowtide).")
     if doc["data_dir"]:
         lines.append(f"The cluster's directory (data, logs, cluster.json) is kept in {doc['data_dir']}.")

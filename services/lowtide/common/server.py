@@ -26,6 +26,7 @@ from prometheus_client import start_http_server
 from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide.rpc.interceptor import ErrorInterceptor
+from lowtide.rpc.metrics import MetricsInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
           grace_seconds: float = 5.0, ready: Callable[[], None] | None = None) -> None:
     """Run a service until SIGTERM/SIGINT. Blocks."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-                         interceptors=[ErrorInterceptor(translate=translate_store_errors)], options=SERVER_OPTIONS)
+                         # Metrics outermost: it times the whole call and reads the status errors were mapped to.
+                         interceptors=[MetricsInterceptor(), ErrorInterceptor(translate=translate_store_errors)],
+                         options=SERVER_OPTIONS)
     spec.register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

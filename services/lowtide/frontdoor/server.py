@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import redis as redis_lib
+from prometheus_client import REGISTRY
 
 from lowtide.auth.access import auth_enabled_from_env, parse_super_users
 from lowtide.auth.acl import Authorizer
@@ -31,6 +32,7 @@ from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
+from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
                                              token_file=args.token_file))
+    REGISTRY.register(ClusterCollector(parts.store))
     controller = None
     if args.controller:
         controller = Controller(store=parts.store, config=ControllerConfig(

@@ -44,6 +44,8 @@ from lowtide.localcluster import control
 from lowtide.localcluster.config import ClusterConfig
 from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind
 from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
+from lowtide.observability.prometheus import ScrapeTarget, start_prometheus
+from lowtide.observability.prometheus import write_config as write_prometheus_config
 
 Progress = Callable[[str], None]
 
@@ -204,10 +206,13 @@ class LocalCluster:
                     self._wait_healthy(batch, timeout_s=self.config.health_timeout_s, progress=say)
             except BaseException:
                 say("start failed; stopping what was started...")
+                self._stop_prometheus(self._state, timeout_s=10.0, progress=say)
                 self._stop_entries(started, timeout_s=10.0, progress=say)
                 self._state.state = "stopped"
                 write_state(self._state)
                 raise
+            if self.config.with_prometheus:
+                self._start_prometheus(previous, say)
             self._state.state = "running"
             write_state(self._state)
             if not detach:
@@ -224,7 +229,8 @@ class LocalCluster:
                 return {"data_dir": str(self.data_dir), "services": [], "message": "no cluster here"}
             self._state = state
             self._stop_foreground_supervisor(timeout_s=timeout_s, progress=say)
-            results = self._stop_entries(state.services, timeout_s=timeout_s, progress=say)
+            results = self._stop_prometheus(state, timeout_s=timeout_s, progress=say)
+            results += self._stop_entries(state.services, timeout_s=timeout_s, progress=say)
             state.state = "stopped"
             write_state(state)
             (self.data_dir / SUPERVISOR_PID_FILE).unlink(missing_ok=True)
@@ -243,8 +249,12 @@ class LocalCluster:
                              "alive": alive, "health": self._check_health(entry) if alive else control.STOPPED,
                              "metrics": entry.metrics_url, "log": entry.log})
             healthy = bool(rows) and all(r["alive"] and r["health"] == control.SERVING for r in rows)
-            return {"data_dir": str(self.data_dir), "state": state.state, "bootstrap": state.bootstrap,
-                    "healthy": healthy, "services": rows}
+            report = {"data_dir": str(self.data_dir), "state": state.state, "bootstrap": state.bootstrap,
+                      "healthy": healthy, "services": rows}
+            if state.prometheus:
+                report["prometheus"] = {"url": state.prometheus["url"], "pid": state.prometheus["pid"],
+                                        "alive": control.is_pid_alive(int(state.prometheus["pid"]))}
+            return report
 
     # ------------------------------------------------------------------ single-process control
 
@@ -352,6 +362,33 @@ class LocalCluster:
                             state="starting", config=self.config.to_json())
 
     # --------------------------------------------------------------------------------- helpers
+
+    def _start_prometheus(self, previous: ClusterState | None, say: Progress) -> None:
+        """Start a real Prometheus scraping every service, on the port it had before if free."""
+        directory = self.data_dir / "prometheus"
+        old_url = (previous.prometheus.get("url", "") if previous else "") or ""
+        old_port = int(old_url.rpartition(":")[2]) if old_url else 0
+        port = old_port if old_port and is_port_free(old_port) else find_free_port()
+        targets = [ScrapeTarget(job=f"lowtide-{s.kind}", address=s.metrics_addr, labels={"service": s.name})
+                   for s in self.state.services if s.metrics_addr]
+        write_prometheus_config(directory, targets, scrape_interval=self.config.prometheus_scrape_interval,
+                                rule_for_override=self.config.prometheus_rule_for)
+        say(f"starting prometheus on 127.0.0.1:{port}...")
+        proc = start_prometheus(directory, port=port)
+        self._procs["prometheus"] = proc
+        self.state.prometheus = {"url": f"http://127.0.0.1:{port}", "pid": proc.pid, "dir": str(directory)}
+        say(f"prometheus ready: http://127.0.0.1:{port} (alert rules: {directory / 'lowtide-alerts.yaml'})")
+
+    def _stop_prometheus(self, state: ClusterState | None, *, timeout_s: float,
+                         progress: Progress) -> list[dict[str, Any]]:
+        if state is None or not state.prometheus:
+            return []
+        pid = int(state.prometheus["pid"])
+        address = state.prometheus["url"].removeprefix("http://")
+        if control.is_pid_alive(pid):
+            progress("stopping prometheus...")
+        outcome = control.terminate(pid, address=address, timeout_s=timeout_s, proc=self._procs.get("prometheus"))
+        return [{"name": "prometheus", "kind": "prometheus", "pid": pid, "result": outcome}]
 
     @contextmanager
     def _startup_lock(self) -> Iterator[None]:

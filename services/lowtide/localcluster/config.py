@@ -75,6 +75,10 @@ class ClusterConfig:
     session_timeout_ms: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     health_timeout_s: float = 60.0
+    # A real Prometheus scraping every service, with lowtide's alert rules loaded (issue 16).
+    with_prometheus: bool = False
+    prometheus_scrape_interval: str = "2s"
+    prometheus_rule_for: str | None = None  # replaces every rule's `for:` (tests use a short one)
 
     def __post_init__(self) -> None:
         # Children run with cwd=data_dir and the path lands in cluster.json: make it absolute.
@@ -130,7 +134,9 @@ class ClusterConfig:
             "auth_enabled": self.auth_enabled,
             "tokens_file": str(self.tokens_file) if self.tokens_file else None,
             "super_users": self.super_users, "session_timeout_ms": self.session_timeout_ms,
-            "extra_env": dict(self.extra_env),
+            "extra_env": dict(self.extra_env), "with_prometheus": self.with_prometheus,
+            "prometheus_scrape_interval": self.prometheus_scrape_interval,
+            "prometheus_rule_for": self.prometheus_rule_for,
         }
 
     @classmethod

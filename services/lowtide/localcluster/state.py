@@ -69,6 +69,8 @@ class ClusterState:
     state: str = "running"  # "running" | "stopped": what the last up/down left behind
     config: dict[str, Any] = field(default_factory=dict)
     auth: dict[str, Any] = field(default_factory=dict)
+    # With --with-prometheus: {"url", "pid", "dir"} of the cluster's Prometheus.
+    prometheus: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         doc = {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
@@ -76,6 +78,9 @@ class ClusterState:
                "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
         if self.auth:
             doc["auth"] = self.auth
+        if self.prometheus:
+            doc["prometheus"] = self.prometheus["url"]
+            doc["prometheus_process"] = self.prometheus
         return doc
 
     @classmethod
@@ -84,7 +89,7 @@ class ClusterState:
                    object_store=doc.get("object_store", ""),
                    services=[ServiceEntry.from_json(s) for s in doc.get("services", [])],
                    state=doc.get("state", "running"), config=dict(doc.get("config") or {}),
-                   auth=dict(doc.get("auth") or {}))
+                   auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)

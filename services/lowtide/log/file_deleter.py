@@ -24,7 +24,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from prometheus_client import Counter
+
 log = logging.getLogger(__name__)
+
+# Disk space given back by deleted segments (their .log and index files), for the Deletion
+# dashboard: DeleteRecords and retention make a log start offset move; this is when it pays off.
+RECLAIMED_BYTES = Counter("lowtide_log_reclaimed_bytes", "Bytes of deleted segment files unlinked from disk")
 
 
 class PendingDelete:
@@ -42,7 +48,9 @@ class PendingDelete:
             return
         for path in self.paths:
             try:
+                size = path.stat().st_size if path.exists() else 0
                 path.unlink(missing_ok=True)
+                RECLAIMED_BYTES.inc(size)
             except OSError as exc:  # nothing to hand it to: the next open removes leftovers
                 log.warning("cannot delete %s: %s", path, exc)
         self.done = True

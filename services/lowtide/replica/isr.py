@@ -14,6 +14,7 @@ import redis as redis_lib
 
 from lowtide.errors import LowtideError
 from lowtide.metadata.store import MetadataStore
+from lowtide.replica.metrics import ISR_EXPANDS, ISR_SHRINKS
 from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
 
@@ -52,7 +53,13 @@ class IsrUpdater:
             self.wake_reconciler()
             return False
         log.info("ISR changed", extra={"fields": {"topic": p.topic, "partition": p.partition, "isr": list(st.isr)}})
-        return p.set_isr(st)
+        before, after = frozenset(p.isr), frozenset(st.isr)
+        moved = p.set_isr(st)
+        if before - after:
+            ISR_SHRINKS.labels(p.topic).inc()
+        if after - before:
+            ISR_EXPANDS.labels(p.topic).inc()
+        return moved
 
     def shrink_lagging(self, *, lag_time_max_ms: int) -> bool:
         """One ISR check over every hosted partition; returns whether any HW moved."""

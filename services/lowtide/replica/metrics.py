@@ -9,6 +9,12 @@ on the produce/fetch paths).
     lowtide_partition_low_watermark{topic,partition,replica}              leader only
     lowtide_partition_low_watermark_lag_records{topic,partition,replica}  leader LSO - LW, leader only
     lowtide_partition_in_sync_replicas{topic,partition,replica}           leader only
+    lowtide_partition_replicas{topic,partition,replica}                   assigned replicas, leader only
+    lowtide_partition_under_replicated{topic,partition,replica}           1 when ISR < replicas, leader only
+    lowtide_partition_leader{topic,partition,replica}                     1 on the leader, 0 elsewhere
+
+Series are computed from the partitions hosted at scrape time, so a partition that is deleted or
+moves away stops being reported at once (no stale series).
 
 The log cleaner's process totals (log/cleaner/scheduler.py), read at scrape time:
 
@@ -28,16 +34,24 @@ Counted on the request path (one labelled child per follower, cached per stream)
 
     lowtide_replication_streams{follower}                 open Replicate streams on this leader
     lowtide_replication_rounds_total{follower,transport}  follower fetch rounds answered (stream|fetch)
+    lowtide_produce_bytes_total{topic}                    record batch bytes appended by produce requests
+    lowtide_fetch_bytes_total{topic,kind}                 record bytes returned (kind: consumer | follower)
+    lowtide_isr_shrinks_total{topic}                      ISR changes this leader made that removed replicas
+    lowtide_isr_expands_total{topic}                      ISR changes this leader made that added replicas
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
+
+if TYPE_CHECKING:  # the manager imports the ISR updater, which counts into this module
+    from lowtide.replica.manager import ReplicaManager
 
 LABELS = ["topic", "partition", "replica"]
 
@@ -45,6 +59,29 @@ REPLICATION_STREAMS = Gauge("lowtide_replication_streams", "Open Replicate strea
                             ["follower"])
 REPLICATION_ROUNDS = Counter("lowtide_replication_rounds", "Follower fetch rounds answered by this leader",
                              ["follower", "transport"])
+PRODUCE_BYTES = Counter("lowtide_produce_bytes", "Record batch bytes appended by produce requests", ["topic"])
+FETCH_BYTES = Counter("lowtide_fetch_bytes", "Record bytes returned by fetches", ["topic", "kind"])
+_produce_children: dict[str, Counter] = {}
+_fetch_children: dict[tuple[str, str], Counter] = {}
+
+
+def count_produced_bytes(topic: str, size: int) -> None:
+    # Children cached per topic: labels() takes a lock and builds a tuple on every call.
+    child = _produce_children.get(topic)
+    if child is None:
+        child = _produce_children[topic] = PRODUCE_BYTES.labels(topic)
+    child.inc(size)
+
+
+def count_fetched_bytes(topic: str, kind: str, size: int) -> None:
+    child = _fetch_children.get((topic, kind))
+    if child is None:
+        child = _fetch_children[(topic, kind)] = FETCH_BYTES.labels(topic, kind)
+    child.inc(size)
+
+
+ISR_SHRINKS = Counter("lowtide_isr_shrinks", "ISR changes made by this leader that removed replicas", ["topic"])
+ISR_EXPANDS = Counter("lowtide_isr_expands", "ISR changes made by this leader that added replicas", ["topic"])
 
 
 class ReplicaCollector(Collector):
@@ -67,6 +104,9 @@ class ReplicaCollector(Collector):
             ("low_watermark", "Low watermark: min LSO over the leader and live replicas (leader only)"),
             ("low_watermark_lag_records", "Leader LSO minus low watermark: deletion not yet on replicas"),
             ("in_sync_replicas", "Size of the ISR (leader only)"),
+            ("replicas", "Number of assigned replicas (leader only)"),
+            ("under_replicated", "1 when the ISR is smaller than the replica set (leader only)"),
+            ("leader", "1 when this replica leads the partition"),
         ]}
         rid = str(self.manager.broker_id)
         live = self.manager.live_brokers
@@ -84,6 +124,9 @@ class ReplicaCollector(Collector):
                 g["low_watermark_lag_records"].add_metric(labels, max(0, plog.log_start_offset - lw) if lw >= 0
                                                           else plog.log_start_offset)
                 g["in_sync_replicas"].add_metric(labels, len(p.isr))
+                g["replicas"].add_metric(labels, len(p.replicas))
+                g["under_replicated"].add_metric(labels, 1 if len(p.isr) < len(p.replicas) else 0)
+            g["leader"].add_metric(labels, 1 if p.role == LEADER else 0)
         yield from g.values()
         yield from self._cleaner_counters(rid)
 

@@ -15,7 +15,12 @@ from lowtide.auth.acl import AclOperation
 from lowtide.client.replica import EpochQuery, FetchPosition
 from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.replica.manager import ReplicaManager
-from lowtide.replica.metrics import REPLICATION_ROUNDS, REPLICATION_STREAMS
+from lowtide.replica.metrics import (
+    REPLICATION_ROUNDS,
+    REPLICATION_STREAMS,
+    count_fetched_bytes,
+    count_produced_bytes,
+)
 from lowtide.replica.partition import LEADER
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
 
@@ -101,6 +106,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         screened = self.access.screen(self._principal(context), request.partitions,
                                       operation=AclOperation.WRITE, topic=_topic)
         items = [(p.topic, p.partition, p.records) for p in screened.allowed]
+        produced_sizes = {(p.topic, p.partition): len(p.records) for p in screened.allowed}
         epochs = {(p.topic, p.partition): _epoch(p) for p in screened.allowed if p.HasField("current_leader_epoch")}
         results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
                                        leader_epochs=epochs) if screened.any_allowed else []
@@ -109,6 +115,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             code, msg = _err(info)
             r = replica_pb2.ProduceResult(topic=topic, partition=partition, error_code=code, error_message=msg)
             if not code:
+                count_produced_bytes(topic, produced_sizes.get((topic, partition), 0))
                 r.base_offset = info.base_offset
                 r.log_append_time_ms = -1
                 r.log_start_offset = self.manager.get_partition(topic, partition).log.log_start_offset
@@ -179,6 +186,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
                                       min_bytes=request.min_bytes, max_bytes=request.max_bytes,
                                       peer=peer, on_cancel=on_cancel) if screened.any_allowed else []
+        kind = "follower" if request.replica_id >= 0 else "consumer"
+        for o in outcomes:
+            if o.records:
+                count_fetched_bytes(o.topic, kind, len(o.records))
         return replica_pb2.FetchResponse(partitions=screened.merge([
             replica_pb2.FetchResult(topic=o.topic, partition=o.partition,
                                     error_code=o.error.code if o.error else 0,

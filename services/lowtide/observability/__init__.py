@@ -1,0 +1,1 @@
+"""Observability as code: Grafana dashboards, Prometheus alert rules, and a local Prometheus."""

@@ -1,0 +1,164 @@
+"""Dashboards and alert rules against a real Prometheus scraping a real local cluster.
+
+One scenario (module-scoped cluster, ``--with-prometheus``, 1 s scrapes, every alert's ``for:``
+shortened to 3 s): produce into small segments, DeleteRecords, SIGSTOP a follower, delete again
+(the leader's LSO moves, the low watermark cannot), resume the follower. Then:
+
+* the low-watermark lag is seen in Prometheus rising while the follower is stopped and back to 0
+  after it resumes, and ``LowtideLowWatermarkLagStuck`` fires, then resolves;
+* every PromQL expression of every dashboard panel and every alert rule parses in Prometheus, and
+  each panel on a metric the scenario exercised returns data.
+
+The session timeout is long (60 s) so the stopped follower stays *live*: a live replica counts
+toward the low watermark (brief §4), which is exactly what holds the lag up. Its short
+``replica.lag.time.max.ms`` makes it leave the ISR meanwhile (ISR shrink, then expand on resume).
+The lag series is written to ``tests/bench/out/observability/lag.json`` for the README picture
+(``scripts/plot_lag.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.observability.dashboards import DASHBOARDS, build_dashboard, iter_exprs
+from lowtide.observability.prometheus import PrometheusApi
+from lowtide.observability.rules import ALERTS
+from tests.integration.conftest import running_cluster
+from tests.integration.support import create_topic, delete_records, leader_of, produce, store
+from tests.waiting import wait_until
+
+TOPIC = "observed"
+PLOT_OUT = Path(__file__).resolve().parents[2] / "bench" / "out" / "observability" / "lag.json"
+
+# Panels whose metrics this scenario does not produce (diskless topics, the orphan scanner and
+# KIP-68 are exercised by their own tests); every other panel must return data.
+NOT_EXERCISED = {
+    "lowtide-diskless": "*",
+    "lowtide-deletion": {"Consumed-retention lag (min committed - LW)"},
+    "lowtide-cluster": {"Errors / s per RPC and code"},
+}
+
+
+def substitute(expr: str) -> str:
+    """A panel's expression as Grafana sends it with every variable at All and a 1 m rate window."""
+    for var in ("$namespace", "$topic", "$partition"):
+        expr = expr.replace(var, ".*")
+    return expr.replace("$__rate_interval", "1m")
+
+
+@pytest.fixture(scope="module")
+def observed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; `make setup` does it)")
+    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("observed"), replicas=3, session_timeout_ms=60_000,
+                           replica_config={"segment.bytes": "65536", "replica.lag.time.max.ms": "2000"},
+                           with_prometheus=True, prometheus_scrape_interval="1s", prometheus_rule_for="3s")
+    yield from running_cluster(request, config)
+
+
+def lag_in_prometheus(api: PrometheusApi) -> float | None:
+    result = api.query(f'max(lowtide_partition_low_watermark_lag_records{{topic="{TOPIC}"}})')
+    return float(result[0]["value"][1]) if result else None
+
+
+def alert_state(api: PrometheusApi, name: str) -> str | None:
+    states = [a["state"] for a in api.alerts() if a["labels"].get("alertname") == name
+              and a["labels"].get("topic") == TOPIC]
+    return "firing" if "firing" in states else (states[0] if states else None)
+
+
+@pytest.fixture(scope="module")
+def scenario(observed: LocalCluster) -> dict:
+    """Runs the scenario once; returns what it saw."""
+    cluster = observed
+    api = PrometheusApi(cluster.state.prometheus["url"])
+    began = time.time()
+    create_topic(cluster, TOPIC, partitions=1, rf=3)
+    value = b"x" * 1024
+    for _ in range(20):
+        assert produce(cluster, TOPIC, [value] * 20).error_code == 0
+    [first] = delete_records(cluster, [(TOPIC, 0, 100)])
+    assert first.error_code == 0 and first.low_watermark == 100
+    wait_until(lambda: lag_in_prometheus(api) == 0, timeout_s=20, interval_s=0.5,
+               what="lag 0 in Prometheus after the first delete")
+
+    leader = leader_of(cluster, TOPIC)
+    follower = next(r for r in store(cluster).partition_state(TOPIC, 0).replicas if r != leader)
+    cluster.pause(f"replica-{follower}")
+    try:
+        for _ in range(5):
+            assert produce(cluster, TOPIC, [value] * 20, acks=1).error_code == 0
+        # The leader's LSO moves to 300 at once; the stopped (but live) follower holds the LW.
+        [second] = delete_records(cluster, [(TOPIC, 0, 300)], timeout_ms=1500)
+        assert second.error_code == 7, second  # REQUEST_TIMED_OUT: the LW did not get there in time
+        wait_until(lambda: (lag_in_prometheus(api) or 0) >= 200, timeout_s=20, interval_s=0.5,
+                   what="low-watermark lag >= 200 in Prometheus while the follower is stopped")
+        wait_until(lambda: alert_state(api, "LowtideLowWatermarkLagStuck") == "firing", timeout_s=30, interval_s=0.5,
+                   what="LowtideLowWatermarkLagStuck firing")
+        lag_while_stopped = lag_in_prometheus(api)
+    finally:
+        cluster.resume(f"replica-{follower}")
+    wait_until(lambda: lag_in_prometheus(api) == 0, timeout_s=30, interval_s=0.5,
+               what="lag back to 0 after the follower resumed")
+    wait_until(lambda: alert_state(api, "LowtideLowWatermarkLagStuck") is None, timeout_s=30, interval_s=0.5,
+               what="LowtideLowWatermarkLagStuck resolved")
+    # One more delete while everything is healthy, so rates and latency windows hold fresh data.
+    [third] = delete_records(cluster, [(TOPIC, 0, 400)])
+    assert third.error_code == 0 and third.low_watermark == 400
+    time.sleep(3)
+    ended = time.time()
+    series = {}
+    for name, expr in [("lso", "lowtide_partition_log_start_offset"),
+                       ("hw", "lowtide_partition_high_watermark"),
+                       ("lw", "lowtide_partition_low_watermark"),
+                       ("lag", "lowtide_partition_low_watermark_lag_records")]:
+        result = api.query_range(f'max({expr}{{topic="{TOPIC}"}})', start=began, end=ended, step=1)
+        series[name] = [(float(t) - began, float(v)) for t, v in result[0]["values"]] if result else []
+    PLOT_OUT.parent.mkdir(parents=True, exist_ok=True)
+    PLOT_OUT.write_text(json.dumps({"topic": TOPIC, "series": series}))
+    return {"api": api, "lag_while_stopped": lag_while_stopped, "series": series}
+
+
+def test_the_low_watermark_lag_rises_while_a_follower_is_stopped_and_falls_back_to_zero(scenario: dict) -> None:
+    assert scenario["lag_while_stopped"] >= 200
+    lags = [v for _, v in scenario["series"]["lag"]]
+    assert max(lags) >= 200 and lags[-1] == 0
+
+
+def test_every_alert_rule_is_loaded_and_healthy_in_prometheus(scenario: dict) -> None:
+    rules = {r["name"]: r for g in scenario["api"].rule_groups() for r in g["rules"]}
+    assert set(rules) == {a.name for a in ALERTS}
+    assert all(r["health"] == "ok" for r in rules.values()), {n: r.get("lastError") for n, r in rules.items()}
+
+
+def test_every_alert_expression_parses(scenario: dict) -> None:
+    for alert in ALERTS:
+        scenario["api"].query(alert.expr)  # raises PrometheusError on a parse error
+
+
+def test_every_dashboard_expression_parses_and_exercised_panels_return_data(scenario: dict) -> None:
+    empty = []
+    for spec in DASHBOARDS:
+        skipped = NOT_EXERCISED.get(spec.uid, set())
+        exprs = list(iter_exprs(build_dashboard(spec)))
+        assert len(exprs) == sum(len(p.targets) for p in spec.panels())
+        for title, expr in exprs:
+            result = scenario["api"].query(substitute(expr))
+            if skipped != "*" and title not in skipped and not result:
+                empty.append(f"{spec.uid}: {title}: {expr}")
+    assert not empty, "panels without data:\n" + "\n".join(empty)
+
+
+def test_the_cluster_file_names_prometheus_and_it_scrapes_every_service(observed: LocalCluster,
+                                                                        scenario: dict) -> None:
+    doc = json.loads((observed.data_dir / "cluster.json").read_text())
+    assert doc["prometheus"] == observed.state.prometheus["url"]
+    targets = scenario["api"].targets()
+    scraped = {t["labels"]["service"] for t in targets if t["health"] == "up"}
+    assert scraped == {s.name for s in observed.services() if s.metrics_addr}
