@@ -28,6 +28,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "log": BASE | {"record"},
     "metadata": BASE,
     "purgatory": BASE,
+    # Diskless topics (KIP-1164): WAL file storage, and the coordinator's domain core over it.
+    "objectstore": BASE,
+    "coordinator": BASE | {"objectstore"},
+    # The orphan scanner: the object store, and coordinator shards through the client.
+    "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth"},
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},

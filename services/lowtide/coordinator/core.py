@@ -1,0 +1,446 @@
+"""The domain core of one diskless coordinator shard (KIP-1164): the seven operations, checked
+against committed state plus pending records, producing the metadata records to append.
+
+How a service drives it (brief §7)::
+
+    decision = core.commit_file(request)      # check vs SQLite + pending; records become pending
+    offsets  = metadata_log.append(decision.records, acks=all)   # atomically, one batch
+    ... wait until the high watermark passes them ...
+    for record, offset in zip(decision.records, offsets): core.apply(record, offset)
+    reply(decision.response)
+
+The next request may be checked while the previous one waits (pipelining); ``list_offsets`` must
+only be called once the preceding records are applied (strict consistency, the service waits);
+``find_batches`` reads the committed state and may be stale. A follower or a restart calls only
+``apply`` for each record of the log. Requests with a broken structure (byte ranges outside the
+file, an owner list without this shard, a bad object key...) raise a typed error before anything
+changes; per-partition and per-batch problems are error codes in the response, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from lowtide.clock import Clock, now_ms
+from lowtide.coordinator.errors import UnknownTopicId
+from lowtide.coordinator.messages import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    CommitBatch,
+    CommitBatchResult,
+    CommitFileRequest,
+    CommitFileResponse,
+    CreatablePartitionsResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    DeletableTopicResult,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeFileResult,
+    DescribeFilesRequest,
+    DescribeFilesResponse,
+    FindBatchesPartitionResponse,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    FindBatchesTopicResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from lowtide.coordinator.pending import PendingState
+from lowtide.coordinator.records import (
+    CommittedBatch,
+    FileCommitted,
+    FileDeleted,
+    FileHandedOver,
+    MetadataRecord,
+    PartitionCreated,
+    RecordsDeleted,
+    TopicDeleted,
+)
+from lowtide.coordinator.state import MAX_PRODUCER_BATCHES, CoordinatorState, ProducerEntry, ProducerRow
+from lowtide.errors import (
+    InvalidFetchSize,
+    InvalidPartitions,
+    InvalidProducerEpoch,
+    InvalidRequest,
+    InvalidTopic,
+    LowtideError,
+    OffsetOutOfRange,
+    OutOfOrderSequenceNumber,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+    UnsupportedForMessageFormat,
+)
+from lowtide.objectstore.base import check_key
+
+R = TypeVar("R")
+INT32_MAX = 2**31 - 1
+ZERO_UUID = bytes(16)
+RECORD_BATCH_MAGIC = 2
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[R]):
+    """A checked request: the response to send once ``records`` (possibly none) are applied."""
+
+    response: R
+    records: list[MetadataRecord]
+
+
+def _check_topic_id(topic_id: bytes) -> None:
+    if not isinstance(topic_id, bytes) or len(topic_id) != 16 or topic_id == ZERO_UUID:
+        raise InvalidRequest("topic id must be 16 bytes and not the zero Uuid")
+
+
+def check_sequence(producer: ProducerRow | None, batch: CommitBatch) -> LowtideError | ProducerEntry | None:
+    """Kafka's idempotent-producer rule for one batch: None to accept it, the original entry for an
+    exact duplicate of one of the producer's last 5 batches, or the error to answer."""
+    if producer is None or batch.producer_epoch > producer.producer_epoch:
+        if batch.base_sequence != 0:
+            return OutOfOrderSequenceNumber(f"producer {batch.producer_id} epoch {batch.producer_epoch}: the first "
+                                            f"sequence of an epoch must be 0, got {batch.base_sequence}")
+        return None
+    if batch.producer_epoch < producer.producer_epoch:
+        return InvalidProducerEpoch(f"producer {batch.producer_id} epoch {batch.producer_epoch} is fenced by "
+                                    f"epoch {producer.producer_epoch}")
+    for entry in producer.entries:
+        if entry.base_sequence == batch.base_sequence and entry.last_sequence == batch.last_sequence:
+            return entry
+    last = producer.entries[-1].last_sequence
+    expected = 0 if last == INT32_MAX else last + 1
+    if batch.base_sequence != expected:
+        return OutOfOrderSequenceNumber(f"producer {batch.producer_id}: expected sequence {expected}, "
+                                        f"got {batch.base_sequence}")
+    return None
+
+
+def _failed(error: LowtideError, **fields: object) -> dict:
+    return {"error_code": error.code, "error_message": error.message, **fields}
+
+
+class CoordinatorCore:
+    """The operations of shard ``state.coordinator_id`` over its SQLite state and pending records.
+
+    Contract: see the module docstring; every mutating method returns a ``Decision`` whose records
+    are already pending (so the next check sees them) and must be appended in order, or the
+    pending records dropped with ``reset_pending``. Thread-safety: none; one thread (the shard's
+    request loop) calls every method. ``find_batches`` may instead run on another thread over its
+    own ``CoordinatorState`` opened on the same database file.
+    """
+
+    def __init__(self, state: CoordinatorState, *, clock: Clock = now_ms) -> None:
+        self.state = state
+        self.pending = PendingState(state)
+        self.coordinator_id = state.coordinator_id
+        self.clock = clock
+
+    # ---- applying ------------------------------------------------------------------------------
+    def apply(self, record: MetadataRecord, offset: int) -> bool:
+        """Apply a replicated record; if it is the oldest pending one, it stops being pending."""
+        applied = self.state.apply(record, offset)
+        head = self.pending.head()
+        if head is not None and (head is record or head == record):
+            self.pending.applied()
+        return applied
+
+    def reset_pending(self) -> None:
+        """The pending records' append failed: check from committed state alone again."""
+        self.pending.reset()
+
+    def _decide(self, response: R, records: list[MetadataRecord]) -> Decision[R]:
+        for record in records:
+            self.pending.push(record)
+        return Decision(response, records)
+
+    # ---- CreatePartitions / DeleteTopics -----------------------------------------------------
+    def create_partitions(self, request: CreatePartitionsRequest) -> Decision[CreatePartitionsResponse]:
+        results, records = [], []
+        for topic in request.topics:
+            try:
+                new = self._check_create(topic.topic_id, topic.name, topic.num_partitions,
+                                         list(topic.partition_indexes), records)
+            except LowtideError as exc:
+                results.append(CreatablePartitionsResult(topic_id=topic.topic_id, **_failed(exc)))
+                continue
+            records.extend(PartitionCreated(topic.topic_id, topic.name, i) for i in new)
+            results.append(CreatablePartitionsResult(topic_id=topic.topic_id))
+        return self._decide(CreatePartitionsResponse(topics=results), records)
+
+    def _check_create(self, topic_id: bytes, name: str, num_partitions: int, indexes: list[int],
+                      earlier: list[MetadataRecord]) -> list[int]:
+        _check_topic_id(topic_id)
+        if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            raise InvalidTopic(f"invalid topic name {name!r}")
+        if any(isinstance(r, PartitionCreated) and r.topic_id == topic_id for r in earlier):
+            raise InvalidRequest("topic id appears twice in the request")
+        if self.pending.topic_deletion_pending(topic_id):
+            raise TopicAlreadyExists(f"topic {name} is marked for deletion")
+        owner = self.pending.topic_id_for_name(name)
+        if owner is not None and owner != topic_id:
+            raise TopicAlreadyExists(f"topic {name} already exists with another id")
+        if any(isinstance(r, PartitionCreated) and r.name == name for r in earlier):
+            raise TopicAlreadyExists(f"topic {name} appears twice in the request")
+        existing = self.pending.topic(topic_id)
+        if existing is not None and existing[0] != name:
+            raise InvalidRequest(f"topic id is topic {existing[0]}, not {name}")
+        have = existing[1] if existing else frozenset()
+        if indexes:
+            if any(i < 0 for i in indexes) or len(set(indexes)) != len(indexes):
+                raise InvalidPartitions(f"partition indexes must be distinct and >= 0: {indexes}")
+            clash = sorted(set(indexes) & have)
+            if clash:
+                raise InvalidPartitions(f"partitions {clash} of topic {name} already exist")
+            return sorted(indexes)
+        if num_partitions < 1:
+            raise InvalidPartitions(f"number of partitions must be >= 1, got {num_partitions}")
+        new = [i for i in range(num_partitions) if i not in have]
+        if not new:
+            raise InvalidPartitions(f"topic {name} already has {len(have)} partitions")
+        return new
+
+    def delete_topics(self, request: DeleteTopicsRequest) -> Decision[DeleteTopicsResponse]:
+        results, records = [], []
+        now = self.clock()
+        for topic_id in request.topic_ids:
+            try:
+                _check_topic_id(topic_id)
+                if self.pending.topic(topic_id) is None or any(
+                        isinstance(r, TopicDeleted) and r.topic_id == topic_id for r in records):
+                    raise UnknownTopicId("no partition of this topic id on this coordinator")
+            except LowtideError as exc:
+                results.append(DeletableTopicResult(topic_id=topic_id, **_failed(exc)))
+                continue
+            records.append(TopicDeleted(topic_id, now))
+            results.append(DeletableTopicResult(topic_id=topic_id))
+        return self._decide(DeleteTopicsResponse(responses=results), records)
+
+    # ---- CommitFile ----------------------------------------------------------------------------
+    def _check_commit_request(self, request: CommitFileRequest) -> int:
+        check_key(request.object_key)
+        if not -128 <= request.object_format <= 127:
+            raise InvalidRequest(f"object format {request.object_format} is not an int8")
+        if request.file_size < 0:
+            raise InvalidRequest(f"file size {request.file_size} < 0")
+        owners = list(request.owner_ids)
+        if len(set(owners)) != len(owners) or self.coordinator_id not in owners:
+            raise InvalidRequest(f"owner ids {owners} must be distinct and include coordinator {self.coordinator_id}")
+        for i, b in enumerate(request.batches):
+            _check_topic_id(b.topic_id)
+            if b.byte_offset < 0 or b.size <= 0 or b.byte_offset + b.size > request.file_size:
+                raise InvalidRequest(f"batch {i}: bytes [{b.byte_offset}, +{b.size}) are not inside the file "
+                                     f"of {request.file_size} bytes")
+            if b.base_offset < 0 or b.last_offset < b.base_offset:
+                raise InvalidRequest(f"batch {i}: offsets {b.base_offset}..{b.last_offset}")
+            if b.timestamp_type not in (0, 1):
+                raise InvalidRequest(f"batch {i}: timestamp type {b.timestamp_type}")
+        return owners.index(self.coordinator_id)
+
+    def commit_file(self, request: CommitFileRequest) -> Decision[CommitFileResponse]:
+        self._check_commit_request(request)
+        now = self.clock()
+        already_known = self.pending.file_known(request.object_key)
+        partitions: dict[tuple[bytes, int], list[int] | None] = {}  # -> [lso, next offset]
+        producers: dict[tuple[bytes, int, int], ProducerRow | None] = {}
+        results: list[CommitBatchResult] = []
+        accepted: list[CommittedBatch] = []
+        for b in request.batches:
+            where = (b.topic_id, b.partition_index)
+            if where not in partitions:
+                p = self.pending.partition(*where)
+                partitions[where] = None if p is None else [p.log_start_offset, p.high_watermark]
+            part = partitions[where]
+            if part is None:
+                results.append(CommitBatchResult(**_failed(UnknownTopicOrPartition(
+                    f"partition {b.partition_index} of the topic is not on coordinator {self.coordinator_id}"))))
+                continue
+            if b.magic != RECORD_BATCH_MAGIC:
+                results.append(CommitBatchResult(log_start_offset=part[0], **_failed(UnsupportedForMessageFormat(
+                    f"record batch magic {b.magic}; only {RECORD_BATCH_MAGIC} is supported"))))
+                continue
+            count = b.last_offset - b.base_offset + 1
+            pkey = (b.topic_id, b.partition_index, b.producer_id)
+            if b.producer_id >= 0:
+                if b.producer_epoch < 0 or b.base_sequence < 0 or b.last_sequence < 0 or \
+                        (b.last_sequence - b.base_sequence) % (INT32_MAX + 1) != count - 1:
+                    results.append(CommitBatchResult(log_start_offset=part[0], **_failed(InvalidRequest(
+                        f"producer {b.producer_id}: epoch {b.producer_epoch}, sequences {b.base_sequence}.."
+                        f"{b.last_sequence} do not fit {count} records"))))
+                    continue
+                if pkey not in producers:
+                    producers[pkey] = self.pending.producer(*pkey)
+                verdict = check_sequence(producers[pkey], b)
+                if isinstance(verdict, ProducerEntry):
+                    results.append(CommitBatchResult(
+                        assigned_base_offset=verdict.base_offset, log_start_offset=part[0], is_duplicate=True,
+                        log_append_time=verdict.log_append_timestamp if b.timestamp_type == 1 else -1))
+                    continue
+                if verdict is not None:
+                    results.append(CommitBatchResult(log_start_offset=part[0], **_failed(verdict)))
+                    continue
+            if already_known:
+                results.append(CommitBatchResult(log_start_offset=part[0], **_failed(InvalidRequest(
+                    f"file {request.object_key} is already committed"))))
+                continue
+            base = part[1]
+            part[1] = base + count
+            batch = CommittedBatch(b.topic_id, b.partition_index, b.magic, b.byte_offset, b.size, base,
+                                   base + count - 1, now, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
+                                   b.producer_epoch, b.base_sequence, b.last_sequence)
+            accepted.append(batch)
+            if b.producer_id >= 0:
+                entry = ProducerEntry(b.base_sequence, b.last_sequence, base, base + count - 1, now)
+                prev = producers[pkey]
+                producers[pkey] = ProducerRow(b.producer_epoch, (entry,)) if prev is None or \
+                    prev.producer_epoch != b.producer_epoch else \
+                    ProducerRow(prev.producer_epoch, (prev.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
+            results.append(CommitBatchResult(assigned_base_offset=base, log_start_offset=part[0],
+                                             log_append_time=now if b.timestamp_type == 1 else -1))
+        response = CommitFileResponse(batches=results)
+        if already_known:
+            return Decision(response, [])
+        # Also with no accepted batch: the file is then recorded with none, which makes it
+        # deletable at once (or handed to the next owner), so the object does not leak.
+        record = FileCommitted(request.object_key, request.object_format, request.file_size,
+                               request.uploader_broker_id, now, tuple(request.owner_ids), tuple(accepted))
+        return self._decide(response, [record])
+
+    # ---- DeleteRecords ---------------------------------------------------------------------------
+    def delete_records(self, request: DeleteRecordsRequest) -> Decision[DeleteRecordsResponse]:
+        topics, records = [], []
+        now = self.clock()
+        lso_after: dict[tuple[bytes, int], int] = {}
+        for topic in request.topics:
+            results = []
+            for part in topic.partitions:
+                where = (topic.topic_id, part.partition_index)
+                try:
+                    _check_topic_id(topic.topic_id)
+                    p = self.pending.partition(*where)
+                    if p is None:
+                        raise UnknownTopicOrPartition(f"partition {part.partition_index} is not on coordinator "
+                                                      f"{self.coordinator_id}")
+                    lso = lso_after.get(where, p.log_start_offset)
+                    target = p.high_watermark if part.offset == -1 else part.offset
+                    if target < 0 or target > p.high_watermark:
+                        raise OffsetOutOfRange(f"offset {part.offset} is not in [0, high watermark "
+                                               f"{p.high_watermark}] (-1 = high watermark)")
+                except LowtideError as exc:
+                    results.append(DeleteRecordsPartitionResult(partition_index=part.partition_index, **_failed(exc)))
+                    continue
+                if target > lso:
+                    records.append(RecordsDeleted(topic.topic_id, part.partition_index, target, now))
+                    lso_after[where] = lso = target
+                results.append(DeleteRecordsPartitionResult(partition_index=part.partition_index, low_watermark=lso))
+            topics.append(DeleteRecordsTopicResult(topic_id=topic.topic_id, partitions=results))
+        return self._decide(DeleteRecordsResponse(topics=topics), records)
+
+    # ---- file lifetime -----------------------------------------------------------------------
+    def hand_over_file(self, *, object_key: str, owner_ids: tuple[int, ...],
+                       to_owner_index: int) -> Decision[None]:
+        """Record that owner ``to_owner_index`` now owns the file: on the receiving shard when the
+        previous owner hands it over, and on the giving shard once the receiver has it."""
+        check_key(object_key)
+        if self.coordinator_id not in owner_ids or not 0 <= to_owner_index < len(owner_ids):
+            raise InvalidRequest(f"owner index {to_owner_index} of {list(owner_ids)} (coordinator "
+                                 f"{self.coordinator_id})")
+        return self._decide(None, [FileHandedOver(object_key, tuple(owner_ids), to_owner_index, self.clock())])
+
+    def file_deleted(self, *, object_key: str) -> Decision[None]:
+        """Record that the object of a deletable file is gone, so its row goes too."""
+        row = self.state.file(object_key)
+        if row is None or row.state != "deletable":
+            raise InvalidRequest(f"file {object_key} is not deletable on coordinator {self.coordinator_id}")
+        return self._decide(None, [FileDeleted(object_key)])
+
+    # ---- reads ---------------------------------------------------------------------------------
+    def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        """Offsets by timestamp from the committed state (call once preceding records are applied)."""
+        topics = []
+        for topic in request.topics:
+            results = []
+            for part in topic.partitions:
+                p = self.state.partition(topic.topic_id, part.partition_index)
+                ts = part.timestamp
+                if p is None:
+                    error: LowtideError = UnknownTopicOrPartition(f"partition {part.partition_index} is not on "
+                                                                  f"coordinator {self.coordinator_id}")
+                    results.append(ListOffsetsPartitionResponse(partition_index=part.partition_index, **_failed(error)))
+                    continue
+                if ts == LATEST_TIMESTAMP:
+                    found = (-1, p.high_watermark)
+                elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                    found = (-1, p.log_start_offset)
+                elif ts == MAX_TIMESTAMP:
+                    found = (p.max_timestamp, p.max_timestamp_offset) if p.max_timestamp_offset >= 0 else (-1, -1)
+                elif ts >= 0:
+                    found = self.state.offset_for_timestamp(p, ts) or (-1, -1)
+                else:
+                    error = InvalidRequest(f"timestamp {ts}: use -1, -2, -3, -4 or a time >= 0")
+                    results.append(ListOffsetsPartitionResponse(partition_index=part.partition_index, **_failed(error)))
+                    continue
+                results.append(ListOffsetsPartitionResponse(partition_index=part.partition_index, timestamp=found[0],
+                                                            offset=found[1]))
+            topics.append(ListOffsetsTopicResponse(topic_id=topic.topic_id, partitions=results))
+        return ListOffsetsResponse(topics=topics)
+
+    def find_batches(self, request: FindBatchesRequest) -> FindBatchesResponse:
+        """Batches from each requested offset on, within the byte budgets (committed state)."""
+        if request.fetch_max_bytes <= 0 or request.max_batches_per_partition <= 0:
+            raise InvalidRequest(f"fetch_max_bytes {request.fetch_max_bytes} and max_batches_per_partition "
+                                 f"{request.max_batches_per_partition} must be > 0")
+        remaining = request.fetch_max_bytes
+        first_returned = False
+        topics = []
+        for topic in request.topics:
+            results = []
+            for part in topic.partitions:
+                index = part.partition_index
+                p = self.state.partition(topic.topic_id, index)
+                if p is None:
+                    results.append(FindBatchesPartitionResponse(
+                        partition_index=index, error_code=UnknownTopicOrPartition.code))
+                    continue
+                known = {"partition_index": index, "log_start_offset": p.log_start_offset,
+                         "high_watermark": p.high_watermark}
+                if part.max_partition_fetch_bytes <= 0:
+                    results.append(FindBatchesPartitionResponse(error_code=InvalidFetchSize.code, **known))
+                    continue
+                if part.offset < p.log_start_offset or part.offset > p.high_watermark:
+                    results.append(FindBatchesPartitionResponse(error_code=OffsetOutOfRange.code, **known))
+                    continue
+                if part.offset == p.high_watermark or (remaining <= 0 and first_returned):
+                    results.append(FindBatchesPartitionResponse(**known))
+                    continue
+                batches, size = self.state.find_batches(
+                    p.partition_key, part.offset, max_batches=request.max_batches_per_partition,
+                    max_bytes=min(part.max_partition_fetch_bytes, remaining), always_first=not first_returned)
+                remaining -= size
+                first_returned = first_returned or bool(batches)
+                results.append(FindBatchesPartitionResponse(batches=batches, **known))
+            topics.append(FindBatchesTopicResponse(topic_id=topic.topic_id, partitions=results))
+        return FindBatchesResponse(topics=topics)
+
+    def describe_files(self, request: DescribeFilesRequest) -> DescribeFilesResponse:
+        """Whether this shard has live batches in each file (a pending commit counts as live)."""
+        results = []
+        for key in request.object_keys:
+            try:
+                check_key(key)
+            except LowtideError as exc:
+                results.append(DescribeFileResult(object_key=key, **_failed(exc)))
+                continue
+            row = self.state.file(key)
+            live = self.pending.file_pending(key) or (row is not None and row.live_batches > 0)
+            results.append(DescribeFileResult(object_key=key, has_live_batches=live))
+        return DescribeFilesResponse(files=results)

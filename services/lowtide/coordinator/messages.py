@@ -1,0 +1,279 @@
+"""Requests and responses of the seven diskless coordinator operations (KIP-1164), as dataclasses.
+
+Field names are the KIP's in snake_case, as in protos/lowtide/v1/coordinator.proto; the gRPC
+servicer converts between the two, so the domain core never imports generated code. Topic ids are
+Kafka Uuids as 16 raw bytes. Error codes are Kafka's numbers (0 = NONE); ``error_message`` is None
+when there is no error. Additions to the KIP's fields are marked "not in the KIP" with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+DEFAULT_TIMEOUT_MS = 60_000
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+NO_PRODUCER_ID = -1
+
+
+# ---- CreatePartitions ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatablePartitions:
+    topic_id: bytes
+    name: str
+    # The topic's partition count after the call (Kafka CreatePartitions' meaning): creates the
+    # indexes below it that this shard does not have yet.
+    num_partitions: int
+    # Not in the KIP: user partitions are spread over shards, so a shard is told exactly which
+    # indexes are its own; when given, exactly these are created (num_partitions is then ignored).
+    partition_indexes: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatePartitionsRequest:
+    topics: Sequence[CreatablePartitions]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatablePartitionsResult:
+    topic_id: bytes
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatePartitionsResponse:
+    topics: list[CreatablePartitionsResult]
+    throttle_time_ms: int = 0
+
+
+# ---- DeleteTopics ----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsRequest:
+    topic_ids: Sequence[bytes]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableTopicResult:
+    topic_id: bytes
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsResponse:
+    responses: list[DeletableTopicResult]
+    throttle_time_ms: int = 0
+
+
+# ---- CommitFile ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitBatch:
+    magic: int
+    request_id: int
+    topic_id: bytes
+    partition_index: int
+    byte_offset: int
+    size: int
+    base_offset: int      # as in the batch header the producer sent (normally 0)
+    last_offset: int      # base_offset + record count - 1
+    batch_max_timestamp: int
+    timestamp_type: int   # 0 CreateTime, 1 LogAppendTime
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitFileRequest:
+    object_key: str
+    object_format: int
+    file_size: int
+    owner_ids: Sequence[int]
+    batches: Sequence[CommitBatch]
+    # Not in the KIP's request, but in its FileCommitted record: the broker that uploaded the file
+    # (the servicer takes it from the caller's authenticated identity).
+    uploader_broker_id: int = -1
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitBatchResult:
+    error_code: int = 0
+    error_message: str | None = None
+    assigned_base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    is_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitFileResponse:
+    batches: list[CommitBatchResult]
+    throttle_time_ms: int = 0
+
+
+# ---- DeleteRecords ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsPartition:
+    partition_index: int
+    offset: int  # -1: the high watermark
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsTopic:
+    topic_id: bytes
+    partitions: Sequence[DeleteRecordsPartition]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsRequest:
+    topics: Sequence[DeleteRecordsTopic]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsPartitionResult:
+    partition_index: int
+    low_watermark: int = -1
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsTopicResult:
+    topic_id: bytes
+    partitions: list[DeleteRecordsPartitionResult]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsResponse:
+    topics: list[DeleteRecordsTopicResult]
+    throttle_time_ms: int = 0
+
+
+# ---- ListOffsets -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsPartition:
+    partition_index: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsTopic:
+    topic_id: bytes
+    partitions: Sequence[ListOffsetsPartition]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsRequest:
+    topics: Sequence[ListOffsetsTopic]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsPartitionResponse:
+    partition_index: int
+    error_code: int = 0
+    error_message: str | None = None
+    timestamp: int = -1
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsTopicResponse:
+    topic_id: bytes
+    partitions: list[ListOffsetsPartitionResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsResponse:
+    topics: list[ListOffsetsTopicResponse]
+    throttle_time_ms: int = 0
+
+
+# ---- FindBatches -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesPartition:
+    partition_index: int
+    offset: int
+    max_partition_fetch_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesTopic:
+    topic_id: bytes
+    partitions: Sequence[FindBatchesPartition]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesRequest:
+    fetch_max_bytes: int
+    max_batches_per_partition: int
+    topics: Sequence[FindBatchesTopic]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchInfo:
+    batch_id: int
+    object_key: str
+    magic: int
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+    batch_max_timestamp: int
+    timestamp_type: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesPartitionResponse:
+    partition_index: int
+    error_code: int = 0
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[BatchInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesTopicResponse:
+    topic_id: bytes
+    partitions: list[FindBatchesPartitionResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindBatchesResponse:
+    topics: list[FindBatchesTopicResponse]
+    throttle_time_ms: int = 0
+
+
+# ---- DescribeFiles ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeFilesRequest:
+    object_keys: Sequence[str]
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeFileResult:
+    object_key: str
+    error_code: int = 0
+    error_message: str | None = None
+    has_live_batches: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeFilesResponse:
+    files: list[DescribeFileResult]
+    throttle_time_ms: int = 0

@@ -1,0 +1,173 @@
+"""Committed state plus pending records: what a diskless coordinator checks requests against.
+
+KIP-1164's pipelining: a mutating request is checked, its records are appended to the metadata log,
+and while they wait for replication the next request is already being checked. That check must
+see the effect of the records still in flight, or two CommitFiles would get the same offsets. The
+SQLite state (coordinator.state) holds only replicated, applied records; this overlay holds, for
+each partition, topic, topic name, producer and file that a pending record touched, its value
+after *all* pending records. Reads look in the overlay first, then in SQLite.
+
+When the state applies pending record number ``s``, every overlay entry last touched by a record
+``<= s`` now equals what SQLite holds, so it is dropped: the overlay stays as small as the pipeline
+is deep. If an append fails, the pending records will never be applied: ``reset`` drops them all
+(the service gives up leadership, as KRaft's controller does, and a new leader starts from the log).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from lowtide.coordinator.records import (
+    FileCommitted,
+    MetadataRecord,
+    PartitionCreated,
+    RecordsDeleted,
+    TopicDeleted,
+)
+from lowtide.coordinator.state import (
+    MAX_PRODUCER_BATCHES,
+    CoordinatorState,
+    PartitionRow,
+    ProducerEntry,
+    ProducerRow,
+)
+
+_DELETED = None  # overlay value of a partition, topic or name that a pending TopicDeleted removed
+
+
+class PendingState:
+    """Overlay of pending (appended, not yet applied) records over a ``CoordinatorState``.
+
+    Contract: ``push`` records in the order they are appended to the log; ``applied`` them in the
+    same order once the state has applied them. Thread-safety: none; the coordinator's single
+    request-processing thread owns it (the same one that owns the state's writes).
+    """
+
+    def __init__(self, state: CoordinatorState) -> None:
+        self.state = state
+        self._seq = 0
+        self._records: deque[tuple[int, MetadataRecord]] = deque()
+        self._partitions: dict[tuple[bytes, int], tuple[int, PartitionRow | None]] = {}
+        self._topics: dict[bytes, tuple[int, tuple[str, frozenset[int]] | None]] = {}
+        self._names: dict[str, tuple[int, bytes | None]] = {}
+        self._producers: dict[tuple[bytes, int, int], tuple[int, ProducerRow]] = {}
+        self._files: dict[str, tuple[int, bool]] = {}
+        self._touched: deque[tuple[int, dict, Any]] = deque()
+
+    # ---- reads: committed + pending ----------------------------------------------------------
+    def partition(self, topic_id: bytes, index: int) -> PartitionRow | None:
+        hit = self._partitions.get((topic_id, index))
+        return hit[1] if hit is not None else self.state.partition(topic_id, index)
+
+    def topic(self, topic_id: bytes) -> tuple[str, frozenset[int]] | None:
+        hit = self._topics.get(topic_id)
+        if hit is not None:
+            return hit[1]
+        committed = self.state.topic(topic_id)
+        return (committed[0], frozenset(committed[1])) if committed else None
+
+    def topic_deletion_pending(self, topic_id: bytes) -> bool:
+        hit = self._topics.get(topic_id)
+        return hit is not None and hit[1] is _DELETED
+
+    def topic_id_for_name(self, name: str) -> bytes | None:
+        hit = self._names.get(name)
+        return hit[1] if hit is not None else self.state.topic_id_for_name(name)
+
+    def producer(self, topic_id: bytes, index: int, producer_id: int) -> ProducerRow | None:
+        hit = self._producers.get((topic_id, index, producer_id))
+        return hit[1] if hit is not None else self.state.producer(topic_id, index, producer_id)
+
+    def file_pending(self, object_key: str) -> bool:
+        return object_key in self._files
+
+    def file_known(self, object_key: str) -> bool:
+        return object_key in self._files or self.state.file(object_key) is not None
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._records)
+
+    # ---- writes ----------------------------------------------------------------------------------
+    def _set(self, table: dict, key: Any, seq: int, value: Any) -> None:
+        table[key] = (seq, value)
+        self._touched.append((seq, table, key))
+
+    def push(self, record: MetadataRecord) -> int:
+        """Add a record just appended to the log (not yet applied); returns its pending number."""
+        self._seq += 1
+        seq = self._seq
+        self._records.append((seq, record))
+        if isinstance(record, FileCommitted):
+            self._push_file_committed(seq, record)
+        elif isinstance(record, RecordsDeleted):
+            p = self.partition(record.topic_id, record.partition_index)
+            if p is not None and record.new_log_start_offset > p.log_start_offset:
+                new_lso = min(record.new_log_start_offset, p.high_watermark)
+                self._set(self._partitions, (record.topic_id, record.partition_index), seq,
+                          p._replace(log_start_offset=new_lso))
+        elif isinstance(record, PartitionCreated):
+            topic = self.topic(record.topic_id)
+            indexes = (topic[1] if topic else frozenset()) | {record.partition_index}
+            self._set(self._topics, record.topic_id, seq, (record.name, indexes))
+            self._set(self._names, record.name, seq, record.topic_id)
+            self._set(self._partitions, (record.topic_id, record.partition_index), seq,
+                      PartitionRow(-1, record.topic_id, record.name, record.partition_index, 0, 0, -1, -1))
+        elif isinstance(record, TopicDeleted):
+            topic = self.topic(record.topic_id)
+            if topic is not None:
+                for index in topic[1]:
+                    self._set(self._partitions, (record.topic_id, index), seq, _DELETED)
+                self._set(self._names, topic[0], seq, _DELETED)
+            self._set(self._topics, record.topic_id, seq, _DELETED)
+        # FileHandedOver / FileDeleted change nothing a request check reads.
+        return seq
+
+    def _push_file_committed(self, seq: int, record: FileCommitted) -> None:
+        self._set(self._files, record.object_key, seq, True)
+        # One overlay update per partition and per producer, not per batch.
+        ends: dict[tuple[bytes, int], int] = {}
+        entries: dict[tuple[bytes, int, int], list] = {}
+        for b in record.batches:
+            where = (b.topic_id, b.partition_index)
+            ends[where] = max(ends.get(where, 0), b.last_offset + 1)
+            if b.producer_id >= 0:
+                entries.setdefault((b.topic_id, b.partition_index, b.producer_id), []).append(b)
+        for where, end in ends.items():
+            p = self.partition(*where)
+            if p is not None:
+                self._set(self._partitions, where, seq, p._replace(high_watermark=max(p.high_watermark, end)))
+        for pkey, batches in entries.items():
+            if self.partition(pkey[0], pkey[1]) is None:
+                continue
+            prod = self.producer(*pkey)
+            for b in batches:
+                entry = ProducerEntry(b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
+                                      b.log_append_timestamp)
+                if prod is None or prod.producer_epoch != b.producer_epoch:
+                    prod = ProducerRow(b.producer_epoch, (entry,))
+                else:
+                    prod = ProducerRow(prod.producer_epoch, (prod.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
+            self._set(self._producers, pkey, seq, prod)
+
+    def head(self) -> MetadataRecord | None:
+        """The oldest pending record, or None."""
+        return self._records[0][1] if self._records else None
+
+    def applied(self) -> None:
+        """The state has applied the oldest pending record: drop what the overlay held for it."""
+        seq, _ = self._records.popleft()
+        touched = self._touched
+        while touched and touched[0][0] <= seq:
+            s, table, key = touched.popleft()
+            hit = table.get(key)
+            if hit is not None and hit[0] <= s:
+                del table[key]
+
+    def reset(self) -> None:
+        """Forget every pending record (their append failed: they will never be applied)."""
+        self._records.clear()
+        for table in (self._partitions, self._topics, self._names, self._producers, self._files):
+            table.clear()
+        self._touched.clear()

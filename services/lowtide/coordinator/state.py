@@ -1,0 +1,552 @@
+"""The committed state of one diskless coordinator shard: a SQLite database (WAL mode) that
+materialises the shard's metadata log ``__diskless_metadata-k`` (records: coordinator.records).
+
+Tables (one database per shard)::
+
+    applied     (id = 0, metadata_offset)           offset of the last applied metadata record
+    partitions  partition_key PK | topic_id | topic_name | partition_index | log_start_offset
+                | high_watermark | max_timestamp | max_timestamp_offset      UNIQUE(topic_id, index)
+    files       file_id PK AUTOINCREMENT | object_key UNIQUE | object_format | size
+                | uploader_broker_id | owner_ids ("3,0,1") | my_owner_index | current_owner_index
+                | state | live_batches | created_at_ms | marked_for_deletion_at_ms
+    batches     batch_id PK AUTOINCREMENT | partition_key | base_offset | last_offset | file_id
+                | magic | byte_offset | byte_size | log_append_timestamp | batch_max_timestamp
+                | timestamp_type | producer_id | producer_epoch | base_sequence | last_sequence
+                index (partition_key, last_offset) UNIQUE, index (file_id)
+    producers   (partition_key, producer_id) PK | producer_epoch | last_batches (blob below)
+
+``producers.last_batches``: the partition's last <= 5 batches of that producer and epoch, oldest
+first, 32 bytes each, big-endian: base_sequence int32 | last_sequence int32 | base_offset int64
+| last_offset int64 | log_append_timestamp int64.
+
+A file's ``state`` for this shard (the KIP's lifetime rule: the first owner owns the file; when its
+last live batch in it is gone it hands the file to the next owner; the last owner deletes it):
+
+    live          this shard still has live batches in the file
+    released      none left here, but an earlier owner still owns the file: wait for the handover
+    handing_over  none left here and this shard owns it: a worker must hand it to the next owner
+    deletable     none left here and this shard is the last owner: delete the object once
+                  ``marked_for_deletion_at_ms`` + the grace period has passed, then log FileDeleted
+A row whose owner has moved past this shard is removed.
+
+Why this shape: FindBatches walks ``batches`` by (partition_key, last_offset) from the first batch
+holding the wanted offset and stops at the byte budget, so its cost follows the bytes returned;
+DeleteRecords deletes by the same index below the new log start offset. Every column is a function
+of the applied records alone (times come from the records), so a state rebuilt from the log equals
+this one row for row, AUTOINCREMENT counters included. ``synchronous=NORMAL``: the metadata log,
+not this file, is the source of truth, so a power loss that drops the last transactions is repaired
+by applying the log tail again (``apply`` skips offsets already applied).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from lowtide.coordinator.messages import BatchInfo
+from lowtide.coordinator.records import (
+    FileCommitted,
+    FileDeleted,
+    FileHandedOver,
+    MetadataRecord,
+    PartitionCreated,
+    RecordsDeleted,
+    TopicDeleted,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS applied (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    metadata_offset INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO applied (id, metadata_offset) VALUES (0, -1);
+CREATE TABLE IF NOT EXISTS partitions (
+    partition_key INTEGER PRIMARY KEY,
+    topic_id BLOB NOT NULL,
+    topic_name TEXT NOT NULL,
+    partition_index INTEGER NOT NULL,
+    log_start_offset INTEGER NOT NULL,
+    high_watermark INTEGER NOT NULL,
+    max_timestamp INTEGER NOT NULL,
+    max_timestamp_offset INTEGER NOT NULL,
+    UNIQUE (topic_id, partition_index)
+);
+CREATE INDEX IF NOT EXISTS partitions_by_name ON partitions (topic_name);
+CREATE TABLE IF NOT EXISTS files (
+    file_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    object_key TEXT NOT NULL UNIQUE,
+    object_format INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    uploader_broker_id INTEGER NOT NULL,
+    owner_ids TEXT NOT NULL,
+    my_owner_index INTEGER NOT NULL,
+    current_owner_index INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    live_batches INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    marked_for_deletion_at_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS files_by_state ON files (state);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    partition_key INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    file_id INTEGER NOT NULL,
+    magic INTEGER NOT NULL,
+    byte_offset INTEGER NOT NULL,
+    byte_size INTEGER NOT NULL,
+    log_append_timestamp INTEGER NOT NULL,
+    batch_max_timestamp INTEGER NOT NULL,
+    timestamp_type INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    base_sequence INTEGER NOT NULL,
+    last_sequence INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS batches_by_offset ON batches (partition_key, last_offset);
+CREATE INDEX IF NOT EXISTS batches_by_file ON batches (file_id);
+CREATE TABLE IF NOT EXISTS producers (
+    partition_key INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    last_batches BLOB NOT NULL,
+    PRIMARY KEY (partition_key, producer_id)
+) WITHOUT ROWID;
+"""
+
+TABLES = ("applied", "partitions", "files", "batches", "producers", "sqlite_sequence")
+MAX_PRODUCER_BATCHES = 5
+PRODUCER_ENTRY = struct.Struct(">iiqqq")
+SNAPSHOT_PREFIX = "snapshot-"
+SNAPSHOT_SUFFIX = ".sqlite"
+# The timestamp a batch is found by: LogAppendTime batches by the coordinator's append time.
+EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_timestamp ELSE batch_max_timestamp END"
+
+
+class PartitionRow(NamedTuple):
+    partition_key: int
+    topic_id: bytes
+    topic_name: str
+    partition_index: int
+    log_start_offset: int
+    high_watermark: int
+    max_timestamp: int
+    max_timestamp_offset: int
+
+
+class ProducerEntry(NamedTuple):
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+
+
+class ProducerRow(NamedTuple):
+    producer_epoch: int
+    entries: tuple[ProducerEntry, ...]
+
+
+class FileRow(NamedTuple):
+    file_id: int
+    object_key: str
+    object_format: int
+    size: int
+    uploader_broker_id: int
+    owner_ids: tuple[int, ...]
+    my_owner_index: int
+    current_owner_index: int
+    state: str
+    live_batches: int
+    created_at_ms: int
+    marked_for_deletion_at_ms: int | None
+
+
+def pack_entries(entries: Iterable[ProducerEntry]) -> bytes:
+    return b"".join(PRODUCER_ENTRY.pack(*e) for e in entries)
+
+
+def unpack_entries(blob: bytes) -> tuple[ProducerEntry, ...]:
+    return tuple(ProducerEntry(*t) for t in PRODUCER_ENTRY.iter_unpack(blob))
+
+
+def effective_timestamp(timestamp_type: int, log_append_timestamp: int, batch_max_timestamp: int) -> int:
+    return log_append_timestamp if timestamp_type == 1 else batch_max_timestamp
+
+
+def _fsync_path(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CoordinatorState:
+    """The SQLite state of shard ``coordinator_id`` at ``path`` (created if missing).
+
+    Contract: ``apply`` is the only writer; each call is one transaction that also stores the
+    record's metadata offset, and records at or below the stored offset are skipped, so replaying
+    a log tail twice is harmless. Read methods see the last committed transaction.
+    Thread-safety: none; one thread owns a CoordinatorState (open another on the same file for
+    concurrent readers: WAL mode lets them read while this one writes).
+    """
+
+    def __init__(self, path: Path | str, *, coordinator_id: int) -> None:
+        self.path = Path(path)
+        self.coordinator_id = coordinator_id
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        # Write-through caches of the rows every CommitFile check and apply reads (a few hundred
+        # point queries per 100-batch file otherwise). ``apply`` is the only writer, keeps them
+        # exact, and drops them all if its transaction rolls back.
+        self._partition_rows: dict[tuple[bytes, int], PartitionRow | None] = {}
+        self._producer_rows: dict[tuple[int, int], ProducerRow | None] = {}
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- applying records ------------------------------------------------------------------------
+    @property
+    def applied_offset(self) -> int:
+        """Offset of the last applied metadata record (-1: none)."""
+        return self.db.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
+
+    def apply(self, record: MetadataRecord, offset: int) -> bool:
+        """Apply one record at metadata ``offset``; False if that offset was applied already."""
+        return self.apply_all([(record, offset)]) == 1
+
+    def apply_all(self, records: Iterable[tuple[MetadataRecord, int]]) -> int:
+        """Apply records (in offset order) in one transaction; returns how many were new."""
+        cur = self.db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            last = cur.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
+            applied = 0
+            for record, offset in records:
+                if offset <= last:
+                    continue
+                self._apply_one(cur, record)
+                last = offset
+                applied += 1
+            cur.execute("UPDATE applied SET metadata_offset = ? WHERE id = 0", (last,))
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            self._partition_rows.clear()
+            self._producer_rows.clear()
+            raise
+        return applied
+
+    def _apply_one(self, cur: sqlite3.Cursor, record: MetadataRecord) -> None:
+        if isinstance(record, FileCommitted):
+            self._apply_file_committed(cur, record)
+        elif isinstance(record, RecordsDeleted):
+            self._apply_records_deleted(cur, record)
+        elif isinstance(record, PartitionCreated):
+            self._partition_rows.pop((record.topic_id, record.partition_index), None)
+            cur.execute("INSERT OR IGNORE INTO partitions (topic_id, topic_name, partition_index, log_start_offset, "
+                        "high_watermark, max_timestamp, max_timestamp_offset) VALUES (?, ?, ?, 0, 0, -1, -1)",
+                        (record.topic_id, record.name, record.partition_index))
+        elif isinstance(record, TopicDeleted):
+            self._apply_topic_deleted(cur, record)
+        elif isinstance(record, FileHandedOver):
+            self._apply_file_handed_over(cur, record)
+        elif isinstance(record, FileDeleted):
+            cur.execute("DELETE FROM files WHERE object_key = ? AND live_batches = 0 AND state = 'deletable'",
+                        (record.object_key,))
+        else:
+            raise TypeError(f"not a metadata record: {record!r}")
+
+    def _my_index(self, owner_ids: tuple[int, ...]) -> int:
+        return owner_ids.index(self.coordinator_id) if self.coordinator_id in owner_ids else -1
+
+    def _apply_file_committed(self, cur: sqlite3.Cursor, r: FileCommitted) -> None:
+        cur.execute("INSERT OR IGNORE INTO files (object_key, object_format, size, uploader_broker_id, owner_ids, "
+                    "my_owner_index, current_owner_index, state, live_batches, created_at_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 0, 'live', 0, ?)",
+                    (r.object_key, r.object_format, r.file_size, r.uploader_broker_id,
+                     ",".join(map(str, r.owner_ids)), self._my_index(r.owner_ids), r.committed_at_ms))
+        file_id = cur.execute("SELECT file_id FROM files WHERE object_key = ?", (r.object_key,)).fetchone()[0]
+        keys: dict[tuple[bytes, int], PartitionRow | None] = {}
+        tops: dict[int, list[int]] = {}  # partition_key -> [hw, max_ts, max_ts_offset]
+        producers: dict[tuple[int, int], list] = {}
+        rows = []
+        for b in r.batches:
+            where = (b.topic_id, b.partition_index)
+            if where not in keys:
+                keys[where] = self._partition_cached(cur, *where)
+            p = keys[where]
+            if p is None:
+                continue  # deleted since the check; nothing refers to the batch
+            pk = p.partition_key
+            rows.append((pk, b.base_offset, b.last_offset, file_id, b.magic, b.byte_offset, b.byte_size,
+                         b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
+                         b.producer_epoch, b.base_sequence, b.last_sequence))
+            top = tops.setdefault(pk, [p.high_watermark, p.max_timestamp, p.max_timestamp_offset])
+            top[0] = max(top[0], b.last_offset + 1)
+            ts = effective_timestamp(b.timestamp_type, b.log_append_timestamp, b.batch_max_timestamp)
+            if ts > top[1]:
+                top[1], top[2] = ts, b.last_offset
+            if b.producer_id >= 0:
+                pkey = (pk, b.producer_id)
+                if pkey not in producers:
+                    row = self._producer_cached(cur, *pkey)
+                    producers[pkey] = [row.producer_epoch, list(row.entries)] if row else [-1, []]
+                state = producers[pkey]
+                entry = ProducerEntry(b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
+                                      b.log_append_timestamp)
+                if b.producer_epoch != state[0]:
+                    state[0], state[1] = b.producer_epoch, [entry]
+                else:
+                    state[1] = (state[1] + [entry])[-MAX_PRODUCER_BATCHES:]
+        cur.executemany("INSERT INTO batches (partition_key, base_offset, last_offset, file_id, magic, byte_offset, "
+                        "byte_size, log_append_timestamp, batch_max_timestamp, timestamp_type, producer_id, "
+                        "producer_epoch, base_sequence, last_sequence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        cur.executemany("UPDATE partitions SET high_watermark = ?, max_timestamp = ?, max_timestamp_offset = ? "
+                        "WHERE partition_key = ?", [(*top, pk) for pk, top in tops.items()])
+        for where, p in keys.items():
+            if p is not None and p.partition_key in tops:
+                hw, max_ts, max_ts_offset = tops[p.partition_key]
+                self._partition_rows[where] = p._replace(high_watermark=hw, max_timestamp=max_ts,
+                                                         max_timestamp_offset=max_ts_offset)
+        cur.executemany("INSERT OR REPLACE INTO producers (partition_key, producer_id, producer_epoch, last_batches) "
+                        "VALUES (?, ?, ?, ?)",
+                        [(pk, pid, s[0], pack_entries(s[1])) for (pk, pid), s in producers.items()])
+        for pkey, s in producers.items():
+            self._producer_rows[pkey] = ProducerRow(s[0], tuple(s[1]))
+        cur.execute("UPDATE files SET live_batches = live_batches + ? WHERE file_id = ?", (len(rows), file_id))
+        self._settle_file(cur, file_id, r.committed_at_ms)
+
+    def _delete_batches(self, cur: sqlite3.Cursor, where: str, args: tuple, at_ms: int) -> None:
+        """Delete the batches matching ``where`` and settle the files that held them."""
+        per_file = cur.execute(f"SELECT file_id, count(*) FROM batches WHERE {where} GROUP BY file_id",
+                               args).fetchall()
+        if not per_file:
+            return
+        cur.execute(f"DELETE FROM batches WHERE {where}", args)
+        cur.executemany("UPDATE files SET live_batches = live_batches - ? WHERE file_id = ?",
+                        [(n, fid) for fid, n in per_file])
+        for file_id, _ in sorted(per_file):
+            self._settle_file(cur, file_id, at_ms)
+
+    def _apply_records_deleted(self, cur: sqlite3.Cursor, r: RecordsDeleted) -> None:
+        self._partition_rows.pop((r.topic_id, r.partition_index), None)
+        p = self._partition(cur, r.topic_id, r.partition_index)
+        if p is None or r.new_log_start_offset <= p.log_start_offset:
+            return
+        new_lso = min(r.new_log_start_offset, p.high_watermark)
+        self._delete_batches(cur, "partition_key = ? AND last_offset < ?", (p.partition_key, new_lso),
+                             r.deleted_at_ms)
+        max_ts, max_ts_offset = p.max_timestamp, p.max_timestamp_offset
+        if max_ts_offset < new_lso:
+            # The batch holding the max timestamp is gone: find the new max among the live ones
+            # (a scan of the partition, but only when DeleteRecords passes the max timestamp).
+            row = cur.execute(f"SELECT {EFFECTIVE_TS} AS ts, last_offset FROM batches WHERE partition_key = ? "
+                              "ORDER BY ts DESC, last_offset ASC LIMIT 1", (p.partition_key,)).fetchone()
+            max_ts, max_ts_offset = row if row else (-1, -1)
+        cur.execute("UPDATE partitions SET log_start_offset = ?, max_timestamp = ?, max_timestamp_offset = ? "
+                    "WHERE partition_key = ?", (new_lso, max_ts, max_ts_offset, p.partition_key))
+
+    def _apply_topic_deleted(self, cur: sqlite3.Cursor, r: TopicDeleted) -> None:
+        keys = [k for (k,) in cur.execute("SELECT partition_key FROM partitions WHERE topic_id = ? "
+                                          "ORDER BY partition_key", (r.topic_id,))]
+        for where in [w for w in self._partition_rows if w[0] == r.topic_id]:
+            del self._partition_rows[where]
+        for pkey in [k for k in self._producer_rows if k[0] in keys]:
+            del self._producer_rows[pkey]
+        for pk in keys:
+            self._delete_batches(cur, "partition_key = ?", (pk,), r.deleted_at_ms)
+            cur.execute("DELETE FROM producers WHERE partition_key = ?", (pk,))
+            cur.execute("DELETE FROM partitions WHERE partition_key = ?", (pk,))
+
+    def _apply_file_handed_over(self, cur: sqlite3.Cursor, r: FileHandedOver) -> None:
+        cur.execute("INSERT OR IGNORE INTO files (object_key, object_format, size, uploader_broker_id, owner_ids, "
+                    "my_owner_index, current_owner_index, state, live_batches, created_at_ms) "
+                    "VALUES (?, 0, 0, -1, ?, ?, 0, 'released', 0, ?)",
+                    (r.object_key, ",".join(map(str, r.owner_ids)), self._my_index(r.owner_ids), r.at_ms))
+        cur.execute("UPDATE files SET current_owner_index = max(current_owner_index, ?) WHERE object_key = ?",
+                    (r.to_owner_index, r.object_key))
+        file_id = cur.execute("SELECT file_id FROM files WHERE object_key = ?", (r.object_key,)).fetchone()[0]
+        self._settle_file(cur, file_id, r.at_ms)
+
+    @staticmethod
+    def _settle_file(cur: sqlite3.Cursor, file_id: int, at_ms: int) -> None:
+        """Put a file's row in the state its live batch count and current owner call for."""
+        live, owners, mine, current, state = cur.execute(
+            "SELECT live_batches, owner_ids, my_owner_index, current_owner_index, state FROM files "
+            "WHERE file_id = ?", (file_id,)).fetchone()
+        if live > 0:
+            new = "live"
+        elif mine < 0 or current < mine:
+            new = "released"
+        elif current > mine:
+            cur.execute("DELETE FROM files WHERE file_id = ?", (file_id,))
+            return
+        elif mine == owners.count(","):  # the last index of the comma-joined owner list
+            new = "deletable"
+        else:
+            new = "handing_over"
+        if new == "deletable":
+            cur.execute("UPDATE files SET state = ?, marked_for_deletion_at_ms = "
+                        "coalesce(marked_for_deletion_at_ms, ?) WHERE file_id = ?", (new, at_ms, file_id))
+        elif new != state:
+            cur.execute("UPDATE files SET state = ? WHERE file_id = ?", (new, file_id))
+
+    # ---- reading -----------------------------------------------------------------------------
+    @staticmethod
+    def _partition(cur: sqlite3.Cursor | sqlite3.Connection, topic_id: bytes, index: int) -> PartitionRow | None:
+        row = cur.execute("SELECT partition_key, topic_id, topic_name, partition_index, log_start_offset, "
+                          "high_watermark, max_timestamp, max_timestamp_offset FROM partitions "
+                          "WHERE topic_id = ? AND partition_index = ?", (topic_id, index)).fetchone()
+        return PartitionRow(*row) if row else None
+
+    def _partition_cached(self, cur: sqlite3.Cursor | sqlite3.Connection, topic_id: bytes,
+                          index: int) -> PartitionRow | None:
+        where = (topic_id, index)
+        try:
+            return self._partition_rows[where]
+        except KeyError:
+            row = self._partition_rows[where] = self._partition(cur, topic_id, index)
+            return row
+
+    def _producer_cached(self, cur: sqlite3.Cursor | sqlite3.Connection, partition_key: int,
+                         producer_id: int) -> ProducerRow | None:
+        pkey = (partition_key, producer_id)
+        try:
+            return self._producer_rows[pkey]
+        except KeyError:
+            row = cur.execute("SELECT producer_epoch, last_batches FROM producers WHERE partition_key = ? "
+                              "AND producer_id = ?", pkey).fetchone()
+            value = self._producer_rows[pkey] = ProducerRow(row[0], unpack_entries(row[1])) if row else None
+            return value
+
+    def partition(self, topic_id: bytes, index: int) -> PartitionRow | None:
+        return self._partition_cached(self.db, topic_id, index)
+
+    def topic(self, topic_id: bytes) -> tuple[str, set[int]] | None:
+        """(name, partition indexes) of a topic this shard has partitions of, or None."""
+        rows = self.db.execute("SELECT topic_name, partition_index FROM partitions WHERE topic_id = ?",
+                               (topic_id,)).fetchall()
+        return (rows[0][0], {i for _, i in rows}) if rows else None
+
+    def topic_id_for_name(self, name: str) -> bytes | None:
+        row = self.db.execute("SELECT topic_id FROM partitions WHERE topic_name = ? LIMIT 1", (name,)).fetchone()
+        return row[0] if row else None
+
+    def producer(self, topic_id: bytes, index: int, producer_id: int) -> ProducerRow | None:
+        p = self.partition(topic_id, index)
+        return None if p is None else self._producer_cached(self.db, p.partition_key, producer_id)
+
+    def file(self, object_key: str) -> FileRow | None:
+        row = self.db.execute("SELECT * FROM files WHERE object_key = ?", (object_key,)).fetchone()
+        if row is None:
+            return None
+        fields = list(row)
+        fields[5] = tuple(int(x) for x in fields[5].split(",")) if fields[5] else ()
+        return FileRow(*fields)
+
+    def files_in_state(self, state: str) -> list[FileRow]:
+        keys = [k for (k,) in self.db.execute("SELECT object_key FROM files WHERE state = ? ORDER BY file_id",
+                                              (state,))]
+        return [f for f in map(self.file, keys) if f is not None]
+
+    def find_batches(self, partition_key: int, offset: int, *, max_batches: int, max_bytes: int,
+                     always_first: bool) -> tuple[list[BatchInfo], int]:
+        """Live batches of a partition from the one holding ``offset`` on, stopping before the one
+        that would exceed ``max_bytes`` (the first is returned anyway when ``always_first``: a
+        consumer must always make progress, Kafka's KIP-74 rule). Returns (batches, bytes).
+        SQLite steps the (partition_key, last_offset) index lazily, so the cost follows what is returned."""
+        out: list[BatchInfo] = []
+        total = 0
+        cursor = self.db.execute(
+            "SELECT b.batch_id, f.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset, b.last_offset, "
+            "b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type FROM batches b "
+            "JOIN files f ON f.file_id = b.file_id WHERE b.partition_key = ? AND b.last_offset >= ? "
+            "ORDER BY b.last_offset LIMIT ?", (partition_key, offset, max_batches))
+        for row in cursor:
+            size = row[4]
+            if total + size > max_bytes and not (always_first and not out):
+                break
+            out.append(BatchInfo(batch_id=row[0], object_key=row[1], magic=row[2], byte_offset=row[3],
+                                 byte_size=size, base_offset=row[5], last_offset=row[6],
+                                 log_append_timestamp=row[7], batch_max_timestamp=row[8], timestamp_type=row[9]))
+            total += size
+        cursor.close()
+        return out, total
+
+    def offset_for_timestamp(self, partition: PartitionRow, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first live batch whose timestamp is >= ``timestamp``, at batch
+        granularity: the batch's max timestamp and its base offset (not before the log start)."""
+        row = self.db.execute(f"SELECT {EFFECTIVE_TS} AS ts, base_offset FROM batches WHERE partition_key = ? "
+                              "AND last_offset >= ? AND ts >= ? ORDER BY last_offset LIMIT 1",
+                              (partition.partition_key, partition.log_start_offset, timestamp)).fetchone()
+        return (row[0], max(row[1], partition.log_start_offset)) if row else None
+
+    def dump(self) -> dict[str, list[tuple]]:
+        """Every row of every table, in primary key order: what 'equal row for row' compares."""
+        out = {}
+        for table in TABLES:
+            exists = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                     (table,)).fetchone()
+            out[table] = self.db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() if exists else []
+        return out
+
+    # ---- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, directory: Path | str) -> Path:
+        """Write a consistent copy (SQLite backup API) to ``directory/snapshot-<offset>.sqlite``
+        crash-safely (.tmp, fsync, rename, fsync dir) and return its path."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"{SNAPSHOT_PREFIX}{self.applied_offset:020d}{SNAPSHOT_SUFFIX}"
+        tmp = final.with_name(final.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        target = sqlite3.connect(tmp)
+        try:
+            self.db.backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")  # a self-contained single file
+        finally:
+            target.close()
+        _fsync_path(tmp)
+        os.replace(tmp, final)
+        _fsync_path(directory, directory=True)
+        return final
+
+
+def snapshot_offset(path: Path) -> int:
+    """The metadata offset a snapshot file name carries."""
+    return int(path.name[len(SNAPSHOT_PREFIX):-len(SNAPSHOT_SUFFIX)])
+
+
+def latest_snapshot(directory: Path | str) -> Path | None:
+    """The newest complete snapshot in ``directory`` (half-written .tmp files are ignored)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = [p for p in directory.iterdir()
+             if p.name.startswith(SNAPSHOT_PREFIX) and p.name.endswith(SNAPSHOT_SUFFIX)]
+    return max(found, key=snapshot_offset, default=None)
+
+
+def restore_snapshot(snapshot: Path | str, db_path: Path | str, *, coordinator_id: int) -> CoordinatorState:
+    """Replace the database at ``db_path`` with ``snapshot`` and open it; the caller then applies
+    the metadata log from ``applied_offset + 1`` on."""
+    db_path = Path(db_path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    source = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
+    target = sqlite3.connect(db_path)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+    return CoordinatorState(db_path, coordinator_id=coordinator_id)
+

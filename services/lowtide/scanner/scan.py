@@ -1,0 +1,151 @@
+"""One orphan-file scan (KIP-1164 "Orphan files", brief §7), independent of transport.
+
+A WAL file is an *orphan* when it sits in object storage but no diskless coordinator shard knows
+it: its broker died between upload and commit, or every commit of it failed and the broker could
+not delete it. A scan:
+
+1. asks every shard for the creation time of the oldest file it still has batches in;
+2. threshold = min(those, now) - grace period. The grace period must exceed the longest a commit
+   can be in flight, so a file uploaded but not committed *yet* is never old enough to be a
+   candidate; taking the shards' oldest file into the minimum keeps the threshold behind anything
+   a shard is still working with, even across clock skew between the brokers and the store;
+3. streams the store's listing of objects older than the threshold (never the whole listing in
+   memory) in batches of ``describe_batch``;
+4. asks every shard which keys of the batch it knows (DescribeFiles);
+5. deletes the keys no shard knows.
+
+Safety: any shard that cannot answer, at step 1 or at step 4 of any batch, stops the scan before
+it deletes anything more (files deleted from earlier batches were unknown to *every* shard, so
+they were orphans). A dry run does everything but step 5.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Protocol
+
+from lowtide.objectstore.base import ObjectInfo, ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class ShardView(Protocol):
+    """What a scan needs of one coordinator shard (the gRPC client implements it)."""
+
+    name: str
+
+    def oldest_file_created_ms(self) -> int | None:
+        """Creation time (epoch ms) of the oldest file the shard has live batches in; None if none."""
+
+    def known_files(self, keys: Sequence[str]) -> set[str]:
+        """The subset of ``keys`` the shard knows (DescribeFiles); raises when it cannot answer."""
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    grace_period_ms: int
+    prefix: str = ""
+    describe_batch: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.grace_period_ms <= 0:
+            raise ValueError(f"grace period must be > 0 ms, got {self.grace_period_ms}")
+        if self.describe_batch <= 0:
+            raise ValueError(f"describe_batch must be > 0, got {self.describe_batch}")
+
+
+@dataclass
+class ScanReport:
+    """What one scan saw and did. ``failure`` names why it stopped early (then it deleted nothing
+    after that point): ``shard_unavailable``, ``list_failed`` or ``delete_failed``."""
+
+    dry_run: bool
+    threshold_ms: int = 0
+    candidates: int = 0  # objects older than the threshold
+    known: int = 0  # candidates some shard knows
+    orphans: int = 0  # candidates no shard knows (deleted unless a dry run)
+    deleted: list[str] = field(default_factory=list)
+    deleted_bytes: int = 0
+    failure: str | None = None
+    failure_detail: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+Progress = Callable[[ScanReport], None]
+
+
+def _batches(items: Iterator[ObjectInfo], size: int) -> Iterator[list[ObjectInfo]]:
+    while batch := list(islice(items, size)):
+        yield batch
+
+
+def run_scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig, now_ms: int,
+             dry_run: bool = False, progress: Progress | None = None) -> ScanReport:
+    """One scan as the module doc describes. Never raises for a shard or store failure: the
+    report's ``failure`` says what stopped it."""
+    began = time.monotonic()
+    report = ScanReport(dry_run=dry_run)
+    try:
+        return _scan(store, shards, config=config, now_ms=now_ms, report=report, progress=progress)
+    finally:
+        report.duration_s = time.monotonic() - began
+
+
+def _fail(report: ScanReport, reason: str, detail: str) -> ScanReport:
+    report.failure, report.failure_detail = reason, detail
+    log.warning("orphan scan stopped, nothing more deleted", extra={"fields": {"reason": reason, "detail": detail}})
+    return report
+
+
+def _scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig, now_ms: int,
+          report: ScanReport, progress: Progress | None) -> ScanReport:
+    if not shards:
+        # Without a single shard nobody can vouch for any file: deleting would be a guess.
+        return _fail(report, "shard_unavailable", "no coordinator shard is configured")
+    oldest = now_ms
+    for shard in shards:
+        try:
+            created = shard.oldest_file_created_ms()
+        except Exception as exc:  # noqa: BLE001 - any failure of a shard means "delete nothing"
+            return _fail(report, "shard_unavailable", f"{shard.name}: oldest file: {type(exc).__name__}: {exc}")
+        if created is not None:
+            oldest = min(oldest, created)
+    report.threshold_ms = oldest - config.grace_period_ms
+    listing = store.list(prefix=config.prefix, older_than=report.threshold_ms / 1000)
+    try:
+        for batch in _batches(iter(listing), config.describe_batch):
+            report.candidates += len(batch)
+            keys = [o.key for o in batch]
+            known: set[str] = set()
+            for shard in shards:
+                try:
+                    known |= shard.known_files(keys)
+                except Exception as exc:  # noqa: BLE001 - see _scan's contract
+                    return _fail(report, "shard_unavailable",
+                                 f"{shard.name}: DescribeFiles: {type(exc).__name__}: {exc}")
+            report.known += len(known)
+            for obj in batch:
+                if obj.key in known:
+                    continue
+                report.orphans += 1
+                if report.dry_run:
+                    continue
+                try:
+                    store.delete(obj.key)
+                except Exception as exc:  # noqa: BLE001
+                    return _fail(report, "delete_failed", f"{obj.key}: {type(exc).__name__}: {exc}")
+                report.deleted.append(obj.key)
+                report.deleted_bytes += obj.size
+            if progress is not None:
+                progress(report)
+    except Exception as exc:  # noqa: BLE001 - the listing itself failed midway
+        return _fail(report, "list_failed", f"{type(exc).__name__}: {exc}")
+    return report
