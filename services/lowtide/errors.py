@@ -80,6 +80,22 @@ class MessageTooLarge(LowtideError):
     code, name = 10, "MESSAGE_TOO_LARGE"
 
 
+class CoordinatorLoadInProgress(RetriableError):
+    # Kafka: the group's offsets are still being read from __consumer_offsets; retry shortly.
+    code, name = 14, "COORDINATOR_LOAD_IN_PROGRESS"
+
+
+class CoordinatorNotAvailable(RetriableError):
+    # Kafka: __consumer_offsets (or its partition for the group) cannot be written or read now.
+    code, name = 15, "COORDINATOR_NOT_AVAILABLE"
+
+
+class NotCoordinator(RetriableError):
+    # Kafka: this broker is not (or no longer) the coordinator for the key; find it again, retry.
+    # Here: this process does not lead the diskless coordinator shard that was called (KIP-1164).
+    code, name = 16, "NOT_COORDINATOR"
+
+
 class NetworkException(InvalidMetadataError):
     # As in Kafka: the broker may have gone away, so the leader may have moved.
     code, name = 13, "NETWORK_EXCEPTION"
@@ -165,6 +181,32 @@ class InvalidProducerEpoch(LowtideError):
     code, name = 47, "INVALID_PRODUCER_EPOCH"
 
 
+class InvalidTxnState(LowtideError):
+    code, name = 48, "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMapping(LowtideError):
+    code, name = 49, "INVALID_PRODUCER_ID_MAPPING"
+
+
+class ConcurrentTransactions(RetriableError):
+    # Kafka: the transaction is being completed (markers in flight); retry shortly.
+    code, name = 51, "CONCURRENT_TRANSACTIONS"
+
+
+class TransactionCoordinatorFenced(LowtideError):
+    code, name = 52, "TRANSACTION_COORDINATOR_FENCED"
+
+
+class TransactionalIdAuthorizationFailed(LowtideError):
+    code, name = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class OperationNotAttempted(LowtideError):
+    # Kafka: not tried because another part of the same all-or-nothing request failed.
+    code, name = 55, "OPERATION_NOT_ATTEMPTED"
+
+
 class KafkaStorageError(InvalidMetadataError):
     # Kafka: the replica's log directory failed; the leader will move elsewhere.
     code, name = 56, "KAFKA_STORAGE_ERROR"
@@ -192,6 +234,16 @@ class UnknownLeaderEpoch(InvalidMetadataError):
 
 class InvalidRecord(LowtideError):
     code, name = 87, "INVALID_RECORD"
+
+
+class ProducerFenced(LowtideError):
+    # A newer producer with the same transactional id exists (its InitProducerId bumped the epoch).
+    code, name = 90, "PRODUCER_FENCED"
+
+
+class UnknownTopicId(InvalidMetadataError):
+    # Kafka (KIP-516): no topic has this id here; the caller's metadata is stale.
+    code, name = 100, "UNKNOWN_TOPIC_ID"
 
 
 def _all_subclasses(cls: type) -> list[type]:

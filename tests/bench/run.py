@@ -5,7 +5,7 @@ RF 3 acks=all load over plain sockets between three plain-Python processes, no c
 the log cleaner's MB/s (in process, over a PartitionLog), then one local cluster of 3 replicas +
 front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
-1,000 partitions. The cluster and the ceiling's
+1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions. The cluster and the ceiling's
 processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
@@ -25,12 +25,14 @@ from pathlib import Path
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
+from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide")
+SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide",
+            "retention")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -185,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             if "wide" in only:
                 _section("delete wide", figures, lambda: delete.many_partitions(bench, 1000, 2 if quick else 4),
                          "delete_wide_ms", "DeleteRecords over 1,000 partitions", "ms")
+            if "retention" in only:
+                _section("retention", figures, lambda: bench_retention.retention_pass_cost(bench, 1000),
+                         "consumed_retention_pass_ms", "broker-side consumed retention pass over 1,000 partitions",
+                         "ms")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:

@@ -30,12 +30,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     "purgatory": BASE,
     # Diskless topics (KIP-1164): WAL file storage, and the coordinator's domain core over it.
     "objectstore": BASE,
-    "coordinator": BASE | {"objectstore"},
+    # The service around it: its metadata log on the replicas (client, record, metadata), the
+    # server scaffolding (common, rpc) and CLUSTER_ACTION checks (auth).
+    "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth"},
     # The orphan scanner: the object store, and coordinator shards through the client.
     "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth"},
+    # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
+    "groups": BASE | {"record"},
     "common": BASE | {"rpc"},
-    "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth"},
-    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common"},
+    "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
+                        "groups"},
+    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
     # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
     "observability": BASE | {"common"},
@@ -55,6 +60,7 @@ CLIENT_MODULES = {
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",
     "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica",
+    "lowtide.client.transactions",
 }
 # grpcio's own __init__ imports the bare grpc_health / grpc_reflection packages for backwards
 # compatibility; the servers inside them are what a client must not load.

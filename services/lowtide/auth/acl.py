@@ -30,6 +30,7 @@ from lowtide.errors import (
     InvalidRequest,
     LowtideError,
     TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class ResourceType(enum.IntEnum):
     TOPIC = 2
     GROUP = 3
     CLUSTER = 4
+    TRANSACTIONAL_ID = 5  # Kafka's: a producer's transactional.id (WRITE to use it, KIP-98)
 
 
 class PatternType(enum.IntEnum):
@@ -259,6 +261,7 @@ _FAILURE_BY_TYPE: dict[ResourceType, type[LowtideError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailed,
     ResourceType.GROUP: GroupAuthorizationFailed,
     ResourceType.CLUSTER: ClusterAuthorizationFailed,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed,
 }
 
 

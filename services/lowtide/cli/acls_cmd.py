@@ -61,6 +61,8 @@ def _add_flags(parser: argparse.ArgumentParser, *, adding: bool) -> None:
     resource.add_argument("--topic", action="append", metavar="NAME", help="topic resource (repeatable)")
     resource.add_argument("--group", action="append", metavar="NAME", help="group resource (repeatable)")
     resource.add_argument("--cluster", action="store_true", help="the cluster resource (kafka-cluster)")
+    resource.add_argument("--transactional-id", action="append", metavar="ID",
+                          help="transactional id resource (repeatable)")
     patterns = ["literal", "prefixed"] if adding else ["literal", "prefixed", "any"]
     parser.add_argument(
         "--resource-pattern-type",
@@ -92,6 +94,8 @@ def resources_from_args(args: argparse.Namespace) -> list[tuple[ResourceType, st
         return [(ResourceType.TOPIC, _non_empty(t, "--topic")) for t in args.topic]
     if args.group:
         return [(ResourceType.GROUP, _non_empty(g, "--group")) for g in args.group]
+    if getattr(args, "transactional_id", None):
+        return [(ResourceType.TRANSACTIONAL_ID, _non_empty(t, "--transactional-id")) for t in args.transactional_id]
     return []
 
 

@@ -31,7 +31,7 @@ from lowtide.cli.output import CliError, emit, progress
 from lowtide.client import Consumer, OffsetSpec, Producer
 from lowtide.client.consumer import ConsumerRecord
 from lowtide.client.producer import COMPRESSION_BY_NAME
-from lowtide.errors import UnknownTopicOrPartition
+from lowtide.errors import LowtideError, UnknownTopicOrPartition
 from lowtide.rpc.channels import validate_address
 
 MiB = 1 << 20
@@ -59,6 +59,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "console producer names it)")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
     produce.add_argument("--max-in-flight", type=int, default=8, help="concurrent Produce requests")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="wrap the whole run in one transaction of this transactional id: committed at the "
+                              "end, aborted on an error or Ctrl-C (needs --acks all)")
+    produce.add_argument("--abort", action="store_true",
+                         help="with --transactional-id: abort the transaction at the end instead of committing")
     produce.set_defaults(func=run_produce)
 
     consume = subparsers.add_parser(
@@ -76,6 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--max-records", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=2000, help="stop when nothing new arrives for this long")
     consume.add_argument("--print-key", action="store_true", help="text output: print KEY<TAB>VALUE")
+    consume.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
+                         default="read_uncommitted",
+                         help="read_committed: only records of committed transactions (and non-transactional "
+                              "ones), up to the last stable offset")
     consume.set_defaults(func=run_consume)
 
     offsets = subparsers.add_parser("offsets", help="list offsets of a topic's partitions")
@@ -127,6 +136,8 @@ def run_produce(args: argparse.Namespace) -> int:
         raise CliError("INVALID_REQUEST", "--num-records and --record-size must be >= 0")
     if args.batch_size < 1024:
         raise CliError("INVALID_REQUEST", f"--batch-size must be >= 1024 bytes, got {args.batch_size}")
+    if args.abort and not args.transactional_id:
+        raise CliError("INVALID_REQUEST", "--abort needs --transactional-id")
     if args.num_records is not None:
         chunks = generate_chunks(num_records=args.num_records, record_size=args.record_size)
     else:
@@ -135,24 +146,40 @@ def run_produce(args: argparse.Namespace) -> int:
     started = last_progress = time.monotonic()
     with Producer(validate_address(args.bootstrap_server), acks=ACKS[args.acks], compression_type=args.compression_type,
                   batch_bytes=args.batch_size, max_in_flight=args.max_in_flight,
-                  metadata=read_call_metadata(args)) as producer:
+                  metadata=read_call_metadata(args), transactional_id=args.transactional_id) as producer:
         # Ask for the topic before reading any input: an unknown topic or partition must fail even
         # when there is nothing to send (--num-records 0, empty stdin), not report "0 records sent".
         producer.cluster.add_topics([args.topic])
         meta = producer.cluster.refresh().topic(args.topic)
         if args.partition is not None and not 0 <= args.partition < len(meta.partitions):
             raise UnknownTopicOrPartition(f"partition {args.topic}-{args.partition} does not exist")
-        for values, keys in chunks:
-            report = producer.produce_values(args.topic, values, keys=keys, partition=args.partition)
-            records += report.records
-            payload_bytes += report.bytes
-            now = time.monotonic()
-            if now - last_progress >= PROGRESS_EVERY_S:
-                last_progress = now
-                progress(args, f"{records} records sent, {records / (now - started):.0f} records/s")
+        if args.transactional_id:
+            producer.init_transactions()
+            producer.begin_transaction()
+        try:
+            for values, keys in chunks:
+                report = producer.produce_values(args.topic, values, keys=keys, partition=args.partition)
+                records += report.records
+                payload_bytes += report.bytes
+                now = time.monotonic()
+                if now - last_progress >= PROGRESS_EVERY_S:
+                    last_progress = now
+                    progress(args, f"{records} records sent, {records / (now - started):.0f} records/s")
+            if args.transactional_id:
+                producer.abort_transaction() if args.abort else producer.commit_transaction()
+        except BaseException:  # an error or Ctrl-C: nothing of the run may become visible
+            if args.transactional_id and producer.transactions.state == "in_transaction":
+                try:
+                    producer.abort_transaction()
+                except LowtideError as err:
+                    progress(args, f"abort of the transaction failed: {err.name}: {err.message}")
+            raise
     seconds = max(time.monotonic() - started, 1e-9)
     doc = {"records": records, "bytes": payload_bytes, "seconds": round(seconds, 6),
            "records_per_second": round(records / seconds, 1), "mb_per_second": round(payload_bytes / MiB / seconds, 3)}
+    if args.transactional_id:
+        doc["transactional_id"] = args.transactional_id
+        doc["transaction"] = "aborted" if args.abort else "committed"
     emit(args, doc, f"{records} records sent, {doc['records_per_second']} records/sec "
                     f"({doc['mb_per_second']} MB/sec) in {doc['seconds']} s")
     return 0
@@ -226,7 +253,8 @@ def run_consume(args: argparse.Namespace) -> int:
     json_mode = args.output == "json"
     consumed = 0
     with Consumer(validate_address(args.bootstrap_server), group_id=args.group,
-                  metadata=read_call_metadata(args), max_wait_ms=min(500, max(1, args.timeout_ms))) as consumer:
+                  metadata=read_call_metadata(args), max_wait_ms=min(500, max(1, args.timeout_ms)),
+                  isolation_level=args.isolation_level) as consumer:
         if args.partition is not None:
             consumer.assign([(args.topic, args.partition)])
             consumer.cluster.refresh().leader_address(args.topic, args.partition)  # unknown partition fails here

@@ -132,9 +132,11 @@ class Admin:
         return self.describe_cluster(names).topics
 
     # -- offsets and deletion ----------------------------------------------------------------
-    def list_offsets(self, queries: Mapping[TopicPartition, int]) -> dict[TopicPartition, ListedOffset]:
-        """``{(topic, partition): timestamp}`` with OffsetSpec values or a time in ms."""
-        request = common_pb2.ListOffsetsRequest(partitions=[
+    def list_offsets(self, queries: Mapping[TopicPartition, int], *,
+                     isolation_level: int = 0) -> dict[TopicPartition, ListedOffset]:
+        """``{(topic, partition): timestamp}`` with OffsetSpec values or a time in ms; with
+        ``isolation_level`` 1 (read_committed) LATEST is the last stable offset."""
+        request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
             common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in queries.items()])
         response = self._call("ListOffsets", request)
         return {(r.topic, r.partition): ListedOffset(topic=r.topic, partition=r.partition, offset=r.offset,

@@ -6,6 +6,13 @@ latest = the high watermark). A leader returns whole batches, so the first one m
 requested offset: records below the position are skipped. Fetching below the log start offset is
 OFFSET_OUT_OF_RANGE: raised when the position was set by ``seek`` (the caller asked for deleted
 data), reset by ``auto_offset_reset`` when it came from a commit or an earlier reset.
+
+Isolation (Kafka's isolation.level): ``read_uncommitted`` (default) reads up to the high watermark,
+transactional records included, aborted or not. ``read_committed`` reads up to the last stable
+offset (nothing of an undecided transaction, nor anything after it) and drops, per batch as bytes,
+the batches of the aborted transactions the leader lists with its answer (Kafka's algorithm: a
+producer's batches from an aborted transaction's first offset on are dropped until a control batch
+of that producer ends it). Control batches (transaction markers) never surface as records.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.metadata import ClusterMetadata
-from lowtide.client.replica import FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.client.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPartition, FetchPosition, ReplicaClient
 from lowtide.errors import (
     InvalidRequest,
     LeaderNotAvailable,
     LowtideError,
     OffsetOutOfRange,
 )
+from lowtide.record import iter_batches
 from lowtide.record.columns import BinaryColumn, Columns, columnize
 from lowtide.rpc.channels import ChannelPool
 
@@ -77,6 +85,33 @@ def records_from_columns(columns: Columns, *, topic: str, partition: int) -> lis
             for i, (o, ts, k, v) in enumerate(zip(offsets, stamps, keys, values, strict=True))]
 
 
+def drop_aborted(records: bytes, aborted: Sequence[tuple[int, int]]) -> tuple[bytes, int]:
+    """``records`` (whole batches) without the batches of aborted transactions (module docstring),
+    and the next offset after the last whole batch examined (-1 if none). Per batch, as bytes."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    index = 0
+    active: set[int] = set()  # producers inside an aborted transaction here
+    keep: list[tuple[int, int]] = []
+    end = -1
+    dropped = False
+    for header, pos in iter_batches(records):
+        while index < len(pending) and pending[index][1] <= header.last_offset:
+            active.add(pending[index][0])
+            index += 1
+        end = header.next_offset
+        pid = header.producer_id
+        if header.is_control:
+            active.discard(pid)  # the marker ends that producer's transaction
+        elif header.is_transactional and pid in active:
+            dropped = True
+            continue
+        keep.append((pos, pos + header.size_in_bytes))
+    if not dropped:
+        return records, end
+    view = memoryview(records)
+    return b"".join(view[a:b] for a, b in keep), end
+
+
 class Consumer:
     """Reads assigned partitions from their leaders (module doc has the position rules).
 
@@ -86,9 +121,13 @@ class Consumer:
 
     def __init__(self, bootstrap: str, *, group_id: str | None = None, metadata: Sequence[tuple[str, str]] = (),
                  auto_offset_reset: str = "earliest", max_wait_ms: int = 500, min_bytes: int = 1,
-                 max_bytes: int = 50 * MiB, partition_max_bytes: int = MiB, request_timeout_s: float = 30.0) -> None:
+                 max_bytes: int = 50 * MiB, partition_max_bytes: int = MiB, request_timeout_s: float = 30.0,
+                 isolation_level: str = "read_uncommitted") -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise InvalidRequest(f"auto_offset_reset must be earliest or latest, got {auto_offset_reset!r}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidRequest(f"isolation_level must be read_uncommitted or read_committed, got {isolation_level!r}")
+        self.isolation_level = ISOLATION_LEVELS[isolation_level]
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
@@ -156,7 +195,7 @@ class Consumer:
         return self._positions[tp]
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: int) -> dict[TopicPartition, int]:
-        answers = self.admin.list_offsets({tp: spec for tp in partitions})
+        answers = self.admin.list_offsets({tp: spec for tp in partitions}, isolation_level=self.isolation_level)
         out = {}
         for tp in partitions:
             answer = answers.get(tp)
@@ -276,7 +315,8 @@ class Consumer:
                      for (t, p), offset in fetched.items()]
         try:
             return self.replicas.fetch(address, positions, max_wait_ms=wait_ms, min_bytes=self.min_bytes,
-                                       max_bytes=self.max_bytes, deadline_s=wait_ms / 1000 + self.request_timeout_s)
+                                       max_bytes=self.max_bytes, deadline_s=wait_ms / 1000 + self.request_timeout_s,
+                                       isolation_level=self.isolation_level)
         except LowtideError as err:
             if err.retriable:
                 return err
@@ -302,8 +342,12 @@ class Consumer:
         position = self._positions[tp]
         # The records are cut out of the fetched batches in C (record/_columns.c), one call for the
         # whole answer; only ``poll`` makes Python objects of them.
-        columns = columnize(result.records, min_offset=position, max_offset=_NO_END, with_headers=with_headers)
-        self._positions[tp] = max(position, columns.next_offset)
+        records, end = result.records, -1
+        if self.isolation_level == READ_COMMITTED and result.aborted_transactions:
+            records, end = drop_aborted(records, result.aborted_transactions)
+        columns = columnize(records, min_offset=position, max_offset=_NO_END, with_headers=with_headers)
+        # ``end``: past batches dropped at the tail, which ``columns`` never saw.
+        self._positions[tp] = max(position, columns.next_offset, end)
         return columns, False
 
     # -- committing --------------------------------------------------------------------------

@@ -22,11 +22,18 @@ since) split the partition's largest batch and retry, as Kafka's producer splits
 refused: every batch of that request above half the largest is cut into batches at most that big,
 in order, and later batches of the topic are built no bigger. A batch of one record cannot be split:
 its error is raised. Every other error is raised.
+
+Transactions (``transactional_id``, Kafka's transactional producer; acks must be all):
+``init_transactions()`` gets the producer id and epoch (fencing any older producer of the id),
+``begin_transaction()`` opens one, every send first adds its new partitions to it
+(AddPartitionsToTxn), batches carry the transactional bit, the producer id/epoch and per-partition
+base sequences, and ``commit_transaction()`` / ``abort_transaction()`` end it (``transactions.py``).
 """
 
 from __future__ import annotations
 
 import random
+import struct
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -37,6 +44,7 @@ from lowtide.client.admin import Admin
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.client.partitioner import partition_for_key
 from lowtide.client.replica import ProducedPartition, ReplicaClient
+from lowtide.client.transactions import TransactionManager
 from lowtide.clock import now_ms
 from lowtide.errors import (
     InvalidRequest,
@@ -49,7 +57,15 @@ from lowtide.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from lowtide.record import BATCH_HEADER_SIZE, BatchBuilder, Compression, decode_batch, read_header
+from lowtide.record import (
+    BATCH_HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    BatchBuilder,
+    Compression,
+    crc32c,
+    decode_batch,
+    read_header,
+)
 from lowtide.record.compression import BY_NAME, decompress
 from lowtide.rpc.channels import ChannelPool
 
@@ -100,9 +116,12 @@ class Producer:
     def __init__(self, bootstrap: str, *, acks: int = -1, compression_type: str = "none", batch_bytes: int = MiB,
                  request_bytes: int = 4 * MiB, max_in_flight: int = 8, linger_ms: int = 0,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
-                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+                 metadata: Sequence[tuple[str, str]] = (), transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000) -> None:
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcks(f"acks must be -1 (all), 0 or 1, got {acks}")
+        if transactional_id is not None and acks != -1:
+            raise InvalidRequiredAcks(f"a transactional producer needs acks=-1 (all), got {acks}")
         if compression_type not in COMPRESSION_BY_NAME:
             raise InvalidRequest(f"compression.type must be one of {', '.join(COMPRESSION_BY_NAME)}, "
                                  f"got {compression_type!r}")
@@ -124,6 +143,9 @@ class Producer:
         self._buffered_bytes = 0
         # Topic -> batch size a leader refused (halved): limits its metadata did not show.
         self._refused_limits: dict[str, int] = {}
+        self.transactions = (TransactionManager(self.admin, transactional_id=transactional_id,
+                                                transaction_timeout_ms=transaction_timeout_ms)
+                             if transactional_id is not None else None)
 
     def __enter__(self) -> Producer:
         return self
@@ -134,6 +156,30 @@ class Producer:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._channels.close()
+
+    # -- transactions ------------------------------------------------------------------------
+    def init_transactions(self) -> None:
+        """Kafka's initTransactions: a producer id and a new epoch for the transactional id."""
+        self._transactions().init()
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    def commit_transaction(self) -> None:
+        """Send what ``send`` buffered, then commit: every record of the transaction becomes
+        visible to read_committed consumers at once."""
+        self.flush()
+        self._transactions().end(commit=True)
+
+    def abort_transaction(self) -> None:
+        """Drop what ``send`` buffered and abort: read_committed consumers never see the records."""
+        self._buffer, self._buffered_bytes = {}, 0
+        self._transactions().end(commit=False)
+
+    def _transactions(self) -> TransactionManager:
+        if self.transactions is None:
+            raise InvalidRequest("this producer has no transactional_id")
+        return self.transactions
 
     # -- buffered single records -------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, *, key: bytes | None = None, partition: int | None = None) -> None:
@@ -167,7 +213,7 @@ class Producer:
         if partition is not None and not 0 <= partition < partitions:
             raise UnknownTopicOrPartition(f"partition {topic}-{partition} does not exist")
         batches = self.build_batches(values, keys=keys, partitions=partitions, partition=partition,
-                                     timestamp_ms=timestamp_ms, batch_bytes=self.batch_bytes_for(topic))
+                                     timestamp_ms=timestamp_ms, batch_bytes=self.batch_bytes_for(topic), topic=topic)
         report = ProduceReport(records=len(values), batches=sum(len(b) for b in batches.values()),
                                bytes=sum(len(v) for v in values if v) + sum(len(k) for k in keys or () if k))
         report.appends = self.send_batches(topic, batches)
@@ -182,8 +228,17 @@ class Producer:
         bad = [p for p in batches if not 0 <= p < partitions]
         if bad:
             raise UnknownTopicOrPartition(f"partition {topic}-{bad[0]} does not exist ({partitions} partitions)")
+        txn = self.transactions
+        if txn is not None:  # stamped with our producer fields, in order, as build_batches would
+            return self.send_batches(topic, {p: [self._stamped(topic, p, b) for b in bs] for p, bs in batches.items()})
         return self.send_batches(topic, {p: [_Batch(b, read_header(b).record_count) for b in bs]
                                          for p, bs in batches.items()})
+
+    def _stamped(self, topic: str, partition: int, batch: bytes) -> _Batch:
+        txn = self._transactions()
+        count = read_header(batch).record_count
+        return _Batch(stamp_producer(batch, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                                     base_sequence=txn.next_sequence((topic, partition), count)), count)
 
     def batch_bytes_for(self, topic: str) -> int:
         """The batch size for ``topic``: ``batch_bytes`` capped by the topic's limits (module doc)."""
@@ -193,9 +248,14 @@ class Producer:
 
     def build_batches(self, values: Sequence[bytes | None], *, keys: Sequence[bytes | None] | None,
                       partitions: int, partition: int | None = None,
-                      timestamp_ms: int | None = None, batch_bytes: int | None = None) -> dict[int, list[_Batch]]:
+                      timestamp_ms: int | None = None, batch_bytes: int | None = None,
+                      topic: str | None = None) -> dict[int, list[_Batch]]:
         """Encode the records into batches of at most ~``batch_bytes`` (default: the producer's)
-        per partition (client-side, per record)."""
+        per partition (client-side, per record); a transactional producer's batches carry its
+        producer fields and the next sequences of ``topic``'s partitions."""
+        txn = self.transactions
+        if txn is not None and topic is None:
+            raise InvalidRequest("a transactional producer builds batches for a named topic")
         ts = timestamp_ms if timestamp_ms is not None else now_ms()
         out: dict[int, list[_Batch]] = {}
         builders: dict[int, BatchBuilder] = {}
@@ -209,7 +269,11 @@ class Producer:
 
         def seal(p: int) -> None:
             builder = builders.pop(p)
-            out.setdefault(p, []).append(_Batch(builder.build(), builder.record_count))
+            data = builder.build()
+            if txn is not None:  # the sequence is known once the batch's record count is
+                data = stamp_producer(data, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                                      base_sequence=txn.next_sequence((topic, p), builder.record_count))
+            out.setdefault(p, []).append(_Batch(data, builder.record_count))
 
         for i, value in enumerate(values):
             key = keys[i] if keys is not None else None
@@ -234,6 +298,8 @@ class Producer:
 
     def send_batches(self, topic: str, batches: dict[int, list[_Batch]]) -> list[BatchAppend]:
         """Append each partition's batches in order at its leader (module doc: pipelining, retries)."""
+        if self.transactions is not None:
+            self.transactions.add_partitions((topic, p) for p, bs in batches.items() if bs)
         queues = {p: deque(bs) for p, bs in batches.items() if bs}
         appends: list[BatchAppend] = []
         in_flight: set[int] = set()
@@ -348,6 +414,8 @@ class Producer:
                 self._refused_limits[topic] = min(limit, self._refused_limits.get(topic, limit))
                 queues[p].extendleft(reversed(smaller))
             else:
+                if self.transactions is not None:
+                    self.transactions.fail(error)
                 raise error
         return retry
 
@@ -355,6 +423,17 @@ class Producer:
 def _should_retry(error: LowtideError) -> bool:
     # A timed-out acks=all append may already be in the log: resending could write it twice.
     return error.retriable and not isinstance(error, RequestTimedOut)
+
+
+def stamp_producer(batch: bytes, *, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """``batch`` (one RecordBatch v2) with the transactional bit, ``producer_id``, ``producer_epoch``
+    and ``base_sequence`` written into its header and the CRC-32C recomputed (fields: batch.py)."""
+    out = bytearray(batch)
+    attributes = struct.unpack_from(">h", out, 21)[0] | TRANSACTIONAL_MASK
+    struct.pack_into(">h", out, 21, attributes)
+    struct.pack_into(">qhi", out, 43, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)
 
 
 def batch_bytes_for_topic(config: Mapping[str, str], wanted: int) -> int:

@@ -23,10 +23,14 @@ import grpc
 from lowtide.errors import LowtideError, NetworkException, error_or_none
 from lowtide.rpc.channels import ChannelPool, call
 from lowtide.rpc.status import error_from_rpc
-from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
+from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 MiB = 1 << 20
 TopicPartition = tuple[str, int]
+# Kafka's isolation levels (Fetch, ListOffsets).
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,29 @@ class FetchedPartition(PartitionResult):
     log_end_offset: int = -1
     leader_epoch: int = -1
     records: bytes = b""
+    # READ_COMMITTED only (-1 / empty otherwise): where committed data ends, and the aborted
+    # transactions (producer id, first offset) overlapping ``records``.
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """One WriteTxnMarkers entry: end the transaction of ``producer_id`` on these partitions."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]
+    coordinator_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResult(PartitionResult):
+    """Whether one partition holds the marker (``error`` None) of producer ``producer_id``."""
+
+    producer_id: int = -1
+    error: LowtideError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +201,12 @@ class ReplicaClient:
                 for r in response.partitions]
 
     def fetch(self, address: str, positions: Iterable[FetchPosition], *, replica_id: int = -1, max_wait_ms: int,
-              min_bytes: int = 1, max_bytes: int = 0, deadline_s: float) -> list[FetchedPartition]:
+              min_bytes: int = 1, max_bytes: int = 0, deadline_s: float,
+              isolation_level: int = READ_UNCOMMITTED) -> list[FetchedPartition]:
         """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch."""
         request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                  max_bytes=max_bytes)
+        request.isolation_level = isolation_level
         return _fetched(call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s))
 
     def open_replication(self, address: str) -> ReplicationStream:
@@ -198,10 +227,10 @@ class ReplicaClient:
                 for r in response.partitions]
 
     def list_offsets(self, address: str, queries: Iterable[tuple[str, int, int]], *,
-                     timeout_s: float) -> list[PartitionOffset]:
-        """ListOffsets for ``(topic, partition, timestamp)``: -1 latest, -2 earliest, -3 max timestamp,
-        >= 0 the first offset at or after that time."""
-        request = common_pb2.ListOffsetsRequest(partitions=[
+                     timeout_s: float, isolation_level: int = READ_UNCOMMITTED) -> list[PartitionOffset]:
+        """ListOffsets for ``(topic, partition, timestamp)``: -1 latest (the last stable offset for
+        READ_COMMITTED), -2 earliest, -3 max timestamp, >= 0 the first offset at or after that time."""
+        request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
             common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for t, p, ts in queries])
         response = call(self._stub(address).ListOffsets, request, metadata=self.metadata, timeout=timeout_s)
         return [PartitionOffset(topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
@@ -218,6 +247,21 @@ class ReplicaClient:
         return [PartitionDeletion(topic=r.topic, partition=r.partition, low_watermark=r.low_watermark,
                                   error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions]
+
+    def write_txn_markers(self, address: str, markers: Iterable[TxnMarkerRequest], *, timeout_ms: int,
+                          deadline_s: float) -> list[TxnMarkerResult]:
+        """KIP-98 WriteTxnMarkers at the leader at ``address`` (acks=all, ``timeout_ms`` for the HW):
+        one result per (marker, partition)."""
+        request = transactions_pb2.WriteTxnMarkersRequest(timeout_ms=max(1, timeout_ms), markers=[
+            transactions_pb2.TxnMarker(producer_id=m.producer_id, producer_epoch=m.producer_epoch, commit=m.commit,
+                                       coordinator_epoch=m.coordinator_epoch,
+                                       partitions=[common_pb2.TopicPartition(topic=t, partition=p)
+                                                   for t, p in m.partitions])
+            for m in markers])
+        response = call(self._stub(address).WriteTxnMarkers, request, metadata=self.metadata, timeout=deadline_s)
+        return [TxnMarkerResult(topic=r.topic, partition=r.partition, producer_id=m.producer_id,
+                                error=error_or_none(r.error_code, r.error_message))
+                for m in response.markers for r in m.partitions]
 
     def describe_logs(self, address: str, partitions: Iterable[TopicPartition] = (), *,
                       timeout_s: float = 10.0) -> ReplicaLogs:
@@ -245,7 +289,10 @@ def _fetch_request(positions: Iterable[FetchPosition], *, replica_id: int, max_w
 def _fetched(response: replica_pb2.FetchResponse) -> list[FetchedPartition]:
     return [FetchedPartition(topic=r.topic, partition=r.partition, error=error_or_none(r.error_code, r.error_message),
                              high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
-                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records)
+                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records,
+                             last_stable_offset=r.last_stable_offset,
+                             aborted_transactions=tuple((a.producer_id, a.first_offset)
+                                                        for a in r.aborted_transactions))
             for r in response.partitions]
 
 

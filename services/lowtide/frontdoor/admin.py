@@ -208,9 +208,11 @@ class TopicAdmin:
         return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views))
 
     # -- offsets -----------------------------------------------------------------------------
-    def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery]) -> list[PartitionOffset]:
+    def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery],
+                     isolation_level: int = 0) -> list[PartitionOffset]:
         """Ask each partition's leader (one request per leader, leaders in parallel); one retry
-        after a metadata refresh for partitions whose leader moved."""
+        after a metadata refresh for partitions whose leader moved. ``isolation_level`` 1
+        (READ_COMMITTED): latest is the last stable offset."""
         answers: dict[TopicPartitionKey, PartitionOffset] = {}
         timestamps: dict[TopicPartitionKey, int] = {}
         for q in queries:
@@ -226,7 +228,8 @@ class TopicAdmin:
             routes = route_partitions(self._store, pending)
             for key, error in {**routes.unknown, **routes.unroutable}.items():
                 answers[key] = _failed(*key, error)
-            got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()))
+            got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()),
+                                    isolation_level=isolation_level)
             retry = {}
             for key, answer in got.items():
                 answers[key] = answer
@@ -242,11 +245,11 @@ class TopicAdmin:
             "no answer")) for q in queries]
 
     def _ask_leaders(self, by_address: dict[str, list[TopicPartitionKey]], timestamps: dict[TopicPartitionKey, int],
-                     timeout_s: float) -> dict[TopicPartitionKey, PartitionOffset]:
+                     timeout_s: float, *, isolation_level: int = 0) -> dict[TopicPartitionKey, PartitionOffset]:
         def ask(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionOffset]:
             try:
                 got = self._replicas.list_offsets(address, [(t, p, timestamps[(t, p)]) for t, p in keys],
-                                                  timeout_s=timeout_s)
+                                                  timeout_s=timeout_s, isolation_level=isolation_level)
             except LowtideError as err:
                 return {k: _failed(*k, err) for k in keys}
             by_key = {(a.topic, a.partition): a for a in got}

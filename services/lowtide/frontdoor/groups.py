@@ -1,28 +1,19 @@
-"""Consumer-group committed offsets, stored in Redis.
+"""Consumer-group committed offsets: the domain behind OffsetCommit / OffsetFetch / ListGroups /
+DescribeGroups / DeleteGroups.
 
-Redis layout::
-
-    lowtide:groups                 SET    every group id that has committed offsets
-    lowtide:groups:{group}         HASH   "topic\\x00partition" -> JSON {"offset", "metadata", "commit_ms"}
-
-      lowtide:groups ──► {"etl", "audit"}
-      lowtide:groups:etl
-        ├─ "orders\\x000" -> {"offset": 10000, "metadata": "", "commit_ms": 1732201500123}
-        └─ "orders\\x001" -> {"offset":  5230, "metadata": "", "commit_ms": 1732201500123}
-
-Why Redis and not a ``__consumer_offsets`` topic: the front door is stateless and already reads
-the metadata from Redis; a commit is one HSET + SADD in a MULTI, and the KIP-68 retention callers
-(broker side and client side) read the minimum committed offset with one HGETALL per group.
-A NUL separates topic and partition because topic names cannot contain it.
+Offsets live in the internal compacted topic ``__consumer_offsets`` (``offsets_topic.py`` writes
+and materializes it; ``lowtide.groups.codec`` draws Kafka's record format). ``GroupStore`` is the
+group-shaped view of that topic this module works with: a commit is one acks=all batch of
+OffsetCommit records, deleting a group is one batch of tombstones (one per committed key, so the
+log cleaner's KIP-534 delete horizon applies to them), and a group exists while it has at least
+one committed offset. Offsets once held in Redis are moved into the topic on first start
+(``offsets_migration.py``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import redis as redis_lib
 
 from lowtide import clock
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
@@ -35,25 +26,12 @@ from lowtide.errors import (
     TopicAuthorizationFailed,
     UnknownTopicOrPartition,
 )
+from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetWrite
+from lowtide.groups import OffsetKey, OffsetValue
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import TOPICS, MetadataStore
 
-GROUPS_KEY = "lowtide:groups"
 MAX_GROUP_ID_LENGTH = 255
-
-
-def group_key(group_id: str) -> str:
-    return f"lowtide:groups:{group_id}"
-
-
-def offset_field(topic: str, partition: int) -> str:
-    return f"{topic}\x00{partition}"
-
-
-def parse_offset_field(raw: bytes | str) -> tuple[str, int]:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    topic, _, partition = text.rpartition("\x00")
-    return topic, int(partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,44 +62,43 @@ class GroupOutcome:
 
 
 class GroupStore:
-    """Reads and writes committed offsets in the layout of the module doc. Thread-safe."""
+    """Committed offsets per group over ``OffsetsTopic`` (module doc). Thread-safe.
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self._redis = redis
+    ``commit`` and ``delete`` return once the leader acknowledged the records (acks=all) and
+    raise the write's error otherwise (nothing changed); reads wait for the topic's first load
+    (COORDINATOR_LOAD_IN_PROGRESS past ``load_timeout_s``).
+    """
+
+    def __init__(self, *, topic: OffsetsTopic) -> None:
+        self.topic = topic
 
     def commit(self, group_id: str, commits: Sequence[OffsetCommit], *, now_ms: int | None = None) -> None:
         if not commits:
             return
         now_ms = now_ms if now_ms is not None else clock.now_ms()
-        mapping = {offset_field(c.topic, c.partition): json.dumps(
-            {"offset": c.offset, "metadata": c.metadata, "commit_ms": now_ms}) for c in commits}
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.sadd(GROUPS_KEY, group_id)
-            pipe.hset(group_key(group_id), mapping=mapping)
-            pipe.execute()
+        self.topic.write(group_id, [OffsetWrite(key=OffsetKey(group=group_id, topic=c.topic, partition=c.partition),
+                                                value=OffsetValue(offset=c.offset, metadata=c.metadata,
+                                                                  commit_timestamp=now_ms))
+                                    for c in commits])
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        out = {}
-        for raw_field, raw in self._redis.hgetall(group_key(group_id)).items():
-            topic, partition = parse_offset_field(raw_field)
-            doc = json.loads(raw)
-            out[(topic, partition)] = CommittedOffset(topic=topic, partition=partition, offset=int(doc["offset"]),
-                                                      metadata=doc.get("metadata", ""),
-                                                      commit_ms=int(doc.get("commit_ms", -1)))
-        return out
+        return {(e.key.topic, e.key.partition): CommittedOffset(
+            topic=e.key.topic, partition=e.key.partition, offset=e.value.offset, metadata=e.value.metadata,
+            commit_ms=e.value.commit_timestamp) for e in self.topic.entries(group_id)}
 
     def group_ids(self) -> list[str]:
-        return sorted(g.decode() if isinstance(g, bytes) else g for g in self._redis.smembers(GROUPS_KEY))
+        return self.topic.group_ids()
 
     def exists(self, group_id: str) -> bool:
-        return bool(self._redis.sismember(GROUPS_KEY, group_id))
+        return bool(self.topic.entries(group_id))
 
     def delete(self, group_id: str) -> bool:
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.srem(GROUPS_KEY, group_id)
-            pipe.delete(group_key(group_id))
-            removed, _ = pipe.execute()
-        return bool(removed)
+        """Tombstone every committed key of the group; False when it has none (no such group)."""
+        entries = self.topic.entries(group_id)
+        if not entries:
+            return False
+        self.topic.write(group_id, [OffsetWrite(key=e.key, value=None) for e in entries])
+        return True
 
 
 def validate_group_id(group_id: str) -> None:
@@ -173,7 +150,11 @@ class GroupCoordinator:
             else:
                 accepted.append(c)
             results.append((c, error))
-        self._store.commit(group_id, accepted)
+        try:
+            self._store.commit(group_id, accepted)
+        except LowtideError as err:  # nothing was acknowledged: every accepted commit failed with it
+            failed = {id(c) for c in accepted}
+            results = [(c, err if id(c) in failed else e) for c, e in results]
         return results
 
     def fetch_offsets(self, *, principal: str, group_id: str,

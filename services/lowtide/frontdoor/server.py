@@ -33,7 +33,10 @@ from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.metrics import ClusterCollector
+from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
+from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
+from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -52,6 +55,9 @@ class FrontDoorConfig:
     # This front door's own token (User:frontdoor) for its calls to the replicas.
     token_file: str | None = None
     fanout_threads: int = 32
+    # Partitions of __consumer_offsets when this front door creates it (Kafka's
+    # offsets.topic.num.partitions); an existing topic keeps its own count.
+    offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
 
 
 @dataclass
@@ -63,11 +69,16 @@ class FrontDoorParts:
     replicas: ReplicaClient
     pool: ThreadPoolExecutor
     redis: redis_lib.Redis
+    offsets: OffsetsTopic | None = None
 
     def register(self, server: grpc.Server) -> None:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
 
     def close(self) -> None:
+        if self.front.transactions is not None:
+            self.front.transactions.stop()
+        if self.offsets is not None:
+            self.offsets.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.replicas.close()
         self.redis.close()
@@ -86,15 +97,23 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
+    topics = TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool)
+    offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
+                           config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
+    offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,
-        topics=TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool),
+        topics=topics,
         deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool),
-        groups=GroupCoordinator(store=GroupStore(redis=redis), metadata=store, authorizer=authorizer),
+        groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
+        transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
+                                            replicas=replicas),
     )
-    return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis)
+    front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)
+    offsets.start()
+    return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets)
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -116,6 +135,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--controller-interval-ms", default=300, type=int, help="controller round interval")
     add_flag(parser, "--controller-lease-ms", default=2000, type=int, help="controller lease")
     add_flag(parser, "--name", default="frontdoor", help="service name in logs")
+    add_flag(parser, "--offsets-topic-partitions", default=DEFAULT_OFFSETS_TOPIC_PARTITIONS, type=int,
+             help="partitions of __consumer_offsets when this front door creates it "
+                  "(Kafka's offsets.topic.num.partitions)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,10 +145,13 @@ def run(args: argparse.Namespace) -> int:
     if args.auth_enabled and not args.token_file:
         raise SystemExit(f"{args.name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
                          "User:frontdoor, which the front door presents to the replicas it calls")
+    if args.offsets_topic_partitions < 1:
+        raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
     parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
-                                             token_file=args.token_file))
+                                             token_file=args.token_file,
+                                             offsets_topic_partitions=args.offsets_topic_partitions))
     REGISTRY.register(ClusterCollector(parts.store))
     controller = None
     if args.controller:

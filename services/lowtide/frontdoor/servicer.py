@@ -6,7 +6,7 @@ first authenticates the caller from its invocation metadata (``authorization: Be
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -17,8 +17,9 @@ from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
 from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, OffsetCommit
+from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
-from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
+from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
 def _code(error: LowtideError | None) -> tuple[int, str]:
@@ -41,6 +42,7 @@ class FrontDoor:
     deleter: RecordsDeleter
     groups: GroupCoordinator
     acls: AclAdmin
+    transactions: TransactionCoordinator | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -102,7 +104,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         answers = self._front.topics.list_offsets(
             principal=self._principal(context),
             queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp)
-                     for p in request.partitions])
+                     for p in request.partitions], isolation_level=request.isolation_level)
         return common_pb2.ListOffsetsResponse(partitions=[
             common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=_code(a.error)[0],
                                          error_message=_code(a.error)[1], offset=a.offset, timestamp=a.timestamp,
@@ -181,6 +183,36 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         deleted = self._front.acls.delete_acls(principal=self._principal(context),
                                                filters=[filter_from_proto(f) for f in request.filters])
         return admin_pb2.DeleteAclsResponse(deleted=[binding_to_proto(b) for b in deleted])
+
+    # -- transactions (frontdoor/transactions.py) ----------------------------------------------
+    def InitProducerId(self, request, context):  # noqa: N802
+        try:
+            pid, epoch = self._front.transactions.init_producer_id(
+                principal=self._principal(context), transactional_id=request.transactional_id,
+                timeout_ms=request.transaction_timeout_ms)
+        except LowtideError as err:
+            return transactions_pb2.InitProducerIdResponse(error_code=err.code, error_message=err.message,
+                                                           producer_id=-1, producer_epoch=-1)
+        return transactions_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+
+    def AddPartitionsToTxn(self, request, context):  # noqa: N802
+        results = self._front.transactions.add_partitions(
+            principal=self._principal(context), transactional_id=request.transactional_id,
+            producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+            partitions=[(p.topic, p.partition) for p in request.partitions])
+        return transactions_pb2.AddPartitionsToTxnResponse(partitions=[
+            transactions_pb2.TxnPartitionResult(topic=t, partition=p, error_code=_code(e)[0],
+                                                error_message=_code(e)[1]) for t, p, e in results])
+
+    def EndTxn(self, request, context):  # noqa: N802
+        try:
+            self._front.transactions.end_txn(principal=self._principal(context),
+                                             transactional_id=request.transactional_id,
+                                             producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+                                             commit=request.commit)
+        except LowtideError as err:
+            return transactions_pb2.EndTxnResponse(error_code=err.code, error_message=err.message)
+        return transactions_pb2.EndTxnResponse()
 
     def WhoAmI(self, request, context):  # noqa: N802
         return admin_pb2.WhoAmIResponse(principal=self._principal(context),

@@ -81,6 +81,10 @@ TOPIC_CONFIG_VALIDATORS: Mapping[str, Callable[[str], None]] = {
     # KIP-68 consumed retention.
     "consumed.retention.ms": _integer(minimum=-1),
     "consumed.retention.groups": _group_list,
+    # all = every group must have consumed it (min); any = the furthest group has (max).
+    "consumed.retention.mode": _one_of(frozenset({"all", "any"})),
+    # A group with no commit on the topic for this long stops holding data back; -1 = never.
+    "consumed.retention.group.inactive.ms": _integer(minimum=-1),
 }
 
 

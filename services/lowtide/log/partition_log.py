@@ -20,6 +20,7 @@ from pathlib import Path
 from lowtide.clock import now_ms
 from lowtide.errors import (
     InvalidConfig,
+    InvalidRecord,
     KafkaStorageError,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -28,9 +29,11 @@ from lowtide.errors import (
 from lowtide.log.cleaner.batch_filter import require_keys
 from lowtide.log.file_deleter import DELETER, PendingCall, PendingDelete
 from lowtide.log.leader_epoch import LeaderEpochCache
+from lowtide.log.producer_state import AbortedTxn, ProducerStateManager
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
-from lowtide.log.start_offset_file import LogStartOffsetFile, StartOffsetSyncGroup
+from lowtide.log.start_offset_commit import LogStartOffsetCommit
+from lowtide.log.start_offset_file import LogStartOffsetFile
 from lowtide.record import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
 
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
@@ -116,55 +119,6 @@ class AppendInfo:
     size_bytes: int
 
 
-class LogStartOffsetCommit:
-    """Raises the log start offsets of many logs with one flush: group commit of LSO durability.
-
-    A DeleteRecords over many partitions, or a follower fetch answer bringing the leader's LSOs
-    of many partitions, used to flush each partition's LSO file on its own (see
-    start_offset_file.py). Instead: ``PartitionLog.increment_log_start_offset(offset, commit=c)``
-    for each log writes the new value without a flush; ``c.commit()`` then flushes all of them
-    once and only then takes each new LSO (readers see it, fetches report it, segments below it
-    go), so an LSO is still durable before it can be acknowledged or reported.
-
-    Contract: ``commit()`` returns the logs whose LSO moved, or raises KafkaStorageError when the
-    flush failed: then no LSO of the commit moves (the values written may still reach the disk
-    and be found on restart, as for any write that failed before it was acknowledged).
-    One commit per instance; ``close()`` (or the ``with`` block) releases it without committing.
-
-    Thread-safety: one thread adds to and commits an instance; the logs stay usable from any
-    thread meanwhile (their LSO simply has not moved yet).
-    """
-
-    def __init__(self) -> None:
-        self.sync_group = StartOffsetSyncGroup()
-        self._pending: list[tuple[PartitionLog, int, int | None]] = []
-
-    def __len__(self) -> int:
-        return len(self._pending)
-
-    def __enter__(self) -> LogStartOffsetCommit:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def add(self, log: PartitionLog, offset: int, sequence: int | None) -> None:
-        """For PartitionLog: take ``offset`` at commit (``sequence``: its write, if it made one)."""
-        self._pending.append((log, offset, sequence))
-
-    def commit(self) -> list[PartitionLog]:
-        pending, self._pending = self._pending, []
-        if not pending:
-            self.sync_group.close()
-            return []
-        self.sync_group.flush()
-        return [log for log, offset, sequence in pending if log._take_committed(offset, sequence)]
-
-    def close(self) -> None:
-        self._pending = []
-        self.sync_group.close()
-
-
 class PartitionLog:
     """One partition replica's log.
 
@@ -194,6 +148,7 @@ class PartitionLog:
         # below it, so a pending commit is never undercut by a lower value with a newer sequence.
         self._lso_written = self._log_start_offset
         self._epochs = LeaderEpochCache.load(dir, log_is_empty=segments.size_bytes == 0)
+        self._producers = ProducerStateManager()  # rebuilt from the batch headers by open()
 
     @classmethod
     def open(
@@ -240,6 +195,8 @@ class PartitionLog:
         # Recovery may have cut a torn tail: epochs starting past the recovered end wrote nothing.
         log._epochs.truncate_from_end(segments.next_offset)
         log._epochs.truncate_from_start(lso)
+        log._producers = ProducerStateManager.rebuild(segments)
+        log._producers.truncate_head(lso)
         return log
 
     # -- properties -------------------------------------------------------------------------------
@@ -299,14 +256,19 @@ class PartitionLog:
 
     # -- appends ----------------------------------------------------------------------------------
 
-    def append_as_leader(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+    def append_as_leader(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int,
+                         from_coordinator: bool = False) -> AppendInfo:
         """Validate producer batches, assign offsets from LEO and the leader epoch, append.
 
-        Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation),
-        MessageTooLarge (a batch > max.message.bytes), RecordListTooLarge (> segment.bytes).
-        Nothing is stored when any check fails.
+        Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation; a control
+        batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them),
+        MessageTooLarge (a batch > max.message.bytes), RecordListTooLarge (> segment.bytes),
+        InvalidProducerEpoch / InvalidTxnState (producer_state.py). Nothing is stored when any
+        check fails.
         """
         headers = validate_batches(buf)
+        if not from_coordinator and any(h.is_control for h in headers):
+            raise InvalidRecord(f"control batches are not allowed from clients ({self._topic}-{self._partition})")
         config = self._config
         for header in headers:
             if header.size_in_bytes > config.max_message_bytes:
@@ -326,11 +288,14 @@ class PartitionLog:
         data = bytearray(buf)
         with self._lock:
             self._ensure_open()
+            self._producers.check_append(headers)
             base = self._segments.next_offset
             assign_offsets(data, headers, base_offset=base, leader_epoch=leader_epoch)
             # Re-read the (now offset-assigned) headers: per batch struct unpacks, no record loop.
             assigned = [header for header, _ in iter_batches(data)]
-            return self._append(data, assigned)
+            info = self._append(data, assigned)
+            self._producers.apply_batches(data, assigned)
+            return info
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches replicated from the leader, keeping their offsets.
@@ -364,6 +329,7 @@ class PartitionLog:
                         f"{first.base_offset} but the log end offset is {leo}"
                     )
             info = self._append(data, headers)
+            self._producers.apply_batches(data, headers)
             # Per batch, not per record: a follower learns each new leader epoch from the batches
             # that carry it (KIP-101), so it can answer and truncate by epoch if it leads later.
             latest = self._epochs.latest_epoch
@@ -466,6 +432,31 @@ class PartitionLog:
                     return found if found[0] < bound else None
             return None
 
+    # -- transactions (producer_state.py) ---------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read up to (excluded): min(HW, first offset of any
+        ongoing transaction), never below the log start offset."""
+        with self._lock:
+            return self._producers.last_stable_offset(high_watermark=self._high_watermark,
+                                                      log_start_offset=self._log_start_offset)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, end_offset) (read_committed fetch, cleaner)."""
+        with self._lock:
+            return self._producers.aborted_transactions(start_offset, end_offset)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its ongoing transaction."""
+        with self._lock:
+            return self._producers.ongoing()
+
+    def producer_last_records(self) -> dict[int, tuple[int, int]]:
+        """Producer id -> (last data offset or -1, epoch), for the cleaner's empty-batch rule."""
+        with self._lock:
+            return self._producers.last_records()
+
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
         with self._lock:
@@ -567,6 +558,7 @@ class PartitionLog:
         Until then it stays, dead bytes below the LSO (an append before that lands after them)."""
         self._log_start_offset = offset
         self._epochs.truncate_from_start(offset)
+        self._producers.truncate_head(offset)
         limit = self._recycle_limit()
         self._delete_segments(self._segments.remove_below(offset, recycle_active_up_to=limit, defer_recycle=True))
         active = self._segments.active
@@ -625,6 +617,9 @@ class PartitionLog:
                 # leader brings that batch back (see append_as_follower).
                 self._segments.truncate_fully_and_start_at(self._log_start_offset)
                 leo = self._log_start_offset
+            # Follower truncation is rare: the producer state is read again from what is left.
+            self._producers = ProducerStateManager.rebuild(self._segments)
+            self._producers.truncate_head(self._log_start_offset)
             self._high_watermark = min(self._high_watermark, leo)
             return True
 
@@ -642,6 +637,7 @@ class PartitionLog:
         self._segments.truncate_fully_and_start_at(offset)
         self._log_start_offset = self._high_watermark = offset
         self._epochs.clear_and_start(offset)
+        self._producers = ProducerStateManager()
 
     # -- retention --------------------------------------------------------------------------------
 
@@ -684,6 +680,7 @@ class PartitionLog:
                 self._write_log_start_offset(new_lso)
                 self._log_start_offset = new_lso
                 self._epochs.truncate_from_start(new_lso)
+                self._producers.truncate_head(new_lso)
             self._delete_segments(self._segments.remove_below(segments[count - 1].next_offset,
                                                               recycle_active_up_to=self._recycle_limit()))
             return freed

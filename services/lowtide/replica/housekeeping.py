@@ -14,6 +14,7 @@ from lowtide.errors import LowtideError
 from lowtide.log.checkpoint import CheckpointFile
 from lowtide.log.filenames import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.consumed_retention import ConsumedRetention
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.partition import LEADER
 from lowtide.replica.registry import PartitionRegistry
@@ -55,8 +56,9 @@ class Housekeeping:
 
     * every ``replica_lag_time_max_ms / 2`` (at least 100 ms) the ISR of each led partition drops
       followers that have not caught up within ``replica_lag_time_max_ms``;
-    * every ``retention_check_interval_ms`` each *led* partition deletes the segments time and
-      size retention allow (followers adopt the leader's LSO, so replicas agree);
+    * every ``retention_check_interval_ms`` each *led* partition deletes first what consumed
+      retention allows (KIP-68, ``consumed_retention``), then the segments time and size
+      retention allow (followers adopt the leader's LSO, so replicas agree);
     * every ``checkpoint_interval_ms`` the LSO and HW of every hosted partition are checkpointed;
     * an HW or LSO that moved wakes every parked request (``registry.notify``).
 
@@ -65,9 +67,11 @@ class Housekeeping:
     """
 
     def __init__(self, *, config: ReplicaConfig, registry: PartitionRegistry, isr: IsrUpdater,
-                 checkpoints: ReplicaCheckpoints, clock: Callable[[], int] = now_ms) -> None:
+                 checkpoints: ReplicaCheckpoints, clock: Callable[[], int] = now_ms,
+                 consumed_retention: ConsumedRetention | None = None) -> None:
         self.config, self.registry, self.isr, self.checkpoints = config, registry, isr, checkpoints
         self.clock = clock
+        self.consumed_retention = consumed_retention
         self._stop = threading.Event()
 
     def start(self) -> None:
@@ -85,6 +89,11 @@ class Housekeeping:
 
     def apply_retention(self) -> None:
         changed = False
+        if self.consumed_retention is not None:
+            try:
+                changed = bool(self.consumed_retention.apply())
+            except Exception:  # noqa: BLE001 - time/size retention must still run
+                log.exception("consumed retention pass failed")
         for p in self.registry.all():
             if p.role != LEADER:
                 continue  # followers adopt the leader's LSO, so replicas agree

@@ -10,6 +10,7 @@ in order, and is the one surface the servicer, the metrics collector and the ser
 * ``deletes``       DeleteRecordsHandler: KIP-107 on the leader, low-watermark reporting
 * ``isr``           IsrUpdater: ISR expansion/shrink through the metadata store
 * ``housekeeping``  Housekeeping: ISR checks, retention, checkpoints
+* ``consumed_retention``  ConsumedRetention: KIP-68 broker side, run by housekeeping before time/size
 * ``fetchers``      FetcherManager: follower fetch threads, one per leader
 * ``cleaner``       LogCleaner: compaction of the hosted compacted logs (log/cleaner/), leader or follower
 """
@@ -23,7 +24,8 @@ from pathlib import Path
 import redis as redis_lib
 
 from lowtide.auth.identity import token_file_metadata
-from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
+from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.clock import now_ms
 from lowtide.errors import InvalidConfig
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
@@ -31,11 +33,13 @@ from lowtide.log.partition_log import PartitionLog
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.consumed_retention import ConsumedRetention
 from lowtide.replica.delete_records import DeleteRecordsHandler, DeleteResult, LowWatermarkListener
 from lowtide.replica.fetcher import FetcherConfig, FetcherManager
 from lowtide.replica.housekeeping import Housekeeping, ReplicaCheckpoints
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.membership import BrokerMembership
+from lowtide.replica.offsets_reader import ConsumerOffsetsReader
 from lowtide.replica.partition import Partition
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
@@ -90,8 +94,13 @@ class ReplicaManager:
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
                                         min_insync_replicas=config.min_insync_replicas,
                                         fetch_limits=config.fetch_limits)
+        # KIP-68 broker side: group offsets read straight from __consumer_offsets' leaders.
+        self.offsets_client = ReplicaClient(metadata=token_file_metadata(config.token_file))
+        self.consumed_retention = ConsumedRetention(
+            registry=self.registry, reader=ConsumerOffsetsReader(store=store, replicas=self.offsets_client),
+            broker_defaults=config.log_defaults, clock=now_ms)
         self.housekeeping = Housekeeping(config=config, registry=self.registry, isr=self.isr,
-                                         checkpoints=self.checkpoints)
+                                         checkpoints=self.checkpoints, consumed_retention=self.consumed_retention)
         # Every replica compacts its own copy of each compacted partition, as in Kafka.
         self.cleaner_settings = CleanerSettings.from_broker_config(config.log_defaults)
         self.cleaner = LogCleaner(data_dir=self.data_dir, logs=self._compacted_logs, settings=self.cleaner_settings)
@@ -119,6 +128,7 @@ class ReplicaManager:
         self.delete_purgatory.close()
         self.write_checkpoints()
         self.registry.close_logs()
+        self.offsets_client.close()
         self.membership.unregister()
 
     def _recheck_led_partitions(self) -> None:
@@ -181,17 +191,19 @@ class ReplicaManager:
         return self.requests.offset_for_leader_epoch(queries)
 
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int, peer: str = "",
+              max_bytes: int, peer: str = "", isolation_level: int = 0,
               on_cancel: Callable[[Callable[[], None]], object] | None = None) -> list[FetchedPartition]:
         return self.requests.fetch(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                   max_bytes=max_bytes, peer=peer, on_cancel=on_cancel)
+                                   max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
+                                   on_cancel=on_cancel)
 
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
         """KIP-107 on the leader: one (topic, partition, low_watermark | LowtideError) per item."""
         return self.deletes.delete_records(items, timeout_ms=timeout_ms)
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
-        return self.requests.list_offset(topic, partition, timestamp)
+    def list_offset(self, topic: str, partition: int, timestamp: int, *,
+                    isolation_level: int = 0) -> tuple[int, int, int]:
+        return self.requests.list_offset(topic, partition, timestamp, isolation_level=isolation_level)
 
     # -- maintenance -----------------------------------------------------------------------------
     def notify_changed(self, keys: list[tuple[str, int]] | None = None) -> None:

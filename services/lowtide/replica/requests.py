@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 
 # Fetch requests and answers are the client's types: the servicer converts them, the follower
 # fetcher sends them, so both ends of a Fetch agree on one shape.
-from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
+from lowtide.client.replica import (
+    READ_COMMITTED,
+    EpochEndOffset,
+    EpochQuery,
+    FetchedPartition,
+    FetchPosition,
+    TxnMarkerRequest,
+)
+from lowtide.clock import now_ms
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -24,6 +32,8 @@ from lowtide.errors import (
     RequestTimedOut,
 )
 from lowtide.log.partition_log import AppendInfo
+from lowtide.record import iter_batches
+from lowtide.record.control import build_marker_batch
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.parking import FetchLimits, ParkingLot
@@ -92,6 +102,40 @@ class ReplicaRequests:
             self._await_high_watermark(results, timeout_ms)
         return results
 
+    def write_txn_markers(self, markers: list[TxnMarkerRequest], *,
+                          timeout_ms: int) -> list[tuple[int, list[ProduceResult]]]:
+        """Append each marker's control batch (KIP-98) to the partitions it names that this replica
+        leads, acks=all; per marker (producer id, one (topic, partition, AppendInfo | error) per
+        partition). The log's producer state completes the transaction (abort: into the aborted
+        index); a stale producer epoch is INVALID_PRODUCER_EPOCH and appends nothing."""
+        out: list[tuple[int, list[ProduceResult]]] = []
+        everything: list[ProduceResult] = []
+        keys: list[TP] = []
+        for marker in markers:
+            batch = build_marker_batch(producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                       commit=marker.commit, coordinator_epoch=marker.coordinator_epoch,
+                                       timestamp_ms=now_ms())
+            results: list[ProduceResult] = []
+            for topic, partition in marker.partitions:
+                keys.append((topic, partition))
+                try:
+                    p = self.registry.get(topic, partition)
+                    min_isr = int(p.topic_info.config.get("min.insync.replicas", self.min_insync_replicas))
+                    info = p.append_as_leader(batch, acks=-1, min_insync_replicas=min_isr, from_coordinator=True)
+                    results.append((topic, partition, info))
+                except LowtideError as err:
+                    results.append((topic, partition, err))
+            out.append((marker.producer_id, results))
+            everything.extend(results)
+        self.registry.notify(keys)
+        self._await_high_watermark(everything, timeout_ms)
+        # _await_high_watermark replaced entries of ``everything`` in place: copy them back.
+        position = 0
+        for _, results in out:
+            results[:] = everything[position:position + len(results)]
+            position += len(results)
+        return out
+
     def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000
         with self.registry.waiting([(t, p) for t, p, _ in results]) as wake:
@@ -124,9 +168,11 @@ class ReplicaRequests:
 
     # -- fetch -----------------------------------------------------------------------------------
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int, peer: str = "",
+              max_bytes: int, peer: str = "", isolation_level: int = 0,
               on_cancel: Callable[[Callable[[], None]], object] | None = None) -> list[FetchedPartition]:
-        """One long-polled fetch; ``replica_id`` >= 0 marks a follower's.
+        """One long-polled fetch; ``replica_id`` >= 0 marks a follower's. A consumer with
+        ``isolation_level`` READ_COMMITTED reads up to the last stable offset and gets the aborted
+        transactions overlapping what it read.
 
         ``peer`` names the caller's connection (parking bounds, see parking.py); ``on_cancel``
         registers a callback run when the caller cancels or disconnects (gRPC's
@@ -148,7 +194,8 @@ class ReplicaRequests:
                     on_cancel(lambda: (cancelled.set(), wake.set()))
                 while True:
                     wake.clear()  # before reading: a change during the read makes the wait return at once
-                    outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes)
+                    outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes,
+                                                     committed=not follower and isolation_level == READ_COMMITTED)
                     if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
                             or cancelled.is_set()):
                         return outcomes
@@ -162,8 +209,8 @@ class ReplicaRequests:
             if parked:
                 self.parking.leave(peer)
 
-    def _read(self, items: list[FetchPosition], *, follower: bool,
-              max_bytes: int) -> tuple[list[FetchedPartition], int, bool]:
+    def _read(self, items: list[FetchPosition], *, follower: bool, max_bytes: int,
+              committed: bool = False) -> tuple[list[FetchedPartition], int, bool]:
         """Read every item once: (outcomes, bytes read, whether to answer without waiting)."""
         outcomes: list[FetchedPartition] = []
         size = 0
@@ -184,13 +231,22 @@ class ReplicaRequests:
                 # Until something was read the response budget does not apply (as in Kafka), so a
                 # batch larger than max_bytes still makes progress.
                 limit = min(partition_max, budget) if size else partition_max
-                records = plog.read(it.fetch_offset, max_bytes=limit,
-                                    max_offset=leo if follower else hw) if limit > 0 else b""
+                stable = plog.last_stable_offset if committed else -1
+                bound = leo if follower else (stable if committed else hw)
+                records = plog.read(it.fetch_offset, max_bytes=limit, max_offset=bound) if limit > 0 else b""
                 size += len(records)
                 budget -= len(records)
+                aborted: tuple[tuple[int, int], ...] = ()
+                if committed and records:
+                    end = it.fetch_offset
+                    for header, _ in iter_batches(records):  # per batch: where the answer ends
+                        end = header.next_offset
+                    aborted = tuple((a.producer_id, a.first_offset)
+                                    for a in plog.aborted_transactions(it.fetch_offset, end))
                 outcomes.append(FetchedPartition(topic=it.topic, partition=it.partition, high_watermark=hw,
                                                  log_start_offset=lso, log_end_offset=leo, leader_epoch=epoch,
-                                                 records=records))
+                                                 records=records, last_stable_offset=stable,
+                                                 aborted_transactions=aborted))
             except LowtideError as err:
                 outcomes.append(FetchedPartition(topic=it.topic, partition=it.partition, error=err, high_watermark=hw,
                                                  log_start_offset=lso, log_end_offset=leo, leader_epoch=epoch))
@@ -231,14 +287,17 @@ class ReplicaRequests:
         return out
 
     # -- list offsets ----------------------------------------------------------------------------
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
-        """(offset, timestamp, leader epoch): -1 latest (HW), -2 earliest (LSO), -3 max timestamp,
-        >= 0 the first offset whose timestamp is >= it (-1 when none)."""
+    def list_offset(self, topic: str, partition: int, timestamp: int, *,
+                    isolation_level: int = 0) -> tuple[int, int, int]:
+        """(offset, timestamp, leader epoch): -1 latest (HW; the last stable offset for
+        READ_COMMITTED), -2 earliest (LSO), -3 max timestamp, >= 0 the first offset whose timestamp
+        is >= it (-1 when none)."""
         p = self.registry.get(topic, partition)
         p.check_leader()
         plog = p.log
         if timestamp == -1:
-            return plog.high_watermark, -1, p.leader_epoch
+            latest = plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
+            return latest, -1, p.leader_epoch
         if timestamp == -2:
             return plog.log_start_offset, -1, p.leader_epoch
         if timestamp == -3:

@@ -20,6 +20,7 @@ from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
 from lowtide.replica.config import ReplicaConfig
+from lowtide.replica.consumed_retention import ConsumedRetentionCollector
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
     manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
+    REGISTRY.register(ConsumedRetentionCollector(manager.consumed_retention, broker_id=args.id))
 
     servicer = ReplicaServicer(manager, access=access)
 

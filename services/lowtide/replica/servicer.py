@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import AclOperation
-from lowtide.client.replica import EpochQuery, FetchPosition
+from lowtide.client.replica import EpochQuery, FetchPosition, TxnMarkerRequest
 from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
@@ -22,7 +23,7 @@ from lowtide.replica.metrics import (
     count_produced_bytes,
 )
 from lowtide.replica.partition import LEADER
-from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
+from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 
@@ -38,6 +39,13 @@ def _err(result) -> tuple[int, str]:
 
 def _topic(message) -> str:
     return message.topic
+
+
+def _internal_only(partitions) -> bool:
+    # __consumer_offsets is written by the front door and read by the brokers (consumed
+    # retention) acting for callers they authorized themselves, as Kafka's coordinators do:
+    # CLUSTER_ACTION covers those calls; topic ACLs still decide for everyone else.
+    return bool(partitions) and all(p.topic.startswith(INTERNAL_TOPIC_PREFIX) for p in partitions)
 
 
 def _refusal(message_type, **no_offsets):
@@ -104,7 +112,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
 
     def Produce(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,
-                                      operation=AclOperation.WRITE, topic=_topic)
+                                      operation=AclOperation.WRITE, topic=_topic,
+                                      or_cluster_action=_internal_only(request.partitions))
         items = [(p.topic, p.partition, p.records) for p in screened.allowed]
         produced_sizes = {(p.topic, p.partition): len(p.records) for p in screened.allowed}
         epochs = {(p.topic, p.partition): _epoch(p) for p in screened.allowed if p.HasField("current_leader_epoch")}
@@ -175,7 +184,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             self.access.require_follower(principal, request.replica_id)
             screened = Screened.everything(request.partitions)
         else:
-            screened = self.access.screen(principal, request.partitions, operation=AclOperation.READ, topic=_topic)
+            screened = self.access.screen(principal, request.partitions, operation=AclOperation.READ, topic=_topic,
+                                          or_cluster_action=_internal_only(request.partitions))
         items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
                                log_start_offset=p.log_start_offset,
                                max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
@@ -185,7 +195,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         # when the caller cancels or disconnects, which releases a parked fetch at once.
         outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
                                       min_bytes=request.min_bytes, max_bytes=request.max_bytes,
-                                      peer=peer, on_cancel=on_cancel) if screened.any_allowed else []
+                                      peer=peer, isolation_level=request.isolation_level,
+                                      on_cancel=on_cancel) if screened.any_allowed else []
         kind = "follower" if request.replica_id >= 0 else "consumer"
         for o in outcomes:
             if o.records:
@@ -196,7 +207,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                     error_message=o.error.message if o.error else "",
                                     high_watermark=o.high_watermark, log_start_offset=o.log_start_offset,
                                     log_end_offset=o.log_end_offset, leader_epoch=o.leader_epoch,
-                                    records=o.records)
+                                    records=o.records, last_stable_offset=o.last_stable_offset,
+                                    aborted_transactions=[
+                                        transactions_pb2.AbortedTransaction(producer_id=pid, first_offset=first)
+                                        for pid, first in o.aborted_transactions])
             for o in outcomes], _REFUSED_FETCH))
 
     def ListOffsets(self, request, context):
@@ -206,7 +220,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         for q in screened.allowed:
             r = common_pb2.ListOffsetsResult(topic=q.topic, partition=q.partition, offset=-1, timestamp=-1)
             try:
-                offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp)
+                offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp,
+                                                             isolation_level=request.isolation_level)
                 r.offset, r.timestamp, r.leader_epoch = offset, ts, epoch
             except LowtideError as err:
                 r.error_code, r.error_message = err.code, err.message
@@ -238,6 +253,25 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                        error_message=a.error.message if a.error else "",
                                        leader_epoch=a.leader_epoch, end_offset=a.end_offset)
             for a in answers], _REFUSED_EPOCH))
+
+    def WriteTxnMarkers(self, request, context):
+        """KIP-98 markers from the transaction coordinator: CLUSTER_ACTION on the cluster (as Kafka
+        asks of its WriteTxnMarkers), else the whole call fails and nothing is appended."""
+        self.access.require_cluster(self._principal(context), AclOperation.CLUSTER_ACTION)
+        markers = [TxnMarkerRequest(producer_id=m.producer_id, producer_epoch=m.producer_epoch, commit=m.commit,
+                                    coordinator_epoch=m.coordinator_epoch,
+                                    partitions=tuple((p.topic, p.partition) for p in m.partitions))
+                   for m in request.markers]
+        answers = self.manager.requests.write_txn_markers(markers, timeout_ms=request.timeout_ms or 30000)
+        out = []
+        for producer_id, results in answers:
+            partitions = []
+            for topic, partition, info in results:
+                code, msg = _err(info)
+                partitions.append(transactions_pb2.TxnPartitionResult(topic=topic, partition=partition,
+                                                                      error_code=code, error_message=msg))
+            out.append(transactions_pb2.TxnMarkerResult(producer_id=producer_id, partitions=partitions))
+        return transactions_pb2.WriteTxnMarkersResponse(markers=out)
 
     def DescribeLogs(self, request, context):
         self.access.require_cluster(self._principal(context), AclOperation.DESCRIBE)

@@ -41,6 +41,9 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.RequestTimedOut: _S.DEADLINE_EXCEEDED,
     e.BrokerNotAvailable: _S.UNAVAILABLE,
     e.MessageTooLarge: _S.INVALID_ARGUMENT,
+    e.CoordinatorLoadInProgress: _S.UNAVAILABLE,
+    e.CoordinatorNotAvailable: _S.UNAVAILABLE,
+    e.NotCoordinator: _S.UNAVAILABLE,
     e.NetworkException: _S.UNAVAILABLE,
     e.InvalidTopic: _S.INVALID_ARGUMENT,
     e.RecordListTooLarge: _S.INVALID_ARGUMENT,
@@ -62,6 +65,12 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.OutOfOrderSequenceNumber: _S.FAILED_PRECONDITION,
     e.DuplicateSequenceNumber: _S.ALREADY_EXISTS,
     e.InvalidProducerEpoch: _S.FAILED_PRECONDITION,
+    e.InvalidTxnState: _S.FAILED_PRECONDITION,
+    e.InvalidProducerIdMapping: _S.FAILED_PRECONDITION,
+    e.ConcurrentTransactions: _S.ABORTED,
+    e.TransactionCoordinatorFenced: _S.FAILED_PRECONDITION,
+    e.TransactionalIdAuthorizationFailed: _S.PERMISSION_DENIED,
+    e.OperationNotAttempted: _S.FAILED_PRECONDITION,
     e.KafkaStorageError: _S.INTERNAL,
     e.SaslAuthenticationFailed: _S.UNAUTHENTICATED,
     e.NonEmptyGroup: _S.FAILED_PRECONDITION,
@@ -69,6 +78,8 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.FencedLeaderEpoch: _S.FAILED_PRECONDITION,
     e.UnknownLeaderEpoch: _S.FAILED_PRECONDITION,
     e.InvalidRecord: _S.INVALID_ARGUMENT,
+    e.ProducerFenced: _S.FAILED_PRECONDITION,
+    e.UnknownTopicId: _S.NOT_FOUND,
 }
 
 # A failed call whose details carry no Kafka name: what the status alone means to a client.

@@ -46,8 +46,9 @@ def test_list_offsets_fans_out_to_the_leaders(front_door, stub_replicas, store):
     assert len(replica.called("ListOffsets")) == 1  # both partitions in one request to their leader
 
 
-def test_group_offsets_round_trip_through_the_client(front_door, store):
-    register_broker(store, 0)
+def test_group_offsets_round_trip_through_the_client(front_door, store, stub_replicas):
+    _, address = stub_replicas()  # hosts __consumer_offsets
+    register_broker(store, 0, address)
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
     with Admin(front_door.address) as admin:
         assert admin.commit_offsets("etl", {("orders", 0): 12}) == {("orders", 0): None}

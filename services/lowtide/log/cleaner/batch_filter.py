@@ -23,13 +23,25 @@ What a record needs to stay (Kafka's ``LogCleaner.shouldRetainRecord`` with KIP-
     tombstone, now <  the batch's delete horizon   yes
     tombstone, now >= the batch's delete horizon   no
 
-What happens to a batch::
+What happens to a batch (Kafka's ``LogCleaner`` with KIP-534; "last of its producer": the batch
+holds the last data offset the log's producer state knows for its producer id, or, for a producer
+with no data left, it is a control batch of the producer's current epoch)::
 
-    control batch (transaction marker)             copied as is (see below)
-    empty batch (no records)                       dropped
+    data batch of an aborted transaction           every record removed (the aborted index says so)
+    empty batch (no records)                       dropped, unless last of its producer
     every record kept, no horizon to set           copied as is: its bytes, no per-record work
-    no record kept                                 dropped
+    no record kept                                 dropped, or kept empty when last of its producer
+                                                   (it holds the producer's last sequence and epoch)
     otherwise                                      re-encoded by ``rewrite_batch``
+
+    marker (control batch) whose transaction still has a batch in this pass     copied as is
+    marker whose transaction has none, no horizon  horizon set: now + delete.retention.ms, bit 6
+    ... horizon set, now <  horizon                copied as is
+    ... horizon set, now >= horizon                dropped (kept empty when last of its producer)
+
+Whether a transaction "still has a batch" is decided as Kafka's ``CleanedTransactionMetadata`` does
+(``TxnTracker``): walking the pass in offset order, a transactional data batch read before the
+marker (kept or not: it goes in this same pass, and the marker one pass later) keeps the marker.
 
 ``rewrite_batch`` keeps what identifies the batch: base offset, last offset delta (so the offset
 range and the producer's last sequence survive, as Kafka's ``overrideLastOffset``), partition
@@ -41,10 +53,8 @@ as bytes: only the Length and TimestampDelta varints of a record are rewritten, 
 base timestamp changes. MaxTimestamp becomes the largest kept timestamp (LogAppendTime batches keep
 theirs, which is every record's timestamp).
 
-Transaction markers are out of scope for this step: control batches go through untouched. The
-KIP-534 rule for them (a marker whose transaction has no records left gets a horizon, and goes once
-it passes) belongs in ``BatchFilter.filter``'s control-batch branch, with an aborted-transaction
-index to drop aborted records; nothing else here needs to change for it.
+An empty batch is the 61-byte header alone (``empty_batch``): RecordCount 0, same base offset,
+last offset delta, producer id/epoch, base sequence and attributes (no codec: nothing to compress).
 """
 
 from __future__ import annotations
@@ -54,7 +64,8 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import repeat
 
@@ -62,8 +73,10 @@ import crc32c as _crc32c_mod
 
 from lowtide.errors import CorruptMessage, InvalidRecord
 from lowtide.log.cleaner.config import MAP_ENTRY_OVERHEAD
+from lowtide.log.producer_state import AbortedTxn
 from lowtide.record import (
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
     DELETE_HORIZON_MASK,
     LOG_OVERHEAD,
     MAGIC,
@@ -186,6 +199,57 @@ class OffsetMap:
         return bytes(map(operator.lt, rows.offsets, map(self._map.get, rows.keys, repeat(-1))))
 
 
+class TxnTracker:
+    """Which batches of a pass belong to aborted transactions, and which markers' transactions have
+    no batch left (Kafka's ``CleanedTransactionMetadata``). Fed every batch of the pass in offset
+    order. ``aborted``: the log's aborted transactions overlapping the pass.
+
+    Not thread-safe: one pass owns it.
+    """
+
+    def __init__(self, aborted: Sequence[AbortedTxn] = ()) -> None:
+        self._pending = deque(sorted(aborted, key=lambda a: a.first_offset))
+        self._aborted: dict[int, bool] = {}  # producer id -> a batch of its aborted txn was read
+        self._committed: set[int] = set()  # producers whose (not aborted) txn had a batch read
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0].first_offset <= offset:
+            self._aborted.setdefault(pending.popleft().producer_id, False)
+
+    def on_batch(self, header: BatchHeader) -> bool:
+        """A data batch; True when its records belong to an aborted transaction."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        pid = header.producer_id
+        if pid in self._aborted:
+            self._aborted[pid] = True
+            return True
+        self._committed.add(pid)
+        return False
+
+    def on_marker(self, header: BatchHeader) -> bool:
+        """A control batch; True when the pass read no batch of its transaction (it may go)."""
+        self._reach(header.last_offset)
+        if header.record_count <= 0:
+            return True  # emptied by an earlier pass
+        pid = header.producer_id
+        if pid in self._aborted:
+            return not self._aborted.pop(pid)
+        if pid in self._committed:
+            self._committed.discard(pid)
+            return False
+        return True
+
+    def observe(self, header: BatchHeader) -> None:
+        """A batch of a group the pass skips: its effect on the state, nothing else."""
+        if header.is_control:
+            self.on_marker(header)
+        else:
+            self.on_batch(header)
+
+
 @dataclass
 class FilterStats:
     """What filtering did (summed over a pass)."""
@@ -197,6 +261,9 @@ class FilterStats:
     tombstones_removed: int = 0
     keyless_removed: int = 0
     horizons_set: int = 0
+    aborted_removed: int = 0
+    markers_removed: int = 0
+    empty_batches_kept: int = 0
 
     def add(self, other: FilterStats) -> None:
         for f in fields(self):
@@ -230,10 +297,64 @@ class BatchFilter:
     Not thread-safe: one pass owns it.
     """
 
-    def __init__(self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int) -> None:
+    def __init__(self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int,
+                 txns: TxnTracker | None = None, last_records: Mapping[int, tuple[int, int]] | None = None) -> None:
         self.offset_map = offset_map
         self.now_ms = now_ms
         self.new_horizon_ms = now_ms + delete_retention_ms
+        self.txns = txns or TxnTracker()
+        self.last_records = last_records or {}
+
+    def _last_of_producer(self, header: BatchHeader) -> bool:
+        last = self.last_records.get(header.producer_id) if header.producer_id >= 0 else None
+        if last is None:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset >= 0:
+            return header.last_offset == last_data_offset
+        return header.is_control and header.producer_epoch == epoch
+
+    def _marker(self, out: FilteredChunk, batch: memoryview, header: BatchHeader) -> None:
+        """A control batch (module docstring's marker rows)."""
+        stats = out.stats
+        can_go = self.txns.on_marker(header)
+        last = self._last_of_producer(header)
+        horizon = header.delete_horizon_ms
+        if header.record_count <= 0 or (can_go and horizon is not None and self.now_ms >= horizon):
+            out.changed |= header.record_count > 0 or not last
+            if last:
+                kept = batch if header.record_count <= 0 else empty_batch(batch)
+                out.pieces.append(kept)
+                out.headers.append(read_header(kept))
+                stats.empty_batches_kept += 1
+            else:
+                stats.batches_removed += 1
+            stats.markers_removed += header.record_count > 0
+            return
+        if can_go and horizon is None:
+            horizon = self.new_horizon_ms
+            batch = rewrite_batch(batch, [True] * header.record_count, delete_horizon_ms=horizon)
+            header = read_header(batch)
+            stats.horizons_set += 1
+            stats.batches_rewritten += 1
+            out.changed = True
+        else:
+            stats.batches_copied += 1
+        out.pieces.append(batch)
+        out.headers.append(header)
+        if can_go:
+            out._horizon(horizon)  # type: ignore[arg-type]
+
+    def _emptied(self, out: FilteredChunk, batch: memoryview, header: BatchHeader) -> None:
+        """A data batch that loses every record: kept empty when last of its producer."""
+        out.changed = True
+        if self._last_of_producer(header):
+            kept = empty_batch(batch)
+            out.pieces.append(kept)
+            out.headers.append(read_header(kept))
+            out.stats.empty_batches_kept += 1
+        else:
+            out.stats.batches_removed += 1
 
     def filter(self, chunk: memoryview, batches: Sequence[tuple[BatchHeader, int]], rows: ChunkRows) -> FilteredChunk:
         """Filter the whole batches of ``chunk`` (``batches``: header and position of each, in order;
@@ -247,18 +368,26 @@ class BatchFilter:
         for header, pos in batches:
             end = pos + header.size_in_bytes
             if header.is_control:
-                # Transaction markers: kept untouched until transactions exist (module docstring).
-                out.pieces.append(chunk[pos:end])
-                out.headers.append(header)
-                stats.batches_copied += 1
+                self._marker(out, chunk[pos:end], header)
                 continue
+            aborted = self.txns.on_batch(header)
             count = header.record_count
             if count <= 0:
-                out.changed = True  # an empty batch holds nothing to keep
-                stats.batches_removed += 1
+                if self._last_of_producer(header):  # an empty batch holding a producer's last sequence
+                    out.pieces.append(chunk[pos:end])
+                    out.headers.append(header)
+                    stats.batches_copied += 1
+                else:
+                    out.changed = True  # an empty batch holds nothing to keep
+                    stats.batches_removed += 1
                 continue
             lo, hi = row, row + count
             row = hi
+            if aborted:
+                stats.records_removed += count
+                stats.aborted_removed += count
+                self._emptied(out, chunk[pos:end], header)
+                continue
             lose = (superseded is not None and superseded.find(1, lo, hi) >= 0) or (
                 key_present is not None and key_present.find(0, lo, hi) >= 0)
             tombstones = value_present is not None and value_present.find(0, lo, hi) >= 0
@@ -296,7 +425,7 @@ class BatchFilter:
             rewritten = rewrite_batch(chunk[pos:end], keep, delete_horizon_ms=new_horizon)
             out.changed = True
             if rewritten is None:
-                stats.batches_removed += 1
+                self._emptied(out, chunk[pos:end], header)
                 continue
             out.pieces.append(rewritten)
             out.headers.append(read_header(rewritten))
@@ -370,6 +499,18 @@ def rewrite_batch(batch: bytes | bytearray | memoryview, keep: Sequence[bool], *
     crc = _crc32c_mod.crc32c(payload, _crc32c_mod.crc32c(memoryview(head)[_CRC_START:]))
     _CRC.pack_into(head, _CRC_POS, crc)
     return bytes(head) + bytes(payload)
+
+
+def empty_batch(batch: bytes | bytearray | memoryview) -> bytes:
+    """The header of ``batch`` alone, as a batch of no records (module docstring), CRC recomputed."""
+    header = read_header(batch)
+    head = bytearray(BATCH_HEADER_SIZE)
+    _HEADER.pack_into(head, 0, header.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD, header.partition_leader_epoch,
+                      MAGIC, 0, header.attributes & ~COMPRESSION_MASK, header.last_offset_delta,
+                      header.base_timestamp, header.max_timestamp, header.producer_id, header.producer_epoch,
+                      header.base_sequence, 0)
+    _CRC.pack_into(head, _CRC_POS, _crc32c_mod.crc32c(memoryview(head)[_CRC_START:]))
+    return bytes(head)
 
 
 def require_keys(buf: bytes | bytearray | memoryview, *, topic_partition: str) -> None:

@@ -9,9 +9,11 @@ Offsets of a compacted log, left to right (Kafka's words)::
 
 * first dirty offset: the checkpoint (``checkpoint.py``), or the LSO when it has none or it lies
   outside [LSO, LEO];
-* first uncleanable offset: min(active segment's base, HW, base of the first dirty segment whose
-  largest timestamp is within ``min.compaction.lag.ms`` of now). Only whole non-active segments
-  below it are *cleanable*: the active segment is never touched and nothing above the HW is;
+* first uncleanable offset: min(active segment's base, last stable offset (the HW, or the first
+  offset of an undecided transaction: its records cannot be judged yet), base of the first dirty
+  segment whose largest timestamp is within ``min.compaction.lag.ms`` of now). Only whole
+  non-active segments below it are *cleanable*: the active segment is never touched and nothing
+  above the last stable offset is;
 * dirty ratio = dirty bytes / (clean + dirty bytes), by whole segments.
 
 A pass (``Cleaner.clean``):
@@ -26,6 +28,11 @@ A pass (``Cleaner.clean``):
    ``batch_filter``, then swaps it in under the log's lock (``swap``), after checking that the
    group's segments are still exactly what was read (a truncation or deletion meanwhile aborts
    that group; its cleaned files are removed).
+
+Transactions: the plan takes the log's aborted transactions and each producer's last data offset;
+the offset map skips the records of aborted transactions (they must never supersede a committed
+value), and one ``TxnTracker`` follows the whole pass in offset order, a group the pass skips
+included (its batch headers only), so markers and aborted records follow ``batch_filter``'s rules.
 
 Offsets of kept records never change; a batch's base offset and offset range never change.
 Reads of segment data go through the cleaner's own file descriptors, opened under the log's lock,
@@ -49,12 +56,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lowtide.errors import CorruptMessage, KafkaStorageError
-from lowtide.log.cleaner.batch_filter import BatchFilter, ChunkRows, FilterStats, OffsetMap
+from lowtide.log.cleaner.batch_filter import BatchFilter, ChunkRows, FilterStats, OffsetMap, TxnTracker
 from lowtide.log.cleaner.config import LONG_MAX, CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.swap import STEP_CLEANED, CleanedSegment, SwapHook, swap_in
 from lowtide.log.cleaner.throttler import Throttler
 from lowtide.log.file_deleter import DELETER
 from lowtide.log.partition_log import PartitionLog
+from lowtide.log.producer_state import AbortedTxn
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
 from lowtide.record import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, iter_batches, read_header
@@ -110,6 +118,10 @@ class CleanPlan:
     max_compaction_delay_ms: int
     # A non-active segment waits only for the HW: worth another look soon, not after a backoff.
     waiting_for_high_watermark: bool
+    # Transactions (cleaner module docstring): aborted ones overlapping the log, and producer id ->
+    # (last data offset or -1, epoch).
+    aborted: tuple[AbortedTxn, ...] = ()
+    last_records: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def dirty_ratio(self) -> float:
@@ -153,11 +165,14 @@ def plan_clean(log: PartitionLog, compaction: CompactionConfig, *, checkpoint: i
     with log.segments_locked() as segments:
         views = [SegmentView.of(s) for s in segments]
         lso, hw, leo = log.log_start_offset, log.high_watermark, segments.next_offset
+        stable = log.last_stable_offset
+        aborted = tuple(log.aborted_transactions(lso, leo))
+        last_records = log.producer_last_records()
         first_dirty = checkpoint if checkpoint is not None and lso <= checkpoint <= leo else lso
         first_batch_ts = _first_batch_timestamps(segments, first_dirty) if (
             compaction.max_compaction_lag_ms < LONG_MAX) else []
     active = views[-1]
-    uncleanable = min(active.base_offset, hw)
+    uncleanable = min(active.base_offset, stable)
     if compaction.min_compaction_lag_ms > 0:
         for v in views[:-1]:
             if v.next_offset > first_dirty and v.max_timestamp > now_ms - compaction.min_compaction_lag_ms:
@@ -183,7 +198,8 @@ def plan_clean(log: PartitionLog, compaction: CompactionConfig, *, checkpoint: i
     return CleanPlan(topic=log.topic, partition=log.partition, now_ms=now_ms, log_start_offset=lso,
                      high_watermark=hw, log_end_offset=leo, first_dirty_offset=first_dirty,
                      first_uncleanable_offset=uncleanable, segments=tuple(cleanable), clean_bytes=clean,
-                     dirty_bytes=dirty, max_compaction_delay_ms=delay, waiting_for_high_watermark=waiting_for_hw)
+                     dirty_bytes=dirty, max_compaction_delay_ms=delay, waiting_for_high_watermark=waiting_for_hw,
+                     aborted=aborted, last_records=last_records)
 
 
 def _first_batch_timestamps(segments: SegmentSet, first_dirty: int) -> list[int]:
@@ -252,11 +268,15 @@ class Cleaner:
             logger.info("log cleaner: pass over %s-%d abandoned: %s", log.topic, log.partition, exc)
             result.groups_aborted += 1
             return result
-        batch_filter = BatchFilter(offset_map, now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms)
+        txns = TxnTracker(plan.aborted)
+        batch_filter = BatchFilter(offset_map, now_ms=now_ms, delete_retention_ms=log.config.delete_retention_ms,
+                                   txns=txns, last_records=plan.last_records)
         in_range = [v for v in plan.segments if not len(offset_map) or v.base_offset < result.end_offset]
         for group in group_segments(in_range, max_bytes=log.config.segment_bytes):
             if not self._may_change(group, plan, offset_map, horizons, now_ms):
                 result.groups_skipped += 1
+                if plan.aborted or plan.last_records:
+                    self._observe_group(log, group, txns)
                 continue
             try:
                 self._clean_group(log, group, batch_filter, result)
@@ -283,6 +303,7 @@ class Cleaner:
         """Map the dirty records; return the first offset the map does not cover."""
         start = plan.first_dirty_offset
         end = start
+        txns = TxnTracker(plan.aborted)
         for view in plan.segments:
             if view.next_offset <= start:
                 continue
@@ -290,7 +311,7 @@ class Cleaner:
                 last = batches[-1][0].next_offset
                 if last <= start:
                     continue  # below the dirty part of a partly clean segment
-                offset_map.add(ChunkRows.of(chunk), start=start, end=end_limit)
+                offset_map.add(ChunkRows.of(_without_aborted(chunk, batches, txns)), start=start, end=end_limit)
                 end = min(last, end_limit)
                 if offset_map.full:
                     logger.info("offset map full: cleaning %s-%d up to offset %d this pass", plan.topic,
@@ -358,6 +379,12 @@ class Cleaner:
         result.seen.add(base)
         _note_horizon(result, base, earliest)
 
+    def _observe_group(self, log: PartitionLog, group: list[SegmentView], txns: TxnTracker) -> None:
+        """Feed a skipped group's batch headers (one 61-byte read each) to the pass's TxnTracker."""
+        for view in group:
+            for header in _headers(log, view):
+                txns.observe(header)
+
     # -- reading -----------------------------------------------------------------------------------
 
     def _chunks(self, log: PartitionLog, view: SegmentView, result: PassResult, *, mtimes: list[int] | None = None,
@@ -407,12 +434,45 @@ class Cleaner:
                 while position < view.size_bytes:
                     header = read_header(os.pread(fd, BATCH_HEADER_SIZE, position))
                     horizon = header.delete_horizon_ms
-                    if horizon is not None and not header.is_control:
+                    if horizon is not None:  # a tombstone's, or a marker's waiting to go
                         out[view.base_offset] = min(horizon, out.get(view.base_offset, horizon))
                     position += header.size_in_bytes
             finally:
                 os.close(fd)
         return out
+
+
+def _without_aborted(chunk: memoryview, batches: list[tuple[BatchHeader, int]],
+                     txns: TxnTracker) -> memoryview | bytes:
+    """``chunk`` without the data batches of aborted transactions (per batch: their records must
+    not enter the offset map); the chunk itself when it has none."""
+    keep: list[tuple[int, int]] = []
+    dropped = False
+    for header, pos in batches:
+        if header.is_control:
+            txns.on_marker(header)
+        elif txns.on_batch(header):
+            dropped = True
+            continue
+        keep.append((pos, pos + header.size_in_bytes))
+    if not dropped:
+        return chunk
+    return b"".join(chunk[a:b] for a, b in keep)
+
+
+def _headers(log: PartitionLog, view: SegmentView) -> Iterator[BatchHeader]:
+    try:
+        fd = _open_segment(log, view)
+    except GroupChanged:
+        return
+    try:
+        position = 0
+        while position < view.size_bytes:
+            header = read_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+            yield header
+            position += header.size_in_bytes
+    finally:
+        os.close(fd)
 
 
 def _note_horizon(result: PassResult, base: int, earliest: int | None) -> None:

@@ -21,6 +21,7 @@ from lowtide.record import (
     iter_batches,
     read_header,
 )
+from lowtide.record.control import COMMIT, build_marker_batch, read_marker_type
 
 HORIZON = 1_700_000_086_400_000
 TS = [1_700_000_000_000, 1_700_000_000_007, 1_699_999_999_990]  # not monotonic, as producers may send
@@ -162,12 +163,23 @@ def test_records_without_a_key_are_removed_and_counted():
     assert [r.key for r in records] == [b"k"] and out.stats.keyless_removed == 1
 
 
-def test_control_batches_pass_through_untouched_until_transactions_exist():
-    builder = BatchBuilder(base_offset=0, is_control=True, producer_id=9, producer_epoch=0)
-    builder.append(timestamp_ms=5, key=b"\x00\x00\x00\x00", value=b"\x00\x00\x00\x00\x00\x00")
-    marker = builder.build()
-    out = filter_one(marker, OffsetMap(max_bytes=1 << 20), now_ms=10**13)
-    assert bytes(out.pieces[0]) == marker and not out.changed
+def test_a_marker_whose_transaction_still_has_a_batch_in_the_pass_is_copied_untouched():
+    data = encode_batch([b"v"], keys=[b"k"], timestamp_ms=5, producer_id=9, producer_epoch=0, base_sequence=0,
+                        is_transactional=True)
+    marker = build_marker_batch(producer_id=9, producer_epoch=0, commit=True, coordinator_epoch=0, timestamp_ms=6)
+    marker = struct.pack(">q", 1) + marker[8:]  # the marker follows the data batch at offset 1
+    out = filter_one(data + marker, OffsetMap(max_bytes=1 << 20), now_ms=10**13)
+    assert b"".join(bytes(p) for p in out.pieces) == data + marker and not out.changed
+
+
+def test_a_marker_whose_transaction_has_no_batch_left_gets_the_delete_horizon_with_its_bytes_otherwise_kept():
+    marker = build_marker_batch(producer_id=9, producer_epoch=0, commit=True, coordinator_epoch=3, timestamp_ms=5)
+    out = filter_one(marker, OffsetMap(max_bytes=1 << 20), now_ms=1000, retention=500)
+    [header] = out.headers
+    assert out.changed and header.delete_horizon_ms == 1500 and header.is_control
+    assert read_marker_type(bytes(out.pieces[0])) == COMMIT
+    assert decode_batch(bytes(out.pieces[0]))[1][0].timestamp == 5
+    assert out.earliest_horizon == 1500
 
 
 def test_the_produce_path_check_refuses_a_keyless_record_as_invalid_record():

@@ -1,0 +1,346 @@
+"""The transaction coordinator (Kafka's ``TransactionCoordinator``, KIP-98), in the front door.
+
+Any front door serves any transactional id: the state lives in Redis and every transition is a
+compare-and-set on the state's version (a Lua script), so two front doors never both move one
+transaction. Redis layout (beside ``metadata/store.py``'s)::
+
+    lowtide:txn:{transactional id}   HASH  producer_id, producer_epoch, state, partitions (JSON
+                                           [[topic, partition], ...]), start_ms, timeout_ms,
+                                           updated_ms, version
+    lowtide:txn:ids                  SET   every transactional id with a state (the expiry scan)
+    lowtide:txn:next_producer_id     INT   INCR: producer ids, never reused
+
+States (Kafka's): Empty -> Ongoing (AddPartitionsToTxn) -> PrepareCommit | PrepareAbort (EndTxn,
+persisted before any marker) -> CompleteCommit | CompleteAbort (every partition holds its marker).
+InitProducerId on an existing id bumps the epoch (fencing the previous producer), aborting an
+ongoing transaction first with markers of the bumped epoch. A transaction Ongoing for longer than
+its ``transaction_timeout_ms`` is aborted the same way by ``expire`` (a background thread, every
+front door); a Prepare* state left behind by a front door that died mid-way is completed there.
+
+Errors (Kafka's): PRODUCER_FENCED (an older epoch), INVALID_PRODUCER_EPOCH (a newer one),
+INVALID_PRODUCER_ID_MAPPING (another producer id), INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS
+(being completed, or another front door moved the state: retry), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+(WRITE on the TRANSACTIONAL_ID), TOPIC_AUTHORIZATION_FAILED (WRITE on a topic of AddPartitionsToTxn).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import redis as redis_lib
+
+from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
+from lowtide.client.replica import ReplicaClient, TxnMarkerRequest
+from lowtide.clock import now_ms
+from lowtide.errors import (
+    ConcurrentTransactions,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    InvalidTxnState,
+    LowtideError,
+    OperationNotAttempted,
+    ProducerFenced,
+    RequestTimedOut,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+    UnknownTopicOrPartition,
+)
+from lowtide.frontdoor.routing import route_partitions
+from lowtide.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+EMPTY, ONGOING = "Empty", "Ongoing"
+PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
+COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+IDS = "lowtide:txn:ids"
+NEXT_PRODUCER_ID = "lowtide:txn:next_producer_id"
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
+MAX_EPOCH = 32767
+MARKER_DEADLINE_S = 30.0
+# A Prepare* state this old is taken over by the expiry scan (its front door is presumed gone).
+ABANDONED_PREPARE_MS = 5_000
+TopicPartition = tuple[str, int]
+
+# Compare-and-set of a whole state on its version ("0" = must not exist).
+_CAS = """
+local cur = redis.call('HGET', KEYS[1], 'version')
+if (cur or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2, #ARGV - 1))
+redis.call('SADD', KEYS[2], ARGV[#ARGV])
+return 1
+"""
+
+
+def txn_key(transactional_id: str) -> str:
+    return f"lowtide:txn:{transactional_id}"
+
+
+@dataclass(frozen=True)
+class TxnState:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str = EMPTY
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    start_ms: int = -1
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    updated_ms: int = 0
+    version: int = 0
+
+
+class TxnStateStore:
+    """Transaction states in Redis (module docstring). Thread-safe (redis-py pools connections)."""
+
+    def __init__(self, *, redis: redis_lib.Redis) -> None:
+        self.redis = redis
+        self._cas = redis.register_script(_CAS)
+
+    def load(self, transactional_id: str) -> TxnState | None:
+        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(txn_key(transactional_id)).items()}
+        if not raw:
+            return None
+        return TxnState(transactional_id=transactional_id, producer_id=int(raw["producer_id"]),
+                        producer_epoch=int(raw["producer_epoch"]), state=raw["state"],
+                        partitions=frozenset((t, int(p)) for t, p in json.loads(raw["partitions"])),
+                        start_ms=int(raw["start_ms"]), timeout_ms=int(raw["timeout_ms"]),
+                        updated_ms=int(raw["updated_ms"]), version=int(raw["version"]))
+
+    def save(self, state: TxnState) -> TxnState | None:
+        """Write ``state`` if the stored version is still ``state.version``; the stored state, or
+        None when another writer got there first."""
+        new = replace(state, version=state.version + 1, updated_ms=now_ms())
+        fields = {"producer_id": new.producer_id, "producer_epoch": new.producer_epoch, "state": new.state,
+                  "partitions": json.dumps(sorted(new.partitions)), "start_ms": new.start_ms,
+                  "timeout_ms": new.timeout_ms, "updated_ms": new.updated_ms, "version": new.version}
+        args = [str(state.version)] + [str(x) for kv in fields.items() for x in kv] + [state.transactional_id]
+        return new if self._cas(keys=[txn_key(state.transactional_id), IDS], args=args) == 1 else None
+
+    def next_producer_id(self) -> int:
+        return int(self.redis.incr(NEXT_PRODUCER_ID))
+
+    def transactional_ids(self) -> list[str]:
+        return sorted(m.decode() for m in self.redis.sscan_iter(IDS, count=500))
+
+
+class TransactionCoordinator:
+    """InitProducerId, AddPartitionsToTxn, EndTxn and the expiry of transactions (module docstring).
+
+    Thread-safe: per-call state lives on the stack; the store, authorizer and clients are shared.
+    """
+
+    def __init__(self, *, store: TxnStateStore, metadata: MetadataStore, authorizer: Authorizer,
+                 replicas: ReplicaClient, expire_interval_s: float = 1.0) -> None:
+        self._store = store
+        self._metadata = metadata
+        self._authorizer = authorizer
+        self._replicas = replicas
+        self._interval = expire_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def init_producer_id(self, *, principal: str, transactional_id: str, timeout_ms: int = 0) -> tuple[int, int]:
+        """(producer id, epoch) for ``transactional_id`` (module docstring); an empty id gets a
+        fresh producer id (an idempotent producer)."""
+        timeout_ms = timeout_ms or DEFAULT_TIMEOUT_MS
+        if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            raise InvalidRequest(f"transaction timeout {timeout_ms} ms is outside (0, {MAX_TIMEOUT_MS}]")
+        if not transactional_id:
+            return self._store.next_producer_id(), 0
+        self._require_id(principal, transactional_id)
+        for _ in range(10):
+            st = self._store.load(transactional_id)
+            if st is None:
+                new = TxnState(transactional_id=transactional_id, producer_id=self._store.next_producer_id(),
+                               producer_epoch=0, timeout_ms=timeout_ms)
+            elif st.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                self._complete(st)
+                continue
+            elif st.state == ONGOING:
+                self._abort_fencing(st)  # the next round bumps from CompleteAbort
+                continue
+            elif st.producer_epoch >= MAX_EPOCH:
+                new = replace(st, producer_id=self._store.next_producer_id(), producer_epoch=0, state=EMPTY,
+                              partitions=frozenset(), start_ms=-1, timeout_ms=timeout_ms)
+            else:
+                new = replace(st, producer_epoch=st.producer_epoch + 1, state=EMPTY, partitions=frozenset(),
+                              start_ms=-1, timeout_ms=timeout_ms)
+            saved = self._store.save(new)
+            if saved is not None:
+                return saved.producer_id, saved.producer_epoch
+        raise ConcurrentTransactions(f"transactional id {transactional_id!r} keeps changing; retry")
+
+    def add_partitions(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Sequence[TopicPartition]) -> list[tuple[str, int, LowtideError | None]]:
+        """Add ``partitions`` to the ongoing transaction (starting one): all or nothing, as Kafka:
+        when one partition fails the others get OPERATION_NOT_ATTEMPTED. A failure of the whole
+        request (fencing, state) is the error of every partition."""
+        wanted = list(dict.fromkeys(partitions))
+        try:
+            self._require_id(principal, transactional_id)
+            failed = self._check_partitions(principal, wanted)
+            if failed:
+                return [(t, p, failed.get((t, p)) or OperationNotAttempted(
+                    "another partition of the request failed")) for t, p in wanted]
+            st = self._checked(transactional_id, producer_id, producer_epoch)
+            if st.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is being completed")
+            new = replace(st, partitions=st.partitions | set(wanted))
+            if st.state != ONGOING:
+                new = replace(new, state=ONGOING, start_ms=now_ms())
+            if self._store.save(new) is None:
+                raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
+            return [(t, p, None) for t, p in wanted]
+        except LowtideError as err:
+            return [(t, p, err) for t, p in wanted]
+
+    def end_txn(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                commit: bool) -> None:
+        """Commit or abort: returns once every partition of the transaction holds its marker."""
+        self._require_id(principal, transactional_id)
+        st = self._checked(transactional_id, producer_id, producer_epoch)
+        prepare, complete = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else (PREPARE_ABORT, COMPLETE_ABORT)
+        if st.state == complete:
+            return  # a retried EndTxn whose first attempt finished
+        if st.state == prepare:
+            self._complete(st)  # a retried EndTxn whose first attempt did not finish
+            return
+        if st.state != ONGOING:
+            raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} the transaction of "
+                                  f"{transactional_id!r}: it is {st.state}")
+        saved = self._store.save(replace(st, state=prepare))
+        if saved is None:
+            raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
+        self._complete(saved)
+
+    # -- expiry ------------------------------------------------------------------------------------
+
+    def expire(self, *, now: int | None = None) -> int:
+        """Abort (with an epoch bump) every transaction past its timeout and complete abandoned
+        Prepare* states; returns how many transactions it ended."""
+        now = now_ms() if now is None else now
+        ended = 0
+        for transactional_id in self._store.transactional_ids():
+            try:
+                st = self._store.load(transactional_id)
+                if st is None:
+                    continue
+                if st.state == ONGOING and now - st.start_ms > st.timeout_ms:
+                    log.info("transaction of %r timed out after %d ms: aborting it", transactional_id, st.timeout_ms)
+                    ended += self._abort_fencing(st)
+                elif st.state in (PREPARE_COMMIT, PREPARE_ABORT) and now - st.updated_ms > ABANDONED_PREPARE_MS:
+                    ended += self._complete(st)
+            except LowtideError as err:
+                log.warning("transaction of %r not ended yet: %s", transactional_id, err)
+        return ended
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="txn-expiry", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.expire()
+            except (LowtideError, redis_lib.RedisError, OSError) as err:
+                log.warning("transaction expiry scan failed: %s", err)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _require_id(self, principal: str, transactional_id: str) -> None:
+        if not transactional_id:
+            raise InvalidRequest("a transactional id is required")
+        if not self._authorizer.authorize(principal=principal, operation=AclOperation.WRITE,
+                                          resource_type=ResourceType.TRANSACTIONAL_ID,
+                                          resource_name=transactional_id):
+            raise TransactionalIdAuthorizationFailed(
+                f"{principal} is not authorized to WRITE on TRANSACTIONAL_ID {transactional_id!r}")
+
+    def _check_partitions(self, principal: str, wanted: list[TopicPartition]) -> dict[TopicPartition, LowtideError]:
+        topics = self._metadata.topics()
+        failed: dict[TopicPartition, LowtideError] = {}
+        for topic, partition in wanted:
+            if not self._authorizer.authorize(principal=principal, operation=AclOperation.WRITE,
+                                              resource_type=ResourceType.TOPIC, resource_name=topic):
+                failed[(topic, partition)] = TopicAuthorizationFailed(
+                    f"{principal} is not authorized to WRITE on TOPIC {topic!r}")
+            elif topic not in topics or not 0 <= partition < topics[topic].partitions:
+                failed[(topic, partition)] = UnknownTopicOrPartition(f"partition {topic}-{partition} does not exist")
+        return failed
+
+    def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnState:
+        st = self._store.load(transactional_id)
+        if st is None or st.producer_id != producer_id:
+            raise InvalidProducerIdMapping(f"producer id {producer_id} is not the one of {transactional_id!r}")
+        if producer_epoch < st.producer_epoch:
+            raise ProducerFenced(f"producer epoch {producer_epoch} of {transactional_id!r} is fenced by epoch "
+                                 f"{st.producer_epoch}")
+        if producer_epoch > st.producer_epoch:
+            raise InvalidProducerEpoch(f"producer epoch {producer_epoch} of {transactional_id!r} is newer than "
+                                       f"{st.producer_epoch}")
+        return st
+
+    def _abort_fencing(self, st: TxnState) -> int:
+        """Abort ``st``'s ongoing transaction with the epoch bumped (fencing its producer)."""
+        epoch = st.producer_epoch + 1 if st.producer_epoch < MAX_EPOCH else st.producer_epoch
+        saved = self._store.save(replace(st, producer_epoch=epoch, state=PREPARE_ABORT))
+        return self._complete(saved) if saved is not None else 0
+
+    def _complete(self, st: TxnState) -> int:
+        """Write the markers of a Prepare* state, then move it to Complete*; 1 if this call did."""
+        commit = st.state == PREPARE_COMMIT
+        if st.partitions:
+            self._write_markers(st, commit=commit)
+        done = self._store.save(replace(st, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                                        partitions=frozenset()))
+        return 1 if done is not None else 0
+
+    def _write_markers(self, st: TxnState, *, commit: bool) -> None:
+        """One WriteTxnMarkers per leader, leaders in turn; partitions whose leader moved or is
+        unreachable are retried after a metadata read until MARKER_DEADLINE_S. A deleted topic
+        needs no marker; a leader that refuses one for good (a newer epoch wrote there) is logged."""
+        pending = set(st.partitions)
+        deadline = time.monotonic() + MARKER_DEADLINE_S
+        backoff = 0.02
+        while pending:
+            routes = route_partitions(self._metadata, sorted(pending))
+            for key in routes.unknown:
+                pending.discard(key)
+            for address, keys in routes.by_address.items():
+                marker = TxnMarkerRequest(producer_id=st.producer_id, producer_epoch=st.producer_epoch,
+                                          commit=commit, partitions=tuple(keys))
+                try:
+                    results = self._replicas.write_txn_markers(address, [marker], timeout_ms=10_000,
+                                                               deadline_s=12.0)
+                except LowtideError as err:
+                    if not err.retriable:
+                        raise
+                    continue
+                for r in results:
+                    if r.error is None or isinstance(r.error, UnknownTopicOrPartition):
+                        pending.discard((r.topic, r.partition))
+                    elif not r.error.retriable:
+                        log.warning("marker of %r on %s-%d refused: %s", st.transactional_id, r.topic,
+                                    r.partition, r.error)
+                        pending.discard((r.topic, r.partition))
+            if pending:
+                if time.monotonic() > deadline:
+                    raise RequestTimedOut(f"markers of {st.transactional_id!r} not written to {sorted(pending)} "
+                                          f"within {MARKER_DEADLINE_S:.0f} s; the coordinator keeps trying")
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 0.5)

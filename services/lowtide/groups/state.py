@@ -1,0 +1,148 @@
+"""Committed offsets materialized from ``__consumer_offsets``: the fold both readers share.
+
+The front door (serving OffsetFetch/ListGroups/DescribeGroups) and each replica (broker-side
+consumed retention) read the same partitions and must agree on what they say, so the rule lives
+here once: records are applied in log order, the latest record of a key wins, a tombstone (null
+value) deletes the key. Each entry remembers the log offset of the record it came from, so a
+writer may apply its own acknowledged write at once (it knows the offset the leader gave it) and
+the tail reading older records later never puts an older value back: a record only applies when
+its log offset is above the one already applied for its key (tombstones included).
+
+One ``PartitionOffsets`` per ``__consumer_offsets`` partition (a group lives in exactly one), so
+when a reader has to start a partition over (its position fell out of the log) only that
+partition's groups are forgotten and re-read. No I/O here: callers hand in fetched batch bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from lowtide.groups.codec import OffsetKey, OffsetValue, decode_offset_key, decode_offset_value
+from lowtide.record import decode_batches
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedEntry:
+    """One key's latest commit and the log offset of the record that carried it."""
+
+    key: OffsetKey
+    value: OffsetValue
+    log_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    """A decoded record of ``__consumer_offsets`` (``value`` None = tombstone)."""
+
+    key: OffsetKey
+    value: OffsetValue | None
+    log_offset: int
+
+
+def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[OffsetRecord]:
+    """Every offset-commit record at or after ``from_offset`` in fetched batch bytes, in log order.
+
+    Control batches (transaction markers) and group-metadata records are skipped. Raises
+    CORRUPT_MESSAGE (and returns nothing) when a batch or an offset-commit record is malformed."""
+    out: list[OffsetRecord] = []
+    for header, batch_records in decode_batches(records):
+        if header.is_control or header.next_offset <= from_offset:
+            continue
+        for r in batch_records:
+            if r.offset < from_offset or r.key is None:
+                continue
+            key = decode_offset_key(r.key)
+            if key is None:
+                continue
+            out.append(OffsetRecord(key=key, value=None if r.value is None else decode_offset_value(r.value),
+                                    log_offset=r.offset))
+    return out
+
+
+class PartitionOffsets:
+    """The fold of one ``__consumer_offsets`` partition (module doc).
+
+    ``position`` is where the next fetch of this partition starts; ``apply`` folds records in
+    any order of arrival with the latest-log-offset-wins rule. Not thread-safe: the owner locks.
+    """
+
+    def __init__(self, *, partition: int, position: int = 0) -> None:
+        self.partition = partition
+        self.position = position
+        self._entries: dict[OffsetKey, CommittedEntry] = {}
+        # Log offset of the last tombstone applied per deleted key, so an older commit read later
+        # (own writes are applied before the tail reaches them) does not bring the key back.
+        # Pruned once the tail has passed it: nothing older can arrive after that.
+        self._tombstones: dict[OffsetKey, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def apply(self, record: OffsetRecord) -> bool:
+        """Fold one record; returns whether it changed anything."""
+        key = record.key
+        current = self._entries.get(key)
+        newest = max(current.log_offset if current else -1, self._tombstones.get(key, -1))
+        if record.log_offset <= newest:
+            return False
+        if record.value is None:
+            self._tombstones[key] = record.log_offset
+            return self._entries.pop(key, None) is not None
+        self._tombstones.pop(key, None)
+        self._entries[key] = CommittedEntry(key=key, value=record.value, log_offset=record.log_offset)
+        return True
+
+    def apply_all(self, records: Iterable[OffsetRecord]) -> None:
+        for record in records:
+            self.apply(record)
+
+    def advance(self, position: int) -> None:
+        """The tail has read everything below ``position``."""
+        if position > self.position:
+            self.position = position
+            self._tombstones = {k: o for k, o in self._tombstones.items() if o >= position}
+
+    def reset(self, position: int) -> None:
+        """Forget everything and read again from ``position`` (the log moved under the reader)."""
+        self._entries.clear()
+        self._tombstones.clear()
+        self.position = position
+
+    def entries(self) -> Iterator[CommittedEntry]:
+        return iter(list(self._entries.values()))
+
+    def get(self, key: OffsetKey) -> CommittedEntry | None:
+        return self._entries.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCommit:
+    """One group's commit on one partition of a topic, as consumed retention reads it."""
+
+    offset: int
+    commit_timestamp: int
+
+
+def commits_by_topic(partitions: Iterable[PartitionOffsets], topic: str) -> dict[str, dict[int, TopicCommit]]:
+    """``{group: {partition: commit}}`` of every group with a commit on ``topic``."""
+    out: dict[str, dict[int, TopicCommit]] = {}
+    for part in partitions:
+        for entry in part.entries():
+            if entry.key.topic == topic:
+                out.setdefault(entry.key.group, {})[entry.key.partition] = TopicCommit(
+                    offset=entry.value.offset, commit_timestamp=entry.value.commit_timestamp)
+    return out
+
+
+def commits_by_topics(partitions: Iterable[PartitionOffsets],
+                      topics: set[str]) -> dict[str, dict[str, dict[int, TopicCommit]]]:
+    """``commits_by_topic`` for many topics in one walk: ``{topic: {group: {partition: commit}}}``."""
+    out: dict[str, dict[str, dict[int, TopicCommit]]] = {t: {} for t in topics}
+    for part in partitions:
+        for entry in part.entries():
+            by_group = out.get(entry.key.topic)
+            if by_group is not None:
+                by_group.setdefault(entry.key.group, {})[entry.key.partition] = TopicCommit(
+                    offset=entry.value.offset, commit_timestamp=entry.value.commit_timestamp)
+    return out

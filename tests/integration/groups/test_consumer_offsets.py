@@ -1,0 +1,96 @@
+"""Committed offsets live in ``__consumer_offsets`` on real processes: they survive ``cluster down``
++ ``cluster up`` and a kill -9 of redis-server, and a second front door sees another's commits."""
+
+from __future__ import annotations
+
+import signal
+
+from lowtide.client.admin import Admin
+from lowtide.groups import OFFSETS_TOPIC, decode_offset_key, decode_offset_value, partition_for_group
+from lowtide.localcluster import LocalCluster
+from lowtide.record import Record, decode_batches
+from tests.integration.support import create_topic, fetch, store, wait_until
+
+PARTITIONS = 3  # of __consumer_offsets (LOWTIDE_OFFSETS_TOPIC_PARTITIONS), so the test reads a few
+
+
+def start(cluster_factory, **kwargs) -> LocalCluster:
+    cluster = cluster_factory(extra_env={"LOWTIDE_OFFSETS_TOPIC_PARTITIONS": str(PARTITIONS)}, **kwargs)
+    create_topic(cluster, "orders", partitions=2)
+    return cluster
+
+
+def read_all_records(cluster: LocalCluster, topic: str, *, partition: int) -> list[Record]:
+    """Every record below the HW of one partition, keys and null values included."""
+    out: list[Record] = []
+    offset = 0
+    while True:
+        answer = fetch(cluster, topic, offset, partition=partition)
+        assert answer.error_code == 0, answer
+        batches = decode_batches(answer.records)
+        out += [r for _, records in batches for r in records if r.offset >= offset]
+        if not batches or batches[-1][0].next_offset >= answer.high_watermark:
+            return out
+        offset = batches[-1][0].next_offset
+
+
+def committed(cluster: LocalCluster, group: str) -> dict[tuple[str, int], int]:
+    with Admin(cluster.bootstrap) as admin:
+        return {tp: c.offset for tp, c in admin.fetch_offsets(group).items()}
+
+
+def test_commits_are_records_of_a_compacted_replicated_topic(cluster_factory):
+    cluster = start(cluster_factory)
+    with Admin(cluster.bootstrap) as admin:
+        assert admin.commit_offsets("etl", {("orders", 0): 5, ("orders", 1): 7}) == {("orders", 0): None,
+                                                                                    ("orders", 1): None}
+    info = store(cluster).topic(OFFSETS_TOPIC)
+    assert (info.partitions, info.replication_factor, info.config["cleanup.policy"]) == (PARTITIONS, 3, "compact")
+    records = read_all_records(cluster, OFFSETS_TOPIC, partition=partition_for_group("etl", partitions=PARTITIONS))
+    assert [(decode_offset_key(r.key).partition, decode_offset_value(r.value).offset) for r in records] == \
+        [(0, 5), (1, 7)]
+
+
+def test_offsets_survive_cluster_down_and_up(cluster_factory):
+    cluster = start(cluster_factory)
+    with Admin(cluster.bootstrap) as admin:
+        admin.commit_offsets("etl", {("orders", 0): 11, ("orders", 1): 12})
+        admin.commit_offsets("audit", {("orders", 0): 3})
+        admin.commit_offsets("gone", {("orders", 1): 1})
+        assert admin.delete_groups(["gone"]) == {"gone": None}
+    cluster.down(timeout_s=10.0)
+    again = LocalCluster.load(cluster.data_dir)
+    again.up(detach=True)
+    try:
+        with Admin(again.bootstrap) as admin:
+            assert admin.list_groups() == ["audit", "etl"]
+        assert committed(again, "etl") == {("orders", 0): 11, ("orders", 1): 12}
+        assert committed(again, "audit") == {("orders", 0): 3}
+    finally:
+        again.down(timeout_s=10.0)
+
+
+def test_offsets_survive_a_kill_9_of_redis_server(cluster_factory):
+    cluster = start(cluster_factory)
+    with Admin(cluster.bootstrap) as admin:
+        admin.commit_offsets("etl", {("orders", 0): 21})
+    # Committed just before the kill: Redis (AOF, fsync every second) may lose its last second of
+    # writes, but the offsets are on the replicas' disks, acknowledged with acks=all.
+    with Admin(cluster.bootstrap) as admin:
+        admin.commit_offsets("etl", {("orders", 1): 22})
+    cluster.kill("redis", signal.SIGKILL)
+    cluster.start_service("redis")
+    # a front door restarted after the kill rebuilds its state from the topic alone
+    cluster.kill("frontdoor-0", signal.SIGKILL)
+    cluster.start_service("frontdoor-0")
+    wait_until(lambda: committed(cluster, "etl") == {("orders", 0): 21, ("orders", 1): 22},
+               what="offsets read back after redis kill -9", timeout_s=60)
+
+
+def test_a_second_front_door_sees_the_commits_made_through_the_first(cluster_factory):
+    cluster = start(cluster_factory, frontdoors=2)
+    with Admin(cluster.service("frontdoor-0").grpc) as admin:
+        admin.commit_offsets("etl", {("orders", 1): 9})
+    with Admin(cluster.service("frontdoor-1").grpc) as other:
+        wait_until(lambda: other.fetch_offsets("etl").get(("orders", 1)) is not None
+                   and other.fetch_offsets("etl")[("orders", 1)].offset == 9, what="commit seen by frontdoor-1")
