@@ -20,11 +20,11 @@ changes; per-partition and per-batch problems are error codes in the response, a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from lowtide.clock import Clock, now_ms
-from lowtide.coordinator.errors import UnknownTopicId
 from lowtide.coordinator.messages import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -78,6 +78,7 @@ from lowtide.errors import (
     OffsetOutOfRange,
     OutOfOrderSequenceNumber,
     TopicAlreadyExists,
+    UnknownTopicId,
     UnknownTopicOrPartition,
     UnsupportedForMessageFormat,
 )
@@ -152,6 +153,16 @@ class CoordinatorCore:
         head = self.pending.head()
         if head is not None and (head is record or head == record):
             self.pending.applied()
+        return applied
+
+    def apply_all(self, records: Sequence[tuple[MetadataRecord, int]]) -> int:
+        """Apply replicated records (log order) in one SQLite transaction; those that were the
+        oldest pending ones stop being pending. Returns how many were new to the state."""
+        applied = self.state.apply_all(records)
+        for record, _ in records:
+            head = self.pending.head()
+            if head is not None and (head is record or head == record):
+                self.pending.applied()
         return applied
 
     def reset_pending(self) -> None:
@@ -441,6 +452,9 @@ class CoordinatorCore:
                 results.append(DescribeFileResult(object_key=key, **_failed(exc)))
                 continue
             row = self.state.file(key)
-            live = self.pending.file_pending(key) or (row is not None and row.live_batches > 0)
-            results.append(DescribeFileResult(object_key=key, has_live_batches=live))
-        return DescribeFilesResponse(files=results)
+            pending = self.pending.file_pending(key)
+            live = pending or (row is not None and row.live_batches > 0)
+            results.append(DescribeFileResult(object_key=key, has_live_batches=live,
+                                              known=pending or row is not None))
+        oldest = self.state.oldest_file_created_ms()
+        return DescribeFilesResponse(files=results, oldest_file_created_at_ms=-1 if oldest is None else oldest)

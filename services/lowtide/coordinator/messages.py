@@ -271,9 +271,15 @@ class DescribeFileResult:
     error_code: int = 0
     error_message: str | None = None
     has_live_batches: bool = False
+    # Not in the KIP (the orphan scanner's question): any row of the file on this shard (live,
+    # released, handing over, deletable within its grace) or a pending commit of it.
+    known: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeFilesResponse:
     files: list[DescribeFileResult]
     throttle_time_ms: int = 0
+    # Not in the KIP (the orphan scanner's threshold): creation time of the oldest file this shard
+    # has a row for, epoch ms; -1 when none.
+    oldest_file_created_at_ms: int = -1

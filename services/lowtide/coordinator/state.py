@@ -458,6 +458,16 @@ class CoordinatorState:
                                               (state,))]
         return [f for f in map(self.file, keys) if f is not None]
 
+    def oldest_file_created_ms(self) -> int | None:
+        """Creation time of the oldest file this shard has any row for (None: no file)."""
+        return self.db.execute("SELECT min(created_at_ms) FROM files").fetchone()[0]
+
+    def count_files_by_state(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT state, count(*) FROM files GROUP BY state").fetchall())
+
+    def count_batches(self) -> int:
+        return self.db.execute("SELECT count(*) FROM batches").fetchone()[0]
+
     def find_batches(self, partition_key: int, offset: int, *, max_batches: int, max_bytes: int,
                      always_first: bool) -> tuple[list[BatchInfo], int]:
         """Live batches of a partition from the one holding ``offset`` on, stopping before the one

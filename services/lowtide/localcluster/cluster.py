@@ -194,8 +194,16 @@ class LocalCluster:
                 if self.config.auth_enabled:
                     self._state.auth = self._provision_auth(say)
                     write_state(self._state)
+                # Kinds marked ``start_with_previous`` start alongside the kind before them and
+                # are waited for together (coordinators need the replicas, not the front door).
+                groups: list[set[str]] = []
                 for kind in self._kinds:
-                    batch = [s for s in self._state.services if s.kind == kind.kind]
+                    if groups and kind.start_with_previous:
+                        groups[-1].add(kind.kind)
+                    else:
+                        groups.append({kind.kind})
+                for names in groups:
+                    batch = [s for s in self._state.services if s.kind in names]
                     if not batch:
                         continue
                     for entry in batch:

@@ -28,8 +28,9 @@ def is_module_available(module: str) -> bool:
 
 
 def default_coordinators() -> int:
-    # One DC shard once the coordinator exists: diskless topics need at least one.
-    return 1 if is_module_available(COORDINATOR_MODULE) else 0
+    # Two DC shards once the coordinator exists (issue 13): diskless topics need at least one, and
+    # two exercise sharding and file handover between owners.
+    return 2 if is_module_available(COORDINATOR_MODULE) else 0
 
 
 def default_orphan_scanners() -> int:

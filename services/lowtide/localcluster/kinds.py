@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ class ServiceKind:
     command: Callable[[InstanceContext], list[str]] | None = None
     # The principal instance N authenticates as when auth is on; default ``User:<kind>``.
     principal: Callable[[int], str] | None = None
+    # Start together with the kind before it in ``KINDS`` instead of after it is healthy.
+    start_with_previous: bool = False
 
     def name(self, index: int) -> str:
         return f"{self.kind}-{index}"
@@ -140,7 +143,28 @@ def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
 
 
 def _coordinator_flags(ctx: InstanceContext) -> list[str]:
-    return ["--shard", str(ctx.index), "--data-dir", str(ctx.data_dir)]
+    flags = ["--shard", str(ctx.index), "--data-dir", str(ctx.data_dir)]
+    if "--shards" in supported_flags(COORDINATOR_MODULE):
+        flags += ["--shards", str(ctx.config.coordinators)]
+    return flags
+
+
+# Keys of lowtide.coordinator.leadership (localcluster may not import the coordinator package).
+_COORDINATOR_LEASE = "lowtide:coordinator:{shard}:leader"
+_COORDINATOR_REGISTRY = "lowtide:coordinators"
+
+
+def _is_coordinator_leading(index: int, redis_url: str) -> bool:
+    """Shard ``index`` is served: a process holds its lease and has registered (after loading)."""
+    client = redis_lib.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        owner = client.get(_COORDINATOR_LEASE.format(shard=index))
+        raw = client.hget(_COORDINATOR_REGISTRY, str(index))
+    except redis_lib.RedisError:
+        return False
+    finally:
+        client.close()
+    return owner is not None and raw is not None and json.loads(raw).get("owner") == owner.decode()
 
 
 def _no_flags(_ctx: InstanceContext) -> list[str]:
@@ -148,12 +172,14 @@ def _no_flags(_ctx: InstanceContext) -> list[str]:
 
 
 # Start order: replicas host the data everything else talks to; the frontdoor is the bootstrap;
-# coordinators keep their metadata log on the replicas; the scanner asks the coordinators.
+# coordinators keep their metadata log on the replicas (so they start alongside the frontdoor, not
+# after it); the scanner asks the coordinators.
 KINDS: tuple[ServiceKind, ...] = (
     ServiceKind("replica", REPLICA_MODULE, lambda c: c.replicas, _replica_flags, has_data_dir=True,
                 is_ready=_is_replica_registered, principal=broker_principal),
     ServiceKind("frontdoor", FRONTDOOR_MODULE, lambda c: c.frontdoors, _frontdoor_flags,
                 principal=lambda _index: FRONTDOOR_PRINCIPAL),
-    ServiceKind("coordinator", COORDINATOR_MODULE, lambda c: c.coordinators, _coordinator_flags, has_data_dir=True),
+    ServiceKind("coordinator", COORDINATOR_MODULE, lambda c: c.coordinators, _coordinator_flags, has_data_dir=True,
+                is_ready=_is_coordinator_leading, start_with_previous=True),
     ServiceKind("orphan-scanner", SCANNER_MODULE, lambda c: c.orphan_scanners, _no_flags),
 )

@@ -40,7 +40,7 @@ def test_cluster_config_defaults_and_absolute_paths(tmp_path: Path, monkeypatch:
     config = ClusterConfig(data_dir=Path("rel"))
     assert config.data_dir == tmp_path / "rel"
     assert (config.replicas, config.frontdoors) == (3, 1)
-    assert config.coordinators == default_coordinators() == (1 if is_module_available(COORDINATOR_MODULE) else 0)
+    assert config.coordinators == default_coordinators() == (2 if is_module_available(COORDINATOR_MODULE) else 0)
     assert config.object_store_url == (tmp_path / "rel" / "objects").as_uri()
     assert config.object_store_url.startswith("file:///")
     config.validate()
@@ -116,7 +116,8 @@ def test_without_a_tokens_file_the_generated_admin_is_added_to_the_super_users(t
 def test_coordinator_argv_names_its_shard(tmp_path: Path) -> None:
     ctx = InstanceContext(config=ClusterConfig(data_dir=tmp_path), index=1, data_dir=tmp_path / "coordinator-1",
                           redis_url="")
-    assert kind("coordinator").build_flags(ctx) == ["--shard", "1", "--data-dir", str(tmp_path / "coordinator-1")]
+    assert kind("coordinator").build_flags(ctx) == ["--shard", "1", "--data-dir", str(tmp_path / "coordinator-1"),
+                                                    "--shards", str(ctx.config.coordinators)]
 
 
 def parse_up(*argv: str) -> argparse.Namespace:

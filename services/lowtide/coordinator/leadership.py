@@ -1,0 +1,110 @@
+"""Who leads a diskless coordinator shard, and where shards are: two small Redis structures.
+
+Keys::
+
+    lowtide:coordinator:{K}:leader   STRING owner id of shard K's leader process, PX lease
+                                     (renewed every lease/3 by the holder; compare-and-renew and
+                                     compare-and-delete in Lua, so only the holder extends or frees it)
+    lowtide:coordinators             HASH   shard K -> {"grpc": "host:port", "metrics": "http://.../metrics",
+                                     "owner": owner id, "since_ms": epoch ms}, written by each new leader
+
+One active coordinator per shard: a process acts as leader only while it holds the lease, and stops
+appending ``margin`` before the lease it last renewed would expire (so a paused process whose lease
+ran out does not append after a successor started). Readers of the registry (front door, replicas,
+orphan scanner) call whichever address is registered and get NOT_COORDINATOR from a process that
+lost the lease, after which they read the registry again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import redis as redis_lib
+
+from lowtide.clock import now_ms
+
+REGISTRY = "lowtide:coordinators"
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def leader_key(shard: int) -> str:
+    return f"lowtide:coordinator:{shard}:leader"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardAddress:
+    shard: int
+    grpc: str
+    metrics: str
+    owner: str = ""
+    since_ms: int = 0
+
+
+class ShardLease:
+    """The leader lease of one shard for one process (``owner``).
+
+    Contract: ``acquire_or_renew`` returns whether this process holds the lease now, and records the
+    monotonic time until which it may act as leader (``valid``). Thread-safety: the lease thread
+    calls ``acquire_or_renew``/``release``; any thread may call ``valid`` (a float read).
+    """
+
+    def __init__(self, *, redis: redis_lib.Redis, shard: int, owner: str, lease_ms: int, margin_ms: int) -> None:
+        if margin_ms >= lease_ms:
+            raise ValueError(f"lease margin {margin_ms} ms must be below the lease {lease_ms} ms")
+        self.redis = redis
+        self.key = leader_key(shard)
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.margin_ms = margin_ms
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+        self._valid_until = 0.0
+
+    def acquire_or_renew(self) -> bool:
+        started = time.monotonic()
+        held = bool(self.redis.set(self.key, self.owner, nx=True, px=self.lease_ms)) or \
+            bool(self._renew(keys=[self.key], args=[self.owner, self.lease_ms]))
+        # Measured from before the call: the lease may have started as early as that.
+        self._valid_until = started + (self.lease_ms - self.margin_ms) / 1000 if held else 0.0
+        return held
+
+    def valid(self) -> bool:
+        return time.monotonic() < self._valid_until
+
+    def release(self) -> None:
+        self._valid_until = 0.0
+        self._release(keys=[self.key], args=[self.owner])
+
+
+def register_shard(redis: redis_lib.Redis, address: ShardAddress) -> None:
+    redis.hset(REGISTRY, str(address.shard), json.dumps(
+        {"grpc": address.grpc, "metrics": address.metrics, "owner": address.owner,
+         "since_ms": address.since_ms or now_ms()}, sort_keys=True))
+
+
+def read_shards(redis: redis_lib.Redis) -> dict[int, ShardAddress]:
+    """Every registered shard's last leader address."""
+    raw: Mapping = redis.hgetall(REGISTRY)
+    out = {}
+    for key, value in raw.items():
+        doc = json.loads(value)
+        shard = int(key)
+        out[shard] = ShardAddress(shard=shard, grpc=doc["grpc"], metrics=doc.get("metrics", ""),
+                                  owner=doc.get("owner", ""), since_ms=int(doc.get("since_ms", 0)))
+    return dict(sorted(out.items()))

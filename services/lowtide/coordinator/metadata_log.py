@@ -1,0 +1,228 @@
+"""The metadata log of a diskless coordinator shard: partition K of the internal topic
+``__diskless_metadata`` on the replicas (KIP-1164: the metadata partitions are the coordinators).
+
+Layout on the replicas: one topic, ``__diskless_metadata``, with one partition per shard (the
+KIP's ``diskless.metadata.topic.num.partitions``), so shard K's log is the partition directory
+``__diskless_metadata-K`` of every replica holding it. Why one topic and not one per shard: it is
+the KIP's layout and name, the partition is what the issue and the operators' tools call
+``__diskless_metadata-k``, and one topic config (delete policy, infinite retention) covers every
+shard. The cost: adding shards later means adding partitions, which lowtide's topic admin cannot do
+yet, so a shard K beyond the topic's partition count refuses to start (it says so in its log).
+
+Each mutating request becomes one record batch (Kafka RecordBatch v2, ``lowtide.record``) whose
+record values are ``coordinator.records`` values, keys null; concurrent requests' batches go to
+the leader in one Produce, consecutive in the log. Appends are acks=all, so an acknowledged batch
+is below the high watermark and survives any single replica's loss.
+
+Thread-safety: ``MetadataLog`` is used by the shard's appender, loader and snapshot threads at
+once; it holds no per-call state besides a cached leader address (a plain attribute swap).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.errors import (
+    LeaderNotAvailable,
+    LowtideError,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from lowtide.metadata.store import MetadataStore, assign_replicas
+from lowtide.record import decode_batches
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__diskless_metadata"
+# Replicated like Kafka's internal topics; never deleted by time or size: only DeleteRecords below
+# a snapshot removes entries.
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+MAX_REPLICATION_FACTOR = 3
+FETCH_MAX_BYTES = 8 << 20
+# Produce answers that mean "nothing was appended": safe to send the same batches again.
+NOT_WRITTEN = (LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition, NotEnoughReplicas)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    offset: int
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """One fetch of the metadata partition: the entries from the asked offset up to the HW."""
+
+    entries: list[LogEntry]
+    high_watermark: int
+    log_end_offset: int
+    log_start_offset: int
+
+
+class MetadataLog:
+    """Shard ``shard``'s partition of ``__diskless_metadata``: create, append, read, truncate."""
+
+    def __init__(self, *, shard: int, shards: int, store: MetadataStore, replicas: ReplicaClient,
+                 request_timeout_ms: int = 10_000) -> None:
+        self.shard = shard
+        self.shards = shards
+        self.store = store
+        self.replicas = replicas
+        self.request_timeout_ms = request_timeout_ms
+        self._leader: str | None = None
+
+    # ---- topic ---------------------------------------------------------------------------------
+    def topic_exists(self) -> bool:
+        """Whether ``__diskless_metadata`` exists; if it does, it must have a partition for us."""
+        try:
+            info = self.store.topic(METADATA_TOPIC)
+        except UnknownTopicOrPartition:
+            return False
+        self._check_partition(info.partitions)
+        return True
+
+    def _check_partition(self, partitions: int) -> None:
+        if self.shard >= partitions:
+            raise UnknownTopicOrPartition(
+                f"{METADATA_TOPIC} has {partitions} partitions: shard {self.shard} has no metadata log "
+                f"(adding partitions is not supported; recreate the cluster with more shards)")
+
+    def ensure_topic(self) -> None:
+        """Create ``__diskless_metadata`` with ``shards`` partitions if missing (whoever starts
+        first wins; the store's create is atomic). Raises while no replica is live."""
+        try:
+            info = self.store.topic(METADATA_TOPIC)
+        except UnknownTopicOrPartition:
+            live = sorted(self.store.live_broker_ids())
+            if not live:
+                raise LeaderNotAvailable(f"no live replica to host {METADATA_TOPIC}") from None
+            rf = min(MAX_REPLICATION_FACTOR, len(live))
+            assignment = assign_replicas(broker_ids=live, partitions=self.shards, replication_factor=rf,
+                                         start=self.shard % len(live))
+            try:
+                info = self.store.create_topic(name=METADATA_TOPIC, partitions=self.shards, replication_factor=rf,
+                                               config=dict(METADATA_TOPIC_CONFIG), assignment=assignment)
+                log.info("created %s", METADATA_TOPIC, extra={"fields": {"partitions": self.shards,
+                                                                         "replication_factor": rf}})
+            except TopicAlreadyExists:
+                info = self.store.topic(METADATA_TOPIC)
+        self._check_partition(info.partitions)
+
+    # ---- routing -------------------------------------------------------------------------------
+    def leader_address(self, *, refresh: bool = False) -> str:
+        if self._leader is not None and not refresh:
+            return self._leader
+        state = self.store.partition_state(METADATA_TOPIC, self.shard)
+        if state.leader < 0:
+            raise LeaderNotAvailable(f"{METADATA_TOPIC}-{self.shard} has no leader")
+        broker = self.store.brokers().get(state.leader)
+        if broker is None:
+            raise LeaderNotAvailable(f"{METADATA_TOPIC}-{self.shard}: leader {state.leader} is not registered")
+        self._leader = broker.address
+        return self._leader
+
+    def _with_leader(self, action, *, deadline: float):
+        """Run ``action(address)`` against the leader, re-resolving it while leadership moves."""
+        attempt = 0
+        while True:
+            try:
+                return action(self.leader_address(refresh=attempt > 0))
+            except LowtideError as exc:
+                if not exc.retriable or time.monotonic() + 0.05 * (attempt + 1) > deadline:
+                    raise
+                self._leader = None
+            attempt += 1
+            time.sleep(min(0.5, 0.05 * attempt))
+
+    # ---- append / read / truncate ------------------------------------------------------------
+    def append(self, batches: bytes, *, timeout_ms: int | None = None) -> int:
+        """Append encoded batches with acks=all; the base offset of the first.
+
+        Retried only on answers that say the batches were not written (no leader yet, not the
+        leader, not enough in-sync replicas: all refused before the append, as in Kafka). Any other
+        failure (a timeout, a lost connection) may or may not have left them in the log, so it is
+        raised and the caller reloads from the log."""
+        timeout_ms = timeout_ms or self.request_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                address = self.leader_address(refresh=attempt > 0)
+            except LowtideError as exc:
+                problem: LowtideError = exc
+            else:
+                try:
+                    got = self.replicas.produce(address, [(METADATA_TOPIC, self.shard, batches)], acks=-1,
+                                                timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5)[0]
+                except LowtideError:
+                    self._leader = None
+                    raise
+                if got.error is None:
+                    return got.base_offset
+                problem = got.error
+                if not isinstance(problem, NOT_WRITTEN):
+                    self._leader = None
+                    raise problem
+            self._leader = None
+            attempt += 1
+            if not isinstance(problem, NOT_WRITTEN) or time.monotonic() + 0.05 * attempt > deadline:
+                raise problem
+            time.sleep(min(0.5, 0.05 * attempt))
+
+    def read(self, offset: int, *, max_wait_ms: int = 0) -> LogRead:
+        """The committed entries (below the HW) from ``offset`` on, as far as one fetch reaches.
+        OFFSET_OUT_OF_RANGE when ``offset`` is below the log start (a snapshot must cover it)."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+
+        def fetch(address: str):
+            got = self.replicas.fetch(address, [FetchPosition(topic=METADATA_TOPIC, partition=self.shard,
+                                                              fetch_offset=offset, max_bytes=FETCH_MAX_BYTES)],
+                                      max_wait_ms=max_wait_ms, max_bytes=FETCH_MAX_BYTES,
+                                      deadline_s=max_wait_ms / 1000 + 10)[0]
+            if got.error is not None:
+                raise got.error
+            return got
+
+        got = self._with_leader(fetch, deadline=deadline)
+        entries = []
+        for _header, records in decode_batches(got.records):
+            entries.extend(LogEntry(r.offset, r.value or b"") for r in records
+                           if offset <= r.offset < got.high_watermark)
+        return LogRead(entries=entries, high_watermark=got.high_watermark, log_end_offset=got.log_end_offset,
+                       log_start_offset=got.log_start_offset)
+
+    def read_to_end(self, offset: int, *, settle_timeout_s: float = 30.0) -> Iterator[LogEntry]:
+        """Every committed entry from ``offset`` on, until nothing more can come: the reader is
+        at the HW and the HW equals the log end (no append of an earlier leader is still in flight
+        to be committed or truncated). Raises REQUEST_TIMED_OUT-like errors of the fetch."""
+        settle_until = time.monotonic() + settle_timeout_s
+        while True:
+            got = self.read(offset)
+            for entry in got.entries:
+                yield entry
+                offset = entry.offset + 1
+            if not got.entries and offset >= got.high_watermark:
+                offset = max(offset, got.high_watermark)
+                if got.high_watermark >= got.log_end_offset or time.monotonic() > settle_until:
+                    return
+                time.sleep(0.05)
+
+    def delete_below(self, offset: int) -> int:
+        """KIP-107 DeleteRecords on the metadata partition itself; the new low watermark."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+
+        def delete(address: str) -> int:
+            got = self.replicas.delete_records(address, [(METADATA_TOPIC, self.shard, offset)],
+                                               timeout_ms=self.request_timeout_ms,
+                                               deadline_s=self.request_timeout_ms / 1000 + 5)[0]
+            if got.error is not None:
+                raise got.error
+            return got.low_watermark
+
+        return self._with_leader(delete, deadline=deadline)

@@ -1,0 +1,139 @@
+"""Diskless coordinator server: one shard of KIP-1164's coordinator (`lowtide serve coordinator --shard K`).
+
+Starts serving health/reflection/metrics at once and loads in the background: it takes shard K's
+Redis lease (``coordinator.leadership``), reads partition K of ``__diskless_metadata`` from its
+applied offset to the end (restoring its newest snapshot first when the log below was deleted),
+registers its address in ``lowtide:coordinators`` and only then answers requests (before:
+NOT_COORDINATOR without the lease, else COORDINATOR_LOAD_IN_PROGRESS; both retriable). The topic is
+created on the first write, so a cluster that never uses diskless topics has no metadata partitions.
+State lives in ``--data-dir``: ``state.sqlite`` and
+``snapshots/``. With ``--auth-enabled`` every call needs CLUSTER_ACTION on the CLUSTER, and
+``--token-file`` is this coordinator's own token for the replicas and the other shards it calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import uuid
+from pathlib import Path
+
+import redis as redis_lib
+from prometheus_client import REGISTRY
+
+from lowtide.auth.access import auth_enabled_from_env, build_access_control, parse_super_users
+from lowtide.auth.identity import token_file_metadata
+from lowtide.client.replica import ReplicaClient
+from lowtide.common.logs import configure_logging
+from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
+from lowtide.coordinator.leadership import ShardLease, read_shards
+from lowtide.coordinator.lifetime import FileLifetime
+from lowtide.coordinator.metadata_log import MetadataLog
+from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
+from lowtide.coordinator.service import ShardConfig, ShardService
+from lowtide.coordinator.servicer import CoordinatorServicer
+from lowtide.coordinator.snapshots import SnapshotPolicy
+from lowtide.errors import CoordinatorNotAvailable, error_or_none
+from lowtide.metadata.store import MetadataStore
+from lowtide.objectstore import open_object_store
+from lowtide.rpc.channels import ChannelPool, call
+from lowtide_pb import coordinator_pb2, coordinator_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = coordinator_pb2.DESCRIPTOR.services_by_name["DisklessCoordinator"].full_name
+DEFAULT_GRPC_PORT = 9094
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
+    add_flag(parser, "--shard", type=int, required=True, help="the coordinator shard (metadata partition) served")
+    add_flag(parser, "--shards", type=int, default=1,
+             help="partitions of __diskless_metadata when this coordinator creates it "
+                  "(KIP-1164 diskless.metadata.topic.num.partitions)")
+    add_flag(parser, "--data-dir", required=True, help="directory of the SQLite state and its snapshots")
+    add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
+    add_flag(parser, "--object-store", default=None, help="object store URL of the WAL files (file:///dir, s3://...)")
+    add_flag(parser, "--lease-ms", type=int, default=6000, help="shard leader lease in Redis")
+    add_flag(parser, "--append-timeout-ms", type=int, default=10000, help="acks=all wait of a metadata append")
+    add_flag(parser, "--snapshot-interval-records", type=int, default=10000, help="snapshot after this many records")
+    add_flag(parser, "--snapshot-interval-ms", type=int, default=300000,
+             help="snapshot at least this often when records were applied (0 = only by record count)")
+    add_flag(parser, "--file-delete-grace-ms", type=int, default=60000,
+             help="diskless.file.delete.grace.ms: how long a deletable WAL file stays for in-flight reads")
+    add_flag(parser, "--file-lifetime-interval-ms", type=int, default=1000,
+             help="how often the file handover/deletion worker looks for work")
+    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
+                        help="require a bearer token with CLUSTER_ACTION on every call (env LOWTIDE_AUTH_ENABLED)")
+    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
+    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
+    add_flag(parser, "--token-file", default=None,
+             help="this coordinator's own token (User:coordinator) for its calls to replicas and other shards")
+
+
+def build_hand_over(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: list[tuple[str, str]]):
+    """The file lifetime worker's call to the next owner shard (found in the shard registry)."""
+    def hand_over(target: int, object_key: str, owner_ids: tuple[int, ...], to_index: int) -> None:
+        shard = read_shards(redis).get(target)
+        if shard is None:
+            raise CoordinatorNotAvailable(f"coordinator shard {target} has not registered an address")
+        stub = channels.stub(shard.grpc, coordinator_pb2_grpc.DisklessCoordinatorStub)
+        reply = call(stub.HandOverFile, coordinator_pb2.DisklessHandOverFileRequest(
+            object_key=object_key, owner_ids=list(owner_ids), to_owner_index=to_index), metadata=metadata, timeout=30)
+        error = error_or_none(reply.error_code, reply.error_message)
+        if error is not None:
+            raise error
+    return hand_over
+
+
+def run(args: argparse.Namespace) -> int:
+    name = f"coordinator-{args.shard}"
+    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    if args.shard < 0:
+        raise SystemExit(f"{name}: --shard must be >= 0")
+    if args.auth_enabled and not args.token_file:
+        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token this "
+                         "coordinator presents to the replicas holding its metadata log")
+    if not args.object_store:
+        raise SystemExit(f"{name}: --object-store (env LOWTIDE_OBJECT_STORE) is required: the WAL files' store")
+    _, grpc_port = split_addr(args.grpc_addr)
+    m_host, m_port = split_addr(args.metrics_addr)
+    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    access = build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
+                                  super_users=parse_super_users(args.super_users))
+    metadata = token_file_metadata(args.token_file)
+    channels = ChannelPool()
+    replicas = ReplicaClient(channels=channels, metadata=metadata)
+    owner = f"{name}-{uuid.uuid4().hex[:12]}"
+    config = ShardConfig(
+        shard=args.shard, shards=max(args.shards, args.shard + 1), data_dir=Path(args.data_dir), owner=owner,
+        advertised_grpc=f"{args.advertised_host}:{grpc_port}",
+        metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
+        lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6), append_timeout_ms=args.append_timeout_ms,
+        snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
+        file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
+    lifetime = FileLifetime(store=open_object_store(args.object_store), grace_ms=args.file_delete_grace_ms,
+                            hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
+                            interval_ms=args.file_lifetime_interval_ms)
+    metadata_log = MetadataLog(shard=args.shard, shards=config.shards, store=MetadataStore(redis=redis),
+                               replicas=replicas, request_timeout_ms=args.append_timeout_ms)
+    lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
+                       margin_ms=config.lease_margin_ms)
+    shard = ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis)
+    REGISTRY.register(CoordinatorCollector(shard))
+    commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
+    servicer = CoordinatorServicer(shard, access=access, observe_commit=commit_seconds.observe)
+
+    def register(server) -> None:
+        coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, server)
+
+    def on_stop() -> None:
+        shard.stop()
+        replicas.close()
+        channels.close()
+        redis.close()
+
+    serve(ServiceSpec(name=name, service_names=[SERVICE_NAME], register=register, on_stop=on_stop),
+          grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
+          grace_seconds=args.grace_seconds, ready=shard.start)
+    return 0

@@ -1,0 +1,394 @@
+"""One diskless coordinator shard as a running service: leadership, the metadata-log pipeline,
+loading, snapshots and the file lifetime worker around ``CoordinatorCore`` (brief §7).
+
+Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRecords, HandOverFile)::
+
+    request thread:  lock; core.check -> Decision (records become pending); queue it; unlock; wait
+    appender thread: take every queued decision (in queue order) -> one Produce, one batch per
+                     decision, acks=all -> lock; apply all records in one SQLite transaction at
+                     the offsets the leader gave; wake the waiters; unlock
+
+The lock is held for checks and applies only, never across the Produce, so the next request is
+checked (against SQLite plus the pending records) while earlier ones wait for replication: that is
+the KIP's pipelining, and the queue order is the log order. A decision without records (a duplicate
+commit, a request every part of which failed) and ListOffsets also queue, as barriers: they are
+answered only once everything before them is applied, so a duplicate's original offsets are
+durable before anyone hears of them.
+
+Failure of an append: it may or may not be in the log, so nothing checked against it can stand.
+Every queued request fails with a retriable error (REQUEST_TIMED_OUT / NOT_COORDINATOR), the
+pending records are dropped, and the shard goes back to loading: it reads the log from its applied
+offset to the end before it takes requests again (what KRaft's controller does on a failed write).
+
+Fencing: one writer per shard is the Redis lease (``coordinator.leadership``); the appender checks
+the lease is still valid (renewed within lease - margin) before each Produce. A process paused
+longer than the margin between that check and the Produce could still append once after a
+successor took over; records carry no coordinator epoch yet to reject such an append on apply.
+
+States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
+COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
+the shard thread (loading, snapshots, file lifetime), the appender; request threads come from gRPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lowtide.clock import now_ms
+from lowtide.coordinator.core import CoordinatorCore, Decision
+from lowtide.coordinator.leadership import ShardAddress, ShardLease, register_shard
+from lowtide.coordinator.lifetime import FileLifetime
+from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
+from lowtide.coordinator.records import MetadataRecord, decode_record, encode_record
+from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
+from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.errors import (
+    CoordinatorLoadInProgress,
+    KafkaStorageError,
+    LowtideError,
+    NotCoordinator,
+    OffsetOutOfRange,
+    RequestTimedOut,
+)
+from lowtide.record import encode_batch
+
+log = logging.getLogger(__name__)
+
+FOLLOWER, LOADING, LEADER = "follower", "loading", "leader"
+DB_FILE = "state.sqlite"
+SNAPSHOT_DIR = "snapshots"
+# Decisions sent in one Produce at most: bounds the batch a slow replica must take at once.
+MAX_DECISIONS_PER_APPEND = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardConfig:
+    shard: int
+    shards: int
+    data_dir: Path
+    owner: str                       # this process's id in the lease
+    advertised_grpc: str
+    metrics_url: str = ""
+    lease_ms: int = 6_000
+    lease_margin_ms: int = 1_000
+    append_timeout_ms: int = 10_000
+    request_timeout_ms: int = 30_000
+    snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    file_delete_grace_ms: int = 60_000
+    lifetime_interval_ms: int = 1_000
+
+
+class _Waiter:
+    """A queued decision (or barrier) and the thread waiting for its outcome."""
+
+    __slots__ = ("records", "response", "error", "done")
+
+    def __init__(self, records: list[MetadataRecord], response: Any) -> None:
+        self.records = records
+        self.response = response
+        self.error: LowtideError | None = None
+        self.done = threading.Event()
+
+    def fail(self, error: LowtideError) -> None:
+        self.error = error
+        self.done.set()
+
+
+class ShardService:
+    """Shard ``config.shard``: serves the core's operations while it holds the shard's lease.
+
+    Contract: ``mutate(check)`` runs ``check(core)`` under the shard lock and returns the decision's
+    response once its records are replicated and applied; ``read(fn)`` runs ``fn(core)`` on the
+    committed state; ``read_after_barrier(fn)`` first waits for every earlier mutation (ListOffsets).
+    Each raises NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / REQUEST_TIMED_OUT (all retriable)
+    when the shard cannot answer. Thread-safety: every public method may be called from any thread.
+    """
+
+    def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: ShardLease,
+                 lifetime: FileLifetime | None = None, redis=None) -> None:
+        self.config = config
+        self.log = metadata_log
+        self.lease = lease
+        self.lifetime = lifetime
+        self.redis = redis
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = config.data_dir / DB_FILE
+        self.snapshot_dir = config.data_dir / SNAPSHOT_DIR
+        self.state = CoordinatorState(self.db_path, coordinator_id=config.shard)
+        self.core = CoordinatorCore(self.state)
+        self.status = FOLLOWER
+        self.status_detail = "starting"
+        # Bumped whenever the shard must (re)load: a load promotes to leader only if no newer
+        # reason to reload came up while it read the log.
+        self._generation = 0
+        self._topic_ready = False
+        self._lock = threading.Condition(threading.RLock())
+        self._queue: deque[_Waiter] = deque()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        newest = latest_snapshot(self.snapshot_dir)
+        self.last_snapshot_offset = snapshot_offset(newest) if newest else -1
+        self.last_snapshot_time = newest.stat().st_mtime if newest else None
+        self._last_snapshot_mono = time.monotonic()
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background threads; returns at once (loading happens in the background, so a
+        cluster's start is not held up by the metadata topic or the log)."""
+        for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
+                             ("appender", self._append_loop)):
+            thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        with self._lock:
+            self._lock.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        with self._lock:
+            self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
+            self.status = FOLLOWER
+        try:
+            self.lease.release()
+        except Exception:  # noqa: BLE001 - Redis may be gone at shutdown; the lease then expires
+            log.debug("could not release the lease", exc_info=True)
+        self.state.close()
+
+    # ---- requests ------------------------------------------------------------------------------
+    def _check_serving(self) -> None:
+        if self.status == LEADER and self.lease.valid():
+            return
+        if self.status == LOADING:
+            raise CoordinatorLoadInProgress(f"coordinator {self.config.shard} is loading its metadata log "
+                                            f"({self.status_detail})")
+        raise NotCoordinator(f"this process does not lead diskless coordinator shard {self.config.shard}")
+
+    def mutate(self, check: Callable[[CoordinatorCore], Decision], *, timeout_ms: int | None = None) -> Any:
+        with self._lock:
+            self._check_serving()
+            decision = check(self.core)
+            waiter = _Waiter(list(decision.records), decision.response)
+            self._queue.append(waiter)
+            self._lock.notify_all()
+        return self._await(waiter, timeout_ms)
+
+    def read_after_barrier(self, fn: Callable[[CoordinatorCore], Any], *, timeout_ms: int | None = None) -> Any:
+        with self._lock:
+            self._check_serving()
+            waiter = _Waiter([], None)
+            self._queue.append(waiter)
+            self._lock.notify_all()
+        self._await(waiter, timeout_ms)
+        return self.read(fn)
+
+    def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
+        with self._lock:
+            self._check_serving()
+            return fn(self.core)
+
+    def _await(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
+        limit = min(timeout_ms or self.config.request_timeout_ms, self.config.request_timeout_ms) / 1000
+        if not waiter.done.wait(limit):
+            # Still in the pipeline: it may yet be applied. A retry is safe (CommitFile is
+            # idempotent for idempotent producers; DeleteRecords to an offset is).
+            raise RequestTimedOut(f"coordinator {self.config.shard}: not replicated within {limit:.1f}s")
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.response
+
+    # ---- the appender --------------------------------------------------------------------------
+    def _append_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                while not self._queue and not self._stop.is_set():
+                    self._lock.wait(0.5)
+                if self._stop.is_set():
+                    return
+                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+            try:
+                self._append(taken)
+            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
+                    f"coordinator {self.config.shard}: metadata log append failed: {type(exc).__name__}: {exc}")
+                log.warning("metadata log append failed; reloading", extra={"fields": {"error": str(exc)}})
+                with self._lock:
+                    for waiter in taken:
+                        waiter.fail(error)
+                    self._drop_pipeline(error)
+                    if self.status == LEADER:
+                        self.status, self.status_detail = LOADING, "reloading after a failed append"
+                        self._generation += 1
+                self._wake.set()
+
+    def _append(self, taken: list[_Waiter]) -> None:
+        payload = [w for w in taken if w.records]
+        base = -1
+        if payload:
+            if not self.lease.valid():
+                raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed")
+            if not self._topic_ready:
+                # Created on the first write, not at start: a cluster that never uses diskless
+                # topics gets no metadata partitions (and a start never waits for replicas).
+                self.log.ensure_topic()
+                self._topic_ready = True
+            now = now_ms()
+            data = b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now) for w in payload)
+            base = self.log.append(data, timeout_ms=self.config.append_timeout_ms)
+        with self._lock:
+            pairs: list[tuple[MetadataRecord, int]] = []
+            offset = base
+            for waiter in payload:
+                for record in waiter.records:
+                    pairs.append((record, offset))
+                    offset += 1
+            if pairs:
+                self.core.apply_all(pairs)
+            for waiter in taken:
+                waiter.done.set()
+        if pairs:
+            self._wake.set()  # a snapshot may be due
+
+    def _drop_pipeline(self, error: LowtideError) -> None:
+        """Under the lock: nothing checked against pending records may stand any more."""
+        while self._queue:
+            self._queue.popleft().fail(error)
+        self.core.reset_pending()
+
+    # ---- leadership ----------------------------------------------------------------------------
+    def _lease_loop(self) -> None:
+        interval = self.config.lease_ms / 3 / 1000
+        while not self._stop.is_set():
+            try:
+                held = self.lease.acquire_or_renew()
+            except Exception as exc:  # noqa: BLE001 - Redis outage: the lease lapses on its own
+                log.warning("lease renewal failed", extra={"fields": {"error": str(exc)}})
+                held = self.lease.valid()
+            with self._lock:
+                if held and self.status == FOLLOWER:
+                    self.status, self.status_detail = LOADING, "lease acquired"
+                    self._generation += 1
+                    log.info("acquired the shard lease", extra={"fields": {"shard": self.config.shard}})
+                    self._wake.set()
+                elif not held and self.status != FOLLOWER:
+                    log.warning("lost the shard lease", extra={"fields": {"shard": self.config.shard}})
+                    self.status, self.status_detail = FOLLOWER, "lease lost"
+                    self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} lost its lease"))
+            self._stop.wait(interval)
+
+    def _shard_loop(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                if self.status == LOADING:
+                    self._load()
+                    backoff = 0.1
+                elif self.status == LEADER:
+                    self._maybe_snapshot()
+                    if self.lifetime is not None:
+                        self.lifetime.run_due(self)
+                    backoff = 0.1
+            except Exception as exc:  # noqa: BLE001 - retried forever with backoff
+                self.status_detail = f"{type(exc).__name__}: {exc}"
+                log.warning("shard task failed; retrying", extra={"fields": {"error": self.status_detail,
+                                                                             "retry_in_s": backoff}})
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            self._wake.wait(0.2 if self.status == LEADER else 0.1)
+            self._wake.clear()
+
+    def _load(self) -> None:
+        """Read the metadata log from the applied offset to its end; then serve."""
+        generation = self._generation
+        self.status_detail = "reading the metadata log"
+        started = time.monotonic()
+        applied = 0
+        if self.log.topic_exists():
+            self._topic_ready = True
+            try:
+                applied = self._catch_up()
+            except OffsetOutOfRange:
+                self._restore_newest_snapshot()
+                applied = self._catch_up()
+        elif self.state.applied_offset >= 0:
+            raise KafkaStorageError(f"{METADATA_TOPIC} does not exist but the state of shard {self.config.shard} "
+                                    f"has applied it up to offset {self.state.applied_offset}: refusing to serve")
+        with self._lock:
+            if self.status != LOADING or self._generation != generation:
+                return
+            self.status, self.status_detail = LEADER, "serving"
+        if self.redis is not None:
+            register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,
+                                                    metrics=self.config.metrics_url, owner=self.config.owner))
+        log.info("leading the shard", extra={"fields": {
+            "shard": self.config.shard, "applied_offset": self.state.applied_offset, "records_read": applied,
+            "load_seconds": round(time.monotonic() - started, 3)}})
+
+    def _catch_up(self) -> int:
+        count = 0
+        chunk: list[tuple[MetadataRecord, int]] = []
+        for entry in self.log.read_to_end(self.state.applied_offset + 1):
+            chunk.append((decode_record(entry.value), entry.offset))
+            if len(chunk) >= 1000:
+                with self._lock:
+                    count += self.core.apply_all(chunk)
+                chunk = []
+        if chunk:
+            with self._lock:
+                count += self.core.apply_all(chunk)
+        return count
+
+    def _restore_newest_snapshot(self) -> None:
+        """The log starts past our applied offset (truncated below a snapshot): the newest local
+        snapshot must cover the gap, or this shard cannot be rebuilt here."""
+        newest = latest_snapshot(self.snapshot_dir)
+        if newest is None or snapshot_offset(newest) <= self.state.applied_offset:
+            raise OffsetOutOfRange(f"the metadata log of shard {self.config.shard} starts past applied offset "
+                                   f"{self.state.applied_offset} and no newer snapshot is in {self.snapshot_dir}")
+        with self._lock:
+            self.state.close()
+            self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard)
+            self.core = CoordinatorCore(self.state)
+        log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
+                                                          "applied_offset": self.state.applied_offset}})
+
+    # ---- snapshots -------------------------------------------------------------------------------
+    def _maybe_snapshot(self) -> None:
+        policy = self.config.snapshot
+        applied = self.state.applied_offset
+        if not policy.is_due(applied=applied, last_offset=self.last_snapshot_offset,
+                             seconds_since=time.monotonic() - self._last_snapshot_mono):
+            return
+        self.take_snapshot()
+
+    def take_snapshot(self) -> Path:
+        """Snapshot the state (SQLite backup API), then remove the log entries it covers."""
+        with self._lock:
+            path = self.state.snapshot(self.snapshot_dir)
+        offset = snapshot_offset(path)
+        self.last_snapshot_offset = offset
+        self.last_snapshot_time = time.time()
+        self._last_snapshot_mono = time.monotonic()
+        low = self.log.delete_below(offset + 1)
+        prune_snapshots(self.snapshot_dir, keep=self.config.snapshot.keep)
+        log.info("snapshot taken", extra={"fields": {"path": str(path), "offset": offset, "log_start": low}})
+        return path
+
+    # ---- numbers for metrics ---------------------------------------------------------------------
+    def gauges(self) -> dict[str, Any]:
+        """Point-in-time numbers for the metrics collector (a few indexed queries)."""
+        with self._lock:
+            return {"status": self.status, "applied_offset": self.state.applied_offset,
+                    "pending_records": self.core.pending.pending_count, "batches": self.state.count_batches(),
+                    "files": self.state.count_files_by_state(), "snapshot_time": self.last_snapshot_time}

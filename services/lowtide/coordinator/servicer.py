@@ -1,0 +1,145 @@
+"""gRPC servicer of ``lowtide.v1.DisklessCoordinator``: unpack protobuf into ``coordinator.messages``
+dataclasses, call the shard service, pack the reply. With auth on every call needs CLUSTER_ACTION
+on the CLUSTER (KIP-1164: the coordinator API is for brokers, not clients); a whole-call failure is
+raised as a LowtideError and mapped to a gRPC status by the server's interceptor.
+
+Thread-safety: stateless apart from its collaborators, which are thread-safe.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lowtide.auth.access import AccessControl
+from lowtide.auth.acl import AclOperation
+from lowtide.coordinator import messages as m
+from lowtide.coordinator.service import ShardService
+from lowtide.errors import InvalidRequest
+from lowtide_pb import coordinator_pb2 as pb
+from lowtide_pb import coordinator_pb2_grpc
+
+
+def _err(obj) -> dict:
+    return {"error_code": obj.error_code,
+            **({"error_message": obj.error_message} if obj.error_message is not None else {})}
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
+    """The seven KIP-1164 operations plus HandOverFile, for one shard."""
+
+    def __init__(self, shard: ShardService, *, access: AccessControl, observe_commit=None) -> None:
+        self.shard = shard
+        self.access = access
+        self.observe_commit = observe_commit or (lambda _seconds: None)
+
+    def _authorize(self, context) -> None:
+        principal = self.access.authenticate(context.invocation_metadata())
+        self.access.require_cluster(principal, AclOperation.CLUSTER_ACTION)
+
+    # ---- mutations -------------------------------------------------------------------------------
+    def CreatePartitions(self, request, context):
+        self._authorize(context)
+        req = m.CreatePartitionsRequest(timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+            m.CreatablePartitions(topic_id=t.topic_id, name=t.name, num_partitions=t.num_partitions,
+                                  partition_indexes=tuple(t.partition_indexes)) for t in request.topics])
+        resp = self.shard.mutate(lambda core: core.create_partitions(req), timeout_ms=req.timeout_ms)
+        return pb.DisklessCreatePartitionsResponse(topics=[
+            pb.DisklessCreatablePartitionsResult(topic_id=r.topic_id, **_err(r)) for r in resp.topics])
+
+    def DeleteTopics(self, request, context):
+        self._authorize(context)
+        req = m.DeleteTopicsRequest(topic_ids=[t.topic_id for t in request.topics],
+                                    timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS)
+        resp = self.shard.mutate(lambda core: core.delete_topics(req), timeout_ms=req.timeout_ms)
+        return pb.DisklessDeleteTopicsResponse(responses=[
+            pb.DisklessDeletableTopicResult(topic_id=r.topic_id, **_err(r)) for r in resp.responses])
+
+    def CommitFile(self, request, context):
+        self._authorize(context)
+        started = time.perf_counter()
+        req = m.CommitFileRequest(
+            object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
+            owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
+            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS,
+            batches=[m.CommitBatch(magic=b.magic, request_id=b.request_id, topic_id=b.topic_id,
+                                   partition_index=b.partition_index, byte_offset=b.byte_offset, size=b.size,
+                                   base_offset=b.base_offset, last_offset=b.last_offset,
+                                   batch_max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type,
+                                   producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                                   base_sequence=b.base_sequence, last_sequence=b.last_sequence)
+                     for b in request.batches])
+        resp = self.shard.mutate(lambda core: core.commit_file(req), timeout_ms=req.timeout_ms)
+        self.observe_commit(time.perf_counter() - started)
+        return pb.DisklessCommitFileResponse(batches=[
+            pb.DisklessCommitBatchResult(assigned_base_offset=r.assigned_base_offset, log_append_time=r.log_append_time,
+                                         log_start_offset=r.log_start_offset, is_duplicate=r.is_duplicate, **_err(r))
+            for r in resp.batches])
+
+    def DeleteRecords(self, request, context):
+        self._authorize(context)
+        req = m.DeleteRecordsRequest(timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+            m.DeleteRecordsTopic(topic_id=t.topic_id, partitions=[
+                m.DeleteRecordsPartition(partition_index=p.partition_index, offset=p.offset) for p in t.partitions])
+            for t in request.topics])
+        resp = self.shard.mutate(lambda core: core.delete_records(req), timeout_ms=req.timeout_ms)
+        return pb.DisklessDeleteRecordsResponse(topics=[
+            pb.DisklessDeleteRecordsTopicResult(topic_id=t.topic_id, partitions=[
+                pb.DisklessDeleteRecordsPartitionResult(partition_index=p.partition_index,
+                                                        low_watermark=p.low_watermark, **_err(p))
+                for p in t.partitions]) for t in resp.topics])
+
+    def HandOverFile(self, request, context):
+        self._authorize(context)
+        owners = tuple(request.owner_ids)
+        index = request.to_owner_index
+        if not 0 <= index < len(owners) or owners[index] != self.shard.config.shard:
+            raise InvalidRequest(f"owner index {index} of {list(owners)} is not coordinator {self.shard.config.shard}")
+        self.shard.mutate(lambda core: core.hand_over_file(object_key=request.object_key, owner_ids=owners,
+                                                           to_owner_index=index),
+                          timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS)
+        return pb.DisklessHandOverFileResponse()
+
+    # ---- reads -----------------------------------------------------------------------------------
+    def ListOffsets(self, request, context):
+        self._authorize(context)
+        req = m.ListOffsetsRequest(timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+            m.ListOffsetsTopic(topic_id=t.topic_id, partitions=[
+                m.ListOffsetsPartition(partition_index=p.partition_index, timestamp=p.timestamp)
+                for p in t.partitions]) for t in request.topics])
+        resp = self.shard.read_after_barrier(lambda core: core.list_offsets(req), timeout_ms=req.timeout_ms)
+        return pb.DisklessListOffsetsResponse(topics=[
+            pb.DisklessListOffsetsTopicResponse(topic_id=t.topic_id, partitions=[
+                pb.DisklessListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=p.timestamp,
+                                                        offset=p.offset, **_err(p))
+                for p in t.partitions]) for t in resp.topics])
+
+    def FindBatches(self, request, context):
+        self._authorize(context)
+        req = m.FindBatchesRequest(
+            fetch_max_bytes=request.fetch_max_bytes, max_batches_per_partition=request.max_batches_per_partition,
+            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+                m.FindBatchesTopic(topic_id=t.topic_id, partitions=[
+                    m.FindBatchesPartition(partition_index=p.partition_index, offset=p.offset,
+                                           max_partition_fetch_bytes=p.max_partition_fetch_bytes)
+                    for p in t.partitions]) for t in request.topics])
+        resp = self.shard.read(lambda core: core.find_batches(req))
+        return pb.DisklessFindBatchesResponse(topics=[
+            pb.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=[
+                pb.DisklessFindBatchesPartitionResponse(
+                    partition_index=p.partition_index, error_code=p.error_code, log_start_offset=p.log_start_offset,
+                    high_watermark=p.high_watermark, batches=[
+                        pb.DisklessFindBatchesBatchInfo(
+                            batch_id=b.batch_id, object_key=b.object_key, magic=b.magic, byte_offset=b.byte_offset,
+                            byte_size=b.byte_size, base_offset=b.base_offset, last_offset=b.last_offset,
+                            log_append_timestamp=b.log_append_timestamp, batch_max_timestamp=b.batch_max_timestamp,
+                            timestamp_type=b.timestamp_type) for b in p.batches])
+                for p in t.partitions]) for t in resp.topics])
+
+    def DescribeFiles(self, request, context):
+        self._authorize(context)
+        req = m.DescribeFilesRequest(object_keys=[f.object_key for f in request.files],
+                                     timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS)
+        resp = self.shard.read(lambda core: core.describe_files(req))
+        return pb.DisklessDescribeFilesResponse(oldest_file_created_at_ms=resp.oldest_file_created_at_ms, files=[
+            pb.DisklessDescribeFileResult(object_key=f.object_key, has_live_batches=f.has_live_batches, known=f.known,
+                                          **_err(f)) for f in resp.files])

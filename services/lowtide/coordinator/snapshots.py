@@ -1,0 +1,53 @@
+"""When a coordinator shard snapshots its SQLite state, and which snapshot files it keeps.
+
+Files (``state.CoordinatorState.snapshot`` writes them crash-safely: .tmp, fsync, rename, fsync dir)::
+
+    <data-dir>/snapshots/snapshot-<20-digit applied metadata offset>.sqlite
+
+A snapshot is a self-contained SQLite database (SQLite's backup API) of the state after applying
+every record up to and including that offset; after one is written, the metadata partition's
+entries below offset + 1 are deleted (DeleteRecords), so the newest snapshot plus the log tail is
+always the whole state. The newest ``keep`` snapshots stay; older ones and half-written .tmp files
+are removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lowtide.coordinator.state import SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, snapshot_offset
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotPolicy:
+    """Snapshot every ``every_records`` applied records or every ``every_ms`` (0 = never by time),
+    whichever comes first, and only when something was applied since the last one."""
+
+    every_records: int = 10_000
+    every_ms: int = 300_000
+    keep: int = 2
+
+    def __post_init__(self) -> None:
+        if self.every_records < 1 or self.every_ms < 0 or self.keep < 1:
+            raise ValueError(f"bad snapshot policy: {self}")
+
+    def is_due(self, *, applied: int, last_offset: int, seconds_since: float) -> bool:
+        if applied <= last_offset:
+            return False
+        return applied - last_offset >= self.every_records or (
+            self.every_ms > 0 and seconds_since * 1000 >= self.every_ms)
+
+
+def prune_snapshots(directory: Path, *, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` snapshots (and stale .tmp files); returns what went."""
+    if not directory.is_dir():
+        return []
+    found = sorted((p for p in directory.iterdir()
+                    if p.name.startswith(SNAPSHOT_PREFIX) and p.name.endswith(SNAPSHOT_SUFFIX)),
+                   key=snapshot_offset)
+    gone = found[:-keep] if len(found) > keep else []
+    gone += [p for p in directory.iterdir() if p.name.endswith(SNAPSHOT_SUFFIX + ".tmp")]
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return gone

@@ -1,0 +1,148 @@
+"""Test helpers for a running diskless coordinator shard: its gRPC stub, request builders, and the
+two states compared by the crash tests (the shard's own SQLite file, copied with the backup API
+while it runs, and a state rebuilt from scratch from ``__diskless_metadata-K`` on the replicas)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from lowtide.client.replica import ReplicaClient
+from lowtide.coordinator.metadata_log import MetadataLog
+from lowtide.coordinator.records import decode_record
+from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot
+from lowtide.localcluster import LocalCluster
+from lowtide.metadata.store import MetadataStore
+from lowtide_pb import coordinator_pb2 as pb
+from lowtide_pb import coordinator_pb2_grpc
+
+RETRIABLE = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT")
+
+
+def shard_stub(cluster: LocalCluster, shard: int) -> coordinator_pb2_grpc.DisklessCoordinatorStub:
+    channel = grpc.insecure_channel(cluster.service(f"coordinator-{shard}").grpc)
+    return coordinator_pb2_grpc.DisklessCoordinatorStub(channel)
+
+
+def kafka_name(exc: grpc.RpcError) -> str:
+    return (exc.details() or "").split(":", 1)[0]
+
+
+def call_retrying(method: Callable, request: Any, *, timeout_s: float = 30.0) -> Any:
+    """Call until the shard answers (it may still be loading right after a start)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return method(request, timeout=10)
+        except grpc.RpcError as exc:
+            if time.monotonic() > deadline or (kafka_name(exc) not in RETRIABLE
+                                               and exc.code() != grpc.StatusCode.UNAVAILABLE):
+                raise
+            time.sleep(0.1)
+
+
+def new_topic_id() -> bytes:
+    return uuid.uuid4().bytes
+
+
+def create_partitions(stub, topic_id: bytes, name: str, indexes: list[int]) -> None:
+    reply = call_retrying(stub.CreatePartitions, pb.DisklessCreatePartitionsRequest(topics=[
+        pb.DisklessCreatablePartitions(topic_id=topic_id, name=name, num_partitions=len(indexes),
+                                       partition_indexes=indexes)]))
+    assert reply.topics[0].error_code == 0, reply
+
+
+def commit_request(key: str, topic_id: bytes, *, partition: int = 0, batches: int = 1, records: int = 10,
+                   size: int = 100, owners: tuple[int, ...] = (0,), producer_id: int = -1, epoch: int = -1,
+                   first_sequence: int = -1, max_ts: int = 1_000) -> pb.DisklessCommitFileRequest:
+    """A CommitFile of ``batches`` batches of ``records`` records each, back to back in the file."""
+    out = []
+    for i in range(batches):
+        seq = first_sequence + i * records if producer_id >= 0 else -1
+        out.append(pb.DisklessCommitBatch(
+            magic=2, topic_id=topic_id, partition_index=partition, byte_offset=i * size, size=size, base_offset=0,
+            last_offset=records - 1, batch_max_timestamp=max_ts + i, timestamp_type=0, producer_id=producer_id,
+            producer_epoch=epoch, base_sequence=seq, last_sequence=seq + records - 1 if seq >= 0 else -1))
+    return pb.DisklessCommitFileRequest(object_key=key, object_format=1, file_size=batches * size,
+                                        owner_ids=list(owners), batches=out, uploader_broker_id=0)
+
+
+def find_batches(stub, topic_id: bytes, partition: int, offset: int, *, max_bytes: int = 1 << 20):
+    reply = call_retrying(stub.FindBatches, pb.DisklessFindBatchesRequest(
+        fetch_max_bytes=max_bytes, max_batches_per_partition=10_000, topics=[pb.DisklessFindBatchesTopic(
+            topic_id=topic_id, partitions=[pb.DisklessFindBatchesPartition(
+                partition_index=partition, offset=offset, max_partition_fetch_bytes=max_bytes)])]))
+    return reply.topics[0].partitions[0]
+
+
+def list_offset(stub, topic_id: bytes, partition: int, timestamp: int):
+    reply = call_retrying(stub.ListOffsets, pb.DisklessListOffsetsRequest(topics=[pb.DisklessListOffsetsTopic(
+        topic_id=topic_id, partitions=[pb.DisklessListOffsetsPartition(partition_index=partition,
+                                                                       timestamp=timestamp)])]))
+    return reply.topics[0].partitions[0]
+
+
+def delete_records(stub, topic_id: bytes, partition: int, offset: int):
+    reply = call_retrying(stub.DeleteRecords, pb.DisklessDeleteRecordsRequest(topics=[pb.DisklessDeleteRecordsTopic(
+        topic_id=topic_id, partitions=[pb.DisklessDeleteRecordsPartition(partition_index=partition,
+                                                                         offset=offset)])]))
+    return reply.topics[0].partitions[0]
+
+
+def describe_files(stub, keys: list[str]) -> pb.DisklessDescribeFilesResponse:
+    return call_retrying(stub.DescribeFiles, pb.DisklessDescribeFilesRequest(
+        files=[pb.DisklessDescribeFileEntry(object_key=k) for k in keys]))
+
+
+# ---- the two states ---------------------------------------------------------------------------------
+def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list[tuple]]:
+    """The running shard's tables, row for row (a consistent copy made with SQLite's backup API)."""
+    source = Path(cluster.service(f"coordinator-{shard}").data_dir) / "state.sqlite"
+    copy = tmp / f"served-{shard}-{time.monotonic_ns()}.sqlite"
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(copy)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    state = CoordinatorState(copy, coordinator_id=shard)
+    try:
+        return state.dump()
+    finally:
+        state.close()
+
+
+def metadata_log(cluster: LocalCluster, shard: int) -> MetadataLog:
+    return MetadataLog(shard=shard, shards=shard + 1, store=MetadataStore.from_url(cluster.redis_url),
+                       replicas=ReplicaClient())
+
+
+def rebuilt_state(cluster: LocalCluster, shard: int, tmp: Path, *, from_snapshot: bool = False) -> dict:
+    """A state built from scratch: every entry of the metadata partition applied to an empty
+    database (or, ``from_snapshot``, to a copy of the shard's newest snapshot: what is left once
+    the log below it was deleted)."""
+    path = tmp / f"rebuilt-{shard}-{time.monotonic_ns()}.sqlite"
+    if from_snapshot:
+        newest = latest_snapshot(Path(cluster.service(f"coordinator-{shard}").data_dir) / "snapshots")
+        assert newest is not None, "no snapshot was taken"
+        state = restore_snapshot(newest, path, coordinator_id=shard)
+    else:
+        state = CoordinatorState(path, coordinator_id=shard)
+    log = metadata_log(cluster, shard)
+    try:
+        start = state.applied_offset + 1
+        read = log.read(start)
+        assert read.log_start_offset <= start, f"the log starts at {read.log_start_offset}, past {start}"
+        state.apply_all((decode_record(e.value), e.offset) for e in log.read_to_end(start))
+        return state.dump()
+    finally:
+        state.close()
+        log.replicas.close()
+        log.store.redis.close()

@@ -1,0 +1,218 @@
+"""The diskless coordinator as a running service (issue 13): real coordinator, replica, front door
+and redis-server processes, called over gRPC as the replicas will call it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lowtide.common.procs import find_free_port
+from lowtide.coordinator.leadership import read_shards
+from lowtide.localcluster import ClusterConfig
+from lowtide.objectstore import open_object_store
+from lowtide_pb import common_pb2, coordinator_pb2_grpc
+from lowtide_pb import coordinator_pb2 as pb
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.coordinator.dc import (
+    call_retrying,
+    commit_request,
+    create_partitions,
+    delete_records,
+    describe_files,
+    find_batches,
+    kafka_name,
+    list_offset,
+    new_topic_id,
+    served_state,
+    shard_stub,
+)
+
+GRACE_MS = 3000
+GRPCURL = Path(__file__).resolve().parents[3] / ".tools" / "bin" / "grpcurl"
+
+
+@pytest.fixture(scope="module")
+def dc_cluster(request, tmp_path_factory):
+    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("dc"), replicas=3, coordinators=2,
+                           replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                           extra_env={"LOWTIDE_FILE_DELETE_GRACE_MS": str(GRACE_MS),
+                                      "LOWTIDE_FILE_LIFETIME_INTERVAL_MS": "200"})
+    yield from running_cluster(request, config)
+
+
+def test_a_file_committed_to_a_shard_is_found_listed_and_deleted_through_it(dc_cluster):
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    create_partitions(dc, tid, "roundtrip", [0, 1])
+
+    first = call_retrying(dc.CommitFile, commit_request("wal/rt-1", tid, batches=3, records=10))
+    second = call_retrying(dc.CommitFile, commit_request("wal/rt-2", tid, batches=2, records=5, max_ts=5_000))
+    assert [b.assigned_base_offset for b in first.batches] == [0, 10, 20]
+    assert [b.assigned_base_offset for b in second.batches] == [30, 35]
+    assert all(b.error_code == 0 for b in [*first.batches, *second.batches])
+
+    found = find_batches(dc, tid, 0, 12)
+    assert [(b.object_key, b.base_offset, b.last_offset, b.byte_offset) for b in found.batches] == [
+        ("wal/rt-1", 10, 19, 100), ("wal/rt-1", 20, 29, 200), ("wal/rt-2", 30, 34, 0), ("wal/rt-2", 35, 39, 100)]
+    assert (found.log_start_offset, found.high_watermark) == (0, 40)
+    assert list_offset(dc, tid, 0, -1).offset == 40
+    assert list_offset(dc, tid, 0, -2).offset == 0
+    assert (list_offset(dc, tid, 0, -3).timestamp, list_offset(dc, tid, 0, -3).offset) == (5_001, 39)
+    assert list_offset(dc, tid, 0, 5_000).offset == 30
+
+    deleted = delete_records(dc, tid, 0, 25)
+    assert (deleted.error_code, deleted.low_watermark) == (0, 25)
+    assert list_offset(dc, tid, 0, -2).offset == 25
+    after = find_batches(dc, tid, 0, 25)
+    assert [b.base_offset for b in after.batches] == [20, 30, 35] and after.log_start_offset == 25
+    below = find_batches(dc, tid, 0, 10)
+    assert below.error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert list_offset(dc, tid, 1, -1).offset == 0
+
+
+def test_a_retried_commit_is_a_duplicate_with_the_original_offsets_and_changes_nothing(dc_cluster, tmp_path):
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    create_partitions(dc, tid, "idempotent", [0])
+    producer = {"producer_id": 4242, "epoch": 3}
+    call_retrying(dc.CommitFile, commit_request("wal/idem-1", tid, batches=2, records=4, first_sequence=0, **producer))
+    original = call_retrying(dc.CommitFile, commit_request("wal/idem-2", tid, batches=1, records=4, first_sequence=8,
+                                                           **producer))
+    assert original.batches[0].assigned_base_offset == 8 and not original.batches[0].is_duplicate
+    before = served_state(dc_cluster, 0, tmp_path)
+
+    retried = call_retrying(dc.CommitFile, commit_request("wal/idem-2", tid, batches=1, records=4, first_sequence=8,
+                                                          **producer))
+    assert (retried.batches[0].assigned_base_offset, retried.batches[0].is_duplicate) == (8, True)
+    assert served_state(dc_cluster, 0, tmp_path) == before
+
+    # The same batch inside another upload of it (the broker retried with a new file).
+    again = call_retrying(dc.CommitFile, commit_request("wal/idem-2b", tid, batches=1, records=4, first_sequence=8,
+                                                        **producer))
+    assert (again.batches[0].assigned_base_offset, again.batches[0].is_duplicate) == (8, True)
+    fenced = call_retrying(dc.CommitFile, commit_request("wal/idem-3", tid, records=4, first_sequence=12,
+                                                         producer_id=4242, epoch=2))
+    assert kafka_error(fenced) == "INVALID_PRODUCER_EPOCH"
+    gap = call_retrying(dc.CommitFile, commit_request("wal/idem-4", tid, records=4, first_sequence=20, **producer))
+    assert kafka_error(gap) == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+    after = served_state(dc_cluster, 0, tmp_path)
+    for table in ("partitions", "batches", "producers"):
+        assert after[table] == before[table], table
+    # Files none of whose batches was accepted are recorded only to be deleted (no object leaks).
+    new_files = [row for row in after["files"] if row not in before["files"]]
+    assert sorted(r[1] for r in new_files) == ["wal/idem-2b", "wal/idem-3", "wal/idem-4"]
+    assert all(r[8] == "deletable" and r[9] == 0 for r in new_files)
+    assert list_offset(dc, tid, 0, -1).offset == 12
+
+
+def kafka_error(reply: pb.DisklessCommitFileResponse) -> str:
+    return common_pb2.ErrorCode.Name(reply.batches[0].error_code)
+
+
+def test_a_second_process_for_a_led_shard_answers_not_coordinator(dc_cluster, tmp_path):
+    leader = dc_cluster.service("coordinator-0")
+    port = _free_port()
+    env = {**os.environ, "LOWTIDE_OBJECT_STORE": dc_cluster.object_store_url}
+    proc = subprocess.Popen([sys.executable, "-m", "lowtide.cli.main", "serve", "coordinator", "--shard", "0",
+                             "--data-dir", str(tmp_path / "standby"), "--grpc-addr", f"127.0.0.1:{port}",
+                             "--redis-url", dc_cluster.redis_url, "--log-format", "text"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        _wait_serving(channel)
+        standby = coordinator_pb2_grpc.DisklessCoordinatorStub(channel)
+        for method, request in ((standby.CommitFile, commit_request("wal/nc", new_topic_id())),
+                                (standby.FindBatches, pb.DisklessFindBatchesRequest(fetch_max_bytes=1,
+                                                                                    max_batches_per_partition=1)),
+                                (standby.DescribeFiles, pb.DisklessDescribeFilesRequest())):
+            with pytest.raises(grpc.RpcError) as caught:
+                method(request, timeout=5)
+            assert kafka_name(caught.value) == "NOT_COORDINATOR"
+        # The leader is unaffected and still registered.
+        call_retrying(shard_stub(dc_cluster, 0).DescribeFiles, pb.DisklessDescribeFilesRequest())
+        assert leader.grpc in _registered(dc_cluster)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_a_file_whose_batches_are_all_deleted_is_removed_after_the_grace_period_across_a_handover(dc_cluster):
+    store = open_object_store(dc_cluster.object_store_url)
+    key = "wal/handover-1"
+    store.put(key, b"x" * 400)
+    shard0, shard1 = shard_stub(dc_cluster, 0), shard_stub(dc_cluster, 1)
+    tid = new_topic_id()
+    create_partitions(shard0, tid, "handover", [0])
+    create_partitions(shard1, tid, "handover", [1])
+    # One WAL file with batches of both shards' partitions; shard 0 owns it first, then shard 1.
+    for dc, partition in ((shard0, 0), (shard1, 1)):
+        reply = call_retrying(dc.CommitFile, commit_request(key, tid, partition=partition, batches=2, owners=(0, 1)))
+        assert all(b.error_code == 0 for b in reply.batches)
+
+    assert delete_records(shard1, tid, 1, -1).low_watermark == 20  # shard 1 is done, but does not own it yet
+    time.sleep(0.6)
+    assert store.head(key) is not None
+    assert describe_files(shard1, [key]).files[0].known
+    assert delete_records(shard0, tid, 0, -1).low_watermark == 20  # shard 0 hands it to shard 1
+    handed = time.monotonic()
+
+    while describe_files(shard0, [key]).files[0].known:  # its row goes once shard 1 took the file
+        assert time.monotonic() - handed < 10, "shard 0 never handed the file over"
+        time.sleep(0.05)
+    assert store.head(key) is not None
+    while store.head(key) is not None:
+        assert time.monotonic() - handed < GRACE_MS / 1000 + 10, "the file was never deleted"
+        time.sleep(0.05)
+    gone_after = time.monotonic() - handed
+    assert gone_after >= GRACE_MS / 1000 - 0.5, f"deleted {gone_after:.2f}s after the handover: before the grace"
+    deadline = time.monotonic() + 10
+    while describe_files(shard1, [key]).files[0].known:
+        assert time.monotonic() < deadline, "shard 1 kept the row of a deleted file"
+        time.sleep(0.05)
+
+
+def test_reflection_lists_the_coordinator_service_and_health_is_serving(dc_cluster):
+    address = dc_cluster.service("coordinator-1").grpc
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(address))
+    assert health.Check(health_pb2.HealthCheckRequest(service="lowtide.v1.DisklessCoordinator"),
+                        timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+    if not GRPCURL.exists():
+        pytest.skip("grpcurl is not built (make tools)")
+    listed = subprocess.run([str(GRPCURL), "-plaintext", address, "list"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout.split()
+    assert "lowtide.v1.DisklessCoordinator" in listed
+
+
+def _registered(cluster) -> set[str]:
+    client = redis.Redis.from_url(cluster.redis_url)
+    try:
+        return {address.grpc for address in read_shards(client).values()}
+    finally:
+        client.close()
+
+
+def _free_port() -> int:
+    return find_free_port()
+
+
+def _wait_serving(channel: grpc.Channel, timeout_s: float = 30.0) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        assert time.monotonic() < deadline, "the second coordinator never became healthy"
+        time.sleep(0.1)

@@ -1,0 +1,116 @@
+"""The pure parts of the running coordinator: snapshot policy and pruning, the orphan scanner's
+fields of DescribeFiles, applying a pipelined group of records at once, and the shard lease on a
+real redis-server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from lowtide.common.procs import find_free_port, start_redis
+from lowtide.coordinator.leadership import ShardAddress, ShardLease, leader_key, read_shards, register_shard
+from lowtide.coordinator.messages import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+    DescribeFilesRequest,
+)
+from lowtide.coordinator.records import decode_record, encode_record
+from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
+from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from tests.unit.coordinator.shard import batch, commit, create_topic
+
+
+def test_a_snapshot_is_due_after_enough_records_or_enough_time_but_never_with_nothing_new():
+    policy = SnapshotPolicy(every_records=100, every_ms=60_000)
+    assert policy.is_due(applied=150, last_offset=49, seconds_since=1)
+    assert not policy.is_due(applied=148, last_offset=49, seconds_since=1)
+    assert policy.is_due(applied=50, last_offset=49, seconds_since=61)
+    assert not policy.is_due(applied=49, last_offset=49, seconds_since=10_000)
+    assert not SnapshotPolicy(every_records=100, every_ms=0).is_due(applied=50, last_offset=49, seconds_since=1e9)
+    with pytest.raises(ValueError):
+        SnapshotPolicy(every_records=0)
+
+
+def test_pruning_keeps_the_newest_snapshots_and_drops_half_written_ones(shard, tmp_path):
+    directory = tmp_path / "snapshots"
+    tid = create_topic(shard, "t")
+    for i in range(4):
+        shard.run(shard.core.commit_file(commit(f"wal/{i}", [batch(tid)])))
+        shard.state.snapshot(directory)
+    (directory / "snapshot-00000000000000000099.sqlite.tmp").write_bytes(b"half")
+    gone = prune_snapshots(directory, keep=2)
+    assert len(gone) == 3
+    left = sorted(p.name for p in directory.iterdir())
+    assert len(left) == 2 and latest_snapshot(directory).name == left[-1]
+    assert snapshot_offset(latest_snapshot(directory)) == shard.state.applied_offset
+
+
+def test_describe_files_says_which_keys_the_shard_knows_and_its_oldest_file(shard):
+    tid = create_topic(shard, "t")
+    shard.run(shard.core.commit_file(commit("wal/old", [batch(tid)])))
+    shard.clock.now += 1000
+    shard.run(shard.core.commit_file(commit("wal/new", [batch(tid)])))
+    shard.run(shard.core.delete_records(DeleteRecordsRequest(topics=[DeleteRecordsTopic(
+        topic_id=tid, partitions=[DeleteRecordsPartition(partition_index=0, offset=1)])])))  # wal/old: deletable
+    shard.append(shard.core.commit_file(commit("wal/pending", [batch(tid)])))  # not replicated yet
+
+    reply = shard.core.describe_files(DescribeFilesRequest(object_keys=["wal/old", "wal/new", "wal/pending",
+                                                                         "wal/never"]))
+    assert [(f.object_key, f.known, f.has_live_batches) for f in reply.files] == [
+        ("wal/old", True, False), ("wal/new", True, True), ("wal/pending", True, True), ("wal/never", False, False)]
+    assert reply.oldest_file_created_at_ms == shard.clock.now - 1000
+
+
+def test_a_shard_without_files_reports_no_oldest_file(shard):
+    assert shard.core.describe_files(DescribeFilesRequest(object_keys=[])).oldest_file_created_at_ms == -1
+
+
+def test_applying_a_pipelined_group_at_once_clears_exactly_those_pending_records(shard):
+    tid = create_topic(shard, "t")
+    first = shard.core.commit_file(commit("wal/a", [batch(tid, records=3)]))
+    second = shard.core.commit_file(commit("wal/b", [batch(tid, records=2)]))
+    third = shard.core.commit_file(commit("wal/c", [batch(tid, records=1)]))
+    assert shard.core.pending.pending_count == 3
+    records = [decode_record(encode_record(r)) for d in (first, second) for r in d.records]
+    shard.core.apply_all([(r, 100 + i) for i, r in enumerate(records)])
+    assert shard.core.pending.pending_count == 1
+    assert shard.state.applied_offset == 101
+    assert third.response.batches[0].assigned_base_offset == 5
+    assert shard.core.pending.partition(tid, 0).high_watermark == 6
+
+
+@pytest.fixture(scope="module")
+def redis_client(tmp_path_factory):
+    server = start_redis(tmp_path_factory.mktemp("redis"), port=find_free_port())
+    client = redis.Redis.from_url(server.url)
+    yield client
+    client.close()
+    server.stop()
+
+
+def test_one_process_holds_a_shard_lease_until_it_lapses(redis_client):
+    first = ShardLease(redis=redis_client, shard=7, owner="a", lease_ms=300, margin_ms=100)
+    second = ShardLease(redis=redis_client, shard=7, owner="b", lease_ms=300, margin_ms=100)
+    assert first.acquire_or_renew() and first.valid()
+    assert not second.acquire_or_renew() and not second.valid()
+    assert first.acquire_or_renew()  # renewing keeps it
+    time.sleep(0.25)
+    assert not first.valid()  # stops acting before the lease could have expired in Redis
+    time.sleep(0.2)
+    assert second.acquire_or_renew()
+    assert not first.acquire_or_renew()
+    first.release()  # not the holder: changes nothing
+    assert redis_client.get(leader_key(7)) == b"b"
+    second.release()
+    assert redis_client.get(leader_key(7)) is None
+
+
+def test_the_registry_gives_each_shards_latest_address(redis_client):
+    register_shard(redis_client, ShardAddress(shard=1, grpc="h:1", metrics="http://h:2/metrics", owner="x"))
+    register_shard(redis_client, ShardAddress(shard=0, grpc="h:3", metrics="", owner="y"))
+    register_shard(redis_client, ShardAddress(shard=1, grpc="h:4", metrics="", owner="z"))
+    shards = read_shards(redis_client)
+    assert [(s.shard, s.grpc, s.owner) for s in shards.values()] == [(0, "h:3", "y"), (1, "h:4", "z")]
