@@ -17,8 +17,18 @@ __all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "ObjectStoreUnavailabl
            "open_object_store"]
 
 
-def open_object_store(url: str, **s3_overrides: object) -> ObjectStore:
-    """The store a URL names; INVALID_REQUEST for an unknown scheme or a relative file URL."""
+def open_object_store(url: str, *, instrumented: bool = True, **s3_overrides: object) -> ObjectStore:
+    """The store a URL names, counted and timed in lowtide_objectstore_* metrics unless
+    ``instrumented=False``; INVALID_REQUEST for an unknown scheme or a relative file URL."""
+    store = _open_backend(url, **s3_overrides)
+    if not instrumented:
+        return store
+    from lowtide.objectstore.metrics import InstrumentedObjectStore
+
+    return InstrumentedObjectStore(store, backend="local" if isinstance(store, LocalObjectStore) else "s3")
+
+
+def _open_backend(url: str, **s3_overrides: object) -> ObjectStore:
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
         path = unquote(parsed.path) if parsed.scheme else url

@@ -76,7 +76,7 @@ def test_list_pages_through_more_keys_than_one_response_holds(store):
 
 def test_an_s3_url_with_an_endpoint_opens_the_s3_backend(s3_endpoint):
     s = open_object_store(f"s3://url-bucket/p?endpoint={s3_endpoint}", **CREDENTIALS)
-    assert isinstance(s, S3ObjectStore) and s.config.prefix == "p"
+    assert isinstance(s.inner, S3ObjectStore) and s.config.prefix == "p"
     s.create_bucket()
     s.put("k", b"v")
     assert s.get("k", offset=0, length=1) == b"v"

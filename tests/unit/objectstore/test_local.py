@@ -5,7 +5,7 @@ import os
 import pytest
 
 from lowtide.errors import InvalidRequest
-from lowtide.objectstore import LocalObjectStore, open_object_store
+from lowtide.objectstore import LocalObjectStore, ObjectNotFound, open_object_store
 from tests.unit.objectstore.contract import ObjectStoreContract
 
 
@@ -64,8 +64,32 @@ def test_list_older_than_follows_the_file_modification_time(store):
 
 
 def test_open_object_store_maps_file_urls_and_paths_to_the_local_backend(tmp_path):
-    assert isinstance(open_object_store(f"file://{tmp_path}/s1"), LocalObjectStore)
+    assert isinstance(open_object_store(f"file://{tmp_path}/s1", instrumented=False), LocalObjectStore)
+    assert isinstance(open_object_store(f"file://{tmp_path}/s1").inner, LocalObjectStore)
     assert open_object_store(str(tmp_path / "s2")).root == (tmp_path / "s2").resolve()
+
+
+def test_an_opened_store_counts_its_requests_and_bytes(tmp_path):
+    from prometheus_client import REGISTRY
+
+    def value(name, **labels):
+        return REGISTRY.get_sample_value(name, {"backend": "local", **labels}) or 0.0
+
+    store = open_object_store(str(tmp_path / "counted"))
+    before = (value("lowtide_objectstore_bytes_total", operation="put"),
+              value("lowtide_objectstore_bytes_total", operation="get"),
+              value("lowtide_objectstore_requests_total", operation="get", result="error"),
+              value("lowtide_objectstore_objects_listed_total"))
+    store.put("a", b"12345")
+    assert store.get("a", offset=1, length=2) == b"23"
+    with pytest.raises(ObjectNotFound):
+        store.get("missing")
+    assert [i.key for i in store.list()] == ["a"]
+    after = (value("lowtide_objectstore_bytes_total", operation="put"),
+             value("lowtide_objectstore_bytes_total", operation="get"),
+             value("lowtide_objectstore_requests_total", operation="get", result="error"),
+             value("lowtide_objectstore_objects_listed_total"))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [5, 2, 1, 1]
 
 
 @pytest.mark.parametrize("url", ["file://host/x", "relative/dir", "gs://bucket", "file:relative"])
