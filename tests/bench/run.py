@@ -25,6 +25,8 @@ from pathlib import Path
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
+from tests.bench import diskless as bench_diskless
+from tests.bench import orphans as bench_orphans
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say
@@ -32,7 +34,7 @@ from tests.bench.common import Figure, MiB, failed, running_cluster, say
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide",
-            "retention")
+            "retention", "diskless", "orphans")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -191,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
                 _section("retention", figures, lambda: bench_retention.retention_pass_cost(bench, 1000),
                          "consumed_retention_pass_ms", "broker-side consumed retention pass over 1,000 partitions",
                          "ms")
+        if "diskless" in only:  # its own cluster: two coordinator shards (the main one has none)
+            _section("diskless", figures, lambda: bench_diskless.diskless_figures(data_dir / "diskless", quick=quick),
+                     "dc_commitfile_batches_s", "DC CommitFile batches/s per shard", "batches/s")
+        if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
+            _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
+                     "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:

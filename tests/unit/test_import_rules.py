@@ -33,14 +33,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The service around it: its metadata log on the replicas (client, record, metadata), the
     # server scaffolding (common, rpc) and CLUSTER_ACTION checks (auth).
     "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth"},
+    # Diskless topics on the brokers: WAL files in the object store, commits and FindBatches to the
+    # shards through the client, the shard registry (coordinator.leadership), topics from metadata.
+    "diskless": BASE | {"objectstore", "record", "metadata", "rpc", "client", "coordinator"},
     # The orphan scanner: the object store, and coordinator shards through the client.
     "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth"},
     # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
     "groups": BASE | {"record"},
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
-                        "groups"},
-    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record"},
+                        "groups", "diskless"},
+    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
     # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
     "observability": BASE | {"common"},

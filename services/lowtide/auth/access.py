@@ -19,7 +19,6 @@ allows: nothing changes, and the hot paths pay one attribute test.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,14 +182,6 @@ def build_access_control(*, redis: redis_lib.Redis, enabled: bool, tokens_file: 
     return AccessControl(
         authenticator=Authenticator(redis=redis, tokens_file=tokens_file, required=True),
         authorizer=Authorizer(store=AclStore(redis=redis), enabled=True, super_users=super_users))
-
-
-AUTH_ENABLED_ENV = "LOWTIDE_AUTH_ENABLED"
-
-
-def auth_enabled_from_env() -> bool:
-    """The default of a server's ``--auth-enabled``: env LOWTIDE_AUTH_ENABLED (1/true/yes/on)."""
-    return os.environ.get(AUTH_ENABLED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_super_users(text: str | None) -> frozenset[str]:

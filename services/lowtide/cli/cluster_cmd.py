@@ -43,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--with-prometheus", action="store_true",
                     help="also start a real Prometheus scraping every service, with lowtide's alert rules")
     up.add_argument("--health-timeout", type=float, default=60.0, help="seconds to wait for health SERVING")
+    up.add_argument("--object-store", default=None,
+                    help="WAL files of diskless topics: file:///dir or s3://bucket/prefix?endpoint=URL "
+                         "(default DIR/objects; the bucket must exist)")
     add_output_flag(up)
     up.set_defaults(func=run_up)
 
@@ -70,7 +73,7 @@ def build_config(args: argparse.Namespace) -> ClusterConfig:
             replica_config=parse_config_pairs(args.config), auth_enabled=args.auth_enabled,
             tokens_file=args.tokens_file, super_users=args.super_users,
             session_timeout_ms=args.session_timeout_ms, health_timeout_s=args.health_timeout,
-            with_prometheus=args.with_prometheus)
+            with_prometheus=args.with_prometheus, object_store=args.object_store)
         if args.coordinators is not None:
             config.coordinators = args.coordinators
         config.validate()

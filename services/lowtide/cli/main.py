@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "lowtide.cli.acls_cmd",
     "lowtide.cli.groups_cmd",
     "lowtide.cli.retention_cmd",
+    "lowtide.cli.orphans_cmd",
     "lowtide.cli.demo_cmd",
 ]
 # argparse's convention for a bad command line, kept so scripts can tell it from a failed request.

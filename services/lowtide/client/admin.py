@@ -16,7 +16,7 @@ from lowtide.client.metadata import (
 from lowtide.client.replica import PartitionDeletion, PartitionOffset
 from lowtide.errors import LowtideError, error_or_none
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
-from lowtide.rpc.channels import ChannelPool, call, validate_address
+from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 TopicPartition = tuple[str, int]
@@ -50,7 +50,7 @@ class GroupOffsets:
     error: LowtideError | None = None
 
 
-class Admin:
+class Admin(PooledClient):
     """Wraps every Admin RPC; whole-call failures raise ``LowtideError``, per-item ones come back
     inside the results. ``metadata`` is sent on every call (``authorization: Bearer ...``; see
     ``lowtide.auth.client_config.call_metadata``). Thread-safe; close it (or use ``with``).
@@ -58,21 +58,15 @@ class Admin:
 
     def __init__(self, bootstrap: str, *, metadata: Sequence[tuple[str, str]] = (),
                  timeout_s: float = 30.0, channels: ChannelPool | None = None) -> None:
-        self.bootstrap = validate_address(bootstrap)
-        self.metadata = tuple(metadata)
+        self.bootstrap = validate_address(bootstrap)  # before a pool exists that would leak
+        super().__init__(channels=channels, metadata=metadata)
         self.timeout_s = timeout_s
-        self._owns_channels = channels is None
-        self.channels = channels or ChannelPool()
 
     def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        if self._owns_channels:
-            self.channels.close()
 
     def _call(self, name: str, request, *, timeout_s: float | None = None):
         stub = self.channels.stub(self.bootstrap, admin_pb2_grpc.AdminStub)

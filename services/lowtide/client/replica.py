@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from lowtide.errors import LowtideError, NetworkException, error_or_none
-from lowtide.rpc.channels import ChannelPool, call
+from lowtide.rpc.channels import PooledClient, call
 from lowtide.rpc.status import error_from_rpc
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
@@ -164,21 +164,12 @@ def _epoch_or_none(epoch: int) -> int | None:
     return epoch if epoch >= 0 else None
 
 
-class ReplicaClient:
+class ReplicaClient(PooledClient):
     """Calls Replica RPCs on brokers by address over a shared ``ChannelPool``.
 
     ``metadata`` (``authorization: Bearer ...``) is sent on every call. Thread-safe: holds no
     per-call state; the pool is thread-safe. ``close()`` closes the pool only if it made it.
     """
-
-    def __init__(self, *, channels: ChannelPool | None = None, metadata: Sequence[tuple[str, str]] = ()) -> None:
-        self._owns_channels = channels is None
-        self.channels = channels or ChannelPool()
-        self.metadata = tuple(metadata)
-
-    def close(self) -> None:
-        if self._owns_channels:
-            self.channels.close()
 
     def _stub(self, address: str) -> replica_pb2_grpc.ReplicaStub:
         return self.channels.stub(address, replica_pb2_grpc.ReplicaStub)

@@ -56,6 +56,18 @@ def add_common_flags(parser: argparse.ArgumentParser, *, grpc_port: int) -> None
     add_flag(parser, "--grace-seconds", default=5.0, type=float, help="graceful shutdown grace")
 
 
+def add_auth_flags(parser: argparse.ArgumentParser, *, checks: str, own_token: str) -> None:
+    """The authentication flags every server takes. ``checks`` says what --auth-enabled enforces
+    on this server; ``own_token`` whose token --token-file holds and what the server calls with it."""
+    raw = os.environ.get("LOWTIDE_AUTH_ENABLED", "")
+    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction,
+                        default=raw.strip().lower() in ("1", "true", "yes", "on"),
+                        help=f"{checks} (env LOWTIDE_AUTH_ENABLED)")
+    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
+    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
+    add_flag(parser, "--token-file", default=None, help=own_token)
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host or "0.0.0.0", int(port)

@@ -21,15 +21,16 @@ from pathlib import Path
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
-from lowtide.auth.access import auth_enabled_from_env, build_access_control, parse_super_users
+from lowtide.auth.access import build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
 from lowtide.coordinator.leadership import ShardLease, read_shards
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
+from lowtide.coordinator.retention import RetentionPass
 from lowtide.coordinator.service import ShardConfig, ShardService
 from lowtide.coordinator.servicer import CoordinatorServicer
 from lowtide.coordinator.snapshots import SnapshotPolicy
@@ -63,12 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="diskless.file.delete.grace.ms: how long a deletable WAL file stays for in-flight reads")
     add_flag(parser, "--file-lifetime-interval-ms", type=int, default=1000,
              help="how often the file handover/deletion worker looks for work")
-    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
-                        help="require a bearer token with CLUSTER_ACTION on every call (env LOWTIDE_AUTH_ENABLED)")
-    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
-    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
-    add_flag(parser, "--token-file", default=None,
-             help="this coordinator's own token (User:coordinator) for its calls to replicas and other shards")
+    add_flag(parser, "--retention-check-interval-ms", type=int, default=5000,
+             help="how often time/size retention (retention.ms, retention.bytes) runs on the shard's partitions")
+    add_auth_flags(parser, checks="require a bearer token with CLUSTER_ACTION on every call",
+                   own_token="this coordinator's own token (User:coordinator) for its calls to replicas and "
+                             "other shards")
 
 
 def build_hand_over(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: list[tuple[str, str]]):
@@ -119,7 +119,11 @@ def run(args: argparse.Namespace) -> int:
                                replicas=replicas, request_timeout_ms=args.append_timeout_ms)
     lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
                        margin_ms=config.lease_margin_ms)
-    shard = ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis)
+    store = MetadataStore(redis=redis)
+    retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
+                              interval_ms=args.retention_check_interval_ms)
+    shard = ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis,
+                         retention=retention)
     REGISTRY.register(CoordinatorCollector(shard))
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
     servicer = CoordinatorServicer(shard, access=access, observe_commit=commit_seconds.observe)

@@ -112,8 +112,9 @@ class ShardService:
     """
 
     def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: ShardLease,
-                 lifetime: FileLifetime | None = None, redis=None) -> None:
+                 lifetime: FileLifetime | None = None, redis=None, retention=None) -> None:
         self.config = config
+        self.retention = retention  # coordinator.retention.RetentionPass: time/size retention
         self.log = metadata_log
         self.lease = lease
         self.lifetime = lifetime
@@ -297,6 +298,8 @@ class ShardService:
                     self._maybe_snapshot()
                     if self.lifetime is not None:
                         self.lifetime.run_due(self)
+                    if self.retention is not None:
+                        self.retention.run_due(self)
                     backoff = 0.1
             except Exception as exc:  # noqa: BLE001 - retried forever with backoff
                 self.status_detail = f"{type(exc).__name__}: {exc}"

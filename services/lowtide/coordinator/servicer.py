@@ -14,7 +14,7 @@ from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.coordinator import messages as m
 from lowtide.coordinator.service import ShardService
-from lowtide.errors import InvalidRequest
+from lowtide.errors import InvalidRequest, RequestTimedOut
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
@@ -56,6 +56,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
 
     def CommitFile(self, request, context):
         self._authorize(context)
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            # gRPC runs a handler even when the call waited past its deadline in the thread pool's
+            # queue. The broker has given up on it; applying it now could commit a file the orphan
+            # scanner already judged (its grace period counts on no commit outliving its deadline).
+            raise RequestTimedOut("the CommitFile call's deadline passed before it was processed")
         started = time.perf_counter()
         req = m.CommitFileRequest(
             object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,

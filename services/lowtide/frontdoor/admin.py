@@ -29,6 +29,7 @@ from lowtide.errors import (
     UnknownServerError,
     UnknownTopicOrPartition,
 )
+from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.topic_config import validate_topic_config
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
@@ -96,8 +97,10 @@ class TopicAdmin:
     """
 
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
-                 pool: ThreadPoolExecutor, rng: random.Random | None = None) -> None:
+                 pool: ThreadPoolExecutor, rng: random.Random | None = None,
+                 diskless: DisklessTopicAdmin | None = None) -> None:
         self._store = store
+        self._diskless = diskless  # None: this front door cannot reach coordinators (diskless refused)
         self._authorizer = authorizer
         self._replicas = replicas
         self._pool = pool
@@ -126,12 +129,16 @@ class TopicAdmin:
         validate_topic_name(request.name)
         if request.partitions < 1:
             raise InvalidPartitions(f"number of partitions must be >= 1, got {request.partitions}")
-        if request.diskless:
-            # Nothing stores a diskless topic's data yet (KIP-1164 is a later issue): accepting the
-            # flag would create a classic topic that claims to be diskless.
-            raise InvalidConfig("diskless topics (KIP-1164) are not implemented yet; create the topic "
+        if request.diskless and self._diskless is None:
+            raise InvalidConfig("this front door has no diskless coordinators configured; create the topic "
                                 "without diskless")
         config = validate_topic_config(request.config)
+        if request.diskless:  # KIP-1164: partitions live in the coordinator shards, no replicas
+            if request.name in self._store.topics():
+                raise TopicAlreadyExists(f"topic '{request.name}' already exists")
+            if validate_only:
+                return None
+            return self._diskless.create(name=request.name, partitions=request.partitions, config=config)
         live = sorted(self._store.live_broker_ids())
         rf = request.replication_factor
         if rf <= 0:
@@ -159,7 +166,11 @@ class TopicAdmin:
                 if not self._authorizer.authorize(principal=principal, operation=AclOperation.DELETE,
                                                   resource_type=ResourceType.TOPIC, resource_name=name):
                     raise TopicAuthorizationFailed(f"{principal} is not authorized to DELETE on TOPIC {name!r}")
-                self._store.delete_topic(name)
+                info = self._store.topics().get(name) if self._diskless is not None else None
+                if info is not None and info.diskless:
+                    self._diskless.delete(info)
+                else:
+                    self._store.delete_topic(name)
                 outcomes.append(TopicOutcome(name=name))
             except LowtideError as err:
                 outcomes.append(TopicOutcome(name=name, error=err))
@@ -203,6 +214,8 @@ class TopicAdmin:
                 continue
             states = sorted((PartitionState.from_json(v) for v in partitions[name].values()),
                             key=lambda s: s.partition)
+            if info.diskless and self._diskless is not None:
+                states = list(self._diskless.partition_states(info, brokers=brokers, live=live))
             views.append(TopicView(name=name, info=info, partitions=tuple(states)))
         broker_views = tuple(BrokerView(info=b, live=b.id in live) for _, b in sorted(brokers.items()))
         return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views))
@@ -223,6 +236,9 @@ class TopicAdmin:
                 answers[(q.topic, q.partition)] = _failed(q.topic, q.partition, TopicAuthorizationFailed(
                     f"{principal} is not authorized to DESCRIBE on TOPIC {q.topic!r}"))
         deadline = time.monotonic() + LIST_OFFSETS_TIMEOUT_S
+        diskless = self._diskless.split(timestamps) if self._diskless is not None else {}
+        if diskless:  # answered by the partitions' coordinator shards
+            answers.update(self._diskless.list_offsets({k: timestamps.pop(k) for k in diskless}, diskless))
         pending = dict(timestamps)
         for attempt in range(3):
             routes = route_partitions(self._store, pending)

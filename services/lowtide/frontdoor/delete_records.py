@@ -31,6 +31,7 @@ from lowtide.errors import (
     RequestTimedOut,
     TopicAuthorizationFailed,
 )
+from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.metadata.store import MetadataStore
 
@@ -74,8 +75,10 @@ class RecordsDeleter:
     """
 
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
-                 pool: ThreadPoolExecutor, default_timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+                 pool: ThreadPoolExecutor, default_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                 diskless: DisklessTopicAdmin | None = None) -> None:
         self._store = store
+        self._diskless = diskless  # diskless partitions go to their coordinator shard (KIP-1164)
         self._authorizer = authorizer
         self._replicas = replicas
         self._pool = pool
@@ -102,6 +105,10 @@ class RecordsDeleter:
             else:
                 answers[key] = _failed(item.topic, item.partition, TopicAuthorizationFailed(
                     f"{principal} is not authorized to DELETE on TOPIC {item.topic!r}"))
+        diskless = self._diskless.split(offsets) if self._diskless is not None else {}
+        if diskless:
+            answers.update(self._diskless.delete_records({k: offsets.pop(k) for k in diskless}, diskless,
+                                                         timeout_ms=timeout_ms))
         answers.update(self._delete_with_retries(offsets, deadline))
         results = [answers[(i.topic, i.partition)] for i in items]
         DELETE_RECORDS_DURATION.observe(time.monotonic() - started)

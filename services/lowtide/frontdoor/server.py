@@ -19,18 +19,21 @@ import grpc
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
-from lowtide.auth.access import auth_enabled_from_env, parse_super_users
+from lowtide.auth.access import parse_super_users
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.identity import token_file_metadata
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
+from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve
+from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve
+from lowtide.diskless.topics import ShardDirectory
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
+from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
@@ -97,7 +100,10 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
-    topics = TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool)
+    directory = ShardDirectory(redis=redis)  # diskless topics: the coordinator shards (KIP-1164)
+    diskless = DisklessTopicAdmin(store=store, directory=directory, pool=pool, coordinators=DisklessCoordinatorClient(
+        lookup=directory.lookup, channels=replicas.channels, metadata=token_file_metadata(config.token_file)))
+    topics = TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless)
     offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
@@ -105,7 +111,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         authenticator=authenticator,
         authorizer=authorizer,
         topics=topics,
-        deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool),
+        deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
@@ -123,12 +129,8 @@ def _env_bool(name: str, default: bool) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
-    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
-                        help="require a bearer token on every call and check ACLs (env LOWTIDE_AUTH_ENABLED)")
-    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
-    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
-    add_flag(parser, "--token-file", default=None,
-             help="this front door's own token (User:frontdoor) for its calls to the replicas")
+    add_auth_flags(parser, checks="require a bearer token on every call and check ACLs",
+                   own_token="this front door's own token (User:frontdoor) for its calls to the replicas")
     parser.add_argument("--controller", action=argparse.BooleanOptionalAction,
                         default=_env_bool("LOWTIDE_CONTROLLER", True),
                         help="take part in controller election (env LOWTIDE_CONTROLLER)")

@@ -80,6 +80,9 @@ class ClusterConfig:
     with_prometheus: bool = False
     prometheus_scrape_interval: str = "2s"
     prometheus_rule_for: str | None = None  # replaces every rule's `for:` (tests use a short one)
+    # Where diskless topics' WAL files go: None = DIR/objects (file://), else e.g.
+    # s3://bucket/prefix?endpoint=http://127.0.0.1:9000 (the bucket must exist).
+    object_store: str | None = None
 
     def __post_init__(self) -> None:
         # Children run with cwd=data_dir and the path lands in cluster.json: make it absolute.
@@ -104,7 +107,7 @@ class ClusterConfig:
 
     @property
     def object_store_url(self) -> str:
-        return (self.data_dir / "objects").as_uri()
+        return self.object_store or (self.data_dir / "objects").as_uri()
 
     @property
     def secrets_dir(self) -> Path:
@@ -137,7 +140,7 @@ class ClusterConfig:
             "super_users": self.super_users, "session_timeout_ms": self.session_timeout_ms,
             "extra_env": dict(self.extra_env), "with_prometheus": self.with_prometheus,
             "prometheus_scrape_interval": self.prometheus_scrape_interval,
-            "prometheus_rule_for": self.prometheus_rule_for,
+            "prometheus_rule_for": self.prometheus_rule_for, "object_store": self.object_store,
         }
 
     @classmethod

@@ -167,8 +167,12 @@ def _is_coordinator_leading(index: int, redis_url: str) -> bool:
     return owner is not None and raw is not None and json.loads(raw).get("owner") == owner.decode()
 
 
-def _no_flags(_ctx: InstanceContext) -> list[str]:
-    return []
+def _scanner_flags(ctx: InstanceContext) -> list[str]:
+    # --shards: a scan with fewer shards registered than the cluster has deletes nothing.
+    flags = ["--name", f"orphan-scanner-{ctx.index}"]
+    if "--shards" in supported_flags(SCANNER_MODULE):
+        flags += ["--shards", str(ctx.config.coordinators)]
+    return flags
 
 
 # Start order: replicas host the data everything else talks to; the frontdoor is the bootstrap;
@@ -181,5 +185,8 @@ KINDS: tuple[ServiceKind, ...] = (
                 principal=lambda _index: FRONTDOOR_PRINCIPAL),
     ServiceKind("coordinator", COORDINATOR_MODULE, lambda c: c.coordinators, _coordinator_flags, has_data_dir=True,
                 is_ready=_is_coordinator_leading, start_with_previous=True),
-    ServiceKind("orphan-scanner", SCANNER_MODULE, lambda c: c.orphan_scanners, _no_flags),
+    # Without coordinators there is nothing to scan for; the scanner needs no shard to start (its
+    # first scan is one interval away), so it starts alongside the coordinators.
+    ServiceKind("orphan-scanner", SCANNER_MODULE, lambda c: c.orphan_scanners if c.coordinators else 0,
+                _scanner_flags, start_with_previous=True),
 )

@@ -37,6 +37,9 @@ class TopicInfo:
     config: dict[str, str] = field(default_factory=dict)
     diskless: bool = False
     created_ms: int = 0
+    # Diskless topics (KIP-1164): partition p's coordinator shard is diskless_shards[p], fixed at
+    # creation (lowtide.diskless.topics.assign_shards); empty for classic topics.
+    diskless_shards: list[int] = field(default_factory=list)
 
     @property
     def internal(self) -> bool:

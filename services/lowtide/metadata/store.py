@@ -139,11 +139,12 @@ class MetadataStore:
     # -- topics ------------------------------------------------------------------------------
     def create_topic(self, *, name: str, partitions: int, replication_factor: int,
                      config: dict[str, str], diskless: bool = False,
-                     assignment: list[list[int]]) -> TopicInfo:
+                     assignment: list[list[int]], topic_id: str | None = None,
+                     diskless_shards: list[int] | None = None) -> TopicInfo:
         validate_topic_name(name)
-        info = TopicInfo(name=name, topic_id=uuid.uuid4().hex, partitions=partitions,
+        info = TopicInfo(name=name, topic_id=topic_id or uuid.uuid4().hex, partitions=partitions,
                          replication_factor=replication_factor, config=dict(config), diskless=diskless,
-                         created_ms=now_ms())
+                         created_ms=now_ms(), diskless_shards=list(diskless_shards or []))
         args: list[str] = [name, info.to_json()]
         for p, replicas in enumerate(assignment):
             state = PartitionState(topic=name, partition=p, leader=replicas[0], leader_epoch=0,

@@ -112,35 +112,36 @@ class LocalObjectStore(ObjectStore):
         # Walk only the directory the prefix lies in; a prefix is a string prefix (S3's meaning),
         # so "wal/ab" matches "wal/abc" and "wal/ab/x" alike.
         start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
-        found: list[ObjectInfo] = []
-        stack = [start]
-        root_len = len(str(self.root)) + 1
-        while stack:
-            directory = stack.pop()
-            try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError):
+        return self._walk(start, prefix, older_than, len(str(self.root)) + 1)
+
+    def _walk(self, directory: Path, prefix: str, older_than: float | None, root_len: int) -> Iterator[ObjectInfo]:
+        # Streams in key order, one directory's entries in memory at a time (never the whole
+        # listing: the orphan scanner lists stores of millions of objects). Keys under directory
+        # "a" all start with "a/", so sorting a directory's entries by name, a directory's name
+        # followed by "/", gives S3's UTF-8 byte order of the full keys.
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise ObjectStoreUnavailable(f"list {prefix!r}: {exc}") from exc
+        ordered = sorted(((entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name).encode(), entry)
+                         for entry in entries if not entry.name.startswith("."))  # dot-names: puts in flight
+        del entries
+        for sort_key, entry in ordered:
+            key = entry.path[root_len:]
+            if sort_key.endswith(b"/"):
+                if key.startswith(prefix) or prefix.startswith(key + "/"):
+                    yield from self._walk(Path(entry.path), prefix, older_than, root_len)
                 continue
-            except OSError as exc:
-                raise ObjectStoreUnavailable(f"list {prefix!r}: {exc}") from exc
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue  # temporary files of puts in flight (or of a crashed one)
-                key = entry.path[root_len:]
-                if entry.is_dir(follow_symlinks=False):
-                    if key.startswith(prefix) or prefix.startswith(key + "/"):
-                        stack.append(Path(entry.path))
-                    continue
-                if not key.startswith(prefix):
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # deleted while we listed
-                if older_than is None or st.st_mtime < older_than:
-                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
-        found.sort(key=lambda info: info.key.encode("utf-8"))
-        yield from found
+            if not key.startswith(prefix):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # deleted while we listed
+            if older_than is None or st.st_mtime < older_than:
+                yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def delete(self, key: str) -> None:
         path = self.path_for(key)

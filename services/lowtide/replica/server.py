@@ -14,9 +14,12 @@ from pathlib import Path
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
-from lowtide.auth.access import auth_enabled_from_env, build_access_control, parse_super_users
+from lowtide.auth.access import build_access_control, parse_super_users
+from lowtide.auth.identity import token_file_metadata
 from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.diskless.broker import DisklessBroker
+from lowtide.diskless.produce import DisklessConfig
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
 from lowtide.replica.config import ReplicaConfig
@@ -50,6 +53,8 @@ BROKER_KEYS = {
     "broker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "log.checkpoint.interval.ms": "checkpoint_interval_ms",
     "log.retention.check.interval.ms": "retention_check_interval_ms",
+    "diskless.commit.interval.ms": "diskless_commit_interval_ms",
+    "diskless.buffer.max.bytes": "diskless_buffer_max_bytes",
 }
 
 
@@ -78,12 +83,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000, help="retention pass period")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="broker default of a topic config (segment.bytes, retention.ms, ...)")
-    parser.add_argument("--auth-enabled", action=argparse.BooleanOptionalAction, default=auth_enabled_from_env(),
-                        help="require a bearer token on every call and check ACLs (env LOWTIDE_AUTH_ENABLED)")
-    add_flag(parser, "--tokens-file", default=None, help="file of 'token principal' lines")
-    add_flag(parser, "--super-users", default="", help="comma-separated principals that bypass ACLs")
-    add_flag(parser, "--token-file", default=None,
-             help="this broker's own token (User:broker-<id>) for its calls to other brokers")
+    add_auth_flags(parser, checks="require a bearer token on every call and check ACLs",
+                   own_token="this broker's own token (User:broker-<id>) for its calls to other brokers")
+    add_flag(parser, "--object-store", default=None,
+             help="object store URL of diskless topics' WAL files (file:///dir, s3://...); unset = no diskless")
+    add_flag(parser, "--diskless-commit-interval-ms", type=int, default=DisklessConfig.commit_interval_ms,
+             help="diskless.commit.interval.ms: a WAL file is closed this long after its first batch")
+    add_flag(parser, "--diskless-buffer-max-bytes", type=int, default=DisklessConfig.buffer_max_bytes,
+             help="diskless.buffer.max.bytes: a WAL file is closed at once when it holds this much")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,13 +136,24 @@ def run(args: argparse.Namespace) -> int:
     REGISTRY.register(ReplicaCollector(manager))
     REGISTRY.register(ConsumedRetentionCollector(manager.consumed_retention, broker_id=args.id))
 
-    servicer = ReplicaServicer(manager, access=access)
+    diskless = None
+    if args.object_store:
+        diskless = DisklessBroker(config=DisklessConfig(
+            broker_id=args.id, commit_interval_ms=args.diskless_commit_interval_ms,
+            buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store, redis=redis,
+            call_metadata=token_file_metadata(config.token_file))
+    servicer = ReplicaServicer(manager, access=access, diskless=diskless)
 
     def register(server) -> None:
         replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
 
+    def on_stop() -> None:
+        if diskless is not None:
+            diskless.stop()  # flushes and commits what producers are waiting for
+        manager.stop()
+
     spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
-                       register=register, on_stop=manager.stop, on_draining=servicer.drain)
+                       register=register, on_stop=on_stop, on_draining=servicer.drain)
     serve(spec, grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
           grace_seconds=args.grace_seconds, ready=manager.start)
     return 0

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import AclOperation
 from lowtide.client.replica import EpochQuery, FetchPosition, TxnMarkerRequest
+from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide.replica.manager import ReplicaManager
@@ -64,6 +65,12 @@ _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 
 
+def _interleave(kinds: list, classic: list, diskless: list) -> list:
+    """Answers back in request order: ``classic`` answer the None kinds, ``diskless`` the others."""
+    a, b = iter(classic), iter(diskless)
+    return [next(a) if k is None else next(b) for k in kinds]
+
+
 class _StreamCancelHook:
     """One cancellation callback per stream, handed to each round in turn: gRPC's
     ``add_callback`` registers for the whole call, so registering per round would pile up."""
@@ -102,23 +109,33 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     Thread-safety: stateless; gRPC calls it from many threads and the manager is thread-safe.
     """
 
-    def __init__(self, manager: ReplicaManager, *, access: AccessControl | None = None) -> None:
+    def __init__(self, manager: ReplicaManager, *, access: AccessControl | None = None,
+                 diskless: DisklessBroker | None = None) -> None:
         self.manager = manager
         self.access = access or AccessControl.allow_all()
+        self.diskless = diskless  # KIP-1164: Produce/consumer Fetch of diskless partitions go there
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
         return self.access.authenticate(context.invocation_metadata())
 
+    def _diskless_kinds(self, partitions) -> list:
+        """Per partition, its diskless topic's TopicInfo, or None for a classic topic."""
+        if self.diskless is None:
+            return [None] * len(partitions)
+        return [self.diskless.topic(p.topic) for p in partitions]
+
     def Produce(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,
                                       operation=AclOperation.WRITE, topic=_topic,
                                       or_cluster_action=_internal_only(request.partitions))
-        items = [(p.topic, p.partition, p.records) for p in screened.allowed]
+        kinds = self._diskless_kinds(screened.allowed)
+        classic = [p for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
+        items = [(p.topic, p.partition, p.records) for p in classic]
         produced_sizes = {(p.topic, p.partition): len(p.records) for p in screened.allowed}
-        epochs = {(p.topic, p.partition): _epoch(p) for p in screened.allowed if p.HasField("current_leader_epoch")}
+        epochs = {(p.topic, p.partition): _epoch(p) for p in classic if p.HasField("current_leader_epoch")}
         results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
-                                       leader_epochs=epochs) if screened.any_allowed else []
+                                       leader_epochs=epochs) if items else []
         out = []
         for topic, partition, info in results:
             code, msg = _err(info)
@@ -131,7 +148,25 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             else:
                 r.base_offset = -1
             out.append(r)
+        if len(classic) != len(kinds):
+            out = _interleave(kinds, out, self._produce_diskless(
+                [(k, p) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None],
+                timeout_ms=request.timeout_ms or 30000))
         return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
+
+    def _produce_diskless(self, parts, *, timeout_ms: int) -> list:
+        results = self.diskless.produce([(info, p.partition, p.records) for info, p in parts], timeout_ms=timeout_ms)
+        out = []
+        for (_, p), res in zip(parts, results, strict=True):
+            code, msg = _err(res)
+            r = replica_pb2.ProduceResult(topic=p.topic, partition=p.partition, error_code=code, error_message=msg,
+                                          base_offset=-1, log_start_offset=-1, log_append_time_ms=-1)
+            if not code:
+                count_produced_bytes(p.topic, len(p.records))
+                r.base_offset, r.log_start_offset = res.base_offset, res.log_start_offset
+                r.log_append_time_ms = res.log_append_time
+            out.append(r)
+        return out
 
     def Fetch(self, request, context):
         response = self._fetch(request, self._principal(context), peer=context.peer(),
@@ -191,12 +226,25 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
                                current_leader_epoch=_epoch(p))
                  for p in screened.allowed]
+        kinds = self._diskless_kinds(screened.allowed) if request.replica_id < 0 else [None] * len(items)
+        classic = [it for it, k in zip(items, kinds, strict=True) if k is None]
+        diskless = [(k, it) for it, k in zip(items, kinds, strict=True) if k is not None]
         # peer = the caller's connection (parking bounds); on_cancel registers a callback fired
-        # when the caller cancels or disconnects, which releases a parked fetch at once.
-        outcomes = self.manager.fetch(items, replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
+        # when the caller cancels or disconnects, which releases a parked fetch at once. With
+        # diskless partitions too, the classic ones are read without waiting and the diskless
+        # read waits (unless the classic read found data).
+        outcomes = self.manager.fetch(classic, replica_id=request.replica_id,
+                                      max_wait_ms=0 if diskless else request.max_wait_ms,
                                       min_bytes=request.min_bytes, max_bytes=request.max_bytes,
                                       peer=peer, isolation_level=request.isolation_level,
-                                      on_cancel=on_cancel) if screened.any_allowed else []
+                                      on_cancel=on_cancel) if classic else []
+        if diskless:
+            cancelled = threading.Event()
+            on_cancel(cancelled.set)
+            found = any(o.records for o in outcomes)
+            outcomes = _interleave(kinds, outcomes, self.diskless.fetch(
+                diskless, max_wait_ms=0 if found else request.max_wait_ms, min_bytes=request.min_bytes,
+                max_bytes=request.max_bytes, cancelled=cancelled.is_set))
         kind = "follower" if request.replica_id >= 0 else "consumer"
         for o in outcomes:
             if o.records:

@@ -102,3 +102,20 @@ def call(method: Callable[..., T], request: Any, *, metadata: Sequence[tuple[str
         return method(request, metadata=list(metadata), timeout=timeout)
     except grpc.RpcError as exc:
         raise error_from_rpc(exc) from None
+
+
+class PooledClient:
+    """Base of lowtide's gRPC clients: a channel pool (its own unless one is given) and the call
+    metadata (``authorization: Bearer ...``) sent on every call.
+
+    Thread-safe; ``close()`` closes the pool only if this client made it.
+    """
+
+    def __init__(self, *, channels: ChannelPool | None = None, metadata: Sequence[tuple[str, str]] = ()) -> None:
+        self._owns_channels = channels is None
+        self.channels = channels or ChannelPool()
+        self.metadata = tuple(metadata)
+
+    def close(self) -> None:
+        if self._owns_channels:
+            self.channels.close()

@@ -16,7 +16,11 @@ not delete it. A scan:
 
 Safety: any shard that cannot answer, at step 1 or at step 4 of any batch, stops the scan before
 it deletes anything more (files deleted from earlier batches were unknown to *every* shard, so
-they were orphans). A dry run does everything but step 5.
+they were orphans). A dry run does everything but step 5. A shard view says why it could not
+answer by raising ``ScanFailure(reason, ...)``; any other exception counts as ``shard_unavailable``.
+
+Memory: the listing is consumed ``describe_batch`` objects at a time; the report keeps counts and
+at most ``MAX_REPORTED_KEYS`` keys per list, so a scan of millions of objects stays small.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Protocol
@@ -31,6 +36,17 @@ from typing import Protocol
 from lowtide.objectstore.base import ObjectInfo, ObjectStore
 
 log = logging.getLogger(__name__)
+
+MAX_REPORTED_KEYS = 1000
+
+
+class ScanFailure(Exception):
+    """Raised by a shard view (or the caller building the shard list) when a shard cannot vouch
+    for its files; ``reason`` becomes the report's ``failure`` (a metric label: keep it short)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 class ShardView(Protocol):
@@ -50,10 +66,15 @@ class ScanConfig:
     grace_period_ms: int
     prefix: str = ""
     describe_batch: int = 1000
+    # Deletes of one batch's orphans run on this many threads (all are confirmed orphans, so their
+    # order does not matter; an unlink or a DeleteObject waits on I/O, not on the GIL).
+    delete_threads: int = 8
 
     def __post_init__(self) -> None:
         if self.grace_period_ms <= 0:
             raise ValueError(f"grace period must be > 0 ms, got {self.grace_period_ms}")
+        if self.delete_threads <= 0:
+            raise ValueError(f"delete_threads must be > 0, got {self.delete_threads}")
         if self.describe_batch <= 0:
             raise ValueError(f"describe_batch must be > 0, got {self.describe_batch}")
 
@@ -61,14 +82,20 @@ class ScanConfig:
 @dataclass
 class ScanReport:
     """What one scan saw and did. ``failure`` names why it stopped early (then it deleted nothing
-    after that point): ``shard_unavailable``, ``list_failed`` or ``delete_failed``."""
+    after that point): ``shard_unavailable`` (or the ``ScanFailure`` reason a shard view gave),
+    ``list_failed`` or ``delete_failed``. ``orphan_keys`` and ``deleted`` keep the first
+    ``MAX_REPORTED_KEYS`` keys; ``orphans`` and ``deleted_count`` count them all."""
 
     dry_run: bool
     threshold_ms: int = 0
+    listed: int = 0  # objects the listing returned
+    skipped: int = 0  # listed, but not older than the threshold
     candidates: int = 0  # objects older than the threshold
     known: int = 0  # candidates some shard knows
     orphans: int = 0  # candidates no shard knows (deleted unless a dry run)
+    orphan_keys: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    deleted_count: int = 0
     deleted_bytes: int = 0
     failure: str | None = None
     failure_detail: str = ""
@@ -85,6 +112,17 @@ Progress = Callable[[ScanReport], None]
 def _batches(items: Iterator[ObjectInfo], size: int) -> Iterator[list[ObjectInfo]]:
     while batch := list(islice(items, size)):
         yield batch
+
+
+def _older_than(listing: Iterator[ObjectInfo], threshold_s: float, report: ScanReport) -> Iterator[ObjectInfo]:
+    # Filtered here rather than by the store, so the report can say how many recent objects
+    # were left alone (S3 filters client-side anyway; the local store does the same comparison).
+    for obj in listing:
+        report.listed += 1
+        if obj.last_modified < threshold_s:
+            yield obj
+        else:
+            report.skipped += 1
 
 
 def run_scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig, now_ms: int,
@@ -105,6 +143,10 @@ def _fail(report: ScanReport, reason: str, detail: str) -> ScanReport:
     return report
 
 
+def _reason(exc: Exception) -> str:
+    return exc.reason if isinstance(exc, ScanFailure) else "shard_unavailable"
+
+
 def _scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig, now_ms: int,
           report: ScanReport, progress: Progress | None) -> ScanReport:
     if not shards:
@@ -115,13 +157,42 @@ def _scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig
         try:
             created = shard.oldest_file_created_ms()
         except Exception as exc:  # noqa: BLE001 - any failure of a shard means "delete nothing"
-            return _fail(report, "shard_unavailable", f"{shard.name}: oldest file: {type(exc).__name__}: {exc}")
+            return _fail(report, _reason(exc), f"{shard.name}: oldest file: {type(exc).__name__}: {exc}")
         if created is not None:
             oldest = min(oldest, created)
     report.threshold_ms = oldest - config.grace_period_ms
-    listing = store.list(prefix=config.prefix, older_than=report.threshold_ms / 1000)
+    listing = _older_than(iter(store.list(prefix=config.prefix)), report.threshold_ms / 1000, report)
+    with ThreadPoolExecutor(config.delete_threads, thread_name_prefix="orphan-delete") as pool:
+        return _scan_batches(store, shards, listing, config=config, report=report, progress=progress, pool=pool)
+
+
+def _delete_all(store: ObjectStore, orphans: list[ObjectInfo], report: ScanReport,
+                pool: ThreadPoolExecutor) -> str | None:
+    """Delete confirmed orphans; count those deleted; the first failure's description, if any."""
+    def delete(obj: ObjectInfo) -> str | None:
+        try:
+            store.delete(obj.key)
+        except Exception as exc:  # noqa: BLE001 - reported as the scan's failure
+            return f"{obj.key}: {type(exc).__name__}: {exc}"
+        return None
+
+    first_failure = None
+    for obj, failure in zip(orphans, pool.map(delete, orphans), strict=True):
+        if failure is not None:
+            first_failure = first_failure or failure
+            continue
+        if len(report.deleted) < MAX_REPORTED_KEYS:
+            report.deleted.append(obj.key)
+        report.deleted_count += 1
+        report.deleted_bytes += obj.size
+    return first_failure
+
+
+def _scan_batches(store: ObjectStore, shards: Sequence[ShardView], listing: Iterator[ObjectInfo], *,
+                  config: ScanConfig, report: ScanReport, progress: Progress | None,
+                  pool: ThreadPoolExecutor) -> ScanReport:
     try:
-        for batch in _batches(iter(listing), config.describe_batch):
+        for batch in _batches(listing, config.describe_batch):
             report.candidates += len(batch)
             keys = [o.key for o in batch]
             known: set[str] = set()
@@ -129,21 +200,15 @@ def _scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig
                 try:
                     known |= shard.known_files(keys)
                 except Exception as exc:  # noqa: BLE001 - see _scan's contract
-                    return _fail(report, "shard_unavailable",
-                                 f"{shard.name}: DescribeFiles: {type(exc).__name__}: {exc}")
+                    return _fail(report, _reason(exc), f"{shard.name}: DescribeFiles: {type(exc).__name__}: {exc}")
             report.known += len(known)
-            for obj in batch:
-                if obj.key in known:
-                    continue
-                report.orphans += 1
-                if report.dry_run:
-                    continue
-                try:
-                    store.delete(obj.key)
-                except Exception as exc:  # noqa: BLE001
-                    return _fail(report, "delete_failed", f"{obj.key}: {type(exc).__name__}: {exc}")
-                report.deleted.append(obj.key)
-                report.deleted_bytes += obj.size
+            orphans = [obj for obj in batch if obj.key not in known]
+            report.orphans += len(orphans)
+            report.orphan_keys += [o.key for o in orphans[:MAX_REPORTED_KEYS - len(report.orphan_keys)]]
+            if orphans and not report.dry_run:
+                failed = _delete_all(store, orphans, report, pool)
+                if failed is not None:
+                    return _fail(report, "delete_failed", failed)
             if progress is not None:
                 progress(report)
     except Exception as exc:  # noqa: BLE001 - the listing itself failed midway

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 import time
 
 import pytest
 
-from lowtide.common.procs import find_free_port, wait_for_port
+from lowtide.common.procs import find_free_port
 from lowtide.objectstore import ObjectNotFound, ObjectStoreUnavailable, open_object_store
 from lowtide.objectstore.s3 import S3Config, S3ObjectStore
+from tests import s3server
 from tests.unit.objectstore.contract import ObjectStoreContract
 
 pytestmark = pytest.mark.integration
@@ -22,23 +20,10 @@ CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
-    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        pytest.skip("moto's S3 server is not installed (pip install 'moto[server]'; the test extra has it)")
-    port = find_free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for_port("127.0.0.1", port, timeout_s=30)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    if not s3server.is_available():
+        pytest.skip(s3server.MISSING)
+    with s3server.moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield endpoint
 
 
 _bucket_counter = iter(range(1_000_000))

@@ -28,11 +28,11 @@ def test_a_cleanup_policy_with_compact_creates_a_compacted_topic_now_that_the_cl
     assert "compact" in store.topics()["t"].config["cleanup.policy"].split(",")
 
 
-def test_a_diskless_topic_is_refused_by_the_front_door_until_diskless_topics_exist(cluster, capsys, store):
+def test_a_diskless_topic_is_refused_when_no_coordinator_shard_is_registered(cluster, capsys, store):
     address, _ = cluster
     code, docs = run_json(capsys, "topics", "create", "--bootstrap-server", address, "--topic", "d", "--diskless")
     assert code == 1
-    assert docs[0]["error"]["code"] == "INVALID_CONFIG" and "diskless" in docs[0]["error"]["message"]
+    assert docs[0]["error"]["code"] == "COORDINATOR_NOT_AVAILABLE" and "coordinator" in docs[0]["error"]["message"]
     assert "d" not in store.topics()
 
 

@@ -1,0 +1,208 @@
+"""``DisklessCoordinatorClient``: calls the diskless coordinator shards (KIP-1164) by shard number.
+
+Used by the replicas (CommitFile, FindBatches: they are the brokers of diskless topics) and the
+front door (CreatePartitions, DeleteTopics, DeleteRecords, ListOffsets). Where shard K runs is
+asked of ``lookup(K)`` (the caller reads the shard registry; this module knows no Redis). A call
+answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / UNAVAILABLE is retried against the
+address ``lookup`` gives then (``refresh=True``) until the call's deadline: a shard leader moving
+is a pause, not an error. Plain dataclasses in and out; protobuf stays in this module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, error_or_none
+from lowtide.rpc.channels import ChannelPool, PooledClient, call
+from lowtide_pb import coordinator_pb2 as pb
+from lowtide_pb import coordinator_pb2_grpc
+
+# (shard, refresh) -> "host:port" of its leader, or None when none is registered.
+ShardLookup = Callable[[int, bool], str | None]
+WRITE_AHEAD_MULTI_SEGMENT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchToCommit:
+    """One batch of a WAL file, as CommitFile takes it (offsets are the batch's own, from 0)."""
+
+    topic_id: bytes
+    partition: int
+    byte_offset: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    timestamp_type: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    error: LowtideError | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    is_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FoundBatch:
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+    max_timestamp: int
+    timestamp_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPartition:
+    topic_id: bytes
+    partition: int
+    error: LowtideError | None = None
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[FoundBatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    """A DeleteRecords (``offset`` = low watermark) or ListOffsets answer for one partition."""
+
+    topic_id: bytes
+    partition: int
+    error: LowtideError | None = None
+    offset: int = -1
+    timestamp: int = -1
+
+
+class DisklessCoordinatorClient(PooledClient):
+    """Calls shard leaders over a ``ChannelPool``; ``metadata`` (bearer token) on every call.
+
+    Contract: each method calls one shard and returns its answers, raising the whole-call error
+    (after retrying the retriable ones until ``timeout_s``). Thread-safety: thread-safe (no
+    per-call state; the pool is thread-safe).
+    """
+
+    def __init__(self, *, lookup: ShardLookup, channels: ChannelPool | None = None,
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(channels=channels, metadata=metadata)
+        self._lookup = lookup
+
+    def _call(self, shard: int, method: str, request: Any, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        refresh = False
+        delay = 0.05
+        while True:
+            address = self._lookup(shard, refresh)
+            try:
+                if address is None:
+                    raise CoordinatorNotAvailable(f"diskless coordinator shard {shard} has not registered")
+                stub = self.channels.stub(address, coordinator_pb2_grpc.DisklessCoordinatorStub)
+                left = max(0.05, deadline - time.monotonic())
+                return call(getattr(stub, method), request, metadata=self.metadata, timeout=left)
+            except LowtideError as exc:
+                # A shard that moved or is loading answers retriably; so does a dead address.
+                if not exc.retriable or time.monotonic() + delay >= deadline:
+                    raise
+            refresh = True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    # ---- topics -------------------------------------------------------------------------------
+    def create_partitions(self, shard: int, *, topic_id: bytes, name: str, num_partitions: int,
+                          indexes: Sequence[int], timeout_s: float = 30.0) -> None:
+        reply = self._call(shard, "CreatePartitions", pb.DisklessCreatePartitionsRequest(topics=[
+            pb.DisklessCreatablePartitions(topic_id=topic_id, name=name, num_partitions=num_partitions,
+                                           partition_indexes=list(indexes))]), timeout_s)
+        error = error_or_none(reply.topics[0].error_code, reply.topics[0].error_message)
+        if error is not None:
+            raise error
+
+    def delete_topic(self, shard: int, *, topic_id: bytes, timeout_s: float = 30.0) -> LowtideError | None:
+        """None when deleted; the shard's error (UNKNOWN_TOPIC_ID: it had none of it) otherwise."""
+        reply = self._call(shard, "DeleteTopics", pb.DisklessDeleteTopicsRequest(
+            topics=[pb.DisklessDeletableTopicState(topic_id=topic_id)]), timeout_s)
+        r = reply.responses[0]
+        return error_or_none(r.error_code, r.error_message)
+
+    # ---- produce / fetch ------------------------------------------------------------------------
+    def commit_file(self, shard: int, *, object_key: str, file_size: int, owner_ids: Sequence[int],
+                    batches: Sequence[BatchToCommit], uploader_broker_id: int,
+                    timeout_s: float = 30.0) -> list[CommitResult]:
+        """One result per batch, in order."""
+        request = pb.DisklessCommitFileRequest(
+            object_key=object_key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=file_size,
+            owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000),
+            batches=[pb.DisklessCommitBatch(
+                magic=2, topic_id=b.topic_id, partition_index=b.partition, byte_offset=b.byte_offset, size=b.size,
+                base_offset=b.base_offset, last_offset=b.last_offset, batch_max_timestamp=b.max_timestamp,
+                timestamp_type=b.timestamp_type, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                base_sequence=b.base_sequence, last_sequence=b.last_sequence) for b in batches])
+        reply = self._call(shard, "CommitFile", request, timeout_s)
+        return [CommitResult(error=error_or_none(r.error_code, r.error_message), base_offset=r.assigned_base_offset,
+                             log_append_time=r.log_append_time, log_start_offset=r.log_start_offset,
+                             is_duplicate=r.is_duplicate) for r in reply.batches]
+
+    def find_batches(self, shard: int, positions: Sequence[tuple[bytes, int, int, int]], *, fetch_max_bytes: int,
+                     max_batches_per_partition: int = 1000, timeout_s: float = 10.0) -> list[FoundPartition]:
+        """``positions``: (topic_id, partition, offset, max partition bytes); answers in that order."""
+        topics: dict[bytes, list[pb.DisklessFindBatchesPartition]] = {}
+        for topic_id, partition, offset, max_bytes in positions:
+            topics.setdefault(topic_id, []).append(pb.DisklessFindBatchesPartition(
+                partition_index=partition, offset=offset, max_partition_fetch_bytes=max_bytes))
+        reply = self._call(shard, "FindBatches", pb.DisklessFindBatchesRequest(
+            fetch_max_bytes=max(1, fetch_max_bytes), max_batches_per_partition=max_batches_per_partition,
+            timeout_ms=int(timeout_s * 1000),
+            topics=[pb.DisklessFindBatchesTopic(topic_id=t, partitions=ps) for t, ps in topics.items()]), timeout_s)
+        out = []
+        for t in reply.topics:
+            for p in t.partitions:
+                out.append(FoundPartition(
+                    topic_id=t.topic_id, partition=p.partition_index, error=error_or_none(p.error_code),
+                    log_start_offset=p.log_start_offset, high_watermark=p.high_watermark,
+                    batches=[FoundBatch(object_key=b.object_key, byte_offset=b.byte_offset, byte_size=b.byte_size,
+                                        base_offset=b.base_offset, last_offset=b.last_offset,
+                                        log_append_timestamp=b.log_append_timestamp,
+                                        max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type)
+                             for b in p.batches]))
+        return out
+
+    # ---- offsets ---------------------------------------------------------------------------------
+    def delete_records(self, shard: int, items: Sequence[tuple[bytes, int, int]], *,
+                       timeout_s: float = 30.0) -> list[PartitionAnswer]:
+        """``items``: (topic_id, partition, offset; -1 = high watermark); ``offset`` of an answer = LW."""
+        topics: dict[bytes, list[pb.DisklessDeleteRecordsPartition]] = {}
+        for topic_id, partition, offset in items:
+            topics.setdefault(topic_id, []).append(pb.DisklessDeleteRecordsPartition(
+                partition_index=partition, offset=offset))
+        reply = self._call(shard, "DeleteRecords", pb.DisklessDeleteRecordsRequest(
+            timeout_ms=int(timeout_s * 1000),
+            topics=[pb.DisklessDeleteRecordsTopic(topic_id=t, partitions=ps) for t, ps in topics.items()]), timeout_s)
+        return [PartitionAnswer(topic_id=t.topic_id, partition=p.partition_index,
+                                error=error_or_none(p.error_code, p.error_message), offset=p.low_watermark)
+                for t in reply.topics for p in t.partitions]
+
+    def list_offsets(self, shard: int, items: Sequence[tuple[bytes, int, int]], *,
+                     timeout_s: float = 10.0) -> list[PartitionAnswer]:
+        """``items``: (topic_id, partition, timestamp: -1 latest, -2 earliest, -3 max timestamp, >= 0)."""
+        topics: dict[bytes, list[pb.DisklessListOffsetsPartition]] = {}
+        for topic_id, partition, ts in items:
+            topics.setdefault(topic_id, []).append(pb.DisklessListOffsetsPartition(partition_index=partition,
+                                                                                   timestamp=ts))
+        reply = self._call(shard, "ListOffsets", pb.DisklessListOffsetsRequest(
+            timeout_ms=int(timeout_s * 1000),
+            topics=[pb.DisklessListOffsetsTopic(topic_id=t, partitions=ps) for t, ps in topics.items()]), timeout_s)
+        return [PartitionAnswer(topic_id=t.topic_id, partition=p.partition_index,
+                                error=error_or_none(p.error_code, p.error_message), offset=p.offset,
+                                timestamp=p.timestamp)
+                for t in reply.topics for p in t.partitions]

@@ -1,0 +1,1 @@
+"""Diskless topics on the brokers (KIP-1164): WAL files, produce buffering and commits, fetch."""

@@ -1,0 +1,71 @@
+"""A replica server as the broker of diskless topics (KIP-1164): the one object its request path
+calls for a diskless partition. Any replica serves any diskless partition; none hosts its data.
+
+Wiring::
+
+    Produce (diskless items)  -> DisklessProducer  -> WAL file -> object store; CommitFile -> shards
+    Fetch   (diskless items)  -> DisklessFetcher   -> FindBatches -> ranged reads (RangeCache)
+    a commit made here        -> RangeCache (its bytes) + CommitSignal (wakes parked fetches)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import redis as redis_lib
+
+from lowtide.client.diskless import DisklessCoordinatorClient
+from lowtide.client.replica import FetchedPartition, FetchPosition
+from lowtide.diskless.fetch import CommitSignal, DisklessFetcher, DisklessFetchItem, RangeCache
+from lowtide.diskless.produce import DisklessAppend, DisklessConfig, DisklessProducer
+from lowtide.diskless.topics import DisklessTopics, ShardDirectory
+from lowtide.errors import LowtideError
+from lowtide.metadata.model import TopicInfo
+from lowtide.metadata.store import MetadataStore
+from lowtide.objectstore import open_object_store
+
+
+class DisklessBroker:
+    """Produce and fetch of diskless partitions for one replica server.
+
+    Contract: ``topic(name)`` says whether a topic is diskless (its TopicInfo, else None);
+    ``produce`` / ``fetch`` take only diskless partitions and answer one result per item, in order
+    (see DisklessProducer / DisklessFetcher). Thread-safety: thread-safe; ``stop`` once.
+    """
+
+    def __init__(self, *, config: DisklessConfig, object_store_url: str, redis: redis_lib.Redis,
+                 call_metadata: Sequence[tuple[str, str]] = ()) -> None:
+        self.config = config
+        self.store = open_object_store(object_store_url)
+        self.topics = DisklessTopics(store=MetadataStore(redis=redis))
+        self.directory = ShardDirectory(redis=redis)
+        self.coordinators = DisklessCoordinatorClient(lookup=self.directory.lookup, metadata=call_metadata)
+        self.cache = RangeCache(max_bytes=config.cache_max_bytes)
+        self.signal = CommitSignal()
+        self.producer = DisklessProducer(config=config, store=self.store, coordinators=self.coordinators,
+                                         on_committed=self._committed)
+        self.fetcher = DisklessFetcher(store=self.store, coordinators=self.coordinators, cache=self.cache,
+                                       signal=self.signal, poll_ms=config.fetch_poll_ms)
+
+    def _committed(self, object_key: str, batches: list[tuple[str, int, int, int, bytes]]) -> None:
+        for _topic, _partition, position, _size, data in batches:
+            self.cache.put(object_key, position, data)
+        self.signal.notify()
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def produce(self, items: Sequence[tuple[TopicInfo, int, bytes]], *,
+                timeout_ms: int) -> list[DisklessAppend | LowtideError]:
+        return self.producer.produce(items, timeout_ms=timeout_ms)
+
+    def fetch(self, items: Sequence[tuple[TopicInfo, FetchPosition]], *, max_wait_ms: int, min_bytes: int,
+              max_bytes: int, cancelled: Callable[[], bool] = lambda: False) -> list[FetchedPartition]:
+        return self.fetcher.fetch([DisklessFetchItem(info=i, position=p) for i, p in items], max_wait_ms=max_wait_ms,
+                                  min_bytes=min_bytes, max_bytes=max_bytes, cancelled=cancelled)
+
+    def stop(self) -> None:
+        self.producer.stop()
+        self.fetcher.stop()
+        self.coordinators.close()
+        self.store.close()

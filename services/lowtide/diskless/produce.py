@@ -1,0 +1,320 @@
+"""Diskless produce on a broker (KIP-1164): many producers' batches -> one WAL file -> commits.
+
+Flow of one Produce of a diskless partition::
+
+    request thread   validate the batches (as on classic topics), append them to the open buffer,
+                     wait for the item's outcome (up to the request's timeout)
+    flusher thread   closes the buffer diskless.commit.interval.ms (250) after its first batch, or
+                     at once when it holds diskless.buffer.max.bytes (8 MiB); hands the file to
+                     the upload pool (uploads overlap) and to the committer queue, in order
+    committer thread per file, in flush order: wait for its upload; CommitFile to every shard
+                     concerned in parallel (each gets only its own batches; the owner list is
+                     those shards, randomly permuted); resolve every item with its assigned base
+                     offset or its error (idempotence errors included) -- only now is a
+                     producer answered
+
+Files commit in flush order so an idempotent producer's consecutive requests reach its shard in
+sequence order even when they went into different files. A file no shard can have recorded
+(every shard's call failed before it could append: no registered leader, or a non-retriable
+rejection) is deleted on the spot; after an uncertain failure (timeout, leader change) the file
+is left: if a shard recorded it, the shard owns it; if none did, the orphan scanner removes it.
+Batches stay bytes from end to end: validation is ``validate_batches`` (C record walk), layout is
+a list of byte strings joined once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lowtide.client.diskless import BatchToCommit, CommitResult, DisklessCoordinatorClient
+from lowtide.diskless.topics import shard_of, topic_id_bytes
+from lowtide.diskless.wal import WalFileBuilder, new_object_key
+from lowtide.errors import (
+    CoordinatorNotAvailable,
+    InvalidRecord,
+    InvalidRequest,
+    KafkaStorageError,
+    LowtideError,
+    MessageTooLarge,
+    RequestTimedOut,
+)
+from lowtide.metadata.model import TopicInfo
+from lowtide.objectstore import ObjectStore
+from lowtide.record import BatchHeader, validate_batches
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+@dataclass(frozen=True, kw_only=True)
+class DisklessConfig:
+    """A broker's diskless settings (Kafka-style names in the flags: diskless.commit.interval.ms,
+    diskless.buffer.max.bytes)."""
+
+    broker_id: int
+    commit_interval_ms: int = 250
+    buffer_max_bytes: int = 8 * 1024 * 1024
+    commit_timeout_s: float = 30.0
+    upload_threads: int = 2
+    cache_max_bytes: int = 64 * 1024 * 1024
+    fetch_poll_ms: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DisklessAppend:
+    """Where a produced item landed: its first batch's assigned offset and the partition's LSO."""
+
+    base_offset: int
+    log_start_offset: int
+    log_append_time: int = -1
+
+
+@dataclass(eq=False)
+class _Item:
+    """One produced (topic, partition, batches) waiting in a file."""
+
+    info: TopicInfo
+    partition: int
+    shard: int
+    headers: list[BatchHeader]
+    position: int                       # byte offset of its first batch in the file
+    outcome: DisklessAppend | LowtideError | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class _File:
+    key: str
+    builder: WalFileBuilder = field(default_factory=WalFileBuilder)
+    items: list[_Item] = field(default_factory=list)
+    opened: float = field(default_factory=time.monotonic)
+    upload: Future | None = None
+    data: bytes = b""                   # the file's bytes once closed (kept for the fetch cache)
+
+
+CommittedListener = Callable[[str, list[tuple[str, int, int, int, bytes]]], None]
+
+
+class DisklessProducer:
+    """Buffers produced batches of diskless partitions into WAL files and commits them.
+
+    Contract: ``produce(items, timeout_ms)`` returns one ``DisklessAppend | LowtideError`` per item,
+    in order, once the item's file is committed (or REQUEST_TIMED_OUT after ``timeout_ms``: it may
+    still commit). ``on_committed(object_key, [(topic, partition, position, size, data)])`` is told
+    of the bytes of every accepted batch (the fetch cache and parked fetches use it).
+    Thread-safety: ``produce`` may be called from any number of threads; ``stop`` once.
+    """
+
+    def __init__(self, *, config: DisklessConfig, store: ObjectStore, coordinators: DisklessCoordinatorClient,
+                 on_committed: CommittedListener | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.coordinators = coordinators
+        self.on_committed = on_committed
+        self._lock = threading.Condition()
+        self._open: _File | None = None
+        self._queue: deque[_File] = deque()
+        self._queue_cv = threading.Condition()
+        self._stop = threading.Event()
+        self._uploads = ThreadPoolExecutor(max_workers=config.upload_threads, thread_name_prefix="diskless-upload")
+        self._commits = ThreadPoolExecutor(max_workers=4, thread_name_prefix="diskless-commit")
+        self._threads = [threading.Thread(target=self._flush_loop, name="diskless-flusher", daemon=True),
+                         threading.Thread(target=self._commit_loop, name="diskless-committer", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Flush what is buffered, finish the queued commits (bounded), then stop."""
+        with self._lock:
+            self._close_open_locked()
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        with self._queue_cv:
+            self._queue_cv.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=self.config.commit_timeout_s)
+        self._uploads.shutdown(wait=False, cancel_futures=True)
+        self._commits.shutdown(wait=False, cancel_futures=True)
+
+    # ---- request side ------------------------------------------------------------------------
+    def produce(self, items: Sequence[tuple[TopicInfo, int, bytes]], *,
+                timeout_ms: int) -> list[DisklessAppend | LowtideError]:
+        out: list[DisklessAppend | LowtideError | _Item] = []
+        for info, partition, records in items:
+            try:
+                out.append(self._enqueue(info, partition, records))
+            except LowtideError as exc:
+                out.append(exc)
+        deadline = time.monotonic() + max(1, timeout_ms) / 1000
+        results: list[DisklessAppend | LowtideError] = []
+        for entry in out:
+            if not isinstance(entry, _Item):
+                results.append(entry)
+                continue
+            if not entry.done.wait(max(0.0, deadline - time.monotonic())) or entry.outcome is None:
+                results.append(RequestTimedOut(f"{entry.info.name}-{entry.partition}: the WAL file was not "
+                                               f"committed within {timeout_ms} ms (it may still be)"))
+            else:
+                results.append(entry.outcome)
+        return results
+
+    def _enqueue(self, info: TopicInfo, partition: int, records: bytes) -> _Item:
+        shard = shard_of(info, partition)
+        headers = validate_batches(records)
+        if any(h.is_control for h in headers):
+            raise InvalidRecord(f"control batches are not allowed from clients ({info.name}-{partition})")
+        if any(h.is_transactional for h in headers):
+            raise InvalidRequest(f"transactions are not supported on diskless topics ({info.name})")
+        limit = int(info.config.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
+        for h in headers:
+            if h.size_in_bytes > limit:
+                raise MessageTooLarge(f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes {limit} "
+                                      f"of {info.name}-{partition}")
+        if self._stop.is_set():
+            raise KafkaStorageError("this broker is shutting down")
+        with self._lock:
+            if self._open is None:
+                self._open = _File(key=new_object_key())
+                self._lock.notify_all()
+            file = self._open
+            item = _Item(info=info, partition=partition, shard=shard, headers=headers,
+                         position=file.builder.add(records))
+            file.items.append(item)
+            if file.builder.size >= self.config.buffer_max_bytes:
+                self._close_open_locked()
+        return item
+
+    # ---- flusher -------------------------------------------------------------------------------
+    def _close_open_locked(self) -> None:
+        file, self._open = self._open, None
+        if file is None or not file.items:
+            return
+        file.data = file.builder.build()
+        file.upload = self._uploads.submit(self.store.put, file.key, file.data)
+        with self._queue_cv:
+            self._queue.append(file)
+            self._queue_cv.notify_all()
+
+    def _flush_loop(self) -> None:
+        interval = self.config.commit_interval_ms / 1000
+        with self._lock:
+            while not self._stop.is_set():
+                file = self._open
+                if file is None:
+                    self._lock.wait(0.5)
+                    continue
+                left = file.opened + interval - time.monotonic()
+                if left > 0:
+                    self._lock.wait(left)
+                    continue
+                if self._open is file:
+                    self._close_open_locked()
+
+    # ---- committer -------------------------------------------------------------------------------
+    def _commit_loop(self) -> None:
+        while True:
+            with self._queue_cv:
+                while not self._queue and not self._stop.is_set():
+                    self._queue_cv.wait(0.5)
+                if not self._queue:
+                    return
+                file = self._queue.popleft()
+            try:
+                self._commit(file)
+            except Exception as exc:  # noqa: BLE001 - never leave a producer waiting
+                log.exception("diskless commit failed")
+                self._resolve_all(file, KafkaStorageError(f"commit of {file.key} failed: {exc}"))
+
+    def _resolve_all(self, file: _File, error: LowtideError) -> None:
+        for item in file.items:
+            if item.outcome is None:
+                item.outcome = error
+            item.done.set()
+
+    def _commit(self, file: _File) -> None:
+        assert file.upload is not None
+        try:
+            file.upload.result(timeout=self.config.commit_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the store's errors and timeouts alike
+            error = exc if isinstance(exc, LowtideError) else KafkaStorageError(f"upload of {file.key}: {exc}")
+            self._resolve_all(file, error)
+            self._delete_quietly(file.key)  # a partial upload is invisible, but a complete one may not be
+            return
+        by_shard: dict[int, list[tuple[_Item, int, BatchHeader, BatchToCommit]]] = {}
+        for item in file.items:
+            topic_id = topic_id_bytes(item.info)
+            position = item.position
+            for index, h in enumerate(item.headers):
+                size = h.size_in_bytes
+                by_shard.setdefault(item.shard, []).append((item, index, h, BatchToCommit(
+                    topic_id=topic_id, partition=item.partition, byte_offset=position, size=size,
+                    base_offset=h.base_offset, last_offset=h.base_offset + h.last_offset_delta,
+                    max_timestamp=h.max_timestamp, timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+                    producer_epoch=h.producer_epoch if h.producer_id >= 0 else -1,
+                    base_sequence=h.base_sequence if h.producer_id >= 0 else -1,
+                    last_sequence=(h.base_sequence + h.last_offset_delta) % (2**31)
+                    if h.producer_id >= 0 else -1)))
+                position += size
+        owners = list(by_shard)
+        random.shuffle(owners)
+        size = len(file.data)
+
+        def commit_to(shard: int) -> list[CommitResult]:
+            return self.coordinators.commit_file(
+                shard, object_key=file.key, file_size=size, owner_ids=owners,
+                batches=[b for _, _, _, b in by_shard[shard]], uploader_broker_id=self.config.broker_id,
+                timeout_s=self.config.commit_timeout_s)
+
+        futures = {shard: self._commits.submit(commit_to, shard) for shard in owners}
+        certain_failures = 0
+        committed: list[tuple[str, int, int, int, bytes]] = []
+        data = file.data
+        for shard, future in futures.items():
+            entries = by_shard[shard]
+            try:
+                results = future.result()
+                if len(results) != len(entries):
+                    raise KafkaStorageError(f"shard {shard} answered {len(results)} results for {len(entries)} batches")
+            except Exception as exc:  # noqa: BLE001
+                error = exc if isinstance(exc, LowtideError) else KafkaStorageError(str(exc))
+                if isinstance(exc, CoordinatorNotAvailable) or not error.retriable:
+                    certain_failures += 1
+                for item, _, _, _ in entries:
+                    item.outcome = item.outcome if isinstance(item.outcome, LowtideError) else error
+                continue
+            for (item, index, _h, batch), result in zip(entries, results, strict=True):
+                if isinstance(item.outcome, LowtideError):
+                    continue
+                if result.error is not None:
+                    item.outcome = result.error
+                    continue
+                if index == 0:
+                    item.outcome = DisklessAppend(base_offset=result.base_offset,
+                                                  log_start_offset=result.log_start_offset,
+                                                  log_append_time=result.log_append_time)
+                if not result.is_duplicate:
+                    committed.append((item.info.name, item.partition, batch.byte_offset, batch.size,
+                                      data[batch.byte_offset:batch.byte_offset + batch.size]))
+        if certain_failures == len(owners):
+            self._delete_quietly(file.key)
+        if committed and self.on_committed is not None:
+            try:
+                self.on_committed(file.key, committed)
+            except Exception:  # noqa: BLE001 - a cache refresh must not fail a commit
+                log.exception("diskless on_committed listener failed")
+        self._resolve_all(file, KafkaStorageError("no result for this batch"))
+
+    def _delete_quietly(self, key: str) -> None:
+        try:
+            self.store.delete(key)
+        except Exception as exc:  # noqa: BLE001 - the orphan scanner removes it later
+            log.warning("could not delete uncommitted WAL file", extra={"fields": {"key": key, "error": str(exc)}})
+

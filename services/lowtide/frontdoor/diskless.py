@@ -1,0 +1,162 @@
+"""Diskless topics (KIP-1164) at the front door: create, delete, Metadata, ListOffsets, DeleteRecords.
+
+A diskless topic has no replica set: its metadata is the TopicInfo alone (``diskless``, its
+``diskless_shards``), with no partition states, so no replica hosts it and the controller never
+elects for it. Its data and offsets live in the coordinator shards:
+
+* create: shard of each partition = ``assign_shards`` over the shards registered now; the topic
+  id is chosen here; CreatePartitions on every shard concerned (in parallel); only then the topic
+  enters the metadata (a failure leaves no topic behind: the shards that did create are undone).
+* delete: DeleteTopics on every shard concerned (UNKNOWN_TOPIC_ID there is fine), then the metadata.
+* Metadata: each partition's "leader" is one of its shard's produce gateways among the live
+  brokers (``produce_gateways``), epoch 0, no replicas: clients send produce and fetch there.
+* ListOffsets / DeleteRecords go to the partition's shard (LW = the shard's log start offset).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from lowtide.client.diskless import DisklessCoordinatorClient
+from lowtide.client.replica import PartitionDeletion, PartitionOffset
+from lowtide.client.replica import TopicPartition as TopicPartitionKey
+from lowtide.diskless.topics import (
+    ShardDirectory,
+    assign_shards,
+    gateway_for,
+    produce_gateways,
+    shard_of,
+    topic_id_bytes,
+)
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
+from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
+from lowtide.metadata.store import MetadataStore
+
+
+class DisklessTopicAdmin:
+    """The front door's operations on diskless topics (module doc). Thread-safe (stateless; its
+    collaborators are thread-safe)."""
+
+    def __init__(self, *, store: MetadataStore, coordinators: DisklessCoordinatorClient,
+                 directory: ShardDirectory, pool: ThreadPoolExecutor) -> None:
+        self._store = store
+        self._coordinators = coordinators
+        self._directory = directory
+        self._pool = pool
+
+    def _each_shard(self, shards: Iterable[int], fn) -> dict[int, LowtideError | None]:
+        def run(shard: int) -> LowtideError | None:
+            try:
+                return fn(shard)
+            except LowtideError as exc:
+                return exc
+        futures = {s: self._pool.submit(run, s) for s in sorted(set(shards))}
+        return {s: f.result() for s, f in futures.items()}
+
+    def create(self, *, name: str, partitions: int, config: dict[str, str]) -> TopicInfo:
+        n_shards = self._directory.count()
+        if n_shards < 1:
+            raise CoordinatorNotAvailable("no diskless coordinator shard is registered: cannot create a diskless topic")
+        if name in self._store.topics():
+            raise TopicAlreadyExists(f"topic '{name}' already exists")
+        topic_id = uuid.uuid4()
+        shards = assign_shards(topic_id=topic_id.bytes, partitions=partitions, shards=n_shards)
+        by_shard: dict[int, list[int]] = {}
+        for p, s in enumerate(shards):
+            by_shard.setdefault(s, []).append(p)
+
+        def create_on(shard: int) -> None:
+            self._coordinators.create_partitions(shard, topic_id=topic_id.bytes, name=name,
+                                                 num_partitions=partitions, indexes=by_shard[shard])
+        errors = self._each_shard(by_shard, create_on)
+        failed = [e for e in errors.values() if e is not None]
+        try:
+            if failed:
+                raise failed[0]
+            return self._store.create_topic(name=name, partitions=partitions, replication_factor=0, config=config,
+                                            diskless=True, assignment=[], topic_id=topic_id.hex,
+                                            diskless_shards=shards)
+        except LowtideError:
+            created = [s for s, e in errors.items() if e is None]
+            self._each_shard(created, lambda s: self._coordinators.delete_topic(s, topic_id=topic_id.bytes))
+            raise
+
+    def delete(self, info: TopicInfo) -> None:
+        tid = topic_id_bytes(info)
+        results = self._each_shard(info.diskless_shards, lambda s: self._coordinators.delete_topic(s, topic_id=tid))
+        for error in results.values():
+            if error is not None and not isinstance(error, UnknownTopicId):
+                raise error
+        self._store.delete_topic(info.name)
+
+    def partition_states(self, info: TopicInfo, *, brokers: Mapping[int, BrokerInfo],
+                         live: Iterable[int]) -> tuple[PartitionState, ...]:
+        shards = max([self._directory.count(), *(s + 1 for s in info.diskless_shards)])
+        gateways = produce_gateways([brokers[i] for i in live if i in brokers], shards=shards)
+        return tuple(PartitionState(topic=info.name, partition=p, leader=gateway_for(gateways, shard=s, partition=p),
+                                    leader_epoch=0, replicas=(), isr=())
+                     for p, s in enumerate(info.diskless_shards))
+
+    def split(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicInfo]:
+        """The keys of diskless topics, with their topic."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        topics = self._store.topics()
+        return {k: topics[k[0]] for k in keys if k[0] in topics and topics[k[0]].diskless}
+
+    def _by_shard(self, items: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
+                  failed: dict) -> dict[int, list[tuple[TopicPartitionKey, bytes, int, int]]]:
+        groups: dict[int, list[tuple[TopicPartitionKey, bytes, int, int]]] = {}
+        for key, value in items.items():
+            try:
+                shard = shard_of(infos[key], key[1])
+            except LowtideError as exc:
+                failed[key] = exc
+                continue
+            groups.setdefault(shard, []).append((key, topic_id_bytes(infos[key]), key[1], value))
+        return groups
+
+    def list_offsets(self, timestamps: Mapping[TopicPartitionKey, int],
+                     infos: Mapping[TopicPartitionKey, TopicInfo]) -> dict[TopicPartitionKey, PartitionOffset]:
+        failed: dict[TopicPartitionKey, LowtideError] = {}
+        groups = self._by_shard(timestamps, infos, failed)
+        out = {k: PartitionOffset(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
+
+        def ask(shard: int) -> None:
+            entries = groups[shard]
+            answers = self._coordinators.list_offsets(shard, [(t, p, ts) for _, t, p, ts in entries])
+            by = {(a.topic_id, a.partition): a for a in answers}
+            for key, tid, p, _ in entries:
+                a = by.get((tid, p))
+                out[key] = PartitionOffset(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
+                    "no answer"), offset=a.offset if a and a.error is None else -1,
+                    timestamp=a.timestamp if a and a.error is None else -1)
+        for shard, error in self._each_shard(groups, ask).items():
+            for key, _, p, _ in groups[shard]:
+                if error is not None:
+                    out[key] = PartitionOffset(topic=key[0], partition=p, error=error)
+        return out
+
+    def delete_records(self, offsets: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
+                       *, timeout_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
+        failed: dict[TopicPartitionKey, LowtideError] = {}
+        groups = self._by_shard(offsets, infos, failed)
+        out = {k: PartitionDeletion(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
+
+        def delete(shard: int) -> None:
+            entries = groups[shard]
+            answers = self._coordinators.delete_records(shard, [(t, p, o) for _, t, p, o in entries],
+                                                        timeout_s=max(0.1, timeout_ms / 1000))
+            by = {(a.topic_id, a.partition): a for a in answers}
+            for key, tid, p, _ in entries:
+                a = by.get((tid, p))
+                out[key] = PartitionDeletion(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
+                    "no answer"), low_watermark=a.offset if a and a.error is None else -1)
+        for shard, error in self._each_shard(groups, delete).items():
+            for key, _, p, _ in groups[shard]:
+                if error is not None:
+                    out[key] = PartitionDeletion(topic=key[0], partition=p, error=error)
+        return out

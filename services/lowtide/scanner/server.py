@@ -1,0 +1,154 @@
+"""Orphan scanner server (KIP-1164 "Orphan files"): `lowtide serve orphan-scanner`.
+
+Every ``--scan-interval-ms`` (diskless.coordinator.orphan.scan.interval.ms), and on ``ScanNow``, it
+deletes the WAL files under ``--prefix`` of ``--object-store`` that no coordinator shard knows and
+that are older than the threshold (``scan.py``). Shards are found in Redis (``shards.py``); with
+``--auth-enabled`` its calls need CLUSTER_ACTION and it calls the shards with ``--token-file``.
+
+The grace period rule (``--grace-period-ms``, diskless.coordinator.orphan.scan.grace.period.ms):
+a WAL file is uploaded, then committed; between the two a scan must not take it for an orphan. A
+broker sends the commit within its commit interval of the upload (``--commit-interval-ms``, the
+brokers' diskless.commit.interval.ms) with a deadline of at most ``--commit-timeout-ms`` (the
+brokers' CommitFile deadline); a coordinator drops a CommitFile whose deadline passed before it
+was processed, and knows the file from the moment it processes one (a pending commit counts as
+known) until it applies or fails it, within its append timeout (``--append-timeout-ms``, the
+coordinators' flag of that name). So the longest a commit may be in flight, counted from the
+upload, is commit interval + max(commit timeout, append timeout), and the scanner refuses to
+start with a grace period not strictly above it. Uploads themselves must finish within the grace
+margin left (S3 stamps an object with the time its upload began), and a broker must not send a
+commit later than that bound after the upload (not even after waiting behind earlier commits):
+keep the grace period well above the rule; the default is 10 minutes.
+
+Registration: ``lowtide:orphan-scanners`` (Redis hash) name -> {"grpc", "metrics", "since_ms"}, so
+a front door can forward ``lowtide.v1.OrphanScanner`` calls to it (``lowtide orphans scan
+--bootstrap-server B``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import redis as redis_lib
+
+from lowtide.auth.access import build_access_control, parse_super_users
+from lowtide.auth.identity import token_file_metadata
+from lowtide.clock import now_ms
+from lowtide.common.logs import configure_logging
+from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.objectstore import open_object_store
+from lowtide.rpc.channels import ChannelPool
+from lowtide.scanner.scan import ScanConfig
+from lowtide.scanner.service import ScannerConfig, ScannerService
+from lowtide.scanner.servicer import ScannerServicer
+from lowtide.scanner.shards import discover_shards
+from lowtide_pb import scanner_pb2, scanner_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = scanner_pb2.DESCRIPTOR.services_by_name["OrphanScanner"].full_name
+DEFAULT_GRPC_PORT = 9096
+SCANNER_REGISTRY = "lowtide:orphan-scanners"
+DEFAULT_GRACE_PERIOD_MS = 600_000
+DEFAULT_SCAN_INTERVAL_MS = 300_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
+    add_flag(parser, "--name", default="orphan-scanner-0", help="this scanner's name (logs, registration)")
+    add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
+    add_flag(parser, "--object-store", default=None, help="object store URL of the WAL files (file:///dir, s3://...)")
+    add_flag(parser, "--prefix", default="wal/",
+             help="key prefix of WAL files in the store (a string prefix; the brokers write wal/<uuid>)")
+    add_flag(parser, "--scan-interval-ms", type=int, default=DEFAULT_SCAN_INTERVAL_MS,
+             help="diskless.coordinator.orphan.scan.interval.ms: time between two scans")
+    add_flag(parser, "--grace-period-ms", type=int, default=DEFAULT_GRACE_PERIOD_MS,
+             help="diskless.coordinator.orphan.scan.grace.period.ms: only files older than the shards' oldest "
+                  "file minus this are candidates; must exceed --commit-interval-ms + "
+                  "max(--commit-timeout-ms, --append-timeout-ms)")
+    add_flag(parser, "--append-timeout-ms", type=int, default=10_000,
+             help="the coordinators' --append-timeout-ms: the longest a shard holds a commit before it fails")
+    add_flag(parser, "--commit-interval-ms", type=int, default=250,
+             help="the brokers' WAL commit interval: the longest from an upload to its CommitFile call")
+    add_flag(parser, "--commit-timeout-ms", type=int, default=30_000,
+             help="the brokers' CommitFile deadline: the longest a sent commit may take to reach a shard")
+    add_flag(parser, "--shards", type=int, default=0,
+             help="coordinator shards expected (diskless.metadata.topic.num.partitions); 0: the highest registered "
+                  "shard + 1. A scan with any of them missing deletes nothing")
+    add_flag(parser, "--describe-batch", type=int, default=1000, help="keys per DescribeFiles call")
+    add_flag(parser, "--shard-timeout-ms", type=int, default=10_000, help="deadline of one DescribeFiles call")
+    add_auth_flags(parser, checks="require a bearer token with CLUSTER_ACTION on every call",
+                   own_token="this scanner's own token for its calls to the shards")
+
+
+def check_grace_period(*, grace_period_ms: int, append_timeout_ms: int, commit_interval_ms: int,
+                       commit_timeout_ms: int) -> None:
+    """Refuse a grace period a commit in flight could outlast (the module doc gives the rule)."""
+    in_flight = commit_interval_ms + max(commit_timeout_ms, append_timeout_ms)
+    if grace_period_ms <= in_flight:
+        raise ValueError(
+            f"--grace-period-ms {grace_period_ms} is too short: it must exceed the longest a commit may be in "
+            f"flight, --commit-interval-ms {commit_interval_ms} + max(--commit-timeout-ms {commit_timeout_ms}, "
+            f"--append-timeout-ms {append_timeout_ms}) = {in_flight} ms, or a file uploaded but not committed "
+            "yet could be deleted as an orphan")
+
+
+def run(args: argparse.Namespace) -> int:
+    name = args.name
+    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    if not args.object_store:
+        raise SystemExit(f"{name}: --object-store (env LOWTIDE_OBJECT_STORE) is required: the WAL files' store")
+    if args.auth_enabled and not args.token_file:
+        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token this "
+                         "scanner presents to the coordinator shards")
+    try:
+        check_grace_period(grace_period_ms=args.grace_period_ms, append_timeout_ms=args.append_timeout_ms,
+                           commit_interval_ms=args.commit_interval_ms, commit_timeout_ms=args.commit_timeout_ms)
+        config = ScannerConfig(scan=ScanConfig(grace_period_ms=args.grace_period_ms, prefix=args.prefix,
+                                               describe_batch=args.describe_batch),
+                               scan_interval_ms=args.scan_interval_ms)
+    except ValueError as exc:
+        raise SystemExit(f"{name}: {exc}") from None
+    _, grpc_port = split_addr(args.grpc_addr)
+    m_host, m_port = split_addr(args.metrics_addr)
+    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    access = build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
+                                  super_users=parse_super_users(args.super_users))
+    metadata = token_file_metadata(args.token_file)
+    channels = ChannelPool()
+    store = open_object_store(args.object_store)
+
+    def find_shards():
+        return discover_shards(redis, expected=args.shards, channels=channels, metadata=metadata,
+                               timeout_s=args.shard_timeout_ms / 1000)
+
+    service = ScannerService(store=store, config=config, find_shards=find_shards)
+    servicer = ScannerServicer(service, access=access)
+
+    def register(server) -> None:
+        scanner_pb2_grpc.add_OrphanScannerServicer_to_server(servicer, server)
+
+    def ready() -> None:
+        redis.hset(SCANNER_REGISTRY, name, json.dumps(
+            {"grpc": f"{args.advertised_host}:{grpc_port}", "metrics": f"http://{args.advertised_host}:{m_port}/metrics",
+             "since_ms": now_ms()}, sort_keys=True))
+        service.start()
+        log.info("orphan scanner started", extra={"fields": {
+            "object_store": args.object_store, "prefix": args.prefix, "scan_interval_ms": args.scan_interval_ms,
+            "grace_period_ms": args.grace_period_ms, "shards": args.shards}})
+
+    def on_stop() -> None:
+        service.stop()
+        try:
+            redis.hdel(SCANNER_REGISTRY, name)
+        except redis_lib.RedisError:
+            pass  # the front door finds a dead address and says so; nothing to clean up elsewhere
+        channels.close()
+        store.close()
+        redis.close()
+
+    serve(ServiceSpec(name=name, service_names=[SERVICE_NAME], register=register, on_stop=on_stop),
+          grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
+          grace_seconds=args.grace_seconds, ready=ready)
+    return 0

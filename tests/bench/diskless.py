@@ -1,0 +1,164 @@
+"""The ``diskless`` section of ``tests.bench.run`` (issue 13): a cluster of its own with two
+coordinator shards on the local object store.
+
+* CommitFile over gRPC to one shard: files of 100 batches (each batch a distinct partition of 100,
+  4 client threads pipelining), per-file latency p50/p99 and batches/s (brief §11: >= 20,000
+  batches/s per shard, p99 <= 20 ms for a 100-batch file). The batches name byte ranges of a file
+  that is never uploaded: the shard checks ranges, not objects.
+* FindBatches p99 over gRPC: random partition, random live offset, 1 MiB budget (target <= 5 ms).
+* Diskless produce MB/s: pre-built 1 MiB batches sent by 4 threads through the three replicas
+  (acks=all; each answer comes once its WAL file is committed), and consume MB/s with
+  ``Consumer.poll`` reading everything back through the replicas (FindBatches + ranged reads).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import redis as redis_lib
+
+from lowtide.client import Admin, Consumer
+from lowtide.client.diskless import BatchToCommit, DisklessCoordinatorClient
+from lowtide.client.replica import ReplicaClient
+from lowtide.diskless.topics import ShardDirectory
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from tests.bench.common import Figure, MiB, build_batch, percentile, say
+
+BATCHES_PER_FILE = 100
+PARTITIONS = 100
+BATCH_BYTES = 40 * 1024
+
+
+def _commit_bench(client: DisklessCoordinatorClient, *, files: int, threads: int) -> tuple[list[float], float, bytes]:
+    topic_id = uuid.uuid4().bytes
+    client.create_partitions(0, topic_id=topic_id, name=f"bench-{uuid.uuid4().hex[:8]}", num_partitions=PARTITIONS,
+                             indexes=list(range(PARTITIONS)))
+    batches = [BatchToCommit(topic_id=topic_id, partition=i % PARTITIONS, byte_offset=i * BATCH_BYTES,
+                             size=BATCH_BYTES, base_offset=0, last_offset=39, max_timestamp=int(time.time() * 1000),
+                             timestamp_type=0) for i in range(BATCHES_PER_FILE)]
+    latencies: list[float] = []
+    lock = threading.Lock()
+    left = iter(range(files))
+
+    def worker() -> None:
+        for _ in left:
+            began = time.perf_counter()
+            results = client.commit_file(0, object_key=f"wal/bench-{uuid.uuid4().hex}",
+                                         file_size=BATCHES_PER_FILE * BATCH_BYTES, owner_ids=[0], batches=batches,
+                                         uploader_broker_id=0)
+            took = time.perf_counter() - began
+            assert all(r.error is None for r in results), results[0].error
+            with lock:
+                latencies.append(took)
+
+    began = time.perf_counter()
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return latencies, time.perf_counter() - began, topic_id
+
+
+def _find_bench(client: DisklessCoordinatorClient, topic_id: bytes, *, lookups: int, files: int) -> list[float]:
+    out = []
+    for _ in range(lookups):
+        began = time.perf_counter()
+        client.find_batches(0, [(topic_id, random.randrange(PARTITIONS), random.randrange(files * 40), MiB)],
+                            fetch_max_bytes=MiB)
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def _produce_consume(cluster: LocalCluster, *, total_bytes: int) -> tuple[float, float, int]:
+    topic = "bench-diskless"
+    admin = Admin(cluster.bootstrap)
+    admin.create_topic(topic, partitions=6, diskless=True)
+    admin.close()
+    batch, records = build_batch(MiB)
+    addresses = [s.grpc for s in cluster.services("replica")]
+    n_batches = max(4, total_bytes // len(batch))
+    left = iter(range(n_batches))
+    client = ReplicaClient()
+    sent = [0]
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        for i in left:
+            [answer] = client.produce(addresses[(i + k) % len(addresses)], [(topic, i % 6, batch)], acks=-1,
+                                      timeout_ms=30000, deadline_s=40)
+            assert answer.error is None, answer.error
+            with lock:
+                sent[0] += len(batch)
+
+    began = time.perf_counter()
+    pool = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    produce_s = time.perf_counter() - began
+    client.close()
+    consumer = Consumer(cluster.bootstrap, max_wait_ms=200)
+    consumer.assign([(topic, p) for p in range(6)])
+    want = n_batches * records
+    got = 0
+    got_bytes = 0
+    began = time.perf_counter()
+    deadline = began + 120
+    while got < want and time.perf_counter() < deadline:
+        for r in consumer.poll(max_wait_ms=500):
+            got += 1
+            got_bytes += len(r.value or b"")
+    consume_s = time.perf_counter() - began
+    consumer.close()
+    if got < want:
+        raise RuntimeError(f"consumed {got} of {want} records")
+    return sent[0] / produce_s / 1e6, got_bytes / consume_s / 1e6, sent[0]
+
+
+def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
+    config = ClusterConfig(data_dir=data_dir, replicas=3, coordinators=2, orphan_scanners=0)
+    cluster = LocalCluster(config)
+    say(f"diskless: starting a cluster with 2 coordinator shards in {data_dir}")
+    cluster.up(detach=True)
+    redis = redis_lib.Redis.from_url(cluster.redis_url)
+    directory = ShardDirectory(redis=redis)
+    client = DisklessCoordinatorClient(lookup=directory.lookup)
+    try:
+        files = 100 if quick else 500
+        latencies, seconds, topic_id = _commit_bench(client, files=files, threads=4)
+        rate = files * BATCHES_PER_FILE / seconds
+        finds = _find_bench(client, topic_id, lookups=300 if quick else 2000, files=files)
+        produce_mbs, consume_mbs, produced = _produce_consume(cluster, total_bytes=(64 if quick else 256) * MiB)
+    finally:
+        client.close()
+        redis.close()
+        cluster.down(timeout_s=10.0)
+    p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
+    fp50, fp99 = percentile(finds, 50) * 1e3, percentile(finds, 99) * 1e3
+    say(f"diskless: CommitFile {rate:,.0f} batches/s, 100-batch file p50 {p50:.1f} ms p99 {p99:.1f} ms; "
+        f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
+        f"consume {consume_mbs:.1f} MB/s")
+    over = "over gRPC to one shard, metadata log appended acks=all on RF 3 replicas"
+    return [
+        Figure(key="dc_commitfile_batches_s", name="DC CommitFile batches/s per shard", value=rate,
+               unit="batches/s", target=">= 20,000 batches/s per shard", target_value=20_000, better="higher",
+               note=f"{files} files of 100 batches, 4 pipelining threads, {over}",
+               params={"files": files}).judge(),
+        Figure(key="dc_commitfile_p99_ms", name="DC CommitFile p99, 100-batch file", value=p99, unit="ms",
+               target="p99 <= 20 ms", target_value=20, better="lower", note=f"p50 {p50:.1f} ms; {over}",
+               params={"p50_ms": p50}).judge(),
+        Figure(key="dc_findbatches_p99_ms", name="DC FindBatches p99", value=fp99, unit="ms", target="p99 <= 5 ms",
+               target_value=5, better="lower", note=f"p50 {fp50:.2f} ms; 1 MiB budget, random partition and offset",
+               params={"p50_ms": fp50, "lookups": len(finds)}).judge(),
+        Figure(key="diskless_produce_mbs", name="diskless produce (1 MiB batches, local store)", value=produce_mbs,
+               unit="MB/s", note="4 threads over the 3 replicas, acks=all: answered after the WAL commit",
+               params={"bytes": produced}).judge(),
+        Figure(key="diskless_consume_mbs", name="diskless consume (Consumer.poll, local store)", value=consume_mbs,
+               unit="MB/s", note="FindBatches + ranged reads through the replicas, values counted").judge(),
+    ]
