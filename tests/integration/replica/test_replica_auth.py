@@ -89,7 +89,8 @@ def test_cluster_up_with_auth_writes_private_identities_and_records_them_in_clus
     assert {"bootstrap", "redis", "object_store", "services"} <= doc.keys()
     assert {n: v["principal"] for n, v in auth["services"].items()} == {
         "replica-0": "User:broker-0", "replica-1": "User:broker-1", "replica-2": "User:broker-2",
-        "frontdoor-0": "User:frontdoor", "coordinator-0": "User:coordinator", "coordinator-1": "User:coordinator"}
+        "frontdoor-0": "User:frontdoor", "coordinator-0": "User:coordinator", "coordinator-1": "User:coordinator",
+        "orphan-scanner-0": "User:orphan-scanner"}
     secrets = Path(auth["secrets_dir"])
     files = [Path(v["token_file"]) for v in auth["services"].values()]
     files += [Path(auth["admin_token_file"]), Path(auth["admin_command_config"])]
