@@ -84,6 +84,28 @@ ISR_SHRINKS = Counter("lowtide_isr_shrinks", "ISR changes made by this leader th
 ISR_EXPANDS = Counter("lowtide_isr_expands", "ISR changes made by this leader that added replicas", ["topic"])
 
 
+def forget_topic(topic: str) -> None:
+    """Drop the topic's counter series once this replica hosts none of its partitions.
+
+    Without this a deleted topic's series would stay exported until the process restarts (and a
+    dashboard would list topics long gone). A topic that comes back starts its counters at zero,
+    which Prometheus' rate() reads as a counter reset.
+    """
+    for key in [k for k in _fetch_children if k[0] == topic]:
+        _fetch_children.pop(key, None)
+        _remove_series(FETCH_BYTES, *key)
+    _produce_children.pop(topic, None)
+    for counter in (PRODUCE_BYTES, ISR_SHRINKS, ISR_EXPANDS):
+        _remove_series(counter, topic)
+
+
+def _remove_series(metric: Counter, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:  # never counted on this replica
+        pass
+
+
 class ReplicaCollector(Collector):
     """Per-partition gauges of one replica, read from its partitions at each scrape.
 

@@ -23,6 +23,7 @@ from lowtide.log.filenames import parse_partition_dir, partition_dir_name
 from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
+from lowtide.replica import metrics as replica_metrics
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -126,6 +127,8 @@ class PartitionReconciler:
             log.info("removing partition", extra={"fields": {"topic": p.topic, "partition": p.partition}})
             self._complete_waiting_deletes([p.key])
             p.log.delete()
+        for topic in {p.topic for p in changes.removed} - {tp[0] for tp in mine}:
+            replica_metrics.forget_topic(topic)
         self._remove_orphan_dirs(set(mine))
         for p, role in changes.became:
             log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,

@@ -1,0 +1,34 @@
+"""Per-topic counters of a replica (produce/fetch bytes, ISR changes) on real processes: they are
+exported while the replica hosts the topic and gone once the topic is deleted, so dashboards do not
+list deleted topics until the replicas restart."""
+
+from __future__ import annotations
+
+from lowtide.client.admin import Admin
+from lowtide.localcluster import LocalCluster
+from tests.integration import support as s
+
+
+def produced_series(cluster: LocalCluster, topic: str) -> list[str]:
+    """The replicas whose /metrics carry a lowtide_produce_bytes_total series of ``topic``."""
+    return [f"replica-{b}" for b in range(3)
+            if s.metric(cluster, f"replica-{b}", "lowtide_produce_bytes_total", topic=topic) > 0]
+
+
+def test_a_deleted_topics_counters_leave_every_replicas_metrics(cluster: LocalCluster) -> None:
+    s.create_topic(cluster, "gone-soon", partitions=3)
+    s.create_topic(cluster, "stays", partitions=1)
+    for p in range(3):
+        s.produce(cluster, "gone-soon", [b"x" * 100] * 10, partition=p)
+    s.produce(cluster, "stays", [b"y" * 100] * 10)
+    s.fetch(cluster, "gone-soon", 0)
+    # three partitions with RF 3: every replica leads one, so every replica counted produce bytes
+    assert produced_series(cluster, "gone-soon") == ["replica-0", "replica-1", "replica-2"]
+
+    Admin(cluster.bootstrap).delete_topic("gone-soon")
+
+    s.wait_until(lambda: produced_series(cluster, "gone-soon") == [], what="gone-soon's series removed")
+    for b in range(3):
+        assert s.metric(cluster, f"replica-{b}", "lowtide_fetch_bytes_total", topic="gone-soon") == 0
+    # the other topic's series stay
+    assert produced_series(cluster, "stays") != []
