@@ -351,16 +351,29 @@ class Consumer:
         return columns, False
 
     # -- committing --------------------------------------------------------------------------
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit ``offsets`` (default: the current positions) for the group; raise the first error."""
+    def commit(self, offsets: dict[TopicPartition, int] | None = None, *, timeout_s: float | None = None) -> None:
+        """Commit ``offsets`` (default: the current positions) for the group; raise the first error.
+
+        Retriable errors (COORDINATOR_NOT_AVAILABLE while ``__consumer_offsets`` is created or a
+        replica restarts, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT...) are retried for the failed
+        partitions only, with backoff, until ``timeout_s`` (default: the request timeout), as
+        Kafka's ``commitSync`` does until ``default.api.timeout.ms``.
+        """
         if not self.group_id:
             raise InvalidRequest("commit needs a consumer created with group_id")
         offsets = dict(self._positions) if offsets is None else offsets
-        if not offsets:
-            return
-        for tp, error in self.admin.commit_offsets(self.group_id, offsets).items():
-            if error is not None:
-                raise type(error)(f"commit of {tp[0]}-{tp[1]} failed: {error.message}")
+        deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
+        backoff = 0.1
+        while offsets:
+            failed = {tp: error for tp, error in self.admin.commit_offsets(self.group_id, offsets).items()
+                      if error is not None}
+            for tp, error in failed.items():
+                if not error.retriable or time.monotonic() + backoff > deadline:
+                    raise type(error)(f"commit of {tp[0]}-{tp[1]} failed: {error.message}")
+            offsets = {tp: offsets[tp] for tp in failed}
+            if offsets:
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         if not self.group_id:

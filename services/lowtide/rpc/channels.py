@@ -22,6 +22,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # A restarted Kubernetes pod keeps its DNS name but gets a new IP: re-resolve within a second
+    # of a failed connection, not gRPC's default 30 s (during which calls to it fail).
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
 ]
 
 T = TypeVar("T")
