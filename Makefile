@@ -21,7 +21,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools chart-lint chaos dashboards
+        contract-check tools chart-lint chaos dashboards k8s-build k8s-up k8s-test k8s-down
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -36,6 +36,9 @@ help:
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
 	@echo "make chart-lint        helm lint + helm template of charts/lowtide"
 	@echo "make dashboards        regenerate charts/lowtide/dashboards/*.json and rules/*.yaml from lowtide.observability"
+	@echo "make k8s-build         build (once) the local Kubernetes: binaries, base image  (tests/k8s, root)"
+	@echo "make k8s-up / k8s-down start / stop a real single-node Kubernetes (KUBECONFIG in ~/.cache/lowtide-k8s/run)"
+	@echo "make k8s-test          image + helm install/test/upgrade/uninstall on it, end to end (K8S_KEEP=1 keeps it up)"
 	@echo "make contract-check    run ../shared/tools/contract-check against a fresh local cluster"
 	@echo "make clean / distclean remove generated files / also .venv and .tools"
 
@@ -109,6 +112,23 @@ chart-lint:
 	    --show-only templates/observability.yaml | grep -q 'kind: PrometheusRule' && \
 	  echo "chart-lint: charts/lowtide ok"; \
 	else echo "chart-lint: helm not found (make tools builds it), skipped"; fi
+
+# ---- local Kubernetes (tests/k8s; needs root) -------------------------------------------------
+K8S_KEEP ?=
+k8s-build: setup
+	@bash tests/k8s/build.sh
+
+k8s-up: k8s-build
+	@bash tests/k8s/up.sh
+
+k8s-down:
+	@bash tests/k8s/down.sh
+
+# build, up, the scenario, down (unless K8S_KEEP=1); the phases' durations are printed at the end
+k8s-test: k8s-build
+	@rc=0; t0=$$SECONDS; bash tests/k8s/up.sh && bash tests/k8s/test.sh || rc=$$?; \
+	[ "$(K8S_KEEP)" = 1 ] || bash tests/k8s/down.sh; \
+	echo "k8s-test: exit $$rc after $$((SECONDS - t0))s"; exit $$rc
 
 # ---- clean ---------------------------------------------------------------------------------
 clean:

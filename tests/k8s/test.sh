@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# `make k8s-test`: the chart on a real single-node Kubernetes (tests/k8s/up.sh), end to end.
+#
+#   1. image       docker build of the Dockerfile (services and spark targets, BASE_IMAGE = the
+#                  harness' Debian base), loaded into the node's containerd
+#   2. install     helm install --wait: every pod Ready (replicas, front door, coordinators, orphan
+#                  scanner, Redis), then `helm test`
+#   3. delete      a topic produced in the cluster; DeleteRecords with grpcurl through a
+#                  `kubectl port-forward` of the front door Service returns the low watermark
+#   4. restart     a replica pod deleted: the StatefulSet brings it back on its volume, with its
+#                  data and the log start offset intact
+#   5. spark       a group consumes part of the topic; the retention caller CronJob triggered once
+#                  (`kubectl create job --from=cronjob/...`) moves the low watermark to the group's offsets
+#   6. upgrade     helm upgrade (a changed value rolls the front door), then helm uninstall: no pod left,
+#                  volumes released and deleted
+# Each phase's duration is printed and written to $LOWTIDE_K8S_HOME/run/phases.txt.
+# Assumes the cluster is up (make k8s-up); `make k8s-test` runs build, up, this and down.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=env.sh
+. "$here/env.sh"
+export PATH=$K8S_BIN:$repo/.tools/bin:$PATH
+export DOCKER_HOST=unix://$K8S_RUN/docker.sock
+export DOCKER_BUILDKIT=0  # the legacy builder, without its deprecation banner (no buildx here)
+export K8S_PHASES_FILE=$K8S_RUN/phases.txt
+: > "$K8S_PHASES_FILE"
+NS=${K8S_TEST_NAMESPACE:-lowtide}
+REL=${K8S_TEST_RELEASE:-lt}
+TOPIC=k8s-orders
+GROUP=etl
+k() { kubectl -n "$NS" "$@"; }
+fail() {
+  echo "k8s-test: FAILED: $*" >&2
+  k get pods -o wide >&2 || true
+  k get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
+  exit 1
+}
+# one pod of a component (by the chart's app.kubernetes.io/component label)
+pod_of() { k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=$1" \
+             --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'; }
+# the lowtide CLI inside the cluster (in a front door pod: the replicas' names resolve there)
+lt() { k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090; }
+offsets() {  # offsets TIME -> "p0 p1 p2" sorted by partition
+  lt offsets --topic "$TOPIC" --time "$1" --output json \
+    | jq -r '[.partitions // . | .[]] | sort_by(.partition) | map(.offset | tostring) | join(" ")'
+}
+
+sum() { echo $(( ${1// /+} )); }  # "1 2 3" -> 6
+
+# a release left by an earlier failed run goes first
+if kubectl get namespace "$NS" >/dev/null 2>&1; then
+  helm uninstall "$REL" -n "$NS" --wait >/dev/null 2>&1 || true
+  kubectl delete namespace "$NS" --wait=true --timeout=180s >/dev/null
+fi
+
+phase "skaffold diagnose + render"
+# skaffold.yaml parses with the current schema and renders the chart with the built images' tags
+(cd "$repo" && skaffold diagnose --yaml-only >/dev/null) || fail "skaffold diagnose"
+rendered=$(cd "$repo" && skaffold render -p dev --digest-source=tag --offline=true 2>/dev/null) || fail "skaffold render"
+echo "$rendered" | grep -Eq 'image: "?lowtide:' || fail "skaffold render: no lowtide image in the manifests"
+echo "skaffold render: $(echo "$rendered" | grep -c '^kind:') objects"
+
+phase "image build"
+build_args=(--network host --build-arg "BASE_IMAGE=$BASE_IMAGE_TAG")
+docker build -q "${build_args[@]}" --target runtime -t "$LOWTIDE_IMAGE" "$repo" >/dev/null
+docker build -q "${build_args[@]}" --target spark -t "$LOWTIDE_SPARK_IMAGE" "$repo" >/dev/null
+phase "image load"
+docker save "$LOWTIDE_IMAGE" "$LOWTIDE_SPARK_IMAGE" | ctr -a "$K8S_RUN/containerd.sock" -n k8s.io images import - >/dev/null
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(lowtide|lowtide-spark):" || true
+
+phase "manifests vs the apiserver"
+# Every manifest the chart renders, with default and with full values, validated by the real
+# apiserver's schemas (server-side dry run, unknown fields are errors). The Prometheus Operator's
+# kinds are left out: their CRDs are not installed here.
+k get ns "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
+for values in "" "$repo/charts/lowtide/ci/full-values.yaml"; do
+  helm template "$REL" "$repo/charts/lowtide" -n "$NS" ${values:+-f "$values"} \
+    | python3 "$here/drop_kinds.py" ServiceMonitor PrometheusRule \
+    | kubectl apply -n "$NS" --dry-run=server --validate=strict -f - >/dev/null \
+    || fail "rendered manifests (${values:-default values}) refused by the apiserver"
+done
+echo "manifests ok: default and full values"
+
+phase "helm install"
+helm install "$REL" "$repo/charts/lowtide" -n "$NS" -f "$here/values-harness.yaml" \
+  --set image.repository="${LOWTIDE_IMAGE%%:*}" --set image.tag="${LOWTIDE_IMAGE##*:}" \
+  --set spark.image.repository="${LOWTIDE_SPARK_IMAGE%%:*}" --set spark.image.tag="${LOWTIDE_SPARK_IMAGE##*:}" \
+  --wait --timeout 10m || fail "helm install"
+k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=120s \
+  --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready"
+k get pods -o wide
+phase "helm test"
+helm test "$REL" -n "$NS" --logs --timeout 5m || fail "helm test"
+
+phase "DeleteRecords via port-forward"
+lt topics create --topic "$TOPIC" --partitions 3 --replication-factor 3 >/dev/null
+lt produce --topic "$TOPIC" --num-records 3000 --record-size 512 >/dev/null
+latest=$(offsets latest); echo "latest offsets: $latest"
+[ "$(sum "$latest")" -eq 3000 ] || fail "produced 3000 records, latest offsets $latest"
+pf_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+k port-forward "svc/$REL-lowtide-frontdoor" "$pf_port:9090" >"$K8S_RUN/logs/port-forward.log" 2>&1 &
+pf=$!
+trap 'kill $pf 2>/dev/null || true' EXIT
+for _ in $(seq 100); do grpcurl -plaintext "127.0.0.1:$pf_port" list >/dev/null 2>&1 && break; sleep 0.2; done
+reply=$(grpcurl -plaintext -d "{\"partitions\":[{\"topic\":\"$TOPIC\",\"partition\":0,\"offset\":100}]}" \
+  "127.0.0.1:$pf_port" lowtide.v1.Admin/DeleteRecords) || fail "grpcurl DeleteRecords"
+echo "$reply" | jq -c .
+lw=$(echo "$reply" | jq -r '.partitions[0] | .low_watermark // .lowWatermark')
+[ "$lw" = 100 ] || fail "DeleteRecords through the port-forward returned low watermark $lw, wanted 100"
+
+phase "replica pod restart"
+before_start=$(offsets earliest) before_end=$(offsets latest)
+victim=$(k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=replica" \
+  -o jsonpath='{.items[0].metadata.name}')
+old_uid=$(k get pod "$victim" -o jsonpath='{.metadata.uid}')
+k delete pod "$victim" --wait=true >/dev/null
+for _ in $(seq 240); do
+  uid=$(k get pod "$victim" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
+  [ -n "$uid" ] && [ "$uid" != "$old_uid" ] && break; sleep 0.5
+done
+k wait pod "$victim" --for=condition=Ready --timeout=180s >/dev/null || fail "$victim did not come back"
+echo "$victim is back (uid $old_uid -> $uid)"
+# and back in every ISR (it caught up from the leaders) before the next phase leans on it
+for _ in $(seq 120); do
+  full=$(lt topics describe --output json | jq '[.topics[].partitions[] | select((.isr | length) < (.replicas | length))] | length')
+  [ "$full" = 0 ] && break; sleep 0.5
+done
+[ "$full" = 0 ] || fail "$full partitions still under-replicated after $victim came back"
+# its data: the partitions it holds are readable from it again, nothing below the LSO
+after_start=$(offsets earliest) after_end=$(offsets latest)
+[ "$after_start" = "$before_start" ] || fail "log start offsets $before_start -> $after_start after the restart"
+[ "$after_end" = "$before_end" ] || fail "log end offsets $before_end -> $after_end after the restart"
+k exec "$victim" -- sh -c 'ls /var/lib/lowtide' | head -n 5
+n=$(lt consume --topic "$TOPIC" --partition 0 --offset 100 --max-records 800 --output json | jq -s 'length')
+[ "$n" = 800 ] || fail "read $n records of partition 0 from offset 100 after the restart, wanted 800"
+
+phase "Spark retention CronJob"
+lt consume --topic "$TOPIC" --group "$GROUP" --max-records 1500 >/dev/null
+committed=$(lt groups describe --group "$GROUP" --output json 2>/dev/null | jq -c . || true)
+echo "group $GROUP: $committed"
+job=retention-once-$RANDOM
+k create job "$job" --from="cronjob/$REL-lowtide-retention" >/dev/null
+k wait "job/$job" --for=condition=Complete --timeout=600s >/dev/null || { k logs "job/$job" --tail=50 >&2 || true; fail "retention job"; }
+k logs "job/$job" | tail -n 15
+start_after=$(offsets earliest)
+echo "log start offsets: $after_start -> $start_after"
+[ "$(sum "$start_after")" -gt "$(sum "$after_start")" ] || fail "the retention job did not advance the low watermark"
+# the group read 1500 records from the log start: the job may not delete past its offsets
+[ "$(sum "$start_after")" -le "$(( $(sum "$after_start") + 1500 ))" ] || fail "the retention job deleted past what the group consumed"
+
+phase "helm upgrade"
+helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set-string podAnnotations.upgraded=yes \
+  --wait --timeout 10m >/dev/null || fail "helm upgrade"
+k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=180s \
+  --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready after the upgrade"
+[ "$(offsets earliest)" = "$start_after" ] || fail "log start offsets changed across the upgrade"
+
+phase "helm uninstall"
+helm uninstall "$REL" -n "$NS" --wait --timeout 5m >/dev/null || fail "helm uninstall"
+for _ in $(seq 240); do
+  [ -z "$(k get pods -o name 2>/dev/null)" ] && break; sleep 0.5
+done
+[ -z "$(k get pods -o name)" ] || fail "pods left after uninstall: $(k get pods -o name | tr '\n' ' ')"
+# StatefulSet volumes outlive the release by design (as in Kafka charts): delete them explicitly
+k delete pvc --all --wait=true >/dev/null
+for _ in $(seq 120); do [ -z "$(kubectl get pv -o name)" ] && break; sleep 0.5; done
+[ -z "$(kubectl get pv -o name)" ] || fail "volumes not deleted: $(kubectl get pv -o name | tr '\n' ' ')"
+kubectl delete namespace "$NS" --wait=true --timeout=120s >/dev/null
+phase ""
+echo "k8s-test: passed"
+cat "$K8S_PHASES_FILE"
