@@ -50,6 +50,8 @@ def add_common_flags(parser: argparse.ArgumentParser, *, grpc_port: int) -> None
     add_flag(parser, "--grpc-addr", default=f"127.0.0.1:{grpc_port}", help="gRPC listen address")
     add_flag(parser, "--metrics-addr", default="127.0.0.1:0", help="Prometheus /metrics listen address")
     add_flag(parser, "--redis-url", default="redis://127.0.0.1:6379/0", help="Redis URL")
+    add_flag(parser, "--redis-wait-seconds", default=120.0, type=float,
+             help="at start-up, wait this long for Redis to answer before giving up")
     add_flag(parser, "--log-level", default="INFO", help="log level")
     add_flag(parser, "--log-format", default="json", help="json | text")
     add_flag(parser, "--max-workers", default=64, type=int, help="gRPC handler threads")

@@ -18,6 +18,7 @@ from lowtide.auth.access import build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.metadata.store import MetadataStore
@@ -152,10 +153,14 @@ def run(args: argparse.Namespace) -> int:
             diskless.stop()  # flushes and commits what producers are waiting for
         manager.stop()
 
+    def start() -> None:
+        wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
+        manager.start()
+
     spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                        register=register, on_stop=on_stop, on_draining=servicer.drain)
     serve(spec, grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
-          grace_seconds=args.grace_seconds, ready=manager.start)
+          grace_seconds=args.grace_seconds, ready=start)
     return 0
 
 

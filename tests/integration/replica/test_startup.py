@@ -1,0 +1,60 @@
+"""A replica started before Redis waits for it (as every pod of a Kubernetes release starts at once)
+instead of exiting, and serves once Redis answers; past --redis-wait-seconds it gives up, naming
+the error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lowtide.common.procs import find_free_port, start_redis
+from tests import waiting
+
+
+def start_replica(tmp_path: Path, redis_port: int, *, wait_s: float) -> tuple[subprocess.Popen, str]:
+    addr = f"127.0.0.1:{find_free_port()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lowtide.cli.main", "serve", "replica", "--id", "0",
+         "--data-dir", str(tmp_path / "data"), "--grpc-addr", addr,
+         "--redis-url", f"redis://127.0.0.1:{redis_port}/0", "--redis-wait-seconds", str(wait_s)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, addr
+
+
+def serving(addr: str) -> bool:
+    with grpc.insecure_channel(addr) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_replica_started_before_redis_serves_once_redis_is_up(tmp_path: Path) -> None:
+    redis_port = find_free_port()
+    proc, addr = start_replica(tmp_path, redis_port, wait_s=60)
+    redis = None
+    try:
+        time.sleep(2.0)
+        assert proc.poll() is None, proc.communicate()[0]
+        assert not serving(addr)
+        redis = start_redis(tmp_path / "redis", port=redis_port)
+        waiting.wait_until(lambda: serving(addr), timeout_s=30, what="replica SERVING after Redis came up")
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+        if redis:
+            redis.stop()
+    assert "waiting for Redis" in out
+
+
+def test_a_replica_gives_up_on_redis_after_the_wait(tmp_path: Path) -> None:
+    proc, _ = start_replica(tmp_path, find_free_port(), wait_s=1)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode != 0
+    assert "waiting for Redis" in out and "Connection refused" in out
