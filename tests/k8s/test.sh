@@ -73,20 +73,26 @@ phase "manifests vs the apiserver"
 # Every manifest the chart renders, with default and with full values, validated by the real
 # apiserver's schemas (server-side dry run, unknown fields are errors). The Prometheus Operator's
 # kinds are left out: their CRDs are not installed here.
-k get ns "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
+# A dry run persists nothing, so the pods' admission would not find the ServiceAccount the same
+# dry run "created": a scratch namespace holds a real one.
+dry=$NS-dryrun
+kubectl create namespace "$dry" >/dev/null
+kubectl -n "$dry" create serviceaccount "$REL-lowtide" >/dev/null
 for values in "" "$repo/charts/lowtide/ci/full-values.yaml"; do
-  helm template "$REL" "$repo/charts/lowtide" -n "$NS" ${values:+-f "$values"} \
+  helm template "$REL" "$repo/charts/lowtide" -n "$dry" ${values:+-f "$values"} \
     | python3 "$here/drop_kinds.py" ServiceMonitor PrometheusRule \
-    | kubectl apply -n "$NS" --dry-run=server --validate=strict -f - >/dev/null \
+    | kubectl apply -n "$dry" --dry-run=server --validate=strict -f - >/dev/null \
     || fail "rendered manifests (${values:-default values}) refused by the apiserver"
 done
+kubectl delete namespace "$dry" --wait=false >/dev/null
 echo "manifests ok: default and full values"
+k get ns "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
 
 phase "helm install"
 helm install "$REL" "$repo/charts/lowtide" -n "$NS" -f "$here/values-harness.yaml" \
   --set image.repository="${LOWTIDE_IMAGE%%:*}" --set image.tag="${LOWTIDE_IMAGE##*:}" \
   --set spark.image.repository="${LOWTIDE_SPARK_IMAGE%%:*}" --set spark.image.tag="${LOWTIDE_SPARK_IMAGE##*:}" \
-  --wait --timeout 10m || fail "helm install"
+  --wait --timeout 5m || fail "helm install"
 k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=120s \
   --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready"
 k get pods -o wide

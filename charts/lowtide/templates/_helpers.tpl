@@ -72,6 +72,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Pod annotations: Prometheus scrape + user annotations; call with (dict "ctx" $ "port" N). */}}
 {{- define "lowtide.podAnnotations" -}}
+{{ include "lowtide.configChecksum" .ctx }}
 {{- if .ctx.Values.metrics.scrapeAnnotations }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
@@ -84,6 +85,8 @@ prometheus.io/path: {{ .ctx.Values.metrics.path | quote }}
 
 {{/* Scheduling and security settings shared by the lowtide pods. */}}
 {{- define "lowtide.podCommon" -}}
+serviceAccountName: {{ include "lowtide.serviceAccountName" . }}
+automountServiceAccountToken: {{ eq .Values.leases.backend "kubernetes" }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -108,7 +111,13 @@ affinity:
 
 {{/* The auth Secret's name; fails the render when auth is on without one. */}}
 {{- define "lowtide.authSecret" -}}
-{{- required "auth.existingSecret is required when auth.enabled is true (see README \"Authentication\")" .Values.auth.existingSecret }}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else if .Values.auth.tokens }}
+{{- printf "%s-auth" (include "lowtide.fullname" .) }}
+{{- else }}
+{{- fail "auth.enabled needs auth.existingSecret or auth.tokens (see README \"Authentication\")" }}
+{{- end }}
 {{- end }}
 
 {{/* Env of every lowtide server with auth on (the flags fall back to these LOWTIDE_* variables). */}}
@@ -139,4 +148,121 @@ affinity:
   mountPath: {{ .Values.auth.mountPath }}
   readOnly: true
 {{- end }}
+{{- end }}
+
+{{- define "lowtide.coordinatorName" -}}
+{{- printf "%s-coordinator" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lowtide.coordinatorHeadless" -}}
+{{- printf "%s-coordinator-headless" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lowtide.scannerName" -}}
+{{- printf "%s-orphan-scanner" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lowtide.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lowtide.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Diskless topics are on when the object store is configured. */}}
+{{- define "lowtide.disklessEnabled" -}}
+{{- if ne .Values.objectStore.type "none" }}true{{ end }}
+{{- end }}
+
+{{/* The object store URL of diskless topics' WAL files (LOWTIDE_OBJECT_STORE). */}}
+{{- define "lowtide.objectStoreUrl" -}}
+{{- if eq .Values.objectStore.type "volume" }}
+{{- printf "file://%s" .Values.objectStore.volume.mountPath }}
+{{- else if eq .Values.objectStore.type "s3" }}
+{{- required "objectStore.s3.url is required when objectStore.type is s3 (s3://bucket[/prefix]?endpoint=...&region=...)" .Values.objectStore.s3.url }}
+{{- end }}
+{{- end }}
+
+{{- define "lowtide.objectStoreSecret" -}}
+{{- default (printf "%s-s3" (include "lowtide.fullname" .)) .Values.objectStore.s3.existingSecret }}
+{{- end }}
+
+{{/* Env for every process that reads the object store (replicas, coordinators, scanner). */}}
+{{- define "lowtide.objectStoreEnv" -}}
+{{- if include "lowtide.disklessEnabled" . }}
+- name: LOWTIDE_OBJECT_STORE
+  value: {{ include "lowtide.objectStoreUrl" . | quote }}
+{{- if and (eq .Values.objectStore.type "s3") (or .Values.objectStore.s3.existingSecret .Values.objectStore.s3.accessKeyId) }}
+# boto3 reads the standard AWS variables
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ include "lowtide.objectStoreSecret" . }}, key: access-key-id}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "lowtide.objectStoreSecret" . }}, key: secret-access-key}}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "lowtide.objectStoreVolume" -}}
+{{- if eq .Values.objectStore.type "volume" }}
+- name: objects
+  persistentVolumeClaim:
+    claimName: {{ include "lowtide.fullname" . }}-objects
+{{- end }}
+{{- end }}
+
+{{- define "lowtide.objectStoreVolumeMount" -}}
+{{- if eq .Values.objectStore.type "volume" }}
+- name: objects
+  mountPath: {{ .Values.objectStore.volume.mountPath }}
+{{- end }}
+{{- end }}
+
+{{/* Leadership on Kubernetes Leases (front door controller, coordinator shards). */}}
+{{- define "lowtide.leaseEnv" -}}
+{{- if eq .Values.leases.backend "kubernetes" }}
+- name: LOWTIDE_LEASE_BACKEND
+  value: kubernetes
+- name: LOWTIDE_LEASE_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: LOWTIDE_LEASE_NAME_PREFIX
+  value: {{ include "lowtide.fullname" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Writable /tmp for read-only root filesystems (mount with "lowtide.tmpVolumeMount"). */}}
+{{- define "lowtide.tmpVolume" -}}
+- name: tmp
+  emptyDir: {}
+{{- end }}
+
+{{- define "lowtide.tmpVolumeMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{/* The standard gRPC health probes of a lowtide server on port N; call with the port. */}}
+{{- define "lowtide.grpcProbes" -}}
+startupProbe:
+  grpc:
+    port: {{ . }}
+  periodSeconds: 2
+  failureThreshold: 90
+readinessProbe:
+  grpc:
+    port: {{ . }}
+  periodSeconds: 5
+livenessProbe:
+  grpc:
+    port: {{ . }}
+  periodSeconds: 10
+  failureThreshold: 6
+{{- end }}
+
+{{/* Checksum of the chart-made Secrets and config, so pods roll when they change. */}}
+{{- define "lowtide.configChecksum" -}}
+{{- $parts := list (toJson .Values.auth) (toJson .Values.objectStore) (toJson .Values.leases) (include "lowtide.redisUrl" .) }}
+checksum/config: {{ join "|" $parts | sha256sum }}
 {{- end }}
