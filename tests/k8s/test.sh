@@ -98,6 +98,8 @@ k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout
 k get pods -o wide
 phase "helm test"
 helm test "$REL" -n "$NS" --logs --timeout 5m || fail "helm test"
+# the test pod stays for --logs (hook-delete-policy before-hook-creation); helm uninstall leaves hooks
+k delete pod -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=test" --wait=true >/dev/null
 
 phase "DeleteRecords via port-forward"
 lt topics create --topic "$TOPIC" --partitions 3 --replication-factor 3 >/dev/null

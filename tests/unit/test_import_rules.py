@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "objectstore": BASE,
     # The service around it: its metadata log on the replicas (client, record, metadata), the
     # server scaffolding (common, rpc) and CLUSTER_ACTION checks (auth).
-    "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth"},
+    "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth", "leases"},
     # Diskless topics on the brokers: WAL files in the object store, commits and FindBatches to the
     # shards through the client, the shard registry (coordinator.leadership), topics from metadata.
     "diskless": BASE | {"objectstore", "record", "metadata", "rpc", "client", "coordinator"},
@@ -43,7 +43,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
                         "groups", "diskless"},
-    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless"},
+    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases"},
+    # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
+    "leases": BASE | {"common"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
     # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
     "observability": BASE | {"common"},

@@ -35,6 +35,7 @@ from lowtide.coordinator.service import ShardConfig, ShardService
 from lowtide.coordinator.servicer import CoordinatorServicer
 from lowtide.coordinator.snapshots import SnapshotPolicy
 from lowtide.errors import CoordinatorNotAvailable, error_or_none
+from lowtide.leases import add_lease_flags, check_backend, default_namespace
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.rpc.channels import ChannelPool, call
@@ -66,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="how often the file handover/deletion worker looks for work")
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000,
              help="how often time/size retention (retention.ms, retention.bytes) runs on the shard's partitions")
+    add_lease_flags(parser)
     add_auth_flags(parser, checks="require a bearer token with CLUSTER_ACTION on every call",
                    own_token="this coordinator's own token (User:coordinator) for its calls to replicas and "
                              "other shards")
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(service=name, level=args.log_level, fmt=args.log_format)
     if args.shard < 0:
         raise SystemExit(f"{name}: --shard must be >= 0")
+    check_backend(name, args.lease_backend)
     if args.auth_enabled and not args.token_file:
         raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token this "
                          "coordinator presents to the replicas holding its metadata log")
@@ -117,8 +120,16 @@ def run(args: argparse.Namespace) -> int:
                             interval_ms=args.file_lifetime_interval_ms)
     metadata_log = MetadataLog(shard=args.shard, shards=config.shards, store=MetadataStore(redis=redis),
                                replicas=replicas, request_timeout_ms=args.append_timeout_ms)
-    lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
-                       margin_ms=config.lease_margin_ms)
+    if args.lease_backend == "kubernetes":
+        from lowtide.leases.kubernetes import KubernetesLease, load_api
+
+        lease = KubernetesLease(api=load_api(kubeconfig=args.kubeconfig),
+                                namespace=args.lease_namespace or default_namespace(),
+                                name=f"{args.lease_name_prefix}-coordinator-{args.shard}", owner=owner,
+                                lease_ms=config.lease_ms, margin_ms=config.lease_margin_ms)
+    else:
+        lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
+                           margin_ms=config.lease_margin_ms)
     store = MetadataStore(redis=redis)
     retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
                               interval_ms=args.retention_check_interval_ms)

@@ -43,7 +43,7 @@ from typing import Any
 
 from lowtide.clock import now_ms
 from lowtide.coordinator.core import CoordinatorCore, Decision
-from lowtide.coordinator.leadership import ShardAddress, ShardLease, register_shard
+from lowtide.coordinator.leadership import ShardAddress, register_shard
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
 from lowtide.coordinator.records import MetadataRecord, decode_record, encode_record
@@ -57,6 +57,7 @@ from lowtide.errors import (
     OffsetOutOfRange,
     RequestTimedOut,
 )
+from lowtide.leases import Lease
 from lowtide.record import encode_batch
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class ShardService:
     when the shard cannot answer. Thread-safety: every public method may be called from any thread.
     """
 
-    def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: ShardLease,
+    def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: Lease,
                  lifetime: FileLifetime | None = None, redis=None, retention=None) -> None:
         self.config = config
         self.retention = retention  # coordinator.retention.RetentionPass: time/size retention

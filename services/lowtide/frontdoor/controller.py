@@ -23,6 +23,7 @@ import threading
 import uuid
 from dataclasses import dataclass, replace
 
+from lowtide.leases import Lease
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
 
@@ -61,10 +62,12 @@ class Controller:
     """
 
     def __init__(self, *, store: MetadataStore, config: ControllerConfig = ControllerConfig(),
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, lease: Lease | None = None) -> None:
         self._store = store
         self._config = config
-        self.owner = owner or f"frontdoor-{uuid.uuid4().hex[:12]}"
+        # lease: a lowtide.leases.Lease (a Kubernetes Lease); None: the Redis key of the store
+        self._lease = lease
+        self.owner = lease.owner if lease is not None else (owner or f"frontdoor-{uuid.uuid4().hex[:12]}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -78,6 +81,8 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._lease is not None:
+            self._lease.release()
 
     def wake(self) -> None:
         """Run the next round now (e.g. on a metadata event) instead of at the next tick."""
@@ -94,7 +99,10 @@ class Controller:
 
     def run_once(self) -> list[PartitionState]:
         """If this front door holds the lease, elect where needed; return the states written."""
-        if not self._store.try_acquire_controller(self.owner, lease_ms=self._config.lease_ms):
+        if self._lease is not None:
+            if not self._lease.acquire_or_renew():
+                return []
+        elif not self._store.try_acquire_controller(self.owner, lease_ms=self._config.lease_ms):
             return []
         states = self._store.all_partition_states()
         involved = {r for s in states.values() for r in s.replicas}

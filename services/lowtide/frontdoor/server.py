@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
+from lowtide.leases import add_lease_flags, check_backend, default_namespace
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -136,6 +138,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="take part in controller election (env LOWTIDE_CONTROLLER)")
     add_flag(parser, "--controller-interval-ms", default=300, type=int, help="controller round interval")
     add_flag(parser, "--controller-lease-ms", default=2000, type=int, help="controller lease")
+    add_lease_flags(parser)
     add_flag(parser, "--name", default="frontdoor", help="service name in logs")
     add_flag(parser, "--offsets-topic-partitions", default=DEFAULT_OFFSETS_TOPIC_PARTITIONS, type=int,
              help="partitions of __consumer_offsets when this front door creates it "
@@ -147,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.auth_enabled and not args.token_file:
         raise SystemExit(f"{args.name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
                          "User:frontdoor, which the front door presents to the replicas it calls")
+    check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
     parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
@@ -157,7 +161,17 @@ def run(args: argparse.Namespace) -> int:
     REGISTRY.register(ClusterCollector(parts.store))
     controller = None
     if args.controller:
-        controller = Controller(store=parts.store, config=ControllerConfig(
+        lease = None
+        if args.lease_backend == "kubernetes":
+            from lowtide.leases.kubernetes import KubernetesLease, load_api
+
+            lease = KubernetesLease(api=load_api(kubeconfig=args.kubeconfig),
+                                    namespace=args.lease_namespace or default_namespace(),
+                                    name=f"{args.lease_name_prefix}-controller",
+                                    owner=f"{args.name}-{uuid.uuid4().hex[:8]}",
+                                    lease_ms=args.controller_lease_ms,
+                                    margin_ms=min(500, args.controller_lease_ms // 4))
+        controller = Controller(store=parts.store, lease=lease, config=ControllerConfig(
             interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
         controller.start()
 

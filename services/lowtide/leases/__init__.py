@@ -1,0 +1,65 @@
+"""Leader leases: who acts as the front door's controller and as each diskless coordinator shard.
+
+Two backends behind one interface (``Lease``):
+
+    redis       a key with a TTL (``SET NX PX`` + compare-and-renew); the default, and the only one
+                outside Kubernetes (lowtide.metadata.store, lowtide.coordinator.leadership)
+    kubernetes  a ``coordination.k8s.io/v1`` Lease object per role (lowtide.leases.kubernetes),
+                for clusters that already run on Kubernetes' own leader election primitive
+
+Chosen by ``--lease-backend redis|kubernetes`` (env ``LOWTIDE_LEASE_BACKEND``) on the front door
+and the coordinator; ``add_lease_flags`` declares the flags and ``build_lease`` makes the lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Protocol
+
+BACKENDS = ("redis", "kubernetes")
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class Lease(Protocol):
+    """A renewable leader lease held by one ``owner``.
+
+    ``acquire_or_renew`` takes the lease when it is free or expired, renews it when this owner
+    holds it, and returns whether this owner holds it now; ``valid`` says whether the owner may
+    still act (renewed less than lease - margin ago); ``release`` gives it up at once if held.
+    Implementations: one thread calls acquire_or_renew/release; any thread may call ``valid``.
+    """
+
+    owner: str
+
+    def acquire_or_renew(self) -> bool: ...
+
+    def valid(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def add_lease_flags(parser: argparse.ArgumentParser) -> None:
+    from lowtide.common.server import add_flag
+
+    add_flag(parser, "--lease-backend", default="redis",
+             help="where leader leases live: redis (keys with a TTL) or kubernetes (coordination.k8s.io Leases)")
+    add_flag(parser, "--lease-namespace", default=None,
+             help="namespace of the Kubernetes Leases (default: the pod's own, else 'default')")
+    add_flag(parser, "--lease-name-prefix", default="lowtide",
+             help="Kubernetes Lease names: <prefix>-controller, <prefix>-coordinator-<shard>")
+    add_flag(parser, "--kubeconfig", default=os.environ.get("KUBECONFIG"),
+             help="kubeconfig for the kubernetes lease backend outside a pod (in a pod: its service account)")
+
+
+def check_backend(name: str, backend: str) -> None:
+    if backend not in BACKENDS:
+        raise SystemExit(f"{name}: --lease-backend must be redis or kubernetes, got {backend!r}")
+
+
+def default_namespace() -> str:
+    try:
+        with open(NAMESPACE_FILE) as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
