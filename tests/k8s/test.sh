@@ -40,7 +40,15 @@ fail() {
 pod_of() { k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=$1" \
              --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'; }
 # the lowtide CLI inside the cluster (in a front door pod: the replicas' names resolve there)
-lt() { k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090; }
+# (retried: during a rollout the pod picked may be going away under the exec)
+lt() {
+  local i
+  for i in 1 2 3 4 5; do
+    k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090 && return 0
+    [ $i -lt 5 ] && sleep 2
+  done
+  return 1
+}
 offsets() {  # offsets TIME -> "p0 p1 p2" sorted by partition
   lt offsets --topic "$TOPIC" --time "$1" --output json \
     | jq -r '[.partitions // . | .[]] | sort_by(.partition) | map(.offset | tostring) | join(" ")'
@@ -162,6 +170,9 @@ helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set-string 
   --wait --timeout 10m >/dev/null || fail "helm upgrade"
 k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=180s \
   --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready after the upgrade"
+for w in deployment/$REL-lowtide-frontdoor statefulset/$REL-lowtide-replica statefulset/$REL-lowtide-coordinator; do
+  k rollout status "$w" --timeout=300s >/dev/null || fail "$w did not roll out after the upgrade"
+done
 [ "$(offsets earliest)" = "$start_after" ] || fail "log start offsets changed across the upgrade"
 
 phase "helm uninstall"
