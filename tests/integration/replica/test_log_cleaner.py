@@ -121,7 +121,23 @@ def test_a_replica_killed_in_the_middle_of_a_cleaning_pass_restarts_with_every_l
 
     def cleaning_in_progress() -> bool:
         return any(n.endswith(".cleaned") for n in os.listdir(directory))
-    s.wait_until(cleaning_in_progress, timeout_s=60, interval_s=0.005, what=f"a pass writing on replica {victim}")
+
+    # On a loaded machine the passes may all have run while the rounds above were produced: keep
+    # making the log dirty (one more round a second) until a pass is caught writing.
+    round_ = 12
+    deadline = time.monotonic() + 120
+    while not cleaning_in_progress():
+        assert time.monotonic() < deadline, f"no pass caught writing on replica {victim} in 120 s"
+        next_round = time.monotonic() + 1.0
+        while time.monotonic() < next_round:
+            if cleaning_in_progress():
+                break
+            time.sleep(0.005)
+        else:
+            written = produce_keys(cluster, "kv", rounds=1, value_size=500, keys=100, first_round=round_)
+            latest.update(written)
+            originals.update({offset: (k, v) for k, (offset, v) in written.items()})
+            round_ += 1
     cluster.kill(f"replica-{victim}", signal.SIGKILL)
 
     cluster.start_service(f"replica-{victim}")  # opening the log finishes or discards the swap
