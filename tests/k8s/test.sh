@@ -34,18 +34,38 @@ fail() {
   echo "k8s-test: FAILED: $*" >&2
   k get pods -o wide >&2 || true
   k get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 25 >&2 || true
+  echo "k8s-test: FAILED: $*" >&2  # again, last: CI shows only the tail of the output
   exit 1
 }
-# one pod of a component (by the chart's app.kubernetes.io/component label)
+# one Ready pod of a component (by the chart's app.kubernetes.io/component label); a pod being
+# deleted still says Running until its containers exit, so those are skipped
 pod_of() { k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=$1" \
-             --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'; }
+             --field-selector=status.phase=Running -o json \
+           | jq -r '[.items[] | select(.metadata.deletionTimestamp == null)
+                     | select(any(.status.conditions[]?; .type == "Ready" and .status == "True"))]
+                    | .[0].metadata.name // empty'; }
+# until no pod of the release is terminating (helm --wait returns once the new pods are Ready,
+# while the old ones may still be shutting down: their readiness fails and kubectl wait errors)
+wait_terminated() {
+  local _
+  for _ in $(seq 240); do
+    [ "$(k get pods -l "app.kubernetes.io/instance=$REL" -o json \
+         | jq '[.items[] | select(.metadata.deletionTimestamp != null)] | length')" = 0 ] && return 0
+    sleep 0.5
+  done
+  return 1
+}
 # the lowtide CLI inside the cluster (in a front door pod: the replicas' names resolve there)
-# (retried: during a rollout the pod picked may be going away under the exec)
+# (retried: during a rollout the pod picked may be going away under the exec, and a partition whose
+# leader just moved answers NOT_LEADER for a moment; only the answer that succeeded is printed)
 lt() {
-  local i
-  for i in 1 2 3 4 5; do
-    k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090 && return 0
-    [ $i -lt 5 ] && sleep 2
+  local i out
+  for i in $(seq 15); do
+    if out=$(k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090); then
+      printf '%s\n' "$out"; return 0
+    fi
+    echo "lt $1 (attempt $i): $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-400)" >&2
+    sleep 2
   done
   return 1
 }
@@ -168,12 +188,20 @@ echo "log start offsets: $after_start -> $start_after"
 phase "helm upgrade"
 helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set-string podAnnotations.upgraded=yes \
   --wait --timeout 10m >/dev/null || fail "helm upgrade"
-k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=180s \
-  --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready after the upgrade"
 for w in deployment/$REL-lowtide-frontdoor statefulset/$REL-lowtide-replica statefulset/$REL-lowtide-coordinator; do
   k rollout status "$w" --timeout=300s >/dev/null || fail "$w did not roll out after the upgrade"
 done
-[ "$(offsets earliest)" = "$start_after" ] || fail "log start offsets changed across the upgrade"
+wait_terminated || fail "old pods still terminating 120 s after the upgrade"
+k wait pods -l "app.kubernetes.io/instance=$REL" --for=condition=Ready --timeout=180s \
+  --field-selector=status.phase!=Succeeded >/dev/null || fail "pods not Ready after the upgrade"
+# every partition led and fully replicated again before the offsets are compared
+for _ in $(seq 120); do
+  full=$(lt topics describe --output json | jq '[.topics[].partitions[] | select((.isr | length) < (.replicas | length))] | length')
+  [ "$full" = 0 ] && break; sleep 0.5
+done
+[ "$full" = 0 ] || fail "$full partitions still under-replicated after the upgrade"
+upgraded_start=$(offsets earliest)
+[ "$upgraded_start" = "$start_after" ] || fail "log start offsets $start_after -> $upgraded_start across the upgrade"
 
 phase "helm uninstall"
 helm uninstall "$REL" -n "$NS" --wait --timeout 5m >/dev/null || fail "helm uninstall"
