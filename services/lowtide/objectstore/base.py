@@ -12,6 +12,9 @@ interface is the common subset of a POSIX directory and S3, and both backends be
   ``prefix`` (a string prefix, not a directory), optionally only those last modified strictly before
   ``older_than`` (epoch seconds).
 * ``delete`` is idempotent (S3's DeleteObject is): deleting a missing key is not an error.
+  ``delete_many`` deletes many keys in as few calls as the backend allows (S3's DeleteObjects takes
+  1,000 keys a request; the local store unlinks relative to one open directory): one key's failure
+  does not stop the others, it is returned with that key.
 * ``head`` returns the object's description, or None when it does not exist.
 
 Keys are the same on both backends: 1..1024 UTF-8 bytes, segments separated by ``/``, no empty
@@ -24,10 +27,10 @@ backend this is what keeps a key from naming a path outside the store's director
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from lowtide.errors import InvalidRequest, KafkaStorageError
+from lowtide.errors import InvalidRequest, KafkaStorageError, LowtideError
 
 MAX_KEY_BYTES = 1024
 
@@ -102,6 +105,17 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; a missing key is not an error."""
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, LowtideError]:
+        """Delete every key (missing ones are not errors); the keys that failed, with why.
+        A backend overrides this where it can do better than one ``delete`` per key."""
+        failures: dict[str, LowtideError] = {}
+        for key in keys:
+            try:
+                self.delete(key)
+            except LowtideError as exc:
+                failures[key] = exc
+        return failures
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo | None:

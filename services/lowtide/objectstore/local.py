@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import groupby
 from pathlib import Path
 
-from lowtide.errors import InvalidRequest
+from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.objectstore.base import (
     ObjectInfo,
     ObjectNotFound,
@@ -153,6 +154,48 @@ class LocalObjectStore(ObjectStore):
             return  # a prefix of other keys, not an object: nothing to delete
         except OSError as exc:
             raise ObjectStoreUnavailable(f"delete {key}: {exc}") from exc
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, LowtideError]:
+        # One directory open (and one resolve check against ROOT) per parent directory, then
+        # unlinkat relative to it: per key, only the key rules and one syscall. The orphan scanner
+        # deletes its batches this way; unlinks in one directory serialize on its lock anyway, so
+        # threads would not help.
+        failures: dict[str, LowtideError] = {}
+        checked: list[tuple[str, str, str]] = []  # (parent, name, key)
+        for key in keys:
+            try:
+                parent, _, name = check_key(key).rpartition("/")
+            except LowtideError as exc:
+                failures[key] = exc
+                continue
+            checked.append((parent, name, key))
+        checked.sort()
+        for parent, group in groupby(checked, key=lambda item: item[0]):
+            members = list(group)
+            directory = self.root / parent if parent else self.root
+            try:
+                if not directory.resolve().is_relative_to(self.root):
+                    raise InvalidRequest(f"object keys under {parent!r} resolve outside the store")
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # no such directory: none of these objects exists
+            except LowtideError as exc:
+                failures.update((key, exc) for _, _, key in members)
+                continue
+            except OSError as exc:
+                failures.update((key, ObjectStoreUnavailable(f"delete {key}: {exc}")) for _, _, key in members)
+                continue
+            try:
+                for _, name, key in members:
+                    try:
+                        os.unlink(name, dir_fd=fd)
+                    except (FileNotFoundError, IsADirectoryError):
+                        continue  # gone already, or a prefix of other keys: nothing to delete
+                    except OSError as exc:
+                        failures[key] = ObjectStoreUnavailable(f"delete {key}: {exc}")
+            finally:
+                os.close(fd)
+        return failures
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self.path_for(key)

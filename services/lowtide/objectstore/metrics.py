@@ -4,18 +4,21 @@
     lowtide_objectstore_bytes_total{backend,operation}             bytes put / got
     lowtide_objectstore_request_seconds{backend,operation}         histogram
     lowtide_objectstore_objects_listed_total{backend}
+    lowtide_objectstore_objects_deleted_in_bulk_total{backend}     objects removed by delete_many
 
-``operation`` is put, get, list, delete or head; ``backend`` local or s3. A listing is timed from
+``operation`` is put, get, list, delete, delete_many (one call for many keys; "error" when any
+key failed) or head; ``backend`` local or s3. A listing is timed from
 its first to its last object (it streams), and counted once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import Counter, Histogram
 
+from lowtide.errors import LowtideError
 from lowtide.objectstore.base import ObjectInfo, ObjectStore
 
 _LABELS = ["backend", "operation"]
@@ -23,6 +26,8 @@ REQUESTS = Counter("lowtide_objectstore_requests", "Object store requests", [*_L
 BYTES = Counter("lowtide_objectstore_bytes", "Bytes written to (put) or read from (get) object storage", _LABELS)
 SECONDS = Histogram("lowtide_objectstore_request_seconds", "Object store request duration", _LABELS,
                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
+DELETED = Counter("lowtide_objectstore_objects_deleted_in_bulk", "Objects removed by delete_many calls",
+                  ["backend"])
 LISTED = Counter("lowtide_objectstore_objects_listed", "Objects returned by listings", ["backend"])
 
 
@@ -83,6 +88,16 @@ class InstrumentedObjectStore(ObjectStore):
             ok = True
         finally:
             self._observe("delete", began, ok)
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, LowtideError]:
+        began, failures = time.perf_counter(), None
+        try:
+            failures = self.inner.delete_many(keys)
+            return failures
+        finally:
+            self._observe("delete_many", began, failures is not None and not failures)
+            if failures is not None:
+                DELETED.labels(self.backend).inc(len(keys) - len(failures))
 
     def head(self, key: str) -> ObjectInfo | None:
         began, ok = time.perf_counter(), False

@@ -18,7 +18,7 @@ after the retries is ObjectStoreUnavailable (KAFKA_STORAGE_ERROR, retriable).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlparse
 
@@ -26,7 +26,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lowtide.errors import InvalidRequest
+from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.objectstore.base import (
     ObjectInfo,
     ObjectNotFound,
@@ -38,6 +38,7 @@ from lowtide.objectstore.base import (
 )
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+DELETE_OBJECTS_MAX = 1000  # keys per DeleteObjects request (S3's limit)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,6 +182,31 @@ class S3ObjectStore(ObjectStore):
             raise ObjectStoreUnavailable(f"delete {key}: {exc}") from exc
         except BotoCoreError as exc:
             raise ObjectStoreUnavailable(f"delete {key}: {exc}") from exc
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, LowtideError]:
+        failures: dict[str, LowtideError] = {}
+        checked = []
+        for key in keys:
+            try:
+                checked.append(check_key(key))
+            except LowtideError as exc:
+                failures[key] = exc
+        strip = len(self._prefix)
+        for start in range(0, len(checked), DELETE_OBJECTS_MAX):
+            chunk = checked[start:start + DELETE_OBJECTS_MAX]
+            try:
+                # Quiet: the answer lists only the keys that failed (a missing key is not one).
+                response = self._client.delete_objects(Bucket=self.config.bucket, Delete={
+                    "Objects": [{"Key": self._prefix + key} for key in chunk], "Quiet": True})
+            except (ClientError, BotoCoreError) as exc:
+                failures.update((key, ObjectStoreUnavailable(f"delete {key}: {exc}")) for key in chunk)
+                continue
+            for error in response.get("Errors", ()):
+                if error.get("Code") in _NOT_FOUND:
+                    continue
+                key = error.get("Key", "")[strip:]
+                failures[key] = ObjectStoreUnavailable(f"delete {key}: {error.get('Code')}: {error.get('Message')}")
+        return failures
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._prefix + check_key(key)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Protocol
@@ -66,15 +66,10 @@ class ScanConfig:
     grace_period_ms: int
     prefix: str = ""
     describe_batch: int = 1000
-    # Deletes of one batch's orphans run on this many threads (all are confirmed orphans, so their
-    # order does not matter; an unlink or a DeleteObject waits on I/O, not on the GIL).
-    delete_threads: int = 8
 
     def __post_init__(self) -> None:
         if self.grace_period_ms <= 0:
             raise ValueError(f"grace period must be > 0 ms, got {self.grace_period_ms}")
-        if self.delete_threads <= 0:
-            raise ValueError(f"delete_threads must be > 0, got {self.delete_threads}")
         if self.describe_batch <= 0:
             raise ValueError(f"describe_batch must be > 0, got {self.describe_batch}")
 
@@ -162,24 +157,19 @@ def _scan(store: ObjectStore, shards: Sequence[ShardView], *, config: ScanConfig
             oldest = min(oldest, created)
     report.threshold_ms = oldest - config.grace_period_ms
     listing = _older_than(iter(store.list(prefix=config.prefix)), report.threshold_ms / 1000, report)
-    with ThreadPoolExecutor(config.delete_threads, thread_name_prefix="orphan-delete") as pool:
+    # One batch's orphans are deleted (one delete_many: a DeleteObjects per 1,000 keys on S3) on
+    # this thread while the next batch is listed and described: the two wait on different things.
+    with ThreadPoolExecutor(1, thread_name_prefix="orphan-delete") as pool:
         return _scan_batches(store, shards, listing, config=config, report=report, progress=progress, pool=pool)
 
 
-def _delete_all(store: ObjectStore, orphans: list[ObjectInfo], report: ScanReport,
-                pool: ThreadPoolExecutor) -> str | None:
-    """Delete confirmed orphans; count those deleted; the first failure's description, if any."""
-    def delete(obj: ObjectInfo) -> str | None:
-        try:
-            store.delete(obj.key)
-        except Exception as exc:  # noqa: BLE001 - reported as the scan's failure
-            return f"{obj.key}: {type(exc).__name__}: {exc}"
-        return None
-
+def _count_deleted(orphans: list[ObjectInfo], failures: dict[str, object], report: ScanReport) -> str | None:
+    """Count the orphans a delete_many removed; the first failure's description, if any."""
     first_failure = None
-    for obj, failure in zip(orphans, pool.map(delete, orphans), strict=True):
+    for obj in orphans:
+        failure = failures.get(obj.key)
         if failure is not None:
-            first_failure = first_failure or failure
+            first_failure = first_failure or f"{obj.key}: {type(failure).__name__}: {failure}"
             continue
         if len(report.deleted) < MAX_REPORTED_KEYS:
             report.deleted.append(obj.key)
@@ -191,26 +181,52 @@ def _delete_all(store: ObjectStore, orphans: list[ObjectInfo], report: ScanRepor
 def _scan_batches(store: ObjectStore, shards: Sequence[ShardView], listing: Iterator[ObjectInfo], *,
                   config: ScanConfig, report: ScanReport, progress: Progress | None,
                   pool: ThreadPoolExecutor) -> ScanReport:
+    in_flight: tuple[Future, list[ObjectInfo]] | None = None
+
+    def settle() -> str | None:
+        """Wait for the batch being deleted; the first failure's description, if any."""
+        nonlocal in_flight
+        if in_flight is None:
+            return None
+        future, orphans = in_flight
+        in_flight = None
+        try:
+            failures = future.result()
+        except Exception as exc:  # noqa: BLE001 - reported as the scan's failure
+            return f"{type(exc).__name__}: {exc}"
+        return _count_deleted(orphans, failures, report)
+
     try:
-        for batch in _batches(listing, config.describe_batch):
-            report.candidates += len(batch)
-            keys = [o.key for o in batch]
-            known: set[str] = set()
-            for shard in shards:
-                try:
-                    known |= shard.known_files(keys)
-                except Exception as exc:  # noqa: BLE001 - see _scan's contract
-                    return _fail(report, _reason(exc), f"{shard.name}: DescribeFiles: {type(exc).__name__}: {exc}")
-            report.known += len(known)
-            orphans = [obj for obj in batch if obj.key not in known]
-            report.orphans += len(orphans)
-            report.orphan_keys += [o.key for o in orphans[:MAX_REPORTED_KEYS - len(report.orphan_keys)]]
-            if orphans and not report.dry_run:
-                failed = _delete_all(store, orphans, report, pool)
+        try:
+            for batch in _batches(listing, config.describe_batch):
+                report.candidates += len(batch)
+                keys = [o.key for o in batch]
+                known: set[str] = set()
+                for shard in shards:
+                    try:
+                        known |= shard.known_files(keys)
+                    except Exception as exc:  # noqa: BLE001 - see _scan's contract
+                        failed = settle()  # the batch before was confirmed: its deletes stand
+                        return _fail(report, _reason(exc), f"{shard.name}: DescribeFiles: {type(exc).__name__}: {exc}"
+                                     + (f"; and a delete failed: {failed}" if failed else ""))
+                report.known += len(known)
+                orphans = [obj for obj in batch if obj.key not in known]
+                report.orphans += len(orphans)
+                report.orphan_keys += [o.key for o in orphans[:MAX_REPORTED_KEYS - len(report.orphan_keys)]]
+                failed = settle()
                 if failed is not None:
                     return _fail(report, "delete_failed", failed)
-            if progress is not None:
-                progress(report)
-    except Exception as exc:  # noqa: BLE001 - the listing itself failed midway
-        return _fail(report, "list_failed", f"{type(exc).__name__}: {exc}")
-    return report
+                if orphans and not report.dry_run:
+                    in_flight = (pool.submit(store.delete_many, [o.key for o in orphans]), orphans)
+                if progress is not None:
+                    progress(report)
+        except Exception as exc:  # noqa: BLE001 - the listing itself failed midway
+            failed = settle()
+            return _fail(report, "list_failed", f"{type(exc).__name__}: {exc}"
+                         + (f"; and a delete failed: {failed}" if failed else ""))
+        failed = settle()
+        if failed is not None:
+            return _fail(report, "delete_failed", failed)
+        return report
+    finally:
+        settle()

@@ -76,6 +76,30 @@ class ObjectStoreContract:
         assert store.head("d/1") is None
         assert [i.key for i in store.list(prefix="d/")] == ["d/2"]
 
+    def test_delete_many_removes_every_key_across_prefixes_and_skips_missing_ones(self, store: ObjectStore):
+        for key in ("d/1", "d/2", "d/keep", "e/f/3", "top"):
+            store.put(key, key.encode())
+        failures = store.delete_many(["d/2", "top", "e/f/3", "d/1", "never/was", "d/gone", "d/1"])
+        assert failures == {}
+        assert [i.key for i in store.list()] == ["d/keep"]
+        assert store.delete_many([]) == {}
+
+    def test_delete_many_more_keys_than_one_bulk_request_takes(self, store: ObjectStore):
+        keys = [f"bulk/{i:05d}" for i in range(1203)]  # S3's DeleteObjects takes 1,000 keys
+        for key in keys:
+            store.put(key, b"b")
+        store.put("bulk~after", b"a")
+        assert store.delete_many(keys) == {}
+        assert [i.key for i in store.list(prefix="bulk")] == ["bulk~after"]
+
+    def test_delete_many_names_a_key_breaking_the_rules_and_still_deletes_the_others(self, store: ObjectStore):
+        store.put("ok/1", b"1")
+        store.put("ok/2", b"2")
+        failures = store.delete_many(["ok/1", "../etc/passwd", "a//b", "ok/2"])
+        assert set(failures) == {"../etc/passwd", "a//b"}
+        assert all(isinstance(e, InvalidRequest) for e in failures.values())
+        assert list(store.list()) == []
+
     @pytest.mark.parametrize("key", ["", "/abs", "a//b", "a/", "../etc/passwd", "a/../../b", "a/./b",
                                      ".hidden", "a/.tmp", "a\\b", "a\x00b", "a\nb", "x" * 1025])
     def test_a_key_breaking_the_rules_is_an_invalid_request_and_touches_nothing(self, store: ObjectStore, key):

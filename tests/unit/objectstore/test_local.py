@@ -46,6 +46,9 @@ def test_a_symlink_out_of_the_root_cannot_be_followed_by_a_key(store, tmp_path):
     with pytest.raises(InvalidRequest):
         store.put("link/new", b"x")
     assert not (outside / "new").exists()
+    failures = store.delete_many(["link/secret"])
+    assert isinstance(failures["link/secret"], InvalidRequest)
+    assert (outside / "secret").exists()
 
 
 def test_a_key_that_is_a_prefix_directory_of_other_keys_cannot_be_put(store):
