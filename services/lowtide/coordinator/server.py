@@ -23,11 +23,12 @@ from prometheus_client import REGISTRY
 
 from lowtide.auth.access import build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
+from lowtide.client.diskless_files import describe_files
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
 from lowtide.coordinator.leadership import ShardLease, read_shards
-from lowtide.coordinator.lifetime import FileLifetime
+from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
 from lowtide.coordinator.retention import RetentionPass
@@ -63,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="snapshot at least this often when records were applied (0 = only by record count)")
     add_flag(parser, "--file-delete-grace-ms", type=int, default=60000,
              help="diskless.file.delete.grace.ms: how long a deletable WAL file stays for in-flight reads")
+    add_flag(parser, "--file-claim-after-ms", type=int, default=DEFAULT_CLAIM_AFTER_MS,
+             help="a file this shard is done with but an earlier owner never recorded (a commit that reached only "
+                  "some owners) is claimed once its row is this old and no earlier owner knows it; must exceed "
+                  "the longest a commit may be in flight, like the orphan scanner's grace period (the default is "
+                  "the same 10 minutes)")
     add_flag(parser, "--file-lifetime-interval-ms", type=int, default=1000,
              help="how often the file handover/deletion worker looks for work")
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000,
@@ -86,6 +92,19 @@ def build_hand_over(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: 
         if error is not None:
             raise error
     return hand_over
+
+
+def build_knows_file(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: list[tuple[str, str]]):
+    """The file lifetime worker's question to an earlier owner: do you know this file?"""
+    def knows_file(target: int, object_key: str) -> bool:
+        shard = read_shards(redis).get(target)
+        if shard is None:
+            raise CoordinatorNotAvailable(f"coordinator shard {target} has not registered an address")
+        answer = describe_files(channels, shard.grpc, [object_key], metadata=metadata, timeout_s=30)
+        if object_key in answer.errors:
+            raise answer.errors[object_key]
+        return object_key in answer.known
+    return knows_file
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
     lifetime = FileLifetime(store=open_object_store(args.object_store), grace_ms=args.file_delete_grace_ms,
                             hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
+                            knows_file=build_knows_file(redis=redis, channels=channels, metadata=metadata),
+                            claim_after_ms=args.file_claim_after_ms,
                             interval_ms=args.file_lifetime_interval_ms)
     metadata_log = MetadataLog(shard=args.shard, shards=config.shards, store=MetadataStore(redis=redis),
                                replicas=replicas, request_timeout_ms=args.append_timeout_ms)

@@ -24,6 +24,7 @@ last live batch in it is gone it hands the file to the next owner; the last owne
 
     live          this shard still has live batches in the file
     released      none left here, but an earlier owner still owns the file: wait for the handover
+                  (or claim the file if no earlier owner ever recorded it: coordinator.lifetime)
     handing_over  none left here and this shard owns it: a worker must hand it to the next owner
     deletable     none left here and this shard is the last owner: delete the object once
                   ``marked_for_deletion_at_ms`` + the grace period has passed, then log FileDeleted

@@ -36,6 +36,7 @@ from tests.integration.coordinator.dc import (
 )
 
 GRACE_MS = 3000
+CLAIM_AFTER_MS = 2000
 GRPCURL = Path(__file__).resolve().parents[3] / ".tools" / "bin" / "grpcurl"
 
 
@@ -44,6 +45,7 @@ def dc_cluster(request, tmp_path_factory):
     config = ClusterConfig(data_dir=tmp_path_factory.mktemp("dc"), replicas=3, coordinators=2,
                            replica_config=dict(DEFAULT_REPLICA_CONFIG),
                            extra_env={"LOWTIDE_FILE_DELETE_GRACE_MS": str(GRACE_MS),
+                                      "LOWTIDE_FILE_CLAIM_AFTER_MS": str(CLAIM_AFTER_MS),
                                       "LOWTIDE_FILE_LIFETIME_INTERVAL_MS": "200"})
     yield from running_cluster(request, config)
 
@@ -178,6 +180,41 @@ def test_a_file_whose_batches_are_all_deleted_is_removed_after_the_grace_period_
     while describe_files(shard1, [key]).files[0].known:
         assert time.monotonic() < deadline, "shard 1 kept the row of a deleted file"
         time.sleep(0.05)
+
+
+def test_a_file_committed_to_a_later_owner_only_is_claimed_by_it_and_deleted(dc_cluster):
+    # The broker's CommitFile reached shard 1 but never shard 0, the first owner: shard 0 will
+    # never hand the file over, so shard 1 claims it once the commit can no longer be in flight.
+    store = open_object_store(dc_cluster.object_store_url)
+    partial, shared = "wal/partial-1", "wal/shared-1"
+    store.put(partial, b"p" * 300)
+    store.put(shared, b"s" * 300)
+    shard0, shard1 = shard_stub(dc_cluster, 0), shard_stub(dc_cluster, 1)
+    tid = new_topic_id()
+    create_partitions(shard0, tid, "partial", [0])
+    create_partitions(shard1, tid, "partial", [1])
+    reply = call_retrying(shard1.CommitFile, commit_request(partial, tid, partition=1, batches=1, owners=(0, 1)))
+    assert all(b.error_code == 0 for b in reply.batches)
+    committed = time.monotonic()
+    # A file both shards recorded, whose first owner keeps a live batch: never claimed.
+    for dc, partition in ((shard0, 0), (shard1, 1)):
+        reply = call_retrying(dc.CommitFile, commit_request(shared, tid, partition=partition, batches=1, owners=(0, 1)))
+        assert all(b.error_code == 0 for b in reply.batches)
+    assert delete_records(shard1, tid, 1, -1).low_watermark == 20  # both files are done with on shard 1
+
+    while store.head(partial) is not None:
+        assert time.monotonic() - committed < (CLAIM_AFTER_MS + GRACE_MS) / 1000 + 15, "the partial file stayed"
+        time.sleep(0.1)
+    gone_after = time.monotonic() - committed
+    assert gone_after >= (CLAIM_AFTER_MS + GRACE_MS) / 1000 - 0.5, f"deleted {gone_after:.2f}s after the commit"
+    deadline = time.monotonic() + 10
+    while describe_files(shard1, [partial]).files[0].known:
+        assert time.monotonic() < deadline, "shard 1 kept the row of the deleted partial file"
+        time.sleep(0.05)
+    # The shared file: shard 0 knows it, so shard 1 waits for the handover, however long.
+    assert store.head(shared) is not None
+    assert describe_files(shard1, [shared]).files[0].known
+    assert describe_files(shard0, [shared]).files[0].has_live_batches
 
 
 def test_reflection_lists_the_coordinator_service_and_health_is_serving(dc_cluster):
