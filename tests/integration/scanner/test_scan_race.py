@@ -6,7 +6,9 @@ Real processes: redis-server, 3 replicas, 2 coordinator shards, the scanner. In 
   commit it to every shard it has batches for (owners: those shards, randomly permuted, so files
   are handed from owner to owner), each commit within the broker's contract (sent within the
   commit interval of the upload's start, deadline = append timeout); one upload in ten is never
-  committed (a broker that died between upload and commit);
+  committed (a broker that died between upload and commit), and one file with two owners in ten
+  is committed to its later owner only (a broker that died between its commits: the later owner
+  must claim the file once no commit of it can be in flight, or it would be kept forever);
 * a deleter moves partitions' log start forward (DeleteRecords), so coordinators release, hand
   over and delete files;
 * a disrupter stops a shard for a moment (SIGSTOP/SIGCONT), and once restarts one (a new leader);
@@ -15,7 +17,8 @@ Real processes: redis-server, 3 replicas, 2 coordinator shards, the scanner. In 
 Afterwards: no file a shard knows was deleted by the scanner, no file with an acknowledged batch
 was, every acknowledged batch at or above its partition's log start reads back byte for byte
 (FindBatches, then a ranged get of its object), and once every record is deleted one last scan
-leaves no orphan behind. Rounds: LOWTIDE_ORPHAN_RACE_ROUNDS (default 200; 10000 by hand).
+leaves no orphan behind, and the shards themselves delete every file they know (claims
+included). Rounds: LOWTIDE_ORPHAN_RACE_ROUNDS (default 200; 10000 by hand).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ WRITERS = 3
 RECORDS_PER_BATCH = 5
 PARTITIONS = {0: 0, 1: 0, 2: 1, 3: 1}  # partition -> shard
 CRASH_RATE = 0.1
+PARTIAL_RATE = 0.1
+CLAIM_AFTER_MS = 3000  # > the commit interval + the commit deadline, as the coordinators require
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class Race:
         self.stop = threading.Event()
         self.uploaded: set[str] = set()
         self.abandoned: set[str] = set()
+        self.partial: set[str] = set()  # committed to later owners only
         self.acked: list[AckedBatch] = []
         self.acked_keys: set[str] = set()
         self.scanner_deleted: set[str] = set()
@@ -105,7 +111,13 @@ class Race:
                     self.abandoned.add(key)
                 continue
             deadline = put_started + (COMMIT_INTERVAL_MS + APPEND_TIMEOUT_MS) / 1000
-            for shard in owners:
+            if len(owners) > 1 and rng.random() < PARTIAL_RATE:
+                with self.lock:
+                    self.partial.add(key)
+                owners_reached = owners[1:]  # died before committing to the first owner
+            else:
+                owners_reached = owners
+            for shard in owners_reached:
                 mine = [b for b in batches if PARTITIONS[b[0]] == shard]
                 self._commit(shard, key, len(data), owners, mine, deadline)
             time.sleep(rng.uniform(0, 0.02))
@@ -198,7 +210,8 @@ def known_by_any_shard(race: Race, keys: list[str]) -> tuple[set[str], set[str]]
 
 def test_scans_racing_commits_deletes_and_handovers_never_delete_a_known_file_or_an_acknowledged_batch(
         cluster_factory):
-    cluster = cluster_factory(replicas=3, coordinators=2, extra_env={**SCANNER_ENV, "LOWTIDE_LEASE_MS": "3000"})
+    cluster = cluster_factory(replicas=3, coordinators=2, extra_env={
+        **SCANNER_ENV, "LOWTIDE_LEASE_MS": "3000", "LOWTIDE_FILE_CLAIM_AFTER_MS": str(CLAIM_AFTER_MS)})
     topic_id = new_topic_id()
     for shard in (0, 1):
         create_partitions(shard_stub(cluster, shard), topic_id, "race",
@@ -226,7 +239,7 @@ def test_scans_racing_commits_deletes_and_handovers_never_delete_a_known_file_or
             cluster.resume(f"coordinator-{shard}")
     assert not race.errors, race.errors
     print(f"rounds={ROUNDS} scans={dict(results)} uploaded={len(race.uploaded)} acked={len(race.acked)} "
-          f"abandoned={len(race.abandoned)} scanner_deleted={len(race.scanner_deleted)}")
+          f"abandoned={len(race.abandoned)} partial={len(race.partial)} scanner_deleted={len(race.scanner_deleted)}")
     assert results["ok"] > 0
 
     # Nothing the shards know, nothing acknowledged, was deleted by the scanner.
@@ -270,3 +283,12 @@ def test_scans_racing_commits_deletes_and_handovers_never_delete_a_known_file_or
     print(f"after deleting every record: {len(left)} files left, {len(known_left)} known to a shard, "
           f"threshold {time.time() * 1000 - last.threshold_ms:.0f} ms ago")
     assert race.scanner_deleted and race.scanner_deleted <= set(uploaded) - race.acked_keys
+    # With no record left, the shards hand over, claim and delete every file they know; files
+    # committed to their later owner only are claimed once CLAIM_AFTER_MS has passed.
+    deadline = time.monotonic() + (CLAIM_AFTER_MS + 500) / 1000 + 60
+    while known_left := known_by_any_shard(race, uploaded)[0]:
+        assert time.monotonic() < deadline, (f"{len(known_left)} files still known with no record left, "
+                                             f"{len(known_left & race.partial)} of them partial commits: "
+                                             f"{sorted(known_left)[:5]}")
+        time.sleep(0.5)
+    assert not [k for k in uploaded if k in race.acked_keys and race.store.head(k) is not None]
