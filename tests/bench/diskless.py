@@ -1,10 +1,12 @@
 """The ``diskless`` section of ``tests.bench.run`` (issue 13): a cluster of its own with two
 coordinator shards on the local object store.
 
-* CommitFile over gRPC to one shard: files of 100 batches (each batch a distinct partition of 100,
-  4 client threads pipelining), per-file latency p50/p99 and batches/s (brief §11: >= 20,000
-  batches/s per shard, p99 <= 20 ms for a 100-batch file). The batches name byte ranges of a file
-  that is never uploaded: the shard checks ranges, not objects.
+* CommitFile over gRPC to one shard: files of 100 batches (each batch a distinct partition of 100),
+  4 client threads pipelining flat out: batches/s (brief §11: >= 20,000 batches/s per shard);
+  then open loop at that target rate (200 files/s): per-file latency p50/p99 (brief §11: p99 <=
+  20 ms for a 100-batch file). Flat out, 4 callers wait on each other (p50 = 4 / throughput), so
+  the latency target is judged at the rated throughput, as Kafka's latency figures are. The
+  batches name byte ranges of a file that is never uploaded: the shard checks ranges, not objects.
 * FindBatches p99 over gRPC: random partition, random live offset, 1 MiB budget (target <= 5 ms).
 * Diskless produce MB/s: pre-built 1 MiB batches sent by 4 threads through the three replicas
   (acks=all; each answer comes once its WAL file is committed), and consume MB/s with
@@ -62,6 +64,44 @@ def _commit_bench(client: DisklessCoordinatorClient, *, files: int, threads: int
     for t in pool:
         t.join()
     return latencies, time.perf_counter() - began, topic_id
+
+
+def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_files_s: float,
+                  files: int) -> list[float]:
+    """Open loop: one 100-batch CommitFile every 1/rate seconds, whatever the earlier ones are
+    doing (16 sender threads), each latency counted from when it was due, not from when a thread
+    got to it (no coordinated omission). At 200 files/s this is the brief's 20,000 batches/s."""
+    batches = [BatchToCommit(topic_id=topic_id, partition=i % PARTITIONS, byte_offset=i * BATCH_BYTES,
+                             size=BATCH_BYTES, base_offset=0, last_offset=39, max_timestamp=int(time.time() * 1000),
+                             timestamp_type=0) for i in range(BATCHES_PER_FILE)]
+    latencies: list[float] = []
+    lock = threading.Lock()
+    start = time.perf_counter() + 0.05
+    due = iter(start + i / rate_files_s for i in range(files))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                at = next(due, None)
+            if at is None:
+                return
+            delay = at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            results = client.commit_file(0, object_key=f"wal/paced-{uuid.uuid4().hex}",
+                                         file_size=BATCHES_PER_FILE * BATCH_BYTES, owner_ids=[0], batches=batches,
+                                         uploader_broker_id=0)
+            took = time.perf_counter() - at
+            assert all(r.error is None for r in results), results[0].error
+            with lock:
+                latencies.append(took)
+
+    pool = [threading.Thread(target=worker) for _ in range(16)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return latencies
 
 
 def _find_bench(client: DisklessCoordinatorClient, topic_id: bytes, *, lookups: int, files: int) -> list[float]:
@@ -133,6 +173,7 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         files = 100 if quick else 500
         latencies, seconds, topic_id = _commit_bench(client, files=files, threads=4)
         rate = files * BATCHES_PER_FILE / seconds
+        paced = _commit_paced(client, topic_id, rate_files_s=200, files=400 if quick else 2000)
         finds = _find_bench(client, topic_id, lookups=300 if quick else 2000, files=files)
         produce_mbs, consume_mbs, produced = _produce_consume(cluster, total_bytes=(64 if quick else 256) * MiB)
     finally:
@@ -140,8 +181,10 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         redis.close()
         cluster.down(timeout_s=10.0)
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
+    pp50, pp99 = percentile(paced, 50) * 1e3, percentile(paced, 99) * 1e3
     fp50, fp99 = percentile(finds, 50) * 1e3, percentile(finds, 99) * 1e3
-    say(f"diskless: CommitFile {rate:,.0f} batches/s, 100-batch file p50 {p50:.1f} ms p99 {p99:.1f} ms; "
+    say(f"diskless: CommitFile {rate:,.0f} batches/s (4 threads: p50 {p50:.1f} ms p99 {p99:.1f} ms); at 20,000 "
+        f"batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms; "
         f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
         f"consume {consume_mbs:.1f} MB/s")
     over = "over gRPC to one shard, metadata log appended acks=all on RF 3 replicas"
@@ -150,9 +193,15 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
                unit="batches/s", target=">= 20,000 batches/s per shard", target_value=20_000, better="higher",
                note=f"{files} files of 100 batches, 4 pipelining threads, {over}",
                params={"files": files}).judge(),
-        Figure(key="dc_commitfile_p99_ms", name="DC CommitFile p99, 100-batch file", value=p99, unit="ms",
-               target="p99 <= 20 ms", target_value=20, better="lower", note=f"p50 {p50:.1f} ms; {over}",
-               params={"p50_ms": p50}).judge(),
+        Figure(key="dc_commitfile_p99_ms", name="DC CommitFile p99, 100-batch file", value=pp99, unit="ms",
+               target="p99 <= 20 ms", target_value=20, better="lower",
+               note=f"p50 {pp50:.1f} ms; at the target rate, 20,000 batches/s offered open-loop (200 files/s, "
+                    f"latency from each call's due time); {over}",
+               params={"p50_ms": pp50, "files": len(paced), "rate_files_s": 200}).judge(),
+        Figure(key="dc_commitfile_saturated_p99_ms", name="DC CommitFile p99, 100-batch file, 4 threads flat out",
+               value=p99, unit="ms",
+               note=f"p50 {p50:.1f} ms: closed loop at the throughput above, so by Little's law p50 ~ 4 files / "
+                    f"throughput; {over}", params={"p50_ms": p50}).judge(),
         Figure(key="dc_findbatches_p99_ms", name="DC FindBatches p99", value=fp99, unit="ms", target="p99 <= 5 ms",
                target_value=5, better="lower", note=f"p50 {fp50:.2f} ms; 1 MiB budget, random partition and offset",
                params={"p50_ms": fp50, "lookups": len(finds)}).judge(),

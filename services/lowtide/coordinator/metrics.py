@@ -9,6 +9,9 @@
     lowtide_coordinator_snapshot_age_seconds{shard}      age of the newest snapshot (absent: none yet)
     lowtide_coordinator_applied_offset{shard}            last applied metadata log offset
     lowtide_coordinator_leader{shard}                    1 while this process leads the shard
+    lowtide_coordinator_append_duration_seconds{shard}   histogram: one acks=all metadata append
+    lowtide_coordinator_append_decisions{shard}          histogram: requests carried per append
+                                                         (the last two defined in coordinator.service)
 
 The gauges are read at scrape time from the shard (a few indexed SQLite queries under its lock).
 """

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Histogram
+
 from lowtide.clock import now_ms
 from lowtide.coordinator.core import CoordinatorCore, Decision
 from lowtide.coordinator.leadership import ShardAddress, register_shard
@@ -67,6 +69,12 @@ DB_FILE = "state.sqlite"
 SNAPSHOT_DIR = "snapshots"
 # Decisions sent in one Produce at most: bounds the batch a slow replica must take at once.
 MAX_DECISIONS_PER_APPEND = 512
+APPEND_DURATION = Histogram(
+    "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
+    ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
+APPEND_DECISIONS = Histogram(
+    "lowtide_coordinator_append_decisions", "Decisions (requests) carried by one metadata log append", ["shard"],
+    buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +254,11 @@ class ShardService:
                 self._topic_ready = True
             now = now_ms()
             data = b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now) for w in payload)
+            began = time.perf_counter()
             base = self.log.append(data, timeout_ms=self.config.append_timeout_ms)
+            shard = str(self.config.shard)
+            APPEND_DURATION.labels(shard).observe(time.perf_counter() - began)
+            APPEND_DECISIONS.labels(shard).observe(len(payload))
         with self._lock:
             pairs: list[tuple[MetadataRecord, int]] = []
             offset = base
