@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -14,7 +15,7 @@ from lowtide.client.metadata import (
     topic_from_error,
 )
 from lowtide.client.replica import PartitionDeletion, PartitionOffset
-from lowtide.errors import LowtideError, error_or_none
+from lowtide.errors import LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
@@ -48,6 +49,14 @@ class GroupOffsets:
     group_id: str
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     error: LowtideError | None = None
+
+
+def _worth_retrying(answer: ListedOffset | None) -> bool:
+    # UNKNOWN_TOPIC_OR_PARTITION is retriable in Kafka's table too, but here it answers a name or
+    # partition that does not exist far more often than a topic still being created: a typo must
+    # not hang for the whole timeout.
+    error = None if answer is None else answer.error
+    return error is not None and error.retriable and not isinstance(error, UnknownTopicOrPartition)
 
 
 class Admin(PooledClient):
@@ -126,18 +135,33 @@ class Admin(PooledClient):
         return self.describe_cluster(names).topics
 
     # -- offsets and deletion ----------------------------------------------------------------
-    def list_offsets(self, queries: Mapping[TopicPartition, int], *,
-                     isolation_level: int = 0) -> dict[TopicPartition, ListedOffset]:
+    def list_offsets(self, queries: Mapping[TopicPartition, int], *, isolation_level: int = 0,
+                     timeout_s: float | None = None) -> dict[TopicPartition, ListedOffset]:
         """``{(topic, partition): timestamp}`` with OffsetSpec values or a time in ms; with
-        ``isolation_level`` 1 (read_committed) LATEST is the last stable offset."""
-        request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
-            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in queries.items()])
-        response = self._call("ListOffsets", request)
-        return {(r.topic, r.partition): ListedOffset(topic=r.topic, partition=r.partition, offset=r.offset,
-                                                     timestamp=r.timestamp,
-                                                     leader_epoch=r.leader_epoch,
-                                                     error=error_or_none(r.error_code, r.error_message))
-                for r in response.partitions}
+        ``isolation_level`` 1 (read_committed) LATEST is the last stable offset.
+
+        A partition answering a retriable error (NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE
+        while its leadership moves, a replica restarting...) is asked again, with backoff, until
+        ``timeout_s`` (default: this client's timeout), as Kafka's AdminClient retries until
+        ``default.api.timeout.ms``; then its last error is returned with the other results."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        results: dict[TopicPartition, ListedOffset] = {}
+        pending = dict(queries)
+        backoff = 0.05
+        while True:
+            request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
+                common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in pending.items()])
+            response = self._call("ListOffsets", request)
+            for r in response.partitions:
+                results[(r.topic, r.partition)] = ListedOffset(
+                    topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
+                    leader_epoch=r.leader_epoch, error=error_or_none(r.error_code, r.error_message))
+            retry = {tp: ts for tp, ts in pending.items() if _worth_retrying(results.get(tp))}
+            if not retry or time.monotonic() + backoff > deadline:
+                return results
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            pending = retry
 
     def delete_records(self, offsets: Mapping[TopicPartition, int] | Sequence[tuple[str, int, int]], *,
                        timeout_ms: int = 30_000) -> dict[TopicPartition, DeleteRecordsResult]:
