@@ -5,18 +5,21 @@ Wiring::
 
     Produce (diskless items)  -> DisklessProducer  -> WAL file -> object store; CommitFile -> shards
     Fetch   (diskless items)  -> DisklessFetcher   -> FindBatches -> ranged reads (RangeCache)
+    ListOffsets, DeleteRecords -> DisklessOffsets  -> the partition's shard (as at the front door)
     a commit made here        -> RangeCache (its bytes) + CommitSignal (wakes parked fetches)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import redis as redis_lib
 
 from lowtide.client.diskless import DisklessCoordinatorClient
-from lowtide.client.replica import FetchedPartition, FetchPosition
+from lowtide.client.replica import FetchedPartition, FetchPosition, PartitionDeletion, PartitionOffset
 from lowtide.diskless.fetch import CommitSignal, DisklessFetcher, DisklessFetchItem, RangeCache
+from lowtide.diskless.offsets import DisklessOffsets
 from lowtide.diskless.produce import DisklessAppend, DisklessConfig, DisklessProducer
 from lowtide.diskless.topics import DisklessTopics, ShardDirectory
 from lowtide.errors import LowtideError
@@ -29,8 +32,9 @@ class DisklessBroker:
     """Produce and fetch of diskless partitions for one replica server.
 
     Contract: ``topic(name)`` says whether a topic is diskless (its TopicInfo, else None);
-    ``produce`` / ``fetch`` take only diskless partitions and answer one result per item, in order
-    (see DisklessProducer / DisklessFetcher). Thread-safety: thread-safe; ``stop`` once.
+    ``produce`` / ``fetch`` / ``list_offsets`` / ``delete_records`` take only diskless partitions
+    and answer one result per item, in order (see DisklessProducer / DisklessFetcher /
+    DisklessOffsets). Thread-safety: thread-safe; ``stop`` once.
     """
 
     def __init__(self, *, config: DisklessConfig, object_store_url: str, redis: redis_lib.Redis,
@@ -46,6 +50,8 @@ class DisklessBroker:
                                          on_committed=self._committed)
         self.fetcher = DisklessFetcher(store=self.store, coordinators=self.coordinators, cache=self.cache,
                                        signal=self.signal, poll_ms=config.fetch_poll_ms)
+        self._offsets_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="diskless-offsets")
+        self.offsets = DisklessOffsets(coordinators=self.coordinators, pool=self._offsets_pool)
 
     def _committed(self, object_key: str, batches: list[tuple[str, int, int, int, bytes]]) -> None:
         for _topic, _partition, position, _size, data in batches:
@@ -64,8 +70,36 @@ class DisklessBroker:
         return self.fetcher.fetch([DisklessFetchItem(info=i, position=p) for i, p in items], max_wait_ms=max_wait_ms,
                                   min_bytes=min_bytes, max_bytes=max_bytes, cancelled=cancelled)
 
+    def list_offsets(self, items: Sequence[tuple[TopicInfo, int, int]]) -> list[PartitionOffset]:
+        """(topic, partition, timestamp or OffsetSpec) -> one answer each, in order (a partition
+        asked twice, at two times, gets both answers)."""
+        return [*self._each_round(items, lambda q, infos: self.offsets.list_offsets(q, infos))]
+
+    def delete_records(self, items: Sequence[tuple[TopicInfo, int, int]], *,
+                       timeout_ms: int) -> list[PartitionDeletion]:
+        """(topic, partition, delete-before offset) -> one answer each, in order."""
+        return [*self._each_round(items, lambda q, infos: self.offsets.delete_records(q, infos,
+                                                                                        timeout_ms=timeout_ms))]
+
+    @staticmethod
+    def _each_round(items: Sequence[tuple[TopicInfo, int, int]], ask: Callable) -> list:
+        # DisklessOffsets takes one value per partition: a repeated partition goes in a later round.
+        rounds: list[dict[tuple[str, int], int]] = []
+        slots = []
+        for info, partition, value in items:
+            key = (info.name, partition)
+            index = next((i for i, r in enumerate(rounds) if key not in r), len(rounds))
+            if index == len(rounds):
+                rounds.append({})
+            rounds[index][key] = value
+            slots.append((index, key))
+        infos = {(i.name, p): i for i, p, _ in items}
+        answers = [ask(r, infos) for r in rounds]
+        return [answers[index][key] for index, key in slots]
+
     def stop(self) -> None:
         self.producer.stop()
         self.fetcher.stop()
+        self._offsets_pool.shutdown(wait=False, cancel_futures=True)
         self.coordinators.close()
         self.store.close()

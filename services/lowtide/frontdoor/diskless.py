@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import PartitionDeletion, PartitionOffset
 from lowtide.client.replica import TopicPartition as TopicPartitionKey
+from lowtide.diskless.offsets import DisklessOffsets
 from lowtide.diskless.topics import (
     ShardDirectory,
     assign_shards,
     gateway_for,
     produce_gateways,
-    shard_of,
     topic_id_bytes,
 )
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
@@ -45,6 +45,7 @@ class DisklessTopicAdmin:
         self._coordinators = coordinators
         self._directory = directory
         self._pool = pool
+        self._offsets = DisklessOffsets(coordinators=coordinators, pool=pool)
 
     def _each_shard(self, shards: Iterable[int], fn) -> dict[int, LowtideError | None]:
         def run(shard: int) -> LowtideError | None:
@@ -107,56 +108,10 @@ class DisklessTopicAdmin:
         topics = self._store.topics()
         return {k: topics[k[0]] for k in keys if k[0] in topics and topics[k[0]].diskless}
 
-    def _by_shard(self, items: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
-                  failed: dict) -> dict[int, list[tuple[TopicPartitionKey, bytes, int, int]]]:
-        groups: dict[int, list[tuple[TopicPartitionKey, bytes, int, int]]] = {}
-        for key, value in items.items():
-            try:
-                shard = shard_of(infos[key], key[1])
-            except LowtideError as exc:
-                failed[key] = exc
-                continue
-            groups.setdefault(shard, []).append((key, topic_id_bytes(infos[key]), key[1], value))
-        return groups
-
     def list_offsets(self, timestamps: Mapping[TopicPartitionKey, int],
                      infos: Mapping[TopicPartitionKey, TopicInfo]) -> dict[TopicPartitionKey, PartitionOffset]:
-        failed: dict[TopicPartitionKey, LowtideError] = {}
-        groups = self._by_shard(timestamps, infos, failed)
-        out = {k: PartitionOffset(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
-
-        def ask(shard: int) -> None:
-            entries = groups[shard]
-            answers = self._coordinators.list_offsets(shard, [(t, p, ts) for _, t, p, ts in entries])
-            by = {(a.topic_id, a.partition): a for a in answers}
-            for key, tid, p, _ in entries:
-                a = by.get((tid, p))
-                out[key] = PartitionOffset(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
-                    "no answer"), offset=a.offset if a and a.error is None else -1,
-                    timestamp=a.timestamp if a and a.error is None else -1)
-        for shard, error in self._each_shard(groups, ask).items():
-            for key, _, p, _ in groups[shard]:
-                if error is not None:
-                    out[key] = PartitionOffset(topic=key[0], partition=p, error=error)
-        return out
+        return self._offsets.list_offsets(timestamps, infos)
 
     def delete_records(self, offsets: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
                        *, timeout_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
-        failed: dict[TopicPartitionKey, LowtideError] = {}
-        groups = self._by_shard(offsets, infos, failed)
-        out = {k: PartitionDeletion(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
-
-        def delete(shard: int) -> None:
-            entries = groups[shard]
-            answers = self._coordinators.delete_records(shard, [(t, p, o) for _, t, p, o in entries],
-                                                        timeout_s=max(0.1, timeout_ms / 1000))
-            by = {(a.topic_id, a.partition): a for a in answers}
-            for key, tid, p, _ in entries:
-                a = by.get((tid, p))
-                out[key] = PartitionDeletion(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
-                    "no answer"), low_watermark=a.offset if a and a.error is None else -1)
-        for shard, error in self._each_shard(groups, delete).items():
-            for key, _, p, _ in groups[shard]:
-                if error is not None:
-                    out[key] = PartitionDeletion(topic=key[0], partition=p, error=error)
-        return out
+        return self._offsets.delete_records(offsets, infos, timeout_ms=timeout_ms)

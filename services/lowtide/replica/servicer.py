@@ -65,6 +65,10 @@ _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 
 
+def _err_fields(error: LowtideError | None) -> dict:
+    return {} if error is None else {"error_code": error.code, "error_message": error.message}
+
+
 def _interleave(kinds: list, classic: list, diskless: list) -> list:
     """Answers back in request order: ``classic`` answer the None kinds, ``diskless`` the others."""
     a, b = iter(classic), iter(diskless)
@@ -264,8 +268,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     def ListOffsets(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,
                                       operation=AclOperation.DESCRIBE, topic=_topic, or_cluster_action=True)
+        kinds = self._diskless_kinds(screened.allowed)
         out = []
-        for q in screened.allowed:
+        for q in (q for q, k in zip(screened.allowed, kinds, strict=True) if k is None):
             r = common_pb2.ListOffsetsResult(topic=q.topic, partition=q.partition, offset=-1, timestamp=-1)
             try:
                 offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp,
@@ -274,19 +279,38 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             except LowtideError as err:
                 r.error_code, r.error_message = err.code, err.message
             out.append(r)
+        if len(out) != len(kinds):
+            # Diskless partitions: their shard answers (no transactions there, so LATEST is the HW
+            # at either isolation level).
+            answers = self.diskless.list_offsets(
+                [(k, q.partition, q.timestamp) for q, k in zip(screened.allowed, kinds, strict=True) if k is not None])
+            out = _interleave(kinds, out, [common_pb2.ListOffsetsResult(
+                topic=a.topic, partition=a.partition, offset=a.offset if a.error is None else -1,
+                timestamp=a.timestamp if a.error is None else -1, leader_epoch=-1, **_err_fields(a.error))
+                for a in answers])
         return common_pb2.ListOffsetsResponse(partitions=screened.merge(out, _REFUSED_LIST_OFFSETS))
 
     def DeleteRecords(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,
                                       operation=AclOperation.DELETE, topic=_topic, or_cluster_action=True)
-        items = [(p.topic, p.partition, p.offset) for p in screened.allowed]
-        results = self.manager.delete_records(items, timeout_ms=request.timeout_ms or 30000
-                                              ) if screened.any_allowed else []
+        timeout_ms = request.timeout_ms or 30000
+        kinds = self._diskless_kinds(screened.allowed)
+        items = [(p.topic, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
+        results = self.manager.delete_records(items, timeout_ms=timeout_ms) if items else []
         out = []
         for topic, partition, res in results:
             code, msg = _err(res)
             out.append(common_pb2.DeleteRecordsResult(topic=topic, partition=partition, error_code=code,
                                                       error_message=msg, low_watermark=-1 if code else res))
+        if len(out) != len(kinds):
+            # Diskless partitions: KIP-107 on their shard (LW = its log start offset), as the front
+            # door does.
+            answers = self.diskless.delete_records(
+                [(k, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None],
+                timeout_ms=timeout_ms)
+            out = _interleave(kinds, out, [common_pb2.DeleteRecordsResult(
+                topic=a.topic, partition=a.partition, low_watermark=a.low_watermark if a.error is None else -1,
+                **_err_fields(a.error)) for a in answers])
         return common_pb2.DeleteRecordsResponse(partitions=screened.merge(out, _REFUSED_DELETE))
 
     def OffsetForLeaderEpoch(self, request, context):

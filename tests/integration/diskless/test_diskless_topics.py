@@ -112,6 +112,33 @@ def test_the_client_consumer_reads_a_diskless_topic_from_the_earliest_offset_unc
         assert offsets == list(range(len(offsets)))
 
 
+def test_any_replica_answers_list_offsets_and_delete_records_of_a_diskless_partition_as_the_front_door(cluster):
+    # A Kafka client sends these to the partition's "leader" (a produce gateway), not to an
+    # admin endpoint: every replica must answer them, through the same shard calls.
+    cli(cluster, "topics", "create", "--topic", "disk-direct", "--partitions", "2", "--diskless")
+    cli(cluster, "topics", "create", "--topic", "classic-direct", "--partitions", "1")
+    cli(cluster, "produce", "--topic", "disk-direct", "--partition", "1", "--num-records", "300", "--record-size", "50")
+    replicas = ReplicaClient()
+    try:
+        addresses = [cluster.service(f"replica-{r}").grpc for r in range(3)]
+        for address in addresses:
+            answers = replicas.list_offsets(address, [("disk-direct", 1, -1), ("disk-direct", 1, -2),
+                                                      ("disk-direct", 0, -1), ("disk-direct", 9, -1)], timeout_s=10)
+            assert [(a.offset, a.error) for a in answers[:3]] == [(300, None), (0, None), (0, None)]
+            assert answers[3].error is not None and answers[3].error.name == "UNKNOWN_TOPIC_OR_PARTITION"
+        # Mixed with a classic partition this replica may not lead: each answered on its own.
+        [deleted, classic] = replicas.delete_records(addresses[1], [("disk-direct", 1, 120), ("classic-direct", 0, 0)],
+                                                    timeout_ms=5000, deadline_s=15)
+        assert (deleted.low_watermark, deleted.error) == (120, None)
+        assert classic.error is None or classic.error.name == "NOT_LEADER_OR_FOLLOWER"
+        earliest = replicas.list_offsets(addresses[2], [("disk-direct", 1, -2)], timeout_s=10)[0]
+        assert (earliest.offset, earliest.error) == (120, None)
+        [front] = cli(cluster, "offsets", "--topic", "disk-direct", "--partition", "1", "--time", "earliest")
+        assert front["partitions"][0]["offset"] == 120
+    finally:
+        replicas.close()
+
+
 def test_an_idempotent_producer_is_deduplicated_fenced_and_kept_in_sequence_over_the_wire(cluster):
     cli(cluster, "topics", "create", "--topic", "disk-idem", "--partitions", "1", "--diskless")
     address = cluster.service("replica-2").grpc
