@@ -200,3 +200,29 @@ def test_what_the_writer_stores_is_ordinary_record_batches_any_client_decodes(sp
         replica_pb2.FetchPartition(topic="plain", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]))
     values = [rec.value for _, recs in decode_batches(resp.partitions[0].records) for rec in recs]
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(50))
+
+
+def test_a_diskless_topic_is_written_and_read_through_the_source_unchanged_with_the_same_offsets(
+        spark, spark_cluster, admin):
+    # Nothing Spark-side knows the kind of topic: the source's metadata, ListOffsets, Fetch and
+    # Produce reach the replicas, which serve diskless partitions from the coordinator shards.
+    admin.create_topic("disk-spark", partitions=3, diskless=True)
+    _produce(spark_cluster.bootstrap, "disk-spark", 900)
+    rows = [(f"key{i}".encode(), f"written{i}".encode(), i % 3) for i in range(300)]
+    spark.createDataFrame(rows, "key binary, value binary, partition int").write.format("lowtide") \
+        .options(**_opts(spark_cluster)).option("topic", "disk-spark").mode("append").save()
+    back = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "disk-spark").load()
+    got = back.collect()
+    assert sorted(bytes(r.value) for r in got) == sorted(
+        [f"v{i}".encode() for i in range(900)] + [f"written{i}".encode() for i in range(300)])
+    per_partition: dict[int, list[int]] = {}
+    for r in got:
+        per_partition.setdefault(r.partition, []).append(r.offset)
+    ends = admin.list_offsets({("disk-spark", p): -1 for p in range(3)})
+    for p in range(3):
+        assert sorted(per_partition.get(p, [])) == list(range(ends[("disk-spark", p)].offset))
+    # A range read: what startingOffsets names, on diskless partitions too.
+    ranged = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "disk-spark")
+              .option("startingOffsets", json.dumps({"disk-spark": {"0": 10, "1": 0, "2": 0}}))
+              .option("endingOffsets", json.dumps({"disk-spark": {"0": 20, "1": 0, "2": 0}})).load().collect())
+    assert sorted(r.offset for r in ranged) == list(range(10, 20)) and {r.partition for r in ranged} == {0}
