@@ -35,13 +35,33 @@ PARTITIONS = 100
 BATCH_BYTES = 40 * 1024
 
 
+def _file_batches(topic_id: bytes) -> list[BatchToCommit]:
+    """One 100-batch file's batches, one per partition, back to back in a file never uploaded."""
+    return [BatchToCommit(topic_id=topic_id, partition=i % PARTITIONS, byte_offset=i * BATCH_BYTES,
+                          size=BATCH_BYTES, base_offset=0, last_offset=39, max_timestamp=int(time.time() * 1000),
+                          timestamp_type=0) for i in range(BATCHES_PER_FILE)]
+
+
+def _commit_one(client: DisklessCoordinatorClient, batches: list[BatchToCommit], prefix: str) -> None:
+    results = client.commit_file(0, object_key=f"wal/{prefix}-{uuid.uuid4().hex}",
+                                 file_size=BATCHES_PER_FILE * BATCH_BYTES, owner_ids=[0], batches=batches,
+                                 uploader_broker_id=0)
+    assert all(r.error is None for r in results), results[0].error
+
+
+def _run_threads(worker, count: int) -> None:
+    pool = [threading.Thread(target=worker) for _ in range(count)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
 def _commit_bench(client: DisklessCoordinatorClient, *, files: int, threads: int) -> tuple[list[float], float, bytes]:
     topic_id = uuid.uuid4().bytes
     client.create_partitions(0, topic_id=topic_id, name=f"bench-{uuid.uuid4().hex[:8]}", num_partitions=PARTITIONS,
                              indexes=list(range(PARTITIONS)))
-    batches = [BatchToCommit(topic_id=topic_id, partition=i % PARTITIONS, byte_offset=i * BATCH_BYTES,
-                             size=BATCH_BYTES, base_offset=0, last_offset=39, max_timestamp=int(time.time() * 1000),
-                             timestamp_type=0) for i in range(BATCHES_PER_FILE)]
+    batches = _file_batches(topic_id)
     latencies: list[float] = []
     lock = threading.Lock()
     left = iter(range(files))
@@ -49,20 +69,13 @@ def _commit_bench(client: DisklessCoordinatorClient, *, files: int, threads: int
     def worker() -> None:
         for _ in left:
             began = time.perf_counter()
-            results = client.commit_file(0, object_key=f"wal/bench-{uuid.uuid4().hex}",
-                                         file_size=BATCHES_PER_FILE * BATCH_BYTES, owner_ids=[0], batches=batches,
-                                         uploader_broker_id=0)
+            _commit_one(client, batches, "bench")
             took = time.perf_counter() - began
-            assert all(r.error is None for r in results), results[0].error
             with lock:
                 latencies.append(took)
 
     began = time.perf_counter()
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    _run_threads(worker, threads)
     return latencies, time.perf_counter() - began, topic_id
 
 
@@ -71,9 +84,7 @@ def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_fi
     """Open loop: one 100-batch CommitFile every 1/rate seconds, whatever the earlier ones are
     doing (16 sender threads), each latency counted from when it was due, not from when a thread
     got to it (no coordinated omission). At 200 files/s this is the brief's 20,000 batches/s."""
-    batches = [BatchToCommit(topic_id=topic_id, partition=i % PARTITIONS, byte_offset=i * BATCH_BYTES,
-                             size=BATCH_BYTES, base_offset=0, last_offset=39, max_timestamp=int(time.time() * 1000),
-                             timestamp_type=0) for i in range(BATCHES_PER_FILE)]
+    batches = _file_batches(topic_id)
     latencies: list[float] = []
     lock = threading.Lock()
     start = time.perf_counter() + 0.05
@@ -88,19 +99,12 @@ def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_fi
             delay = at - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            results = client.commit_file(0, object_key=f"wal/paced-{uuid.uuid4().hex}",
-                                         file_size=BATCHES_PER_FILE * BATCH_BYTES, owner_ids=[0], batches=batches,
-                                         uploader_broker_id=0)
+            _commit_one(client, batches, "paced")
             took = time.perf_counter() - at
-            assert all(r.error is None for r in results), results[0].error
             with lock:
                 latencies.append(took)
 
-    pool = [threading.Thread(target=worker) for _ in range(16)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
+    _run_threads(worker, 16)
     return latencies
 
 

@@ -24,6 +24,18 @@ from lowtide.metadata.model import TopicInfo
 _Entry = tuple[TopicPartitionKey, bytes, int, int]
 
 
+def each_shard(pool: Executor, shards: Iterable[int],
+               fn: Callable[[int], LowtideError | None]) -> dict[int, LowtideError | None]:
+    """Run ``fn(shard)`` for every shard in parallel; per shard, the error it returned or raised."""
+    def run(shard: int) -> LowtideError | None:
+        try:
+            return fn(shard)
+        except LowtideError as exc:
+            return exc
+    futures = {s: pool.submit(run, s) for s in sorted(set(shards))}
+    return {s: f.result() for s, f in futures.items()}
+
+
 class DisklessOffsets:
     """ListOffsets / DeleteRecords of diskless partitions. Thread-safe (stateless; the client and
     the executor are thread-safe)."""
@@ -31,16 +43,6 @@ class DisklessOffsets:
     def __init__(self, *, coordinators: DisklessCoordinatorClient, pool: Executor) -> None:
         self._coordinators = coordinators
         self._pool = pool
-
-    def _each_shard(self, shards: Iterable[int], fn: Callable[[int], None]) -> dict[int, LowtideError | None]:
-        def run(shard: int) -> LowtideError | None:
-            try:
-                fn(shard)
-            except LowtideError as exc:
-                return exc
-            return None
-        futures = {s: self._pool.submit(run, s) for s in sorted(set(shards))}
-        return {s: f.result() for s, f in futures.items()}
 
     @staticmethod
     def _by_shard(items: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
@@ -71,7 +73,7 @@ class DisklessOffsets:
                 out[key] = PartitionOffset(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
                     "no answer"), offset=a.offset if a and a.error is None else -1,
                     timestamp=a.timestamp if a and a.error is None else -1)
-        for shard, error in self._each_shard(groups, ask).items():
+        for shard, error in each_shard(self._pool, groups, ask).items():
             for key, _, p, _ in groups[shard]:
                 if error is not None:
                     out[key] = PartitionOffset(topic=key[0], partition=p, error=error)
@@ -93,7 +95,7 @@ class DisklessOffsets:
                 a = by.get((tid, p))
                 out[key] = PartitionDeletion(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
                     "no answer"), low_watermark=a.offset if a and a.error is None else -1)
-        for shard, error in self._each_shard(groups, delete).items():
+        for shard, error in each_shard(self._pool, groups, delete).items():
             for key, _, p, _ in groups[shard]:
                 if error is not None:
                     out[key] = PartitionDeletion(topic=key[0], partition=p, error=error)

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import PartitionDeletion, PartitionOffset
 from lowtide.client.replica import TopicPartition as TopicPartitionKey
-from lowtide.diskless.offsets import DisklessOffsets
+from lowtide.diskless.offsets import DisklessOffsets, each_shard
 from lowtide.diskless.topics import (
     ShardDirectory,
     assign_shards,
@@ -47,15 +47,6 @@ class DisklessTopicAdmin:
         self._pool = pool
         self._offsets = DisklessOffsets(coordinators=coordinators, pool=pool)
 
-    def _each_shard(self, shards: Iterable[int], fn) -> dict[int, LowtideError | None]:
-        def run(shard: int) -> LowtideError | None:
-            try:
-                return fn(shard)
-            except LowtideError as exc:
-                return exc
-        futures = {s: self._pool.submit(run, s) for s in sorted(set(shards))}
-        return {s: f.result() for s, f in futures.items()}
-
     def create(self, *, name: str, partitions: int, config: dict[str, str]) -> TopicInfo:
         n_shards = self._directory.count()
         if n_shards < 1:
@@ -71,7 +62,7 @@ class DisklessTopicAdmin:
         def create_on(shard: int) -> None:
             self._coordinators.create_partitions(shard, topic_id=topic_id.bytes, name=name,
                                                  num_partitions=partitions, indexes=by_shard[shard])
-        errors = self._each_shard(by_shard, create_on)
+        errors = each_shard(self._pool, by_shard, create_on)
         failed = [e for e in errors.values() if e is not None]
         try:
             if failed:
@@ -81,12 +72,13 @@ class DisklessTopicAdmin:
                                             diskless_shards=shards)
         except LowtideError:
             created = [s for s, e in errors.items() if e is None]
-            self._each_shard(created, lambda s: self._coordinators.delete_topic(s, topic_id=topic_id.bytes))
+            each_shard(self._pool, created, lambda s: self._coordinators.delete_topic(s, topic_id=topic_id.bytes))
             raise
 
     def delete(self, info: TopicInfo) -> None:
         tid = topic_id_bytes(info)
-        results = self._each_shard(info.diskless_shards, lambda s: self._coordinators.delete_topic(s, topic_id=tid))
+        results = each_shard(self._pool, info.diskless_shards,
+                             lambda s: self._coordinators.delete_topic(s, topic_id=tid))
         for error in results.values():
             if error is not None and not isinstance(error, UnknownTopicId):
                 raise error
