@@ -41,6 +41,9 @@ from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
+from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
+from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, default_namespace
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
@@ -143,6 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--offsets-topic-partitions", default=DEFAULT_OFFSETS_TOPIC_PARTITIONS, type=int,
              help="partitions of __consumer_offsets when this front door creates it "
                   "(Kafka's offsets.topic.num.partitions)")
+    add_kafka_flags(parser, needs_frontdoor=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,7 +179,17 @@ def run(args: argparse.Namespace) -> int:
             interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
         controller.start()
 
+    kafka = KafkaEndpoint.from_args(args, name=args.name)
+    if kafka is not None:
+        # Only a bootstrap address: Metadata lists the replica servers as the brokers.
+        host, _ = kafka.listener.host, kafka.start()
+        kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
+            node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
+            auth_required=args.auth_enabled)))
+
     def on_stop() -> None:
+        if kafka is not None:
+            kafka.stop()
         if controller is not None:
             controller.stop()
         parts.close()

@@ -42,7 +42,7 @@ from lowtide.auth.identity import (
 from lowtide.common.procs import find_free_port, start_redis
 from lowtide.localcluster import control
 from lowtide.localcluster.config import ClusterConfig
-from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind
+from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind, supported_flags
 from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
 from lowtide.observability.prometheus import ScrapeTarget, start_prometheus
 from lowtide.observability.prometheus import write_config as write_prometheus_config
@@ -359,14 +359,25 @@ class LocalCluster:
                 if data_dir is not None:
                     data_dir.mkdir(parents=True, exist_ok=True)
                 ctx = InstanceContext(config=self.config, index=index, data_dir=data_dir, redis_url=redis_url)
+                argv = kind.build_argv(ctx, grpc_addr=grpc_addr, metrics_addr=metrics_addr)
+                kafka_addr = ""
+                if kind.command is None and "--kafka-listener" in supported_flags(kind.module):
+                    kafka_addr = f"127.0.0.1:{pick_port(old.kafka if old else '')}"
+                    argv += ["--kafka-listener", kafka_addr]
                 services.append(ServiceEntry(
                     name=name, kind=kind.kind, grpc=grpc_addr, metrics_addr=metrics_addr,
                     data_dir=str(data_dir or ""), index=index, log=str(self.logs_dir / f"{name}.log"),
-                    argv=kind.build_argv(ctx, grpc_addr=grpc_addr, metrics_addr=metrics_addr)))
+                    argv=argv, kafka=kafka_addr))
         frontdoors = [s for s in services if s.kind == "frontdoor"]
+        modules = {k.kind: k.module for k in self._kinds}
+        for entry in services:
+            # A replica's Kafka listener forwards topic, group and DeleteRecords requests there.
+            if entry.kafka and frontdoors and "--frontdoor-addr" in supported_flags(modules[entry.kind]):
+                entry.argv += ["--frontdoor-addr", frontdoors[0].grpc]
         (self.data_dir / "objects").mkdir(exist_ok=True)
         return ClusterState(data_dir=self.data_dir, bootstrap=frontdoors[0].grpc if frontdoors else "",
-                            redis=redis_url, object_store=self.config.object_store_url, services=services,
+                            kafka_bootstrap=frontdoors[0].kafka if frontdoors else "", redis=redis_url,
+                            object_store=self.config.object_store_url, services=services,
                             state="starting", config=self.config.to_json())
 
     # --------------------------------------------------------------------------------- helpers

@@ -34,6 +34,7 @@ class ServiceEntry:
     log: str
     pid: int = 0
     index: int = 0
+    kafka: str = ""  # HOST:PORT of its Kafka protocol listener, "" = none
 
     @property
     def metrics_url(self) -> str:
@@ -46,7 +47,7 @@ class ServiceEntry:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "grpc": self.grpc, "metrics": self.metrics_url,
                 "pid": self.pid, "data_dir": self.data_dir, "index": self.index, "log": self.log,
-                "argv": list(self.argv)}
+                "argv": list(self.argv), **({"kafka": self.kafka} if self.kafka else {})}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ServiceEntry:
@@ -54,7 +55,8 @@ class ServiceEntry:
         metrics_addr = metrics.removeprefix("http://").removesuffix("/metrics")
         return cls(name=doc["name"], kind=doc["kind"], grpc=doc.get("grpc") or "", metrics_addr=metrics_addr,
                    data_dir=doc.get("data_dir") or "", argv=list(doc.get("argv") or []),
-                   log=doc.get("log") or "", pid=int(doc.get("pid") or 0), index=int(doc.get("index") or 0))
+                   log=doc.get("log") or "", pid=int(doc.get("pid") or 0), index=int(doc.get("index") or 0),
+                   kafka=doc.get("kafka") or "")
 
 
 @dataclass
@@ -71,11 +73,15 @@ class ClusterState:
     auth: dict[str, Any] = field(default_factory=dict)
     # With --with-prometheus: {"url", "pid", "dir"} of the cluster's Prometheus.
     prometheus: dict[str, Any] = field(default_factory=dict)
+    # The front door's Kafka protocol listener: what Kafka clients take as bootstrap.servers.
+    kafka_bootstrap: str = ""
 
     def to_json(self) -> dict[str, Any]:
         doc = {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
                "services": [s.to_json() for s in self.services], "state": self.state,
                "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
+        if self.kafka_bootstrap:
+            doc["kafka_bootstrap"] = self.kafka_bootstrap
         if self.auth:
             doc["auth"] = self.auth
         if self.prometheus:
@@ -89,7 +95,8 @@ class ClusterState:
                    object_store=doc.get("object_store", ""),
                    services=[ServiceEntry.from_json(s) for s in doc.get("services", [])],
                    state=doc.get("state", "running"), config=dict(doc.get("config") or {}),
-                   auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}))
+                   auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}),
+                   kafka_bootstrap=doc.get("kafka_bootstrap", ""))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)

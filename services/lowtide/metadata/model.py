@@ -15,6 +15,8 @@ class BrokerInfo:
     port: int
     rack: str = ""
     metrics: str = ""
+    # The Kafka protocol listener on ``host`` (lowtide.kafka); 0 = none.
+    kafka_port: int = 0
 
     @property
     def address(self) -> str:

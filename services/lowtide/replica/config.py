@@ -14,6 +14,8 @@ class ReplicaConfig:
     data_dir: Path
     advertised_host: str = "127.0.0.1"
     grpc_port: int = 9092
+    # The Kafka protocol listener's port on advertised_host (lowtide.kafka); 0 = none.
+    kafka_port: int = 0
     metrics_url: str = ""
     rack: str = ""
     # Liveness: a broker is live while its Redis session key exists (renewed every heartbeat).

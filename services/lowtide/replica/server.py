@@ -21,6 +21,9 @@ from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags,
 from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
+from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
+from lowtide.kafka.services import InProcess, Remote
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
 from lowtide.replica.config import ReplicaConfig
@@ -29,7 +32,7 @@ from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.servicer import ReplicaServicer
-from lowtide_pb import replica_pb2, replica_pb2_grpc
+from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="diskless.commit.interval.ms: a WAL file is closed this long after its first batch")
     add_flag(parser, "--diskless-buffer-max-bytes", type=int, default=DisklessConfig.buffer_max_bytes,
              help="diskless.buffer.max.bytes: a WAL file is closed at once when it holds this much")
+    add_kafka_flags(parser, needs_frontdoor=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,10 +110,15 @@ def run(args: argparse.Namespace) -> int:
         # healthy broker look dead (Kafka: 2 s heartbeats, 9 s session).
         args.heartbeat_interval_ms = max(100, args.session_timeout_ms // 4)
     _, grpc_port = split_addr(args.grpc_addr)
+    kafka = KafkaEndpoint.from_args(args, name=name)
+    if kafka is not None and not args.frontdoor_addr:
+        raise SystemExit(f"{name}: --kafka-listener needs --frontdoor-addr (env LOWTIDE_FRONTDOOR_ADDR): the "
+                         "Kafka listener sends topic, group and DeleteRecords requests to the front door")
+    kafka_port = kafka.start() if kafka is not None else 0
     m_host, m_port = split_addr(args.metrics_addr)
     config = ReplicaConfig(
         broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
-        grpc_port=grpc_port, rack=args.rack, metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
+        grpc_port=grpc_port, kafka_port=kafka_port, rack=args.rack, metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
@@ -144,11 +153,20 @@ def run(args: argparse.Namespace) -> int:
             buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store, redis=redis,
             call_metadata=token_file_metadata(config.token_file))
     servicer = ReplicaServicer(manager, access=access, diskless=diskless)
+    frontdoor = None
+    if kafka is not None:
+        frontdoor = Remote(address=args.frontdoor_addr, stub_type=admin_pb2_grpc.AdminStub)
+        kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
+            node=Node(node_id=args.id, host=args.advertised_host, port=kafka_port, rack=args.rack),
+            admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled)))
 
     def register(server) -> None:
         replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
 
     def on_stop() -> None:
+        if kafka is not None:
+            kafka.stop()
+            frontdoor.close()
         if diskless is not None:
             diskless.stop()  # flushes and commits what producers are waiting for
         manager.stop()

@@ -1,0 +1,204 @@
+"""Cluster and topic APIs over the Kafka protocol, answered by the front door's Admin service.
+
+Metadata lists the replica servers as Kafka brokers (node id = replica id, their Kafka listener
+as endpoint) with each partition's real leader, epoch, replicas and ISR, so clients send Produce
+and Fetch straight to the leader. The controller Kafka clients send CreateTopics/DeleteTopics to
+is the lowest live broker id (any broker forwards to the front door). A front door's own listener
+is only a bootstrap address: it is never listed as a broker.
+
+DeleteRecords sent to any broker (Kafka's AdminClient sends each partition to its leader) is the
+front door's KIP-107 DeleteRecords: the same purgatory, low watermark and errors as gRPC.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+import zlib
+from typing import Any
+
+from lowtide.errors import CoordinatorNotAvailable
+from lowtide.kafka.broker import Api, Call
+from lowtide.kafka.protocol import error_code
+from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
+from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
+
+_ZERO = datetime.timedelta(0)
+METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
+DELETE_RECORDS_KEY, INIT_PRODUCER_ID_KEY, DESCRIBE_CLUSTER_KEY = 21, 22, 60
+# Kafka's "authorized operations not requested" marker.
+_NO_OPERATIONS = -(2**31)
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
+def _uuid(raw: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def kafka_brokers(meta: admin_pb2.MetadataResponse) -> list[admin_pb2.BrokerInfo]:
+    """The live replica servers that have a Kafka listener, by id."""
+    return sorted((b for b in meta.brokers if b.live and b.kafka_port > 0), key=lambda b: b.id)
+
+
+# -- Metadata --------------------------------------------------------------------------------
+def metadata(call: Call, body: Any) -> Any:
+    if body.topics is None:
+        names: list[str] | None = None  # all topics
+    else:
+        names = [t.name for t in body.topics if t.name]
+    if names == []:
+        meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))  # brokers only
+        meta_topics: list = []
+    else:
+        meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names or []))
+        meta_topics = list(meta.topics)
+    brokers = kafka_brokers(meta)
+    broker_ids = {b.id for b in brokers}
+    topics = []
+    for t in meta_topics:
+        if t.error_code:
+            topics.append(call.make("MetadataResponseTopic", error_code=error_code(t.error_code), name=t.name,
+                                    topic_id=None, is_internal=t.name.startswith(INTERNAL_TOPIC_PREFIX),
+                                    partitions=(), topic_authorized_operations=_NO_OPERATIONS))
+            continue
+        parts = []
+        for p in t.partitions:
+            leader = p.leader if p.leader in broker_ids else -1
+            parts.append(call.make(
+                "MetadataResponsePartition", error_code=error_code(0 if leader >= 0 else 5),
+                partition_index=p.partition,
+                leader_id=leader, leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
+                isr_nodes=tuple(p.isr), offline_replicas=tuple(r for r in p.replicas if r not in broker_ids)))
+        topics.append(call.make("MetadataResponseTopic", error_code=error_code(0), name=t.name,
+                                topic_id=_uuid(t.topic_id), is_internal=t.name.startswith(INTERNAL_TOPIC_PREFIX),
+                                partitions=tuple(parts), topic_authorized_operations=_NO_OPERATIONS))
+    return call.make(call.response, throttle_time=_ZERO, cluster_id=meta.cluster_id or None,
+                     controller_id=brokers[0].id if brokers else -1,
+                     brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=b.host, port=b.kafka_port,
+                                             rack=b.rack or None) for b in brokers),
+                     topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)
+
+
+def describe_cluster(call: Call, body: Any) -> Any:
+    meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))
+    brokers = kafka_brokers(meta)
+    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(0), error_message=None,
+                     endpoint_type=1, cluster_id=meta.cluster_id, controller_id=brokers[0].id if brokers else -1,
+                     brokers=tuple(call.make("DescribeClusterBroker", broker_id=b.id, host=b.host, port=b.kafka_port,
+                                             rack=b.rack or None) for b in brokers),
+                     cluster_authorized_operations=_NO_OPERATIONS)
+
+
+# -- FindCoordinator -------------------------------------------------------------------------
+def coordinator_for(call: Call, key: str) -> admin_pb2.BrokerInfo:
+    """Any live broker can coordinate (each forwards group and transaction requests to the front
+    door); a hash of the key spreads the coordinator connections over them."""
+    brokers = kafka_brokers(call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"])))
+    if not brokers:
+        raise CoordinatorNotAvailable("no live broker has a Kafka listener")
+    return brokers[zlib.crc32(key.encode()) % len(brokers)]
+
+
+def find_coordinator(call: Call, body: Any) -> Any:
+    keys = list(body.coordinator_keys) if hasattr(body, "coordinator_keys") else [body.key]
+    found = []
+    for key in keys:
+        try:
+            b = coordinator_for(call, key)
+            found.append((key, b.id, b.host, b.kafka_port, 0, None))
+        except CoordinatorNotAvailable as err:
+            found.append((key, -1, "", -1, err.code, err.message))
+    if hasattr(body, "coordinator_keys"):
+        return call.make(call.response, throttle_time=_ZERO, coordinators=tuple(
+            call.make("Coordinator", key=k, node_id=n, host=h, port=p, error_code=error_code(c), error_message=m)
+            for k, n, h, p, c, m in found))
+    _, n, h, p, c, m = found[0]
+    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(c), error_message=m,
+                     node_id=n, host=h, port=p)
+
+
+# -- topics ----------------------------------------------------------------------------------
+def create_topics(call: Call, body: Any) -> Any:
+    request = admin_pb2.CreateTopicsRequest(validate_only=bool(getattr(body, "validate_only", False)))
+    for t in body.topics:
+        request.topics.add(name=t.name, partitions=t.num_partitions if t.num_partitions > 0 else 1,
+                           replication_factor=t.replication_factor if t.replication_factor > 0 else 0,
+                           config={c.name: c.value for c in t.configs if c.value is not None})
+    answer = call.admin("CreateTopics", request)
+    results = {r.name: r for r in answer.topics}
+    created = [t.name for t in body.topics if t.name in results and not results[t.name].error_code]
+    described = {}
+    if created and call.version >= 5 and not request.validate_only:
+        described = {m.name: m for m in call.admin("Metadata", admin_pb2.MetadataRequest(topics=created)).topics}
+    out = []
+    for t in body.topics:
+        r = results.get(t.name)
+        code = r.error_code if r else -1
+        m = described.get(t.name)
+        out.append(call.make(
+            "CreatableTopicResult", name=t.name, topic_id=_uuid(m.topic_id) if m else None,
+            error_code=error_code(code), error_message=(r.error_message or None) if r and code else None,
+            topic_config_error_code=0,
+            num_partitions=len(m.partitions) if m else (t.num_partitions if not code else -1),
+            replication_factor=m.replication_factor if m else (t.replication_factor if not code else -1),
+            configs=tuple(call.make("CreatableTopicConfigs", name=k, value=v, read_only=False, config_source=1,
+                                    is_sensitive=False) for k, v in sorted(m.config.items())) if m else None))
+    return call.make(call.response, throttle_time=_ZERO, topics=tuple(out))
+
+
+def delete_topics(call: Call, body: Any) -> Any:
+    names = list(body.topic_names) if hasattr(body, "topic_names") else [t.name for t in body.topics if t.name]
+    answer = call.admin("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=names))
+    results = {r.name: r for r in answer.topics}
+    return call.make(call.response, throttle_time=_ZERO, responses=tuple(
+        call.make("DeletableTopicResult", name=n, topic_id=None,
+                  error_code=error_code(results[n].error_code if n in results else -1),
+                  error_message=(results[n].error_message or None) if n in results else None)
+        for n in names))
+
+
+# -- DeleteRecords (KIP-107) -----------------------------------------------------------------
+def delete_records(call: Call, body: Any) -> Any:
+    timeout_ms = _ms(body.timeout)
+    request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
+        common_pb2.DeleteRecordsPartition(topic=t.name, partition=p.partition_index, offset=p.offset)
+        for t in body.topics for p in t.partitions])
+    answer = call.admin("DeleteRecords", request, timeout_s=max(timeout_ms, 1000) / 1000 + 5)
+    results = {(r.topic, r.partition): r for r in answer.partitions}
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            r = results.get((t.name, p.partition_index))
+            code = r.error_code if r else -1
+            parts.append(call.make("DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                                   low_watermark=r.low_watermark if r and not code else -1,
+                                   error_code=error_code(code)))
+        topics.append(call.make("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
+    return call.make(call.response, throttle_time=_ZERO, topics=tuple(topics))
+
+
+# -- InitProducerId (idempotent and transactional producers) ---------------------------------
+def init_producer_id(call: Call, body: Any) -> Any:
+    answer = call.admin("InitProducerId", transactions_pb2.InitProducerIdRequest(
+        transactional_id=body.transactional_id or "", transaction_timeout_ms=_ms(body.transaction_timeout)))
+    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code),
+                     producer_id=answer.producer_id if not answer.error_code else -1,
+                     producer_epoch=answer.producer_epoch if not answer.error_code else -1)
+
+
+APIS = [
+    Api(METADATA_KEY, "Metadata", 1, 12, metadata),
+    Api(FIND_COORDINATOR_KEY, "FindCoordinator", 0, 6, find_coordinator),
+    Api(CREATE_TOPICS_KEY, "CreateTopics", 2, 7, create_topics),
+    Api(DELETE_TOPICS_KEY, "DeleteTopics", 1, 6, delete_topics),
+    Api(DELETE_RECORDS_KEY, "DeleteRecords", 0, 2, delete_records),
+    Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
+    Api(DESCRIBE_CLUSTER_KEY, "DescribeCluster", 0, 1, describe_cluster),
+]

@@ -1,0 +1,148 @@
+"""Produce, Fetch and ListOffsets over the Kafka protocol: the replica's own gRPC servicer answers.
+
+Record batches pass through as the bytes the client sent or the log holds: kio hands ``records``
+over as one ``bytes`` object per partition and writes it back the same way, and the replica
+validates produced batches in C (``lowtide.record.validate``). Nothing here looks at a record.
+
+Fetch sessions (KIP-227): this broker creates none. A request with ``session_id`` 0 is a full fetch
+answered with ``session_id`` 0, which tells the client no session exists, so it keeps sending full
+fetches; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND and the client starts over,
+as from a broker that evicted its session.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from lowtide.errors import NotLeaderOrFollower
+from lowtide.kafka.broker import Api, Call
+from lowtide.kafka.protocol import error_code
+from lowtide_pb import common_pb2, replica_pb2
+
+_ZERO = datetime.timedelta(0)
+FETCH_SESSION_ID_NOT_FOUND = 70
+PRODUCE_KEY, FETCH_KEY, LIST_OFFSETS_KEY = 0, 1, 2
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
+def _time(ms: int) -> datetime.datetime | None:
+    return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
+    """Every partition answered NOT_LEADER_OR_FOLLOWER (a listener without replicas)."""
+    code = error_code(NotLeaderOrFollower.code)
+    return tuple(build(name, parts, code) for name, parts in topics)
+
+
+# -- Produce ---------------------------------------------------------------------------------
+def produce(call: Call, body: Any) -> Any:
+    acks = int(body.acks)
+    request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=_ms(body.timeout), partitions=[
+        replica_pb2.ProducePartition(topic=t.name, partition=p.index, records=p.records or b"")
+        for t in body.topic_data for p in t.partition_data])
+    if call.services.replica is None:
+        results = {(p.topic, p.partition): replica_pb2.ProduceResult(
+            topic=p.topic, partition=p.partition, error_code=NotLeaderOrFollower.code, base_offset=-1,
+            log_start_offset=-1, log_append_time_ms=-1) for p in request.partitions}
+    else:
+        answer = call.replica("Produce", request)
+        results = {(r.topic, r.partition): r for r in answer.partitions}
+    if acks == 0:
+        return None  # Kafka sends no response at all for acks=0
+    responses = []
+    for t in body.topic_data:
+        parts = []
+        for p in t.partition_data:
+            r = results.get((t.name, p.index))
+            parts.append(call.make(
+                "PartitionProduceResponse", index=p.index, error_code=error_code(r.error_code if r else -1),
+                base_offset=r.base_offset if r else -1, log_append_time=_time(r.log_append_time_ms if r else -1),
+                log_start_offset=r.log_start_offset if r else -1, record_errors=(),
+                error_message=(r.error_message or None) if r else None))
+        responses.append(call.make("TopicProduceResponse", name=t.name, partition_responses=tuple(parts)))
+    return call.make(call.response, responses=tuple(responses), throttle_time=_ZERO, node_endpoints=())
+
+
+# -- Fetch -----------------------------------------------------------------------------------
+def fetch(call: Call, body: Any) -> Any:
+    session_id = getattr(body, "session_id", 0)
+    if session_id:
+        return call.make(call.response, throttle_time=_ZERO, error_code=error_code(FETCH_SESSION_ID_NOT_FOUND),
+                         session_id=0, responses=())
+    if int(body.replica_id) >= 0:
+        # Followers replicate over gRPC (Replicate); a Kafka follower fetch is not served.
+        return call.make(call.response, throttle_time=_ZERO, error_code=error_code(42), session_id=0, responses=())
+    request = replica_pb2.FetchRequest(
+        replica_id=-1, max_wait_ms=_ms(body.max_wait), min_bytes=int(body.min_bytes),
+        max_bytes=int(getattr(body, "max_bytes", 0) or 0), isolation_level=int(getattr(body, "isolation_level", 0)))
+    for t in body.topics:
+        for p in t.partitions:
+            fp = request.partitions.add(topic=t.topic, partition=p.partition, fetch_offset=p.fetch_offset,
+                                        partition_max_bytes=p.partition_max_bytes)
+            epoch = getattr(p, "current_leader_epoch", -1)
+            if epoch >= 0:
+                fp.current_leader_epoch = epoch
+    if call.services.replica is None:
+        results = {}
+    else:
+        results = {(r.topic, r.partition): r for r in call.replica("Fetch", request).partitions}
+    responses = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            r = results.get((t.topic, p.partition))
+            if r is None:
+                parts.append(call.make("PartitionData", partition_index=p.partition,
+                                       error_code=error_code(NotLeaderOrFollower.code), high_watermark=-1,
+                                       last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                       preferred_read_replica=-1, records=b""))
+                continue
+            aborted = tuple(call.make("AbortedTransaction", producer_id=a.producer_id, first_offset=a.first_offset)
+                            for a in r.aborted_transactions) if request.isolation_level else None
+            parts.append(call.make(
+                "PartitionData", partition_index=p.partition, error_code=error_code(r.error_code),
+                high_watermark=r.high_watermark if not r.error_code else -1,
+                last_stable_offset=(r.last_stable_offset if request.isolation_level else r.high_watermark)
+                if not r.error_code else -1,
+                log_start_offset=r.log_start_offset if not r.error_code else -1,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=r.records))
+        responses.append(call.make("FetchableTopicResponse", topic=t.topic, partitions=tuple(parts)))
+    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(0), session_id=0,
+                     responses=tuple(responses))
+
+
+# -- ListOffsets -----------------------------------------------------------------------------
+def list_offsets(call: Call, body: Any) -> Any:
+    request = common_pb2.ListOffsetsRequest(isolation_level=int(getattr(body, "isolation_level", 0)), partitions=[
+        common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp)
+        for t in body.topics for p in t.partitions])
+    if call.services.replica is not None:
+        answer = call.replica("ListOffsets", request)
+    else:
+        answer = call.admin("ListOffsets", request)  # a front door asks the leaders itself
+    results = {(r.topic, r.partition): r for r in answer.partitions}
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            r = results.get((t.name, p.partition_index))
+            code = r.error_code if r else -1
+            parts.append(call.make(
+                "ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=error_code(code),
+                timestamp=r.timestamp if r and not code else -1, offset=r.offset if r and not code else -1,
+                leader_epoch=r.leader_epoch if r and not code and r.leader_epoch >= 0 else -1,
+                old_style_offsets=()))
+        topics.append(call.make("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
+    return call.make(call.response, throttle_time=_ZERO, topics=tuple(topics))
+
+
+APIS = [
+    Api(PRODUCE_KEY, "Produce", 3, 12, produce),
+    Api(FETCH_KEY, "Fetch", 4, 12, fetch),
+    Api(LIST_OFFSETS_KEY, "ListOffsets", 1, 9, list_offsets),
+]

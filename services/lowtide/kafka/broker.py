@@ -1,0 +1,195 @@
+"""The Kafka protocol front of a lowtide service: which APIs it serves, in which versions, and the
+dispatch of one request to its handler.
+
+Each API is an ``Api`` row: Kafka's API key, the version range advertised by ApiVersions, and a
+handler ``(call, body) -> response entity``. Handlers live in ``lowtide.kafka.apis_*`` and only
+translate: the Kafka message into the lowtide.v1 protobuf request, the protobuf answer into the
+Kafka response of the version asked (``Call.make`` drops fields that version lacks).
+
+Answers to requests that are not served, as Kafka gives them:
+
+* an API key or version outside the advertised ranges: the response of that version with every
+  error code UNSUPPORTED_VERSION (ApiVersions itself answers v0 with its version list, KIP-511);
+* a whole-call ``LowtideError`` (a refused identity, the front door unreachable): every error
+  code of the response set to the error's code;
+* bytes that do not parse: the connection is closed (``FrameError``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from lowtide.errors import LowtideError, SaslAuthenticationFailed
+from lowtide.kafka.listener import Connection
+from lowtide.kafka.protocol import (
+    API_VERSIONS_KEY,
+    UNSUPPORTED_VERSION,
+    FrameError,
+    RequestHead,
+    encode_response,
+    error_code,
+    error_response,
+    read_request,
+    response_type,
+)
+from lowtide.kafka.services import ServiceCaller
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter("lowtide_kafka_requests_total", "Kafka protocol requests answered, by API and outcome",
+                   ["api", "outcome"])
+LATENCY = Histogram("lowtide_kafka_request_duration_seconds", "Kafka protocol request handling time", ["api"],
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+
+# APIs a connection may use before it has authenticated (with auth on): the SASL exchange itself.
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+_BEFORE_AUTH = {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
+
+
+@dataclass(frozen=True)
+class Node:
+    """How clients reach one Kafka listener (Kafka's broker endpoint)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+
+@dataclass
+class KafkaServices:
+    """What the handlers of one listener call. ``node`` is this listener as clients see it
+    (a replica: its broker id; a front door: -1, it is only a bootstrap address)."""
+
+    node: Node
+    admin: ServiceCaller
+    replica: ServiceCaller | None = None
+    auth_required: bool = False
+    # SASL PLAIN/SCRAM: (mechanism, username, password) -> call metadata of the identity, or
+    # raises SaslAuthenticationFailed. None = no SASL here.
+    sasl_login: Callable[[str, str, str], tuple[tuple[str, str], ...]] | None = None
+    admin_timeout_s: float = 30.0
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Call:
+    """One request being handled."""
+
+    conn: Connection
+    head: RequestHead
+    client_id: str | None
+    services: KafkaServices
+
+    @property
+    def version(self) -> int:
+        return self.head.api_version
+
+    @property
+    def response(self) -> type:
+        return response_type(self.head.api_key, self.head.api_version)
+
+    def make(self, entity: str | type, /, **values: Any) -> Any:
+        """An entity of this version's response module (``entity`` a class name there, or the
+        class), given only the fields this version has (others are dropped)."""
+        cls = getattr(sys.modules[self.response.__module__], entity) if isinstance(entity, str) else entity
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def admin(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        return self.services.admin(method, request, conn=self.conn,
+                                   timeout_s=timeout_s or self.services.admin_timeout_s)
+
+    def replica(self, method: str, request: Any) -> Any:
+        if self.services.replica is None:
+            raise LowtideError("no partitions are hosted here")
+        return self.services.replica(method, request, conn=self.conn)
+
+
+Handler = Callable[[Call, Any], Any]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+class KafkaBroker:
+    """Dispatches frames to ``apis`` (``lowtide.kafka.listener.Dispatcher``). Thread-safe."""
+
+    def __init__(self, *, services: KafkaServices, apis: list[Api]) -> None:
+        self.services = services
+        self.apis = {a.key: a for a in apis}
+        if API_VERSIONS_KEY not in self.apis:
+            self.apis[API_VERSIONS_KEY] = Api(API_VERSIONS_KEY, "ApiVersions", 0, 4, self._api_versions)
+
+    def __call__(self, conn: Connection, head: RequestHead, payload: bytes) -> bytes | None:
+        api = self.apis.get(head.api_key)
+        name = api.name if api else f"api-{head.api_key}"
+        if api is None or not api.min_version <= head.api_version <= api.max_version:
+            REQUESTS.labels(name, "UNSUPPORTED_VERSION").inc()
+            return self._unsupported(head)
+        request = read_request(payload, head)
+        call = Call(conn=conn, head=head, client_id=request.client_id, services=self.services)
+        started = time.perf_counter()
+        try:
+            if self.services.auth_required and not conn.authenticated and head.api_key not in _BEFORE_AUTH:
+                raise SaslAuthenticationFailed(f"{name} before SASL authentication")
+            body = api.handler(call, request.body)
+            outcome = "ok"
+        except LowtideError as err:
+            outcome = err.name
+            body = error_response(head.api_key, head.api_version, err.code)
+            if isinstance(err, SaslAuthenticationFailed):
+                # Kafka closes a connection that skips authentication (after answering SASL errors).
+                conn.close()
+                raise FrameError(f"{conn.peer}: {err.message}") from err
+        except FrameError:
+            raise
+        except Exception as exc:
+            log.exception("kafka %s v%d failed", name, head.api_version)
+            outcome = "UNKNOWN_SERVER_ERROR"
+            body = error_response(head.api_key, head.api_version, -1)
+            if body is None:
+                raise FrameError(f"{name}: {exc}") from exc
+        finally:
+            LATENCY.labels(name).observe(time.perf_counter() - started)
+        REQUESTS.labels(name, outcome).inc()
+        return None if body is None else encode_response(head, body)
+
+    def _unsupported(self, head: RequestHead) -> bytes:
+        if head.api_key == API_VERSIONS_KEY:
+            # KIP-511: a newer client's ApiVersions is answered in v0 with our ranges, so it can
+            # pick a version both sides know and ask again.
+            body = self._versions_body(response_type(API_VERSIONS_KEY, 0), UNSUPPORTED_VERSION)
+            return encode_response(RequestHead(API_VERSIONS_KEY, 0, head.correlation_id), body)
+        body = error_response(head.api_key, head.api_version, UNSUPPORTED_VERSION)
+        if body is None:
+            raise FrameError(f"api {head.api_key} v{head.api_version} is not a Kafka request this broker knows")
+        return encode_response(head, body)
+
+    def _versions_body(self, entity: type, code: int) -> Any:
+        module = sys.modules[entity.__module__]
+        keys = tuple(module.ApiVersion(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+                     for a in sorted(self.apis.values(), key=lambda a: a.key))
+        values = {"error_code": error_code(code), "api_keys": keys}
+        names = {f.name for f in fields(entity)}
+        if "throttle_time" in names:
+            import datetime
+
+            values["throttle_time"] = datetime.timedelta(0)
+        return entity(**values)
+
+    def _api_versions(self, call: Call, body: Any) -> Any:
+        return self._versions_body(call.response, 0)

@@ -1,0 +1,182 @@
+"""The Kafka protocol listener: an asyncio TCP server in its own thread, next to a service's gRPC port.
+
+Per connection, as Kafka's network layer does: read one frame, hand it to the dispatcher on a
+worker thread (the handlers block: a Produce with acks=all waits for the ISR, a Fetch long-polls),
+write the answer, then read the next frame. One request per connection at a time keeps answers in
+request order (clients pipeline up to ``max.in.flight`` requests; they simply queue in the socket)
+and bounds memory to one frame per connection. A frame over ``max_request_bytes`` is refused
+before it is read; a frame that does not parse closes only its own connection.
+
+Thread-safety: ``start``/``stop`` from one thread; everything else runs on the listener's loop or
+its workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Gauge
+
+from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
+
+log = logging.getLogger(__name__)
+
+CONNECTIONS = Gauge("lowtide_kafka_connections", "Open connections to the Kafka protocol listener")
+BAD_FRAMES = Counter("lowtide_kafka_bad_frames_total",
+                     "Kafka protocol connections closed for a frame that cannot be served", ["reason"])
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection's state: who it is (after SASL) and what to run when it goes away
+    (a parked Fetch is released at once, as a gRPC cancellation releases it)."""
+
+    peer: str
+    metadata: tuple[tuple[str, str], ...] = ()  # the identity handed to the services' access checks
+    authenticated: bool = False
+    sasl_mechanism: str | None = None
+    sasl_state: object | None = None
+    closed: threading.Event = field(default_factory=threading.Event)
+    _on_close: list[Callable[[], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self.closed.is_set():
+                self._on_close.append(callback)
+                return
+        callback()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed.set()
+            callbacks, self._on_close = self._on_close, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:  # a callback's failure must not keep the others from running
+                log.exception("connection close callback failed")
+
+
+# dispatcher(conn, head, payload) -> the response frame, None for no response (acks=0), or
+# raises FrameError to close the connection.
+Dispatcher = Callable[[Connection, RequestHead, bytes], "bytes | None"]
+
+
+class KafkaListener:
+    """Serves Kafka frames on ``host:port`` through ``dispatch``."""
+
+    def __init__(self, *, host: str, port: int, dispatch: Dispatcher,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, workers: int = 64, name: str = "kafka") -> None:
+        self.host, self.port = host, port
+        self._dispatch = dispatch
+        self._max = max_request_bytes
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-req")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[Connection] = set()
+        self._name = name
+
+    def start(self) -> int:
+        """Bind and serve; returns the bound port (``port`` 0 picks a free one)."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._serve, self.host, self.port, reuse_address=True, limit=1 << 16))
+                self.port = self._server.sockets[0].getsockname()[1]
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"{self._name}-listener", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        log.info("kafka listener on %s:%d", self.host, self.port)
+        return self.port
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Stop accepting, close every connection (their parked requests are released), then
+        let running requests finish for up to ``grace_s``."""
+        loop = self._loop
+        if loop is None or self._thread is None:
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for conn in list(self._conns):
+                conn.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=grace_s)
+        except Exception:
+            log.warning("kafka listener did not close in %.1fs", grace_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(timeout=grace_s)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        conn = Connection(peer=f"kafka:{peername[0]}:{peername[1]}" if peername else "kafka:?")
+        self._conns.add(conn)
+        CONNECTIONS.inc()
+        loop = asyncio.get_running_loop()
+        try:
+            while not conn.closed.is_set():
+                try:
+                    size_bytes = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                (size,) = _SIZE.unpack(size_bytes)
+                if size < 8 or size > self._max:
+                    BAD_FRAMES.labels("size").inc()
+                    log.warning("closing %s: frame of %d bytes (limit %d)", conn.peer, size, self._max)
+                    return
+                try:
+                    payload = await reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    BAD_FRAMES.labels("truncated").inc()
+                    return
+                head = RequestHead.parse(payload)
+                try:
+                    answer = await loop.run_in_executor(self._pool, self._dispatch, conn, head, payload)
+                except FrameError as exc:
+                    BAD_FRAMES.labels("unreadable").inc()
+                    log.warning("closing %s: %s", conn.peer, exc)
+                    return
+                except RuntimeError:  # the pool is shut down: we are stopping
+                    return
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+        except ConnectionError:
+            return
+        except Exception:  # a bug must close one connection, never the listener
+            log.exception("kafka connection %s failed", conn.peer)
+        finally:
+            self._conns.discard(conn)
+            CONNECTIONS.dec()
+            conn.close()
+            writer.close()
