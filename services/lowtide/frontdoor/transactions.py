@@ -151,11 +151,13 @@ class TransactionCoordinator:
     def init_producer_id(self, *, principal: str, transactional_id: str, timeout_ms: int = 0) -> tuple[int, int]:
         """(producer id, epoch) for ``transactional_id`` (module docstring); an empty id gets a
         fresh producer id (an idempotent producer)."""
+        if not transactional_id:
+            # An idempotent producer has no transaction to time out: Kafka ignores the timeout
+            # (librdkafka sends INT32_MAX).
+            return self._store.next_producer_id(), 0
         timeout_ms = timeout_ms or DEFAULT_TIMEOUT_MS
         if not 0 < timeout_ms <= MAX_TIMEOUT_MS:
             raise InvalidRequest(f"transaction timeout {timeout_ms} ms is outside (0, {MAX_TIMEOUT_MS}]")
-        if not transactional_id:
-            return self._store.next_producer_id(), 0
         self._require_id(principal, transactional_id)
         for _ in range(10):
             st = self._store.load(transactional_id)

@@ -102,20 +102,17 @@ def _writer(entity: type) -> Callable:
 def read_request(payload: bytes, head: RequestHead) -> Request:
     """Parse header and body of a request whose (api_key, version) kio knows.
 
-    Raises ``FrameError`` when the bytes do not parse or do not end where the body ends (Kafka
-    rejects trailing bytes as well).
+    Raises ``FrameError`` when the bytes do not parse. Bytes after the body are ignored, as Kafka
+    ignores them (librdkafka's Metadata v12 carries three).
     """
     entity = request_type(head.api_key, head.api_version)
     if entity is None:
         raise FrameError(f"no message schema for api {head.api_key} v{head.api_version}")
     try:
         header, offset = _reader(entity.__header_schema__)(payload, 0)
-        body, size = _reader(entity)(payload, offset)
+        body, _ = _reader(entity)(payload, offset)
     except Exception as exc:  # the native reader raises ValueError/IndexError/OverflowError...
         raise FrameError(f"unreadable api {head.api_key} v{head.api_version} request: {exc}") from exc
-    if offset + size != len(payload):
-        raise FrameError(f"api {head.api_key} v{head.api_version} request has "
-                         f"{len(payload) - offset - size} trailing bytes")
     return Request(head=head, client_id=header.client_id, body=body)
 
 
@@ -147,7 +144,14 @@ def error_response(api_key: int, version: int, code: int) -> Any | None:
     """The response Kafka sends for a request it refuses as a whole: every ``error_code`` field
     is ``code``, numbers are -1/0, strings empty, lists empty. None if kio has no response schema."""
     entity = response_type(api_key, version)
-    return None if entity is None else _filled(entity, error_code(code))
+    if entity is None:
+        # A version newer (or older) than Kafka's schemas know: answered in the nearest known one,
+        # so the client still gets its correlation id and the error instead of a closed socket.
+        known = [v for v in range(0, 64) if response_type(api_key, v) is not None]
+        if not known:
+            return None
+        entity = response_type(api_key, min(known, key=lambda v: abs(v - version)))
+    return _filled(entity, error_code(code))
 
 
 def _filled(entity: type, code: ErrorCode) -> Any:

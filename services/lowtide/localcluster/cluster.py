@@ -140,6 +140,11 @@ class LocalCluster:
         return self.state.bootstrap
 
     @property
+    def kafka_bootstrap(self) -> str:
+        """The front door's Kafka protocol listener (Kafka clients' bootstrap.servers)."""
+        return self.state.kafka_bootstrap
+
+    @property
     def redis_url(self) -> str:
         return self.state.redis
 
