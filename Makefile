@@ -21,7 +21,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools chart-lint chaos dashboards k8s-build k8s-up k8s-test k8s-down
+        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos dashboards k8s-build k8s-up k8s-test k8s-down
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -34,6 +34,7 @@ help:
 	@echo "make lint              ruff check"
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
+	@echo "make kafka-tools       fetch Kafka's CLI tools (.tools/bin/kafka-*) and Spark's Kafka connector from Maven Central"
 	@echo "make chart-lint        helm lint + helm template of charts/lowtide"
 	@echo "make dashboards        regenerate charts/lowtide/dashboards/*.json and rules/*.yaml from lowtide.observability"
 	@echo "make k8s-build         build (once) the local Kubernetes: binaries, base image  (tests/k8s, root)"
@@ -43,7 +44,7 @@ help:
 	@echo "make clean / distclean remove generated files / also .venv and .tools"
 
 # ---- setup ---------------------------------------------------------------------------------
-setup: system $(PIP_STAMP) $(PB_STAMP)
+setup: system $(PIP_STAMP) $(PB_STAMP) kafka-tools-optional
 
 # Python environment: rebuilt when pyproject.toml (or the script) changes or .venv is missing.
 $(PIP_STAMP): pyproject.toml scripts/venv.sh
@@ -64,6 +65,16 @@ protos: $(PIP_STAMP)
 
 tools:
 	@scripts/setup.sh --force-tools
+
+# Apache Kafka's own CLI tools (kafka-topics, kafka-console-producer/-consumer, kafka-consumer-groups,
+# kafka-delete-records as .tools/bin wrappers) and Spark's Kafka connector jars for .venv's PySpark,
+# from Maven Central, cached in ~/.cache/lowtide-kafka-tools (fast when cached; needs java and mvn).
+# `make setup` runs it with --optional: a failure is a warning there, except under CI=true.
+kafka-tools: $(PIP_STAMP)
+	@scripts/kafka_tools.sh
+
+kafka-tools-optional: $(PIP_STAMP)
+	@scripts/kafka_tools.sh --optional
 
 # ---- run -----------------------------------------------------------------------------------
 # run_pytest(paths): exit 5 (nothing collected) is allowed only with ALLOW_NO_TESTS=1.

@@ -2,8 +2,9 @@
 # Installs what a fresh machine lacks for lowtide's demo and tests (called by `make setup`):
 #   system:  redis-server, jq, prometheus (Debian packages), Java >= 17 (for PySpark), gcc and
 #            the headers of the Python that builds .venv (for the C record walker, which
-#            `pip install -e .` compiles); installed with apt-get when run as root, otherwise
-#            named with the command to run.
+#            `pip install -e .` compiles), Maven (mvn: scripts/kafka_tools.sh fetches Kafka's CLI
+#            tools and Spark's Kafka connector from Maven Central with it); installed with apt-get
+#            when run as root, otherwise named with the command to run.
 #   tools:   grpcurl and helm, built from their Go modules into .tools/bin when Go is there.
 #            Optional: a failure is a warning (tests that need them skip, naming the tool), and a
 #            failed build is not retried by `make setup` until `make tools` (which forces it).
@@ -25,7 +26,7 @@ for arg in "$@"; do
     --system) do_system=1 ;;
     --tools) do_tools=1 ;;
     --force-tools) do_tools=1 force_tools=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -105,13 +106,14 @@ setup_system() {
       warn "  lowtide.record._validate will not compile; leader validation uses a slow Python fallback."
     fi
   fi
+  have mvn || { missing+=(mvn); pkgs+=(maven); }
   jv=$(java_major)
   if [ "$jv" -lt 17 ]; then
     missing+=("java>=17 (found: $( [ "$jv" -eq 0 ] && echo none || echo "$jv"))")
     pkgs+=(openjdk-17-jre-headless)
   fi
   if [ ${#missing[@]} -eq 0 ]; then
-    say "system tools present: redis-server jq prometheus gcc java $jv"
+    say "system tools present: redis-server jq prometheus gcc mvn java $jv"
     return 0
   fi
   if is_root && have apt-get; then
@@ -121,7 +123,7 @@ setup_system() {
     if [[ " ${pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && have systemctl; then
       systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
-    for cmd in redis-server jq prometheus gcc; do
+    for cmd in redis-server jq prometheus gcc mvn; do
       have "$cmd" || { echo "setup: ERROR: $cmd still missing after apt-get install" >&2; exit 1; }
     done
     if [ -n "$hdr_pkg" ] && [ -n "$(python_headers_pkg "$py")" ]; then
@@ -140,7 +142,8 @@ setup_system() {
     warn "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
     warn "(redis-server: every integration test and the demo; prometheus: observability tests;"
     warn " jq: contract-check; java 17+: PySpark jobs and the demo; gcc and python3.X-dev: the C"
-    warn " record walker, built by 'pip install -e .', else a slow Python fallback). Tests needing them will skip."
+    warn " record walker, built by 'pip install -e .', else a slow Python fallback; maven: Kafka's CLI"
+    warn " tools and Spark's Kafka connector, make kafka-tools). Tests needing them will skip."
     [ "${CI:-}" = true ] && { echo "setup: ERROR: CI needs every tool and cannot install them (not root)." >&2; exit 1; }
   fi
   return 0

@@ -1,0 +1,116 @@
+"""Apache Kafka's own tools, fetched by ``make kafka-tools`` (scripts/kafka_tools.sh), are installed
+and run: each CLI wrapper prints its version and usage (no broker needed), and Spark's Kafka connector
+jars exist and make ``format("kafka")`` resolve in a local-mode session, failing only for want of a
+broker. CI installs them, so nothing here skips there."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.kafka_tools import (
+    KAFKA_TOOL_NAMES,
+    kafka_tool,
+    kafka_tools_manifest,
+    require_java,
+    spark_kafka_dir,
+    spark_kafka_jars,
+)
+
+# The first words of each tool's usage, as Kafka prints them.
+USAGE = {
+    "kafka-topics": "This tool helps to create, delete, describe, or change a topic.",
+    "kafka-console-producer": "This tool helps to read data from standard input and publish it to Kafka.",
+    "kafka-console-consumer": "This tool helps to read data from Kafka topics and outputs it to standard output.",
+    "kafka-consumer-groups": "This tool helps to list all consumer groups",
+    "kafka-delete-records": "This tool helps to delete records of the given partitions",
+}
+# An option each tool's usage must list (the ones lowtide's Kafka tests lean on).
+OPTION = {
+    "kafka-topics": "--bootstrap-server",
+    "kafka-console-producer": "--bootstrap-server",
+    "kafka-console-consumer": "--from-beginning",
+    "kafka-consumer-groups": "--reset-offsets",
+    "kafka-delete-records": "--offset-json-file",
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", KAFKA_TOOL_NAMES)
+def test_tool_prints_its_version(name: str) -> None:
+    result = run(str(kafka_tool(name)), "--version")
+    assert result.returncode == 0, result.stderr
+    # stdout is the version alone: logging goes to stderr, and no SLF4J/log4j noise either
+    assert result.stdout.strip() == kafka_tools_manifest()["kafka_version"]
+    assert "SLF4J" not in result.stderr and "StatusLogger" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("name", KAFKA_TOOL_NAMES)
+def test_tool_prints_its_usage(name: str) -> None:
+    result = run(str(kafka_tool(name)), "--help")
+    # like Kafka's bin/*.sh: usage on stderr, exit code 1
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert result.stdout == ""
+    assert USAGE[name] in result.stderr
+    assert re.search(rf"^{re.escape(OPTION[name])}\b", result.stderr, re.MULTILINE), result.stderr
+
+
+def test_manifest_names_every_tool() -> None:
+    tools = kafka_tools_manifest()["tools"]
+    assert sorted(tools) == sorted(KAFKA_TOOL_NAMES)
+    assert all(main.startswith("org.apache.kafka.tools.") for main in tools.values())
+
+
+def test_spark_kafka_jars_exist() -> None:
+    jars = spark_kafka_jars()
+    listed = (spark_kafka_dir() / "jars.txt").read_text().strip().split(",")
+    assert [str(j) for j in jars] == listed
+    assert all(j.is_absolute() and j.is_file() and j.suffix == ".jar" for j in jars)
+    names = " ".join(j.name for j in jars)
+    for artifact in ("spark-sql-kafka-0-10_2.13-", "spark-token-provider-kafka-0-10_2.13-", "kafka-clients-",
+                     "commons-pool2-"):
+        assert artifact in names, (artifact, names)
+    assert "scala-library" not in names and "spark-core" not in names  # PySpark ships those
+
+
+def test_spark_resolves_the_kafka_source() -> None:
+    """A fresh local-mode session (in its own process: spark.jars only counts at a JVM's start) with
+    the jars reads "kafka" from a closed port: Kafka's own TimeoutException, not a missing class."""
+    require_java()
+    jars = ",".join(str(j) for j in spark_kafka_jars())
+    code = textwrap.dedent("""
+        import sys
+        from pyspark.sql import SparkSession
+        spark = (SparkSession.builder.master("local[1]").appName("kafka-tools-test")
+                 .config("spark.jars", sys.argv[1]).config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            df = (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
+                  .option("subscribe", "lowtide-test").option("kafka.default.api.timeout.ms", "3000")
+                  .option("kafka.request.timeout.ms", "2000").option("fetchOffset.numRetries", "1")
+                  .load())
+            print("COLUMNS", ",".join(df.columns))
+            df.count()
+            print("NO ERROR")
+        except Exception as e:
+            print("ERROR", str(e)[:20000])
+        finally:
+            spark.stop()
+    """)
+    result = subprocess.run([sys.executable, "-c", code, jars], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    out = result.stdout
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "COLUMNS key,value,topic,partition,offset,timestamp,timestampType" in out, out[-3000:]
+    assert "Failed to find data source" not in out and "ClassNotFound" not in out, out[-3000:]
+    assert "org.apache.kafka.common.errors.TimeoutException" in out, out[-3000:]
