@@ -72,9 +72,10 @@ class KafkaServices:
     admin: ServiceCaller
     replica: ServiceCaller | None = None
     auth_required: bool = False
-    # SASL PLAIN/SCRAM: (mechanism, username, password) -> call metadata of the identity, or
-    # raises SaslAuthenticationFailed. None = no SASL here.
-    sasl_login: Callable[[str, str, str], tuple[tuple[str, str], ...]] | None = None
+    # Auth on: call metadata ("authorization: Bearer <token>") -> the principal, or raises
+    # SaslAuthenticationFailed (the service's own authenticator). None = auth off: any SASL login
+    # is accepted and the services see User:ANONYMOUS, as over gRPC.
+    sasl_login: Callable[[tuple[tuple[str, str], ...]], str] | None = None
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
 

@@ -16,7 +16,7 @@ import argparse
 import threading
 
 from lowtide.common.server import add_flag, split_addr
-from lowtide.kafka import apis_admin, apis_data
+from lowtide.kafka import apis_admin, apis_data, apis_groups, apis_sasl
 from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
@@ -24,12 +24,7 @@ from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, Reques
 
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
-    apis = [*apis_data.APIS, *apis_admin.APIS]
-    try:
-        from lowtide.kafka import apis_groups
-    except ImportError:  # pragma: no cover - during development of the groups module
-        return apis
-    return apis + list(apis_groups.APIS)
+    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS]
 
 
 def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -> None:

@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         frontdoor = Remote(address=args.frontdoor_addr, stub_type=admin_pb2_grpc.AdminStub)
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=kafka_port, rack=args.rack),
-            admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled)))
+            admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled,
+            sasl_login=access.authenticate if config.auth_enabled else None)))
 
     def register(server) -> None:
         replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
