@@ -26,6 +26,7 @@ from tests.bench import ceiling, delete, physical, produce, report, soak, worker
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
 from tests.bench import diskless as bench_diskless
+from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
@@ -33,8 +34,8 @@ from tests.bench.common import Figure, MiB, failed, running_cluster, say
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "spark", "soak", "wide",
-            "retention", "diskless", "orphans")
+SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "kafka", "spark", "soak",
+            "wide", "retention", "diskless", "orphans")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             if "consumer" in only:
                 _section("consumer", figures, lambda: bench_consumer.consumer_figures(bench, quick=quick),
                          "consumer_poll_mbs", "Consumer.poll", "MB/s")
+            if "kafka" in only:
+                _section("kafka", figures, lambda: bench_kafka.kafka_client_figures(bench, quick=quick),
+                         "kafka_confluent_kafka_produce_mbs", "Kafka listener produce", "MB/s")
             if "spark" in only:
                 _section("spark", figures, lambda: bench_spark.spark_throughput(bench, quick=quick),
                          "spark_write_mbs", "Spark write/read", "MB/s")
