@@ -42,8 +42,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "groups": BASE | {"record"},
     "common": BASE | {"rpc"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
-                        "groups", "diskless"},
-    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases"},
+                        "groups", "diskless", "kafka"},
+    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases",
+                         "kafka"},
+    # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
+    # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
+    "kafka": BASE | {"rpc", "common", "metadata"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
     "leases": BASE | {"common"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
@@ -54,8 +58,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
                    "metadata", "spark"},
 }
-# Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code.
+# Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code: the gRPC
+# servicers and servers, and the Kafka protocol's API translators (lowtide/kafka/apis_*.py), which
+# build the same protobuf requests a gRPC caller sends.
 PROTOBUF_MODULE_NAMES = {"servicer", "server"}
+PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock",
@@ -96,7 +103,8 @@ def find_violations(root: Path) -> list[str]:
             parts = name.split(".")
             where = f"{path.relative_to(root)}:{line}"
             if parts[0] == "lowtide_pb":
-                if package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES:
+                translator = path.stem.startswith(PROTOBUF_PACKAGE_PREFIXES.get(package, "\0"))
+                if package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES and not translator:
                     violations.append(f"{where}: only rpc/, client/ and servicers import generated code ({name})")
             elif parts[0] == "lowtide" and len(parts) > 1:
                 target = parts[1]
