@@ -121,8 +121,32 @@ class InvalidRequiredAcks(LowtideError):
     code, name = 21, "INVALID_REQUIRED_ACKS"
 
 
+class IllegalGeneration(LowtideError):
+    # Kafka: the generation the member named is not the group's current one; rejoin.
+    code, name = 22, "ILLEGAL_GENERATION"
+
+
+class InconsistentGroupProtocol(LowtideError):
+    # Kafka: the protocol type differs from the group's, or no protocol is supported by all members.
+    code, name = 23, "INCONSISTENT_GROUP_PROTOCOL"
+
+
 class InvalidGroupId(LowtideError):
     code, name = 24, "INVALID_GROUP_ID"
+
+
+class UnknownMemberId(LowtideError):
+    # Kafka: the coordinator does not know this member (expired, left, or never joined); rejoin.
+    code, name = 25, "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeout(LowtideError):
+    code, name = 26, "INVALID_SESSION_TIMEOUT"
+
+
+class RebalanceInProgress(LowtideError):
+    # Not retriable in Kafka's table either: the consumer answers it by rejoining the group.
+    code, name = 27, "REBALANCE_IN_PROGRESS"
 
 
 class TopicAuthorizationFailed(LowtideError):
@@ -222,6 +246,25 @@ class NonEmptyGroup(LowtideError):
 
 class GroupIdNotFound(LowtideError):
     code, name = 69, "GROUP_ID_NOT_FOUND"
+
+
+class MemberIdRequired(LowtideError):
+    # Kafka JoinGroup v4+: the first join gets a member id with this error and must rejoin with it.
+    code, name = 79, "MEMBER_ID_REQUIRED"
+
+
+class GroupMaxSizeReached(LowtideError):
+    code, name = 81, "GROUP_MAX_SIZE_REACHED"
+
+
+class FencedInstanceId(LowtideError):
+    # Kafka (KIP-345): another member joined with the same group.instance.id; this one is fenced.
+    code, name = 82, "FENCED_INSTANCE_ID"
+
+
+class GroupSubscribedToTopic(LowtideError):
+    # Kafka (KIP-496): OffsetDelete of a topic the group's members are subscribed to.
+    code, name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
 class FencedLeaderEpoch(InvalidMetadataError):

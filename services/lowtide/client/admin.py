@@ -45,9 +45,58 @@ class CommittedOffset:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member as DescribeGroups shows it (metadata and assignment only while Stable)."""
+
+    member_id: str
+    group_instance_id: str = ""
+    client_id: str = ""
+    client_host: str = ""
+    metadata: bytes = b""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class GroupOffsets:
     group_id: str
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    error: LowtideError | None = None
+    state: str = ""  # Empty, PreparingRebalance, CompletingRebalance, Stable, Dead
+    protocol_type: str = ""
+    protocol: str = ""
+    members: tuple[GroupMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str = ""
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResult:
+    """JoinGroup's answer. ``error`` set means it failed; with MEMBER_ID_REQUIRED ``member_id`` is
+    the id to join again with. ``members`` (member_id, group_instance_id, metadata) is the leader's only."""
+
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str = ""
+    protocol_name: str = ""
+    leader: str = ""
+    members: tuple[tuple[str, str, bytes], ...] = ()
+    error: LowtideError | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.error is None and self.leader == self.member_id
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResult:
+    assignment: bytes = b""
+    protocol_type: str = ""
+    protocol_name: str = ""
     error: LowtideError | None = None
 
 
@@ -178,10 +227,16 @@ class Admin(PooledClient):
 
     # -- groups ------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,
-                       metadata: str = "") -> dict[TopicPartition, LowtideError | None]:
-        request = admin_pb2.OffsetCommitRequest(group_id=group_id, partitions=[
+                       metadata: str = "", generation_id: int | None = None, member_id: str = "",
+                       group_instance_id: str = "") -> dict[TopicPartition, LowtideError | None]:
+        """Without ``generation_id`` (or -1): a standalone commit, refused (UNKNOWN_MEMBER_ID) while
+        the group has members; with one, checked against the group's generation and members."""
+        request = admin_pb2.OffsetCommitRequest(group_id=group_id, member_id=member_id,
+                                                group_instance_id=group_instance_id, partitions=[
             admin_pb2.OffsetCommitPartition(topic=t, partition=p, offset=o, metadata=metadata)
             for (t, p), o in offsets.items()])
+        if generation_id is not None:
+            request.generation_id = generation_id
         response = self._call("OffsetCommit", request)
         return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
@@ -198,13 +253,88 @@ class Admin(PooledClient):
     def list_groups(self) -> list[str]:
         return list(self._call("ListGroups", admin_pb2.ListGroupsRequest()).group_ids)
 
+    def list_group_listings(self) -> list[GroupListing]:
+        """Every group with its protocol type and state (groups with members but no offsets too)."""
+        response = self._call("ListGroups", admin_pb2.ListGroupsRequest())
+        return [GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state)
+                for g in response.groups]
+
     def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupOffsets]:
         response = self._call("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)))
         return {g.group_id: GroupOffsets(
             group_id=g.group_id, error=error_or_none(g.error_code, g.error_message),
             offsets={(o.topic, o.partition): CommittedOffset(offset=o.offset, metadata=o.metadata,
                                                              error=error_or_none(o.error_code, o.error_message))
-                     for o in g.offsets}) for g in response.groups}
+                     for o in g.offsets},
+            state=g.state, protocol_type=g.protocol_type, protocol=g.protocol,
+            members=tuple(GroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                      client_id=m.client_id, client_host=m.client_host, metadata=m.metadata,
+                                      assignment=m.assignment) for m in g.members)) for g in response.groups}
+
+    def offset_delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition,
+                                                                                          LowtideError | None]:
+        """KIP-496: delete the group's committed offsets of ``partitions``. Raises the whole-call
+        error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, GROUP_AUTHORIZATION_FAILED); per partition
+        e.g. GROUP_SUBSCRIBED_TO_TOPIC."""
+        response = self._call("OffsetDelete", admin_pb2.OffsetDeleteRequest(group_id=group_id, partitions=[
+            common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions]))
+        if response.error_code:
+            raise error_or_none(response.error_code, response.error_message)
+        return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
+
+    # -- group membership (Kafka's classic protocol; the group's front door keeps the state) ---
+    def join_group(self, group_id: str, *, session_timeout_ms: int, protocols: Sequence[tuple[str, bytes]],
+                   protocol_type: str = "consumer", rebalance_timeout_ms: int = -1, member_id: str = "",
+                   group_instance_id: str = "", require_known_member_id: bool = False, client_id: str = "",
+                   client_host: str = "", reason: str = "", timeout_s: float | None = None) -> JoinGroupResult:
+        """JoinGroup; blocks until the rebalance completes (the call's deadline defaults to the
+        rebalance timeout plus 5 s, as Kafka's consumer sets it). Errors come back in ``error``."""
+        rebalance_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
+        request = admin_pb2.JoinGroupRequest(
+            group_id=group_id, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            member_id=member_id, group_instance_id=group_instance_id, protocol_type=protocol_type,
+            protocols=[admin_pb2.GroupProtocol(name=n, metadata=m) for n, m in protocols],
+            require_known_member_id=require_known_member_id, client_id=client_id, client_host=client_host,
+            reason=reason)
+        r = self._call("JoinGroup", request, timeout_s=timeout_s or max(self.timeout_s, rebalance_ms / 1000 + 5))
+        return JoinGroupResult(member_id=r.member_id, generation_id=r.generation_id, protocol_type=r.protocol_type,
+                               protocol_name=r.protocol_name, leader=r.leader,
+                               members=tuple((m.member_id, m.group_instance_id, m.metadata) for m in r.members),
+                               error=error_or_none(r.error_code, r.error_message))
+
+    def sync_group(self, group_id: str, *, generation_id: int, member_id: str, group_instance_id: str = "",
+                   protocol_type: str = "", protocol_name: str = "",
+                   assignments: Mapping[str, bytes] | None = None, timeout_s: float | None = None) -> SyncGroupResult:
+        """SyncGroup: the leader passes every member's ``assignments``; a follower's call waits for
+        the leader's. Errors come back in ``error``."""
+        request = admin_pb2.SyncGroupRequest(
+            group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id,
+            protocol_type=protocol_type, protocol_name=protocol_name, assignments=[
+                admin_pb2.SyncGroupAssignment(member_id=k, assignment=v) for k, v in (assignments or {}).items()])
+        r = self._call("SyncGroup", request, timeout_s=timeout_s)
+        return SyncGroupResult(assignment=r.assignment, protocol_type=r.protocol_type, protocol_name=r.protocol_name,
+                               error=error_or_none(r.error_code, r.error_message))
+
+    def heartbeat(self, group_id: str, *, generation_id: int, member_id: str,
+                  group_instance_id: str = "") -> LowtideError | None:
+        """Heartbeat: None, or the group's answer (REBALANCE_IN_PROGRESS: rejoin; ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID...)."""
+        r = self._call("Heartbeat", admin_pb2.HeartbeatRequest(group_id=group_id, generation_id=generation_id,
+                                                               member_id=member_id,
+                                                               group_instance_id=group_instance_id))
+        return error_or_none(r.error_code, r.error_message)
+
+    def leave_group(self, group_id: str, *, members: Sequence[tuple[str, str]] = (), member_id: str = "",
+                    group_instance_id: str = "", reason: str = "") -> dict[tuple[str, str], LowtideError | None]:
+        """LeaveGroup of one member (``member_id``/``group_instance_id``) or of several
+        (``members``: (member_id, group_instance_id) pairs). Per-member errors by that pair; a
+        whole-call error (GROUP_AUTHORIZATION_FAILED...) is raised."""
+        leaving = list(members) or [(member_id, group_instance_id)]
+        r = self._call("LeaveGroup", admin_pb2.LeaveGroupRequest(group_id=group_id, members=[
+            admin_pb2.LeaveGroupMember(member_id=m, group_instance_id=i, reason=reason) for m, i in leaving]))
+        if r.error_code:
+            raise error_or_none(r.error_code, r.error_message)
+        return {(m.member_id, m.group_instance_id): error_or_none(m.error_code, m.error_message) for m in r.members}
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self._call("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)))

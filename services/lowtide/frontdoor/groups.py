@@ -8,28 +8,42 @@ OffsetCommit records, deleting a group is one batch of tombstones (one per commi
 log cleaner's KIP-534 delete horizon applies to them), and a group exists while it has at least
 one committed offset. Offsets once held in Redis are moved into the topic on first start
 (``offsets_migration.py``).
+
+Membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) is ``membership.GroupMembership``, in the
+front door's memory; when one is given, ``GroupCoordinator`` consults it: a commit with a
+generation is checked against the group as Kafka's classic coordinator does, a group with members
+(or an Empty one still in memory) is listed and described with its state, protocol and members,
+is not deleted while it has members (NON_EMPTY_GROUP), and OffsetDelete refuses the topics its
+consumers subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, KIP-496).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lowtide import clock
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
     GroupAuthorizationFailed,
     GroupIdNotFound,
+    GroupSubscribedToTopic,
     InvalidGroupId,
     InvalidRequest,
     LowtideError,
+    NonEmptyGroup,
     TopicAuthorizationFailed,
     UnknownTopicOrPartition,
 )
+from lowtide.frontdoor.classic_group import CONSUMER_PROTOCOL_TYPE, EMPTY, GroupSnapshot
 from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetWrite
 from lowtide.groups import OffsetKey, OffsetValue
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import TOPICS, MetadataStore
+
+if TYPE_CHECKING:
+    from lowtide.frontdoor.membership import GroupMembership
 
 MAX_GROUP_ID_LENGTH = 255
 
@@ -59,6 +73,22 @@ class GroupOutcome:
     group_id: str
     error: LowtideError | None = None
     offsets: tuple[CommittedOffset, ...] = ()
+    # DescribeGroups: the group's membership (None: no members in memory, i.e. Empty, no protocol)
+    group: GroupSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str = ""  # "" for a group with committed offsets only
+    state: str = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    topic: str
+    partition: int
+    error: LowtideError | None = None
 
 
 class GroupStore:
@@ -92,6 +122,12 @@ class GroupStore:
     def exists(self, group_id: str) -> bool:
         return bool(self.topic.entries(group_id))
 
+    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]]) -> None:
+        """Tombstone the committed offsets of ``partitions`` (those without one need nothing)."""
+        wanted = set(partitions)
+        self.topic.write(group_id, [OffsetWrite(key=e.key, value=None) for e in self.topic.entries(group_id)
+                                    if (e.key.topic, e.key.partition) in wanted])
+
     def delete(self, group_id: str) -> bool:
         """Tombstone every committed key of the group; False when it has none (no such group)."""
         entries = self.topic.entries(group_id)
@@ -111,14 +147,17 @@ class GroupCoordinator:
 
     Authorization when enabled (Kafka's rules): commit needs READ on the GROUP and READ on each
     TOPIC; fetch and describe need DESCRIBE on the GROUP; delete needs DELETE on the GROUP; list
-    returns only the groups the principal may DESCRIBE (all of them with DESCRIBE on CLUSTER).
+    returns only the groups the principal may DESCRIBE (all of them with DESCRIBE on CLUSTER);
+    OffsetDelete needs DELETE on the GROUP and READ on each TOPIC (Kafka's KafkaApis rule).
     Thread-safe.
     """
 
-    def __init__(self, *, store: GroupStore, metadata: MetadataStore, authorizer: Authorizer) -> None:
+    def __init__(self, *, store: GroupStore, metadata: MetadataStore, authorizer: Authorizer,
+                 members: GroupMembership | None = None) -> None:
         self._store = store
         self._metadata = metadata
         self._authorizer = authorizer
+        self._members = members
 
     def _allowed(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         return self._authorizer.authorize(principal=principal, operation=operation, resource_type=resource_type,
@@ -128,11 +167,22 @@ class GroupCoordinator:
         if not self._allowed(principal, operation, ResourceType.GROUP, group_id):
             raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group_id!r}")
 
-    def commit_offsets(self, *, principal: str, group_id: str,
-                       commits: Sequence[OffsetCommit]) -> list[tuple[OffsetCommit, LowtideError | None]]:
-        """Store the valid commits; per-partition errors for the others. A refused group fails all."""
+    def commit_offsets(self, *, principal: str, group_id: str, commits: Sequence[OffsetCommit],
+                       generation_id: int = -1, member_id: str = "",
+                       group_instance_id: str = "") -> list[tuple[OffsetCommit, LowtideError | None]]:
+        """Store the valid commits; per-partition errors for the others. A refused group fails all.
+        ``generation_id`` < 0 without a member: a standalone commit (only while the group has no
+        members); otherwise the membership's answer (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+        FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS) is every valid partition's error."""
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.READ, group_id)
+        group_error: LowtideError | None = None
+        if self._members is not None:
+            try:
+                self._members.validate_commit(group_id, generation_id=generation_id, member_id=member_id,
+                                              group_instance_id=group_instance_id)
+            except LowtideError as err:
+                group_error = err
         partition_counts = self._partition_counts({c.topic for c in commits})
         results: list[tuple[OffsetCommit, LowtideError | None]] = []
         accepted: list[OffsetCommit] = []
@@ -147,6 +197,8 @@ class GroupCoordinator:
                 error = UnknownTopicOrPartition(f"partition {c.topic}-{c.partition} does not exist")
             elif c.offset < 0:
                 error = InvalidRequest(f"offset {c.offset} for {c.topic}-{c.partition} is negative")
+            elif group_error is not None:
+                error = group_error
             else:
                 accepted.append(c)
             results.append((c, error))
@@ -168,10 +220,22 @@ class GroupCoordinator:
         return [committed.get((t, p)) or CommittedOffset(topic=t, partition=p) for t, p in partitions]
 
     def list_groups(self, *, principal: str) -> list[str]:
-        groups = self._store.group_ids()
+        return [g.group_id for g in self.list_group_listings(principal=principal)]
+
+    def list_group_listings(self, *, principal: str) -> list[GroupListing]:
+        """Groups with committed offsets and groups with members (or Empty ones still in memory),
+        by id; the member side gives the protocol type and state."""
+        listings = {g: GroupListing(group_id=g) for g in self._store.group_ids()}
+        for snap in self._members.snapshots() if self._members is not None else ():
+            listings[snap.group_id] = GroupListing(group_id=snap.group_id, protocol_type=snap.protocol_type,
+                                                   state=snap.state)
+        out = [listings[g] for g in sorted(listings)]
         if self._allowed(principal, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME):
-            return groups
-        return [g for g in groups if self._allowed(principal, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+            return out
+        return [g for g in out if self._allowed(principal, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
+
+    def _snapshot(self, group_id: str) -> GroupSnapshot | None:
+        return self._members.snapshot(group_id) if self._members is not None else None
 
     def describe_groups(self, *, principal: str, group_ids: Sequence[str]) -> list[GroupOutcome]:
         out = []
@@ -179,10 +243,12 @@ class GroupCoordinator:
             try:
                 validate_group_id(group_id)
                 self._require_group(principal, AclOperation.DESCRIBE, group_id)
-                if not self._store.exists(group_id):
-                    raise GroupIdNotFound(f"group {group_id!r} does not exist")
+                snapshot = self._snapshot(group_id)
                 committed = self._store.committed(group_id)
-                out.append(GroupOutcome(group_id=group_id, offsets=tuple(committed[k] for k in sorted(committed))))
+                if not committed and snapshot is None:
+                    raise GroupIdNotFound(f"group {group_id!r} does not exist")
+                out.append(GroupOutcome(group_id=group_id, offsets=tuple(committed[k] for k in sorted(committed)),
+                                        group=snapshot))
             except LowtideError as err:
                 out.append(GroupOutcome(group_id=group_id, error=err))
         return out
@@ -193,12 +259,50 @@ class GroupCoordinator:
             try:
                 validate_group_id(group_id)
                 self._require_group(principal, AclOperation.DELETE, group_id)
-                if not self._store.delete(group_id):
+                in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
+                if not self._store.delete(group_id) and not in_memory:
                     raise GroupIdNotFound(f"group {group_id!r} does not exist")
                 out.append(GroupOutcome(group_id=group_id))
             except LowtideError as err:
                 out.append(GroupOutcome(group_id=group_id, error=err))
         return out
+
+    def delete_offsets(self, *, principal: str, group_id: str,
+                       partitions: Sequence[tuple[str, int]]) -> list[PartitionOutcome]:
+        """Kafka's OffsetDelete (KIP-496): tombstone the group's committed offsets of ``partitions``.
+        Raises GROUP_ID_NOT_FOUND (no such group), NON_EMPTY_GROUP (members, not a consumer group);
+        per partition TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, or
+        GROUP_SUBSCRIBED_TO_TOPIC when the current generation's members subscribe to the topic."""
+        validate_group_id(group_id)
+        self._require_group(principal, AclOperation.DELETE, group_id)
+        snapshot = self._snapshot(group_id)
+        if snapshot is None and not self._store.exists(group_id):
+            raise GroupIdNotFound(f"group {group_id!r} does not exist")
+        subscribed: frozenset[str] = frozenset()
+        if snapshot is not None and snapshot.state != EMPTY:
+            if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                raise NonEmptyGroup(f"group {group_id!r} ({snapshot.protocol_type!r}) has members")
+            subscribed = snapshot.subscribed_topics or frozenset()
+        partition_counts = self._partition_counts({t for t, _ in partitions})
+        topic_allowed: dict[str, bool] = {}
+        results: list[PartitionOutcome] = []
+        for topic, partition in partitions:
+            if topic not in topic_allowed:
+                topic_allowed[topic] = self._allowed(principal, AclOperation.READ, ResourceType.TOPIC, topic)
+            error: LowtideError | None = None
+            if not topic_allowed[topic]:
+                error = TopicAuthorizationFailed(f"{principal} is not authorized to READ on TOPIC {topic!r}")
+            elif not 0 <= partition < partition_counts.get(topic, 0):
+                error = UnknownTopicOrPartition(f"partition {topic}-{partition} does not exist")
+            elif topic in subscribed:
+                error = GroupSubscribedToTopic(f"group {group_id!r} has members subscribed to {topic!r}")
+            results.append(PartitionOutcome(topic=topic, partition=partition, error=error))
+        eligible = [(r.topic, r.partition) for r in results if r.error is None]
+        try:
+            self._store.delete_offsets(group_id, eligible)
+        except LowtideError as err:  # nothing was acknowledged
+            results = [PartitionOutcome(r.topic, r.partition, err if r.error is None else r.error) for r in results]
+        return results
 
     def _partition_counts(self, topics: set[str]) -> dict[str, int]:
         names = sorted(topics)

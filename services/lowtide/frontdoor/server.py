@@ -36,6 +36,7 @@ from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
+from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
@@ -66,6 +67,9 @@ class FrontDoorConfig:
     # Partitions of __consumer_offsets when this front door creates it (Kafka's
     # offsets.topic.num.partitions); an existing topic keeps its own count.
     offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
+    # Consumer group membership (JoinGroup...): session timeout bounds, initial rebalance delay,
+    # group size limit (Kafka's group.* broker settings; frontdoor/membership.py).
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
 
 
 @dataclass
@@ -83,6 +87,8 @@ class FrontDoorParts:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
 
     def close(self) -> None:
+        if self.front.members is not None:
+            self.front.members.stop()
         if self.front.transactions is not None:
             self.front.transactions.stop()
         if self.offsets is not None:
@@ -112,16 +118,21 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
+    # Group membership lives in this process's memory (frontdoor/membership.py says what follows).
+    members = GroupMembership(authorizer=authorizer, config=config.membership)
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,
         topics=topics,
         deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless),
-        groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer),
+        groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
+                                members=members),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
                                             replicas=replicas),
+        members=members,
     )
+    members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)
     offsets.start()
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets)
@@ -146,6 +157,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--offsets-topic-partitions", default=DEFAULT_OFFSETS_TOPIC_PARTITIONS, type=int,
              help="partitions of __consumer_offsets when this front door creates it "
                   "(Kafka's offsets.topic.num.partitions)")
+    defaults = MembershipConfig()
+    add_flag(parser, "--group-min-session-timeout-ms", default=defaults.min_session_timeout_ms, type=int,
+             help="smallest session timeout a JoinGroup may ask for (Kafka's group.min.session.timeout.ms, "
+                  "whose default is 6000)")
+    add_flag(parser, "--group-max-session-timeout-ms", default=defaults.max_session_timeout_ms, type=int,
+             help="largest session timeout a JoinGroup may ask for (group.max.session.timeout.ms)")
+    add_flag(parser, "--group-initial-rebalance-delay-ms", default=defaults.initial_rebalance_delay_ms, type=int,
+             help="how long an empty group's first rebalance waits for more members "
+                  "(group.initial.rebalance.delay.ms)")
+    add_flag(parser, "--group-max-size", default=defaults.max_group_size, type=int,
+             help="most members a group may have (group.max.size)")
     add_kafka_flags(parser, needs_frontdoor=False)
 
 
@@ -161,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
                                              token_file=args.token_file,
-                                             offsets_topic_partitions=args.offsets_topic_partitions))
+                                             offsets_topic_partitions=args.offsets_topic_partitions,
+                                             membership=MembershipConfig(
+                                                 min_session_timeout_ms=args.group_min_session_timeout_ms,
+                                                 max_session_timeout_ms=args.group_max_session_timeout_ms,
+                                                 initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+                                                 max_group_size=args.group_max_size)))
     REGISTRY.register(ClusterCollector(parts.store))
     controller = None
     if args.controller:
@@ -185,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
         host, _ = kafka.listener.host, kafka.start()
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
-            auth_required=args.auth_enabled)))
+            auth_required=args.auth_enabled,
+            sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None)))
 
     def on_stop() -> None:
         if kafka is not None:

@@ -12,11 +12,12 @@ import grpc
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
 from lowtide.auth.tokens import Authenticator
-from lowtide.errors import LowtideError
+from lowtide.errors import LowtideError, NotCoordinator
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
-from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, OffsetCommit
+from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, GroupOutcome, OffsetCommit
+from lowtide.frontdoor.membership import GroupMembership, JoinRequest, LeavingMember, Protocol
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
@@ -32,6 +33,32 @@ def _offset_result(c: CommittedOffset) -> admin_pb2.OffsetFetchResult:
                                        error_code=code, error_message=message)
 
 
+def _group_description(o: GroupOutcome) -> admin_pb2.GroupDescription:
+    code, message = _code(o.error)
+    description = admin_pb2.GroupDescription(group_id=o.group_id, error_code=code, error_message=message,
+                                              offsets=[_offset_result(c) for c in o.offsets])
+    if o.error is None:
+        g = o.group
+        description.state = g.state if g is not None else "Empty"
+        if g is not None:
+            description.protocol_type, description.protocol = g.protocol_type, g.protocol
+            description.members.extend(admin_pb2.GroupMemberDescription(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host, metadata=m.metadata, assignment=m.assignment) for m in g.members)
+    return description
+
+
+def _client_host(request_host: str, context: grpc.ServicerContext) -> str:
+    """The member's host as Kafka shows it ("/1.2.3.4"): the request's, else the caller's address."""
+    if request_host:
+        return request_host
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000"
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return ""
+    return "/" + rest.rpartition(":")[0].strip("[]")
+
+
 @dataclass
 class FrontDoor:
     """The domain objects one front door process serves with."""
@@ -43,6 +70,7 @@ class FrontDoor:
     groups: GroupCoordinator
     acls: AclAdmin
     transactions: TransactionCoordinator | None = field(default=None)
+    members: GroupMembership | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -125,7 +153,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         results = self._front.groups.commit_offsets(
             principal=self._principal(context), group_id=request.group_id,
             commits=[OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata)
-                     for p in request.partitions])
+                     for p in request.partitions],
+            generation_id=request.generation_id if request.HasField("generation_id") else -1,
+            member_id=request.member_id, group_instance_id=request.group_instance_id)
         return admin_pb2.OffsetCommitResponse(partitions=[
             admin_pb2.OffsetCommitResult(topic=c.topic, partition=c.partition, error_code=_code(e)[0],
                                          error_message=_code(e)[1]) for c, e in results])
@@ -138,22 +168,93 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                              partitions=[_offset_result(c) for c in offsets])
 
     def ListGroups(self, request, context):  # noqa: N802
-        return admin_pb2.ListGroupsResponse(group_ids=self._front.groups.list_groups(
-            principal=self._principal(context)))
+        listings = self._front.groups.list_group_listings(principal=self._principal(context))
+        return admin_pb2.ListGroupsResponse(group_ids=[g.group_id for g in listings], groups=[
+            admin_pb2.GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state)
+            for g in listings])
 
     def DescribeGroups(self, request, context):  # noqa: N802
         outcomes = self._front.groups.describe_groups(principal=self._principal(context),
                                                       group_ids=list(request.group_ids))
-        return admin_pb2.DescribeGroupsResponse(groups=[
-            admin_pb2.GroupDescription(group_id=o.group_id, error_code=_code(o.error)[0],
-                                       error_message=_code(o.error)[1],
-                                       offsets=[_offset_result(c) for c in o.offsets]) for o in outcomes])
+        return admin_pb2.DescribeGroupsResponse(groups=[_group_description(o) for o in outcomes])
 
     def DeleteGroups(self, request, context):  # noqa: N802
         outcomes = self._front.groups.delete_groups(principal=self._principal(context),
                                                     group_ids=list(request.group_ids))
         return admin_pb2.DeleteGroupsResponse(groups=[
             admin_pb2.GroupResult(group_id=o.group_id, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def OffsetDelete(self, request, context):  # noqa: N802
+        try:
+            outcomes = self._front.groups.delete_offsets(
+                principal=self._principal(context), group_id=request.group_id,
+                partitions=[(p.topic, p.partition) for p in request.partitions])
+        except LowtideError as err:
+            return admin_pb2.OffsetDeleteResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.OffsetDeleteResponse(partitions=[
+            admin_pb2.OffsetCommitResult(topic=o.topic, partition=o.partition, error_code=_code(o.error)[0],
+                                         error_message=_code(o.error)[1]) for o in outcomes])
+
+    # -- group membership (frontdoor/membership.py): Kafka answers errors, so do these ------------
+    def _members(self) -> GroupMembership:
+        if self._front.members is None:
+            raise NotCoordinator("this front door does not coordinate group membership")
+        return self._front.members
+
+    def JoinGroup(self, request, context):  # noqa: N802
+        try:
+            result = self._members().join_group(principal=self._principal(context), request=JoinRequest(
+                group_id=request.group_id, session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms, member_id=request.member_id,
+                group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
+                protocols=tuple(Protocol(name=p.name, metadata=p.metadata) for p in request.protocols),
+                require_known_member_id=request.require_known_member_id, client_id=request.client_id,
+                client_host=_client_host(request.client_host, context), reason=request.reason))
+        except LowtideError as err:
+            return admin_pb2.JoinGroupResponse(error_code=err.code, error_message=err.message, generation_id=-1,
+                                               member_id=request.member_id)
+        code, message = _code(result.error)
+        return admin_pb2.JoinGroupResponse(
+            error_code=code, error_message=message, generation_id=result.generation_id,
+            protocol_type=result.protocol_type, protocol_name=result.protocol_name, leader=result.leader,
+            member_id=result.member_id, members=[
+                admin_pb2.JoinGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                          metadata=m.metadata) for m in result.members])
+
+    def SyncGroup(self, request, context):  # noqa: N802
+        try:
+            result = self._members().sync_group(
+                principal=self._principal(context), group_id=request.group_id, generation_id=request.generation_id,
+                member_id=request.member_id, group_instance_id=request.group_instance_id,
+                protocol_type=request.protocol_type, protocol_name=request.protocol_name,
+                assignments={a.member_id: a.assignment for a in request.assignments})
+        except LowtideError as err:
+            return admin_pb2.SyncGroupResponse(error_code=err.code, error_message=err.message)
+        code, message = _code(result.error)
+        return admin_pb2.SyncGroupResponse(error_code=code, error_message=message, protocol_type=result.protocol_type,
+                                           protocol_name=result.protocol_name, assignment=result.assignment)
+
+    def Heartbeat(self, request, context):  # noqa: N802
+        try:
+            self._members().heartbeat(principal=self._principal(context), group_id=request.group_id,
+                                      generation_id=request.generation_id, member_id=request.member_id,
+                                      group_instance_id=request.group_instance_id)
+        except LowtideError as err:
+            return admin_pb2.HeartbeatResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.HeartbeatResponse()
+
+    def LeaveGroup(self, request, context):  # noqa: N802
+        try:
+            outcomes = self._members().leave_group(
+                principal=self._principal(context), group_id=request.group_id,
+                members=[LeavingMember(member_id=m.member_id, group_instance_id=m.group_instance_id, reason=m.reason)
+                         for m in request.members])
+        except LowtideError as err:
+            return admin_pb2.LeaveGroupResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.LeaveGroupResponse(members=[
+            admin_pb2.LeaveGroupMemberResult(member_id=o.member_id, group_instance_id=o.group_instance_id,
+                                             error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
 
     # -- ACLs --------------------------------------------------------------------------------
