@@ -151,6 +151,7 @@ class KafkaBroker:
             outcome = "ok"
         except LowtideError as err:
             outcome = err.name
+            log.info("kafka %s v%d from %s answered %s: %s", name, head.api_version, conn.peer, err.name, err.message)
             body = error_response(head.api_key, head.api_version, err.code)
             if isinstance(err, SaslAuthenticationFailed):
                 # Kafka closes a connection that skips authentication (after answering SASL errors).

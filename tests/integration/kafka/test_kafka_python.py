@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -158,3 +159,28 @@ def test_an_api_version_not_served_is_answered_unsupported_version_and_the_conne
         sock.sendall(_frame(struct.pack(">hhih", 18, 0, 9, 4) + b"test"))
         correlation, code, count = struct.unpack_from(">ihi", _read_frame(sock))
         assert (correlation, code) == (9, 0) and count >= 10
+
+
+def test_a_group_consumers_commits_are_lowtides_committed_offsets_and_the_group_is_described(kcluster, admin):
+    admin.create_topics([NewTopic("grouped", num_partitions=4, replication_factor=3)])
+    producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
+    for i in range(80):
+        producer.send("grouped", value=b"%d" % i, partition=i % 4)
+    producer.flush(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer("grouped", bootstrap_servers=kcluster.kafka_bootstrap, group_id="team",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 80 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            seen += [r.value for r in records]
+    consumer.commit()
+    assert sorted(seen) == sorted(b"%d" % i for i in range(80))
+    assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2, 3}
+    with Admin(kcluster.bootstrap) as lowtide:
+        committed = lowtide.fetch_offsets("team")
+        described = lowtide.describe_groups(["team"])["team"]
+    assert {tp[1]: c.offset for tp, c in committed.items()} == {0: 20, 1: 20, 2: 20, 3: 20}
+    assert described.state == "Stable" and described.protocol_type == "consumer" and len(described.members) == 1
+    consumer.close()
