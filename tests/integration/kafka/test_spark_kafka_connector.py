@@ -1,0 +1,157 @@
+"""Spark's own Kafka connector (spark-sql-kafka-0-10, ``format("kafka")``, with the kafka-clients
+it ships) against a local cluster's Kafka listener, unchanged: a DataFrame written to a topic and
+read back in a batch, compared with what lowtide itself says (ListOffsets), also after a lowtide
+DeleteRecords.
+
+The Spark side is plain PySpark in local mode with ``spark.jars`` = the connector: no lowtide code,
+no lowtide data source. It runs in a child Python process (``SPARK_SIDE`` below), one per step,
+because ``spark.jars`` only counts when a JVM starts and a pytest process may already have started
+its Spark JVM without them (tests/integration/spark/ does, in-process). The child prints its rows
+as one JSON line; this side checks them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lowtide.client import Admin
+from lowtide.client.admin import OffsetSpec
+from lowtide.localcluster import ClusterConfig
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.kafka_tools import require_java, spark_kafka_jars
+
+TOPIC, PARTITIONS, ROWS = "spark-kafka", 3, 600
+SPARK_TIMEOUT_S = 300
+
+# The Spark side: argv[1] is a JSON job {"jars", "bootstrap", "topic", "write": [[key, value], ...]
+# or null, "read": {option: value} or null}; prints "ROWS <json>" with the rows read as
+# [key, value, topic, partition, offset].
+SPARK_SIDE = textwrap.dedent("""
+    import json, sys
+    from pyspark.sql import SparkSession
+
+    job = json.loads(sys.argv[1])
+    spark = (SparkSession.builder.master("local[2]").appName("lowtide-spark-kafka")
+             .config("spark.jars", job["jars"]).config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if job["write"] is not None:
+            df = spark.createDataFrame([(k.encode(), v.encode()) for k, v in job["write"]],
+                                       "key binary, value binary")
+            (df.write.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
+             .option("topic", job["topic"]).save())
+        if job["read"] is not None:
+            reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
+                      .option("subscribe", job["topic"]))
+            for key, value in job["read"].items():
+                reader = reader.option(key, value)
+            rows = [[bytes(r.key).decode() if r.key is not None else None, bytes(r.value).decode(), r.topic,
+                     r.partition, r.offset] for r in reader.load().collect()]
+            print("ROWS " + json.dumps(rows), flush=True)
+    finally:
+        spark.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def kcluster(request, tmp_path_factory):
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-kafka"), replicas=3,
+                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG)))
+
+
+@pytest.fixture(scope="module")
+def lowtide_admin(kcluster):
+    with Admin(kcluster.bootstrap) as admin:
+        yield admin
+
+
+def spark_job(cluster, *, write: list[tuple[str, str]] | None = None,
+              read: dict[str, str] | None = None) -> list[tuple[str | None, str, str, int, int]]:
+    require_java()
+    job = {"jars": ",".join(str(j) for j in spark_kafka_jars()), "bootstrap": cluster.kafka_bootstrap,
+           "topic": TOPIC, "write": write, "read": read}
+    result = subprocess.run([sys.executable, "-c", SPARK_SIDE, json.dumps(job)], capture_output=True, text=True,
+                            timeout=SPARK_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert result.returncode == 0, f"Spark side exited {result.returncode}:\n{result.stderr[-6000:]}"
+    if read is None:
+        return []
+    line = next((ln for ln in result.stdout.splitlines() if ln.startswith("ROWS ")), None)
+    assert line is not None, result.stdout[-3000:] + result.stderr[-3000:]
+    return [tuple(r) for r in json.loads(line.removeprefix("ROWS "))]
+
+
+def offsets(admin: Admin, spec: int) -> dict[int, int]:
+    answers = admin.list_offsets({(TOPIC, p): spec for p in range(PARTITIONS)})
+    assert all(a.error is None for a in answers.values()), answers
+    return {p: a.offset for (_, p), a in answers.items()}
+
+
+# failOnDataLoss stays at its default, true: a batch read resolves "earliest" with ListOffsets
+# EARLIEST (lowtide's low watermark) when it plans the job, so after a DeleteRecords it never asks
+# for a deleted offset. Were the low watermark misreported (an offset below it fetched, answered
+# OFFSET_OUT_OF_RANGE), Spark would fail the read instead of quietly skipping records.
+EVERYTHING = {"startingOffsets": "earliest", "endingOffsets": "latest"}
+WRITTEN = [(f"key-{i % 50}", f"value-{i}") for i in range(ROWS)]
+
+
+@pytest.fixture(scope="module")
+def written_and_read(kcluster, lowtide_admin):
+    """A Spark write of WRITTEN, then, in the same session, a batch read of everything."""
+    lowtide_admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+    s.wait_until(lambda: all(p.leader >= 0 for p in lowtide_admin.describe_topics([TOPIC])[TOPIC].partitions),
+                 what=f"leaders for {TOPIC}")
+    return spark_job(kcluster, write=WRITTEN, read=EVERYTHING)
+
+
+def test_a_spark_kafka_write_is_read_back_by_a_spark_kafka_batch_read_with_the_same_rows(written_and_read):
+    assert sorted((k, v) for k, v, _, _, _ in written_and_read) == sorted(WRITTEN)
+    assert {t for _, _, t, _, _ in written_and_read} == {TOPIC}
+
+
+def test_the_rows_partitions_and_offsets_are_those_lowtides_list_offsets_gives(written_and_read, lowtide_admin):
+    per_partition: dict[int, list[int]] = {}
+    for _, _, _, partition, offset in written_and_read:
+        per_partition.setdefault(partition, []).append(offset)
+    assert set(per_partition) <= set(range(PARTITIONS))
+    earliest, latest = offsets(lowtide_admin, OffsetSpec.EARLIEST), offsets(lowtide_admin, OffsetSpec.LATEST)
+    assert earliest == dict.fromkeys(range(PARTITIONS), 0)
+    for p in range(PARTITIONS):
+        assert sorted(per_partition.get(p, [])) == list(range(earliest[p], latest[p])), p
+    assert sum(latest.values()) == ROWS
+
+
+def test_spark_kafka_writes_put_every_record_of_a_key_in_one_partition(written_and_read):
+    partitions_of: dict[str, set[int]] = {}
+    for key, _, _, partition, _ in written_and_read:
+        partitions_of.setdefault(key, set()).add(partition)
+    assert all(len(ps) == 1 for ps in partitions_of.values()), partitions_of
+    assert len({p for ps in partitions_of.values() for p in ps}) == PARTITIONS  # 50 keys spread over all 3
+
+
+def test_after_lowtide_delete_records_a_spark_batch_read_from_earliest_starts_at_the_low_watermark(
+        kcluster, written_and_read, lowtide_admin):
+    latest = offsets(lowtide_admin, OffsetSpec.LATEST)
+    low = {p: end // 3 for p, end in latest.items()}
+    assert all(k > 0 for k in low.values()), latest
+    results = lowtide_admin.delete_records({(TOPIC, p): k for p, k in low.items()})
+    assert {tp[1]: r.low_watermark for tp, r in results.items()} == low
+    assert offsets(lowtide_admin, OffsetSpec.EARLIEST) == low
+    rows = spark_job(kcluster, read=EVERYTHING)
+    per_partition: dict[int, list[int]] = {}
+    for _, _, _, partition, offset in rows:
+        per_partition.setdefault(partition, []).append(offset)
+    for p in range(PARTITIONS):
+        assert sorted(per_partition.get(p, [])) == list(range(low[p], latest[p])), p
+    expected = {(k, v, p, o) for k, v, _, p, o in written_and_read if o >= low[p]}
+    assert {(k, v, p, o) for k, v, _, p, o in rows} == expected
