@@ -12,18 +12,16 @@ front door's KIP-107 DeleteRecords: the same purgatory, low watermark and errors
 
 from __future__ import annotations
 
-import datetime
 import uuid
 import zlib
 from typing import Any
 
 from lowtide.errors import CoordinatorNotAvailable
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import INVALID_REQUEST, error_code
+from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code, millis
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
 
-_ZERO = datetime.timedelta(0)
 METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
 DELETE_RECORDS_KEY, INIT_PRODUCER_ID_KEY, DESCRIBE_CONFIGS_KEY, DESCRIBE_CLUSTER_KEY = 21, 22, 32, 60
 # Kafka's ConfigResource.Type and ConfigEntry.ConfigSource numbers.
@@ -31,10 +29,6 @@ _RESOURCE_TOPIC = 2
 _DYNAMIC_TOPIC_CONFIG = 1
 # Kafka's "authorized operations not requested" marker.
 _NO_OPERATIONS = -(2**31)
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
 
 
 def _uuid(raw: str) -> uuid.UUID | None:
@@ -81,7 +75,7 @@ def metadata(call: Call, body: Any) -> Any:
         topics.append(call.make("MetadataResponseTopic", error_code=error_code(0), name=t.name,
                                 topic_id=_uuid(t.topic_id), is_internal=t.name.startswith(INTERNAL_TOPIC_PREFIX),
                                 partitions=tuple(parts), topic_authorized_operations=_NO_OPERATIONS))
-    return call.make(call.response, throttle_time=_ZERO, cluster_id=meta.cluster_id or None,
+    return call.make(call.response, throttle_time=NO_THROTTLE, cluster_id=meta.cluster_id or None,
                      controller_id=brokers[0].id if brokers else -1,
                      brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=b.host, port=b.kafka_port,
                                              rack=b.rack or None) for b in brokers),
@@ -91,7 +85,7 @@ def metadata(call: Call, body: Any) -> Any:
 def describe_cluster(call: Call, body: Any) -> Any:
     meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))
     brokers = kafka_brokers(meta)
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(0), error_message=None,
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), error_message=None,
                      endpoint_type=1, cluster_id=meta.cluster_id, controller_id=brokers[0].id if brokers else -1,
                      brokers=tuple(call.make("DescribeClusterBroker", broker_id=b.id, host=b.host, port=b.kafka_port,
                                              rack=b.rack or None) for b in brokers),
@@ -118,11 +112,11 @@ def find_coordinator(call: Call, body: Any) -> Any:
         except CoordinatorNotAvailable as err:
             found.append((key, -1, "", -1, err.code, err.message))
     if hasattr(body, "coordinator_keys"):
-        return call.make(call.response, throttle_time=_ZERO, coordinators=tuple(
+        return call.make(call.response, throttle_time=NO_THROTTLE, coordinators=tuple(
             call.make("Coordinator", key=k, node_id=n, host=h, port=p, error_code=error_code(c), error_message=m)
             for k, n, h, p, c, m in found))
     _, n, h, p, c, m = found[0]
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(c), error_message=m,
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(c), error_message=m,
                      node_id=n, host=h, port=p)
 
 
@@ -152,14 +146,14 @@ def create_topics(call: Call, body: Any) -> Any:
             replication_factor=m.replication_factor if m else (t.replication_factor if not code else -1),
             configs=tuple(call.make("CreatableTopicConfigs", name=k, value=v, read_only=False, config_source=1,
                                     is_sensitive=False) for k, v in sorted(m.config.items())) if m else None))
-    return call.make(call.response, throttle_time=_ZERO, topics=tuple(out))
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 
 def delete_topics(call: Call, body: Any) -> Any:
     names = list(body.topic_names) if hasattr(body, "topic_names") else [t.name for t in body.topics if t.name]
     answer = call.admin("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=names))
     results = {r.name: r for r in answer.topics}
-    return call.make(call.response, throttle_time=_ZERO, responses=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, responses=tuple(
         call.make("DeletableTopicResult", name=n, topic_id=None,
                   error_code=error_code(results[n].error_code if n in results else -1),
                   error_message=(results[n].error_message or None) if n in results else None)
@@ -196,12 +190,12 @@ def describe_configs(call: Call, body: Any) -> Any:
                 for k, v in sorted(topics[r.resource_name].config.items()) if keys is None or k in keys)
         results.append(call.make("DescribeConfigsResult", error_code=error_code(code), error_message=message,
                                  resource_type=r.resource_type, resource_name=r.resource_name, configs=configs))
-    return call.make(call.response, throttle_time=_ZERO, results=tuple(results))
+    return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 # -- DeleteRecords (KIP-107) -----------------------------------------------------------------
 def delete_records(call: Call, body: Any) -> Any:
-    timeout_ms = _ms(body.timeout)
+    timeout_ms = millis(body.timeout)
     request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
         common_pb2.DeleteRecordsPartition(topic=t.name, partition=p.partition_index, offset=p.offset)
         for t in body.topics for p in t.partitions])
@@ -217,14 +211,14 @@ def delete_records(call: Call, body: Any) -> Any:
                                    low_watermark=r.low_watermark if r and not code else -1,
                                    error_code=error_code(code)))
         topics.append(call.make("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
-    return call.make(call.response, throttle_time=_ZERO, topics=tuple(topics))
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
 # -- InitProducerId (idempotent and transactional producers) ---------------------------------
 def init_producer_id(call: Call, body: Any) -> Any:
     answer = call.admin("InitProducerId", transactions_pb2.InitProducerIdRequest(
-        transactional_id=body.transactional_id or "", transaction_timeout_ms=_ms(body.transaction_timeout)))
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code),
+        transactional_id=body.transactional_id or "", transaction_timeout_ms=millis(body.transaction_timeout)))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
                      producer_id=answer.producer_id if not answer.error_code else -1,
                      producer_epoch=answer.producer_epoch if not answer.error_code else -1)
 

@@ -17,16 +17,11 @@ from typing import Any
 
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import error_code
+from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide_pb import common_pb2, replica_pb2
 
-_ZERO = datetime.timedelta(0)
 FETCH_SESSION_ID_NOT_FOUND = 70
 PRODUCE_KEY, FETCH_KEY, LIST_OFFSETS_KEY = 0, 1, 2
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
 
 
 def _time(ms: int) -> datetime.datetime | None:
@@ -42,7 +37,7 @@ def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
 # -- Produce ---------------------------------------------------------------------------------
 def produce(call: Call, body: Any) -> Any:
     acks = int(body.acks)
-    request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=_ms(body.timeout), partitions=[
+    request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=millis(body.timeout), partitions=[
         replica_pb2.ProducePartition(topic=t.name, partition=p.index, records=p.records or b"")
         for t in body.topic_data for p in t.partition_data])
     if call.services.replica is None:
@@ -65,20 +60,21 @@ def produce(call: Call, body: Any) -> Any:
                 log_start_offset=r.log_start_offset if r else -1, record_errors=(),
                 error_message=(r.error_message or None) if r else None))
         responses.append(call.make("TopicProduceResponse", name=t.name, partition_responses=tuple(parts)))
-    return call.make(call.response, responses=tuple(responses), throttle_time=_ZERO, node_endpoints=())
+    return call.make(call.response, responses=tuple(responses), throttle_time=NO_THROTTLE, node_endpoints=())
 
 
 # -- Fetch -----------------------------------------------------------------------------------
 def fetch(call: Call, body: Any) -> Any:
     session_id = getattr(body, "session_id", 0)
     if session_id:
-        return call.make(call.response, throttle_time=_ZERO, error_code=error_code(FETCH_SESSION_ID_NOT_FOUND),
+        return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(FETCH_SESSION_ID_NOT_FOUND),
                          session_id=0, responses=())
     if int(body.replica_id) >= 0:
         # Followers replicate over gRPC (Replicate); a Kafka follower fetch is not served.
-        return call.make(call.response, throttle_time=_ZERO, error_code=error_code(42), session_id=0, responses=())
+        return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(42), session_id=0,
+                         responses=())
     request = replica_pb2.FetchRequest(
-        replica_id=-1, max_wait_ms=_ms(body.max_wait), min_bytes=int(body.min_bytes),
+        replica_id=-1, max_wait_ms=millis(body.max_wait), min_bytes=int(body.min_bytes),
         max_bytes=int(getattr(body, "max_bytes", 0) or 0), isolation_level=int(getattr(body, "isolation_level", 0)))
     for t in body.topics:
         for p in t.partitions:
@@ -112,7 +108,7 @@ def fetch(call: Call, body: Any) -> Any:
                 log_start_offset=r.log_start_offset if not r.error_code else -1,
                 aborted_transactions=aborted, preferred_read_replica=-1, records=r.records))
         responses.append(call.make("FetchableTopicResponse", topic=t.topic, partitions=tuple(parts)))
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(0), session_id=0,
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), session_id=0,
                      responses=tuple(responses))
 
 
@@ -138,7 +134,7 @@ def list_offsets(call: Call, body: Any) -> Any:
                 leader_epoch=r.leader_epoch if r and not code and r.leader_epoch >= 0 else -1,
                 old_style_offsets=()))
         topics.append(call.make("ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
-    return call.make(call.response, throttle_time=_ZERO, topics=tuple(topics))
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
 APIS = [

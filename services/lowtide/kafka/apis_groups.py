@@ -10,28 +10,22 @@ long (plus a margin) instead of the usual admin deadline.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from lowtide.errors import LowtideError
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import error_code
+from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide_pb import admin_pb2, common_pb2
 
-_ZERO = datetime.timedelta(0)
 OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, JOIN_GROUP_KEY, HEARTBEAT_KEY, LEAVE_GROUP_KEY = 8, 9, 11, 12, 13
 SYNC_GROUP_KEY, DESCRIBE_GROUPS_KEY, LIST_GROUPS_KEY, DELETE_GROUPS_KEY, OFFSET_DELETE_KEY = 14, 15, 16, 42, 47
 _NO_OPERATIONS = -(2**31)
 
 
-def _ms(value: datetime.timedelta | int) -> int:
-    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
-
-
 # -- membership ------------------------------------------------------------------------------
 def join_group(call: Call, body: Any) -> Any:
-    session_ms = _ms(body.session_timeout)
-    rebalance_ms = _ms(getattr(body, "rebalance_timeout", session_ms))
+    session_ms = millis(body.session_timeout)
+    rebalance_ms = millis(getattr(body, "rebalance_timeout", session_ms))
     request = admin_pb2.JoinGroupRequest(
         group_id=body.group_id, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
         member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None) or "",
@@ -41,7 +35,7 @@ def join_group(call: Call, body: Any) -> Any:
         protocols=[admin_pb2.GroupProtocol(name=p.name, metadata=p.metadata) for p in body.protocols])
     answer = call.admin("JoinGroup", request, timeout_s=max(rebalance_ms, session_ms) / 1000 + 30)
     return call.make(
-        call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code),
+        call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
         generation_id=answer.generation_id if not answer.error_code else -1,
         protocol_type=answer.protocol_type or None, protocol_name=answer.protocol_name or (None if call.version >= 7
                                                                                             else ""),
@@ -58,7 +52,7 @@ def sync_group(call: Call, body: Any) -> Any:
         protocol_type=getattr(body, "protocol_type", None) or "", protocol_name=getattr(body, "protocol_name", None)
         or "", assignments=[admin_pb2.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
                             for a in body.assignments]), timeout_s=330)
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code),
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
                      protocol_type=answer.protocol_type or None, protocol_name=answer.protocol_name or None,
                      assignment=answer.assignment)
 
@@ -67,7 +61,7 @@ def heartbeat(call: Call, body: Any) -> Any:
     answer = call.admin("Heartbeat", admin_pb2.HeartbeatRequest(
         group_id=body.group_id, generation_id=body.generation_id, member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None) or ""))
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
 
 
 def leave_group(call: Call, body: Any) -> Any:
@@ -80,7 +74,7 @@ def leave_group(call: Call, body: Any) -> Any:
     code = answer.error_code
     if not hasattr(body, "members") and not code and answer.members:
         code = answer.members[0].error_code  # v0-v2 name one member and carry one error
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(code), members=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code), members=tuple(
         call.make("MemberResponse", member_id=m.member_id, group_instance_id=m.group_instance_id or None,
                   error_code=error_code(m.error_code)) for m in answer.members))
 
@@ -97,7 +91,7 @@ def offset_commit(call: Call, body: Any) -> Any:
     if generation >= 0:
         request.generation_id = generation
     results = {(r.topic, r.partition): r.error_code for r in call.admin("OffsetCommit", request).partitions}
-    return call.make(call.response, throttle_time=_ZERO, topics=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("OffsetCommitResponsePartition", partition_index=p.partition_index,
                       error_code=error_code(results.get((t.name, p.partition_index), -1)))
@@ -129,9 +123,9 @@ def offset_fetch(call: Call, body: Any) -> Any:
             groups.append(call.make("OffsetFetchResponseGroup", group_id=g.group_id, error_code=error_code(code),
                                     topics=_fetched_topics(call, topics, "OffsetFetchResponseTopics",
                                                            "OffsetFetchResponsePartitions")))
-        return call.make(call.response, throttle_time=_ZERO, groups=tuple(groups))
+        return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
     code, topics = _fetch_group(call, body.group_id, body.topics)
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(code),
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code),
                      topics=_fetched_topics(call, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
 
 
@@ -147,7 +141,7 @@ def offset_delete(call: Call, body: Any) -> Any:
         common_pb2.TopicPartition(topic=t.name, partition=p.partition_index)
         for t in body.topics for p in t.partitions]))
     results = {(r.topic, r.partition): r.error_code for r in answer.partitions}
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(answer.error_code), topics=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code), topics=tuple(
         call.make("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
             call.make("OffsetDeleteResponsePartition", partition_index=p.partition_index,
                       error_code=error_code(results.get((t.name, p.partition_index), 0 if answer.error_code else -1)))
@@ -161,14 +155,14 @@ def list_groups(call: Call, body: Any) -> Any:
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     listed = [g for g in answer.groups if (not states or g.state.lower() in states)
               and (not types or "classic" in types)]
-    return call.make(call.response, throttle_time=_ZERO, error_code=error_code(0), groups=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), groups=tuple(
         call.make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
                   group_type="classic") for g in listed))
 
 
 def describe_groups(call: Call, body: Any) -> Any:
     answer = call.admin("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(body.groups)))
-    return call.make(call.response, throttle_time=_ZERO, groups=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(
         call.make("DescribedGroup", error_code=error_code(g.error_code), group_id=g.group_id,
                   group_state=g.state or ("Dead" if g.error_code else "Empty"), protocol_type=g.protocol_type,
                   protocol_data=g.protocol, authorized_operations=_NO_OPERATIONS, members=tuple(
@@ -181,7 +175,7 @@ def describe_groups(call: Call, body: Any) -> Any:
 
 def delete_groups(call: Call, body: Any) -> Any:
     answer = call.admin("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(body.groups_names)))
-    return call.make(call.response, throttle_time=_ZERO, results=tuple(
+    return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(
         call.make("DeletableGroupResult", group_id=r.group_id, error_code=error_code(r.error_code))
         for r in answer.groups))
 

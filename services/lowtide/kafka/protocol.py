@@ -132,6 +132,14 @@ def encode_response(head: RequestHead, body: Any) -> bytes:
     return out
 
 
+NO_THROTTLE = datetime.timedelta(0)
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A Kafka duration field (kio gives timedeltas) in milliseconds."""
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+
+
 def error_code(code: int) -> ErrorCode:
     """kio's enum member of a Kafka error code (lowtide's errors carry Kafka's numbers)."""
     try:
