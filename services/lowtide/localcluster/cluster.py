@@ -377,8 +377,15 @@ class LocalCluster:
         modules = {k.kind: k.module for k in self._kinds}
         for entry in services:
             # A replica's Kafka listener forwards topic, group and DeleteRecords requests there.
-            if entry.kafka and frontdoors and "--frontdoor-addr" in supported_flags(modules[entry.kind]):
+            if not entry.kafka or "--frontdoor-addr" not in supported_flags(modules[entry.kind]):
+                continue
+            if frontdoors:
                 entry.argv += ["--frontdoor-addr", frontdoors[0].grpc]
+            else:
+                # No front door to forward to (a cluster of replicas only): no Kafka listener.
+                at = entry.argv.index("--kafka-listener")
+                del entry.argv[at:at + 2]
+                entry.kafka = ""
         (self.data_dir / "objects").mkdir(exist_ok=True)
         return ClusterState(data_dir=self.data_dir, bootstrap=frontdoors[0].grpc if frontdoors else "",
                             kafka_bootstrap=frontdoors[0].kafka if frontdoors else "", redis=redis_url,
