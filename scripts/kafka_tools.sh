@@ -5,12 +5,14 @@
 #           has as jars, not as the release tarball) with their runtime dependencies, in
 #           $cache/<KAFKA_VERSION>/lib, and wrappers in .tools/bin: kafka-topics,
 #           kafka-console-producer, kafka-console-consumer, kafka-consumer-groups,
-#           kafka-delete-records. Logs go to stderr at WARN, so stdout carries only the tool's output.
+#           kafka-delete-records, kafka-configs (the last from the Scala core jar kafka_2.13).
+#           Logs go to stderr at WARN, so stdout carries only the tool's output.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
 #           those of its runtime dependencies that PySpark does not ship, in
 #           $cache/spark-kafka-<pyspark version>/, listed in jars.txt there (comma-separated absolute
 #           paths, ready for spark.jars).
-# Idempotent: nothing is fetched when the cache has it (a .complete stamp, written after checks).
+# Idempotent: nothing is fetched when the cache has it (a .complete stamp, written after checks,
+# holding the list of artifacts fetched: a cache made for a shorter list is fetched again).
 # Each fresh fetch is verified: every wrapper prints its version and usage, and a local-mode Spark
 # session resolves the "kafka" data source up to needing a broker.
 #
@@ -43,6 +45,8 @@ declare -A KAFKA_TOOLS=(
   [kafka-console-consumer]=org.apache.kafka.tools.consumer.ConsoleConsumer
   [kafka-consumer-groups]=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand
   [kafka-delete-records]=org.apache.kafka.tools.DeleteRecordsCommand
+  # ConfigCommand was not moved to kafka-tools: it is in the Scala core jar (kafka_2.13)
+  [kafka-configs]=kafka.admin.ConfigCommand
 )
 # first line of each tool's usage (printed by --help, on stderr, exit 1 as Kafka's own scripts do)
 declare -A KAFKA_USAGE=(
@@ -51,7 +55,11 @@ declare -A KAFKA_USAGE=(
   [kafka-console-consumer]="This tool helps to read data from Kafka topics and outputs it to standard output."
   [kafka-consumer-groups]="This tool helps to list all consumer groups"
   [kafka-delete-records]="This tool helps to delete records of the given partitions"
+  [kafka-configs]="This tool helps to manipulate and describe entity config for a topic, client, user, broker"
 )
+# What the Kafka cache holds (group:artifact, at KAFKA_VERSION, with their runtime dependencies).
+# Written into the .complete stamp: an older cache (stamp empty or listing less) is fetched again.
+KAFKA_ARTIFACTS="org.apache.kafka:kafka-tools org.apache.kafka:kafka_2.13"
 
 do_kafka=0 do_spark=0 check=0 force=0 optional=0
 for arg in "$@"; do
@@ -194,15 +202,17 @@ verify_kafka_tools() {  # every wrapper: --version prints KAFKA_VERSION on stdou
 setup_kafka() {
   local dir=$cache/$KAFKA_VERSION new name changed=0 start=$SECONDS
   local lib=$dir/lib log4j=$dir/tools-log4j2.properties
-  if [ ! -e "$dir/.complete" ] || [ $force -eq 1 ]; then
+  local stamp="$KAFKA_VERSION $KAFKA_ARTIFACTS" deps="" artifact
+  if [ ! -e "$dir/.complete" ] || [ "$(cat "$dir/.complete")" != "$stamp" ] || [ $force -eq 1 ]; then
     require_java_mvn
-    say "fetching Apache Kafka $KAFKA_VERSION's command-line tools from Maven Central into $dir"
+    say "fetching Apache Kafka $KAFKA_VERSION's command-line tools ($KAFKA_ARTIFACTS) from Maven Central into $dir"
     new=$work/kafka
+    for artifact in $KAFKA_ARTIFACTS; do deps+=$(dep "${artifact%%:*}" "${artifact#*:}" "$KAFKA_VERSION"); done
     write_pom "$new" \
-      "$(dep org.apache.kafka kafka-tools "$KAFKA_VERSION")$(dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J_VERSION")" \
+      "$deps$(dep org.apache.logging.log4j log4j-slf4j-impl "$LOG4J_VERSION")" \
       "$(dep org.apache.logging.log4j log4j-bom "$LOG4J_VERSION" '<type>pom</type><scope>import</scope>')"
     mvn_run -f "$new/pom.xml" "$DEP_PLUGIN:copy-dependencies" -DincludeScope=runtime \
-        -DoutputDirectory="$new/lib" || mvn_failure "org.apache.kafka:kafka-tools:$KAFKA_VERSION"
+        -DoutputDirectory="$new/lib" || mvn_failure "$KAFKA_ARTIFACTS at $KAFKA_VERSION"
     mvn_run -f "$new/pom.xml" "$DEP_PLUGIN:list" -DincludeScope=runtime -Dsort=true \
         -DoutputFile="$new/artifacts.txt" || mvn_failure "the dependency list of kafka-tools"
     rm -rf "$dir" && mkdir -p "$dir"
@@ -237,7 +247,7 @@ EOF
   if [ $changed -eq 1 ] || [ $check -eq 1 ] || [ ! -e "$dir/.complete" ]; then
     rm -f "$dir/.complete"
     verify_kafka_tools
-    touch "$dir/.complete"
+    echo "$stamp" >"$dir/.complete"
     say "Kafka $KAFKA_VERSION tools ready in .tools/bin ($(du -sh "$lib" | cut -f1) of jars, $((SECONDS - start))s):" \
       "$(printf '%s ' "${!KAFKA_TOOLS[@]}")"
   else

@@ -27,7 +27,7 @@ MANIFEST = ROOT / ".tools" / "kafka-tools.json"  # written by scripts/kafka_tool
 INSTALL_HINT = "run 'make kafka-tools' (scripts/kafka_tools.sh; needs java 17+ and mvn)"
 
 KAFKA_TOOL_NAMES = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
-                    "kafka-consumer-groups", "kafka-delete-records")
+                    "kafka-consumer-groups", "kafka-delete-records", "kafka-configs")
 
 
 def cache_dir() -> Path:
