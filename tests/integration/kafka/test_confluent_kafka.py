@@ -5,12 +5,15 @@ KIP-107 delete_records, and Kafka's error names, including after a kill -9 of a 
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from lowtide.client import Admin
 from lowtide.localcluster import ClusterConfig
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
@@ -113,3 +116,83 @@ def test_a_kill_9_of_the_leader_loses_no_acknowledged_record(kcluster, admin):
         assert s.leader_of(kcluster, "c-failover") != leader
     finally:
         kcluster.start_service(f"replica-{leader}")
+
+
+def test_two_consumers_in_one_group_split_the_partitions_and_one_takes_over_when_the_other_leaves(kcluster, admin):
+    _create(admin, "c-shared", 4)
+    _produce(kcluster.kafka_bootstrap, "c-shared", [b"a%03d" % i for i in range(200)], 4)
+    config = {"bootstrap.servers": kcluster.kafka_bootstrap, "group.id": "c-shared-group",
+              "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    first, second = Consumer({**config, "client.id": "first"}), Consumer({**config, "client.id": "second"})
+    first.subscribe(["c-shared"])
+    second.subscribe(["c-shared"])
+    seen: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 60
+    # librdkafka joins in its own threads; polling both in turn just collects what they fetch.
+    while time.monotonic() < deadline:
+        for consumer in (first, second):
+            message = consumer.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                seen.add((message.partition(), message.offset()))
+        owned = [{tp.partition for tp in c.assignment()} for c in (first, second)]
+        if len(seen) == 200 and all(owned) and not owned[0] & owned[1] and owned[0] | owned[1] == {0, 1, 2, 3}:
+            break
+    assert len(seen) == 200
+    assert all(owned) and not owned[0] & owned[1] and owned[0] | owned[1] == {0, 1, 2, 3}, owned
+    for consumer in (first, second):
+        consumer.commit(asynchronous=False)
+    second.close()  # LeaveGroup: the first member gets every partition at the next rebalance
+    _produce(kcluster.kafka_bootstrap, "c-shared", [b"b%03d" % i for i in range(40)], 4)
+    later: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while (len(later) < 40 or len(first.assignment()) < 4) and time.monotonic() < deadline:
+        message = first.poll(0.2)
+        if message is not None and message.error() is None and message.value().startswith(b"b"):
+            later.append(message.value())
+    assert {tp.partition for tp in first.assignment()} == {0, 1, 2, 3}
+    assert sorted(later) == [b"b%03d" % i for i in range(40)]
+    with Admin(kcluster.bootstrap) as lowtide:
+        described = lowtide.describe_groups(["c-shared-group"])["c-shared-group"]
+    assert described.state == "Stable" and len(described.members) == 1
+    first.close()
+
+
+def _kafka_address(cluster, name: str) -> tuple[str, int]:
+    host, port = cluster.service(name).kafka.rsplit(":", 1)
+    return host, int(port)
+
+
+def _list_latest_offset_v1(address: tuple[str, int], topic: str, partition: int) -> tuple[int, int]:
+    """(error code, offset) of a raw ListOffsets v1 (latest) sent to one broker, encoded by hand
+    so that no client library's retry hides the broker's own answer."""
+    name = topic.encode()
+    body = struct.pack(">iih", -1, 1, len(name)) + name + struct.pack(">iiq", 1, partition, -1)
+    payload = struct.pack(">hhih", 2, 1, 41, 4) + b"test" + body
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        answer = sock.recv(size, socket.MSG_WAITALL)
+    correlation, topics, name_len = struct.unpack_from(">iih", answer)
+    assert (correlation, topics) == (41, 1)
+    _partitions, got_partition, code, _timestamp, offset = struct.unpack_from(">iihqq", answer, 10 + name_len)
+    assert got_partition == partition
+    return code, offset
+
+
+def test_after_a_kill_9_the_restarted_old_leader_answers_not_leader_or_follower(kcluster, admin):
+    _create(admin, "c-not-leader", 1)
+    _produce(kcluster.kafka_bootstrap, "c-not-leader", [b"x%d" % i for i in range(10)], 1)
+    old = s.leader_of(kcluster, "c-not-leader")
+    kcluster.kill(f"replica-{old}", signal.SIGKILL)
+    try:
+        deadline = time.monotonic() + 30
+        while s.leader_of(kcluster, "c-not-leader") == old and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        kcluster.start_service(f"replica-{old}")
+    new = s.leader_of(kcluster, "c-not-leader")
+    assert new != old
+    assert _list_latest_offset_v1(_kafka_address(kcluster, f"replica-{new}"), "c-not-leader", 0) == (0, 10)
+    code, _ = _list_latest_offset_v1(_kafka_address(kcluster, f"replica-{old}"), "c-not-leader", 0)
+    assert code == 6  # NOT_LEADER_OR_FOLLOWER, as a Kafka follower answers
