@@ -10,6 +10,7 @@ Semantics follow Kafka's ``AclAuthorizer``:
 * any matching DENY wins over every ALLOW;
 * otherwise any matching ALLOW allows; no match denies;
 * ALLOW of READ, WRITE, DELETE or ALTER implies ALLOW of DESCRIBE (a DENY implies nothing);
+* ALLOW of ALTER_CONFIGS implies ALLOW of DESCRIBE_CONFIGS;
 * operation ALL matches every operation; principal ``User:*`` matches every principal;
 * a LITERAL binding named ``*`` matches every resource of its type; a PREFIXED binding matches
   every name starting with its name; the CLUSTER resource is always named ``kafka-cluster``.
@@ -63,6 +64,8 @@ class AclOperation(enum.IntEnum):
     ALTER = 7
     DESCRIBE = 8
     CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11  # Kafka's AlterConfigs / IncrementalAlterConfigs on a topic
 
 
 class AclPermission(enum.IntEnum):
@@ -416,5 +419,6 @@ class Authorizer:
                     b.operation == operation
                     or b.operation is AclOperation.ALL
                     or (operation == AclOperation.DESCRIBE and b.operation in _IMPLIES_DESCRIBE)
+                    or (operation == AclOperation.DESCRIBE_CONFIGS and b.operation is AclOperation.ALTER_CONFIGS)
                 )
         return allowed

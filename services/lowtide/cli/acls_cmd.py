@@ -32,7 +32,8 @@ from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import CliError, emit
 from lowtide.client.admin import Admin
 
-OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "all"]
+OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "describe-configs",
+                     "alter-configs", "all"]
 DEFAULT_TIMEOUT_MS = 30_000
 
 

@@ -1,8 +1,10 @@
-"""`lowtide topics create|describe|list|delete`: topic admin, shaped like kafka-topics.sh.
+"""`lowtide topics create|describe|list|alter|delete`: topic admin, shaped like kafka-topics.sh
+(alter: like kafka-configs.sh --alter --entity-type topics).
 
 JSON output: create -> {"topic", "partitions", "replication_factor"}; describe -> {"topics": [{name,
 partitions: [{partition, leader, leader_epoch, replicas, isr}], config, replication_factor,
-diskless}]}; list -> {"topics": [names]}; delete -> {"topic", "deleted": true}.
+diskless}]}; list -> {"topics": [names]}; alter -> {"topic", "config": {k: v}, "validate_only"}
+(the config after the change); delete -> {"topic", "deleted": true}.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from lowtide.errors import TopicAlreadyExists
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    topics = subparsers.add_parser("topics", help="create, describe, list and delete topics")
+    topics = subparsers.add_parser("topics", help="create, describe, list, alter and delete topics")
     actions = topics.add_subparsers(dest="topics_action", required=True)
 
     create = actions.add_parser("create", help="create a topic")
@@ -44,13 +46,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--include-internal", action="store_true", help="also list __* topics")
     listing.set_defaults(func=run_list)
 
+    alter = actions.add_parser("alter", help="change a topic's config (takes effect on the running replicas)")
+    add_connection_flags(alter)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--add-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a topic config (repeatable), e.g. retention.ms=600000 or "
+                            "cleanup.policy=compact,delete; unknown keys and bad values fail with INVALID_CONFIG "
+                            "and change nothing")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                       help="return a config to its default (repeatable, or comma-separated)")
+    alter.add_argument("--append-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="add items to a list config (repeatable), e.g. cleanup.policy=compact")
+    alter.add_argument("--subtract-config", action="append", default=[], metavar="KEY=VALUE",
+                       help="remove items from a list config (repeatable), e.g. cleanup.policy=delete")
+    alter.add_argument("--validate-only", action="store_true", help="check the change, change nothing")
+    alter.set_defaults(func=run_alter)
+
     delete = actions.add_parser("delete", help="delete a topic")
     add_connection_flags(delete)
     delete.add_argument("--topic", required=True)
     delete.set_defaults(func=run_delete)
 
 
-def parse_config_pairs(pairs: list[str]) -> dict[str, str]:
+def parse_config_pairs(pairs: list[str], *, flag: str = "--config") -> dict[str, str]:
     """``["k=v", ...]`` -> dict; a pair without '=', with an empty key, or a key given twice (which
     value would win is a guess) is INVALID_CONFIG."""
     out: dict[str, str] = {}
@@ -58,7 +76,7 @@ def parse_config_pairs(pairs: list[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise CliError("INVALID_CONFIG", f"--config expects KEY=VALUE, got {pair!r}")
+            raise CliError("INVALID_CONFIG", f"{flag} expects KEY=VALUE, got {pair!r}")
         if key in out:
             raise CliError("INVALID_CONFIG", f"topic config '{key}' is given more than once")
         out[key] = value.strip()
@@ -106,6 +124,25 @@ def run_list(args: argparse.Namespace) -> int:
     with build_admin(args) as admin:
         names = admin.list_topics(include_internal=args.include_internal)
     emit(args, {"topics": names}, "\n".join(names))
+    return 0
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    set_config = parse_config_pairs(args.add_config, flag="--add-config")
+    append = parse_config_pairs(args.append_config, flag="--append-config")
+    subtract = parse_config_pairs(args.subtract_config, flag="--subtract-config")
+    delete = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if not (set_config or append or subtract or delete):
+        raise CliError("INVALID_REQUEST", "nothing to change: give --add-config, --delete-config, "
+                                          "--append-config or --subtract-config")
+    with build_admin(args) as admin:
+        config = admin.alter_topic_config(args.topic, set_config=set_config, delete_config=delete,
+                                          append_config=append, subtract_config=subtract,
+                                          validate_only=args.validate_only)
+    configs = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+    verb = "Validated the change of" if args.validate_only else "Altered"
+    emit(args, {"topic": args.topic, "config": config, "validate_only": args.validate_only},
+         f"{verb} topic {args.topic}. Configs: {configs}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from lowtide.client.metadata import (
     topic_from_error,
 )
 from lowtide.client.replica import PartitionDeletion, PartitionOffset
-from lowtide.errors import LowtideError, UnknownTopicOrPartition, error_or_none
+from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
@@ -35,6 +36,20 @@ class OffsetSpec:
 # same whether the front door or a leader gives them.
 ListedOffset = PartitionOffset
 DeleteRecordsResult = PartitionDeletion
+
+
+# Kafka's ScramMechanism numbers (lowtide.v1.ScramMechanism).
+SCRAM_MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentials:
+    """One user's SCRAM credentials as the front door describes them: (mechanism, iterations)
+    pairs, never a key or salt."""
+
+    user: str
+    credentials: tuple[tuple[str, int], ...] = ()
+    error: LowtideError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +197,26 @@ class Admin(PooledClient):
 
     def describe_topics(self, names: Sequence[str]) -> dict[str, TopicMetadata]:
         return self.describe_cluster(names).topics
+
+    def alter_topic_config(self, topic: str, *, set_config: Mapping[str, str] | None = None,
+                           delete_config: Iterable[str] = (), append_config: Mapping[str, str] | None = None,
+                           subtract_config: Mapping[str, str] | None = None,
+                           validate_only: bool = False) -> dict[str, str]:
+        """Change one topic's config (Kafka's IncrementalAlterConfigs): set keys, return keys to
+        their defaults, append to / subtract from list configs (cleanup.policy). All or nothing;
+        returns the config after the change (as it would be, with ``validate_only``), or raises
+        the topic's error (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, ...)."""
+        ops = [admin_pb2.ConfigOp(key=k, op=admin_pb2.CONFIG_DELETE) for k in delete_config]
+        for op, pairs in ((admin_pb2.CONFIG_SET, set_config), (admin_pb2.CONFIG_APPEND, append_config),
+                          (admin_pb2.CONFIG_SUBTRACT, subtract_config)):
+            ops += [admin_pb2.ConfigOp(key=k, op=op, value=v) for k, v in (pairs or {}).items()]
+        response = self._call("AlterConfigs", admin_pb2.AlterConfigsRequest(
+            validate_only=validate_only, resources=[admin_pb2.AlterConfigsResource(topic=topic, ops=ops)]))
+        result = response.results[0]
+        error = error_or_none(result.error_code, result.error_message)
+        if error is not None:
+            raise error
+        return dict(result.config)
 
     # -- offsets and deletion ----------------------------------------------------------------
     def list_offsets(self, queries: Mapping[TopicPartition, int], *, isolation_level: int = 0,
@@ -361,3 +396,39 @@ class Admin(PooledClient):
         """Remove every ACL matching any of ``filters``; returns the removed bindings."""
         response = self._call("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]))
         return [binding_from_proto(m) for m in response.deleted]
+
+    # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
+    def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> dict[str, UserScramCredentials]:
+        """The SCRAM credentials of ``users`` (every user that has one when empty), by user. A
+        named user without a credential maps to a result whose error is RESOURCE_NOT_FOUND."""
+        response = self._call("DescribeUserScramCredentials",
+                              admin_pb2.DescribeUserScramCredentialsRequest(users=list(users)))
+        return {r.user: UserScramCredentials(
+            user=r.user, error=error_or_none(r.error_code, r.error_message),
+            credentials=tuple((SCRAM_MECHANISM_NAMES.get(c.mechanism, str(c.mechanism)), c.iterations)
+                              for c in r.credentials)) for r in response.results}
+
+    def upsert_user_scram_credential(self, user: str, password: str, *, mechanism: str = "SCRAM-SHA-256",
+                                     iterations: int | None = None) -> LowtideError | None:
+        """Create or replace ``user``'s credential for ``mechanism``. The password is salted and
+        hashed here (PBKDF2): only the salt and SaltedPassword are sent, as Kafka's AdminClient does."""
+        from lowtide.auth.scram import DEFAULT_ITERATIONS, SALT_BYTES, mechanism_named  # noqa: PLC0415 - not for every client import
+
+        mech = mechanism_named(mechanism)
+        if mech is None:
+            raise InvalidRequest(f"unknown SCRAM mechanism {mechanism!r} (SCRAM-SHA-256 or SCRAM-SHA-512)")
+        rounds = iterations or DEFAULT_ITERATIONS
+        salt = os.urandom(SALT_BYTES)
+        upsertion = admin_pb2.ScramCredentialUpsertion(user=user, mechanism=mech.code, iterations=rounds, salt=salt,
+                                                       salted_password=mech.salted_password(password, salt, rounds))
+        return self._alter_scram(admin_pb2.AlterUserScramCredentialsRequest(upsertions=[upsertion]))[user]
+
+    def delete_user_scram_credential(self, user: str, *, mechanism: str = "SCRAM-SHA-256") -> LowtideError | None:
+        """Delete ``user``'s credential for ``mechanism`` (RESOURCE_NOT_FOUND when it has none)."""
+        code = {name: number for number, name in SCRAM_MECHANISM_NAMES.items()}.get(mechanism.upper(), 0)
+        deletion = admin_pb2.ScramCredentialDeletion(user=user, mechanism=code)
+        return self._alter_scram(admin_pb2.AlterUserScramCredentialsRequest(deletions=[deletion]))[user]
+
+    def _alter_scram(self, request: admin_pb2.AlterUserScramCredentialsRequest) -> dict[str, LowtideError | None]:
+        response = self._call("AlterUserScramCredentials", request)
+        return {r.user: error_or_none(r.error_code, r.error_message) for r in response.results}

@@ -32,6 +32,7 @@ from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags,
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import TopicAdmin
+from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
@@ -131,6 +132,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
                                             replicas=replicas),
         members=members,
+        configs=TopicConfigAdmin(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)

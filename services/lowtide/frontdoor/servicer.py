@@ -12,12 +12,14 @@ import grpc
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
 from lowtide.auth.tokens import Authenticator
-from lowtide.errors import LowtideError, NotCoordinator
+from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
+from lowtide.frontdoor.config_admin import ConfigChange, TopicConfigAdmin
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
 from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, GroupOutcome, OffsetCommit
 from lowtide.frontdoor.membership import GroupMembership, JoinRequest, LeavingMember, Protocol
+from lowtide.frontdoor.topic_config import ConfigOp
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
@@ -71,6 +73,7 @@ class FrontDoor:
     acls: AclAdmin
     transactions: TransactionCoordinator | None = field(default=None)
     members: GroupMembership | None = field(default=None)
+    configs: TopicConfigAdmin | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -126,6 +129,18 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                                         leader_epoch=s.leader_epoch, replicas=list(s.replicas),
                                                         isr=list(s.isr)) for s in t.partitions]))
         return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id)
+
+    def AlterConfigs(self, request, context):  # noqa: N802
+        if self._front.configs is None:
+            raise InvalidRequest("this front door does not alter configs")
+        outcomes = self._front.configs.alter_configs(
+            principal=self._principal(context), validate_only=request.validate_only,
+            changes=[ConfigChange(topic=r.topic, replace=r.replace, ops=tuple(
+                ConfigOp(key=o.key, op=o.op, value=o.value if o.HasField("value") else None)
+                for o in r.ops)) for r in request.resources])
+        return admin_pb2.AlterConfigsResponse(results=[
+            admin_pb2.AlterConfigsResult(topic=o.topic, error_code=_code(o.error)[0], error_message=_code(o.error)[1],
+                                         config=o.config) for o in outcomes])
 
     # -- offsets and deletion ----------------------------------------------------------------
     def ListOffsets(self, request, context):  # noqa: N802

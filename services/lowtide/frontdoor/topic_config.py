@@ -1,4 +1,5 @@
-"""Validation of topic configs: Kafka's topic-level keys plus lowtide's KIP-68 keys.
+"""Topic configs: validation (Kafka's topic-level keys plus lowtide's KIP-68 keys), their
+defaults, and the semantics of changing them (Kafka's IncrementalAlterConfigs / AlterConfigs).
 
 Unknown keys and bad values raise INVALID_CONFIG naming the key (and the value), as Kafka's
 ``LogConfig.validate`` does, so a typo never silently creates a topic with default retention.
@@ -6,9 +7,12 @@ Unknown keys and bad values raise INVALID_CONFIG naming the key (and the value),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from lowtide.errors import InvalidConfig
+from lowtide.errors import InvalidConfig, InvalidRequest
+from lowtide.metadata.config_defaults import TOPIC_CONFIG_DEFAULTS
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
@@ -102,3 +106,98 @@ def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
             raise InvalidConfig(f"invalid value {value!r} for topic config '{key}': {exc}") from None
         out[key] = value.replace(" ", "") if key == "cleanup.policy" else value
     return out
+
+
+# Kafka's LIST-typed topic configs (and lowtide's list of groups): the ones APPEND and SUBTRACT apply to.
+LIST_CONFIGS = frozenset({"cleanup.policy", "consumed.retention.groups"})
+
+# What a diskless topic acts on: its coordinator shard runs time/size retention by cleanup.policy
+# delete, and its produce path checks max.message.bytes. Segments, compaction, ISR and KIP-68
+# broker-side retention have no diskless counterpart, so changing those keys would only mislead.
+DISKLESS_CONFIGS = frozenset({"retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes"})
+
+
+class ConfigOpType(enum.IntEnum):
+    """Kafka's ``AlterConfigOp.OpType`` (same numbers on the wire and in lowtide.v1)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One change to one key; ``value`` is required for SET, APPEND and SUBTRACT. ``op`` may be
+    the number a client sent: one that is no ConfigOpType is INVALID_REQUEST when applied."""
+
+    key: str
+    op: ConfigOpType | int = ConfigOpType.SET
+    value: str | None = None
+
+
+def _op_type(o: ConfigOp) -> ConfigOpType:
+    try:
+        return ConfigOpType(o.op)
+    except ValueError:
+        raise InvalidRequest(f"config '{o.key}': unknown operation {o.op} (SET 0, DELETE 1, APPEND 2, "
+                             "SUBTRACT 3)") from None
+
+
+def _as_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def apply_config_ops(current: Mapping[str, str], ops: Iterable[ConfigOp], *, replace: bool = False) -> dict[str, str]:
+    """The topic config after ``ops``, validated; raises and changes nothing on any bad op.
+
+    Kafka's IncrementalAlterConfigs: SET sets, DELETE returns the key to its default (deleting a
+    key that is not set is fine, an unknown key is not), APPEND/SUBTRACT add/remove items of a
+    list config starting from its current value, else its default (duplicates dropped).
+    ``replace`` is the legacy AlterConfigs: the SET ops are the whole config.
+    Errors: a key given twice, a missing value, or a non-SET op with ``replace`` -> INVALID_REQUEST
+    (Kafka's answers); an unknown key, a bad value, APPEND/SUBTRACT on a non-list key -> INVALID_CONFIG.
+    """
+    typed = [(o, _op_type(o)) for o in ops]
+    seen: set[str] = set()
+    for o, kind in typed:
+        if o.key in seen:
+            raise InvalidRequest(f"config '{o.key}' is given more than once")
+        seen.add(o.key)
+        if kind is not ConfigOpType.DELETE and o.value is None:
+            raise InvalidRequest(f"config '{o.key}': {kind.name} needs a value")
+        if replace and kind is not ConfigOpType.SET:
+            raise InvalidRequest(f"config '{o.key}': AlterConfigs replaces the whole config; use "
+                                 f"IncrementalAlterConfigs for {kind.name}")
+    config: dict[str, str] = {} if replace else dict(current)
+    for o, kind in typed:
+        if o.key not in TOPIC_CONFIG_VALIDATORS:
+            raise InvalidConfig(f"unknown topic config '{o.key}'")
+        if kind is ConfigOpType.SET:
+            config[o.key] = str(o.value)
+        elif kind is ConfigOpType.DELETE:
+            config.pop(o.key, None)
+        else:
+            if o.key not in LIST_CONFIGS:
+                raise InvalidConfig(f"{kind.name} applies to list configs only ({', '.join(sorted(LIST_CONFIGS))}), "
+                                    f"not '{o.key}'")
+            items = _as_list(config.get(o.key, TOPIC_CONFIG_DEFAULTS[o.key]))
+            given = _as_list(str(o.value))
+            items = list(dict.fromkeys(items + given)) if kind is ConfigOpType.APPEND else [
+                i for i in items if i not in given]
+            if not items and not TOPIC_CONFIG_DEFAULTS[o.key]:
+                config.pop(o.key, None)  # an empty list whose default is empty: the default
+            else:
+                config[o.key] = ",".join(items)
+    return validate_topic_config(config)
+
+
+def check_diskless_config_change(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """INVALID_CONFIG when ``new`` sets or changes a key a diskless topic does not act on, or
+    asks for compaction; removing any key is allowed (it may predate this check)."""
+    changed = sorted(k for k, v in new.items() if old.get(k) != v and k not in DISKLESS_CONFIGS)
+    if changed:
+        raise InvalidConfig(f"{', '.join(changed)} has no effect on a diskless topic (it acts on "
+                            f"{', '.join(sorted(DISKLESS_CONFIGS))} only)")
+    if "compact" in _as_list(new.get("cleanup.policy", "delete")):
+        raise InvalidConfig("a diskless topic cannot be compacted: cleanup.policy must be delete")

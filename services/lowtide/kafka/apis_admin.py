@@ -8,6 +8,7 @@ is only a bootstrap address: it is never listed as a broker.
 
 DeleteRecords sent to any broker (Kafka's AdminClient sends each partition to its leader) is the
 front door's KIP-107 DeleteRecords: the same purgatory, low watermark and errors as gRPC.
+Configs (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) are in ``apis_configs``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ from typing import Any
 
 from lowtide.errors import CoordinatorNotAvailable
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code, millis
+from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
 
 METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
-DELETE_RECORDS_KEY, INIT_PRODUCER_ID_KEY, DESCRIBE_CONFIGS_KEY, DESCRIBE_CLUSTER_KEY = 21, 22, 32, 60
-# Kafka's ConfigResource.Type and ConfigEntry.ConfigSource numbers.
-_RESOURCE_TOPIC = 2
-_DYNAMIC_TOPIC_CONFIG = 1
+DELETE_RECORDS_KEY, INIT_PRODUCER_ID_KEY, DESCRIBE_CLUSTER_KEY = 21, 22, 60
 # Kafka's "authorized operations not requested" marker.
 _NO_OPERATIONS = -(2**31)
 
@@ -160,39 +158,6 @@ def delete_topics(call: Call, body: Any) -> Any:
         for n in names))
 
 
-# -- DescribeConfigs -------------------------------------------------------------------------
-def describe_configs(call: Call, body: Any) -> Any:
-    """Topic configs as the topic carries them (Metadata's ``config``: what CreateTopics set), each
-    a DYNAMIC_TOPIC_CONFIG entry; keys the topic does not set are not listed (lowtide has no
-    per-key broker default to report). ``kafka-topics --describe`` needs this answer: it prints the
-    non-default ones as "Configs:". Other resource types (brokers, loggers) are INVALID_REQUEST
-    for that resource only."""
-    names = [r.resource_name for r in body.resources if r.resource_type == _RESOURCE_TOPIC]
-    topics = {}
-    if names:
-        topics = {t.name: t for t in call.admin("Metadata", admin_pb2.MetadataRequest(topics=names)).topics}
-    results = []
-    for r in body.resources:
-        code, message, configs = 0, None, ()
-        if r.resource_type != _RESOURCE_TOPIC:
-            code, message = INVALID_REQUEST, f"lowtide describes topic configs only, not type {r.resource_type}"
-        elif r.resource_name not in topics or topics[r.resource_name].error_code:
-            t = topics.get(r.resource_name)
-            code = t.error_code if t is not None else 3  # UNKNOWN_TOPIC_OR_PARTITION
-            message = (t.error_message or None) if t is not None else None
-        else:
-            keys = None if r.configuration_keys is None else set(r.configuration_keys)  # null = every key
-            configs = tuple(call.make(
-                "DescribeConfigsResourceResult", name=k, value=v, read_only=False,
-                config_source=_DYNAMIC_TOPIC_CONFIG, is_sensitive=False,
-                synonyms=(call.make("DescribeConfigsSynonym", name=k, value=v, source=_DYNAMIC_TOPIC_CONFIG),)
-                if getattr(body, "include_synonyms", False) else (), config_type=0, documentation=None)
-                for k, v in sorted(topics[r.resource_name].config.items()) if keys is None or k in keys)
-        results.append(call.make("DescribeConfigsResult", error_code=error_code(code), error_message=message,
-                                 resource_type=r.resource_type, resource_name=r.resource_name, configs=configs))
-    return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
 # -- DeleteRecords (KIP-107) -----------------------------------------------------------------
 def delete_records(call: Call, body: Any) -> Any:
     timeout_ms = millis(body.timeout)
@@ -230,6 +195,5 @@ APIS = [
     Api(DELETE_TOPICS_KEY, "DeleteTopics", 1, 6, delete_topics),
     Api(DELETE_RECORDS_KEY, "DeleteRecords", 0, 2, delete_records),
     Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
-    Api(DESCRIBE_CONFIGS_KEY, "DescribeConfigs", 1, 4, describe_configs),
     Api(DESCRIBE_CLUSTER_KEY, "DescribeCluster", 0, 1, describe_cluster),
 ]

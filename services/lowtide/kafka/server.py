@@ -16,7 +16,7 @@ import argparse
 import threading
 
 from lowtide.common.server import add_flag, split_addr
-from lowtide.kafka import apis_admin, apis_data, apis_groups, apis_sasl
+from lowtide.kafka import apis_admin, apis_configs, apis_data, apis_groups, apis_sasl
 from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
@@ -24,7 +24,7 @@ from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, Reques
 
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
-    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS]
+    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS]
 
 
 def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -> None:

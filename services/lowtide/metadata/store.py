@@ -21,9 +21,10 @@ A broker is *live* while its ``alive`` key exists (Kafka: a broker with a live s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import redis as redis_lib
 
@@ -33,6 +34,7 @@ from lowtide.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidTopic,
+    RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -78,6 +80,18 @@ return 1
 """
 
 
+# Replace a topic's record if it is still exactly what the caller read; bump the version; publish.
+_CAS_TOPIC = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return -1 end
+if cur ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+local v = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', KEYS[3], v)
+return 1
+"""
+
+
 def validate_topic_name(name: str) -> None:
     if not name or name in (".", "..") or len(name) > 249 or not set(name) <= TOPIC_NAME_CHARS:
         raise InvalidTopic(f"invalid topic name {name!r}: use 1-249 of [a-zA-Z0-9._-]")
@@ -104,6 +118,7 @@ class MetadataStore:
         self.redis = redis
         self._cas = redis.register_script(_CAS_PARTITION)
         self._create = redis.register_script(_CREATE_TOPIC)
+        self._cas_topic = redis.register_script(_CAS_TOPIC)
 
     @classmethod
     def from_url(cls, url: str) -> MetadataStore:
@@ -173,6 +188,31 @@ class MetadataStore:
         if raw is None:
             raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
         return TopicInfo.from_json(raw)
+
+    def update_topic_config(self, name: str, change: Callable[[TopicInfo], dict[str, str]], *,
+                            dry_run: bool = False) -> TopicInfo:
+        """Set the topic's config to ``change(current topic)``; returns the topic as written.
+
+        A compare-and-set on the whole topic record, retried when another writer got in between
+        (``change`` is called again on what it wrote), so two concurrent changes to different keys
+        both land. The write bumps the metadata version and publishes it, as every metadata
+        change does: that is how the replicas learn the new config. ``change`` may raise (the
+        LowtideError propagates, nothing is written); ``dry_run`` computes without writing.
+        """
+        for _ in range(20):
+            raw = self.redis.hget(TOPICS, name)
+            if raw is None:
+                raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+            current = TopicInfo.from_json(raw)
+            updated = dataclasses.replace(current, config=dict(change(current)))
+            if dry_run or updated.config == current.config:
+                return updated
+            written = self._cas_topic(keys=[TOPICS, VERSION, METADATA_CHANNEL], args=[name, raw, updated.to_json()])
+            if written == -1:
+                raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+            if written == 1:
+                return updated
+        raise RequestTimedOut(f"topic '{name}': its config changed under too many concurrent writers; retry")
 
     # -- partitions --------------------------------------------------------------------------
     def partition_states(self, topic: str) -> list[PartitionState]:

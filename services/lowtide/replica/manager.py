@@ -87,7 +87,8 @@ class ReplicaManager:
             config=config, store=store, registry=self.registry, trigger=self.reconcile_trigger,
             saved_log_start_offsets=self.checkpoints.saved_log_start_offsets,
             saved_high_watermarks=self.checkpoints.saved_high_watermarks,
-            complete_waiting_deletes=self.deletes.complete_ready, on_reconciled=self.fetchers.sync)
+            complete_waiting_deletes=self.deletes.complete_ready, on_reconciled=self.fetchers.sync,
+            on_config_changed=self._topic_config_changed)
         self.membership = BrokerMembership(
             config=config, store=store, redis=redis, registry=self.registry,
             on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self.reconcile_trigger.wake)
@@ -138,6 +139,11 @@ class ReplicaManager:
         if self.isr.shrink_lagging(lag_time_max_ms=self.config.replica_lag_time_max_ms):
             self.registry.notify()
         self.deletes.recheck_low_watermarks(self.registry.leading())
+
+    def _topic_config_changed(self, partitions: list[Partition]) -> None:
+        # A topic may have just become compacted, or got a shorter delete horizon: look now rather
+        # than after the cleaner's backoff. Retention picks the new settings up on its next pass.
+        self.cleaner.wake()
 
     def _compacted_logs(self) -> list[tuple[PartitionLog, CompactionConfig]]:
         """For the cleaner: the hosted logs of compacted topics, with the topic's compaction knobs

@@ -21,7 +21,7 @@ from lowtide.errors import (
     PolicyViolation,
     UnknownLeaderEpoch,
 )
-from lowtide.log.partition_log import AppendInfo, LogStartOffsetCommit, PartitionLog
+from lowtide.log.partition_log import AppendInfo, LogConfig, LogStartOffsetCommit, PartitionLog
 from lowtide.metadata.model import PartitionState, TopicInfo
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
@@ -99,6 +99,18 @@ class Partition:
                 # asks it where our latest epoch ends before fetching (see truncate_to_epoch_end).
                 self.truncation_pending = self.role == FOLLOWER
             return self.role
+
+    def update_topic(self, topic: TopicInfo, log_config: LogConfig) -> bool:
+        """Adopt a changed topic record (AlterConfigs): its config for the paths that read
+        ``topic_info`` (min.insync.replicas, consumed retention, DeleteRecords' policy check) and
+        ``log_config`` for the log (retention, cleanup policy, segment settings, the cleaner).
+        Returns whether the config changed."""
+        with self._lock:
+            if topic.config == self.topic_info.config:
+                return False
+            self.topic_info = topic
+            self.log.update_config(log_config)
+            return True
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         if self.role != LEADER:

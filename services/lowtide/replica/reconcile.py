@@ -93,12 +93,14 @@ class PartitionReconciler:
                  trigger: ReconcileTrigger, saved_log_start_offsets: Mapping[TP, int],
                  saved_high_watermarks: Mapping[TP, int],
                  complete_waiting_deletes: Callable[[Iterable[TP]], None],
-                 on_reconciled: Callable[[], None]) -> None:
+                 on_reconciled: Callable[[], None],
+                 on_config_changed: Callable[[list[Partition]], None] | None = None) -> None:
         self.config, self.broker_id, self.data_dir = config, config.broker_id, Path(config.data_dir)
         self.store, self.registry, self.trigger = store, registry, trigger
         # What the last run checkpointed: the LSO and HW a partition's log reopens with.
         self._saved_lso, self._saved_hw = saved_log_start_offsets, saved_high_watermarks
         self._complete_waiting_deletes, self._on_reconciled = complete_waiting_deletes, on_reconciled
+        self._on_config_changed = on_config_changed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -134,8 +136,32 @@ class PartitionReconciler:
             log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,
                                                           "leader_epoch": p.leader_epoch, "leader": p.leader_id}})
             self._complete_waiting_deletes([p.key])
+        self._adopt_topic_configs(topics)
         self._on_reconciled()
         self.registry.notify()
+
+    def _adopt_topic_configs(self, topics: Mapping[str, TopicInfo]) -> None:
+        # A topic's config changes in place (AlterConfigs) with no change of partition state: the
+        # hosted partitions are given the new config here, so retention, cleanup.policy and the
+        # cleaner follow it without reopening the log.
+        changed = []
+        for p in self.registry.all():
+            topic = topics.get(p.topic)
+            if topic is None or topic.config == p.topic_info.config:
+                continue
+            try:
+                log_config = build_log_config(topic, defaults=self.config.log_defaults)
+            except LowtideError as exc:  # the front door validates; keep the old settings, say why
+                log.warning("ignoring a topic config this replica cannot apply: %s", exc.message,
+                            extra={"fields": {"topic": p.topic, "partition": p.partition}})
+                continue
+            if p.update_topic(topic, log_config):
+                changed.append(p)
+        if changed:
+            log.info("topic config changed", extra={"fields": {
+                "partitions": sorted(f"{p.topic}-{p.partition}" for p in changed)}})
+            if self._on_config_changed is not None:
+                self._on_config_changed(changed)
 
     def _open(self, topic: TopicInfo, tp: TP) -> Partition:
         plog = PartitionLog.open(self.data_dir / partition_dir_name(*tp), topic=tp[0], partition=tp[1],

@@ -1,0 +1,96 @@
+"""Defaults of topic and broker configs: what a topic gets for a key it does not set, and the
+broker-level settings Kafka's tools ask a broker about. Plain data, shared by the front door
+(validation, AlterConfigs) and the Kafka listener (DescribeConfigs).
+
+The values are lowtide's own defaults (``LogConfig``, ``CompactionConfig``,
+``ConsumedRetentionConfig``, ``ReplicaConfig``, the front door's CreateTopics defaults; unit tests
+check they agree) and Kafka's for the keys lowtide validates but does not act on
+(compression.type, flush.*, ...). A replica started with ``--config KEY=VALUE`` overrides the
+topic defaults for the partitions it hosts; that is not visible here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+LONG_MAX = str(2**63 - 1)
+
+# Topic key -> its default.
+TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {
+    "cleanup.policy": "delete",
+    "compression.type": "producer",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "segment.index.bytes": "10485760",
+    "segment.jitter.ms": "0",
+    "min.insync.replicas": "1",
+    "max.message.bytes": "1048588",
+    "delete.retention.ms": "86400000",
+    "file.delete.delay.ms": "0",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": LONG_MAX,
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.difference.max.ms": LONG_MAX,
+    "flush.messages": LONG_MAX,
+    "flush.ms": LONG_MAX,
+    "index.interval.bytes": "4096",
+    "preallocate": "false",
+    "unclean.leader.election.enable": "false",
+    "consumed.retention.ms": "-1",
+    "consumed.retention.groups": "",
+    "consumed.retention.mode": "all",
+    "consumed.retention.group.inactive.ms": "-1",
+}
+
+# The broker-level key Kafka derives each topic key's default from (its synonym).
+BROKER_SYNONYMS: Mapping[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "max.message.bytes": "message.max.bytes",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "preallocate": "log.preallocate",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+# What CreateTopics gets for -1 partitions, and the cap of its default replication factor, which
+# is min(this, live brokers) (frontdoor/admin.py).
+DEFAULT_NUM_PARTITIONS = 1
+DEFAULT_MAX_REPLICATION_FACTOR = 3
+
+# Broker-wide keys with no topic counterpart (ReplicaConfig's and the cleaner's defaults).
+BROKER_ONLY_DEFAULTS: Mapping[str, str] = {
+    "num.partitions": str(DEFAULT_NUM_PARTITIONS),
+    "auto.create.topics.enable": "false",
+    "delete.topic.enable": "true",
+    "log.cleaner.enable": "true",
+    "log.cleaner.backoff.ms": "15000",
+    "log.retention.check.interval.ms": "5000",
+    "replica.lag.time.max.ms": "10000",
+}
+
+
+def broker_config_defaults(*, live_brokers: int) -> dict[str, str]:
+    """The settings a lowtide broker runs with unless its replica was started with other flags:
+    the topic defaults under their broker names, plus the broker-wide keys."""
+    configs = {broker: TOPIC_CONFIG_DEFAULTS[topic] for topic, broker in BROKER_SYNONYMS.items()}
+    configs.update(BROKER_ONLY_DEFAULTS)
+    configs["default.replication.factor"] = str(max(1, min(DEFAULT_MAX_REPLICATION_FACTOR, live_brokers)))
+    return configs
