@@ -165,6 +165,15 @@ class InvalidTimestamp(LowtideError):
     code, name = 32, "INVALID_TIMESTAMP"
 
 
+class UnsupportedSaslMechanism(LowtideError):
+    code, name = 33, "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslState(LowtideError):
+    # Kafka: a SASL request out of order (SaslAuthenticate without a handshake, a second handshake).
+    code, name = 34, "ILLEGAL_SASL_STATE"
+
+
 class TopicAlreadyExists(LowtideError):
     code, name = 36, "TOPIC_ALREADY_EXISTS"
 
@@ -282,6 +291,21 @@ class InvalidRecord(LowtideError):
 class ProducerFenced(LowtideError):
     # A newer producer with the same transactional id exists (its InitProducerId bumped the epoch).
     code, name = 90, "PRODUCER_FENCED"
+
+
+class ResourceNotFound(LowtideError):
+    # Kafka (KIP-554): e.g. describing or deleting a SCRAM credential that does not exist.
+    code, name = 91, "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResource(LowtideError):
+    # Kafka (KIP-554): the same user (and mechanism) twice in one request.
+    code, name = 92, "DUPLICATE_RESOURCE"
+
+
+class UnacceptableCredential(LowtideError):
+    # Kafka (KIP-554): a SCRAM credential with too few/many iterations, an empty name or salt.
+    code, name = 93, "UNACCEPTABLE_CREDENTIAL"
 
 
 class UnknownTopicId(InvalidMetadataError):

@@ -10,6 +10,14 @@ Token sources (both optional, checked in this order):
 * the Redis hash ``lowtide:auth:tokens``: field ``sha256:<hex digest of the token>``, value the
   principal. Only digests are stored, so a Redis dump does not leak usable tokens; write entries
   with ``Authenticator.add_token`` (or ``token_field(token)``).
+* session tokens, minted by a Kafka listener for a client that logged in without a token of its
+  own (SASL/SCRAM, ``auth/scram_store.py``), so the services and the front door see the same
+  ``authorization: Bearer <token>`` a gRPC caller sends::
+
+      lowtide:auth:session:<sha256 hex of the token>   STRING  the principal, with a TTL
+
+  The TTL is the session's lifetime: Redis forgets an expired session by itself, and a listener
+  deletes a session at once when its connection closes (``end_session``).
 
 Lookups are by SHA-256 digest and the found digest is compared with ``hmac.compare_digest``, so
 timing does not reveal how much of a guessed token was right.
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +39,7 @@ from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, parse_principal
 from lowtide.errors import InvalidConfig, InvalidRequest, SaslAuthenticationFailed
 
 TOKENS_KEY = "lowtide:auth:tokens"
+SESSION_KEY_PREFIX = "lowtide:auth:session:"
 AUTHORIZATION_HEADER = "authorization"
 _BEARER = "bearer"
 
@@ -142,7 +152,12 @@ class Authenticator:
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        raw = self._redis.hget(TOKENS_KEY, "sha256:" + digest)
+        # Both sources in one round trip: a session token is as frequent as a stored one.
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(TOKENS_KEY, "sha256:" + digest)
+            pipe.get(SESSION_KEY_PREFIX + digest)
+            stored, session = pipe.execute()
+        raw = stored if stored is not None else session
         principal = raw.decode() if isinstance(raw, bytes) else raw
         with self._lock:
             if len(self._cache) > 10000:
@@ -178,3 +193,18 @@ def add_token(redis: redis_lib.Redis, *, token: str, principal: str) -> None:
 def remove_token(redis: redis_lib.Redis, *, token: str) -> bool:
     """Revoke a token stored in Redis; True when it existed."""
     return bool(redis.hdel(TOKENS_KEY, token_field(token)))
+
+
+def mint_session(redis: redis_lib.Redis, *, principal: str, ttl_s: float) -> str:
+    """A new random session token for ``principal`` that authenticates for ``ttl_s`` seconds.
+    Only its digest is stored, as for every other token."""
+    if ttl_s <= 0:
+        raise InvalidRequest("a session needs a positive lifetime")
+    token = secrets.token_urlsafe(32)
+    redis.set(SESSION_KEY_PREFIX + _digest(token), parse_principal(principal), px=max(1, int(ttl_s * 1000)))
+    return token
+
+
+def end_session(redis: redis_lib.Redis, token: str) -> None:
+    """Forget a session token at once (its connection closed, or a new login replaced it)."""
+    redis.delete(SESSION_KEY_PREFIX + _digest(token))

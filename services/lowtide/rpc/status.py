@@ -60,6 +60,8 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.GroupAuthorizationFailed: _S.PERMISSION_DENIED,
     e.ClusterAuthorizationFailed: _S.PERMISSION_DENIED,
     e.InvalidTimestamp: _S.INVALID_ARGUMENT,
+    e.UnsupportedSaslMechanism: _S.INVALID_ARGUMENT,
+    e.IllegalSaslState: _S.FAILED_PRECONDITION,
     e.TopicAlreadyExists: _S.ALREADY_EXISTS,
     e.InvalidPartitions: _S.INVALID_ARGUMENT,
     e.InvalidReplicationFactor: _S.INVALID_ARGUMENT,
@@ -88,6 +90,9 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.UnknownLeaderEpoch: _S.FAILED_PRECONDITION,
     e.InvalidRecord: _S.INVALID_ARGUMENT,
     e.ProducerFenced: _S.FAILED_PRECONDITION,
+    e.ResourceNotFound: _S.NOT_FOUND,
+    e.DuplicateResource: _S.INVALID_ARGUMENT,
+    e.UnacceptableCredential: _S.INVALID_ARGUMENT,
     e.UnknownTopicId: _S.NOT_FOUND,
 }
 
