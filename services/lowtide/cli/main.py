@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "lowtide.cli.data_cmd",
     "lowtide.cli.delete_records_cmd",
     "lowtide.cli.acls_cmd",
+    "lowtide.cli.scram_cmd",
     "lowtide.cli.groups_cmd",
     "lowtide.cli.retention_cmd",
     "lowtide.cli.orphans_cmd",

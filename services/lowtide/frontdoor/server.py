@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY
 from lowtide.auth.access import parse_super_users
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.identity import token_file_metadata
+from lowtide.auth.scram_store import ScramStore, build_scram_login
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.client.diskless import DisklessCoordinatorClient
@@ -41,6 +42,7 @@ from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
+from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
@@ -132,6 +134,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
                                             replicas=replicas),
         members=members,
+        scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
@@ -215,7 +218,9 @@ def run(args: argparse.Namespace) -> int:
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
             auth_required=args.auth_enabled,
-            sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None)))
+            sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,
+            scram=build_scram_login(parts.redis, auth_enabled=args.auth_enabled,
+                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms))))
 
     def on_stop() -> None:
         if kafka is not None:

@@ -19,6 +19,7 @@ from lowtide.frontdoor.config_admin import ConfigChange, TopicConfigAdmin
 from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
 from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, GroupOutcome, OffsetCommit
 from lowtide.frontdoor.membership import GroupMembership, JoinRequest, LeavingMember, Protocol
+from lowtide.frontdoor.scram import Deletion, ScramAdmin, Upsertion
 from lowtide.frontdoor.topic_config import ConfigOp
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
@@ -73,6 +74,7 @@ class FrontDoor:
     acls: AclAdmin
     transactions: TransactionCoordinator | None = field(default=None)
     members: GroupMembership | None = field(default=None)
+    scram: ScramAdmin | None = field(default=None)
     configs: TopicConfigAdmin | None = field(default=None)
 
 
@@ -333,3 +335,27 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def WhoAmI(self, request, context):  # noqa: N802
         return admin_pb2.WhoAmIResponse(principal=self._principal(context),
                                         authorization_enabled=self._front.authorizer.enabled)
+
+    # -- SCRAM credentials (frontdoor/scram.py) ------------------------------------------------
+    def _scram(self) -> ScramAdmin:
+        if self._front.scram is None:
+            raise InvalidRequest("this front door keeps no SCRAM credentials")
+        return self._front.scram
+
+    def DescribeUserScramCredentials(self, request, context):  # noqa: N802
+        results = self._scram().describe(principal=self._principal(context), users=list(request.users))
+        return admin_pb2.DescribeUserScramCredentialsResponse(results=[
+            admin_pb2.UserScramCredentials(
+                user=r.user, error_code=_code(r.error)[0], error_message=_code(r.error)[1],
+                credentials=[admin_pb2.ScramCredentialInfo(mechanism=i.mechanism.code, iterations=i.iterations)
+                             for i in r.credentials]) for r in results])
+
+    def AlterUserScramCredentials(self, request, context):  # noqa: N802
+        results = self._scram().alter(
+            principal=self._principal(context),
+            deletions=[Deletion(user=d.user, mechanism=d.mechanism) for d in request.deletions],
+            upsertions=[Upsertion(user=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
+                                  salted_password=u.salted_password) for u in request.upsertions])
+        return admin_pb2.AlterUserScramCredentialsResponse(results=[
+            admin_pb2.AlterUserScramCredentialsResult(user=user, error_code=_code(err)[0], error_message=_code(err)[1])
+            for user, err in results])

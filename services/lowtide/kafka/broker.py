@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
@@ -63,6 +63,30 @@ class Node:
     rack: str = ""
 
 
+class ScramSession(Protocol):
+    """A successful SCRAM login (``lowtide.auth.scram_store.ScramSession``)."""
+
+    principal: str
+    server_final: bytes
+    lifetime_ms: int  # 0: the session never ends (no re-authentication asked)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class ScramLogins(Protocol):
+    """The server side of SCRAM (``lowtide.auth.scram_store.ScramLogin``): credentials live where
+    the auth package reads them; this package only carries the messages."""
+
+    mechanisms: tuple[str, ...]
+
+    def start(self, mechanism: str, client_first: bytes) -> Any: ...  # has .server_first: str
+
+    def finish(self, exchange: Any, client_final: bytes) -> ScramSession: ...
+
+    def end(self, session: Any) -> None: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -76,6 +100,8 @@ class KafkaServices:
     # SaslAuthenticationFailed (the service's own authenticator). None = auth off: any SASL login
     # is accepted and the services see User:ANONYMOUS, as over gRPC.
     sasl_login: Callable[[tuple[tuple[str, str], ...]], str] | None = None
+    # SCRAM-SHA-256/512 logins (None: only PLAIN is offered).
+    scram: ScramLogins | None = None
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
 
@@ -145,8 +171,12 @@ class KafkaBroker:
         call = Call(conn=conn, head=head, client_id=request.client_id, services=self.services)
         started = time.perf_counter()
         try:
-            if self.services.auth_required and not conn.authenticated and head.api_key not in _BEFORE_AUTH:
-                raise SaslAuthenticationFailed(f"{name} before SASL authentication")
+            if head.api_key not in _BEFORE_AUTH:
+                if self.services.auth_required and not conn.authenticated:
+                    raise SaslAuthenticationFailed(f"{name} before SASL authentication")
+                if conn.session_deadline is not None and time.monotonic() >= conn.session_deadline:
+                    # KIP-368: past its session a connection may only re-authenticate; Kafka closes it.
+                    raise SaslAuthenticationFailed(f"{name} after the SASL session of {conn.principal} ended")
             body = api.handler(call, request.body)
             outcome = "ok"
         except LowtideError as err:

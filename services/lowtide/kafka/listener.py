@@ -36,13 +36,23 @@ _SIZE = struct.Struct(">i")
 @dataclass(eq=False)
 class Connection:
     """One client connection's state: who it is (after SASL) and what to run when it goes away
-    (a parked Fetch is released at once, as a gRPC cancellation releases it)."""
+    (a parked Fetch is released at once, as a gRPC cancellation releases it).
+
+    SASL: ``sasl_mechanism`` is set by a SaslHandshake and cleared when its exchange ends;
+    ``sasl_state`` holds a multi-round mechanism's state in between (SCRAM's server nonce).
+    After a login, ``principal``/``login_mechanism`` say who logged in how (a re-authentication,
+    KIP-368, must keep both) and ``session_deadline`` (time.monotonic) when the session ends:
+    past it only a new SASL exchange is served."""
 
     peer: str
     metadata: tuple[tuple[str, str], ...] = ()  # the identity handed to the services' access checks
     authenticated: bool = False
     sasl_mechanism: str | None = None
     sasl_state: object | None = None
+    principal: str | None = None
+    login_mechanism: str | None = None
+    session_deadline: float | None = None
+    session: object | None = None  # what ends with the connection (a SCRAM session token)
     closed: threading.Event = field(default_factory=threading.Event)
     _on_close: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -1,7 +1,9 @@
 """Starting a Kafka protocol listener inside a lowtide service (replica server, front door).
 
 ``--kafka-listener HOST:PORT`` (env ``LOWTIDE_KAFKA_LISTENER``; unset = no listener; port 0 = any
-free port) and ``--kafka-max-request-bytes`` (Kafka's ``socket.request.max.bytes``). A replica
+free port), ``--kafka-max-request-bytes`` (Kafka's ``socket.request.max.bytes``) and
+``--kafka-connections-max-reauth-ms`` (Kafka's ``connections.max.reauth.ms``: how long a SASL/SCRAM
+login's session lasts before the client must re-authenticate; apis_sasl.py). A replica
 server also needs ``--frontdoor-addr``: its listener forwards cluster, topic, group and
 DeleteRecords requests there.
 
@@ -16,15 +18,19 @@ import argparse
 import threading
 
 from lowtide.common.server import add_flag, split_addr
-from lowtide.kafka import apis_admin, apis_configs, apis_data, apis_groups, apis_sasl
+from lowtide.kafka import apis_admin, apis_configs, apis_data, apis_groups, apis_sasl, apis_scram
 from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
 
+# Kafka's connections.max.reauth.ms is 0 (sessions never end) by default; lowtide's SCRAM sessions
+# stand for a minted token, which must end, so they last an hour and clients re-authenticate.
+DEFAULT_SESSION_LIFETIME_MS = 3_600_000
+
 
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
-    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS]
+    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS]
 
 
 def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -> None:
@@ -33,6 +39,9 @@ def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -
     add_flag(parser, "--kafka-max-request-bytes", default=DEFAULT_MAX_REQUEST_BYTES, type=int,
              help="largest Kafka request frame accepted (Kafka's socket.request.max.bytes)")
     add_flag(parser, "--kafka-workers", default=64, type=int, help="threads handling Kafka requests")
+    add_flag(parser, "--kafka-connections-max-reauth-ms", default=DEFAULT_SESSION_LIFETIME_MS, type=int,
+             help="lifetime of a SASL/SCRAM login's session (Kafka's connections.max.reauth.ms): clients "
+                  "re-authenticate before it ends, else their connection is closed (at least 1000)")
     if needs_frontdoor:
         add_flag(parser, "--frontdoor-addr", default=None,
                  help="gRPC address of the front door, where the Kafka listener sends admin and group requests")

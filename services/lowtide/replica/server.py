@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from lowtide.auth.access import build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
+from lowtide.auth.scram_store import build_scram_login
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
 from lowtide.common.startup import wait_for_redis
@@ -159,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled,
-            sasl_login=access.authenticate if config.auth_enabled else None)))
+            sasl_login=access.authenticate if config.auth_enabled else None,
+            scram=build_scram_login(redis, auth_enabled=config.auth_enabled,
+                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms))))
 
     def register(server) -> None:
         replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
