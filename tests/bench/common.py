@@ -211,6 +211,28 @@ def dir_log_bytes(path: Path) -> dict[str, int]:
     return out
 
 
+def settle_disk(*, max_dirty_mib: float = 32.0, timeout_s: float = 60.0) -> float:
+    """Write back the page cache's dirty data before a section starts; returns the seconds it took.
+
+    A section that writes gigabytes (the transport ceiling, the cleaner, produce) leaves them to the
+    kernel's writeback, which would otherwise land in the next section's fsyncs: the DeleteRecords
+    latencies (a fsync'd checkpoint each) would measure the previous section's disk traffic."""
+    began = time.monotonic()
+    os.sync()
+    while time.monotonic() - began < timeout_s and _dirty_mib() > max_dirty_mib:
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def _dirty_mib() -> float:
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    except OSError:
+        return 0.0
+    kib = sum(int(fields.get(k, "0 kB").split()[0]) for k in ("Dirty", "Writeback"))
+    return kib / 1024
+
+
 def wait_until(cond: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():

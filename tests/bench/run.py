@@ -30,7 +30,7 @@ from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
-from tests.bench.common import Figure, MiB, failed, running_cluster, say
+from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle_disk
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
@@ -61,6 +61,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _section(name: str, figures: list[Figure], fn: Callable[[], list[Figure]], key: str, title: str,
              unit: str) -> None:
     """Run one section; an unexpected failure becomes an error figure, the suite goes on."""
+    settled = settle_disk()
+    if settled > 1:
+        say(f"{name}: waited {settled:.1f}s for the previous sections' disk writeback")
     began = time.monotonic()
     try:
         figures += fn()
