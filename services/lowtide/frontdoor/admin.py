@@ -32,6 +32,7 @@ from lowtide.errors import (
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.topic_config import validate_topic_config
+from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore, assign_replicas, partitions_key, validate_topic_name
 
@@ -98,8 +99,9 @@ class TopicAdmin:
 
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
                  pool: ThreadPoolExecutor, rng: random.Random | None = None,
-                 diskless: DisklessTopicAdmin | None = None) -> None:
+                 diskless: DisklessTopicAdmin | None = None, cache: MetadataCache | None = None) -> None:
         self._store = store
+        self._cache = cache  # ListOffsets' first attempt routes from it; told when we delete a topic
         self._diskless = diskless  # None: this front door cannot reach coordinators (diskless refused)
         self._authorizer = authorizer
         self._replicas = replicas
@@ -171,6 +173,9 @@ class TopicAdmin:
                     self._diskless.delete(info)
                 else:
                     self._store.delete_topic(name)
+                if self._cache is not None:
+                    # Our own caller's next request must not be routed to the deleted topic.
+                    self._cache.mark_stale()
                 outcomes.append(TopicOutcome(name=name))
             except LowtideError as err:
                 outcomes.append(TopicOutcome(name=name, error=err))
@@ -241,7 +246,7 @@ class TopicAdmin:
             answers.update(self._diskless.list_offsets({k: timestamps.pop(k) for k in diskless}, diskless))
         pending = dict(timestamps)
         for attempt in range(3):
-            routes = route_partitions(self._store, pending)
+            routes = route_partitions(self._store, pending, cache=self._cache if attempt == 0 else None)
             for key, error in {**routes.unknown, **routes.unroutable}.items():
                 answers[key] = _failed(*key, error)
             got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()),

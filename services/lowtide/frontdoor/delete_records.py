@@ -33,6 +33,7 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
+from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -76,8 +77,9 @@ class RecordsDeleter:
 
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer, replicas: ReplicaClient,
                  pool: ThreadPoolExecutor, default_timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                 diskless: DisklessTopicAdmin | None = None) -> None:
+                 diskless: DisklessTopicAdmin | None = None, cache: MetadataCache | None = None) -> None:
         self._store = store
+        self._cache = cache  # first attempts route from it; retries read Redis
         self._diskless = diskless  # diskless partitions go to their coordinator shard (KIP-1164)
         self._authorizer = authorizer
         self._replicas = replicas
@@ -126,7 +128,7 @@ class RecordsDeleter:
         last_errors: dict[TopicPartitionKey, LowtideError] = {}
         attempt = 0
         while pending:
-            routes = route_partitions(self._store, pending)
+            routes = route_partitions(self._store, pending, cache=self._cache if attempt == 0 else None)
             for key, error in routes.unknown.items():
                 answers[key] = _failed(*key, error)
                 pending.pop(key)

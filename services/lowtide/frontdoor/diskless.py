@@ -31,6 +31,7 @@ from lowtide.diskless.topics import (
     topic_id_bytes,
 )
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
+from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore
 
@@ -40,8 +41,9 @@ class DisklessTopicAdmin:
     collaborators are thread-safe)."""
 
     def __init__(self, *, store: MetadataStore, coordinators: DisklessCoordinatorClient,
-                 directory: ShardDirectory, pool: ThreadPoolExecutor) -> None:
+                 directory: ShardDirectory, pool: ThreadPoolExecutor, cache: MetadataCache | None = None) -> None:
         self._store = store
+        self._cache = cache  # split() asks it which topics are diskless before asking Redis
         self._coordinators = coordinators
         self._directory = directory
         self._pool = pool
@@ -97,7 +99,8 @@ class DisklessTopicAdmin:
         keys = list(keys)
         if not keys:
             return {}
-        topics = self._store.topics()
+        snap = self._cache.snapshot() if self._cache is not None else None
+        topics = snap.topics if snap is not None and all(k[0] in snap.topics for k in keys) else self._store.topics()
         return {k: topics[k[0]] for k in keys if k[0] in topics and topics[k[0]].diskless}
 
     def list_offsets(self, timestamps: Mapping[TopicPartitionKey, int],

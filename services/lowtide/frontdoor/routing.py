@@ -1,18 +1,21 @@
 """Where each partition's leader is: one consistent read of the metadata for a set of partitions.
 
-Used by every fan-out (ListOffsets, DeleteRecords) on every attempt, so it reads Redis in a bounded
-number of round trips however many partitions are asked for: one pipeline for the topics' partition
-hashes, one for the brokers and one MGET for their liveness.
+Used by every fan-out (ListOffsets, DeleteRecords). A first attempt routes from the process's
+``MetadataCache`` when it knows every partition asked for (no Redis round trip on the latency path);
+a retry, or a partition the cache does not know, reads Redis in a bounded number of round trips
+however many partitions are asked for: one pipeline for the topics' partition hashes, one for the
+brokers and one MGET for their liveness.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.errors import BrokerNotAvailable, LeaderNotAvailable, LowtideError, UnknownTopicOrPartition
-from lowtide.metadata.model import PartitionState
+from lowtide.metadata.cache import MetadataCache
+from lowtide.metadata.model import BrokerInfo, PartitionState
 from lowtide.metadata.store import TOPICS, MetadataStore, partitions_key
 
 
@@ -30,9 +33,15 @@ class Routes:
     states: dict[TopicPartitionKey, PartitionState] = field(default_factory=dict)
 
 
-def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey]) -> Routes:
-    """Group ``keys`` by the address of their current live leader."""
+def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey], *,
+                     cache: MetadataCache | None = None) -> Routes:
+    """Group ``keys`` by the address of their current live leader: from ``cache`` when it has a
+    current snapshot that knows every key, else from Redis."""
     keys = list(keys)
+    snap = cache.snapshot() if cache is not None else None
+    if snap is not None and snap.covers(keys):
+        states = {k: snap.states[k] for k in keys}
+        return _group(keys, snap.topics.keys(), states, snap.brokers, snap.live)
     topics = sorted({t for t, _ in keys})
     pipe = store.redis.pipeline(transaction=False)
     for t in topics:
@@ -47,10 +56,16 @@ def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey]) ->
             for value in raw[2 * i + 1].values():
                 s = PartitionState.from_json(value)
                 states[(s.topic, s.partition)] = s
-    routes = Routes(states=states)
     leaders = {s.leader for s in states.values() if s.leader >= 0}
     brokers = store.brokers() if leaders else {}
     live = store.live_broker_ids(leaders) if leaders else set()
+    return _group(keys, known_topics, states, brokers, live)
+
+
+def _group(keys: list[TopicPartitionKey], known_topics: Container[str],
+           states: dict[TopicPartitionKey, PartitionState], brokers: dict[int, BrokerInfo],
+           live: set[int] | frozenset[int]) -> Routes:
+    routes = Routes(states=states)
     for key in keys:
         topic, partition = key
         state = states.get(key)

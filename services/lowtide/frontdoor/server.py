@@ -49,6 +49,7 @@ from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
 from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, default_namespace
+from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -85,6 +86,7 @@ class FrontDoorParts:
     pool: ThreadPoolExecutor
     redis: redis_lib.Redis
     offsets: OffsetsTopic | None = None
+    cache: MetadataCache | None = None
 
     def register(self, server: grpc.Server) -> None:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
@@ -96,6 +98,8 @@ class FrontDoorParts:
             self.front.transactions.stop()
         if self.offsets is not None:
             self.offsets.stop()
+        if self.cache is not None:
+            self.cache.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.replicas.close()
         self.redis.close()
@@ -114,10 +118,16 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
+    # Routes DeleteRecords and ListOffsets without reading Redis on the latency path.
+    cache = MetadataCache(redis=redis)
+    cache.start()
     directory = ShardDirectory(redis=redis)  # diskless topics: the coordinator shards (KIP-1164)
-    diskless = DisklessTopicAdmin(store=store, directory=directory, pool=pool, coordinators=DisklessCoordinatorClient(
-        lookup=directory.lookup, channels=replicas.channels, metadata=token_file_metadata(config.token_file)))
-    topics = TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless)
+    diskless = DisklessTopicAdmin(store=store, directory=directory, pool=pool, cache=cache,
+                                  coordinators=DisklessCoordinatorClient(
+                                      lookup=directory.lookup, channels=replicas.channels,
+                                      metadata=token_file_metadata(config.token_file)))
+    topics = TopicAdmin(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless,
+                        cache=cache)
     offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
@@ -127,7 +137,8 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         authenticator=authenticator,
         authorizer=authorizer,
         topics=topics,
-        deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless),
+        deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless,
+                               cache=cache),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
                                 members=members),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
@@ -140,7 +151,8 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)
     offsets.start()
-    return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets)
+    return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets,
+                          cache=cache)
 
 
 def _env_bool(name: str, default: bool) -> bool:
