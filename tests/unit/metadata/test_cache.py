@@ -17,13 +17,6 @@ from tests.waiting import wait_until
 
 
 @pytest.fixture
-def store(redis_url):
-    s = MetadataStore.from_url(redis_url)
-    yield s
-    s.redis.close()
-
-
-@pytest.fixture
 def cache(store):
     c = MetadataCache(redis=store.redis, check_interval_s=0.05, max_age_s=1.0)
     c.start()
