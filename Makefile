@@ -116,7 +116,8 @@ dashboards: $(PIP_STAMP)
 	@$(PY) -m lowtide.observability charts/lowtide
 
 # helm lint --strict and helm template with default and with full values (charts/lowtide/ci); the
-# values schema must refuse a wrong value; the Prometheus Operator kinds render when their API is there.
+# values schema must refuse a wrong value and take an all-digit image tag (skaffold's short git SHA
+# can be one, and helm --set makes it an integer); the Prometheus Operator kinds render when their API is there.
 # (make k8s-test also validates every rendered manifest against a real apiserver.)
 chart-lint:
 	@if command -v helm >/dev/null; then \
@@ -126,6 +127,8 @@ chart-lint:
 	  helm template lt $$c --set redis.enabled=false --set redis.externalUrl=redis://r:6379/0 >/dev/null && \
 	  helm template lt $$c --set objectStore.type=none >/dev/null && \
 	  ! helm template lt $$c --set objectStore.type=disk >/dev/null 2>&1 && \
+	  helm template lt $$c --set image.tag=5554813 --set spark.image.tag=5554813 \
+	    | grep -q 'image: "lowtide:5554813"' && \
 	  helm template lt $$c --api-versions monitoring.coreos.com/v1/PrometheusRule \
 	    --show-only templates/observability.yaml | grep -q 'kind: PrometheusRule' && \
 	  helm template lt $$c --api-versions monitoring.coreos.com/v1/ServiceMonitor \

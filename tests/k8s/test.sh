@@ -85,7 +85,10 @@ fi
 phase "skaffold diagnose + render"
 # skaffold.yaml parses with the current schema and renders the chart with the built images' tags
 (cd "$repo" && skaffold diagnose --yaml-only >/dev/null) || fail "skaffold diagnose"
-rendered=$(cd "$repo" && skaffold render -p dev --digest-source=tag --offline=true 2>/dev/null) || fail "skaffold render"
+render_err=$(mktemp)
+rendered=$(cd "$repo" && skaffold render -p dev --digest-source=tag --offline=true 2>"$render_err") \
+  || { cat "$render_err" >&2; fail "skaffold render"; }
+rm -f "$render_err"
 echo "$rendered" | grep -Eq 'image: "?lowtide:' || fail "skaffold render: no lowtide image in the manifests"
 echo "skaffold render: $(echo "$rendered" | grep -c '^kind:') objects"
 

@@ -37,7 +37,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The lowtide image: repo:tag, repo:tag@digest (as skaffold sets it) or repo@sha256:digest. */}}
 {{- define "lowtide.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- /* toString: an all-digit tag set with --set (a short git SHA) arrives as an integer */}}
+{{- $tag := toString (default .Chart.AppVersion .Values.image.tag) }}
 {{- if hasPrefix "sha256:" $tag }}
 {{- printf "%s@%s" .Values.image.repository $tag }}
 {{- else }}
