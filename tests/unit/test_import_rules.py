@@ -59,16 +59,17 @@ MAY_IMPORT: dict[str, set[str]] = {
                    "metadata", "spark"},
 }
 # Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code: the gRPC
-# servicers and servers, and the Kafka protocol's API translators (lowtide/kafka/apis_*.py), which
-# build the same protobuf requests a gRPC caller sends.
-PROTOBUF_MODULE_NAMES = {"servicer", "server"}
+# servicers and servers (and lowtide/replica/registration.py, which registers the Replica servicer
+# with its own Produce deserializer), and the Kafka protocol's API translators
+# (lowtide/kafka/apis_*.py), which build the same protobuf requests a gRPC caller sends.
+PROTOBUF_MODULE_NAMES = {"servicer", "server", "registration"}
 PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
     "lowtide.record._validate", "lowtide.record.columns", "lowtide.record._columns",
-    "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status",
+    "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status", "lowtide.rpc.wire",
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",
     "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica",

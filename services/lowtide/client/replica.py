@@ -23,6 +23,7 @@ import grpc
 from lowtide.errors import LowtideError, NetworkException, error_or_none
 from lowtide.rpc.channels import PooledClient, call
 from lowtide.rpc.status import error_from_rpc
+from lowtide.rpc.wire import split_bytes_field
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 MiB = 1 << 20
@@ -72,7 +73,8 @@ class FetchedPartition(PartitionResult):
     log_start_offset: int = -1
     log_end_offset: int = -1
     leader_epoch: int = -1
-    records: bytes = b""
+    # bytes, or a read-only memoryview of the received message (a follower's Replicate stream)
+    records: bytes | memoryview = b""
     # READ_COMMITTED only (-1 / empty otherwise): where committed data ends, and the aborted
     # transactions (producer id, first offset) overlapping ``records``.
     last_stable_offset: int = -1
@@ -202,7 +204,7 @@ class ReplicaClient(PooledClient):
 
     def open_replication(self, address: str) -> ReplicationStream:
         """A follower's Replicate stream to the leader at ``address`` (see ``ReplicationStream``)."""
-        return ReplicationStream(self._stub(address).Replicate, metadata=self.metadata)
+        return ReplicationStream(self.channels.stub(address, _ReplicationStub).Replicate, metadata=self.metadata)
 
     def offset_for_leader_epoch(self, address: str, queries: Iterable[EpochQuery], *, replica_id: int = -1,
                                 timeout_s: float) -> list[EpochEndOffset]:
@@ -277,14 +279,39 @@ def _fetch_request(positions: Iterable[FetchPosition], *, replica_id: int, max_w
             current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
 
 
-def _fetched(response: replica_pb2.FetchResponse) -> list[FetchedPartition]:
+def _fetched(response: replica_pb2.FetchResponse,
+             records: Sequence[bytes | memoryview] | None = None) -> list[FetchedPartition]:
+    """``records``: each partition's batches when they were lifted out of the message
+    (``_parse_fetch_response``), else they are read from it."""
     return [FetchedPartition(topic=r.topic, partition=r.partition, error=error_or_none(r.error_code, r.error_message),
                              high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
-                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch, records=r.records,
+                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch,
+                             records=r.records if records is None else records[i],
                              last_stable_offset=r.last_stable_offset,
                              aborted_transactions=tuple((a.producer_id, a.first_offset)
                                                         for a in r.aborted_transactions))
-            for r in response.partitions]
+            for i, r in enumerate(response.partitions)]
+
+
+_FETCH_PARTITIONS = replica_pb2.FetchResponse.DESCRIPTOR.fields_by_name["partitions"].number
+_FETCH_RECORDS = replica_pb2.FetchResult.DESCRIPTOR.fields_by_name["records"].number
+
+
+def _parse_fetch_response(raw: bytes) -> list[FetchedPartition]:
+    """A FetchResponse off the wire, each partition's records a view of ``raw`` (no copy:
+    ``lowtide.rpc.wire``); upb parses only the rest."""
+    stripped, records = split_bytes_field(raw, repeated_field=_FETCH_PARTITIONS, bytes_field=_FETCH_RECORDS)
+    return _fetched(replica_pb2.FetchResponse.FromString(stripped), records)
+
+
+class _ReplicationStub:
+    """``Replica.Replicate`` answered as ``FetchedPartition`` lists whose records are views of the
+    received message: a follower writes them to its log without copying them first."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.Replicate = channel.stream_stream(
+            "/lowtide.v1.Replica/Replicate", request_serializer=replica_pb2.FetchRequest.SerializeToString,
+            response_deserializer=_parse_fetch_response, _registered_method=True)
 
 
 _END_OF_STREAM = object()
@@ -316,7 +343,7 @@ class ReplicationStream:
         self._requests.put(_fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms,
                                           min_bytes=min_bytes, max_bytes=max_bytes))
         try:
-            return _fetched(next(self._responses))
+            return next(self._responses)  # already FetchedPartitions (_parse_fetch_response)
         except StopIteration:
             self.finished = True
             raise NetworkException("the leader ended the replication stream") from None

@@ -34,7 +34,7 @@ from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
 from lowtide.log.start_offset_commit import LogStartOffsetCommit
 from lowtide.log.start_offset_file import LogStartOffsetFile
-from lowtide.record import NO_TIMESTAMP, BatchHeader, assign_offsets, iter_batches, validate_batches
+from lowtide.record import NO_TIMESTAMP, BatchHeader, OwnedBatches, assign_offsets, iter_batches, validate_batches
 
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
 _DAY_MS = 24 * 60 * 60 * 1000
@@ -285,7 +285,8 @@ class PartitionLog:
                 )
         if config.compacts:  # Kafka's validateKey: compaction keeps the latest record *per key*
             require_keys(buf, topic_partition=f"{self._topic}-{self._partition}")
-        data = bytearray(buf)
+        # Offsets are assigned in place: in a copy, unless the caller handed the buffer over.
+        data = buf if isinstance(buf, OwnedBatches) else bytearray(buf)
         with self._lock:
             self._ensure_open()
             self._producers.check_append(headers)
@@ -314,7 +315,9 @@ class PartitionLog:
                     f"to {header.base_offset}"
                 )
             prev_next = header.next_offset
-        data = bytes(buf)
+        # A read-only view of the fetched message is written as it is; anything writable is
+        # copied first, since its owner could change it between the checks above and the write.
+        data = buf if isinstance(buf, bytes) or (isinstance(buf, memoryview) and buf.readonly) else bytes(buf)
         with self._lock:
             self._ensure_open()
             leo = self._segments.next_offset
@@ -339,7 +342,7 @@ class PartitionLog:
                     latest = header.partition_leader_epoch
             return info
 
-    def _append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> AppendInfo:
+    def _append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> AppendInfo:
         first, last = headers[0], headers[-1]
         config = self._config
         view = memoryview(data)
@@ -366,7 +369,7 @@ class PartitionLog:
                 active = self._segments.roll(chunk_first.base_offset)
             if end == start:  # an empty segment takes one batch even if it is larger than the room
                 end, size = start + 1, headers[start].size_in_bytes
-            active.append(bytes(view[pos:pos + size]) if (pos or size != len(data)) else data, headers[start:end])
+            active.append(view[pos:pos + size] if (pos or size != len(data)) else data, headers[start:end])
             start, pos = end, pos + size
         return AppendInfo(
             base_offset=first.base_offset,

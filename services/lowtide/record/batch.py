@@ -382,6 +382,15 @@ def _verify_records(
         raise error(f"{where}: {message}")
 
 
+class OwnedBatches(bytearray):
+    """Record batches whose buffer is handed over to the log with them: a leader append assigns
+    offsets in it in place instead of copying it first. Made by whoever owns a fresh copy anyway
+    (the Produce request deserializer copies each partition's batches out of the received message
+    exactly once); never made from a buffer anything else still reads."""
+
+    __slots__ = ()
+
+
 def assign_offsets(
     buf: bytearray, headers: list[BatchHeader], *, base_offset: int, leader_epoch: int
 ) -> int:

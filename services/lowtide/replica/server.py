@@ -32,8 +32,9 @@ from lowtide.replica.consumed_retention import ConsumedRetentionCollector
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
+from lowtide.replica.registration import add_replica_service
 from lowtide.replica.servicer import ReplicaServicer
-from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
+from lowtide_pb import admin_pb2_grpc, replica_pb2
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                                     session_lifetime_ms=args.kafka_connections_max_reauth_ms))))
 
     def register(server) -> None:
-        replica_pb2_grpc.add_ReplicaServicer_to_server(servicer, server)
+        add_replica_service(servicer, server)
 
     def on_stop() -> None:
         if kafka is not None:

@@ -21,7 +21,7 @@ from lowtide.log import filenames
 from lowtide.log.file_deleter import DELETER
 from lowtide.log.partition_log import LogConfig, LogStartOffsetCommit, PartitionLog
 from lowtide.log.start_offset_file import LogStartOffsetFile, StartOffsetSyncGroup
-from lowtide.record import decode_batches, encode_batch, iter_batches
+from lowtide.record import OwnedBatches, decode_batches, encode_batch, iter_batches
 from tests.waiting import wait_until
 
 SMALL = LogConfig(segment_bytes=1000, index_interval_bytes=100)
@@ -598,3 +598,21 @@ def test_log_config_from_topic_config_maps_kafka_keys():
 def test_log_config_with_bad_values_raises_invalid_config(entry):
     with pytest.raises(InvalidConfig, match=next(iter(entry))):
         LogConfig.from_topic_config(entry)
+
+
+def test_a_leader_assigns_offsets_in_a_handed_over_buffer_and_copies_any_other(log):
+    produce(log, 2)
+    mine = bytearray(encode_batch([b"v"] * 3))
+    before = bytes(mine)
+    log.append_as_leader(mine, leader_epoch=1)
+    assert mine == before  # the caller's bytearray is not rewritten
+    owned = OwnedBatches(encode_batch([b"w"] * 3))
+    log.append_as_leader(owned, leader_epoch=1)
+    assert next(iter_batches(owned))[0].base_offset == 5  # assigned in place, no copy made
+    assert offsets_of(log.read(0, max_bytes=1 << 20, max_offset=8)) == list(range(8))
+
+
+def test_a_follower_appends_a_read_only_view_of_a_fetched_message(log):
+    fetched = b"\x00" * 7 + encode_batch([b"a"] * 3, base_offset=0, partition_leader_epoch=0)
+    log.append_as_follower(memoryview(fetched)[7:])
+    assert offsets_of(log.read(0, max_bytes=1 << 20, max_offset=3)) == [0, 1, 2]
