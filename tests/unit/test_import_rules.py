@@ -23,7 +23,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "clock": set(),
     "record": BASE,
     "auth": BASE,
-    "rpc": BASE | {"auth"},
+    # rpc.wire re-encodes protobuf lengths with record's unsigned varint.
+    "rpc": BASE | {"auth", "record"},
     "client": BASE | {"record", "rpc", "auth"},
     "log": BASE | {"record"},
     "metadata": BASE,

@@ -195,7 +195,8 @@ class Record:
 _VARINT_TABLE_SIZE = 1 << 14
 
 
-def _encode_uvarint_slow(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """Unsigned varint (protobuf's and Kafka's unsigned varint): 7 bits a byte, low first."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -204,7 +205,7 @@ def _encode_uvarint_slow(value: int) -> bytes:
     return bytes(out)
 
 
-_UVARINT_TABLE: tuple[bytes, ...] = tuple(_encode_uvarint_slow(v) for v in range(_VARINT_TABLE_SIZE))
+_UVARINT_TABLE: tuple[bytes, ...] = tuple(encode_uvarint(v) for v in range(_VARINT_TABLE_SIZE))
 
 
 def encode_varint(value: int) -> bytes:
@@ -212,7 +213,7 @@ def encode_varint(value: int) -> bytes:
     z = (value << 1) ^ (value >> 63)
     if z < _VARINT_TABLE_SIZE:
         return _UVARINT_TABLE[z]
-    return _encode_uvarint_slow(z)
+    return encode_uvarint(z)
 
 
 def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -32,6 +32,8 @@ Thread-safety: pure functions.
 
 from __future__ import annotations
 
+from lowtide.record import encode_uvarint
+
 _EMPTY = memoryview(b"")
 
 
@@ -53,15 +55,6 @@ def read_uvarint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
         shift += 7
         if shift >= 70:
             raise WireFormatError("varint longer than 10 bytes")
-
-
-def encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _skip(buf: memoryview, pos: int, end: int, wire_type: int) -> int:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowtide.rpc.wire import WireFormatError, encode_uvarint, read_uvarint, split_bytes_field
+from lowtide.record import encode_uvarint
+from lowtide.rpc.wire import WireFormatError, read_uvarint, split_bytes_field
 from lowtide_pb import replica_pb2, transactions_pb2
 
 
