@@ -2,7 +2,7 @@
 
 ``python -m tests.bench.profile_perf [--seconds 10] [--batch-kib 1024] [--out DIR]``
 
-The same load as ``tests.bench.profile_produce`` (RF 3 topic of 3 partitions, raw
+The load of ``tests.bench.profile_produce.produce_load`` (RF 3 topic of 3 partitions, raw
 ``Replica.Produce`` of pre-built batches, acks=all, 3 producer processes x 4 threads), but sampled
 with ``perf record -p <replicas>`` (on-CPU samples of every thread, native and kernel frames) and
 ``/proc/PID/stat`` user/system time over the same window. py-spy sees Python frames only, and
@@ -17,17 +17,15 @@ Needs ``perf`` (Debian ``linux-perf``; root, or kernel.perf_event_paranoid <= 1)
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from tests.bench import workers
-from tests.bench.common import KiB, MiB, build_batch, running_cluster, say
+from tests.bench.common import MiB, say
+from tests.bench.profile_produce import produce_load
 
 BENCH_DIR = Path(__file__).resolve().parent
 RATE_HZ = 499
@@ -97,40 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not shutil.which("perf"):
         raise SystemExit("perf not found: apt-get install linux-perf")
-    data_dir = (BENCH_DIR / "out" / f"perf-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     perf_data = BENCH_DIR / "out" / "profile" / "replicas.perf.data"
     perf_data.parent.mkdir(parents=True, exist_ok=True)
-    pool = ProcessPoolExecutor(max_workers=args.processes, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        for f in [pool.submit(workers.noop) for _ in range(args.processes)]:
-            f.result(timeout=120)
-        with running_cluster(data_dir / "cluster") as bench:
-            topic = "bench-perf"
-            bench.create_topic(topic, 3, 3)
-            leaders = bench.leaders(topic)
-            batch, count = build_batch(args.batch_kib * KiB)
-            targets = [(leaders[p], topic, p) for p in sorted(leaders)]
-            warmup = 2.0
-            start_at = time.time() + 0.5
-            specs = [{"targets": targets[k:] + targets[:k], "batch": batch, "records_per_batch": count, "acks": -1,
-                      "threads": args.threads, "start_at": start_at, "warmup_s": warmup,
-                      "duration_s": args.seconds} for k in range(args.processes)]
-            futures = [pool.submit(workers.produce_raw, s) for s in specs]
-            time.sleep(max(0.0, start_at + warmup - time.time()))
-            pids = {s.name: s.pid for s in bench.replicas.values()}
-            before = {name: _replica_cpu(pid) for name, pid in pids.items()}
-            say(f"perf on {len(pids)} replicas for {args.seconds:.0f}s under produce load ({args.batch_kib} KiB)")
-            perf = subprocess.Popen(["perf", "record", "-F", str(RATE_HZ), "-p", ",".join(map(str, pids.values())),
-                                     "-o", str(perf_data), "--", "sleep", str(max(1.0, args.seconds - 1))],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            results = [f.result(timeout=args.seconds + 120) for f in futures]
-            after = {name: _replica_cpu(pid) for name, pid in pids.items()}
-            _out, err = perf.communicate(timeout=60)
-            if perf.returncode:
-                raise SystemExit(f"perf record exited {perf.returncode}: {err.decode(errors='replace')[-500:]}")
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with produce_load(name="perf", batch_kib=args.batch_kib, acks=-1, processes=args.processes,
+                      threads=args.threads, seconds=args.seconds) as (bench, futures):
+        pids = {s.name: s.pid for s in bench.replicas.values()}
+        before = {name: _replica_cpu(pid) for name, pid in pids.items()}
+        say(f"perf on {len(pids)} replicas for {args.seconds:.0f}s under produce load ({args.batch_kib} KiB)")
+        perf = subprocess.Popen(["perf", "record", "-F", str(RATE_HZ), "-p", ",".join(map(str, pids.values())),
+                                 "-o", str(perf_data), "--", "sleep", str(max(1.0, args.seconds - 1))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        results = [f.result(timeout=args.seconds + 120) for f in futures]
+        after = {name: _replica_cpu(pid) for name, pid in pids.items()}
+        _out, err = perf.communicate(timeout=60)
+        if perf.returncode:
+            raise SystemExit(f"perf record exited {perf.returncode}: {err.decode(errors='replace')[-500:]}")
     mib = max(sum(r["bytes"] for r in results) / MiB, 1e-9)
     cpu = {n: (after[n][0] - before[n][0], after[n][1] - before[n][1]) for n in pids}
     total_ms = sum(u + s for u, s in cpu.values()) * 1000 / mib

@@ -23,8 +23,11 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tests.bench import workers
 from tests.bench.common import KiB, MiB, build_batch, running_cluster, say
@@ -85,6 +88,37 @@ def _areas(self_c: collections.Counter) -> collections.Counter:
     return out
 
 
+@contextmanager
+def produce_load(*, name: str, batch_kib: int, acks: int, processes: int, threads: int,
+                 seconds: float) -> Iterator[tuple[Any, list[Future]]]:
+    """A local cluster (3 replicas) under the raw produce load of an RF 3 topic of 3 partitions
+    (each replica leads one and follows two): yields (the cluster, the producer workers' futures)
+    once their 2 s warm-up is over, so the caller samples the window and collects the futures
+    inside the block. The cluster, its data and the worker processes go when the block ends."""
+    data_dir = (BENCH_DIR / "out" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        for f in [pool.submit(workers.noop) for _ in range(processes)]:
+            f.result(timeout=120)
+        with running_cluster(data_dir / "cluster") as bench:
+            topic = f"bench-{name}"
+            bench.create_topic(topic, 3, 3)
+            leaders = bench.leaders(topic)
+            batch, count = build_batch(batch_kib * KiB)
+            targets = [(leaders[p], topic, p) for p in sorted(leaders)]
+            warmup = 2.0
+            start_at = time.time() + 0.5
+            specs = [{"targets": targets[k:] + targets[:k], "batch": batch, "records_per_batch": count,
+                      "acks": acks, "threads": threads, "start_at": start_at, "warmup_s": warmup,
+                      "duration_s": seconds} for k in range(processes)]
+            futures = [pool.submit(workers.produce_raw, s) for s in specs]
+            time.sleep(max(0.0, start_at + warmup - time.time()))
+            yield bench, futures
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.profile_produce", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0)
@@ -96,43 +130,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
     py_spy = _py_spy()
-    data_dir = (BENCH_DIR / "out" / f"profile-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     raw_dir = BENCH_DIR / "out" / "profile"
     raw_dir.mkdir(parents=True, exist_ok=True)
-    pool = ProcessPoolExecutor(max_workers=args.processes, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        for f in [pool.submit(workers.noop) for _ in range(args.processes)]:
-            f.result(timeout=120)
-        with running_cluster(data_dir / "cluster") as bench:
-            topic = "bench-profile"
-            bench.create_topic(topic, 3, 3)
-            leaders = bench.leaders(topic)
-            batch, count = build_batch(args.batch_kib * KiB)
-            targets = [(leaders[p], topic, p) for p in sorted(leaders)]
-            warmup = 2.0
-            start_at = time.time() + 0.5
-            specs = [{"targets": targets[k:] + targets[:k], "batch": batch, "records_per_batch": count,
-                      "acks": args.acks, "threads": args.threads, "start_at": start_at, "warmup_s": warmup,
-                      "duration_s": args.seconds} for k in range(args.processes)]
-            futures = [pool.submit(workers.produce_raw, s) for s in specs]
-            time.sleep(max(0.0, start_at + warmup - time.time()))
-            spies = []
-            for name, entry in sorted((s.name, s) for s in bench.replicas.values()):
-                path = raw_dir / f"{name}.txt"
-                spies.append((name, path, subprocess.Popen(
-                    [py_spy, "record", "--pid", str(entry.pid), "--rate", str(RATE_HZ), "--format", "raw",
-                     "--duration", str(int(args.seconds)), "--output", str(path), "--nonblocking"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
-            say(f"profiling {len(spies)} replicas for {args.seconds:.0f}s under produce load "
-                f"(acks={args.acks}, {args.batch_kib} KiB batches)")
-            results = [f.result(timeout=args.seconds + 120) for f in futures]
-            for name, _path, proc in spies:
-                _out, err = proc.communicate(timeout=60)
-                if proc.returncode:
-                    say(f"py-spy on {name} exited {proc.returncode}: {err.decode(errors='replace')[-500:]}")
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with produce_load(name="profile", batch_kib=args.batch_kib, acks=args.acks, processes=args.processes,
+                      threads=args.threads, seconds=args.seconds) as (bench, futures):
+        spies = []
+        for name, entry in sorted((s.name, s) for s in bench.replicas.values()):
+            path = raw_dir / f"{name}.txt"
+            spies.append((name, path, subprocess.Popen(
+                [py_spy, "record", "--pid", str(entry.pid), "--rate", str(RATE_HZ), "--format", "raw",
+                 "--duration", str(int(args.seconds)), "--output", str(path), "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+        say(f"profiling {len(spies)} replicas for {args.seconds:.0f}s under produce load "
+            f"(acks={args.acks}, {args.batch_kib} KiB batches)")
+        results = [f.result(timeout=args.seconds + 120) for f in futures]
+        for name, _path, proc in spies:
+            _out, err = proc.communicate(timeout=60)
+            if proc.returncode:
+                say(f"py-spy on {name} exited {proc.returncode}: {err.decode(errors='replace')[-500:]}")
     produced = sum(r["bytes"] for r in results)
     mib = produced / MiB
     self_c: collections.Counter = collections.Counter()
