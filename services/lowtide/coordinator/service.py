@@ -3,22 +3,32 @@ loading, snapshots and the file lifetime worker around ``CoordinatorCore`` (brie
 
 Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRecords, HandOverFile)::
 
-    request thread:  lock; core.check -> Decision (records become pending); queue it; unlock; wait
-    appender thread: take every queued decision (in queue order) -> one Produce, one batch per
-                     decision, acks=all -> lock; apply all records in one SQLite transaction at
-                     the offsets the leader gave; wake the waiters; unlock
+    request thread: queue (check, waiter); wait for the waiter
+    writer thread:  lock; take every queued request; run each check -> Decision (its records
+                    become pending); unlock; encode them as one batch per decision
+                    wait for the Produce in flight (the group before) -> send this group's
+                    Produce (acks=all) -> lock; apply the group before in one SQLite
+                    transaction at the offsets the leader gave; wake its waiters; unlock
+    appender:       the one Produce in flight (a one-thread executor: retries and leader moves)
 
-The lock is held for checks and applies only, never across the Produce, so the next request is
-checked (against SQLite plus the pending records) while earlier ones wait for replication: that is
-the KIP's pipelining, and the queue order is the log order. A decision without records (a duplicate
-commit, a request every part of which failed) and ListOffsets also queue, as barriers: they are
-answered only once everything before them is applied, so a duplicate's original offsets are
-durable before anyone hears of them.
+One thread runs every check and every apply, so the shard lock is never contended by request
+threads and no thread hands the GIL to another per step; requests that queue while a group is in
+flight are checked together (against SQLite plus the pending records) and appended in one Produce,
+while the group before waits for replication: the KIP's pipelining, and the queue order is the log
+order. A group is applied while the next group's Produce is in flight, so the acks=all round trip
+and the SQLite commit (one index page per partition a 100-batch file touches: as long as the
+round trip) overlap instead of adding up. A decision without records (a duplicate commit, a
+request every part of which failed) and ListOffsets also queue, as barriers: they are answered only
+once everything before them is applied, so a duplicate's original offsets are durable before anyone
+hears of them.
 
 Failure of an append: it may or may not be in the log, so nothing checked against it can stand.
-Every queued request fails with a retriable error (REQUEST_TIMED_OUT / NOT_COORDINATOR), the
-pending records are dropped, and the shard goes back to loading: it reads the log from its applied
-offset to the end before it takes requests again (what KRaft's controller does on a failed write).
+It and the group checked after it fail with a retriable error (REQUEST_TIMED_OUT /
+NOT_COORDINATOR), as does every queued request; the pending records are dropped, and the shard goes
+back to loading: it reads the log from its applied offset to the end before it takes requests again
+(what KRaft's controller does on a failed write). Failure of an apply (the SQLite transaction rolls
+back) does the same; a replicated group behind it is failed too, as applying it would leave a gap in
+the applied offsets, and the reload applies it from the log.
 
 Fencing: one writer per shard is the Redis lease (``coordinator.leadership``); the appender checks
 the lease is still valid (renewed within lease - margin) before each Produce. A process paused
@@ -27,7 +37,8 @@ successor took over; records carry no coordinator epoch yet to reject such an ap
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
-the shard thread (loading, snapshots, file lifetime), the appender; request threads come from gRPC.
+the shard thread (loading, snapshots, file lifetime), the writer and its appender; request threads
+come from gRPC.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +84,9 @@ MAX_DECISIONS_PER_APPEND = 512
 APPEND_DURATION = Histogram(
     "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
     ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
+APPLY_DURATION = Histogram(
+    "lowtide_coordinator_apply_duration_seconds", "One SQLite transaction applying one appended group", ["shard"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0))
 APPEND_DECISIONS = Histogram(
     "lowtide_coordinator_append_decisions", "Decisions (requests) carried by one metadata log append", ["shard"],
     buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512))
@@ -95,19 +110,38 @@ class ShardConfig:
 
 
 class _Waiter:
-    """A queued decision (or barrier) and the thread waiting for its outcome."""
+    """A queued request: its check (None for a barrier), then its outcome, and the waiting thread."""
 
-    __slots__ = ("records", "response", "error", "done")
+    __slots__ = ("check", "records", "response", "error", "done")
 
-    def __init__(self, records: list[MetadataRecord], response: Any) -> None:
-        self.records = records
-        self.response = response
-        self.error: LowtideError | None = None
+    def __init__(self, check: Callable[[CoordinatorCore], Decision] | None) -> None:
+        self.check = check
+        self.records: list[MetadataRecord] = []
+        self.response: Any = None
+        self.error: BaseException | None = None
         self.done = threading.Event()
 
-    def fail(self, error: LowtideError) -> None:
+    def fail(self, error: BaseException) -> None:
         self.error = error
         self.done.set()
+
+
+@dataclass(slots=True)
+class _Group:
+    """The requests taken by the writer at once: one Produce, then one apply."""
+
+    waiters: list[_Waiter]
+    data: bytes = b""                      # their records' batches, one per decision with records
+    appended: Future | None = None         # the Produce: -> base offset of the first record
+
+    @property
+    def records(self) -> list[MetadataRecord]:
+        return [record for waiter in self.waiters for record in waiter.records]
+
+    def fail(self, error: BaseException) -> None:
+        for waiter in self.waiters:
+            if not waiter.done.is_set():
+                waiter.fail(error)
 
 
 class ShardService:
@@ -144,6 +178,7 @@ class ShardService:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._appender: ThreadPoolExecutor | None = None
         newest = latest_snapshot(self.snapshot_dir)
         self.last_snapshot_offset = snapshot_offset(newest) if newest else -1
         self.last_snapshot_time = newest.stat().st_mtime if newest else None
@@ -153,8 +188,9 @@ class ShardService:
     def start(self) -> None:
         """Start the background threads; returns at once (loading happens in the background, so a
         cluster's start is not held up by the metadata topic or the log)."""
+        self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"coordinator-{self.config.shard}-append")
         for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
-                             ("appender", self._append_loop)):
+                             ("writer", self._write_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -166,6 +202,8 @@ class ShardService:
             self._lock.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._appender is not None:
+            self._appender.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
             self.status = FOLLOWER
@@ -185,22 +223,19 @@ class ShardService:
         raise NotCoordinator(f"this process does not lead diskless coordinator shard {self.config.shard}")
 
     def mutate(self, check: Callable[[CoordinatorCore], Decision], *, timeout_ms: int | None = None) -> Any:
-        with self._lock:
-            self._check_serving()
-            decision = check(self.core)
-            waiter = _Waiter(list(decision.records), decision.response)
-            self._queue.append(waiter)
-            self._lock.notify_all()
-        return self._await(waiter, timeout_ms)
+        """``check(core)`` runs on the writer thread, under the shard lock."""
+        return self._enqueue(_Waiter(check), timeout_ms)
 
     def read_after_barrier(self, fn: Callable[[CoordinatorCore], Any], *, timeout_ms: int | None = None) -> Any:
+        self._enqueue(_Waiter(None), timeout_ms)
+        return self.read(fn)
+
+    def _enqueue(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
         with self._lock:
             self._check_serving()
-            waiter = _Waiter([], None)
             self._queue.append(waiter)
-            self._lock.notify_all()
-        self._await(waiter, timeout_ms)
-        return self.read(fn)
+            self._lock.notify()
+        return self._await(waiter, timeout_ms)
 
     def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
         with self._lock:
@@ -217,61 +252,149 @@ class ShardService:
             raise waiter.error
         return waiter.response
 
-    # ---- the appender --------------------------------------------------------------------------
-    def _append_loop(self) -> None:
+    # ---- the writer ----------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        checked: list[_Waiter] = []       # checked (records pending), not sent yet
+        in_flight: _Group | None = None   # its Produce under way
         while not self._stop.is_set():
             with self._lock:
-                while not self._queue and not self._stop.is_set():
+                # Sleep only with nothing to do: no new request, nothing checked that could be
+                # sent, no Produce finished. A Produce's done callback notifies under this lock,
+                # so it cannot slip between the test and the wait.
+                while not self._stop.is_set() and not self._queue and not (
+                        in_flight is None and checked) and not (in_flight is not None and in_flight.appended.done()):
                     self._lock.wait(0.5)
                 if self._stop.is_set():
+                    stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
+                    _Group(waiters=checked).fail(stopping)
+                    if in_flight is not None:
+                        in_flight.fail(stopping)
                     return
-                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+                if self._queue:
+                    taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+                    self._check(taken)
+                    checked.extend(taken)
+            to_apply: list[_Group] = []
             try:
-                self._append(taken)
+                if in_flight is not None and in_flight.appended.done():
+                    in_flight.appended.result()  # raises what the append raised
+                    to_apply.append(in_flight)
+                    in_flight = None
+                if in_flight is None and checked:
+                    group, checked = _Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
+                        checked[MAX_DECISIONS_PER_APPEND:]
+                    if any(w.records for w in group.waiters):
+                        group.data = self._encode(group)
+                        group.appended = self._appender.submit(self._append, group.data,
+                                                               sum(1 for w in group.waiters if w.records))
+                        group.appended.add_done_callback(self._notify_writer)
+                        in_flight = group
+                    else:
+                        to_apply.append(group)  # barriers, refusals: answered after what is before them
             except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
-                    f"coordinator {self.config.shard}: metadata log append failed: {type(exc).__name__}: {exc}")
-                log.warning("metadata log append failed; reloading", extra={"fields": {"error": str(exc)}})
-                with self._lock:
-                    for waiter in taken:
-                        waiter.fail(error)
-                    self._drop_pipeline(error)
-                    if self.status == LEADER:
-                        self.status, self.status_detail = LOADING, "reloading after a failed append"
-                        self._generation += 1
-                self._wake.set()
+                self._fail_pipeline(exc, [*to_apply, in_flight, _Group(waiters=checked)], "metadata log append failed")
+                checked, in_flight = [], None
+                continue
+            if to_apply and not self._apply(to_apply):
+                with self._lock:  # checked against records that will not be applied now
+                    _Group(waiters=checked).fail(RequestTimedOut(
+                        f"coordinator {self.config.shard}: an earlier metadata record failed to apply"))
+                checked = []
 
-    def _append(self, taken: list[_Waiter]) -> None:
-        payload = [w for w in taken if w.records]
-        base = -1
-        if payload:
-            if not self.lease.valid():
-                raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed")
-            if not self._topic_ready:
-                # Created on the first write, not at start: a cluster that never uses diskless
-                # topics gets no metadata partitions (and a start never waits for replicas).
-                self.log.ensure_topic()
-                self._topic_ready = True
-            now = now_ms()
-            data = b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now) for w in payload)
-            began = time.perf_counter()
-            base = self.log.append(data, timeout_ms=self.config.append_timeout_ms)
-            shard = str(self.config.shard)
-            APPEND_DURATION.labels(shard).observe(time.perf_counter() - began)
-            APPEND_DECISIONS.labels(shard).observe(len(payload))
+    def _notify_writer(self, _future: Future) -> None:
         with self._lock:
-            pairs: list[tuple[MetadataRecord, int]] = []
-            offset = base
-            for waiter in payload:
-                for record in waiter.records:
-                    pairs.append((record, offset))
-                    offset += 1
-            if pairs:
-                self.core.apply_all(pairs)
-            for waiter in taken:
-                waiter.done.set()
+            self._lock.notify_all()
+
+    def _check(self, taken: list[_Waiter]) -> _Group:
+        """Under the lock: check each request in queue order (its records become pending)."""
+        serving = None
+        try:
+            self._check_serving()
+        except LowtideError as exc:
+            serving = exc
+        for waiter in taken:
+            if waiter.check is None:
+                continue
+            if serving is not None:
+                waiter.fail(serving)
+                continue
+            try:
+                decision = waiter.check(self.core)
+            except Exception as exc:  # noqa: BLE001 - the caller's error (a typed one, or a bug)
+                waiter.fail(exc)
+                continue
+            waiter.records = list(decision.records)
+            waiter.response = decision.response
+        return _Group(waiters=taken)
+
+    @staticmethod
+    def _encode(group: _Group) -> bytes:
+        now = now_ms()
+        return b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now)
+                        for w in group.waiters if w.records)
+
+    def _append(self, data: bytes, decisions: int) -> int:
+        """On the appender: one acks=all Produce; the base offset of the first record."""
+        if not self.lease.valid():
+            raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed")
+        if not self._topic_ready:
+            # Created on the first write, not at start: a cluster that never uses diskless
+            # topics gets no metadata partitions (and a start never waits for replicas).
+            self.log.ensure_topic()
+            self._topic_ready = True
+        began = time.perf_counter()
+        base = self.log.append(data, timeout_ms=self.config.append_timeout_ms)
+        APPEND_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
+        APPEND_DECISIONS.labels(str(self.config.shard)).observe(decisions)
+        return base
+
+    def _apply(self, groups: list[_Group]) -> bool:
+        """Apply replicated groups in one transaction, then answer their requests; False if the
+        apply failed (the shard then reloads)."""
+        pairs: list[tuple[MetadataRecord, int]] = []
+        for group in groups:
+            if group.appended is not None:
+                offset = group.appended.result()
+                for waiter in group.waiters:  # exactly what _encode wrote, in its order
+                    if waiter.records:
+                        for record in waiter.records:
+                            pairs.append((record, offset))
+                            offset += 1
+        with self._lock:
+            try:
+                applied = self.state.applied_offset
+                fresh = [o for _, o in pairs if o > applied]
+                if fresh and fresh[0] != applied + 1:
+                    # A group before failed to apply: this one would leave a hole in the state.
+                    raise RequestTimedOut(f"coordinator {self.config.shard}: metadata offsets from {fresh[0]} "
+                                          f"follow a failed apply (applied {applied})")
+                if pairs:
+                    began = time.perf_counter()
+                    self.core.apply_all(pairs)
+                    APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
+            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                self._fail_pipeline(exc, groups, "applying metadata records failed")
+                return False
+            for group in groups:
+                for waiter in group.waiters:
+                    waiter.done.set()
         if pairs:
             self._wake.set()  # a snapshot may be due
+        return True
+
+    def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
+        error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
+            f"coordinator {self.config.shard}: {what}: {type(exc).__name__}: {exc}")
+        log.warning(f"{what}; reloading", extra={"fields": {"error": str(exc)}})
+        with self._lock:
+            for group in groups:
+                if group is not None:
+                    group.fail(error)
+            self._drop_pipeline(error)
+            if self.status == LEADER:
+                self.status, self.status_detail = LOADING, f"reloading: {what}"
+                self._generation += 1
+        self._wake.set()
 
     def _drop_pipeline(self, error: LowtideError) -> None:
         """Under the lock: nothing checked against pending records may stand any more."""
