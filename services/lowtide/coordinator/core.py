@@ -30,7 +30,6 @@ from lowtide.coordinator.messages import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
-    CommitBatch,
     CommitBatchResult,
     CommitFileRequest,
     CommitFileResponse,
@@ -89,6 +88,7 @@ INT32_MAX = 2**31 - 1
 ZERO_UUID = bytes(16)
 RECORD_BATCH_MAGIC = 2
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_UNSEEN = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,30 +104,35 @@ def _check_topic_id(topic_id: bytes) -> None:
         raise InvalidRequest("topic id must be 16 bytes and not the zero Uuid")
 
 
-def check_sequence(producer: ProducerRow | None, batch: CommitBatch) -> LowtideError | ProducerEntry | None:
+def check_sequence(producer: ProducerRow | None, *, producer_id: int, epoch: int, base_sequence: int,
+                   last_sequence: int) -> LowtideError | ProducerEntry | None:
     """Kafka's idempotent-producer rule for one batch: None to accept it, the original entry for an
     exact duplicate of one of the producer's last 5 batches, or the error to answer."""
-    if producer is None or batch.producer_epoch > producer.producer_epoch:
-        if batch.base_sequence != 0:
-            return OutOfOrderSequenceNumber(f"producer {batch.producer_id} epoch {batch.producer_epoch}: the first "
-                                            f"sequence of an epoch must be 0, got {batch.base_sequence}")
+    if producer is None or epoch > producer.producer_epoch:
+        if base_sequence != 0:
+            return OutOfOrderSequenceNumber(f"producer {producer_id} epoch {epoch}: the first "
+                                            f"sequence of an epoch must be 0, got {base_sequence}")
         return None
-    if batch.producer_epoch < producer.producer_epoch:
-        return InvalidProducerEpoch(f"producer {batch.producer_id} epoch {batch.producer_epoch} is fenced by "
+    if epoch < producer.producer_epoch:
+        return InvalidProducerEpoch(f"producer {producer_id} epoch {epoch} is fenced by "
                                     f"epoch {producer.producer_epoch}")
     for entry in producer.entries:
-        if entry.base_sequence == batch.base_sequence and entry.last_sequence == batch.last_sequence:
+        if entry.base_sequence == base_sequence and entry.last_sequence == last_sequence:
             return entry
     last = producer.entries[-1].last_sequence
     expected = 0 if last == INT32_MAX else last + 1
-    if batch.base_sequence != expected:
-        return OutOfOrderSequenceNumber(f"producer {batch.producer_id}: expected sequence {expected}, "
-                                        f"got {batch.base_sequence}")
+    if base_sequence != expected:
+        return OutOfOrderSequenceNumber(f"producer {producer_id}: expected sequence {expected}, "
+                                        f"got {base_sequence}")
     return None
 
 
 def _failed(error: LowtideError, **fields: object) -> dict:
     return {"error_code": error.code, "error_message": error.message, **fields}
+
+
+def _refused(error: LowtideError, log_start_offset: int = -1) -> CommitBatchResult:
+    return CommitBatchResult(error.code, error.message, -1, -1, log_start_offset, False)
 
 
 class CoordinatorCore:
@@ -241,90 +246,108 @@ class CoordinatorCore:
         check_key(request.object_key)
         if not -128 <= request.object_format <= 127:
             raise InvalidRequest(f"object format {request.object_format} is not an int8")
-        if request.file_size < 0:
-            raise InvalidRequest(f"file size {request.file_size} < 0")
+        file_size = request.file_size
+        if file_size < 0:
+            raise InvalidRequest(f"file size {file_size} < 0")
         owners = list(request.owner_ids)
         if len(set(owners)) != len(owners) or self.coordinator_id not in owners:
             raise InvalidRequest(f"owner ids {owners} must be distinct and include coordinator {self.coordinator_id}")
-        for i, b in enumerate(request.batches):
-            _check_topic_id(b.topic_id)
-            if b.byte_offset < 0 or b.size <= 0 or b.byte_offset + b.size > request.file_size:
-                raise InvalidRequest(f"batch {i}: bytes [{b.byte_offset}, +{b.size}) are not inside the file "
-                                     f"of {request.file_size} bytes")
-            if b.base_offset < 0 or b.last_offset < b.base_offset:
-                raise InvalidRequest(f"batch {i}: offsets {b.base_offset}..{b.last_offset}")
-            if b.timestamp_type not in (0, 1):
-                raise InvalidRequest(f"batch {i}: timestamp type {b.timestamp_type}")
+        # One pass of plain comparisons per batch (a file may carry thousands of batches).
+        for i, (_magic, _request_id, topic_id, _index, byte_offset, size, base_offset, last_offset, _max_ts,
+                ts_type, _pid, _epoch, _base_seq, _last_seq) in enumerate(request.batches):
+            if topic_id.__class__ is not bytes or len(topic_id) != 16 or topic_id == ZERO_UUID:
+                _check_topic_id(topic_id)
+            if byte_offset < 0 or size <= 0 or byte_offset + size > file_size:
+                raise InvalidRequest(f"batch {i}: bytes [{byte_offset}, +{size}) are not inside the file "
+                                     f"of {file_size} bytes")
+            if base_offset < 0 or last_offset < base_offset:
+                raise InvalidRequest(f"batch {i}: offsets {base_offset}..{last_offset}")
+            if ts_type != 0 and ts_type != 1:
+                raise InvalidRequest(f"batch {i}: timestamp type {ts_type}")
         return owners.index(self.coordinator_id)
 
     def commit_file(self, request: CommitFileRequest) -> Decision[CommitFileResponse]:
+        """Offsets per partition in request order, idempotence per producer; one result per batch.
+
+        The loop is the coordinator's hottest Python (one pass per batch of every file): it unpacks
+        each batch once, touches each partition's and producer's row once, and builds tuples."""
         self._check_commit_request(request)
         now = self.clock()
-        already_known = self.pending.file_known(request.object_key)
-        partitions: dict[tuple[bytes, int], list[int] | None] = {}  # -> [lso, next offset]
+        object_key = request.object_key
+        already_known = self.pending.file_known(object_key)
+        # (topic id, partition) -> [row, log start offset, next offset], or None: not on this shard
+        partitions: dict[tuple[bytes, int], list | None] = {}
         producers: dict[tuple[bytes, int, int], ProducerRow | None] = {}
+        advanced: set[tuple[bytes, int, int]] = set()  # producers with an accepted batch
         results: list[CommitBatchResult] = []
         accepted: list[CommittedBatch] = []
-        for b in request.batches:
-            where = (b.topic_id, b.partition_index)
-            if where not in partitions:
-                p = self.pending.partition(*where)
-                partitions[where] = None if p is None else [p.log_start_offset, p.high_watermark]
-            part = partitions[where]
+        add_result = results.append
+        for (magic, _request_id, topic_id, index, byte_offset, size, base_offset, last_offset, max_ts, ts_type,
+             pid, epoch, base_seq, last_seq) in request.batches:
+            where = (topic_id, index)
+            part = partitions.get(where, _UNSEEN)
+            if part is _UNSEEN:
+                row = self.pending.partition(topic_id, index)
+                part = partitions[where] = None if row is None else [row, row.log_start_offset, row.high_watermark]
             if part is None:
-                results.append(CommitBatchResult(**_failed(UnknownTopicOrPartition(
-                    f"partition {b.partition_index} of the topic is not on coordinator {self.coordinator_id}"))))
+                add_result(_refused(UnknownTopicOrPartition(
+                    f"partition {index} of the topic is not on coordinator {self.coordinator_id}")))
                 continue
-            if b.magic != RECORD_BATCH_MAGIC:
-                results.append(CommitBatchResult(log_start_offset=part[0], **_failed(UnsupportedForMessageFormat(
-                    f"record batch magic {b.magic}; only {RECORD_BATCH_MAGIC} is supported"))))
+            lso = part[1]
+            if magic != RECORD_BATCH_MAGIC:
+                add_result(_refused(UnsupportedForMessageFormat(
+                    f"record batch magic {magic}; only {RECORD_BATCH_MAGIC} is supported"), lso))
                 continue
-            count = b.last_offset - b.base_offset + 1
-            pkey = (b.topic_id, b.partition_index, b.producer_id)
-            if b.producer_id >= 0:
-                if b.producer_epoch < 0 or b.base_sequence < 0 or b.last_sequence < 0 or \
-                        (b.last_sequence - b.base_sequence) % (INT32_MAX + 1) != count - 1:
-                    results.append(CommitBatchResult(log_start_offset=part[0], **_failed(InvalidRequest(
-                        f"producer {b.producer_id}: epoch {b.producer_epoch}, sequences {b.base_sequence}.."
-                        f"{b.last_sequence} do not fit {count} records"))))
+            count = last_offset - base_offset + 1
+            if pid >= 0:
+                if epoch < 0 or base_seq < 0 or last_seq < 0 or \
+                        (last_seq - base_seq) % (INT32_MAX + 1) != count - 1:
+                    add_result(_refused(InvalidRequest(
+                        f"producer {pid}: epoch {epoch}, sequences {base_seq}..{last_seq} do not fit "
+                        f"{count} records"), lso))
                     continue
+                pkey = (topic_id, index, pid)
                 if pkey not in producers:
                     producers[pkey] = self.pending.producer(*pkey)
-                verdict = check_sequence(producers[pkey], b)
+                verdict = check_sequence(producers[pkey], epoch=epoch, base_sequence=base_seq,
+                                         last_sequence=last_seq, producer_id=pid)
                 if isinstance(verdict, ProducerEntry):
-                    results.append(CommitBatchResult(
-                        assigned_base_offset=verdict.base_offset, log_start_offset=part[0], is_duplicate=True,
-                        log_append_time=verdict.log_append_timestamp if b.timestamp_type == 1 else -1))
+                    add_result(CommitBatchResult(0, None, verdict.base_offset,
+                                                 verdict.log_append_timestamp if ts_type == 1 else -1, lso, True))
                     continue
                 if verdict is not None:
-                    results.append(CommitBatchResult(log_start_offset=part[0], **_failed(verdict)))
+                    add_result(_refused(verdict, lso))
                     continue
             if already_known:
-                results.append(CommitBatchResult(log_start_offset=part[0], **_failed(InvalidRequest(
-                    f"file {request.object_key} is already committed"))))
+                add_result(_refused(InvalidRequest(f"file {object_key} is already committed"), lso))
                 continue
-            base = part[1]
-            part[1] = base + count
-            batch = CommittedBatch(b.topic_id, b.partition_index, b.magic, b.byte_offset, b.size, base,
-                                   base + count - 1, now, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
-                                   b.producer_epoch, b.base_sequence, b.last_sequence)
-            accepted.append(batch)
-            if b.producer_id >= 0:
-                entry = ProducerEntry(b.base_sequence, b.last_sequence, base, base + count - 1, now)
+            base = part[2]
+            part[2] = base + count
+            last = base + count - 1
+            accepted.append(CommittedBatch(topic_id, index, magic, byte_offset, size, base, last, now, max_ts,
+                                           ts_type, pid, epoch, base_seq, last_seq))
+            if pid >= 0:
+                entry = ProducerEntry(base_seq, last_seq, base, last, now)
                 prev = producers[pkey]
-                producers[pkey] = ProducerRow(b.producer_epoch, (entry,)) if prev is None or \
-                    prev.producer_epoch != b.producer_epoch else \
-                    ProducerRow(prev.producer_epoch, (prev.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
-            results.append(CommitBatchResult(assigned_base_offset=base, log_start_offset=part[0],
-                                             log_append_time=now if b.timestamp_type == 1 else -1))
+                producers[pkey] = ProducerRow(epoch, (entry,)) if prev is None or prev.producer_epoch != epoch \
+                    else ProducerRow(epoch, (prev.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
+                advanced.add(pkey)
+            add_result(CommitBatchResult(0, None, base, now if ts_type == 1 else -1, lso, False))
         response = CommitFileResponse(batches=results)
         if already_known:
             return Decision(response, [])
         # Also with no accepted batch: the file is then recorded with none, which makes it
         # deletable at once (or handed to the next owner), so the object does not leak.
-        record = FileCommitted(request.object_key, request.object_format, request.file_size,
+        record = FileCommitted(object_key, request.object_format, request.file_size,
                                request.uploader_broker_id, now, tuple(request.owner_ids), tuple(accepted))
-        return self._decide(response, [record])
+        # The rows this check computed are exactly what the record makes of them: hand them to
+        # the overlay rather than have it work them out again batch by batch.
+        self.pending.push_checked_file(
+            record,
+            partitions={where: part[0]._replace(high_watermark=part[2]) for where, part in partitions.items()
+                        if part is not None and part[2] != part[0].high_watermark},
+            producers={pkey: producers[pkey] for pkey in advanced})
+        return Decision(response, [record])
 
     # ---- DeleteRecords ---------------------------------------------------------------------------
     def delete_records(self, request: DeleteRecordsRequest) -> Decision[DeleteRecordsResponse]:

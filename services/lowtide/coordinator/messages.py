@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 DEFAULT_TIMEOUT_MS = 60_000
 
@@ -75,8 +76,10 @@ class DeleteTopicsResponse:
 
 
 # ---- CommitFile ------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitBatch:
+class CommitBatch(NamedTuple):
+    # A NamedTuple, not a dataclass like the other messages: a CommitFile carries ~100 of these
+    # (1,600 in a busy production cluster's file) and a tuple is built ~4x faster than a frozen
+    # dataclass; field order is the protobuf's, so the servicer builds one from a plain tuple.
     magic: int
     request_id: int
     topic_id: bytes
@@ -106,8 +109,8 @@ class CommitFileRequest:
     timeout_ms: int = DEFAULT_TIMEOUT_MS
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommitBatchResult:
+class CommitBatchResult(NamedTuple):
+    # A NamedTuple for the same reason as CommitBatch: one per batch of the file.
     error_code: int = 0
     error_message: str | None = None
     assigned_base_offset: int = -1

@@ -96,12 +96,11 @@ class PendingState:
 
     def push(self, record: MetadataRecord) -> int:
         """Add a record just appended to the log (not yet applied); returns its pending number."""
-        self._seq += 1
-        seq = self._seq
-        self._records.append((seq, record))
         if isinstance(record, FileCommitted):
-            self._push_file_committed(seq, record)
-        elif isinstance(record, RecordsDeleted):
+            partitions, producers = self._file_committed_rows(record)
+            return self.push_checked_file(record, partitions=partitions, producers=producers)
+        seq = self._next(record)
+        if isinstance(record, RecordsDeleted):
             p = self.partition(record.topic_id, record.partition_index)
             if p is not None and record.new_log_start_offset > p.log_start_offset:
                 new_lso = min(record.new_log_start_offset, p.high_watermark)
@@ -124,8 +123,24 @@ class PendingState:
         # FileHandedOver / FileDeleted change nothing a request check reads.
         return seq
 
-    def _push_file_committed(self, seq: int, record: FileCommitted) -> None:
+    def push_checked_file(self, record: FileCommitted, *, partitions: dict[tuple[bytes, int], PartitionRow],
+                          producers: dict[tuple[bytes, int, int], ProducerRow]) -> int:
+        """Add a FileCommitted whose check already worked out the partition rows (new high
+        watermarks) and producer rows it leads to: what ``push`` would compute from its batches."""
+        seq = self._next(record)
         self._set(self._files, record.object_key, seq, True)
+        for where, row in partitions.items():
+            self._set(self._partitions, where, seq, row)
+        for pkey, prod in producers.items():
+            self._set(self._producers, pkey, seq, prod)
+        return seq
+
+    def _next(self, record: MetadataRecord) -> int:
+        self._seq += 1
+        self._records.append((self._seq, record))
+        return self._seq
+
+    def _file_committed_rows(self, record: FileCommitted) -> tuple[dict, dict]:
         # One overlay update per partition and per producer, not per batch.
         ends: dict[tuple[bytes, int], int] = {}
         entries: dict[tuple[bytes, int, int], list] = {}
@@ -134,10 +149,12 @@ class PendingState:
             ends[where] = max(ends.get(where, 0), b.last_offset + 1)
             if b.producer_id >= 0:
                 entries.setdefault((b.topic_id, b.partition_index, b.producer_id), []).append(b)
+        partitions = {}
         for where, end in ends.items():
             p = self.partition(*where)
             if p is not None:
-                self._set(self._partitions, where, seq, p._replace(high_watermark=max(p.high_watermark, end)))
+                partitions[where] = p._replace(high_watermark=max(p.high_watermark, end))
+        producers = {}
         for pkey, batches in entries.items():
             if self.partition(pkey[0], pkey[1]) is None:
                 continue
@@ -149,7 +166,8 @@ class PendingState:
                     prod = ProducerRow(b.producer_epoch, (entry,))
                 else:
                     prod = ProducerRow(prod.producer_epoch, (prod.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
-            self._set(self._producers, pkey, seq, prod)
+            producers[pkey] = prod
+        return partitions, producers
 
     def head(self) -> MetadataRecord | None:
         """The oldest pending record, or None."""

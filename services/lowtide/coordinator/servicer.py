@@ -18,6 +18,8 @@ from lowtide.errors import InvalidRequest, RequestTimedOut
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
+make_batch = m.CommitBatch._make
+
 
 def _err(obj) -> dict:
     return {"error_code": obj.error_code,
@@ -67,19 +69,23 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
             owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
             timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS,
-            batches=[m.CommitBatch(magic=b.magic, request_id=b.request_id, topic_id=b.topic_id,
-                                   partition_index=b.partition_index, byte_offset=b.byte_offset, size=b.size,
-                                   base_offset=b.base_offset, last_offset=b.last_offset,
-                                   batch_max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type,
-                                   producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                                   base_sequence=b.base_sequence, last_sequence=b.last_sequence)
+            # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file.
+            batches=[make_batch((b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
+                                 b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type,
+                                 b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence))
                      for b in request.batches])
         resp = self.shard.mutate(lambda core: core.commit_file(req), timeout_ms=req.timeout_ms)
         self.observe_commit(time.perf_counter() - started)
-        return pb.DisklessCommitFileResponse(batches=[
-            pb.DisklessCommitBatchResult(assigned_base_offset=r.assigned_base_offset, log_append_time=r.log_append_time,
-                                         log_start_offset=r.log_start_offset, is_duplicate=r.is_duplicate, **_err(r))
-            for r in resp.batches])
+        reply = pb.DisklessCommitFileResponse()
+        add = reply.batches.add  # built in place: a list of messages would be copied into the field
+        for code, message, base, append_time, lso, duplicate in resp.batches:
+            if message is None:
+                add(error_code=code, assigned_base_offset=base, log_append_time=append_time, log_start_offset=lso,
+                    is_duplicate=duplicate)
+            else:
+                add(error_code=code, error_message=message, assigned_base_offset=base, log_append_time=append_time,
+                    log_start_offset=lso, is_duplicate=duplicate)
+        return reply
 
     def DeleteRecords(self, request, context):
         self._authorize(context)

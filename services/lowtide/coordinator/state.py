@@ -126,6 +126,7 @@ PRODUCER_ENTRY = struct.Struct(">iiqqq")
 SNAPSHOT_PREFIX = "snapshot-"
 SNAPSHOT_SUFFIX = ".sqlite"
 # The timestamp a batch is found by: LogAppendTime batches by the coordinator's append time.
+_UNSEEN = object()
 EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_timestamp ELSE batch_max_timestamp END"
 
 
@@ -280,32 +281,37 @@ class CoordinatorState:
         tops: dict[int, list[int]] = {}  # partition_key -> [hw, max_ts, max_ts_offset]
         producers: dict[tuple[int, int], list] = {}
         rows = []
+        add_row = rows.append
+        # One pass per batch, each unpacked once (CommittedBatch is in BATCH's field order).
         for b in r.batches:
-            where = (b.topic_id, b.partition_index)
-            if where not in keys:
-                keys[where] = self._partition_cached(cur, *where)
-            p = keys[where]
+            (topic_id, index, magic, byte_offset, byte_size, base, last, append_ts, max_ts, ts_type, pid, epoch,
+             base_seq, last_seq) = b
+            where = (topic_id, index)
+            p = keys.get(where, _UNSEEN)
+            if p is _UNSEEN:
+                p = keys[where] = self._partition_cached(cur, topic_id, index)
             if p is None:
                 continue  # deleted since the check; nothing refers to the batch
             pk = p.partition_key
-            rows.append((pk, b.base_offset, b.last_offset, file_id, b.magic, b.byte_offset, b.byte_size,
-                         b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
-                         b.producer_epoch, b.base_sequence, b.last_sequence))
-            top = tops.setdefault(pk, [p.high_watermark, p.max_timestamp, p.max_timestamp_offset])
-            top[0] = max(top[0], b.last_offset + 1)
-            ts = effective_timestamp(b.timestamp_type, b.log_append_timestamp, b.batch_max_timestamp)
+            add_row((pk, base, last, file_id, magic, byte_offset, byte_size, append_ts, max_ts, ts_type, pid, epoch,
+                     base_seq, last_seq))
+            top = tops.get(pk)
+            if top is None:
+                top = tops[pk] = [p.high_watermark, p.max_timestamp, p.max_timestamp_offset]
+            if last >= top[0]:
+                top[0] = last + 1
+            ts = append_ts if ts_type == 1 else max_ts  # effective_timestamp, inlined
             if ts > top[1]:
-                top[1], top[2] = ts, b.last_offset
-            if b.producer_id >= 0:
-                pkey = (pk, b.producer_id)
+                top[1], top[2] = ts, last
+            if pid >= 0:
+                pkey = (pk, pid)
                 if pkey not in producers:
                     row = self._producer_cached(cur, *pkey)
                     producers[pkey] = [row.producer_epoch, list(row.entries)] if row else [-1, []]
                 state = producers[pkey]
-                entry = ProducerEntry(b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
-                                      b.log_append_timestamp)
-                if b.producer_epoch != state[0]:
-                    state[0], state[1] = b.producer_epoch, [entry]
+                entry = ProducerEntry(base_seq, last_seq, base, last, append_ts)
+                if epoch != state[0]:
+                    state[0], state[1] = epoch, [entry]
                 else:
                     state[1] = (state[1] + [entry])[-MAX_PRODUCER_BATCHES:]
         cur.executemany("INSERT INTO batches (partition_key, base_offset, last_offset, file_id, magic, byte_offset, "

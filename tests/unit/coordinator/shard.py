@@ -81,7 +81,7 @@ def commit(key: str, batches: list[CommitBatch], *, owners: tuple[int, ...] = (0
     """A CommitFile of ``batches`` laid out back to back in the file (their byte offsets set)."""
     placed, at = [], 0
     for b in batches:
-        placed.append(CommitBatch(**{**{f: getattr(b, f) for f in b.__dataclass_fields__}, "byte_offset": at}))
+        placed.append(b._replace(byte_offset=at))
         at += b.size
     return CommitFileRequest(object_key=key, object_format=1, file_size=at, owner_ids=owners, batches=placed,
                              uploader_broker_id=7)
