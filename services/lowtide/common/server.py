@@ -9,6 +9,7 @@ SIGTERM: health flips to NOT_SERVING, in-flight calls get a grace period, then `
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -126,6 +127,12 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
         health_servicer.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
     if ready:
         ready()
+    # What start-up loaded (modules, classes, functions, the gRPC and protobuf machinery: ~70k
+    # objects) lives as long as the process. Frozen, it is out of the cyclic collector's sight, so
+    # a full collection scans only what serving created. Under CommitFile load the coordinator's
+    # full collections scanned ~75k objects every ~2 s and took 40-55 ms, holding the GIL: every
+    # request in flight stalled that long (the p99).
+    gc.freeze()
     for svc in [""] + list(spec.service_names):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", extra={"fields": {"grpc": grpc_addr, "metrics_port": metrics_server.server_port,

