@@ -142,12 +142,13 @@ class DisklessCoordinatorClient(PooledClient):
         """One result per batch, in order."""
         request = pb.DisklessCommitFileRequest(
             object_key=object_key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=file_size,
-            owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000),
-            batches=[pb.DisklessCommitBatch(
-                magic=2, topic_id=b.topic_id, partition_index=b.partition, byte_offset=b.byte_offset, size=b.size,
+            owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000))
+        add = request.batches.add  # built in place: a list of messages would be copied into the field
+        for b in batches:
+            add(magic=2, topic_id=b.topic_id, partition_index=b.partition, byte_offset=b.byte_offset, size=b.size,
                 base_offset=b.base_offset, last_offset=b.last_offset, batch_max_timestamp=b.max_timestamp,
                 timestamp_type=b.timestamp_type, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                base_sequence=b.base_sequence, last_sequence=b.last_sequence) for b in batches])
+                base_sequence=b.base_sequence, last_sequence=b.last_sequence)
         reply = self._call(shard, "CommitFile", request, timeout_s)
         return [CommitResult(error=error_or_none(r.error_code, r.error_message), base_offset=r.assigned_base_offset,
                              log_append_time=r.log_append_time, log_start_offset=r.log_start_offset,

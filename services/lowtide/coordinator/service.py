@@ -3,32 +3,33 @@ loading, snapshots and the file lifetime worker around ``CoordinatorCore`` (brie
 
 Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRecords, HandOverFile)::
 
-    request thread: queue (check, waiter); wait for the waiter
-    writer thread:  lock; take every queued request; run each check -> Decision (its records
-                    become pending); unlock; encode them as one batch per decision
-                    wait for the Produce in flight (the group before) -> send this group's
-                    Produce (acks=all) -> lock; apply the group before in one SQLite
-                    transaction at the offsets the leader gave; wake its waiters; unlock
+    request thread: queue (check, waiter) in the inbox; wait for the waiter
+    writer thread:  take every queued request; shard lock: run each check -> Decision (its
+                    records become pending); once the Produce in flight is done, hand its group
+                    to the applier and send the next group (every decision checked meanwhile,
+                    one batch each) in one acks=all Produce
     appender:       the one Produce in flight (a one-thread executor: retries and leader moves)
+    applier thread: shard lock: apply every replicated group in one SQLite transaction at the
+                    offsets the leader gave; wake their waiters
 
-One thread runs every check and every apply, so the shard lock is never contended by request
-threads and no thread hands the GIL to another per step; requests that queue while a group is in
-flight are checked together (against SQLite plus the pending records) and appended in one Produce,
-while the group before waits for replication: the KIP's pipelining, and the queue order is the log
-order. A group is applied while the next group's Produce is in flight, so the acks=all round trip
-and the SQLite commit (one index page per partition a 100-batch file touches: as long as the
-round trip) overlap instead of adding up. A decision without records (a duplicate commit, a
-request every part of which failed) and ListOffsets also queue, as barriers: they are answered only
-once everything before them is applied, so a duplicate's original offsets are durable before anyone
-hears of them.
+Checks run on one thread and applies on another, each under the shard lock, which request threads
+never take: they only queue. Requests that queue while a Produce is in flight are checked (against
+SQLite plus the pending records) and appended together in the next one: the KIP's pipelining, and
+the queue order is the log order. Groups are applied while the next Produce is in flight, so the
+acks=all round trip and the SQLite commit (one index page per partition a 100-batch file touches:
+about as long as the round trip) overlap instead of adding up, and groups replicated while one is
+applied go in one transaction. A decision without records (a duplicate commit, a request every part
+of which failed) and ListOffsets also queue, as barriers: they are answered only once everything
+before them is applied, so a duplicate's original offsets are durable before anyone hears of them.
 
 Failure of an append: it may or may not be in the log, so nothing checked against it can stand.
-It and the group checked after it fail with a retriable error (REQUEST_TIMED_OUT /
+It and the requests checked after it fail with a retriable error (REQUEST_TIMED_OUT /
 NOT_COORDINATOR), as does every queued request; the pending records are dropped, and the shard goes
 back to loading: it reads the log from its applied offset to the end before it takes requests again
 (what KRaft's controller does on a failed write). Failure of an apply (the SQLite transaction rolls
 back) does the same; a replicated group behind it is failed too, as applying it would leave a gap in
-the applied offsets, and the reload applies it from the log.
+the applied offsets, and the reload applies it from the log. Groups replicated before a failure
+are still applied and answered: they are in the log.
 
 Fencing: one writer per shard is the Redis lease (``coordinator.leadership``); the appender checks
 the lease is still valid (renewed within lease - margin) before each Produce. A process paused
@@ -37,8 +38,8 @@ successor took over; records carry no coordinator epoch yet to reject such an ap
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
-the shard thread (loading, snapshots, file lifetime), the writer and its appender; request threads
-come from gRPC.
+the shard thread (loading, snapshots, file lifetime), the writer and its appender, the applier,
+the WAL checkpointer (``CoordinatorState.checkpoint``); request threads come from gRPC.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ DB_FILE = "state.sqlite"
 SNAPSHOT_DIR = "snapshots"
 # Decisions sent in one Produce at most: bounds the batch a slow replica must take at once.
 MAX_DECISIONS_PER_APPEND = 512
+CHECKPOINT_INTERVAL_S = 0.1
 APPEND_DURATION = Histogram(
     "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
     ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
@@ -165,7 +167,7 @@ class ShardService:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = config.data_dir / DB_FILE
         self.snapshot_dir = config.data_dir / SNAPSHOT_DIR
-        self.state = CoordinatorState(self.db_path, coordinator_id=config.shard)
+        self.state = CoordinatorState(self.db_path, coordinator_id=config.shard, background_checkpoints=True)
         self.core = CoordinatorCore(self.state)
         self.status = FOLLOWER
         self.status_detail = "starting"
@@ -186,6 +188,7 @@ class ShardService:
         self._queue: deque[_Waiter] = deque()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._applied = threading.Event()  # set after each apply: a WAL checkpoint may be due
         self._threads: list[threading.Thread] = []
         self._appender: ThreadPoolExecutor | None = None
         newest = latest_snapshot(self.snapshot_dir)
@@ -199,7 +202,8 @@ class ShardService:
         cluster's start is not held up by the metadata topic or the log)."""
         self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"coordinator-{self.config.shard}-append")
         for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
-                             ("writer", self._write_loop), ("applier", self._apply_loop)):
+                             ("writer", self._write_loop), ("applier", self._apply_loop),
+                             ("checkpointer", self._checkpoint_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -415,7 +419,31 @@ class ShardService:
             for group in groups:
                 for waiter in group.waiters:
                     waiter.done.set()
+            if pairs:
+                self._applied.set()
+                try:
+                    # After the answers: the group behind is still being replicated meanwhile.
+                    self.state.restart_wal()
+                except Exception as exc:  # noqa: BLE001 - the WAL only grows meanwhile; retried next apply
+                    log.warning("WAL restart failed", extra={"fields": {"error": str(exc)}})
         return True
+
+    # ---- WAL checkpoints ------------------------------------------------------------------------
+    def _checkpoint_loop(self) -> None:
+        """A background checkpoint after an apply, at most every ``CHECKPOINT_INTERVAL_S``: each
+        copies every page the commits since the last one touched and fsyncs, so spaced out, a page
+        many commits rewrite (a partition's last index page) is copied once."""
+        while not self._stop.is_set():
+            if not self._applied.wait(1.0):
+                continue
+            self._applied.clear()
+            state = self.state  # a snapshot restore replaces it: checkpoint whichever is current
+            try:
+                state.checkpoint()
+            except Exception as exc:  # noqa: BLE001 - retried after the next apply; commits go on
+                if not self._stop.is_set() and state is self.state:
+                    log.warning("WAL checkpoint failed", extra={"fields": {"error": str(exc)}})
+            self._stop.wait(CHECKPOINT_INTERVAL_S)
 
     def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
         error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
@@ -536,7 +564,8 @@ class ShardService:
                                    f"{self.state.applied_offset} and no newer snapshot is in {self.snapshot_dir}")
         with self._lock:
             self.state.close()
-            self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard)
+            self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard,
+                                          background_checkpoints=True)
             self.core = CoordinatorCore(self.state)
         log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
                                                           "applied_offset": self.state.applied_offset}})
