@@ -5,10 +5,10 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
 
     request thread: queue (check, waiter) in the inbox; wait for the waiter
     writer thread:  take every queued request; shard lock: run each check -> Decision (its
-                    records become pending); once the Produce in flight is done, hand its group
-                    to the applier and send the next group (every decision checked meanwhile,
-                    one batch each) in one acks=all Produce
-    appender:       the one Produce in flight (a one-thread executor: retries and leader moves)
+                    records become pending); once the Produce in flight has ended, send the next
+                    group (every decision checked meanwhile, one batch each) in one acks=all Produce
+    appender:       the one Produce in flight (a one-thread executor: retries and leader moves);
+                    as it succeeds, hands the group to the applier
     applier thread: shard lock: apply every replicated group in one SQLite transaction at the
                     offsets the leader gave; wake their waiters
 
@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,7 @@ class _Group:
     waiters: list[_Waiter]
     data: bytes = b""                      # their records' batches, one per decision with records
     appended: Future | None = None         # the Produce: -> base offset of the first record
+    finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
 
     @property
     def records(self) -> list[MetadataRecord]:
@@ -278,7 +280,7 @@ class ShardService:
                 # sent, no Produce finished. A Produce's done callback notifies under this lock,
                 # so it cannot slip between the test and the wait.
                 while not self._stop.is_set() and not self._queue and not (
-                        in_flight is None and checked) and not (in_flight is not None and in_flight.appended.done()):
+                        in_flight is None and checked) and not (in_flight is not None and in_flight.finished):
                     self._inbox.wait(0.5)
                 taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
             with self._lock:
@@ -296,9 +298,8 @@ class ShardService:
                     checked.extend(taken)
             to_apply: list[_Group] = []
             try:
-                if in_flight is not None and in_flight.appended.done():
-                    in_flight.appended.result()  # raises what the append raised
-                    to_apply.append(in_flight)
+                if in_flight is not None and in_flight.finished:
+                    in_flight.appended.result()  # raises what the append raised; else already handed over
                     in_flight = None
                 if checked and checked_epoch != self._pipeline_epoch:
                     # Checked against pending records that were dropped since (a failed append
@@ -313,7 +314,7 @@ class ShardService:
                         group.data = self._encode(group)
                         group.appended = self._appender.submit(self._append, group.data,
                                                                sum(1 for w in group.waiters if w.records))
-                        group.appended.add_done_callback(self._notify_writer)
+                        group.appended.add_done_callback(partial(self._appended, group))
                         in_flight = group
                     else:
                         to_apply.append(group)  # barriers, refusals: answered after what is before them
@@ -328,8 +329,8 @@ class ShardService:
 
     # ---- the applier ---------------------------------------------------------------------------
     def _apply_loop(self) -> None:
-        """Apply what the writer hands over, everything replicated since the last apply in one
-        transaction: the writer goes on checking and sending meanwhile."""
+        """Apply what was replicated (handed over by the appender, or barriers by the writer),
+        everything since the last apply in one transaction: the writer goes on meanwhile."""
         while not self._stop.is_set():
             with self._replicated_ready:
                 while not self._replicated and not self._stop.is_set():
@@ -342,7 +343,16 @@ class ShardService:
                 return
             self._apply(groups)
 
-    def _notify_writer(self, _future: Future) -> None:
+    def _appended(self, group: _Group, future: Future) -> None:
+        """On the appender, as its Produce ends: a replicated group goes straight to the applier
+        (no hop through the writer); either way the writer learns the slot is free. ``finished``
+        is set only after the hand-over, so a barrier the writer queues next cannot overtake it."""
+        replicated = not future.cancelled() and future.exception() is None
+        with self._replicated_ready:
+            if replicated:
+                self._replicated.append(group)
+                self._replicated_ready.notify()
+            group.finished = True
         with self._inbox:
             self._inbox.notify_all()
 
