@@ -150,9 +150,10 @@ class DisklessCoordinatorClient(PooledClient):
                 timestamp_type=b.timestamp_type, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
                 base_sequence=b.base_sequence, last_sequence=b.last_sequence)
         reply = self._call(shard, "CommitFile", request, timeout_s)
-        return [CommitResult(error=error_or_none(r.error_code, r.error_message), base_offset=r.assigned_base_offset,
-                             log_append_time=r.log_append_time, log_start_offset=r.log_start_offset,
-                             is_duplicate=r.is_duplicate) for r in reply.batches]
+        # Positional, and error_or_none only for an error: one result per batch of the file.
+        return [CommitResult(error_or_none(r.error_code, r.error_message) if r.error_code else None,
+                             r.assigned_base_offset, r.log_append_time, r.log_start_offset, r.is_duplicate)
+                for r in reply.batches]
 
     def find_batches(self, shard: int, positions: Sequence[tuple[bytes, int, int, int]], *, fetch_max_bytes: int,
                      max_batches_per_partition: int = 1000, timeout_s: float = 10.0) -> list[FoundPartition]:
