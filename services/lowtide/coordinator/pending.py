@@ -26,10 +26,8 @@ from lowtide.coordinator.records import (
     TopicDeleted,
 )
 from lowtide.coordinator.state import (
-    MAX_PRODUCER_BATCHES,
     CoordinatorState,
     PartitionRow,
-    ProducerEntry,
     ProducerRow,
 )
 
@@ -97,8 +95,9 @@ class PendingState:
     def push(self, record: MetadataRecord) -> int:
         """Add a record just appended to the log (not yet applied); returns its pending number."""
         if isinstance(record, FileCommitted):
-            partitions, producers = self._file_committed_rows(record)
-            return self.push_checked_file(record, partitions=partitions, producers=producers)
+            # Its partition and producer rows are the CommitFile check's result; recomputing them
+            # here from the batches would be a second copy of that check.
+            raise TypeError("a FileCommitted record is pushed with push_checked_file")
         seq = self._next(record)
         if isinstance(record, RecordsDeleted):
             p = self.partition(record.topic_id, record.partition_index)
@@ -139,35 +138,6 @@ class PendingState:
         self._seq += 1
         self._records.append((self._seq, record))
         return self._seq
-
-    def _file_committed_rows(self, record: FileCommitted) -> tuple[dict, dict]:
-        # One overlay update per partition and per producer, not per batch.
-        ends: dict[tuple[bytes, int], int] = {}
-        entries: dict[tuple[bytes, int, int], list] = {}
-        for b in record.batches:
-            where = (b.topic_id, b.partition_index)
-            ends[where] = max(ends.get(where, 0), b.last_offset + 1)
-            if b.producer_id >= 0:
-                entries.setdefault((b.topic_id, b.partition_index, b.producer_id), []).append(b)
-        partitions = {}
-        for where, end in ends.items():
-            p = self.partition(*where)
-            if p is not None:
-                partitions[where] = p._replace(high_watermark=max(p.high_watermark, end))
-        producers = {}
-        for pkey, batches in entries.items():
-            if self.partition(pkey[0], pkey[1]) is None:
-                continue
-            prod = self.producer(*pkey)
-            for b in batches:
-                entry = ProducerEntry(b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
-                                      b.log_append_timestamp)
-                if prod is None or prod.producer_epoch != b.producer_epoch:
-                    prod = ProducerRow(b.producer_epoch, (entry,))
-                else:
-                    prod = ProducerRow(prod.producer_epoch, (prod.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
-            producers[pkey] = prod
-        return partitions, producers
 
     def head(self) -> MetadataRecord | None:
         """The oldest pending record, or None."""

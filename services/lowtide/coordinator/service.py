@@ -138,10 +138,6 @@ class _Group:
     appended: Future | None = None         # the Produce: -> base offset of the first record
     finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
 
-    @property
-    def records(self) -> list[MetadataRecord]:
-        return [record for waiter in self.waiters for record in waiter.records]
-
     def fail(self, error: BaseException) -> None:
         for waiter in self.waiters:
             if not waiter.done.is_set():
@@ -310,10 +306,10 @@ class ShardService:
                 if in_flight is None and checked:
                     group, checked = _Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
-                    if any(w.records for w in group.waiters):
+                    decisions = sum(1 for w in group.waiters if w.records)
+                    if decisions:
                         group.data = self._encode(group)
-                        group.appended = self._appender.submit(self._append, group.data,
-                                                               sum(1 for w in group.waiters if w.records))
+                        group.appended = self._appender.submit(self._append, group.data, decisions)
                         group.appended.add_done_callback(partial(self._appended, group))
                         in_flight = group
                     else:
@@ -356,7 +352,7 @@ class ShardService:
         with self._inbox:
             self._inbox.notify_all()
 
-    def _check(self, taken: list[_Waiter]) -> _Group:
+    def _check(self, taken: list[_Waiter]) -> None:
         """Under the lock: check each request in queue order (its records become pending)."""
         serving = None
         try:
@@ -376,7 +372,6 @@ class ShardService:
                 continue
             waiter.records = list(decision.records)
             waiter.response = decision.response
-        return _Group(waiters=taken)
 
     @staticmethod
     def _encode(group: _Group) -> bytes:

@@ -210,10 +210,6 @@ def _execute_rows(cur: sqlite3.Cursor, prefix: str, suffix: str, rows: list[tupl
         cur.execute(_rows_sql(prefix, suffix, width, len(rows) - full), tuple(chain.from_iterable(rows[full:])))
 
 
-def effective_timestamp(timestamp_type: int, log_append_timestamp: int, batch_max_timestamp: int) -> int:
-    return log_append_timestamp if timestamp_type == 1 else batch_max_timestamp
-
-
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
@@ -251,7 +247,6 @@ class CoordinatorState:
         self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.background_checkpoints = background_checkpoints
         if background_checkpoints:
             self.db.execute("PRAGMA wal_autocheckpoint=0")
         self.wal_pages = 0  # as of the last checkpoint
@@ -381,7 +376,7 @@ class CoordinatorState:
                 top = tops[pk] = [p.high_watermark, p.max_timestamp, p.max_timestamp_offset]
             if last >= top[0]:
                 top[0] = last + 1
-            ts = append_ts if ts_type == 1 else max_ts  # effective_timestamp, inlined
+            ts = append_ts if ts_type == 1 else max_ts  # EFFECTIVE_TS
             if ts > top[1]:
                 top[1], top[2] = ts, last
             if pid >= 0:
