@@ -89,8 +89,10 @@ render_err=$(mktemp)
 rendered=$(cd "$repo" && skaffold render -p dev --digest-source=tag --offline=true 2>"$render_err") \
   || { cat "$render_err" >&2; fail "skaffold render"; }
 rm -f "$render_err"
-echo "$rendered" | grep -Eq 'image: "?lowtide:' || fail "skaffold render: no lowtide image in the manifests"
-echo "skaffold render: $(echo "$rendered" | grep -c '^kind:') objects"
+# A here-string, not `echo | grep -q`: grep -q exits at its first match, and under pipefail the echo
+# still writing a manifest bigger than the pipe's buffer dies of SIGPIPE, failing a good render.
+grep -Eq 'image: "?lowtide:' <<<"$rendered" || fail "skaffold render: no lowtide image in the manifests"
+echo "skaffold render: $(grep -c '^kind:' <<<"$rendered") objects"
 
 phase "image build"
 build_args=(--network host --build-arg "BASE_IMAGE=$BASE_IMAGE_TAG")
