@@ -7,6 +7,8 @@ coordinator shards on the local object store.
   20 ms for a 100-batch file). Flat out, 4 callers wait on each other (p50 = 4 / throughput), so
   the latency target is judged at the rated throughput, as Kafka's latency figures are. The
   batches name byte ranges of a file that is never uploaded: the shard checks ranges, not objects.
+* The floor under that p99: the same client, files and rate against ``tests.bench.grpc_floor``, a
+  process serving CommitFile on the same server stack with no shard behind it (informational).
 * FindBatches p99 over gRPC: random partition, random live offset, 1 MiB budget (target <= 5 ms).
 * Diskless produce MB/s: pre-built 1 MiB batches sent by 4 threads through the three replicas
   (acks=all; each answer comes once its WAL file is committed), and consume MB/s with
@@ -16,6 +18,9 @@ coordinator shards on the local object store.
 from __future__ import annotations
 
 import random
+import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -108,6 +113,38 @@ def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_fi
     return latencies
 
 
+def _floor_paced(*, rate_files_s: float, files: int) -> list[float]:
+    """``_commit_paced`` against a CommitFile server with no shard (``tests.bench.grpc_floor``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.bench.grpc_floor", "--grpc-addr", address], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = DisklessCoordinatorClient(lookup=lambda _shard, _refresh=False: address)
+    try:
+        topic_id = uuid.uuid4().bytes
+        deadline = time.monotonic() + 30
+        while True:  # up once a call succeeds (the client retries UNAVAILABLE only briefly)
+            try:
+                _commit_one(client, _file_batches(topic_id), "floor")
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for _ in range(50):  # the same warm-up the shard had (its flat-out run)
+            _commit_one(client, _file_batches(topic_id), "floor")
+        return _commit_paced(client, topic_id, rate_files_s=rate_files_s, files=files)
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def _find_bench(client: DisklessCoordinatorClient, topic_id: bytes, *, lookups: int, files: int) -> list[float]:
     out = []
     for _ in range(lookups):
@@ -178,6 +215,7 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         latencies, seconds, topic_id = _commit_bench(client, files=files, threads=4)
         rate = files * BATCHES_PER_FILE / seconds
         paced = _commit_paced(client, topic_id, rate_files_s=200, files=400 if quick else 2000)
+        floor = _floor_paced(rate_files_s=200, files=400 if quick else 2000)
         finds = _find_bench(client, topic_id, lookups=300 if quick else 2000, files=files)
         produce_mbs, consume_mbs, produced = _produce_consume(cluster, total_bytes=(64 if quick else 256) * MiB)
     finally:
@@ -186,9 +224,10 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         cluster.down(timeout_s=10.0)
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
     pp50, pp99 = percentile(paced, 50) * 1e3, percentile(paced, 99) * 1e3
+    lp50, lp99 = percentile(floor, 50) * 1e3, percentile(floor, 99) * 1e3
     fp50, fp99 = percentile(finds, 50) * 1e3, percentile(finds, 99) * 1e3
     say(f"diskless: CommitFile {rate:,.0f} batches/s (4 threads: p50 {p50:.1f} ms p99 {p99:.1f} ms); at 20,000 "
-        f"batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms; "
+        f"batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms (no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
         f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
         f"consume {consume_mbs:.1f} MB/s")
     over = "over gRPC to one shard, metadata log appended acks=all on RF 3 replicas"
@@ -206,6 +245,11 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
                value=p99, unit="ms",
                note=f"p50 {p50:.1f} ms: closed loop at the throughput above, so by Little's law p50 ~ 4 files / "
                     f"throughput; {over}", params={"p50_ms": p50}).judge(),
+        Figure(key="dc_commitfile_floor_p99_ms", name="DC CommitFile p99 floor: same call, same stack, no shard",
+               value=lp99, unit="ms",
+               note=f"p50 {lp50:.1f} ms; tests.bench.grpc_floor (lowtide.common.server with a CommitFile that only "
+                    f"reads the batches and answers) at the same 200 files/s from the same client: what the machine "
+                    f"and gRPC in Python take before the shard does any work", params={"p50_ms": lp50}).judge(),
         Figure(key="dc_findbatches_p99_ms", name="DC FindBatches p99", value=fp99, unit="ms", target="p99 <= 5 ms",
                target_value=5, better="lower", note=f"p50 {fp50:.2f} ms; 1 MiB budget, random partition and offset",
                params={"p50_ms": fp50, "lookups": len(finds)}).judge(),
