@@ -66,7 +66,13 @@ from lowtide.coordinator.records import (
     RecordsDeleted,
     TopicDeleted,
 )
-from lowtide.coordinator.state import MAX_PRODUCER_BATCHES, CoordinatorState, ProducerEntry, ProducerRow
+from lowtide.coordinator.state import (
+    MAX_PRODUCER_BATCHES,
+    CoordinatorState,
+    PartitionRow,
+    ProducerEntry,
+    ProducerRow,
+)
 from lowtide.errors import (
     InvalidFetchSize,
     InvalidPartitions,
@@ -89,6 +95,9 @@ ZERO_UUID = bytes(16)
 RECORD_BATCH_MAGIC = 2
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _UNSEEN = object()
+# ``tuple.__new__(SomeNamedTuple, values)`` builds the same tuple as ``SomeNamedTuple(*values)``
+# without its Python-level ``__new__`` frame: used where CommitFile builds one per batch.
+_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,15 +333,15 @@ class CoordinatorCore:
             base = part[2]
             part[2] = base + count
             last = base + count - 1
-            accepted.append(CommittedBatch(topic_id, index, magic, byte_offset, size, base, last, now, max_ts,
-                                           ts_type, pid, epoch, base_seq, last_seq))
+            accepted.append(_new(CommittedBatch, (topic_id, index, magic, byte_offset, size, base, last, now, max_ts,
+                                                  ts_type, pid, epoch, base_seq, last_seq)))
             if pid >= 0:
                 entry = ProducerEntry(base_seq, last_seq, base, last, now)
                 prev = producers[pkey]
                 producers[pkey] = ProducerRow(epoch, (entry,)) if prev is None or prev.producer_epoch != epoch \
                     else ProducerRow(epoch, (prev.entries + (entry,))[-MAX_PRODUCER_BATCHES:])
                 advanced.add(pkey)
-            add_result(CommitBatchResult(0, None, base, now if ts_type == 1 else -1, lso, False))
+            add_result(_new(CommitBatchResult, (0, None, base, now if ts_type == 1 else -1, lso, False)))
         response = CommitFileResponse(batches=results)
         if already_known:
             return Decision(response, [])
@@ -344,8 +353,8 @@ class CoordinatorCore:
         # the overlay rather than have it work them out again batch by batch.
         self.pending.push_checked_file(
             record,
-            partitions={where: part[0]._replace(high_watermark=part[2]) for where, part in partitions.items()
-                        if part is not None and part[2] != part[0].high_watermark},
+            partitions={where: _new(PartitionRow, (*part[0][:5], part[2], *part[0][6:]))  # high_watermark
+                        for where, part in partitions.items() if part is not None and part[2] != part[0][5]},
             producers={pkey: producers[pkey] for pkey in advanced})
         return Decision(response, [record])
 

@@ -18,7 +18,10 @@ from lowtide.errors import InvalidRequest, RequestTimedOut
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
-make_batch = m.CommitBatch._make
+# ``tuple.__new__(CommitBatch, values)`` is ``CommitBatch._make(values)`` without its Python-level
+# frame and length check (the values are built right here, all 14): one per batch of every file.
+_new = tuple.__new__
+CommitBatch = m.CommitBatch
 
 
 def _err(obj) -> dict:
@@ -70,9 +73,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
             timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS,
             # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file.
-            batches=[make_batch((b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
-                                 b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type,
-                                 b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence))
+            batches=[_new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset,
+                                        b.size, b.base_offset, b.last_offset, b.batch_max_timestamp,
+                                        b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence,
+                                        b.last_sequence))
                      for b in request.batches])
         resp = self.shard.mutate(lambda core: core.commit_file(req), timeout_ms=req.timeout_ms)
         self.observe_commit(time.perf_counter() - started)

@@ -400,8 +400,9 @@ class CoordinatorState:
         for where, p in keys.items():
             if p is not None and p.partition_key in tops:
                 hw, max_ts, max_ts_offset = tops[p.partition_key]
-                self._partition_rows[where] = p._replace(high_watermark=hw, max_timestamp=max_ts,
-                                                         max_timestamp_offset=max_ts_offset)
+                # p._replace(high_watermark=..., max_timestamp=..., max_timestamp_offset=...), minus
+                # its per-call keyword handling: one per partition of every file applied.
+                self._partition_rows[where] = tuple.__new__(PartitionRow, (*p[:5], hw, max_ts, max_ts_offset))
         cur.executemany("INSERT OR REPLACE INTO producers (partition_key, producer_id, producer_epoch, last_batches) "
                         "VALUES (?, ?, ?, ?)",
                         [(pk, pid, s[0], pack_entries(s[1])) for (pk, pid), s in producers.items()])
