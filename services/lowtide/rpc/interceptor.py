@@ -24,6 +24,29 @@ log = logging.getLogger(__name__)
 Translate = Callable[[Exception], LowtideError | None]
 
 
+class WrappedHandlers:
+    """Each method's wrapped handler, kept while gRPC hands over the same handler for the method.
+
+    gRPC's server asks every interceptor for the method's handler on every call, on the one thread
+    that dispatches all calls. Wrapping anew each time built closures and a handler tuple per
+    interceptor per call. A wrap depends only on the method and the handler it wraps, and gRPC
+    passes the same handler object for a registered method on every call, so the wrap is kept;
+    another handler object for the method is wrapped anew. Thread-safe: two threads racing on a
+    method wrap it twice, and either wrap is correct."""
+
+    def __init__(self, wrap: Callable[[str, grpc.RpcMethodHandler], grpc.RpcMethodHandler]) -> None:
+        self._wrap = wrap
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    def get(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        hit = self._wrapped.get(method)
+        if hit is not None and hit[0] is handler:
+            return hit[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
 def _abort(behavior, context, exc: Exception, translate: Translate | None) -> None:
     """Abort the call with the status ``exc`` maps to (re-raises what gRPC itself raised)."""
     if isinstance(exc, LowtideError):
@@ -67,11 +90,15 @@ class ErrorInterceptor(grpc.ServerInterceptor):
 
     def __init__(self, *, translate: Translate | None = None) -> None:
         self._translate = translate
+        self._handlers = WrappedHandlers(self._wrap)
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
         if handler is None:
             return handler
+        return self._handlers.get(handler_call_details.method, handler)
+
+    def _wrap(self, _method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, self._translate),

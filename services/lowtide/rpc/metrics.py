@@ -25,6 +25,8 @@ import time
 import grpc
 from prometheus_client import Counter, Histogram
 
+from lowtide.rpc.interceptor import WrappedHandlers
+
 _LABELS = ["grpc_service", "grpc_method", "grpc_type"]
 STARTED = Counter("lowtide_grpc_server_started", "RPCs started on the server", _LABELS)
 HANDLED = Counter("lowtide_grpc_server_handled", "RPCs completed on the server, by status code",
@@ -117,6 +119,7 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 
     def __init__(self) -> None:
         self._children: dict[tuple[str, str], _Children] = {}
+        self._handlers = WrappedHandlers(self._wrap)
 
     def _children_for(self, method: str, kind: str) -> _Children:
         key = (method, kind)
@@ -130,7 +133,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method
+        return self._handlers.get(handler_call_details.method, handler)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, self._children_for(method, "unary")),
