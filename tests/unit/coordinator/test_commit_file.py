@@ -34,6 +34,24 @@ def test_a_pipelined_commit_is_checked_against_the_pending_one_and_gets_the_next
     assert shard.core.pending.pending_count == 0
 
 
+def test_a_pending_commit_changes_only_the_high_watermark_of_the_partition_row(shard):
+    # The check builds the pending row by field position (tuple.__new__, not _replace): a field
+    # order change in PartitionRow must show here.
+    tid = create_topic(shard, "t")
+    committed = shard.state.partition(tid, 0)
+    shard.append(shard.core.commit_file(commit("f1", [batch(tid, records=10)])))
+    assert shard.core.pending.partition(tid, 0) == committed._replace(high_watermark=10)
+
+
+def test_the_cached_partition_row_after_an_apply_equals_the_row_in_sqlite(shard):
+    # The apply also rebuilds its cached row by position; reads serve that cache, not SQLite.
+    tid = create_topic(shard, "t")
+    shard.run(shard.core.commit_file(commit("f1", [batch(tid, records=10, max_ts=1_234)])))
+    cached = shard.state.partition(tid, 0)
+    assert cached == shard.state._partition(shard.state.db, tid, 0)
+    assert (cached.high_watermark, cached.max_timestamp, cached.max_timestamp_offset) == (10, 1_234, 9)
+
+
 def test_a_batch_for_an_unknown_partition_fails_alone(shard):
     tid = create_topic(shard, "t")
     response = shard.run(shard.core.commit_file(commit("f1", [batch(tid, 5), batch(tid, 0, records=2)])))
