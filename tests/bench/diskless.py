@@ -18,7 +18,6 @@ coordinator shards on the local object store.
 from __future__ import annotations
 
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -31,8 +30,10 @@ import redis as redis_lib
 from lowtide.client import Admin, Consumer
 from lowtide.client.diskless import BatchToCommit, DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
+from lowtide.common.procs import find_free_port
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.localcluster.control import check_grpc_health
 from tests.bench.common import Figure, MiB, build_batch, percentile, say
 
 BATCHES_PER_FILE = 100
@@ -115,24 +116,18 @@ def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_fi
 
 def _floor_paced(*, rate_files_s: float, files: int) -> list[float]:
     """``_commit_paced`` against a CommitFile server with no shard (``tests.bench.grpc_floor``)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{s.getsockname()[1]}"
+    address = f"127.0.0.1:{find_free_port()}"
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "tests.bench.grpc_floor", "--grpc-addr", address], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = DisklessCoordinatorClient(lookup=lambda _shard, _refresh=False: address)
     try:
-        topic_id = uuid.uuid4().bytes
         deadline = time.monotonic() + 30
-        while True:  # up once a call succeeds (the client retries UNAVAILABLE only briefly)
-            try:
-                _commit_one(client, _file_batches(topic_id), "floor")
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        while check_grpc_health(address) != "SERVING":  # serve() says SERVING once it is ready
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tests.bench.grpc_floor did not start serving at {address}")
+            time.sleep(0.2)
+        topic_id = uuid.uuid4().bytes
         for _ in range(50):  # the same warm-up the shard had (its flat-out run)
             _commit_one(client, _file_batches(topic_id), "floor")
         return _commit_paced(client, topic_id, rate_files_s=rate_files_s, files=files)

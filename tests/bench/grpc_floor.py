@@ -19,7 +19,7 @@ from lowtide.common.server import ServiceSpec, serve
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
-SERVICE_NAME = "lowtide.v1.DisklessCoordinator"
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DisklessCoordinator"].full_name
 
 
 class FloorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
