@@ -150,8 +150,8 @@ class Race:
             part = rng.choice(list(PARTITIONS))
             with self.lock:
                 offsets = sorted(b.base_offset for b in self.acked if b.partition == part)
-            if len(offsets) < 4:
-                continue
+            if len(offsets) < 5:
+                continue  # randrange(n // 2, n - 2) needs n >= 5: with 4 the range is empty
             target = offsets[rng.randrange(len(offsets) // 2, len(offsets) - 2)]
             try:
                 self.stubs[PARTITIONS[part]].DeleteRecords(pb.DisklessDeleteRecordsRequest(topics=[
