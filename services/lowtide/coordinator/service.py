@@ -8,9 +8,9 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
                     records become pending); once the Produce in flight has ended, send the next
                     group (every decision checked meanwhile, one batch each) in one acks=all Produce
     appender:       the one Produce in flight (a one-thread executor: retries and leader moves);
-                    as it succeeds, hands the group to the applier
+                    as it succeeds, hands the group to the applier and answers its requests
     applier thread: shard lock: apply every replicated group in one SQLite transaction at the
-                    offsets the leader gave; wake their waiters
+                    offsets the leader gave; wake the readers waiting for them
 
 Checks run on one thread and applies on another, each under the shard lock, which request threads
 never take: they only queue. Requests that queue while a Produce is in flight are checked (against
@@ -21,6 +21,16 @@ about as long as the round trip) overlap instead of adding up, and groups replic
 applied go in one transaction. A decision without records (a duplicate commit, a request every part
 of which failed) and ListOffsets also queue, as barriers: they are answered only once everything
 before them is applied, so a duplicate's original offsets are durable before anyone hears of them.
+
+Answered when replicated, read after applied: a request with records is answered as soon as its
+Produce is acknowledged, not after the SQLite apply (its response was decided by the check, and
+the records are in the log: a failed apply reloads them). So the apply is off the request's path,
+yet no read can miss an answered mutation: the appender raises ``acked offset`` to the group's
+last record before it answers, and every read (FindBatches, DescribeFiles, the shard's own
+workers) first waits, under the shard lock, until the applied offset reaches the acked offset it
+saw on entry — at most one apply, usually none. An acknowledged DeleteRecords therefore never lets
+a later FindBatches serve a batch below the new log start offset, and an acknowledged CommitFile is
+visible to the next FindBatches and DescribeFiles (the orphan scanner's question) that starts.
 
 Failure of an append: it may or may not be in the log, so nothing checked against it can stand.
 It and the requests checked after it fail with a retriable error (REQUEST_TIMED_OUT /
@@ -183,6 +193,10 @@ class ShardService:
         self._replicated_ready = threading.Condition(threading.Lock())
         # Bumped whenever the pending records are dropped: a group checked before must not be sent.
         self._pipeline_epoch = 0
+        # Metadata offsets: the last record of an answered request (raised by the appender before it
+        # answers) and the last applied (under the shard lock). A read waits until applied >= acked.
+        self._acked_through = -1
+        self._applied_through = -1
         self._queue: deque[_Waiter] = deque()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -251,9 +265,23 @@ class ShardService:
         return self._await(waiter, timeout_ms)
 
     def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
+        """``fn(core)`` on the applied state, once every mutation answered so far is applied."""
         with self._lock:
             self._check_serving()
+            if self._applied_through < self._acked_through:
+                self._await_applied(self._acked_through)
             return fn(self.core)
+
+    def _await_applied(self, offset: int) -> None:
+        """Under the shard lock: wait (releasing it) until metadata ``offset`` is applied."""
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        while self._applied_through < offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOut(f"coordinator {self.config.shard}: metadata offset {offset} was answered "
+                                      f"but is not applied yet (applied {self._applied_through})")
+            self._lock.wait(min(remaining, 0.5))
+            self._check_serving()  # a failed apply reloads the shard: the read is then retried
 
     def _await(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
         limit = min(timeout_ms or self.config.request_timeout_ms, self.config.request_timeout_ms) / 1000
@@ -341,14 +369,23 @@ class ShardService:
 
     def _appended(self, group: _Group, future: Future) -> None:
         """On the appender, as its Produce ends: a replicated group goes straight to the applier
-        (no hop through the writer); either way the writer learns the slot is free. ``finished``
-        is set only after the hand-over, so a barrier the writer queues next cannot overtake it."""
+        (no hop through the writer) and its requests are answered; either way the writer learns the
+        slot is free. ``finished`` is set only after the hand-over, so a barrier the writer queues
+        next cannot overtake it."""
         replicated = not future.cancelled() and future.exception() is None
+        if replicated:
+            # Raised before the first answer: a read that starts after it waits for this apply.
+            records = sum(len(w.records) for w in group.waiters)
+            self._acked_through = max(self._acked_through, future.result() + records - 1)
         with self._replicated_ready:
             if replicated:
                 self._replicated.append(group)
                 self._replicated_ready.notify()
             group.finished = True
+        if replicated:
+            for waiter in group.waiters:
+                if waiter.records:  # barriers wait for the apply of everything before them
+                    waiter.done.set()
         with self._inbox:
             self._inbox.notify_all()
 
@@ -421,9 +458,12 @@ class ShardService:
             except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
                 self._fail_pipeline(exc, groups, "applying metadata records failed")
                 return False
+            if pairs:
+                self._applied_through = max(self._applied_through, pairs[-1][1])
+                self._lock.notify_all()  # readers waiting for an answered mutation
             for group in groups:
                 for waiter in group.waiters:
-                    waiter.done.set()
+                    waiter.done.set()  # barriers; requests with records were answered when replicated
             if pairs:
                 self._applied.set()
                 try:
@@ -538,6 +578,10 @@ class ShardService:
         with self._lock:
             if self.status != LOADING or self._generation != generation:
                 return
+            # Everything in the log up to its end is applied now; an answered record that is not
+            # there is not coming back, so no read may wait for it.
+            self._applied_through = self.state.applied_offset
+            self._acked_through = min(self._acked_through, self._applied_through)
             self.status, self.status_detail = LEADER, "serving"
         if self.redis is not None:
             register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,

@@ -116,6 +116,35 @@ def test_a_retried_commit_is_a_duplicate_with_the_original_offsets_and_changes_n
     assert list_offset(dc, tid, 0, -1).offset == 12
 
 
+def test_a_commit_or_delete_once_answered_is_seen_by_the_very_next_find_batches(dc_cluster):
+    # Answers leave when the metadata log has the records, before the SQLite apply: a read that
+    # follows an answer must still see it (and nothing below a new log start offset). A wide file
+    # (200 batches over 50 partitions) makes each apply long enough that a read not waiting for it
+    # would overtake it.
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    partitions = list(range(50))
+    create_partitions(dc, tid, "read-after-answer", partitions)
+    for round_ in range(15):
+        reply = call_retrying(dc.CommitFile, pb.DisklessCommitFileRequest(
+            object_key=f"wal/raa-{round_}", object_format=1, file_size=200 * 100, owner_ids=[0],
+            uploader_broker_id=0, batches=[pb.DisklessCommitBatch(
+                magic=2, topic_id=tid, partition_index=i % 50, byte_offset=i * 100, size=100, base_offset=0,
+                last_offset=9, batch_max_timestamp=1_000, timestamp_type=0, producer_id=-1, producer_epoch=-1,
+                base_sequence=-1, last_sequence=-1) for i in range(200)]))
+        last = reply.batches[-1]
+        assert last.error_code == 0
+        found = find_batches(dc, tid, 49, last.assigned_base_offset)
+        assert [b.base_offset for b in found.batches] == [last.assigned_base_offset], round_
+        assert found.high_watermark == last.assigned_base_offset + 10
+
+        deleted = delete_records(dc, tid, 49, last.assigned_base_offset)
+        assert (deleted.error_code, deleted.low_watermark) == (0, last.assigned_base_offset)
+        after = find_batches(dc, tid, 49, last.assigned_base_offset)
+        assert after.log_start_offset == last.assigned_base_offset, round_
+        assert find_batches(dc, tid, 49, last.assigned_base_offset - 10).error_code == 1  # OFFSET_OUT_OF_RANGE
+
+
 def kafka_error(reply: pb.DisklessCommitFileResponse) -> str:
     return common_pb2.ErrorCode.Name(reply.batches[0].error_code)
 
