@@ -102,7 +102,10 @@ def describe_files(stub, keys: list[str]) -> pb.DisklessDescribeFilesResponse:
 
 # ---- the two states ---------------------------------------------------------------------------------
 def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list[tuple]]:
-    """The running shard's tables, row for row (a consistent copy made with SQLite's backup API)."""
+    """The running shard's tables, row for row (a consistent copy made with SQLite's backup API),
+    once every answered request is applied: the shard answers a request when the metadata log has
+    its records and applies them to SQLite right after, and a read through it waits for that."""
+    describe_files(shard_stub(cluster, shard), [])
     source = Path(cluster.service(f"coordinator-{shard}").data_dir) / "state.sqlite"
     copy = tmp / f"served-{shard}-{time.monotonic_ns()}.sqlite"
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
