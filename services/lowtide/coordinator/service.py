@@ -25,8 +25,8 @@ before them is applied, so a duplicate's original offsets are durable before any
 Answered when replicated, read after applied: a request with records is answered as soon as its
 Produce is acknowledged, not after the SQLite apply (its response was decided by the check, and
 the records are in the log: a failed apply reloads them). So the apply is off the request's path,
-yet no read can miss an answered mutation: the appender raises ``acked offset`` to the group's
-last record before it answers, and every read (FindBatches, DescribeFiles, the shard's own
+yet no read can miss an answered mutation: the appender raises ``_acked_through`` to the group's
+last metadata offset before it answers, and every read (FindBatches, DescribeFiles, the shard's own
 workers) first waits, under the shard lock, until the applied offset reaches the acked offset it
 saw on entry — at most one apply, usually none. An acknowledged DeleteRecords therefore never lets
 a later FindBatches serve a batch below the new log start offset, and an acknowledged CommitFile is

@@ -105,7 +105,8 @@ def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list
     """The running shard's tables, row for row (a consistent copy made with SQLite's backup API),
     once every answered request is applied: the shard answers a request when the metadata log has
     its records and applies them to SQLite right after, and a read through it waits for that."""
-    describe_files(shard_stub(cluster, shard), [])
+    with grpc.insecure_channel(cluster.service(f"coordinator-{shard}").grpc) as channel:
+        describe_files(coordinator_pb2_grpc.DisklessCoordinatorStub(channel), [])
     source = Path(cluster.service(f"coordinator-{shard}").data_dir) / "state.sqlite"
     copy = tmp / f"served-{shard}-{time.monotonic_ns()}.sqlite"
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
