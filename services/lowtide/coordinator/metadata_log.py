@@ -141,8 +141,12 @@ class MetadataLog:
             time.sleep(min(0.5, 0.05 * attempt))
 
     # ---- append / read / truncate ------------------------------------------------------------
-    def append(self, batches: bytes, *, timeout_ms: int | None = None) -> int:
+    def append(self, batches: bytes, *, timeout_ms: int | None = None, expected_end_offset: int | None = None) -> int:
         """Append encoded batches with acks=all; the base offset of the first.
+
+        ``expected_end_offset``: a conditional append (replica.proto ``expected_log_end_offset``):
+        OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended, unless the log ends there and the batches'
+        producer id wrote its last batch.
 
         Retried only on answers that say the batches were not written (no leader yet, not the
         leader, not enough in-sync replicas: all refused before the append, as in Kafka). Any other
@@ -158,8 +162,11 @@ class MetadataLog:
                 problem: LowtideError = exc
             else:
                 try:
-                    got = self.replicas.produce(address, [(METADATA_TOPIC, self.shard, batches)], acks=-1,
-                                                timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5)[0]
+                    got = self.replicas.produce(
+                        address, [(METADATA_TOPIC, self.shard, batches)], acks=-1, timeout_ms=timeout_ms,
+                        deadline_s=timeout_ms / 1000 + 5,
+                        expected_end_offsets=None if expected_end_offset is None else
+                        {(METADATA_TOPIC, self.shard): expected_end_offset})[0]
                 except LowtideError:
                     self._leader = None
                     raise

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--object-store", default=None, help="object store URL of the WAL files (file:///dir, s3://...)")
     add_flag(parser, "--lease-ms", type=int, default=6000, help="shard leader lease in Redis")
     add_flag(parser, "--append-timeout-ms", type=int, default=10000, help="acks=all wait of a metadata append")
+    add_flag(parser, "--appends-in-flight", type=int, default=2,
+             help="metadata log appends in flight at once (1-5); each is conditional on the log end, so they land "
+                  "in order or not at all")
     add_flag(parser, "--snapshot-interval-records", type=int, default=10000, help="snapshot after this many records")
     add_flag(parser, "--snapshot-interval-ms", type=int, default=300000,
              help="snapshot at least this often when records were applied (0 = only by record count)")
@@ -132,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         advertised_grpc=f"{args.advertised_host}:{grpc_port}",
         metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
         lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6), append_timeout_ms=args.append_timeout_ms,
+        appends_in_flight=args.appends_in_flight,
         snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
         file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
     lifetime = FileLifetime(store=open_object_store(args.object_store), grace_ms=args.file_delete_grace_ms,

@@ -5,10 +5,11 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
 
     request thread: queue (check, waiter) in the inbox; wait for the waiter
     writer thread:  take every queued request; shard lock: run each check -> Decision (its
-                    records become pending); once the Produce in flight has ended, send the next
-                    group (every decision checked meanwhile, one batch each) in one acks=all Produce
-    appender:       the one Produce in flight (a one-thread executor: retries and leader moves);
-                    as it succeeds, hands the group to the applier and answers its requests
+                    records become pending); while fewer than ``appends_in_flight`` (2) Produces
+                    are under way, send the next group (every decision checked meanwhile, one batch
+                    each) in one acks=all Produce, conditional on the log end it expects
+    appenders:      the Produces in flight (an executor thread each: retries and leader moves);
+                    as they succeed, hand the groups to the applier in log order and answer them
     applier thread: shard lock: apply every replicated group in one SQLite transaction at the
                     offsets the leader gave; wake the readers waiting for them
 
@@ -43,8 +44,15 @@ are still applied and answered: they are in the log.
 
 Fencing: one writer per shard is the Redis lease (``coordinator.leadership``); the appender checks
 the lease is still valid (renewed within lease - margin) before each Produce. A process paused
-longer than the margin between that check and the Produce could still append once after a
-successor took over; records carry no coordinator epoch yet to reject such an append on apply.
+past the margin between that check and its Produce is stopped by the replica instead: every append
+is conditional (replica.proto ``expected_log_end_offset``) on the log ending where this shard's
+state plus its appends in flight end, and on the log's last batch being one of this term's (each
+load picks a new random writer id, the batches' producer id). A successor's load moves the log end
+past what the deposed writer expects, or its own appends follow, so the deposed writer's next
+append is refused and appends nothing; and a successor's append that a deposed one overtook is
+refused in turn, so it reloads and checks against what was really appended. The same condition
+keeps two appends in flight in order: the second lands only right after the first. Refused
+because the replica took them in the other order, it is sent again once the first landed.
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
@@ -55,6 +63,7 @@ the WAL checkpointer (``CoordinatorState.checkpoint``); request threads come fro
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import deque
@@ -77,10 +86,12 @@ from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.errors import (
     CoordinatorLoadInProgress,
+    InvalidConfig,
     KafkaStorageError,
     LowtideError,
     NotCoordinator,
     OffsetOutOfRange,
+    OutOfOrderSequenceNumber,
     RequestTimedOut,
 )
 from lowtide.leases import Lease
@@ -93,6 +104,10 @@ DB_FILE = "state.sqlite"
 SNAPSHOT_DIR = "snapshots"
 # Decisions sent in one Produce at most: bounds the batch a slow replica must take at once.
 MAX_DECISIONS_PER_APPEND = 512
+# Metadata log appends in flight at once at most (``ShardConfig.appends_in_flight``). Each is
+# conditional on the log's end (the one before must have landed), so they land in order or not at
+# all; a second one in flight takes the wait for the previous round trip off a request's path.
+MAX_APPENDS_IN_FLIGHT = 5
 CHECKPOINT_INTERVAL_S = 0.1
 APPEND_DURATION = Histogram(
     "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
@@ -116,6 +131,7 @@ class ShardConfig:
     lease_ms: int = 6_000
     lease_margin_ms: int = 1_000
     append_timeout_ms: int = 10_000
+    appends_in_flight: int = 2
     request_timeout_ms: int = 30_000
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     file_delete_grace_ms: int = 60_000
@@ -145,6 +161,8 @@ class _Group:
 
     waiters: list[_Waiter]
     data: bytes = b""                      # their records' batches, one per decision with records
+    expected: int = -1                     # the log end offset its conditional append expects
+    producer_id: int = -1                  # the shard's writer id of the term it was checked in
     appended: Future | None = None         # the Produce: -> base offset of the first record
     finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
 
@@ -166,6 +184,9 @@ class ShardService:
 
     def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: Lease,
                  lifetime: FileLifetime | None = None, redis=None, retention=None) -> None:
+        if not 1 <= config.appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
+            raise InvalidConfig(f"appends in flight must be 1 to {MAX_APPENDS_IN_FLIGHT}, "
+                                f"got {config.appends_in_flight}")
         self.config = config
         self.retention = retention  # coordinator.retention.RetentionPass: time/size retention
         self.log = metadata_log
@@ -188,8 +209,14 @@ class ShardService:
         # writer holds through checks and applies: a request thread only queues, never waits on it.
         # Lock order: ``_lock`` before ``_inbox``.
         self._inbox = threading.Condition(threading.Lock())
-        # Replicated groups in log order, for the applier thread.
+        # Replicated groups in log order, for the applier thread; and the groups whose Produce was
+        # sent, in log order, until they are handed to it (both guarded by ``_replicated_ready``).
         self._replicated: deque[_Group] = deque()
+        self._flights: deque[_Group] = deque()
+        # The log end offset the next append expects, and this term's writer id in the batches
+        # (set by each load, under the shard lock): see ``_append``.
+        self._next_offset = 0
+        self._producer_id = -1
         self._replicated_ready = threading.Condition(threading.Lock())
         # Bumped whenever the pending records are dropped: a group checked before must not be sent.
         self._pipeline_epoch = 0
@@ -212,7 +239,8 @@ class ShardService:
     def start(self) -> None:
         """Start the background threads; returns at once (loading happens in the background, so a
         cluster's start is not held up by the metadata topic or the log)."""
-        self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"coordinator-{self.config.shard}-append")
+        self._appender = ThreadPoolExecutor(max_workers=self.config.appends_in_flight,
+                                            thread_name_prefix=f"coordinator-{self.config.shard}-append")
         for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
                              ("writer", self._write_loop), ("applier", self._apply_loop),
                              ("checkpointer", self._checkpoint_loop)):
@@ -295,61 +323,81 @@ class ShardService:
 
     # ---- the writer ----------------------------------------------------------------------------
     def _write_loop(self) -> None:
-        checked: list[_Waiter] = []       # checked (records pending), not sent yet
-        checked_epoch = 0                 # the pipeline epoch they were checked in
-        in_flight: _Group | None = None   # its Produce under way
+        checked: list[_Waiter] = []        # checked (records pending), not sent yet
+        checked_epoch = 0                  # the pipeline epoch they were checked in
+        in_flight: deque[_Group] = deque()  # sent, their Produce under way or not yet taken back
         while not self._stop.is_set():
             with self._inbox:
                 # Sleep only with nothing to do: no new request, nothing checked that could be
                 # sent, no Produce finished. A Produce's done callback notifies under this lock,
                 # so it cannot slip between the test and the wait.
                 while not self._stop.is_set() and not self._queue and not (
-                        in_flight is None and checked) and not (in_flight is not None and in_flight.finished):
+                        len(in_flight) < self.config.appends_in_flight and checked) and not (
+                        in_flight and in_flight[0].finished):
                     self._inbox.wait(0.5)
                 taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+            send: _Group | None = None
+            to_apply: list[_Group] = []
             with self._lock:
                 if self._stop.is_set():
                     stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
-                    _Group(waiters=checked).fail(stopping)
-                    if in_flight is not None:
-                        in_flight.fail(stopping)
-                    _Group(waiters=taken).fail(stopping)
+                    for group in (_Group(waiters=checked), *in_flight, _Group(waiters=taken)):
+                        group.fail(stopping)
                     return
                 if taken:
                     if not checked:
                         checked_epoch = self._pipeline_epoch
                     self._check(taken)
                     checked.extend(taken)
-            to_apply: list[_Group] = []
-            try:
-                if in_flight is not None and in_flight.finished:
-                    in_flight.appended.result()  # raises what the append raised; else already handed over
-                    in_flight = None
+                try:
+                    while in_flight and in_flight[0].finished:
+                        in_flight[0].appended.result()  # raises what the append raised; else handed over
+                        in_flight.popleft()
+                except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                    failed = [*in_flight, _Group(waiters=checked)]
+                    checked, in_flight = [], deque()
+                    self._fail_pipeline(exc, failed, "metadata log append failed")
+                    continue
                 if checked and checked_epoch != self._pipeline_epoch:
                     # Checked against pending records that were dropped since (a failed append
                     # or apply, a lost lease): they must not reach the log.
                     _Group(waiters=checked).fail(RequestTimedOut(
                         f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
                     checked = []
-                if in_flight is None and checked:
+                if len(in_flight) < self.config.appends_in_flight and checked:
                     group, checked = _Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
-                    decisions = sum(1 for w in group.waiters if w.records)
-                    if decisions:
-                        group.data = self._encode(group)
-                        group.appended = self._appender.submit(self._append, group.data, decisions)
-                        group.appended.add_done_callback(partial(self._appended, group))
-                        in_flight = group
+                    records = sum(len(w.records) for w in group.waiters)
+                    if records:
+                        # Taken with the epoch check, under the lock: a load resets both.
+                        group.expected, group.producer_id = self._next_offset, self._producer_id
+                        self._next_offset += records
+                        send = group
                     else:
+                        group.finished = True   # nothing to send: handed over in its turn
                         to_apply.append(group)  # barriers, refusals: answered after what is before them
-            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                self._fail_pipeline(exc, [*to_apply, in_flight, _Group(waiters=checked)], "metadata log append failed")
-                checked, in_flight = [], None
-                continue
+            if send is not None:
+                try:
+                    send.data = self._encode(send)
+                    previous = in_flight[-1].appended if in_flight else None
+                    with self._replicated_ready:
+                        self._flights.append(send)
+                    send.appended = self._appender.submit(self._append, send, previous)
+                    send.appended.add_done_callback(partial(self._appended, send))
+                    in_flight.append(send)
+                except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                    failed = [*in_flight, send]
+                    in_flight = deque()
+                    self._fail_pipeline(exc, failed, "metadata log append failed")
+                    continue
             if to_apply:
                 with self._replicated_ready:
-                    self._replicated.extend(to_apply)
-                    self._replicated_ready.notify()
+                    if self._flights:
+                        # Behind appends still in flight: the hand-over keeps log order.
+                        self._flights.extend(to_apply)
+                    else:
+                        self._replicated.extend(to_apply)
+                        self._replicated_ready.notify()
 
     # ---- the applier ---------------------------------------------------------------------------
     def _apply_loop(self) -> None:
@@ -368,24 +416,34 @@ class ShardService:
             self._apply(groups)
 
     def _appended(self, group: _Group, future: Future) -> None:
-        """On the appender, as its Produce ends: a replicated group goes straight to the applier
-        (no hop through the writer) and its requests are answered; either way the writer learns the
-        slot is free. ``finished`` is set only after the hand-over, so a barrier the writer queues
-        next cannot overtake it."""
-        replicated = not future.cancelled() and future.exception() is None
-        if replicated:
-            # Raised before the first answer: a read that starts after it waits for this apply.
-            records = sum(len(w.records) for w in group.waiters)
-            self._acked_through = max(self._acked_through, future.result() + records - 1)
+        """On the appender, as a Produce ends: hand every group at the head of the flights whose
+        Produce succeeded (or that had nothing to send) to the applier, in log order, and answer
+        their requests; stop at one still under way or failed (the writer fails the pipeline).
+        Either way the writer learns the slot is free: ``finished`` is set before the hand-over
+        under the same lock, and a group is answered only after everything before it."""
         with self._replicated_ready:
-            if replicated:
-                self._replicated.append(group)
-                self._replicated_ready.notify()
             group.finished = True
-        if replicated:
-            for waiter in group.waiters:
-                if waiter.records:  # barriers wait for the apply of everything before them
-                    waiter.done.set()
+            handed: list[_Group] = []
+            flights = self._flights
+            while flights and flights[0].finished:
+                head = flights[0]
+                if head.appended is not None and (head.appended.cancelled() or head.appended.exception() is not None):
+                    break
+                handed.append(flights.popleft())
+            if handed:
+                sent = [g for g in handed if g.appended is not None]
+                if sent:
+                    # Raised before the first answer: a read that starts after it waits for this apply.
+                    last = sent[-1]
+                    self._acked_through = max(self._acked_through, last.appended.result() + sum(
+                        len(w.records) for w in last.waiters) - 1)
+                self._replicated.extend(handed)
+                self._replicated_ready.notify()
+        for g in handed:
+            if g.appended is not None:
+                for waiter in g.waiters:
+                    if waiter.records:  # barriers wait for the apply of everything before them
+                        waiter.done.set()
         with self._inbox:
             self._inbox.notify_all()
 
@@ -412,12 +470,20 @@ class ShardService:
 
     @staticmethod
     def _encode(group: _Group) -> bytes:
+        """One batch per decision with records, under this term's writer id (epoch 0)."""
         now = now_ms()
-        return b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now)
+        return b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now,
+                                     producer_id=group.producer_id, producer_epoch=0)
                         for w in group.waiters if w.records)
 
-    def _append(self, data: bytes, decisions: int) -> int:
-        """On the appender: one acks=all Produce; the base offset of the first record."""
+    def _append(self, group: _Group, previous: Future | None) -> int:
+        """On an appender thread: one acks=all Produce, conditional on the log ending at
+        ``group.expected`` after a batch of this term's writer id; the base offset of its first
+        record. The condition is what fences a deposed coordinator (a successor's load moved the
+        log end, and its appends are under another id) and what keeps two appends in flight in
+        order: the second is refused unless the first landed just before it. Refused because the
+        first was still on its way (the replica took them in the other order), it is sent again
+        once the first succeeded; any other refusal fails the pipeline and the shard reloads."""
         if not self.lease.valid():
             raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed")
         if not self._topic_ready:
@@ -426,9 +492,22 @@ class ShardService:
             self.log.ensure_topic()
             self._topic_ready = True
         began = time.perf_counter()
-        base = self.log.append(data, timeout_ms=self.config.append_timeout_ms)
+        try:
+            base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
+                                   expected_end_offset=group.expected)
+        except OutOfOrderSequenceNumber:
+            if previous is None:
+                raise
+            previous.result()  # raises if the one before failed: then so does this one
+            if not self.lease.valid():
+                raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed") from None
+            base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
+                                   expected_end_offset=group.expected)
         APPEND_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
-        APPEND_DECISIONS.labels(str(self.config.shard)).observe(decisions)
+        APPEND_DECISIONS.labels(str(self.config.shard)).observe(sum(1 for w in group.waiters if w.records))
+        if base != group.expected:
+            raise KafkaStorageError(f"{METADATA_TOPIC}-{self.config.shard}: a conditional append expecting the log "
+                                    f"end at {group.expected} was given base offset {base}")
         return base
 
     def _apply(self, groups: list[_Group]) -> bool:
@@ -512,6 +591,12 @@ class ShardService:
             self._queue.clear()
         for waiter in queued:
             waiter.fail(error)
+        with self._replicated_ready:
+            # Sent, not handed over (behind an append still under way or failed): never answered.
+            unhanded = list(self._flights)
+            self._flights.clear()
+        for group in unhanded:
+            group.fail(error)
         self.core.reset_pending()
 
     # ---- leadership ----------------------------------------------------------------------------
@@ -582,6 +667,10 @@ class ShardService:
             # there is not coming back, so no read may wait for it.
             self._applied_through = self.state.applied_offset
             self._acked_through = min(self._acked_through, self._applied_through)
+            # The log ends where the state does (read to its settled end above); an append that
+            # is not this term's own first must follow one of this term's batches.
+            self._next_offset = self.state.applied_offset + 1
+            self._producer_id = secrets.randbits(62)
             self.status, self.status_detail = LEADER, "serving"
         if self.redis is not None:
             register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,

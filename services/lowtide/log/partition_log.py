@@ -24,6 +24,7 @@ from lowtide.errors import (
     KafkaStorageError,
     MessageTooLarge,
     OffsetOutOfRange,
+    OutOfOrderSequenceNumber,
     RecordListTooLarge,
 )
 from lowtide.log.cleaner.batch_filter import require_keys
@@ -257,14 +258,16 @@ class PartitionLog:
     # -- appends ----------------------------------------------------------------------------------
 
     def append_as_leader(self, buf: bytes | bytearray | memoryview, *, leader_epoch: int,
-                         from_coordinator: bool = False) -> AppendInfo:
+                         from_coordinator: bool = False, expected_end_offset: int = -1) -> AppendInfo:
         """Validate producer batches, assign offsets from LEO and the leader epoch, append.
+
+        ``expected_end_offset`` >= 0 makes the append conditional (``check_expected_end``).
 
         Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation; a control
         batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them),
         MessageTooLarge (a batch > max.message.bytes), RecordListTooLarge (> segment.bytes),
-        InvalidProducerEpoch / InvalidTxnState (producer_state.py). Nothing is stored when any
-        check fails.
+        InvalidProducerEpoch / InvalidTxnState (producer_state.py), OutOfOrderSequenceNumber (a
+        conditional append whose condition fails). Nothing is stored when any check fails.
         """
         headers = validate_batches(buf)
         if not from_coordinator and any(h.is_control for h in headers):
@@ -289,8 +292,10 @@ class PartitionLog:
         data = buf if isinstance(buf, OwnedBatches) else bytearray(buf)
         with self._lock:
             self._ensure_open()
-            self._producers.check_append(headers)
             base = self._segments.next_offset
+            if expected_end_offset >= 0:
+                self._check_expected_end(headers[0].producer_id if headers else -1, base, expected_end_offset)
+            self._producers.check_append(headers)
             assign_offsets(data, headers, base_offset=base, leader_epoch=leader_epoch)
             # Re-read the (now offset-assigned) headers: per batch struct unpacks, no record loop.
             assigned = [header for header, _ in iter_batches(data)]
@@ -454,6 +459,22 @@ class PartitionLog:
         """Producer id -> first offset of its ongoing transaction."""
         with self._lock:
             return self._producers.ongoing()
+
+    def _check_expected_end(self, producer_id: int, end: int, expected: int) -> None:
+        """A conditional append's condition (replica.proto ``expected_log_end_offset``): the log
+        ends at ``expected`` and, if ``producer_id`` wrote here before, its last batch is the log's
+        last. With the offset alone, a writer that lost a race to another one of the same size
+        would see its next append go through after the other's records."""
+        if end != expected:
+            raise OutOfOrderSequenceNumber(
+                f"{self._topic}-{self._partition} ends at offset {end}, not at {expected} as the conditional "
+                f"append expected: another append came first (or an expected one is missing)")
+        if producer_id >= 0:
+            last = self._producers.last_data_offset(producer_id)
+            if last is not None and last != end - 1:
+                raise OutOfOrderSequenceNumber(
+                    f"{self._topic}-{self._partition}: the last batch of producer {producer_id} ends at offset "
+                    f"{last}, but the log ends at {end}: another writer appended after it")
 
     def producer_last_records(self) -> dict[int, tuple[int, int]]:
         """Producer id -> (last data offset or -1, epoch), for the cleaner's empty-batch rule."""

@@ -187,6 +187,11 @@ class ProducerStateManager:
         return None if entry is None else ProducerEntry(entry.epoch, entry.last_data_offset, entry.last_sequence,
                                                         entry.txn_first_offset)
 
+    def last_data_offset(self, producer_id: int) -> int | None:
+        """The last offset of the producer's last data batch, None if it never wrote here."""
+        entry = self._producers.get(producer_id)
+        return None if entry is None or entry.last_data_offset < 0 else entry.last_data_offset
+
     def last_records(self) -> dict[int, tuple[int, int]]:
         """Producer id -> (last data offset or -1, epoch): what the cleaner must keep of each producer."""
         return {pid: (e.last_data_offset, e.epoch) for pid, e in self._producers.items()}

@@ -189,9 +189,11 @@ class ReplicaManager:
 
     # -- requests --------------------------------------------------------------------------------
     def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                leader_epochs: Mapping[tuple[str, int], int] | None = None) -> list[ProduceResult]:
+                leader_epochs: Mapping[tuple[str, int], int] | None = None,
+                expected_end_offsets: Mapping[tuple[str, int], int] | None = None) -> list[ProduceResult]:
         """One (topic, partition, AppendInfo | LowtideError) per item."""
-        return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs)
+        return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
+                                     expected_end_offsets=expected_end_offsets)
 
     def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:
         return self.requests.offset_for_leader_epoch(queries)

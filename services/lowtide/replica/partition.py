@@ -124,15 +124,18 @@ class Partition:
 
     # -- leader: produce ---------------------------------------------------------------------
     def append_as_leader(self, records: bytes, *, acks: int, min_insync_replicas: int,
-                         current_leader_epoch: int = -1, from_coordinator: bool = False) -> AppendInfo:
-        """``from_coordinator``: transaction markers (control batches), which clients may not write."""
+                         current_leader_epoch: int = -1, from_coordinator: bool = False,
+                         expected_end_offset: int = -1) -> AppendInfo:
+        """``from_coordinator``: transaction markers (control batches), which clients may not write;
+        ``expected_end_offset`` >= 0: a conditional append (``PartitionLog.append_as_leader``)."""
         with self._lock:
             self.check_leader(current_leader_epoch)
             if acks == -1 and len(self.isr) < min_insync_replicas:
                 raise NotEnoughReplicas(f"{self.topic}-{self.partition}: ISR {sorted(self.isr)} is smaller than "
                                         f"min.insync.replicas={min_insync_replicas}")
             info = self.log.append_as_leader(records, leader_epoch=self.leader_epoch,
-                                             from_coordinator=from_coordinator)
+                                             from_coordinator=from_coordinator,
+                                             expected_end_offset=expected_end_offset)
             self._maybe_increment_high_watermark()
             return info
 

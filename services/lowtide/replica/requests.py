@@ -80,10 +80,13 @@ class ReplicaRequests:
 
     # -- produce ---------------------------------------------------------------------------------
     def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                leader_epochs: Mapping[TP, int] | None = None) -> list[ProduceResult]:
+                leader_epochs: Mapping[TP, int] | None = None,
+                expected_end_offsets: Mapping[TP, int] | None = None) -> list[ProduceResult]:
         """Returns one (topic, partition, AppendInfo | LowtideError) per item; ``leader_epochs``
-        are the producer's views of each partition's leader epoch (fenced when stale)."""
+        are the producer's views of each partition's leader epoch (fenced when stale);
+        ``expected_end_offsets`` make those partitions' appends conditional (replica.proto)."""
         epochs = leader_epochs or {}
+        expected = expected_end_offsets or {}
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcks(f"acks must be 0, 1 or -1 (all), got {acks}")
         results: list[ProduceResult] = []
@@ -93,7 +96,8 @@ class ReplicaRequests:
                 p = self.registry.get(topic, partition)
                 min_isr = int(p.topic_info.config.get("min.insync.replicas", self.min_insync_replicas))
                 info = p.append_as_leader(records, acks=acks, min_insync_replicas=min_isr,
-                                          current_leader_epoch=epochs.get((topic, partition), -1))
+                                          current_leader_epoch=epochs.get((topic, partition), -1),
+                                          expected_end_offset=expected.get((topic, partition), -1))
                 results.append((topic, partition, info))
             except LowtideError as err:
                 results.append((topic, partition, err))

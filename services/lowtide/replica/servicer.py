@@ -138,8 +138,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         items = [(p.topic, p.partition, p.records) for p in classic]
         produced_sizes = {(p.topic, p.partition): len(p.records) for p in screened.allowed}
         epochs = {(p.topic, p.partition): _epoch(p) for p in classic if p.HasField("current_leader_epoch")}
+        expected = {(p.topic, p.partition): p.expected_log_end_offset for p in classic
+                    if p.HasField("expected_log_end_offset")}
         results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
-                                       leader_epochs=epochs) if items else []
+                                       leader_epochs=epochs, expected_end_offsets=expected) if items else []
         out = []
         for topic, partition, info in results:
             code, msg = _err(info)
@@ -159,7 +161,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
 
     def _produce_diskless(self, parts, *, timeout_ms: int) -> list:
-        results = self.diskless.produce([(info, p.partition, p.records) for info, p in parts], timeout_ms=timeout_ms)
+        # A condition on the log end is refused, not ignored: a diskless partition has no local log
+        # to compare with, and its offsets are assigned by the coordinator at commit time.
+        conditional = [p.HasField("expected_log_end_offset") for _, p in parts]
+        todo = [(info, p.partition, p.records) for (info, p), c in zip(parts, conditional, strict=True) if not c]
+        produced = iter(self.diskless.produce(todo, timeout_ms=timeout_ms) if todo else [])
+        results = [InvalidRequest(f"{p.topic} is a diskless topic: a conditional append (expected_log_end_offset) "
+                                  f"is only for classic topics") if c else next(produced)
+                   for (_, p), c in zip(parts, conditional, strict=True)]
         out = []
         for (_, p), res in zip(parts, results, strict=True):
             code, msg = _err(res)

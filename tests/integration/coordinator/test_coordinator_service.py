@@ -16,12 +16,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.common.procs import find_free_port
 from lowtide.coordinator.leadership import read_shards
+from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
 from lowtide.localcluster import ClusterConfig
 from lowtide.objectstore import open_object_store
+from lowtide.record import encode_batch
 from lowtide_pb import common_pb2, coordinator_pb2_grpc
 from lowtide_pb import coordinator_pb2 as pb
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.coordinator.dc import (
+    RETRIABLE,
     call_retrying,
     commit_request,
     create_partitions,
@@ -30,7 +33,9 @@ from tests.integration.coordinator.dc import (
     find_batches,
     kafka_name,
     list_offset,
+    metadata_log,
     new_topic_id,
+    rebuilt_state,
     served_state,
     shard_stub,
 )
@@ -114,6 +119,39 @@ def test_a_retried_commit_is_a_duplicate_with_the_original_offsets_and_changes_n
     assert sorted(r[1] for r in new_files) == ["wal/idem-2b", "wal/idem-3", "wal/idem-4"]
     assert all(r[8] == "deletable" and r[9] == 0 for r in new_files)
     assert list_offset(dc, tid, 0, -1).offset == 12
+
+
+def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_before_it_assigns_offsets_again(
+        dc_cluster, tmp_path):
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    create_partitions(dc, tid, "fenced", [0])
+    first = call_retrying(dc.CommitFile, commit_request("wal/fence-1", tid, batches=2, records=10))
+    assert [b.assigned_base_offset for b in first.batches] == [0, 10]
+
+    # A coordinator that lost the lease without noticing yet appends what its own check decided,
+    # offsets 20..29 of the partition, under its own writer id, straight to __diskless_metadata-0.
+    deposed = FileCommitted(object_key="wal/fence-deposed", object_format=1, file_size=100, uploader_broker_id=0,
+                            committed_at_ms=time.time_ns() // 1_000_000, owner_ids=(0,),
+                            batches=(CommittedBatch(tid, 0, 2, 0, 100, 20, 29, 0, 1_000, 0, -1, -1, -1, -1),))
+    log = metadata_log(dc_cluster, 0)
+    try:
+        log.append(encode_batch([encode_record(deposed)], timestamp_ms=0, producer_id=424242, producer_epoch=0))
+    finally:
+        log.replicas.close()
+        log.store.redis.close()
+
+    # The shard's next append expects the log to end after its own last batch: refused, so the
+    # request fails retriably and the shard reads the log again, the deposed record included,
+    # instead of giving offsets 20.. a second time.
+    with pytest.raises(grpc.RpcError) as refused:
+        dc.CommitFile(commit_request("wal/fence-2", tid, batches=1, records=5), timeout=10)
+    assert kafka_name(refused.value) in RETRIABLE
+    retried = call_retrying(dc.CommitFile, commit_request("wal/fence-2", tid, batches=1, records=5))
+    assert [(b.error_code, b.assigned_base_offset) for b in retried.batches] == [(0, 30)]
+    assert [(b.object_key, b.base_offset) for b in find_batches(dc, tid, 0, 0).batches] == [
+        ("wal/fence-1", 0), ("wal/fence-1", 10), ("wal/fence-deposed", 20), ("wal/fence-2", 30)]
+    assert served_state(dc_cluster, 0, tmp_path) == rebuilt_state(dc_cluster, 0, tmp_path)
 
 
 def test_a_commit_or_delete_once_answered_is_seen_by_the_very_next_find_batches(dc_cluster):

@@ -14,6 +14,7 @@ import pytest
 from lowtide.client import Consumer
 from lowtide.client.replica import ReplicaClient
 from lowtide.localcluster import ClusterConfig
+from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.record import encode_batch
 from tests.integration import support as s
@@ -163,6 +164,36 @@ def test_an_idempotent_producer_is_deduplicated_fenced_and_kept_in_sequence_over
         assert fenced.error is not None and fenced.error.name == "INVALID_PRODUCER_EPOCH"
         latest = cli(cluster, "offsets", "--topic", "disk-idem", "--time", "latest")[0]
         assert latest["partitions"][0]["offset"] == 9  # 3 + 3 + 3: nothing else was appended
+    finally:
+        client.close()
+
+
+def test_a_conditional_append_lands_only_at_the_expected_log_end_and_is_refused_on_a_diskless_topic(cluster):
+    cli(cluster, "topics", "create", "--topic", "cond-classic", "--partitions", "1", "--replication-factor", "3")
+    cli(cluster, "topics", "create", "--topic", "cond-disk", "--partitions", "1", "--diskless")
+    store = MetadataStore.from_url(cluster.redis_url)
+    address = store.brokers()[store.partition_state("cond-classic", 0).leader].address
+    store.redis.close()
+    client = ReplicaClient()
+
+    def send(topic: str, address: str, expected: int, pid: int = 5150):
+        batch = encode_batch([b"a", b"b"], producer_id=pid, producer_epoch=0)
+        [answer] = client.produce(address, [(topic, 0, batch)], acks=-1, timeout_ms=10000, deadline_s=15,
+                                  expected_end_offsets={(topic, 0): expected})
+        return answer
+
+    try:
+        assert send("cond-classic", address, 0).base_offset == 0
+        assert send("cond-classic", address, 2).base_offset == 2
+        stale = send("cond-classic", address, 2)
+        assert stale.error is not None and stale.error.name == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+        latest = cli(cluster, "offsets", "--topic", "cond-classic", "--time", "latest")[0]
+        assert latest["partitions"][0]["offset"] == 4  # the refused append stored nothing
+
+        refused = send("cond-disk", cluster.service("replica-0").grpc, 0)
+        assert refused.error is not None and refused.error.name == "INVALID_REQUEST"
+        latest = cli(cluster, "offsets", "--topic", "cond-disk", "--time", "latest")[0]
+        assert latest["partitions"][0]["offset"] == 0
     finally:
         client.close()
 
