@@ -88,8 +88,9 @@ def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool =
         # keyspace notifications are not needed; keep redis quiet and predictable
         "--daemonize", "no",
     ]
-    log = open(data_dir / "redis.stdout", "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=detach)
+    # The child writes through its own copy of the descriptor; ours is closed once it is started.
+    with open(data_dir / "redis.stdout", "ab") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=detach)
     wait_for_port("127.0.0.1", port, timeout_s=10)
     return RedisProcess(port=port, data_dir=data_dir, proc=proc, pid=proc.pid)
