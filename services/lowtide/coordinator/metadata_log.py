@@ -151,7 +151,10 @@ class MetadataLog:
         Retried only on answers that say the batches were not written (no leader yet, not the
         leader, not enough in-sync replicas: all refused before the append, as in Kafka). Any other
         failure (a timeout, a lost connection) may or may not have left them in the log, so it is
-        raised and the caller reloads from the log."""
+        raised and the caller reloads from the log. One exception: NOT_LEADER_OR_FOLLOWER also
+        answers an append whose leadership moved while it waited for the ISR, which may have
+        survived on the new leader; with ``expected_end_offset`` the retry is then refused
+        (OUT_OF_ORDER_SEQUENCE_NUMBER) instead of adding the batches a second time."""
         timeout_ms = timeout_ms or self.request_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
