@@ -261,7 +261,7 @@ class PartitionLog:
                          from_coordinator: bool = False, expected_end_offset: int = -1) -> AppendInfo:
         """Validate producer batches, assign offsets from LEO and the leader epoch, append.
 
-        ``expected_end_offset`` >= 0 makes the append conditional (``check_expected_end``).
+        ``expected_end_offset`` >= 0 makes the append conditional (``_check_expected_end``).
 
         Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation; a control
         batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them),
