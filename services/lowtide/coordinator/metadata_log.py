@@ -175,15 +175,22 @@ class MetadataLog:
                     raise
                 if got.error is None:
                     return got.base_offset
-                problem = got.error
+                problem, got = got.error, None
                 if not isinstance(problem, NOT_WRITTEN):
                     self._leader = None
-                    raise problem
+                    break
             self._leader = None
             attempt += 1
             if not isinstance(problem, NOT_WRITTEN) or time.monotonic() + 0.05 * attempt > deadline:
-                raise problem
+                break
             time.sleep(min(0.5, 0.05 * attempt))
+        try:
+            raise problem
+        finally:
+            # The error's traceback holds this frame; were the frame to hold the error, the two
+            # would be a cycle only the cyclic GC frees, with the caller's frames and the group of
+            # requests they hold (a refused conditional append is routine with two in flight).
+            problem = None  # noqa: F841
 
     def read(self, offset: int, *, max_wait_ms: int = 0) -> LogRead:
         """The committed entries (below the HW) from ``offset`` on, as far as one fetch reaches.

@@ -23,8 +23,10 @@ from lowtide.coordinator.leadership import ShardLease
 from lowtide.coordinator.messages import CommitBatch, CommitFileRequest, CreatablePartitions, CreatePartitionsRequest
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.service import LEADER, ShardConfig, ShardService
+from lowtide.errors import OutOfOrderSequenceNumber
 from lowtide.localcluster import ClusterConfig
 from lowtide.metadata.store import MetadataStore
+from lowtide.record import encode_batch
 from lowtide.rpc.channels import ChannelPool
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
@@ -64,7 +66,7 @@ def shard(replicas_only, tmp_path):
 
 def _commit(service: ShardService, topic_id: bytes, n: int) -> None:
     request = CommitFileRequest(
-        object_key=f"wal/{n:08d}", object_format=1, file_size=100 * 1024, owner_ids=[0], batches=[
+        object_key=f"wal/{topic_id.hex()}-{n:08d}", object_format=1, file_size=100 * 1024, owner_ids=[0], batches=[
             CommitBatch(magic=2, request_id=i, topic_id=topic_id, partition_index=i % PARTITIONS,
                         byte_offset=i * 1024, size=1024, base_offset=0, last_offset=9, batch_max_timestamp=n,
                         timestamp_type=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, last_sequence=-1)
@@ -73,11 +75,16 @@ def _commit(service: ShardService, topic_id: bytes, n: int) -> None:
     assert all(b.error_code == 0 for b in response.batches), response.batches[0]
 
 
-def test_committed_files_leave_no_cyclic_garbage_in_the_shard(shard):
+def _topic(service: ShardService, name: str) -> bytes:
     topic_id = uuid.uuid4().bytes
-    created = shard.mutate(lambda core: core.create_partitions(CreatePartitionsRequest(topics=[
-        CreatablePartitions(topic_id=topic_id, name="garbage", num_partitions=PARTITIONS)])), timeout_ms=30_000)
+    created = service.mutate(lambda core: core.create_partitions(CreatePartitionsRequest(topics=[
+        CreatablePartitions(topic_id=topic_id, name=name, num_partitions=PARTITIONS)])), timeout_ms=30_000)
     assert created.topics[0].error_code == 0
+    return topic_id
+
+
+def test_committed_files_leave_no_cyclic_garbage_in_the_shard(shard):
+    topic_id = _topic(shard, "garbage")
     for n in range(5):  # warm-up: connections, caches, the metadata partition
         _commit(shard, topic_id, n)
     gc.collect()
@@ -94,3 +101,21 @@ def test_committed_files_leave_no_cyclic_garbage_in_the_shard(shard):
         gc.garbage.clear()
     kinds = sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in found})
     assert not found, f"{len(found)} lowtide objects were freed only by the cyclic collector: {kinds}"
+
+
+def test_a_refused_conditional_append_leaves_no_cyclic_garbage(shard):
+    """With two appends in flight the second is routinely refused (the first had not landed yet)
+    and sent again: the refusal must not tie its traceback's frames, and the group they hold, into
+    a cycle."""
+    _commit(shard, _topic(shard, "refused"), 0)  # the metadata log is not empty: offset 0 is taken
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with pytest.raises(OutOfOrderSequenceNumber):
+            shard.log.append(encode_batch([b"never appended"], producer_id=1, producer_epoch=0), expected_end_offset=0)
+        gc.collect()
+        found = [o for o in gc.garbage if isinstance(o, BaseException) or type(o).__module__.startswith("lowtide.")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not found, f"freed only by the cyclic collector: {sorted({type(o).__qualname__ for o in found})}"
