@@ -9,6 +9,10 @@ coordinator shards on the local object store.
   batches name byte ranges of a file that is never uploaded: the shard checks ranges, not objects.
 * The floor under that p99: the same client, files and rate against ``tests.bench.grpc_floor``, a
   process serving CommitFile on the same server stack with no shard behind it (informational).
+* Where the machine's CPU goes at the target rate: over the 200 files/s window, CPU ms per file of
+  every cluster process and of this (load generating) process, from ``/proc/PID/stat``, and the
+  machine's busy and steal shares from ``/proc/stat``: a p99 taken on a machine whose cores are
+  mostly busy is queueing, whichever process does the work.
 * FindBatches p99 over gRPC: random partition, random live offset, 1 MiB budget (target <= 5 ms).
 * Diskless produce MB/s: pre-built 1 MiB batches sent by 4 threads through the three replicas
   (acks=all; each answer comes once its WAL file is committed), and consume MB/s with
@@ -17,6 +21,7 @@ coordinator shards on the local object store.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -34,7 +39,7 @@ from lowtide.common.procs import find_free_port
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import check_grpc_health
-from tests.bench.common import Figure, MiB, build_batch, percentile, say
+from tests.bench.common import Figure, MiB, build_batch, cpu_snapshot, percentile, say
 
 BATCHES_PER_FILE = 100
 PARTITIONS = 100
@@ -140,6 +145,28 @@ def _floor_paced(*, rate_files_s: float, files: int) -> list[float]:
             proc.kill()
 
 
+def _machine_ticks() -> tuple[int, int, int]:
+    """(all, idle + iowait, steal) jiffies of the machine so far, from /proc/stat's "cpu" line."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields[:8]), fields[3] + fields[4], fields[7]
+
+
+def _cpu_per_file(cluster: LocalCluster, paced) -> tuple[list[float], dict[str, float], float, float]:
+    """``paced()`` (a ``_commit_paced`` run) with the CPU it took: (its latencies, CPU ms per file of
+    each process that spent any, with ``"sum"``, the machine's busy %, its steal %)."""
+    pids = {s.name: s.pid for s in cluster.services()} | {"bench (load generator)": os.getpid()}
+    before, ticks_before = cpu_snapshot(pids), _machine_ticks()
+    latencies = paced()
+    after, ticks_after = cpu_snapshot(pids), _machine_ticks()
+    files = max(1, len(latencies))
+    per_file = {name: (after[name] - b) / files for name, b in before.items()
+                if b is not None and after.get(name) is not None and after[name] > b}
+    per_file["sum"] = sum(per_file.values())
+    total, idle, steal = (a - b for a, b in zip(ticks_after, ticks_before, strict=True))
+    total = max(1, total)
+    return latencies, per_file, 100.0 * (total - idle - steal) / total, 100.0 * steal / total
+
+
 def _find_bench(client: DisklessCoordinatorClient, topic_id: bytes, *, lookups: int, files: int) -> list[float]:
     out = []
     for _ in range(lookups):
@@ -213,7 +240,8 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         files = 100 if quick else 500
         latencies, seconds, topic_id = _commit_bench(client, files=files, threads=4)
         rate = files * BATCHES_PER_FILE / seconds
-        paced = _commit_paced(client, topic_id, rate_files_s=200, files=400 if quick else 2000)
+        paced, cpu, busy_pct, steal_pct = _cpu_per_file(cluster, lambda: _commit_paced(
+            client, topic_id, rate_files_s=200, files=400 if quick else 2000))
         # Lighter offered loads: where the p99 target holds on this machine, and how it grows.
         sweep = {rate_s: _commit_paced(client, topic_id, rate_files_s=rate_s, files=rate_s * (2 if quick else 10))
                  for rate_s in SWEEP_RATES}
@@ -232,6 +260,8 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         f"batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms (no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
         f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
         f"consume {consume_mbs:.1f} MB/s")
+    say(f"diskless: at 200 files/s the machine was {busy_pct:.0f} % busy ({steal_pct:.0f} % steal); CPU per file: "
+        + ", ".join(f"{name} {ms:.2f} ms" for name, ms in cpu.items()))
     over = "over gRPC to one shard, metadata log appended acks=all on RF 3 replicas"
     return [
         Figure(key="dc_commitfile_batches_s", name="DC CommitFile batches/s per shard", value=rate,
@@ -253,6 +283,17 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
                value=p99, unit="ms",
                note=f"p50 {p50:.1f} ms: closed loop at the throughput above, so by Little's law p50 ~ 4 files / "
                     f"throughput; {over}", params={"p50_ms": p50}).judge(),
+        Figure(key="dc_commitfile_cpu_ms_per_file", name="DC CommitFile at 200 files/s: CPU per file, every process",
+               value=cpu["sum"], unit="ms",
+               note="utime + stime per 100-batch file over the 200 files/s window, summed over the cluster's "
+                    "processes and the load generator: "
+                    + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items() if name != "sum")
+                    + f" ms; {cpu['sum'] * 200 / 1000:.2f} cores at 200 files/s of the machine's {os.cpu_count()}",
+               params={"per_process_ms": cpu}).judge(),
+        Figure(key="dc_commitfile_machine_busy_pct", name="DC CommitFile at 200 files/s: machine CPU busy",
+               value=busy_pct, unit="%",
+               note=f"share of all cores' time busy (user, system, irq) over the window, /proc/stat; steal "
+                    f"{steal_pct:.1f} % (the hypervisor's)", params={"steal_pct": steal_pct}).judge(),
         Figure(key="dc_commitfile_floor_p99_ms", name="DC CommitFile p99 floor: same call, same stack, no shard",
                value=lp99, unit="ms",
                note=f"p50 {lp50:.1f} ms; tests.bench.grpc_floor (lowtide.common.server with a CommitFile that only "
