@@ -169,16 +169,20 @@ def cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
     return {name: cpu_ms(pid) for name, pid in pids.items()}
 
 
-def cpu_per_mib(before: dict[str, float | None], after: dict[str, float | None], nbytes: int) -> dict[str, float]:
-    """``{process name: CPU ms per MiB of nbytes}`` between two ``cpu_snapshot``s, plus ``"sum"``
-    (over the processes measured at both ends); empty when nothing was produced."""
-    if nbytes <= 0:
+def cpu_per_unit(before: dict[str, float | None], after: dict[str, float | None], units: float) -> dict[str, float]:
+    """``{process name: CPU ms per unit}`` between two ``cpu_snapshot``s (over the processes
+    measured at both ends), plus ``"sum"``; empty when there are no units."""
+    if units <= 0:
         return {}
-    mib = nbytes / MiB
-    out = {n: (after[n] - b) / mib for n, b in before.items() if b is not None and after.get(n) is not None}
+    out = {n: (after[n] - b) / units for n, b in before.items() if b is not None and after.get(n) is not None}
     if out:
         out["sum"] = sum(out.values())
     return out
+
+
+def cpu_per_mib(before: dict[str, float | None], after: dict[str, float | None], nbytes: int) -> dict[str, float]:
+    """``cpu_per_unit`` per MiB of ``nbytes``; empty when nothing was produced."""
+    return cpu_per_unit(before, after, nbytes / MiB)
 
 
 def cpu_figures(key: str, name: str, per_process: dict[str, float], params: dict[str, Any]) -> list[Figure]:

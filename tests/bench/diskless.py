@@ -39,7 +39,7 @@ from lowtide.common.procs import find_free_port
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import check_grpc_health
-from tests.bench.common import Figure, MiB, build_batch, cpu_snapshot, percentile, say
+from tests.bench.common import Figure, MiB, build_batch, cpu_per_unit, cpu_snapshot, percentile, say
 
 BATCHES_PER_FILE = 100
 PARTITIONS = 100
@@ -158,10 +158,8 @@ def _cpu_per_file(cluster: LocalCluster, paced) -> tuple[list[float], dict[str, 
     before, ticks_before = cpu_snapshot(pids), _machine_ticks()
     latencies = paced()
     after, ticks_after = cpu_snapshot(pids), _machine_ticks()
-    files = max(1, len(latencies))
-    per_file = {name: (after[name] - b) / files for name, b in before.items()
-                if b is not None and after.get(name) is not None and after[name] > b}
-    per_file["sum"] = sum(per_file.values())
+    per_file = {name: ms for name, ms in cpu_per_unit(before, after, max(1, len(latencies))).items() if ms > 0}
+    per_file.setdefault("sum", 0.0)
     total, idle, steal = (a - b for a, b in zip(ticks_after, ticks_before, strict=True))
     total = max(1, total)
     return latencies, per_file, 100.0 * (total - idle - steal) / total, 100.0 * steal / total

@@ -426,7 +426,9 @@ class ShardService:
         their requests; stop at one still under way or failed (the writer fails the pipeline).
         Either way the writer learns the slot is free: ``finished`` is set before the hand-over
         under the same lock, and a group is answered only after everything before it."""
-        group = group_ref()  # None only if the writer and the flights dropped it: none waits for it
+        # The executor's work item holds the group (its argument) until this callback has run,
+        # so the reference is alive here; were it not, no one would be waiting for the group.
+        group = group_ref()
         with self._replicated_ready:
             if group is not None:
                 group.finished = True
