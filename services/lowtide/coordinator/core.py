@@ -68,6 +68,7 @@ from lowtide.coordinator.records import (
 )
 from lowtide.coordinator.state import (
     MAX_PRODUCER_BATCHES,
+    CacheChanges,
     CoordinatorState,
     PartitionRow,
     ProducerEntry,
@@ -178,6 +179,17 @@ class CoordinatorCore:
             if head is not None and (head is record or head == record):
                 self.pending.applied()
         return applied
+
+    def applied_elsewhere(self, records: Sequence[MetadataRecord], changes: CacheChanges) -> None:
+        """Another ``CoordinatorState`` of the same database (the applier) has committed
+        ``records`` (log order), changing its cached rows by ``changes``: make this state's caches
+        the same, then let those that were the oldest pending ones stop being pending. In this
+        order, so that no check sees a row neither in the overlay nor up to date."""
+        self.state.mirror_cache_changes(changes)
+        for record in records:
+            head = self.pending.head()
+            if head is not None and (head is record or head == record):
+                self.pending.applied()
 
     def reset_pending(self) -> None:
         """The pending records' append failed: check from committed state alone again."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import partial
 from itertools import starmap
 from typing import ClassVar, NamedTuple
 
@@ -137,6 +138,9 @@ class FileDeleted:
     TYPE: ClassVar[int] = 6
     object_key: str
 
+
+# ``CommittedBatch._make`` minus its Python frame: one per batch of every file decoded.
+_new_batch = partial(tuple.__new__, CommittedBatch)
 
 MetadataRecord = PartitionCreated | TopicDeleted | FileCommitted | RecordsDeleted | FileHandedOver | FileDeleted
 
@@ -232,7 +236,7 @@ def decode_record(data: bytes) -> MetadataRecord:
         if count < 0:
             raise CorruptMessage(f"metadata record batch count {count}")
         raw = r.take(BATCH.size * count)
-        batches = tuple(map(CommittedBatch._make, BATCH.iter_unpack(raw)))
+        batches = tuple(map(_new_batch, BATCH.iter_unpack(raw)))
         record = FileCommitted(key, fmt, size, uploader, at_ms, owners, batches)
     elif kind == PartitionCreated.TYPE:
         topic_id = bytes(r.take(16))

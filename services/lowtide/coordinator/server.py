@@ -27,6 +27,7 @@ from lowtide.client.diskless_files import describe_files
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS
 from lowtide.coordinator.leadership import ShardLease, read_shards
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
@@ -48,6 +49,12 @@ SERVICE_NAME = coordinator_pb2.DESCRIPTOR.services_by_name["DisklessCoordinator"
 DEFAULT_GRPC_PORT = 9094
 
 
+def _applier_kind(value: str) -> str:
+    if value not in APPLIER_KINDS:
+        raise argparse.ArgumentTypeError(f"--applier must be one of {', '.join(APPLIER_KINDS)}, got {value!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
     add_flag(parser, "--shard", type=int, required=True, help="the coordinator shard (metadata partition) served")
@@ -62,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--appends-in-flight", type=int, default=2,
              help="metadata log appends in flight at once (1-5); each is conditional on the log end, so they land "
                   "in order or not at all")
+    add_flag(parser, "--applier", type=_applier_kind, default=PROCESS,
+             help="where replicated metadata records are applied to the SQLite state: 'process' (a child "
+                  "process, so the apply runs beside the shard's checks instead of sharing its GIL) or 'thread'")
     add_flag(parser, "--snapshot-interval-records", type=int, default=10000, help="snapshot after this many records")
     add_flag(parser, "--snapshot-interval-ms", type=int, default=300000,
              help="snapshot at least this often when records were applied (0 = only by record count)")
@@ -135,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         advertised_grpc=f"{args.advertised_host}:{grpc_port}",
         metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
         lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6), append_timeout_ms=args.append_timeout_ms,
-        appends_in_flight=args.appends_in_flight,
+        appends_in_flight=args.appends_in_flight, applier=args.applier,
         snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
         file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
     lifetime = FileLifetime(store=open_object_store(args.object_store), grace_ms=args.file_delete_grace_ms,

@@ -10,18 +10,21 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
                     each) in one acks=all Produce, conditional on the log end it expects
     appenders:      the Produces in flight (an executor thread each: retries and leader moves);
                     as they succeed, hand the groups to the applier in log order and answer them
-    applier thread: shard lock: apply every replicated group in one SQLite transaction at the
-                    offsets the leader gave; wake the readers waiting for them
+    applier thread: apply every replicated group in one SQLite transaction at the offsets the
+                    leader gave, through the applier process (coordinator.applier), outside the
+                    shard lock; then, under it, mirror the applier's cached rows, drop the
+                    records from the pending overlay and wake the readers waiting for them
 
-Checks run on one thread and applies on another, each under the shard lock, which request threads
-never take: they only queue. Requests that queue while a Produce is in flight are checked (against
-SQLite plus the pending records) and appended together in the next one: the KIP's pipelining, and
-the queue order is the log order. Groups are applied while the next Produce is in flight, so the
-acks=all round trip and the SQLite commit (one index page per partition a 100-batch file touches:
-about as long as the round trip) overlap instead of adding up, and groups replicated while one is
-applied go in one transaction. A decision without records (a duplicate commit, a request every part
-of which failed) and ListOffsets also queue, as barriers: they are answered only once everything
-before them is applied, so a duplicate's original offsets are durable before anyone hears of them.
+Checks run on one thread under the shard lock, which request threads never take: they only queue;
+applies run in another process, which writes the SQLite file the shard reads. Requests that queue
+while a Produce is in flight are checked (against SQLite plus the pending records) and appended
+together in the next one: the KIP's pipelining, and the queue order is the log order. Groups are
+applied while the next Produce is in flight, so the acks=all round trip and the SQLite commit (one
+index page per partition a 100-batch file touches: about as long as the round trip) overlap instead
+of adding up, and groups replicated while one is applied go in one transaction. A decision without
+records (a duplicate commit, a request every part of which failed) and ListOffsets also queue, as
+barriers: they are answered only once everything before them is applied, so a duplicate's original
+offsets are durable before anyone hears of them.
 
 Answered when replicated, read after applied: a request with records is answered as soon as its
 Produce is acknowledged, not after the SQLite apply (its response was decided by the check, and
@@ -56,8 +59,9 @@ because the replica took them in the other order, it is sent again once the firs
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
-the shard thread (loading, snapshots, file lifetime), the writer and its appender, the applier,
-the WAL checkpointer (``CoordinatorState.checkpoint``); request threads come from gRPC.
+the shard thread (loading, snapshots, file lifetime), the writer and its appenders, the applier
+thread (which waits for the applier process); request threads come from gRPC. The applier process
+checkpoints the WAL.
 """
 
 from __future__ import annotations
@@ -78,11 +82,12 @@ from typing import Any
 from prometheus_client import Histogram
 
 from lowtide.clock import now_ms
+from lowtide.coordinator.applier import PROCESS, Applier, open_applier
 from lowtide.coordinator.core import CoordinatorCore, Decision
 from lowtide.coordinator.leadership import ShardAddress, register_shard
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
-from lowtide.coordinator.records import MetadataRecord, decode_record, encode_record
+from lowtide.coordinator.records import MetadataRecord, encode_record
 from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.errors import (
@@ -109,7 +114,8 @@ MAX_DECISIONS_PER_APPEND = 512
 # conditional on the log's end (the one before must have landed), so they land in order or not at
 # all; a second one in flight takes the wait for the previous round trip off a request's path.
 MAX_APPENDS_IN_FLIGHT = 5
-CHECKPOINT_INTERVAL_S = 0.1
+# Records per apply while loading (one transaction each).
+LOAD_CHUNK = 1000
 APPEND_DURATION = Histogram(
     "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
     ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
@@ -137,6 +143,7 @@ class ShardConfig:
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     file_delete_grace_ms: int = 60_000
     lifetime_interval_ms: int = 1_000
+    applier: str = PROCESS             # where records are applied: coordinator.applier
 
 
 class _Waiter:
@@ -162,6 +169,7 @@ class _Group:
 
     waiters: list[_Waiter]
     data: bytes = b""                      # their records' batches, one per decision with records
+    values: list[bytes] = field(default_factory=list)  # their records' values, in log order
     expected: int = -1                     # the log end offset its conditional append expects
     producer_id: int = -1                  # the shard's writer id of the term it was checked in
     appended: Future | None = None         # the Produce: -> base offset of the first record
@@ -197,8 +205,10 @@ class ShardService:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = config.data_dir / DB_FILE
         self.snapshot_dir = config.data_dir / SNAPSHOT_DIR
+        # The shard's reading copy (the applier writes): checks, FindBatches, snapshots.
         self.state = CoordinatorState(self.db_path, coordinator_id=config.shard, background_checkpoints=True)
         self.core = CoordinatorCore(self.state)
+        self.applier: Applier | None = None  # started by each load (coordinator.applier)
         self.status = FOLLOWER
         self.status_detail = "starting"
         # Bumped whenever the shard must (re)load: a load promotes to leader only if no newer
@@ -228,7 +238,6 @@ class ShardService:
         self._queue: deque[_Waiter] = deque()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._applied = threading.Event()  # set after each apply: a WAL checkpoint may be due
         self._threads: list[threading.Thread] = []
         self._appender: ThreadPoolExecutor | None = None
         newest = latest_snapshot(self.snapshot_dir)
@@ -243,8 +252,7 @@ class ShardService:
         self._appender = ThreadPoolExecutor(max_workers=self.config.appends_in_flight,
                                             thread_name_prefix=f"coordinator-{self.config.shard}-append")
         for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
-                             ("writer", self._write_loop), ("applier", self._apply_loop),
-                             ("checkpointer", self._checkpoint_loop)):
+                             ("writer", self._write_loop), ("applier", self._apply_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -267,7 +275,13 @@ class ShardService:
             self.lease.release()
         except Exception:  # noqa: BLE001 - Redis may be gone at shutdown; the lease then expires
             log.debug("could not release the lease", exc_info=True)
+        self._close_applier()
         self.state.close()
+
+    def _close_applier(self) -> None:
+        applier, self.applier = self.applier, None
+        if applier is not None:
+            applier.close()
 
     # ---- requests ------------------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -479,11 +493,17 @@ class ShardService:
 
     @staticmethod
     def _encode(group: _Group) -> bytes:
-        """One batch per decision with records, under this term's writer id (epoch 0)."""
+        """One batch per decision with records, under this term's writer id (epoch 0); keeps the
+        records' values for the applier."""
         now = now_ms()
-        return b"".join(encode_batch([encode_record(r) for r in w.records], timestamp_ms=now,
-                                     producer_id=group.producer_id, producer_epoch=0)
-                        for w in group.waiters if w.records)
+        batches = []
+        for waiter in group.waiters:
+            if waiter.records:
+                values = [encode_record(r) for r in waiter.records]
+                group.values.extend(values)
+                batches.append(encode_batch(values, timestamp_ms=now, producer_id=group.producer_id,
+                                            producer_epoch=0))
+        return b"".join(batches)
 
     def _append(self, group: _Group, previous: Future | None) -> int:
         """On an appender thread: one acks=all Produce, conditional on the log ending at
@@ -521,62 +541,38 @@ class ShardService:
 
     def _apply(self, groups: list[_Group]) -> bool:
         """Apply replicated groups in one transaction, then answer their requests; False if the
-        apply failed (the shard then reloads)."""
-        pairs: list[tuple[MetadataRecord, int]] = []
+        apply failed (the shard then reloads). The applier works outside the shard lock, so the
+        writer checks and sends the next groups meanwhile; the pending overlay still holds these
+        groups' records until the lock is taken again, and until then it is what checks read."""
+        entries: list[tuple[bytes, int]] = []
+        records: list[MetadataRecord] = []
         for group in groups:
             if group.appended is not None:
                 offset = group.appended.result()
                 for waiter in group.waiters:  # exactly what _encode wrote, in its order
-                    if waiter.records:
-                        for record in waiter.records:
-                            pairs.append((record, offset))
-                            offset += 1
+                    records.extend(waiter.records)
+                entries.extend(zip(group.values, range(offset, offset + len(group.values)), strict=True))
+        result = None
+        try:
+            if entries:
+                applier = self.applier
+                if applier is None:
+                    raise NotCoordinator(f"coordinator {self.config.shard} has no applier (reloading)")
+                began = time.perf_counter()
+                result = applier.apply(entries, records=records, contiguous=True)
+                APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
+        except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+            self._fail_pipeline(exc, groups, "applying metadata records failed")
+            return False
         with self._lock:
-            try:
-                applied = self.state.applied_offset
-                fresh = [o for _, o in pairs if o > applied]
-                if fresh and fresh[0] != applied + 1:
-                    # A group before failed to apply: this one would leave a hole in the state.
-                    raise RequestTimedOut(f"coordinator {self.config.shard}: metadata offsets from {fresh[0]} "
-                                          f"follow a failed apply (applied {applied})")
-                if pairs:
-                    began = time.perf_counter()
-                    self.core.apply_all(pairs)
-                    APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
-            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                self._fail_pipeline(exc, groups, "applying metadata records failed")
-                return False
-            if pairs:
-                self._applied_through = max(self._applied_through, pairs[-1][1])
+            if result is not None:
+                self.core.applied_elsewhere(records, result.changes)
+                self._applied_through = max(self._applied_through, entries[-1][1])
                 self._lock.notify_all()  # readers waiting for an answered mutation
             for group in groups:
                 for waiter in group.waiters:
                     waiter.done.set()  # barriers; requests with records were answered when replicated
-            if pairs:
-                self._applied.set()
-                try:
-                    # After the answers: the group behind is still being replicated meanwhile.
-                    self.state.restart_wal()
-                except Exception as exc:  # noqa: BLE001 - the WAL only grows meanwhile; retried next apply
-                    log.warning("WAL restart failed", extra={"fields": {"error": str(exc)}})
         return True
-
-    # ---- WAL checkpoints ------------------------------------------------------------------------
-    def _checkpoint_loop(self) -> None:
-        """A background checkpoint after an apply, at most every ``CHECKPOINT_INTERVAL_S``: each
-        copies every page the commits since the last one touched and fsyncs, so spaced out, a page
-        many commits rewrite (a partition's last index page) is copied once."""
-        while not self._stop.is_set():
-            if not self._applied.wait(1.0):
-                continue
-            self._applied.clear()
-            state = self.state  # a snapshot restore replaces it: checkpoint whichever is current
-            try:
-                state.checkpoint()
-            except Exception as exc:  # noqa: BLE001 - retried after the next apply; commits go on
-                if not self._stop.is_set() and state is self.state:
-                    log.warning("WAL checkpoint failed", extra={"fields": {"error": str(exc)}})
-            self._stop.wait(CHECKPOINT_INTERVAL_S)
 
     def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
         error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
@@ -659,6 +655,13 @@ class ShardService:
         self.status_detail = "reading the metadata log"
         started = time.monotonic()
         applied = 0
+        with self._lock:
+            # A failed apply dropped the applier's cached rows; ours may be as stale.
+            self.state.drop_caches()
+        if self.applier is not None and not self.applier.alive():
+            self._close_applier()
+        if self.applier is None:
+            self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
         if self.log.topic_exists():
             self._topic_ready = True
             try:
@@ -690,17 +693,21 @@ class ShardService:
 
     def _catch_up(self) -> int:
         count = 0
-        chunk: list[tuple[MetadataRecord, int]] = []
+        chunk: list[tuple[bytes, int]] = []
         for entry in self.log.read_to_end(self.state.applied_offset + 1):
-            chunk.append((decode_record(entry.value), entry.offset))
-            if len(chunk) >= 1000:
-                with self._lock:
-                    count += self.core.apply_all(chunk)
+            chunk.append((entry.value, entry.offset))
+            if len(chunk) >= LOAD_CHUNK:
+                count += self._apply_loaded(chunk)
                 chunk = []
         if chunk:
-            with self._lock:
-                count += self.core.apply_all(chunk)
+            count += self._apply_loaded(chunk)
         return count
+
+    def _apply_loaded(self, chunk: list[tuple[bytes, int]]) -> int:
+        result = self.applier.apply(chunk)
+        with self._lock:
+            self.state.mirror_cache_changes(result.changes)
+        return result.applied
 
     def _restore_newest_snapshot(self) -> None:
         """The log starts past our applied offset (truncated below a snapshot): the newest local
@@ -709,11 +716,13 @@ class ShardService:
         if newest is None or snapshot_offset(newest) <= self.state.applied_offset:
             raise OffsetOutOfRange(f"the metadata log of shard {self.config.shard} starts past applied offset "
                                    f"{self.state.applied_offset} and no newer snapshot is in {self.snapshot_dir}")
+        self._close_applier()  # the writer of the file being replaced
         with self._lock:
             self.state.close()
             self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard,
                                           background_checkpoints=True)
             self.core = CoordinatorCore(self.state)
+        self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
         log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
                                                           "applied_offset": self.state.applied_offset}})
 

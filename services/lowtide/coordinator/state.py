@@ -137,6 +137,19 @@ WAL_RESTART_PAGES = 32_768
 EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_timestamp ELSE batch_max_timestamp END"
 
 
+class CacheChanges(NamedTuple):
+    """What applies did to a ``CoordinatorState``'s cached rows: (key, row as a plain tuple or None)
+    to set, keys to drop, and deleted topics, whose every partition row and producer row (by
+    ``dropped_partition_keys``) goes."""
+
+    partitions: list
+    dropped_partitions: list
+    producers: list
+    dropped_producers: list
+    dropped_topics: list
+    dropped_partition_keys: list
+
+
 class PartitionRow(NamedTuple):
     partition_key: int
     topic_id: bytes
@@ -259,6 +272,12 @@ class CoordinatorState:
         # exact, and drops them all if its transaction rolls back.
         self._partition_rows: dict[tuple[bytes, int], PartitionRow | None] = {}
         self._producer_rows: dict[tuple[int, int], ProducerRow | None] = {}
+        # The cache entries the last ``apply_all`` changed (``take_cache_changes``): the applier
+        # process hands them to the shard's reading copy, whose caches it cannot write through.
+        self._changed_partitions: set[tuple[bytes, int]] = set()
+        self._dropped_topics: set[bytes] = set()
+        self._dropped_partition_keys: set[int] = set()
+        self._changed_producers: set[tuple[int, int]] = set()
 
     def close(self) -> None:
         with self._checkpoint_lock:
@@ -318,10 +337,65 @@ class CoordinatorState:
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
-            self._partition_rows.clear()
-            self._producer_rows.clear()
+            self.drop_caches()
             raise
         return applied
+
+    # ---- the caches of a reading copy -------------------------------------------------------------
+    def drop_caches(self) -> None:
+        """Forget every cached row (reads go to SQLite again)."""
+        self._partition_rows.clear()
+        self._producer_rows.clear()
+        self._changed_partitions.clear()
+        self._dropped_topics.clear()
+        self._dropped_partition_keys.clear()
+        self._changed_producers.clear()
+
+    def take_cache_changes(self) -> CacheChanges:
+        """What the applies since the last call did to the cached rows, for ``mirror_cache_changes``
+        on another ``CoordinatorState`` of the same database (which cannot see them otherwise:
+        it caches the rows it read before these transactions)."""
+        missing = _UNSEEN
+        partitions = {k: self._partition_rows.get(k, missing) for k in self._changed_partitions}
+        producers = {k: self._producer_rows.get(k, missing) for k in self._changed_producers}
+        # Rows as plain tuples: they cross a pipe, and pickle rebuilds a NamedTuple through its
+        # Python-level __new__ (a frame per row, ~100 rows per 100-batch file).
+        changes = CacheChanges(
+            partitions=[(k, None if v is None else tuple(v)) for k, v in partitions.items() if v is not missing],
+            dropped_partitions=[k for k, v in partitions.items() if v is missing],
+            producers=[(k, None if v is None else (v.producer_epoch, tuple(map(tuple, v.entries))))
+                       for k, v in producers.items() if v is not missing],
+            dropped_producers=[k for k, v in producers.items() if v is missing],
+            dropped_topics=list(self._dropped_topics),
+            dropped_partition_keys=list(self._dropped_partition_keys))
+        self._changed_partitions.clear()
+        self._dropped_topics.clear()
+        self._dropped_partition_keys.clear()
+        self._changed_producers.clear()
+        return changes
+
+    def mirror_cache_changes(self, changes: CacheChanges) -> None:
+        """Make this copy's caches what the writing copy's applies made of them (call once those
+        transactions are committed, so a row read again from SQLite is the same)."""
+        partitions, producers = self._partition_rows, self._producer_rows
+        if changes.dropped_topics:
+            gone_topics = set(changes.dropped_topics)
+            for where in [w for w in partitions if w[0] in gone_topics]:
+                del partitions[where]
+        new = tuple.__new__
+        for where, row in changes.partitions:
+            partitions[where] = None if row is None else new(PartitionRow, row)
+        for where in changes.dropped_partitions:
+            partitions.pop(where, None)
+        if changes.dropped_partition_keys:
+            gone = set(changes.dropped_partition_keys)
+            for pkey in [k for k in producers if k[0] in gone]:
+                del producers[pkey]
+        for pkey, row in changes.producers:
+            producers[pkey] = None if row is None else ProducerRow(
+                row[0], tuple(new(ProducerEntry, e) for e in row[1]))
+        for pkey in changes.dropped_producers:
+            producers.pop(pkey, None)
 
     def _apply_one(self, cur: sqlite3.Cursor, record: MetadataRecord) -> None:
         if isinstance(record, FileCommitted):
@@ -330,6 +404,7 @@ class CoordinatorState:
             self._apply_records_deleted(cur, record)
         elif isinstance(record, PartitionCreated):
             self._partition_rows.pop((record.topic_id, record.partition_index), None)
+            self._changed_partitions.add((record.topic_id, record.partition_index))
             cur.execute("INSERT OR IGNORE INTO partitions (topic_id, topic_name, partition_index, log_start_offset, "
                         "high_watermark, max_timestamp, max_timestamp_offset) VALUES (?, ?, ?, 0, 0, -1, -1)",
                         (record.topic_id, record.name, record.partition_index))
@@ -403,11 +478,13 @@ class CoordinatorState:
                 # p._replace(high_watermark=..., max_timestamp=..., max_timestamp_offset=...), minus
                 # its per-call keyword handling: one per partition of every file applied.
                 self._partition_rows[where] = tuple.__new__(PartitionRow, (*p[:5], hw, max_ts, max_ts_offset))
+                self._changed_partitions.add(where)
         cur.executemany("INSERT OR REPLACE INTO producers (partition_key, producer_id, producer_epoch, last_batches) "
                         "VALUES (?, ?, ?, ?)",
                         [(pk, pid, s[0], pack_entries(s[1])) for (pk, pid), s in producers.items()])
         for pkey, s in producers.items():
             self._producer_rows[pkey] = ProducerRow(s[0], tuple(s[1]))
+        self._changed_producers.update(producers)
         cur.execute("UPDATE files SET live_batches = live_batches + ? WHERE file_id = ?", (len(rows), file_id))
         self._settle_file(cur, file_id, r.committed_at_ms)
 
@@ -425,6 +502,7 @@ class CoordinatorState:
 
     def _apply_records_deleted(self, cur: sqlite3.Cursor, r: RecordsDeleted) -> None:
         self._partition_rows.pop((r.topic_id, r.partition_index), None)
+        self._changed_partitions.add((r.topic_id, r.partition_index))
         p = self._partition(cur, r.topic_id, r.partition_index)
         if p is None or r.new_log_start_offset <= p.log_start_offset:
             return
@@ -446,8 +524,12 @@ class CoordinatorState:
                                           "ORDER BY partition_key", (r.topic_id,))]
         for where in [w for w in self._partition_rows if w[0] == r.topic_id]:
             del self._partition_rows[where]
+            self._changed_partitions.add(where)
         for pkey in [k for k in self._producer_rows if k[0] in keys]:
             del self._producer_rows[pkey]
+            self._changed_producers.add(pkey)
+        self._dropped_topics.add(r.topic_id)
+        self._dropped_partition_keys.update(keys)
         for pk in keys:
             self._delete_batches(cur, "partition_key = ?", (pk,), r.deleted_at_ms)
             cur.execute("DELETE FROM producers WHERE partition_key = ?", (pk,))
