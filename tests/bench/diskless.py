@@ -151,10 +151,24 @@ def _machine_ticks() -> tuple[int, int, int]:
     return sum(fields[:8]), fields[3] + fields[4], fields[7]
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (/proc/PID/task/TID/children); none if it is gone."""
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
 def _cpu_per_file(cluster: LocalCluster, paced) -> tuple[list[float], dict[str, float], float, float]:
     """``paced()`` (a ``_commit_paced`` run) with the CPU it took: (its latencies, CPU ms per file of
     each process that spent any, with ``"sum"``, the machine's busy %, its steal %)."""
     pids = {s.name: s.pid for s in cluster.services()} | {"bench (load generator)": os.getpid()}
+    for service in cluster.services():  # a shard's applier process (coordinator/applier.py)
+        for child in _children(service.pid):
+            pids[f"{service.name} child {child}"] = child
     before, ticks_before = cpu_snapshot(pids), _machine_ticks()
     latencies = paced()
     after, ticks_after = cpu_snapshot(pids), _machine_ticks()
