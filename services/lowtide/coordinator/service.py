@@ -209,6 +209,11 @@ class ShardService:
         self.state = CoordinatorState(self.db_path, coordinator_id=config.shard, background_checkpoints=True)
         self.core = CoordinatorCore(self.state)
         self.applier: Applier | None = None  # started by each load (coordinator.applier)
+        # Held across an apply and the mirroring of its cache changes, and while the applier is
+        # replaced: a reload's catch-up may run beside the applier thread's last groups, and a
+        # transaction's changes mirrored after a later one's would leave an older row cached.
+        # Lock order: ``_apply_lock`` before ``_lock``.
+        self._apply_lock = threading.Lock()
         self.status = FOLLOWER
         self.status_detail = "starting"
         # Bumped whenever the shard must (re)load: a load promotes to leader only if no newer
@@ -279,9 +284,18 @@ class ShardService:
         self.state.close()
 
     def _close_applier(self) -> None:
-        applier, self.applier = self.applier, None
-        if applier is not None:
-            applier.close()
+        with self._apply_lock:
+            applier, self.applier = self.applier, None
+            if applier is not None:
+                applier.close()
+
+    def _open_applier(self) -> None:
+        with self._apply_lock:
+            if self.applier is not None and not self.applier.alive():
+                self.applier.close()
+                self.applier = None
+            if self.applier is None:
+                self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
 
     # ---- requests ------------------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -552,26 +566,27 @@ class ShardService:
                 for waiter in group.waiters:  # exactly what _encode wrote, in its order
                     records.extend(waiter.records)
                 entries.extend(zip(group.values, range(offset, offset + len(group.values)), strict=True))
-        result = None
-        try:
-            if entries:
-                applier = self.applier
-                if applier is None:
-                    raise NotCoordinator(f"coordinator {self.config.shard} has no applier (reloading)")
-                began = time.perf_counter()
-                result = applier.apply(entries, records=records, contiguous=True)
-                APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
-        except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-            self._fail_pipeline(exc, groups, "applying metadata records failed")
-            return False
-        with self._lock:
-            if result is not None:
-                self.core.applied_elsewhere(records, result.changes)
-                self._applied_through = max(self._applied_through, entries[-1][1])
-                self._lock.notify_all()  # readers waiting for an answered mutation
-            for group in groups:
-                for waiter in group.waiters:
-                    waiter.done.set()  # barriers; requests with records were answered when replicated
+        with self._apply_lock:
+            result = None
+            try:
+                if entries:
+                    applier = self.applier
+                    if applier is None:
+                        raise NotCoordinator(f"coordinator {self.config.shard} has no applier (reloading)")
+                    began = time.perf_counter()
+                    result = applier.apply(entries, records=records, contiguous=True)
+                    APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
+            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                self._fail_pipeline(exc, groups, "applying metadata records failed")
+                return False
+            with self._lock:
+                if result is not None:
+                    self.core.applied_elsewhere(records, result.changes)
+                    self._applied_through = max(self._applied_through, entries[-1][1])
+                    self._lock.notify_all()  # readers waiting for an answered mutation
+                for group in groups:
+                    for waiter in group.waiters:
+                        waiter.done.set()  # barriers; requests with records were answered when replicated
         return True
 
     def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
@@ -658,10 +673,7 @@ class ShardService:
         with self._lock:
             # A failed apply dropped the applier's cached rows; ours may be as stale.
             self.state.drop_caches()
-        if self.applier is not None and not self.applier.alive():
-            self._close_applier()
-        if self.applier is None:
-            self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
+        self._open_applier()  # a new one if it died
         if self.log.topic_exists():
             self._topic_ready = True
             try:
@@ -704,9 +716,12 @@ class ShardService:
         return count
 
     def _apply_loaded(self, chunk: list[tuple[bytes, int]]) -> int:
-        result = self.applier.apply(chunk)
-        with self._lock:
-            self.state.mirror_cache_changes(result.changes)
+        with self._apply_lock:
+            if self.applier is None:
+                raise NotCoordinator(f"coordinator {self.config.shard} is shutting down")
+            result = self.applier.apply(chunk)
+            with self._lock:
+                self.state.mirror_cache_changes(result.changes)
         return result.applied
 
     def _restore_newest_snapshot(self) -> None:
@@ -722,7 +737,7 @@ class ShardService:
             self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard,
                                           background_checkpoints=True)
             self.core = CoordinatorCore(self.state)
-        self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
+        self._open_applier()
         log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
                                                           "applied_offset": self.state.applied_offset}})
 

@@ -34,12 +34,13 @@ def kafka_name(exc: grpc.RpcError) -> str:
     return (exc.details() or "").split(":", 1)[0]
 
 
-def call_retrying(method: Callable, request: Any, *, timeout_s: float = 30.0) -> Any:
+def call_retrying(method: Callable, request: Any, *, timeout_s: float = 30.0,
+                  metadata: list[tuple[str, str]] | None = None) -> Any:
     """Call until the shard answers (it may still be loading right after a start)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return method(request, timeout=10)
+            return method(request, timeout=10, metadata=metadata)
         except grpc.RpcError as exc:
             if time.monotonic() > deadline or (kafka_name(exc) not in RETRIABLE
                                                and exc.code() != grpc.StatusCode.UNAVAILABLE):

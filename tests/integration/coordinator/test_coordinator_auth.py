@@ -12,7 +12,7 @@ from lowtide.auth.identity import bearer_metadata
 from lowtide.localcluster import ClusterConfig
 from lowtide_pb import coordinator_pb2 as pb
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
-from tests.integration.coordinator.dc import commit_request, kafka_name, new_topic_id, shard_stub
+from tests.integration.coordinator.dc import call_retrying, commit_request, kafka_name, new_topic_id, shard_stub
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_a_call_without_cluster_action_is_refused_and_a_broker_identity_commits(
     assert kafka_name(caught.value) == "SASL_AUTHENTICATION_FAILED"
 
     broker = token(auth_cluster, auth_cluster.state.auth["services"]["replica-1"]["token_file"])
-    reply = dc.CreatePartitions(create, timeout=30, metadata=broker)
+    reply = call_retrying(dc.CreatePartitions, create, metadata=broker)  # the shard may still be loading
     assert reply.topics[0].error_code == 0
     committed = dc.CommitFile(commit_request("wal/auth-1", tid, batches=2), timeout=30, metadata=broker)
     assert [b.assigned_base_offset for b in committed.batches] == [0, 10]
