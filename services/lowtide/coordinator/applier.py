@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
+from lowtide.common.logs import JsonFormatter, configure_logging
 from lowtide.coordinator.records import MetadataRecord, decode_record
 from lowtide.coordinator.state import CacheChanges, CoordinatorState
 from lowtide.errors import KafkaStorageError, RequestTimedOut
@@ -184,8 +185,8 @@ class ProcessApplier:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         root = logging.getLogger()
-        handler = root.handlers[0] if root.handlers else None
-        fmt = "json" if handler is not None and type(handler.formatter).__name__ == "JsonFormatter" else "text"
+        # The child logs as the shard does (configure_logging's formats).
+        fmt = "json" if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers) else "text"
         self.shard = shard
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
@@ -246,8 +247,6 @@ def open_applier(kind: str, *, db_path: Path, shard: int) -> Applier:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The child: open the database, answer ``ready``, then apply until stdin ends."""
-    from lowtide.common.logs import configure_logging
-
     parser = argparse.ArgumentParser(prog="python -m lowtide.coordinator.applier")
     parser.add_argument("--db", required=True)
     parser.add_argument("--shard", type=int, required=True)
