@@ -165,19 +165,14 @@ class CoordinatorCore:
     def apply(self, record: MetadataRecord, offset: int) -> bool:
         """Apply a replicated record; if it is the oldest pending one, it stops being pending."""
         applied = self.state.apply(record, offset)
-        head = self.pending.head()
-        if head is not None and (head is record or head == record):
-            self.pending.applied()
+        self._leave_pending([record])
         return applied
 
     def apply_all(self, records: Sequence[tuple[MetadataRecord, int]]) -> int:
         """Apply replicated records (log order) in one SQLite transaction; those that were the
         oldest pending ones stop being pending. Returns how many were new to the state."""
         applied = self.state.apply_all(records)
-        for record, _ in records:
-            head = self.pending.head()
-            if head is not None and (head is record or head == record):
-                self.pending.applied()
+        self._leave_pending([record for record, _ in records])
         return applied
 
     def applied_elsewhere(self, records: Sequence[MetadataRecord], changes: CacheChanges) -> None:
@@ -186,6 +181,10 @@ class CoordinatorCore:
         the same, then let those that were the oldest pending ones stop being pending. In this
         order, so that no check sees a row neither in the overlay nor up to date."""
         self.state.mirror_cache_changes(changes)
+        self._leave_pending(records)
+
+    def _leave_pending(self, records: Sequence[MetadataRecord]) -> None:
+        """Applied ``records`` (log order) that are the oldest pending ones stop being pending."""
         for record in records:
             head = self.pending.head()
             if head is not None and (head is record or head == record):

@@ -524,10 +524,9 @@ class CoordinatorState:
                                           "ORDER BY partition_key", (r.topic_id,))]
         for where in [w for w in self._partition_rows if w[0] == r.topic_id]:
             del self._partition_rows[where]
-            self._changed_partitions.add(where)
         for pkey in [k for k in self._producer_rows if k[0] in keys]:
             del self._producer_rows[pkey]
-            self._changed_producers.add(pkey)
+        # A reading copy drops its rows of the topic by these, whichever it has cached.
         self._dropped_topics.add(r.topic_id)
         self._dropped_partition_keys.update(keys)
         for pk in keys:
