@@ -2,11 +2,15 @@
 coordinator shards on the local object store.
 
 * CommitFile over gRPC to one shard: files of 100 batches (each batch a distinct partition of 100),
-  4 client threads pipelining flat out: batches/s (brief §11: >= 20,000 batches/s per shard);
-  then open loop at that target rate (200 files/s): per-file latency p50/p99 (brief §11: p99 <=
-  20 ms for a 100-batch file). Flat out, 4 callers wait on each other (p50 = 4 / throughput), so
-  the latency target is judged at the rated throughput, as Kafka's latency figures are. The
-  batches name byte ranges of a file that is never uploaded: the shard checks ranges, not objects.
+  committed flat out by 4, 8 and 16 concurrent committers (each a broker with one commit in
+  flight, waiting for its answer before the next): batches/s, the best of the three as the
+  shard's throughput (brief §11: >= 20,000 batches/s per shard). A shard serves every broker of
+  the cluster at once, and its pipeline groups the commits that arrive together into one metadata
+  append, so too few committers leave it idle between answers: each count's figure is reported.
+  Then open loop at the target rate (200 files/s): per-file latency p50/p99 (brief §11: p99 <=
+  20 ms for a 100-batch file), judged at that rate, as Kafka's latency figures are; and at lighter
+  offered loads, to show where the p99 target holds on this machine. The batches name byte ranges
+  of a file that is never uploaded: the shard checks ranges, not objects.
 * The floor under that p99: the same client, files and rate against ``tests.bench.grpc_floor``, a
   process serving CommitFile on the same server stack with no shard behind it (informational).
 * Where the machine's CPU goes at the target rate: over the 200 files/s window, CPU ms per file of
@@ -236,8 +240,10 @@ def _produce_consume(cluster: LocalCluster, *, total_bytes: int) -> tuple[float,
     return sent[0] / produce_s / 1e6, got_bytes / consume_s / 1e6, sent[0]
 
 
-# Files/s offered below the target's 200 (50 = 5,000 batches/s, 100 = 10,000).
-SWEEP_RATES = (50, 100)
+# Files/s offered below the target's 200 (25 = 2,500 batches/s, 150 = 15,000).
+SWEEP_RATES = (25, 50, 100, 150)
+# Concurrent committers of the flat-out runs (brokers, each with one commit in flight).
+COMMITTERS = (4, 8, 16)
 
 
 def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
@@ -250,8 +256,12 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     client = DisklessCoordinatorClient(lookup=directory.lookup)
     try:
         files = 100 if quick else 500
-        latencies, seconds, topic_id = _commit_bench(client, files=files, threads=4)
-        rate = files * BATCHES_PER_FILE / seconds
+        flat = {}  # committers -> (latencies, batches/s)
+        for committers in COMMITTERS:
+            latencies, seconds, topic_id = _commit_bench(client, files=files, threads=committers)
+            flat[committers] = (latencies, files * BATCHES_PER_FILE / seconds)
+        best = max(flat, key=lambda n: flat[n][1])
+        latencies, rate = flat[best]
         paced, cpu, busy_pct, steal_pct = _cpu_per_file(cluster, lambda: _commit_paced(
             client, topic_id, rate_files_s=200, files=400 if quick else 2000))
         # Lighter offered loads: where the p99 target holds on this machine, and how it grows.
@@ -268,8 +278,9 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     pp50, pp99 = percentile(paced, 50) * 1e3, percentile(paced, 99) * 1e3
     lp50, lp99 = percentile(floor, 50) * 1e3, percentile(floor, 99) * 1e3
     fp50, fp99 = percentile(finds, 50) * 1e3, percentile(finds, 99) * 1e3
-    say(f"diskless: CommitFile {rate:,.0f} batches/s (4 threads: p50 {p50:.1f} ms p99 {p99:.1f} ms); at 20,000 "
-        f"batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms (no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
+    per_count = ", ".join(f"{n} committers {r:,.0f}" for n, (_, r) in flat.items())
+    say(f"diskless: CommitFile {rate:,.0f} batches/s ({per_count}; {best}: p50 {p50:.1f} ms p99 {p99:.1f} ms); "
+        f"at 20,000 batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms (no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
         f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
         f"consume {consume_mbs:.1f} MB/s")
     say(f"diskless: at 200 files/s the machine was {busy_pct:.0f} % busy ({steal_pct:.0f} % steal); CPU per file: "
@@ -278,8 +289,10 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     return [
         Figure(key="dc_commitfile_batches_s", name="DC CommitFile batches/s per shard", value=rate,
                unit="batches/s", target=">= 20,000 batches/s per shard", target_value=20_000, better="higher",
-               note=f"{files} files of 100 batches, 4 pipelining threads, {over}",
-               params={"files": files}).judge(),
+               note=f"best of {len(COMMITTERS)} flat-out runs of {files} files of 100 batches ({per_count} "
+                    f"batches/s), each committer waiting for its answer before the next; {over}",
+               params={"files": files, "committers": best,
+                       "batches_s_by_committers": {str(n): r for n, (_, r) in flat.items()}}).judge(),
         Figure(key="dc_commitfile_p99_ms", name="DC CommitFile p99, 100-batch file", value=pp99, unit="ms",
                target="p99 <= 20 ms", target_value=20, better="lower",
                note=f"p50 {pp50:.1f} ms; at the target rate, 20,000 batches/s offered open-loop (200 files/s, "
@@ -291,10 +304,11 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
                  note=f"p50 {percentile(lat, 50) * 1e3:.1f} ms; open loop at {rate_s} files/s, as above",
                  params={"p50_ms": percentile(lat, 50) * 1e3, "files": len(lat), "rate_files_s": rate_s}).judge()
           for rate_s, lat in sweep.items()),
-        Figure(key="dc_commitfile_saturated_p99_ms", name="DC CommitFile p99, 100-batch file, 4 threads flat out",
+        Figure(key="dc_commitfile_saturated_p99_ms", name="DC CommitFile p99, 100-batch file, flat out",
                value=p99, unit="ms",
-               note=f"p50 {p50:.1f} ms: closed loop at the throughput above, so by Little's law p50 ~ 4 files / "
-                    f"throughput; {over}", params={"p50_ms": p50}).judge(),
+               note=f"p50 {p50:.1f} ms, {best} committers: closed loop at the throughput above, so by Little's "
+                    f"law p50 ~ {best} files / throughput; {over}",
+               params={"p50_ms": p50, "committers": best}).judge(),
         Figure(key="dc_commitfile_cpu_ms_per_file", name="DC CommitFile at 200 files/s: CPU per file, every process",
                value=cpu["sum"], unit="ms",
                note="utime + stime per 100-batch file over the 200 files/s window, summed over the cluster's "
