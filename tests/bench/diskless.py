@@ -280,7 +280,8 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     fp50, fp99 = percentile(finds, 50) * 1e3, percentile(finds, 99) * 1e3
     per_count = ", ".join(f"{n} committers {r:,.0f}" for n, (_, r) in flat.items())
     say(f"diskless: CommitFile {rate:,.0f} batches/s ({per_count}; {best}: p50 {p50:.1f} ms p99 {p99:.1f} ms); "
-        f"at 20,000 batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms (no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
+        f"at 20,000 batches/s offered p50 {pp50:.1f} ms p99 {pp99:.1f} ms "
+        f"(no-shard floor: p50 {lp50:.1f} ms p99 {lp99:.1f} ms); "
         f"FindBatches p50 {fp50:.2f} ms p99 {fp99:.2f} ms; produce {produce_mbs:.1f} MB/s, "
         f"consume {consume_mbs:.1f} MB/s")
     say(f"diskless: at 200 files/s the machine was {busy_pct:.0f} % busy ({steal_pct:.0f} % steal); CPU per file: "
