@@ -21,7 +21,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos dashboards k8s-build k8s-up k8s-test k8s-down
+        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos chaos-diskless dashboards k8s-build k8s-up k8s-test k8s-down
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-integration  tests/integration only (real redis-server, services)"
 	@echo "make bench             benchmarks           (BENCH_ARGS=--quick for a short run)"
 	@echo "make chaos             random faults + history check (CHAOS_MINUTES=30, CHAOS_SEED=random) -> tests/chaos/RESULTS.md"
+	@echo "make chaos-diskless    the same on a diskless topic, with coordinator shard faults too"
 	@echo "make lint              ruff check"
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
@@ -103,6 +104,10 @@ CHAOS_MINUTES ?= 30
 CHAOS_SEED    ?=
 chaos: setup
 	$(PY) -m tests.chaos.run --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+	  --out tests/chaos/RESULTS.md
+
+chaos-diskless: setup
+	$(PY) -m tests.chaos.run --diskless --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
 	  --out tests/chaos/RESULTS.md
 
 lint: $(PIP_STAMP)

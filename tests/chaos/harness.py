@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from lowtide.client import Admin
+from lowtide.client import Admin, OffsetSpec
 from lowtide.client.replica import FetchPosition, LogDescription, ProducedPartition, ReplicaClient
 from lowtide.errors import LowtideError, NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
@@ -148,6 +148,20 @@ class ChaosEnv:
 
         wait_until(hosted, what=f"{name} hosted on every replica")
 
+    def create_diskless_topic(self, name: str, *, partitions: int = 1) -> None:
+        """A diskless topic (issue 13), ready once Metadata names a produce gateway for every
+        partition and each answers ListOffsets (its shard is serving)."""
+        self.admin.create_topic(name, partitions=partitions, diskless=True)
+
+        def ready() -> bool:
+            meta = self.admin.describe_cluster([name]).topic(name)
+            if len(meta.partitions) != partitions or any(p.leader < 0 for p in meta.partitions):
+                return False
+            answers = self.admin.list_offsets({(name, p): OffsetSpec.LATEST for p in range(partitions)})
+            return all(a.error is None for a in answers.values())
+
+        wait_until(ready, timeout_s=60, what=f"diskless topic {name} served by its coordinator shards")
+
     # -- produce and read ----------------------------------------------------------------------
     def produce(self, topic: str, partition: int, ids: Sequence[str], *, history: History | None = None,
                 leader: int | None = None, timeout_ms: int = 5000, pad: int = 100,
@@ -186,12 +200,18 @@ class ChaosEnv:
                   end: int | None = None, timeout_s: float = 10.0
                   ) -> tuple[int, int, list[tuple[int, bytes | None]]]:
         """Consumer reads from ``broker_id`` from ``start`` to its HW (or ``end``): (LSO, HW, records)."""
+        return self.read_at(self.address(broker_id), topic, partition, start, epoch=epoch, end=end,
+                            timeout_s=timeout_s)
+
+    def read_at(self, address: str, topic: str, partition: int, start: int, *, epoch: int = -1,
+                end: int | None = None, timeout_s: float = 10.0) -> tuple[int, int, list[tuple[int, bytes | None]]]:
+        """``read_from`` the replica at ``address``."""
         out: list[tuple[int, bytes | None]] = []
         offset = start
         lso = hw = -1
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            [r] = self.replicas.fetch(self.address(broker_id), [FetchPosition(
+            [r] = self.replicas.fetch(address, [FetchPosition(
                 topic=topic, partition=partition, fetch_offset=offset, max_bytes=1 << 20,
                 current_leader_epoch=epoch)], max_wait_ms=0, deadline_s=10)
             if r.error is not None:
@@ -204,7 +224,7 @@ class ChaosEnv:
                 offset = got[-1][0] + 1
             if not got or offset >= (hw if end is None else min(hw, end)):
                 return lso, hw, out
-        raise AssertionError(f"reading {topic}-{partition} from replica {broker_id} took over {timeout_s}s")
+        raise AssertionError(f"reading {topic}-{partition} from replica {address} took over {timeout_s}s")
 
     def final_read(self, history: History, topic: str, partition: int, *, timeout_s: float = 30.0) -> FinalRead:
         """The full read of a healed partition from its leader, recorded as the history's final read.
@@ -231,6 +251,40 @@ class ChaosEnv:
                 if isinstance(exc, NetworkException):
                     for r in range(len(self.cluster.services("replica"))):
                         self.forget(r)
+            if time.monotonic() > deadline + 15:
+                raise AssertionError(f"no final read of {topic}-{partition}: {last!r}")
+            time.sleep(0.2)
+
+
+    def final_read_diskless(self, history: History, topic: str, partition: int, *,
+                            timeout_s: float = 30.0) -> FinalRead:
+        """``final_read`` for a diskless partition: its offsets come from its coordinator shard
+        (ListOffsets through the front door), its records from whichever replica Metadata names
+        (any replica serves any diskless partition). Waits (bounded) until the HW covers every
+        acknowledged offset."""
+        acked_end = max((a.base_offset + len(a.ids) for a in history.produces
+                         if (a.topic, a.partition) == (topic, partition)), default=0)
+        tp = (topic, partition)
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        while True:
+            try:
+                latest = self.admin.list_offsets({tp: OffsetSpec.LATEST})[tp]
+                if latest.error is not None:
+                    raise latest.error
+                if latest.offset >= acked_end or time.monotonic() > deadline:
+                    at = time.monotonic()
+                    earliest = self.admin.list_offsets({tp: OffsetSpec.EARLIEST})[tp]
+                    if earliest.error is not None:
+                        raise earliest.error
+                    address = self.admin.describe_cluster([topic]).leader_address(topic, partition)
+                    lso, hw, recs = self.read_at(address, topic, partition, earliest.offset)
+                    final = FinalRead(topic, partition, log_start_offset=lso, high_watermark=hw,
+                                      records=tuple((o, decode_id(v)) for o, v in recs), at=at)
+                    history.final(final)
+                    return final
+            except (LowtideError, AssertionError) as exc:
+                last = exc
             if time.monotonic() > deadline + 15:
                 raise AssertionError(f"no final read of {topic}-{partition}: {last!r}")
             time.sleep(0.2)

@@ -13,6 +13,16 @@ Fault kinds:
 ``redis_restart``    redis-server stopped (SIGTERM: its AOF is flushed) and started again on the
                      same port with the same data directory.
 
+Diskless runs (``DISKLESS_FAULT_KINDS``) add the coordinator shards, whose state is their metadata
+log on the replicas (the replica faults above, aimed at the leaders of ``__diskless_metadata``):
+
+``coordinator_kill_restart``
+                     kill -9 of a diskless coordinator shard (its SQLite applier child sees EOF and
+                     exits), then started again: it rebuilds from its snapshot and metadata log.
+``coordinator_pause``
+                     SIGSTOP of a shard: its leader lease lapses while it is stopped; on SIGCONT it
+                     must notice it no longer leads before it appends anything.
+
 Slow disk is not injected: it needs root and a block-device delay (dm-delay) or a FUSE layer under a
 replica's data directory, neither of which a local cluster on a shared machine can count on.
 
@@ -38,6 +48,7 @@ from lowtide.metadata.store import MetadataStore
 log = logging.getLogger("chaos.nemesis")
 
 FAULT_KINDS = ("kill_restart", "pause_resume", "pause_leader", "leader_pause_follower_restart", "redis_restart")
+DISKLESS_FAULT_KINDS = (*FAULT_KINDS, "coordinator_kill_restart", "coordinator_pause")
 
 
 @dataclass
@@ -182,6 +193,9 @@ class RandomNemesis:
     def _replicas(self) -> list[str]:
         return [s.name for s in self.nemesis.cluster.services("replica")]
 
+    def _coordinators(self) -> list[str]:
+        return [s.name for s in self.nemesis.cluster.services("coordinator")]
+
     def _leader_of(self, partition: int) -> str | None:
         store = MetadataStore.from_url(self.nemesis.cluster.redis_url)
         try:
@@ -199,6 +213,11 @@ class RandomNemesis:
         if kind == "redis_restart":
             return self.nemesis.restart_redis(rng.uniform(0.3, 2.5), sleep=sleep)
         duration = rng.uniform(0.5, 2.3 * self.session_s)
+        if kind in ("coordinator_kill_restart", "coordinator_pause"):
+            target = rng.choice(self._coordinators())
+            if kind == "coordinator_kill_restart":
+                return self.nemesis.kill_restart(target, duration, sleep=sleep, kind=kind)
+            return self.nemesis.pause_resume(target, duration, sleep=sleep, kind=kind)
         if kind == "pause_leader":
             partition = rng.randrange(self.partitions)
             target = self._leader_of(partition) or rng.choice(self._replicas())

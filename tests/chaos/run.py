@@ -1,11 +1,18 @@
 """Randomized fault injection against a local 3-replica cluster, checked against its history.
 
     python -m tests.chaos.run --minutes 30 --seed 7 --out tests/chaos/RESULTS.md
+    python -m tests.chaos.run --diskless --minutes 30 --out tests/chaos/RESULTS.md
 
 Starts a cluster (3 s session timeout, 3 s ISR lag limit), creates an RF 3 topic with
 min.insync.replicas=2, runs the workload (acks=all producers, a DeleteRecords caller, readers) and a
 random nemesis (kill -9 / SIGSTOP of replicas, the leader especially, redis-server restarts) for the
 given time, heals everything, reads every partition in full from its leader and runs the checker.
+
+``--diskless`` runs the same workload and checker on a diskless topic (issue 13): produce answered
+once the WAL file is committed by its coordinator shard, DeleteRecords and ListOffsets answered by
+the shard, fetch through whichever replica Metadata names. The nemesis then also kills -9 and
+SIGSTOPs the two coordinator shards, and its leader faults aim at the leaders of the shards'
+metadata log partitions (``__diskless_metadata``), where the shards' whole state lives.
 Prints a summary table, appends it to ``--out`` (date, seed, duration, commit) and exits 1 on any
 violation, 2 when the harness itself failed.
 """
@@ -26,13 +33,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lowtide.client import OffsetSpec
+from lowtide.coordinator.metadata_log import METADATA_TOPIC
 from lowtide.localcluster import LocalCluster
 from tests.chaos.checker import VIOLATION_KINDS, History, Summary, Violation, check
 from tests.chaos.harness import SESSION_TIMEOUT_MS, ChaosEnv, log_tails, start_cluster, wait_until
-from tests.chaos.nemesis import FAULT_KINDS, Nemesis, RandomNemesis
+from tests.chaos.nemesis import DISKLESS_FAULT_KINDS, FAULT_KINDS, Nemesis, RandomNemesis
 from tests.chaos.workload import Workload
 
 TOPIC = "chaos"
+DISKLESS_TOPIC = "chaos-diskless"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -48,6 +58,7 @@ class RunResult:
     violations: list[Violation]
     harness_errors: list[str] = field(default_factory=list)
     fault_log: list[str] = field(default_factory=list)
+    diskless: bool = False
 
     @property
     def ok(self) -> bool:
@@ -57,8 +68,9 @@ class RunResult:
         s = self.summary
         rows = [("date", self.started_at), ("seed", str(self.seed)),
                 ("duration", f"{self.minutes:g} min of faults, {self.elapsed_s:.0f} s in all"),
-                ("commit", self.commit)]
-        rows += [(f"faults: {k}", str(self.faults.get(k, 0))) for k in FAULT_KINDS]
+                ("commit", self.commit), ("topic", "diskless" if self.diskless else "classic (RF 3)")]
+        rows += [(f"faults: {k}", str(self.faults.get(k, 0)))
+                 for k in (DISKLESS_FAULT_KINDS if self.diskless else FAULT_KINDS)]
         rows += [("records acknowledged", f"{s.records_acked} ({s.produces_acked} acks=all batches)"),
                  ("deletes acknowledged", f"{s.deletes_acked} of {s.deletes_attempted} attempted"),
                  ("reads", f"{s.reads} ({s.records_read} records served)"),
@@ -87,19 +99,27 @@ def git_commit() -> str:
     return (head or "unknown") + (" (+ uncommitted changes)" if dirty else "")
 
 
-def _settle(env: ChaosEnv, partitions: int, replicas: int, say: Callable[[str], None]) -> None:
-    """After healing: every replica live, every partition led with the full ISR (bounded wait)."""
+def _settle(env: ChaosEnv, partitions: int, replicas: int, say: Callable[[str], None], *,
+            diskless: bool = False) -> None:
+    """After healing: every replica live, every partition led with the full ISR (for a diskless
+    topic: its shards' metadata log partitions, and every partition answering ListOffsets)."""
+    replicated = [(METADATA_TOPIC, k) for k in range(len(env.cluster.services("coordinator")))] if diskless \
+        else [(TOPIC, p) for p in range(partitions)]
     try:
         wait_until(lambda: len(env.live_brokers()) == replicas, timeout_s=30, what="every replica live")
-        for p in range(partitions):
-            wait_until(lambda p=p: env.leader(TOPIC, p) >= 0 and len(env.state(TOPIC, p).isr) == replicas,
-                       timeout_s=30, what=f"{TOPIC}-{p} led with a full ISR")
+        for topic, p in replicated:
+            wait_until(lambda t=topic, p=p: env.leader(t, p) >= 0 and len(env.state(t, p).isr) == replicas,
+                       timeout_s=30, what=f"{topic}-{p} led with a full ISR")
+        if diskless:
+            wanted = {(DISKLESS_TOPIC, p): OffsetSpec.LATEST for p in range(partitions)}
+            wait_until(lambda: all(a.error is None for a in env.admin.list_offsets(wanted).values()),
+                       timeout_s=60, what=f"every {DISKLESS_TOPIC} partition served by its shard")
     except AssertionError as exc:
         say(f"settle: {exc} (checking anyway)")
 
 
 def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partitions: int = 3,
-              say: Callable[[str], None] = print, keep_data: bool = False) -> RunResult:
+              say: Callable[[str], None] = print, keep_data: bool = False, diskless: bool = False) -> RunResult:
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     t0 = time.monotonic()
     own_dir = data_dir is None
@@ -110,15 +130,23 @@ def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partit
     nemesis: Nemesis | None = None
     violations: list[Violation] = []
     env: ChaosEnv | None = None
-    say(f"chaos: seed {seed}, {minutes:g} min, cluster in {data_dir}")
+    topic = DISKLESS_TOPIC if diskless else TOPIC
+    say(f"chaos: seed {seed}, {minutes:g} min, {'diskless' if diskless else 'classic'} topic, cluster in {data_dir}")
     try:
         cluster = start_cluster(data_dir, register=clusters.append)
         env = ChaosEnv(cluster)
-        env.create_topic(TOPIC, partitions=partitions, rf=3)
         nemesis = Nemesis(cluster, say=say)
-        random_nemesis = RandomNemesis(nemesis, seed=seed, topic=TOPIC, partitions=partitions,
-                                       session_timeout_ms=SESSION_TIMEOUT_MS)
-        workload = Workload(bootstrap=cluster.bootstrap, history=history, topic=TOPIC, partitions=partitions,
+        if diskless:
+            env.create_diskless_topic(topic, partitions=partitions)
+            # The leader faults aim at the shards' metadata log: their state.
+            random_nemesis = RandomNemesis(nemesis, seed=seed, topic=METADATA_TOPIC,
+                                           partitions=len(cluster.services("coordinator")),
+                                           session_timeout_ms=SESSION_TIMEOUT_MS, kinds=DISKLESS_FAULT_KINDS)
+        else:
+            env.create_topic(topic, partitions=partitions, rf=3)
+            random_nemesis = RandomNemesis(nemesis, seed=seed, topic=topic, partitions=partitions,
+                                           session_timeout_ms=SESSION_TIMEOUT_MS)
+        workload = Workload(bootstrap=cluster.bootstrap, history=history, topic=topic, partitions=partitions,
                             seed=seed, say=say)
         workload.start()
         stop = threading.Event()
@@ -132,7 +160,7 @@ def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partit
         nemesis.heal()
         if random_nemesis.error is not None:
             harness_errors.append(f"nemesis: {random_nemesis.error!r}")
-        _settle(env, partitions, len(cluster.services("replica")), say)
+        _settle(env, partitions, len(cluster.services("replica")), say, diskless=diskless)
         time.sleep(1.0)  # the workload keeps going on the healed cluster for a moment
         workload.stop()
         workload.join()
@@ -140,7 +168,10 @@ def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partit
         say("chaos: final read")
         for p in range(partitions):
             try:
-                env.final_read(history, TOPIC, p)
+                if diskless:
+                    env.final_read_diskless(history, topic, p)
+                else:
+                    env.final_read(history, topic, p)
             except AssertionError as exc:
                 harness_errors.append(str(exc))
         violations = check(history)
@@ -161,13 +192,14 @@ def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partit
                        commit=git_commit(), faults=dict(nemesis.counts()) if nemesis else {},
                        summary=Summary.of(history, violations), violations=violations,
                        harness_errors=harness_errors,
-                       fault_log=[f.describe() for f in nemesis.faults] if nemesis else [])
+                       fault_log=[f.describe() for f in nemesis.faults] if nemesis else [], diskless=diskless)
     return result
 
 
 def write_results(result: RunResult, out: Path) -> None:
     header = "" if out.exists() else "# Chaos runs\n\nAppended by `python -m tests.chaos.run` (`make chaos`).\n"
-    section = f"\n## {result.started_at} — seed {result.seed}, {result.minutes:g} min\n\n{result.table()}\n"
+    kind = ", diskless topic" if result.diskless else ""
+    section = f"\n## {result.started_at} — seed {result.seed}, {result.minutes:g} min{kind}\n\n{result.table()}\n"
     with open(out, "a", encoding="utf-8") as fh:
         fh.write(header + section)
 
@@ -180,10 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=None, help="cluster directory (default: a temp dir)")
     parser.add_argument("--keep-data", action="store_true", help="keep the cluster directory after a pass")
+    parser.add_argument("--diskless", action="store_true",
+                        help="a diskless topic, with coordinator shard faults besides the replica ones")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     result = run_chaos(minutes=args.minutes, seed=seed, data_dir=args.data_dir, partitions=args.partitions,
-                       keep_data=args.keep_data)
+                       keep_data=args.keep_data, diskless=args.diskless)
     print(result.table())
     if args.out is not None:
         write_results(result, args.out)
