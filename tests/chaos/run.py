@@ -7,14 +7,15 @@ Starts a cluster (3 s session timeout, 3 s ISR lag limit), creates an RF 3 topic
 min.insync.replicas=2, runs the workload (acks=all producers, a DeleteRecords caller, readers) and a
 random nemesis (kill -9 / SIGSTOP of replicas, the leader especially, redis-server restarts) for the
 given time, heals everything, reads every partition in full from its leader and runs the checker.
+Prints a summary table, appends it to ``--out`` (date, seed, duration, commit) and exits 1 on any
+violation, 2 when the harness itself failed.
 
 ``--diskless`` runs the same workload and checker on a diskless topic (issue 13): produce answered
 once the WAL file is committed by its coordinator shard, DeleteRecords and ListOffsets answered by
 the shard, fetch through whichever replica Metadata names. The nemesis then also kills -9 and
 SIGSTOPs the two coordinator shards, and its leader faults aim at the leaders of the shards'
-metadata log partitions (``__diskless_metadata``), where the shards' whole state lives.
-Prints a summary table, appends it to ``--out`` (date, seed, duration, commit) and exits 1 on any
-violation, 2 when the harness itself failed.
+metadata log partitions (``__diskless_metadata``), where the shards' whole state lives. Last, each
+shard's SQLite tables must equal a rebuild from its metadata log (``shard_state_diverged``).
 """
 
 from __future__ import annotations
