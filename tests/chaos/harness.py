@@ -229,8 +229,7 @@ class ChaosEnv:
     def final_read(self, history: History, topic: str, partition: int, *, timeout_s: float = 30.0) -> FinalRead:
         """The full read of a healed partition from its leader, recorded as the history's final read.
         Waits (bounded) until the leader's HW covers every acknowledged offset."""
-        acked_end = max((a.base_offset + len(a.ids) for a in history.produces
-                         if (a.topic, a.partition) == (topic, partition)), default=0)
+        acked_end = _acked_end(history, topic, partition)
         deadline = time.monotonic() + timeout_s
         last: BaseException | None = None
         while True:
@@ -240,12 +239,8 @@ class ChaosEnv:
                     info = self.describe(st.leader, topic, partition)
                     if info.role == "leader" and (info.high_watermark >= acked_end or time.monotonic() > deadline):
                         at = time.monotonic()
-                        lso, hw, recs = self.read_from(st.leader, topic, partition, info.log_start_offset,
-                                                       epoch=st.leader_epoch)
-                        final = FinalRead(topic, partition, log_start_offset=lso, high_watermark=hw,
-                                          records=tuple((o, decode_id(v)) for o, v in recs), at=at)
-                        history.final(final)
-                        return final
+                        return _record_final(history, topic, partition, at, self.read_from(
+                            st.leader, topic, partition, info.log_start_offset, epoch=st.leader_epoch))
             except (LowtideError, AssertionError) as exc:
                 last = exc
                 if isinstance(exc, NetworkException):
@@ -255,15 +250,13 @@ class ChaosEnv:
                 raise AssertionError(f"no final read of {topic}-{partition}: {last!r}")
             time.sleep(0.2)
 
-
     def final_read_diskless(self, history: History, topic: str, partition: int, *,
                             timeout_s: float = 30.0) -> FinalRead:
         """``final_read`` for a diskless partition: its offsets come from its coordinator shard
         (ListOffsets through the front door), its records from whichever replica Metadata names
         (any replica serves any diskless partition). Waits (bounded) until the HW covers every
         acknowledged offset."""
-        acked_end = max((a.base_offset + len(a.ids) for a in history.produces
-                         if (a.topic, a.partition) == (topic, partition)), default=0)
+        acked_end = _acked_end(history, topic, partition)
         tp = (topic, partition)
         deadline = time.monotonic() + timeout_s
         last: BaseException | None = None
@@ -278,16 +271,29 @@ class ChaosEnv:
                     if earliest.error is not None:
                         raise earliest.error
                     address = self.admin.describe_cluster([topic]).leader_address(topic, partition)
-                    lso, hw, recs = self.read_at(address, topic, partition, earliest.offset)
-                    final = FinalRead(topic, partition, log_start_offset=lso, high_watermark=hw,
-                                      records=tuple((o, decode_id(v)) for o, v in recs), at=at)
-                    history.final(final)
-                    return final
+                    return _record_final(history, topic, partition, at,
+                                         self.read_at(address, topic, partition, earliest.offset))
             except (LowtideError, AssertionError) as exc:
                 last = exc
             if time.monotonic() > deadline + 15:
                 raise AssertionError(f"no final read of {topic}-{partition}: {last!r}")
             time.sleep(0.2)
+
+
+def _acked_end(history: History, topic: str, partition: int) -> int:
+    """One past the highest acknowledged offset of the partition (0: none)."""
+    return max((a.base_offset + len(a.ids) for a in history.produces
+                if (a.topic, a.partition) == (topic, partition)), default=0)
+
+
+def _record_final(history: History, topic: str, partition: int, at: float,
+                  read: tuple[int, int, list[tuple[int, bytes | None]]]) -> FinalRead:
+    """A full read (LSO, HW, records) recorded as the history's final read of the partition."""
+    lso, hw, recs = read
+    final = FinalRead(topic, partition, log_start_offset=lso, high_watermark=hw,
+                      records=tuple((o, decode_id(v)) for o, v in recs), at=at)
+    history.final(final)
+    return final
 
 
 def ids_for(prefix: str, start: int, count: int) -> list[str]:
