@@ -157,10 +157,14 @@ class ChaosEnv:
             meta = self.admin.describe_cluster([name]).topic(name)
             if len(meta.partitions) != partitions or any(p.leader < 0 for p in meta.partitions):
                 return False
-            answers = self.admin.list_offsets({(name, p): OffsetSpec.LATEST for p in range(partitions)})
-            return all(a.error is None for a in answers.values())
+            return self.diskless_served(name, partitions)
 
         wait_until(ready, timeout_s=60, what=f"diskless topic {name} served by its coordinator shards")
+
+    def diskless_served(self, name: str, partitions: int) -> bool:
+        """Whether every partition of diskless topic ``name`` answers ListOffsets (its shard serves)."""
+        answers = self.admin.list_offsets({(name, p): OffsetSpec.LATEST for p in range(partitions)})
+        return all(a.error is None for a in answers.values())
 
     # -- produce and read ----------------------------------------------------------------------
     def produce(self, topic: str, partition: int, ids: Sequence[str], *, history: History | None = None,

@@ -20,8 +20,8 @@ log on the replicas (the replica faults above, aimed at the leaders of ``__diskl
                      kill -9 of a diskless coordinator shard (its SQLite applier child sees EOF and
                      exits), then started again: it rebuilds from its snapshot and metadata log.
 ``coordinator_pause``
-                     SIGSTOP of a shard: its leader lease lapses while it is stopped; on SIGCONT it
-                     must notice it no longer leads before it appends anything.
+                     SIGSTOP of a shard; a long pause lets its leader lease lapse, and on SIGCONT
+                     it must notice it no longer leads before it appends anything.
 
 Slow disk is not injected: it needs root and a block-device delay (dm-delay) or a FUSE layer under a
 replica's data directory, neither of which a local cluster on a shared machine can count on.

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lowtide.client import OffsetSpec
 from lowtide.coordinator.metadata_log import METADATA_TOPIC
 from lowtide.errors import OffsetOutOfRange
 from lowtide.localcluster import LocalCluster
@@ -115,8 +114,7 @@ def _settle(env: ChaosEnv, partitions: int, replicas: int, say: Callable[[str], 
             wait_until(lambda t=topic, p=p: env.leader(t, p) >= 0 and len(env.state(t, p).isr) == replicas,
                        timeout_s=30, what=f"{topic}-{p} led with a full ISR")
         if diskless:
-            wanted = {(DISKLESS_TOPIC, p): OffsetSpec.LATEST for p in range(partitions)}
-            wait_until(lambda: all(a.error is None for a in env.admin.list_offsets(wanted).values()),
+            wait_until(lambda: env.diskless_served(DISKLESS_TOPIC, partitions),
                        timeout_s=60, what=f"every {DISKLESS_TOPIC} partition served by its shard")
     except AssertionError as exc:
         say(f"settle: {exc} (checking anyway)")
