@@ -21,7 +21,8 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos chaos-diskless dashboards k8s-build k8s-up k8s-test k8s-down
+        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos chaos-diskless dashboards k8s-build k8s-up k8s-test k8s-down \
+        docs
 
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
@@ -37,6 +38,7 @@ help:
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
 	@echo "make kafka-tools       fetch Kafka's CLI tools (.tools/bin/kafka-*) and Spark's Kafka connector from Maven Central"
 	@echo "make chart-lint        helm lint + helm template of charts/lowtide"
+	@echo "make docs              regenerate the Kafka API table in docs/kafka-compatibility.md from lowtide.kafka"
 	@echo "make dashboards        regenerate charts/lowtide/dashboards/*.json and rules/*.yaml from lowtide.observability"
 	@echo "make k8s-build         build (once) the local Kubernetes: binaries, base image  (tests/k8s, root)"
 	@echo "make k8s-up / k8s-down start / stop a real single-node Kubernetes (KUBECONFIG in ~/.cache/lowtide-k8s/run)"
@@ -119,6 +121,10 @@ contract-check: setup
 
 dashboards: $(PIP_STAMP)
 	@$(PY) -m lowtide.observability charts/lowtide
+
+# The generated parts of docs/ (tests/unit/kafka/test_compat_doc.py checks they are current).
+docs: $(PIP_STAMP) $(PB_STAMP)
+	@$(PY) -m lowtide.kafka.compat_doc docs/kafka-compatibility.md
 
 # helm lint --strict and helm template with default and with full values (charts/lowtide/ci); the
 # values schema must refuse a wrong value and take an all-digit image tag (skaffold's short git SHA
