@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-TP = tuple[str, int]
+from lowtide.messages import TopicPartition
+
 VALUE_PREFIX = b"chaos:"
 
 VIOLATION_KINDS = ("lost_record", "wrong_payload", "duplicate_offset", "read_conflict", "served_below_lw",
@@ -146,9 +147,9 @@ class History:
         self.delete_attempts: list[DeleteAttempt] = []
         self.deletes: list[DeleteAck] = []
         self.reads: list[ReadObs] = []
-        self.finals: dict[TP, FinalRead] = {}
+        self.finals: dict[TopicPartition, FinalRead] = {}
         self.errors: Counter[str] = Counter()
-        self._floor: dict[TP, int] = {}
+        self._floor: dict[TopicPartition, int] = {}
 
     def now(self) -> float:
         return self.clock()
@@ -193,7 +194,7 @@ class History:
         with self._lock:
             self.errors[name] += 1
 
-    def partitions(self) -> set[TP]:
+    def partitions(self) -> set[TopicPartition]:
         with self._lock:
             return ({(a.topic, a.partition) for a in self.produces} | {(d.topic, d.partition) for d in self.deletes}
                     | set(self.finals))
@@ -206,11 +207,11 @@ class _LowWatermarks:
     """Per partition: the highest LW acknowledged strictly before a given time."""
 
     def __init__(self, deletes: Iterable[DeleteAck]) -> None:
-        by_tp: dict[TP, list[DeleteAck]] = {}
+        by_tp: dict[TopicPartition, list[DeleteAck]] = {}
         for d in deletes:
             by_tp.setdefault((d.topic, d.partition), []).append(d)
-        self._times: dict[TP, list[float]] = {}
-        self._max: dict[TP, list[tuple[int, DeleteAck]]] = {}
+        self._times: dict[TopicPartition, list[float]] = {}
+        self._max: dict[TopicPartition, list[tuple[int, DeleteAck]]] = {}
         for tp, acks in by_tp.items():
             acks.sort(key=lambda d: d.acked)
             running: list[tuple[int, DeleteAck]] = []
@@ -222,7 +223,7 @@ class _LowWatermarks:
             self._times[tp] = [d.acked for d in acks]
             self._max[tp] = running
 
-    def before(self, tp: TP, t: float) -> tuple[int, DeleteAck | None]:
+    def before(self, tp: TopicPartition, t: float) -> tuple[int, DeleteAck | None]:
         times = self._times.get(tp)
         if not times:
             return -1, None
@@ -245,11 +246,11 @@ def _ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
 def check(history: History) -> list[Violation]:
     """Every violation of the invariants in the module doc (empty list = the history is clean)."""
     violations: list[Violation] = []
-    acked: dict[TP, dict[int, ProduceAck]] = {}
-    acked_id: dict[TP, dict[int, str]] = {}
+    acked: dict[TopicPartition, dict[int, ProduceAck]] = {}
+    acked_id: dict[TopicPartition, dict[int, str]] = {}
 
     # duplicate_offset: two different acknowledged payloads at one offset (reported per range)
-    duplicates: dict[TP, dict[int, str]] = {}
+    duplicates: dict[TopicPartition, dict[int, str]] = {}
     for ack in sorted(history.produces, key=lambda a: a.acked):
         tp = (ack.topic, ack.partition)
         ids, by = acked_id.setdefault(tp, {}), acked.setdefault(tp, {})

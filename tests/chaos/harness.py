@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lowtide.client import Admin, OffsetSpec
-from lowtide.client.replica import FetchPosition, LogDescription, ProducedPartition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import LowtideError, NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import tail_file
+from lowtide.messages.replica import FetchPosition, LogDescription, ProducedPartition
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch

@@ -15,9 +15,10 @@ import grpc
 import pytest
 
 from lowtide.client import Consumer
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import LowtideError
 from lowtide.localcluster.kinds import REPLICA_MODULE, supported_flags
+from lowtide.messages.replica import FetchPosition
 from lowtide.record import crc32c, decode_batches, encode_batch
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide_pb import replica_pb2, replica_pb2_grpc

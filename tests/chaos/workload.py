@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable
 
 from lowtide.client import Admin, ClusterMetadata, OffsetSpec
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import LowtideError, NetworkException
+from lowtide.messages.replica import FetchPosition
 from lowtide.record import decode_batches, encode_batch
 from lowtide.rpc.channels import ChannelPool
 from tests.chaos.checker import History, ReadObs, decode_id, encode_value

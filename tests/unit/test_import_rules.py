@@ -16,11 +16,14 @@ from pathlib import Path
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 
-BASE = {"errors", "clock"}
+BASE = {"errors", "clock", "messages"}
 # package -> the lowtide packages it may import (besides itself). "errors" and "clock" are modules.
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
+    # The services' messages (one module per service) and the one TopicPartition: plain data that
+    # a service's handlers and its clients share, below everything else.
+    "messages": {"errors", "clock"},
     "record": BASE,
     "auth": BASE,
     # rpc.wire re-encodes protobuf lengths with record's unsigned varint.
@@ -67,13 +70,13 @@ PROTOBUF_MODULE_NAMES = {"servicer", "server", "registration"}
 PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
-    "lowtide", "lowtide.errors", "lowtide.clock",
+    "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
     "lowtide.record._validate", "lowtide.record.columns", "lowtide.record._columns",
     "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.status", "lowtide.rpc.wire",
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",
-    "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica",
+    "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica", "lowtide.messages.replica",
     "lowtide.client.transactions",
 }
 # grpcio's own __init__ imports the bare grpc_health / grpc_reflection packages for backwards
@@ -116,6 +119,83 @@ def find_violations(root: Path) -> list[str]:
                 if target not in MAY_IMPORT.get(package, set()):
                     violations.append(f"{where}: lowtide.{package} may not import lowtide.{target}")
     return violations
+
+
+# The packages that run servers (or their domain code): they call other services through
+# lowtide.client's callers, but take every message type from lowtide.messages.
+SERVER_PACKAGES = {"replica", "frontdoor", "coordinator", "diskless", "scanner", "kafka", "groups", "common",
+                   "log", "metadata", "purgatory", "objectstore", "leases", "observability"}
+
+
+def _message_types(path: Path) -> set[str]:
+    """Top-level dataclasses and NamedTuples of a module: message types, not callers."""
+    names = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.ClassDef):
+            decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+            bases = {ast.unparse(b) for b in node.bases}
+            if "dataclass" in decorators or "NamedTuple" in bases:
+                names.add(node.name)
+    return names
+
+
+def _defined_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def find_client_type_imports(root: Path) -> list[str]:
+    """Server-side imports of a message type from ``lowtide.client`` (or of a name the client
+    module only re-exports), as ``path:line: message``."""
+    violations = []
+    for path in sorted((root / "lowtide").rglob("*.py")):
+        rel = path.relative_to(root / "lowtide")
+        if len(rel.parts) < 2 or rel.parts[0] not in SERVER_PACKAGES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.startswith("lowtide.client.")):
+                continue
+            source = root / (node.module.replace(".", "/") + ".py")
+            defined, messages = _defined_names(source), _message_types(source)
+            for alias in node.names:
+                where = f"{path.relative_to(root)}:{node.lineno}"
+                if alias.name in messages or alias.name not in defined:
+                    violations.append(f"{where}: {alias.name} is a message type: import it from lowtide.messages")
+    return violations
+
+
+def _upward_edges() -> list[str]:
+    """Pairs of packages that may import each other, directly or through others (a cycle)."""
+    cycles = []
+    for start in MAY_IMPORT:
+        seen, todo = set(), list(MAY_IMPORT[start])
+        while todo:
+            package = todo.pop()
+            if package == start:
+                cycles.append(start)
+                break
+            if package not in seen:
+                seen.add(package)
+                todo.extend(MAY_IMPORT.get(package, ()))
+    return cycles
+
+
+def test_the_packages_form_layers_with_no_import_upward():
+    # Every package's allowed imports reach only packages below it: no package may import one that
+    # (directly or not) may import it back.
+    assert _upward_edges() == []
+    assert set(MAY_IMPORT) >= {t for targets in MAY_IMPORT.values() for t in targets}
+    assert MAY_IMPORT["messages"] <= {"errors", "clock"}
+
+
+def test_no_server_package_imports_a_message_type_from_the_client():
+    assert find_client_type_imports(SERVICES) == []
 
 
 def test_every_package_imports_only_what_its_rule_allows():

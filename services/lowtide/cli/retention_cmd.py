@@ -23,8 +23,7 @@ from lowtide.cli.output import emit, progress
 from lowtide.client import Admin, OffsetSpec
 from lowtide.client.admin import CommittedOffset, ListedOffset
 from lowtide.client.retention import RetentionPlan, plan_consumed_retention, run_consumed_retention
-
-TopicPartition = tuple[str, int]
+from lowtide.messages import TopicPartition
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,13 +15,12 @@ from lowtide.client.metadata import (
     TopicMetadata,
     topic_from_error,
 )
-from lowtide.client.replica import PartitionDeletion, PartitionOffset
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import PartitionDeletion, PartitionOffset
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
-
-TopicPartition = tuple[str, int]
 
 
 class OffsetSpec:

@@ -24,19 +24,20 @@ from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.metadata import ClusterMetadata
-from lowtide.client.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     InvalidRequest,
     LeaderNotAvailable,
     LowtideError,
     OffsetOutOfRange,
 )
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPartition, FetchPosition
 from lowtide.record import iter_batches
 from lowtide.record.columns import BinaryColumn, Columns, columnize
 from lowtide.rpc.channels import ChannelPool
 
 MiB = 1 << 20
-TopicPartition = tuple[str, int]
 _NO_END = (1 << 63) - 1
 
 

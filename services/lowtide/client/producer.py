@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from lowtide.client.admin import Admin
 from lowtide.client.metadata import ClusterMetadata
 from lowtide.client.partitioner import partition_for_key
-from lowtide.client.replica import ProducedPartition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.client.transactions import TransactionManager
 from lowtide.clock import now_ms
 from lowtide.errors import (
@@ -57,6 +57,7 @@ from lowtide.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from lowtide.messages.replica import ProducedPartition
 from lowtide.record import (
     BATCH_HEADER_SIZE,
     TRANSACTIONAL_MASK,

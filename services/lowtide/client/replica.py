@@ -3,8 +3,8 @@
 Used by the producer and consumer (Produce, Fetch to leaders), the front door's fan-out
 (ListOffsets, DeleteRecords to leaders), the follower fetcher of a replica (Fetch with its
 ``replica_id``), the local cluster's tools and the demo (DescribeLogs). Callers hand it plain
-tuples and dataclasses and get dataclasses back: no caller outside ``rpc``/``client`` and the
-servicers touches generated protobuf code.
+tuples and the service's messages (``lowtide.messages.replica``) and get those dataclasses back:
+no caller outside ``rpc``/``client`` and the servicers touches generated protobuf code.
 
 Errors: a whole-call failure raises the ``LowtideError`` it carried (an unreachable broker is
 NETWORK_EXCEPTION, a passed deadline REQUEST_TIMED_OUT); per-partition errors come back as the
@@ -15,150 +15,30 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
-from lowtide.errors import LowtideError, NetworkException, error_or_none
+from lowtide.errors import NetworkException, error_or_none
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import (
+    READ_UNCOMMITTED,
+    EpochEndOffset,
+    EpochQuery,
+    FetchedPartition,
+    FetchPosition,
+    LogDescription,
+    PartitionDeletion,
+    PartitionOffset,
+    ProducedPartition,
+    ReplicaLogs,
+    TxnMarkerRequest,
+    TxnMarkerResult,
+)
 from lowtide.rpc.channels import PooledClient, call
 from lowtide.rpc.status import error_from_rpc
 from lowtide.rpc.wire import split_bytes_field
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
-
-MiB = 1 << 20
-TopicPartition = tuple[str, int]
-# Kafka's isolation levels (Fetch, ListOffsets).
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
-ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionResult:
-    """What every per-partition answer starts with; ``error`` (where present) None = success."""
-
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducedPartition(PartitionResult):
-    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
-
-    base_offset: int = -1
-    log_start_offset: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPosition:
-    """One partition of a Fetch: read from ``fetch_offset``. A follower also reports its log start
-    offset (KIP-107) and leader epoch; a consumer leaves them at 0 / -1."""
-
-    topic: str
-    partition: int
-    fetch_offset: int
-    log_start_offset: int = 0
-    max_bytes: int = MiB
-    current_leader_epoch: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedPartition(PartitionResult):
-    """One partition of a Fetch response: whole record batches, and the leader's offsets."""
-
-    error: LowtideError | None = None
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    log_end_offset: int = -1
-    leader_epoch: int = -1
-    # bytes, or a read-only memoryview of the received message (a follower's Replicate stream)
-    records: bytes | memoryview = b""
-    # READ_COMMITTED only (-1 / empty otherwise): where committed data ends, and the aborted
-    # transactions (producer id, first offset) overlapping ``records``.
-    last_stable_offset: int = -1
-    aborted_transactions: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarkerRequest:
-    """One WriteTxnMarkers entry: end the transaction of ``producer_id`` on these partitions."""
-
-    producer_id: int
-    producer_epoch: int
-    commit: bool
-    partitions: tuple[TopicPartition, ...]
-    coordinator_epoch: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarkerResult(PartitionResult):
-    """Whether one partition holds the marker (``error`` None) of producer ``producer_id``."""
-
-    producer_id: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOffset(PartitionResult):
-    """A ListOffsets answer of one partition: ``offset`` -1 when nothing matches or on error."""
-
-    offset: int = -1
-    timestamp: int = -1
-    leader_epoch: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionDeletion(PartitionResult):
-    """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error."""
-
-    low_watermark: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EpochQuery:
-    """One partition of OffsetForLeaderEpoch: where does ``leader_epoch`` end on the leader?"""
-
-    topic: str
-    partition: int
-    leader_epoch: int
-    current_leader_epoch: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset(PartitionResult):
-    """The leader's answer: the largest epoch <= the asked one it knows and its end offset
-    (both -1 when the asked epoch is newer than any it knows)."""
-
-    leader_epoch: int = -1
-    end_offset: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogDescription(PartitionResult):
-    """One hosted replica as DescribeLogs reports it (``low_watermark`` -1 on followers)."""
-
-    role: str
-    leader: int
-    leader_epoch: int
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
-    low_watermark: int
-    size_bytes: int
-    segments: int
-    isr: tuple[int, ...] = ()
-    dir: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaLogs:
-    replica_id: int
-    logs: list[LogDescription] = field(default_factory=list)
 
 
 def _epoch_or_none(epoch: int) -> int | None:

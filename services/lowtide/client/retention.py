@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from lowtide.client.admin import Admin, DeleteRecordsResult, OffsetSpec
 from lowtide.errors import LowtideError
-
-TopicPartition = tuple[str, int]
+from lowtide.messages import TopicPartition
 
 
 @dataclass

@@ -29,9 +29,9 @@ from lowtide.errors import (
     ProducerFenced,
     error_or_none,
 )
+from lowtide.messages import TopicPartition
 from lowtide_pb import common_pb2, transactions_pb2
 
-TopicPartition = tuple[str, int]
 T = TypeVar("T")
 _FATAL = (ProducerFenced, InvalidProducerEpoch, InvalidProducerIdMapping)
 UNINITIALIZED, READY, IN_TRANSACTION, FATAL = "uninitialized", "ready", "in_transaction", "fatal"

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     LeaderNotAvailable,
     LowtideError,
@@ -34,6 +34,7 @@ from lowtide.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from lowtide.messages.replica import FetchPosition
 from lowtide.metadata.store import MetadataStore, assign_replicas
 from lowtide.record import decode_batches
 

@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 import redis as redis_lib
 
 from lowtide.client.diskless import DisklessCoordinatorClient
-from lowtide.client.replica import FetchedPartition, FetchPosition, PartitionDeletion, PartitionOffset
 from lowtide.diskless.fetch import CommitSignal, DisklessFetcher, DisklessFetchItem, RangeCache
 from lowtide.diskless.offsets import DisklessOffsets
 from lowtide.diskless.produce import DisklessAppend, DisklessConfig, DisklessProducer
 from lowtide.diskless.topics import DisklessTopics, ShardDirectory
 from lowtide.errors import LowtideError
+from lowtide.messages.replica import FetchedPartition, FetchPosition, PartitionDeletion, PartitionOffset
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 
 from lowtide.client.diskless import DisklessCoordinatorClient
-from lowtide.client.replica import PartitionDeletion, PartitionOffset
-from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.diskless.topics import shard_of, topic_id_bytes
 from lowtide.errors import LowtideError, UnknownTopicId
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import PartitionDeletion, PartitionOffset
 from lowtide.metadata.model import TopicInfo
 
 # (key, topic id, partition, timestamp or offset) of one partition asked of a shard
-_Entry = tuple[TopicPartitionKey, bytes, int, int]
+_Entry = tuple[TopicPartition, bytes, int, int]
 
 
 def each_shard(pool: Executor, shards: Iterable[int],
@@ -45,7 +45,7 @@ class DisklessOffsets:
         self._pool = pool
 
     @staticmethod
-    def _by_shard(items: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
+    def _by_shard(items: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
                   failed: dict) -> dict[int, list[_Entry]]:
         groups: dict[int, list[_Entry]] = {}
         for key, value in items.items():
@@ -57,10 +57,10 @@ class DisklessOffsets:
             groups.setdefault(shard, []).append((key, topic_id_bytes(infos[key]), key[1], value))
         return groups
 
-    def list_offsets(self, timestamps: Mapping[TopicPartitionKey, int],
-                     infos: Mapping[TopicPartitionKey, TopicInfo]) -> dict[TopicPartitionKey, PartitionOffset]:
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int],
+                     infos: Mapping[TopicPartition, TopicInfo]) -> dict[TopicPartition, PartitionOffset]:
         """``timestamps``: the ListOffsets timestamp (or OffsetSpec) of each diskless partition."""
-        failed: dict[TopicPartitionKey, LowtideError] = {}
+        failed: dict[TopicPartition, LowtideError] = {}
         groups = self._by_shard(timestamps, infos, failed)
         out = {k: PartitionOffset(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
 
@@ -79,10 +79,10 @@ class DisklessOffsets:
                     out[key] = PartitionOffset(topic=key[0], partition=p, error=error)
         return out
 
-    def delete_records(self, offsets: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
-                       *, timeout_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
+    def delete_records(self, offsets: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
+                       *, timeout_ms: int) -> dict[TopicPartition, PartitionDeletion]:
         """``offsets``: delete before this offset (-1: the high watermark) in each diskless partition."""
-        failed: dict[TopicPartitionKey, LowtideError] = {}
+        failed: dict[TopicPartition, LowtideError] = {}
         groups = self._by_shard(offsets, infos, failed)
         out = {k: PartitionDeletion(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
 

@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
-from lowtide.client.replica import PartitionOffset, ReplicaClient
-from lowtide.client.replica import TopicPartition as TopicPartitionKey
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     InvalidConfig,
@@ -32,6 +31,8 @@ from lowtide.errors import (
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.topic_config import validate_topic_config
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore, assign_replicas, partitions_key, validate_topic_name
@@ -231,8 +232,8 @@ class TopicAdmin:
         """Ask each partition's leader (one request per leader, leaders in parallel); one retry
         after a metadata refresh for partitions whose leader moved. ``isolation_level`` 1
         (READ_COMMITTED): latest is the last stable offset."""
-        answers: dict[TopicPartitionKey, PartitionOffset] = {}
-        timestamps: dict[TopicPartitionKey, int] = {}
+        answers: dict[TopicPartition, PartitionOffset] = {}
+        timestamps: dict[TopicPartition, int] = {}
         for q in queries:
             if self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
                                           resource_type=ResourceType.TOPIC, resource_name=q.topic):
@@ -265,9 +266,9 @@ class TopicAdmin:
         return [answers.get((q.topic, q.partition)) or _failed(q.topic, q.partition, UnknownServerError(
             "no answer")) for q in queries]
 
-    def _ask_leaders(self, by_address: dict[str, list[TopicPartitionKey]], timestamps: dict[TopicPartitionKey, int],
-                     timeout_s: float, *, isolation_level: int = 0) -> dict[TopicPartitionKey, PartitionOffset]:
-        def ask(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionOffset]:
+    def _ask_leaders(self, by_address: dict[str, list[TopicPartition]], timestamps: dict[TopicPartition, int],
+                     timeout_s: float, *, isolation_level: int = 0) -> dict[TopicPartition, PartitionOffset]:
+        def ask(address: str, keys: list[TopicPartition]) -> dict[TopicPartition, PartitionOffset]:
             try:
                 got = self._replicas.list_offsets(address, [(t, p, timestamps[(t, p)]) for t, p in keys],
                                                   timeout_s=timeout_s, isolation_level=isolation_level)
@@ -278,7 +279,7 @@ class TopicAdmin:
                 f"leader at {address} did not answer for {k[0]}-{k[1]}")) for k in keys}
 
         futures = [self._pool.submit(ask, address, keys) for address, keys in by_address.items()]
-        out: dict[TopicPartitionKey, PartitionOffset] = {}
+        out: dict[TopicPartition, PartitionOffset] = {}
         for f in futures:
             out.update(f.result())
         return out

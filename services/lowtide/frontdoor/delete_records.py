@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, Counter, Histogram
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
-from lowtide.client.replica import PartitionDeletion, ReplicaClient
-from lowtide.client.replica import TopicPartition as TopicPartitionKey
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     InvalidRequest,
     LowtideError,
@@ -33,6 +32,8 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import PartitionDeletion
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 
@@ -92,8 +93,8 @@ class RecordsDeleter:
         validate_unique_partitions(items)
         timeout_ms = timeout_ms if timeout_ms > 0 else self._default_timeout_ms
         deadline = started + timeout_ms / 1000
-        answers: dict[TopicPartitionKey, PartitionDeletion] = {}
-        offsets: dict[TopicPartitionKey, int] = {}
+        answers: dict[TopicPartition, PartitionDeletion] = {}
+        offsets: dict[TopicPartition, int] = {}
         allowed_topics: dict[str, bool] = {}
         for item in items:
             key = (item.topic, item.partition)
@@ -118,21 +119,21 @@ class RecordsDeleter:
             DELETE_RECORDS_TOTAL.labels(result=r.error.name if r.error is not None else "NONE").inc()
         return results
 
-    def _delete_with_retries(self, offsets: dict[TopicPartitionKey, int],
-                             deadline: float) -> dict[TopicPartitionKey, PartitionDeletion]:
-        answers: dict[TopicPartitionKey, PartitionDeletion] = {}
+    def _delete_with_retries(self, offsets: dict[TopicPartition, int],
+                             deadline: float) -> dict[TopicPartition, PartitionDeletion]:
+        answers: dict[TopicPartition, PartitionDeletion] = {}
         pending = dict(offsets)
         # The last retriable error per partition survives the attempts: when time runs out before
         # another call could be made, the caller learns why (NOT_LEADER_OR_FOLLOWER...), not a
         # bare timeout.
-        last_errors: dict[TopicPartitionKey, LowtideError] = {}
+        last_errors: dict[TopicPartition, LowtideError] = {}
         attempt = 0
         while pending:
             routes = route_partitions(self._store, pending, cache=self._cache if attempt == 0 else None)
             for key, error in routes.unknown.items():
                 answers[key] = _failed(*key, error)
                 pending.pop(key)
-            retry: dict[TopicPartitionKey, LowtideError] = dict(routes.unroutable)
+            retry: dict[TopicPartition, LowtideError] = dict(routes.unroutable)
             last_errors.update(routes.unroutable)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if routes.by_address and remaining_ms > 0:
@@ -160,9 +161,9 @@ class RecordsDeleter:
             attempt += 1
         return answers
 
-    def _call_leaders(self, by_address: dict[str, list[TopicPartitionKey]], offsets: dict[TopicPartitionKey, int],
-                      remaining_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
-        def call(address: str, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, PartitionDeletion]:
+    def _call_leaders(self, by_address: dict[str, list[TopicPartition]], offsets: dict[TopicPartition, int],
+                      remaining_ms: int) -> dict[TopicPartition, PartitionDeletion]:
+        def call(address: str, keys: list[TopicPartition]) -> dict[TopicPartition, PartitionDeletion]:
             items = [(t, p, offsets[(t, p)]) for t, p in keys]
             try:
                 got = self._replicas.delete_records(address, items, timeout_ms=remaining_ms,
@@ -177,7 +178,7 @@ class RecordsDeleter:
         if len(groups) == 1:  # the common case: no thread hop on the latency path
             return call(*groups[0])
         futures: list[Future] = [self._pool.submit(call, address, keys) for address, keys in groups]
-        out: dict[TopicPartitionKey, PartitionDeletion] = {}
+        out: dict[TopicPartition, PartitionDeletion] = {}
         for future in futures:
             out.update(future.result())
         return out
@@ -185,7 +186,7 @@ class RecordsDeleter:
 
 def validate_unique_partitions(items: Sequence[DeleteRequestItem]) -> None:
     """Reject the whole request when a partition appears twice (kafka-delete-records.sh does)."""
-    seen: set[TopicPartitionKey] = set()
+    seen: set[TopicPartition] = set()
     for item in items:
         key = (item.topic, item.partition)
         if key in seen:

@@ -20,8 +20,6 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from lowtide.client.diskless import DisklessCoordinatorClient
-from lowtide.client.replica import PartitionDeletion, PartitionOffset
-from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.diskless.offsets import DisklessOffsets, each_shard
 from lowtide.diskless.topics import (
     ShardDirectory,
@@ -31,6 +29,8 @@ from lowtide.diskless.topics import (
     topic_id_bytes,
 )
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import PartitionDeletion, PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore
@@ -94,7 +94,7 @@ class DisklessTopicAdmin:
                                     leader_epoch=0, replicas=(), isr=())
                      for p, s in enumerate(info.diskless_shards))
 
-    def split(self, keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, TopicInfo]:
+    def split(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, TopicInfo]:
         """The keys of diskless topics, with their topic."""
         keys = list(keys)
         if not keys:
@@ -103,10 +103,10 @@ class DisklessTopicAdmin:
         topics = snap.topics if snap is not None and all(k[0] in snap.topics for k in keys) else self._store.topics()
         return {k: topics[k[0]] for k in keys if k[0] in topics and topics[k[0]].diskless}
 
-    def list_offsets(self, timestamps: Mapping[TopicPartitionKey, int],
-                     infos: Mapping[TopicPartitionKey, TopicInfo]) -> dict[TopicPartitionKey, PartitionOffset]:
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int],
+                     infos: Mapping[TopicPartition, TopicInfo]) -> dict[TopicPartition, PartitionOffset]:
         return self._offsets.list_offsets(timestamps, infos)
 
-    def delete_records(self, offsets: Mapping[TopicPartitionKey, int], infos: Mapping[TopicPartitionKey, TopicInfo],
-                       *, timeout_ms: int) -> dict[TopicPartitionKey, PartitionDeletion]:
+    def delete_records(self, offsets: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
+                       *, timeout_ms: int) -> dict[TopicPartition, PartitionDeletion]:
         return self._offsets.delete_records(offsets, infos, timeout_ms=timeout_ms)

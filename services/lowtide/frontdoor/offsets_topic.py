@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import (
     CoordinatorLoadInProgress,
@@ -49,6 +49,7 @@ from lowtide.groups import (
     partition_for_group,
 )
 from lowtide.groups.tail import FetchedOffsets, OffsetsTail
+from lowtide.messages.replica import FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import encode_batch
 

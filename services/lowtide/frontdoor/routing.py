@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
-from lowtide.client.replica import TopicPartition as TopicPartitionKey
 from lowtide.errors import BrokerNotAvailable, LeaderNotAvailable, LowtideError, UnknownTopicOrPartition
+from lowtide.messages import TopicPartition
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState
 from lowtide.metadata.store import TOPICS, MetadataStore, partitions_key
@@ -27,13 +27,13 @@ class Routes:
     (no leader, leader not live, no address) may heal after the controller's next election.
     """
 
-    by_address: dict[str, list[TopicPartitionKey]] = field(default_factory=dict)
-    unknown: dict[TopicPartitionKey, LowtideError] = field(default_factory=dict)
-    unroutable: dict[TopicPartitionKey, LowtideError] = field(default_factory=dict)
-    states: dict[TopicPartitionKey, PartitionState] = field(default_factory=dict)
+    by_address: dict[str, list[TopicPartition]] = field(default_factory=dict)
+    unknown: dict[TopicPartition, LowtideError] = field(default_factory=dict)
+    unroutable: dict[TopicPartition, LowtideError] = field(default_factory=dict)
+    states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
 
 
-def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey], *,
+def route_partitions(store: MetadataStore, keys: Iterable[TopicPartition], *,
                      cache: MetadataCache | None = None) -> Routes:
     """Group ``keys`` by the address of their current live leader: from ``cache`` when it has a
     current snapshot that knows every key, else from Redis."""
@@ -49,7 +49,7 @@ def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey], *,
         pipe.hgetall(partitions_key(t))
     raw = pipe.execute()
     known_topics: set[str] = set()
-    states: dict[TopicPartitionKey, PartitionState] = {}
+    states: dict[TopicPartition, PartitionState] = {}
     for i, t in enumerate(topics):
         if raw[2 * i]:
             known_topics.add(t)
@@ -62,8 +62,8 @@ def route_partitions(store: MetadataStore, keys: Iterable[TopicPartitionKey], *,
     return _group(keys, known_topics, states, brokers, live)
 
 
-def _group(keys: list[TopicPartitionKey], known_topics: Container[str],
-           states: dict[TopicPartitionKey, PartitionState], brokers: dict[int, BrokerInfo],
+def _group(keys: list[TopicPartition], known_topics: Container[str],
+           states: dict[TopicPartition, PartitionState], brokers: dict[int, BrokerInfo],
            live: set[int] | frozenset[int]) -> Routes:
     routes = Routes(states=states)
     for key in keys:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import redis as redis_lib
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
-from lowtide.client.replica import ReplicaClient, TxnMarkerRequest
+from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import (
     ConcurrentTransactions,
@@ -52,6 +52,8 @@ from lowtide.errors import (
     UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.routing import route_partitions
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import TxnMarkerRequest
 from lowtide.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,6 @@ MAX_EPOCH = 32767
 MARKER_DEADLINE_S = 30.0
 # A Prepare* state this old is taken over by the expiry scan (its front door is presumed gone).
 ABANDONED_PREPARE_MS = 5_000
-TopicPartition = tuple[str, int]
 
 # Compare-and-set of a whole state on its version ("0" = must not exist).
 _CAS = """

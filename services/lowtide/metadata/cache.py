@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 
 import redis as redis_lib
 
+from lowtide.messages import TopicPartition
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import BROKERS, METADATA_CHANNEL, TOPICS, VERSION, alive_key, partitions_key
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,12 @@ class MetadataSnapshot:
 
     version: int
     topics: dict[str, TopicInfo]
-    states: dict[TP, PartitionState]
+    states: dict[TopicPartition, PartitionState]
     brokers: dict[int, BrokerInfo]
     live: frozenset[int]
     checked_at: float = field(default=0.0, compare=False)
 
-    def covers(self, keys: list[TP]) -> bool:
+    def covers(self, keys: list[TopicPartition]) -> bool:
         """True when every partition is known here: a miss (a topic just created elsewhere) must
         read Redis rather than answer UNKNOWN_TOPIC_OR_PARTITION from a stale copy."""
         return all(k in self.states for k in keys)
@@ -122,7 +122,7 @@ class MetadataCache:
         for b in sorted(brokers):
             pipe.exists(alive_key(b))
         raw = pipe.execute()
-        states: dict[TP, PartitionState] = {}
+        states: dict[TopicPartition, PartitionState] = {}
         for value in raw[:len(names)]:
             for v in value.values():
                 s = PartitionState.from_json(v)

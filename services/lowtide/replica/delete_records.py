@@ -19,16 +19,16 @@ from collections.abc import Callable, Iterable
 from lowtide.clock import now_ms
 from lowtide.errors import LowtideError, NotLeaderOrFollower, RequestTimedOut, UnknownServerError
 from lowtide.log.partition_log import LogStartOffsetCommit
+from lowtide.messages import TopicPartition
 from lowtide.purgatory.delayed import DelayedOperation
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.registry import PartitionRegistry
 
-TP = tuple[str, int]
 # One partition of a DeleteRecords answer: its low watermark, or why there is none.
 DeleteResult = tuple[str, int, int | LowtideError]
 # Called with the partitions whose low watermark changed: [(tp, lw), ...].
-LowWatermarkListener = Callable[[list[tuple[TP, int]]], None]
+LowWatermarkListener = Callable[[list[tuple[TopicPartition, int]]], None]
 
 
 class DelayedDeleteRecords(DelayedOperation):
@@ -44,13 +44,13 @@ class DelayedDeleteRecords(DelayedOperation):
     partition's result is written once under the op lock.
     """
 
-    def __init__(self, *, registry: PartitionRegistry, required: dict[TP, tuple[int, int]],
+    def __init__(self, *, registry: PartitionRegistry, required: dict[TopicPartition, tuple[int, int]],
                  deadline_ms: int) -> None:
         super().__init__(deadline_ms=deadline_ms)
         self.registry = registry
         self.required = required
-        self.results: dict[TP, int | LowtideError] = {}
-        self._pending: list[TP] = list(reversed(list(required)))  # popped from the end, in request order
+        self.results: dict[TopicPartition, int | LowtideError] = {}
+        self._pending: list[TopicPartition] = list(reversed(list(required)))  # popped from the end, in request order
 
     def try_complete(self) -> bool:
         # Partitions are checked in order and the check stops at the first one still short of its
@@ -105,14 +105,14 @@ class DeleteRecordsHandler:
         self.registry = registry
         self.purgatory = purgatory
         self.on_low_watermark_change = on_low_watermark_change
-        self._reported_lw: dict[TP, int] = {}
+        self._reported_lw: dict[TopicPartition, int] = {}
         self._reported_lock = threading.Lock()
 
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
         """KIP-107 on the leader. Returns one (topic, partition, low_watermark | LowtideError)."""
-        required: dict[TP, tuple[int, int]] = {}
-        errors: dict[TP, LowtideError] = {}
-        raised: list[TP] = []
+        required: dict[TopicPartition, tuple[int, int]] = {}
+        errors: dict[TopicPartition, LowtideError] = {}
+        raised: list[TopicPartition] = []
         # One flush for every LSO this request raises, not one per partition (start_offset_file.py).
         with LogStartOffsetCommit() as lso_commit:
             for topic, partition, offset in items:
@@ -152,7 +152,7 @@ class DeleteRecordsHandler:
             out.append((topic, partition, UnknownServerError("no result") if result is None else result))
         return out
 
-    def complete_ready(self, keys: Iterable[TP]) -> None:
+    def complete_ready(self, keys: Iterable[TopicPartition]) -> None:
         """Re-check the requests waiting on these partitions (an LW or a leadership moved)."""
         for key in keys:
             self.purgatory.check_and_complete(key)

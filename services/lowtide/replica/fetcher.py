@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lowtide.client.replica import EpochQuery, FetchedPartition, FetchPosition, ReplicaClient, ReplicationStream
+from lowtide.client.replica import ReplicaClient, ReplicationStream
 from lowtide.errors import LowtideError, OffsetOutOfRange
 from lowtide.log.partition_log import LogStartOffsetCommit
+from lowtide.messages import TopicPartition
+from lowtide.messages.replica import EpochQuery, FetchedPartition, FetchPosition
 from lowtide.metadata.model import BrokerInfo
 from lowtide.replica.partition import FOLLOWER, Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -32,7 +34,6 @@ from lowtide.rpc.channels import ChannelPool
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 RETRY_BACKOFF_S = 0.2
 ADDRESS_TTL_S = 5.0
 # The call's own deadline beyond the leader's long poll: room for a slow leader under load.
@@ -180,7 +181,7 @@ class FetcherThread:
     def _truncate_by_epoch(self, address: str, parts: list[Partition]) -> None:
         """KIP-101/KIP-279: ask the leader where our latest epoch ends and truncate there (never
         to our own HW). A partition whose question fails stays pending: no fetch until settled."""
-        asked: dict[TP, tuple[Partition, EpochQuery]] = {}
+        asked: dict[TopicPartition, tuple[Partition, EpochQuery]] = {}
         for p in parts:
             epoch = p.epoch_to_query()
             if epoch is not None:

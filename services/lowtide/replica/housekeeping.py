@@ -13,6 +13,7 @@ from lowtide.clock import now_ms
 from lowtide.errors import LowtideError
 from lowtide.log.checkpoint import CheckpointFile
 from lowtide.log.filenames import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from lowtide.messages import TopicPartition
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.consumed_retention import ConsumedRetention
 from lowtide.replica.isr import IsrUpdater
@@ -20,7 +21,6 @@ from lowtide.replica.partition import LEADER
 from lowtide.replica.registry import PartitionRegistry
 
 log = logging.getLogger(__name__)
-TP = tuple[str, int]
 
 
 class ReplicaCheckpoints:
@@ -37,8 +37,8 @@ class ReplicaCheckpoints:
     def __init__(self, *, data_dir: Path) -> None:
         self._lso_file = CheckpointFile(Path(data_dir) / LOG_START_OFFSET_CHECKPOINT)
         self._hw_file = CheckpointFile(Path(data_dir) / REPLICATION_OFFSET_CHECKPOINT)
-        self.saved_log_start_offsets: dict[TP, int] = self._lso_file.read()
-        self.saved_high_watermarks: dict[TP, int] = self._hw_file.read()
+        self.saved_log_start_offsets: dict[TopicPartition, int] = self._lso_file.read()
+        self.saved_high_watermarks: dict[TopicPartition, int] = self._hw_file.read()
         self._lock = threading.Lock()
 
     def write(self, registry: PartitionRegistry) -> None:

@@ -24,12 +24,13 @@ from pathlib import Path
 import redis as redis_lib
 
 from lowtide.auth.identity import token_file_metadata
-from lowtide.client.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import InvalidConfig
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
 from lowtide.log.partition_log import PartitionLog
+from lowtide.messages.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.groups import OFFSETS_TOPIC, TopicCommit
 from lowtide.groups.tail import FetchedOffsets, OffsetsTail
+from lowtide.messages.replica import FetchPosition
 from lowtide.metadata.store import MetadataStore
 
 FETCH_MAX_BYTES = 1 << 20

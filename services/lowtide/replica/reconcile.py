@@ -21,6 +21,7 @@ import redis as redis_lib
 from lowtide.errors import LowtideError
 from lowtide.log.filenames import parse_partition_dir, partition_dir_name
 from lowtide.log.partition_log import LogConfig, PartitionLog
+from lowtide.messages import TopicPartition
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.replica import metrics as replica_metrics
@@ -29,7 +30,6 @@ from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
 
 log = logging.getLogger(__name__)
-TP = tuple[str, int]
 # How often the loop looks at the metadata version when nothing woke it.
 RECONCILE_POLL_S = 2.0
 
@@ -90,9 +90,9 @@ class PartitionReconciler:
     """
 
     def __init__(self, *, config: ReplicaConfig, store: MetadataStore, registry: PartitionRegistry,
-                 trigger: ReconcileTrigger, saved_log_start_offsets: Mapping[TP, int],
-                 saved_high_watermarks: Mapping[TP, int],
-                 complete_waiting_deletes: Callable[[Iterable[TP]], None],
+                 trigger: ReconcileTrigger, saved_log_start_offsets: Mapping[TopicPartition, int],
+                 saved_high_watermarks: Mapping[TopicPartition, int],
+                 complete_waiting_deletes: Callable[[Iterable[TopicPartition]], None],
                  on_reconciled: Callable[[], None],
                  on_config_changed: Callable[[list[Partition]], None] | None = None) -> None:
         self.config, self.broker_id, self.data_dir = config, config.broker_id, Path(config.data_dir)
@@ -163,7 +163,7 @@ class PartitionReconciler:
             if self._on_config_changed is not None:
                 self._on_config_changed(changed)
 
-    def _open(self, topic: TopicInfo, tp: TP) -> Partition:
+    def _open(self, topic: TopicInfo, tp: TopicPartition) -> Partition:
         plog = PartitionLog.open(self.data_dir / partition_dir_name(*tp), topic=tp[0], partition=tp[1],
                                  config=build_log_config(topic, defaults=self.config.log_defaults),
                                  log_start_offset=self._saved_lso.get(tp, 0))
@@ -172,7 +172,7 @@ class PartitionReconciler:
             plog.set_high_watermark(min(saved_hw, plog.log_end_offset))
         return Partition(topic=topic, partition=tp[1], log=plog, broker_id=self.broker_id)
 
-    def _remove_orphan_dirs(self, hosted: set[TP]) -> None:
+    def _remove_orphan_dirs(self, hosted: set[TopicPartition]) -> None:
         for entry in os.scandir(self.data_dir):
             if not entry.is_dir():
                 continue

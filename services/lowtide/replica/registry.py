@@ -13,10 +13,9 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from lowtide.errors import UnknownTopicOrPartition
+from lowtide.messages import TopicPartition
 from lowtide.metadata.model import PartitionState
 from lowtide.replica.partition import FOLLOWER, LEADER, Partition
-
-TP = tuple[str, int]
 
 
 class Waiters:
@@ -33,10 +32,10 @@ class Waiters:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_key: dict[TP, set[threading.Event]] = {}
+        self._by_key: dict[TopicPartition, set[threading.Event]] = {}
 
     @contextmanager
-    def waiting(self, keys: list[TP]) -> Iterator[threading.Event]:
+    def waiting(self, keys: list[TopicPartition]) -> Iterator[threading.Event]:
         """Register one event under ``keys`` for the duration of the block."""
         event = threading.Event()
         with self._lock:
@@ -53,7 +52,7 @@ class Waiters:
                         if not events:
                             del self._by_key[k]
 
-    def notify(self, keys: Iterable[TP] | None) -> None:
+    def notify(self, keys: Iterable[TopicPartition] | None) -> None:
         """Set the events waiting on ``keys``; None wakes every waiter."""
         with self._lock:
             if keys is None:
@@ -93,7 +92,7 @@ class PartitionRegistry:
 
     def __init__(self, *, broker_id: int) -> None:
         self.broker_id = broker_id
-        self._parts: dict[TP, Partition] = {}
+        self._parts: dict[TopicPartition, Partition] = {}
         # Reentrant: an open_partition callback may list the registry while an assignment runs.
         self._lock = threading.RLock()
         self._live_brokers: frozenset[int] = frozenset()
@@ -126,8 +125,8 @@ class PartitionRegistry:
         return [p for p in self.all() if p.role == FOLLOWER and p.leader_id == leader_id]
 
     # -- assignment -----------------------------------------------------------------------------
-    def apply_assignment(self, states: Mapping[TP, PartitionState], *,
-                         open_partition: Callable[[TP], Partition]) -> AssignmentChanges:
+    def apply_assignment(self, states: Mapping[TopicPartition, PartitionState], *,
+                         open_partition: Callable[[TopicPartition], Partition]) -> AssignmentChanges:
         """Host exactly the partitions of ``states`` and apply each state.
 
         ``open_partition`` builds a partition not hosted yet. Partitions not in ``states`` are
@@ -167,10 +166,10 @@ class PartitionRegistry:
             return True
 
     # -- wake-ups -------------------------------------------------------------------------------
-    def notify(self, keys: Iterable[TP] | None = None) -> None:
+    def notify(self, keys: Iterable[TopicPartition] | None = None) -> None:
         """Wake requests parked on these partitions (data, HW, LSO or leadership changed); None = all."""
         self._waiters.notify(keys)
 
-    def waiting(self, keys: list[TP]) -> AbstractContextManager[threading.Event]:
+    def waiting(self, keys: list[TopicPartition]) -> AbstractContextManager[threading.Event]:
         """Context manager: an event set whenever one of ``keys`` is notified."""
         return self._waiters.waiting(keys)

@@ -13,16 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-# Fetch requests and answers are the client's types: the servicer converts them, the follower
-# fetcher sends them, so both ends of a Fetch agree on one shape.
-from lowtide.client.replica import (
-    READ_COMMITTED,
-    EpochEndOffset,
-    EpochQuery,
-    FetchedPartition,
-    FetchPosition,
-    TxnMarkerRequest,
-)
 from lowtide.clock import now_ms
 from lowtide.errors import (
     InvalidRequest,
@@ -32,6 +22,18 @@ from lowtide.errors import (
     RequestTimedOut,
 )
 from lowtide.log.partition_log import AppendInfo
+from lowtide.messages import TopicPartition
+
+# Fetch requests and answers are the Replica service's messages: the servicer converts them, the
+# follower fetcher sends them through ReplicaClient, so both ends of a Fetch agree on one shape.
+from lowtide.messages.replica import (
+    READ_COMMITTED,
+    EpochEndOffset,
+    EpochQuery,
+    FetchedPartition,
+    FetchPosition,
+    TxnMarkerRequest,
+)
 from lowtide.record import iter_batches
 from lowtide.record.control import build_marker_batch
 from lowtide.replica.delete_records import DeleteRecordsHandler
@@ -40,7 +42,6 @@ from lowtide.replica.parking import FetchLimits, ParkingLot
 from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.registry import PartitionRegistry
 
-TP = tuple[str, int]
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -80,8 +81,8 @@ class ReplicaRequests:
 
     # -- produce ---------------------------------------------------------------------------------
     def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                leader_epochs: Mapping[TP, int] | None = None,
-                expected_end_offsets: Mapping[TP, int] | None = None) -> list[ProduceResult]:
+                leader_epochs: Mapping[TopicPartition, int] | None = None,
+                expected_end_offsets: Mapping[TopicPartition, int] | None = None) -> list[ProduceResult]:
         """Returns one (topic, partition, AppendInfo | LowtideError) per item; ``leader_epochs``
         are the producer's views of each partition's leader epoch (fenced when stale);
         ``expected_end_offsets`` make those partitions' appends conditional (replica.proto)."""
@@ -114,7 +115,7 @@ class ReplicaRequests:
         index); a stale producer epoch is INVALID_PRODUCER_EPOCH and appends nothing."""
         out: list[tuple[int, list[ProduceResult]]] = []
         everything: list[ProduceResult] = []
-        keys: list[TP] = []
+        keys: list[TopicPartition] = []
         for marker in markers:
             batch = build_marker_batch(producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
                                        commit=marker.commit, coordinator_epoch=marker.coordinator_epoch,
@@ -258,7 +259,7 @@ class ReplicaRequests:
         return outcomes, size, wake
 
     def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> None:
-        changed: list[TP] = []
+        changed: list[TopicPartition] = []
         lso_moved: list[Partition] = []
         for it in items:
             p = self.registry.find(it.topic, it.partition)

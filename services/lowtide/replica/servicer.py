@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import AclOperation
-from lowtide.client.replica import EpochQuery, FetchPosition, TxnMarkerRequest
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.errors import InvalidConfig, OffsetOutOfRange, UnknownTopicOrPartition
+from lowtide.messages import TopicPartition
 from lowtide.spark.options import EARLIEST, LATEST, Connection, OffsetChoice, Subscription
 
-TopicPartition = tuple[str, int]
 OffsetMap = dict[TopicPartition, int]
 
 

@@ -22,8 +22,9 @@ import pyarrow as pa
 
 from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.metadata import ClusterMetadata
-from lowtide.client.replica import FetchPosition, ReplicaClient
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import LeaderNotAvailable, LowtideError, OffsetOutOfRange, RequestTimedOut
+from lowtide.messages.replica import FetchPosition
 from lowtide.record.columns import columnize
 from lowtide.rpc.channels import ChannelPool
 from lowtide.spark.arrow import to_record_batch

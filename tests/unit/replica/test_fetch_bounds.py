@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from lowtide.client.replica import FetchPosition
+from lowtide.messages.replica import FetchPosition
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.requests import ReplicaRequests
 from tests.unit.replica.conftest import TOPIC

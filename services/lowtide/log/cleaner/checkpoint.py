@@ -19,11 +19,11 @@ from pathlib import Path
 
 from lowtide.errors import KafkaStorageError
 from lowtide.log.checkpoint import CheckpointFile
+from lowtide.messages import TopicPartition
 
 log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-TP = tuple[str, int]
 
 
 class CleanerCheckpoint:
@@ -40,7 +40,7 @@ class CleanerCheckpoint:
         self._file = CheckpointFile(Path(data_dir) / CLEANER_OFFSET_CHECKPOINT)
         self._lock = threading.Lock()
         try:
-            self._offsets: dict[TP, int] = self._file.read()
+            self._offsets: dict[TopicPartition, int] = self._file.read()
         except KafkaStorageError as exc:
             log.warning("ignoring an unreadable cleaner checkpoint (every compacted log is dirty): %s", exc)
             self._offsets = {}
@@ -49,15 +49,15 @@ class CleanerCheckpoint:
     def path(self) -> Path:
         return self._file.path
 
-    def get(self, tp: TP) -> int | None:
+    def get(self, tp: TopicPartition) -> int | None:
         with self._lock:
             return self._offsets.get(tp)
 
-    def entries(self) -> dict[TP, int]:
+    def entries(self) -> dict[TopicPartition, int]:
         with self._lock:
             return dict(self._offsets)
 
-    def update(self, tp: TP, offset: int, *, hosted: Iterable[TP] | None = None) -> None:
+    def update(self, tp: TopicPartition, offset: int, *, hosted: Iterable[TopicPartition] | None = None) -> None:
         """Set ``tp``'s first dirty offset and write the file; with ``hosted``, entries of other
         partitions are dropped first (deleted or moved logs)."""
         with self._lock:
@@ -67,7 +67,7 @@ class CleanerCheckpoint:
             self._offsets[tp] = offset
             self._file.write(self._offsets)
 
-    def remove(self, tp: TP) -> None:
+    def remove(self, tp: TopicPartition) -> None:
         """Forget ``tp`` (its log was truncated or recreated) and write the file if it changed."""
         with self._lock:
             if self._offsets.pop(tp, None) is not None:

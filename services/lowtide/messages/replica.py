@@ -1,0 +1,148 @@
+"""Messages of the ``lowtide.v1.Replica`` service (protos/lowtide/v1/replica.proto), as dataclasses.
+
+Both ends of each call use these: the replica's servicer and request paths (``lowtide.replica``),
+its callers in other services (the front door's ListOffsets/DeleteRecords fan-out and
+WriteTxnMarkers, the follower fetcher, the diskless broker, the coordinator's metadata log) and
+``lowtide.client.replica.ReplicaClient``, which converts them to and from protobuf. Per-partition
+answers carry ``error`` (None = success) rather than raising.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lowtide.errors import LowtideError
+from lowtide.messages import TopicPartition
+
+MiB = 1 << 20
+# Kafka's isolation levels (Fetch, ListOffsets).
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """What every per-partition answer starts with; ``error`` (where present) None = success."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedPartition(PartitionResult):
+    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
+
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    """One partition of a Fetch: read from ``fetch_offset``. A follower also reports its log start
+    offset (KIP-107) and leader epoch; a consumer leaves them at 0 / -1."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    log_start_offset: int = 0
+    max_bytes: int = MiB
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition(PartitionResult):
+    """One partition of a Fetch response: whole record batches, and the leader's offsets."""
+
+    error: LowtideError | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    # bytes, or a read-only memoryview of the received message (a follower's Replicate stream)
+    records: bytes | memoryview = b""
+    # READ_COMMITTED only (-1 / empty otherwise): where committed data ends, and the aborted
+    # transactions (producer id, first offset) overlapping ``records``.
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """One WriteTxnMarkers entry: end the transaction of ``producer_id`` on these partitions."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]
+    coordinator_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResult(PartitionResult):
+    """Whether one partition holds the marker (``error`` None) of producer ``producer_id``."""
+
+    producer_id: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset(PartitionResult):
+    """A ListOffsets answer of one partition: ``offset`` -1 when nothing matches or on error."""
+
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDeletion(PartitionResult):
+    """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error."""
+
+    low_watermark: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochQuery:
+    """One partition of OffsetForLeaderEpoch: where does ``leader_epoch`` end on the leader?"""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset(PartitionResult):
+    """The leader's answer: the largest epoch <= the asked one it knows and its end offset
+    (both -1 when the asked epoch is newer than any it knows)."""
+
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDescription(PartitionResult):
+    """One hosted replica as DescribeLogs reports it (``low_watermark`` -1 on followers)."""
+
+    role: str
+    leader: int
+    leader_epoch: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    low_watermark: int
+    size_bytes: int
+    segments: int
+    isr: tuple[int, ...] = ()
+    dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogs:
+    replica_id: int
+    logs: list[LogDescription] = field(default_factory=list)
