@@ -23,7 +23,9 @@ import uuid
 from pathlib import Path
 
 from lowtide.coordinator.core import CoordinatorCore
-from lowtide.coordinator.messages import (
+from lowtide.coordinator.records import encode_record
+from lowtide.coordinator.state import CoordinatorState
+from lowtide.messages.coordinator import (
     CommitBatch,
     CommitFileRequest,
     CreatablePartitions,
@@ -32,8 +34,6 @@ from lowtide.coordinator.messages import (
     FindBatchesRequest,
     FindBatchesTopic,
 )
-from lowtide.coordinator.records import encode_record
-from lowtide.coordinator.state import CoordinatorState
 
 BATCHES_PER_FILE = 100
 BATCH_BYTES = 40 * 1024

@@ -37,12 +37,13 @@ from pathlib import Path
 import redis as redis_lib
 
 from lowtide.client import Admin, Consumer
-from lowtide.client.diskless import BatchToCommit, DisklessCoordinatorClient
+from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.procs import find_free_port
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import check_grpc_health
+from lowtide.messages.coordinator import BatchToCommit
 from tests.bench.common import Figure, MiB, build_batch, cpu_per_unit, cpu_snapshot, percentile, say
 
 BATCHES_PER_FILE = 100

@@ -5,17 +5,18 @@ front door (CreatePartitions, DeleteTopics, DeleteRecords, ListOffsets). Where s
 asked of ``lookup(K)`` (the caller reads the shard registry; this module knows no Redis). A call
 answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / UNAVAILABLE is retried against the
 address ``lookup`` gives then (``refresh=True``) until the call's deadline: a shard leader moving
-is a pause, not an error. Plain dataclasses in and out; protobuf stays in this module.
+is a pause, not an error. The service's messages (``lowtide.messages.coordinator``) in and out;
+protobuf stays in this module.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, error_or_none
+from lowtide.messages.coordinator import BatchToCommit, CommitResult, FoundBatch, FoundPartition, PartitionAnswer
 from lowtide.rpc.channels import ChannelPool, PooledClient, call
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
@@ -23,66 +24,6 @@ from lowtide_pb import coordinator_pb2_grpc
 # (shard, refresh) -> "host:port" of its leader, or None when none is registered.
 ShardLookup = Callable[[int, bool], str | None]
 WRITE_AHEAD_MULTI_SEGMENT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BatchToCommit:
-    """One batch of a WAL file, as CommitFile takes it (offsets are the batch's own, from 0)."""
-
-    topic_id: bytes
-    partition: int
-    byte_offset: int
-    size: int
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    timestamp_type: int
-    producer_id: int = -1
-    producer_epoch: int = -1
-    base_sequence: int = -1
-    last_sequence: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    error: LowtideError | None = None
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    is_duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FoundBatch:
-    object_key: str
-    byte_offset: int
-    byte_size: int
-    base_offset: int
-    last_offset: int
-    log_append_timestamp: int
-    max_timestamp: int
-    timestamp_type: int
-
-
-@dataclass(frozen=True, slots=True)
-class FoundPartition:
-    topic_id: bytes
-    partition: int
-    error: LowtideError | None = None
-    log_start_offset: int = -1
-    high_watermark: int = -1
-    batches: list[FoundBatch] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionAnswer:
-    """A DeleteRecords (``offset`` = low watermark) or ListOffsets answer for one partition."""
-
-    topic_id: bytes
-    partition: int
-    error: LowtideError | None = None
-    offset: int = -1
-    timestamp: int = -1
 
 
 class DisklessCoordinatorClient(PooledClient):

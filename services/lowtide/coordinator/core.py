@@ -25,36 +25,6 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from lowtide.clock import Clock, now_ms
-from lowtide.coordinator.messages import (
-    EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    CommitBatchResult,
-    CommitFileRequest,
-    CommitFileResponse,
-    CreatablePartitionsResult,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    DeletableTopicResult,
-    DeleteRecordsPartitionResult,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteRecordsTopicResult,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeFileResult,
-    DescribeFilesRequest,
-    DescribeFilesResponse,
-    FindBatchesPartitionResponse,
-    FindBatchesRequest,
-    FindBatchesResponse,
-    FindBatchesTopicResponse,
-    ListOffsetsPartitionResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopicResponse,
-)
 from lowtide.coordinator.pending import PendingState
 from lowtide.coordinator.records import (
     CommittedBatch,
@@ -87,6 +57,36 @@ from lowtide.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
     UnsupportedForMessageFormat,
+)
+from lowtide.messages.coordinator import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    CommitBatchResult,
+    CommitFileRequest,
+    CommitFileResponse,
+    CreatablePartitionsResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    DeletableTopicResult,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeFileResult,
+    DescribeFilesRequest,
+    DescribeFilesResponse,
+    FindBatchesPartitionResponse,
+    FindBatchesRequest,
+    FindBatchesResponse,
+    FindBatchesTopicResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
 )
 from lowtide.objectstore.base import check_key
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lowtide.clock import Clock, now_ms
-from lowtide.coordinator.messages import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
+from lowtide.messages.coordinator import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
 
 log = logging.getLogger(__name__)
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000

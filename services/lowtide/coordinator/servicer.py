@@ -1,4 +1,4 @@
-"""gRPC servicer of ``lowtide.v1.DisklessCoordinator``: unpack protobuf into ``coordinator.messages``
+"""gRPC servicer of ``lowtide.v1.DisklessCoordinator``: unpack protobuf into ``lowtide.messages.coordinator``
 dataclasses, call the shard service, pack the reply. With auth on every call needs CLUSTER_ACTION
 on the CLUSTER (KIP-1164: the coordinator API is for brokers, not clients); a whole-call failure is
 raised as a LowtideError and mapped to a gRPC status by the server's interceptor.
@@ -12,9 +12,9 @@ import time
 
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
-from lowtide.coordinator import messages as m
 from lowtide.coordinator.service import ShardService
 from lowtide.errors import InvalidRequest, RequestTimedOut
+from lowtide.messages import coordinator as m
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 

@@ -51,7 +51,6 @@ from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
-from lowtide.coordinator.messages import BatchInfo
 from lowtide.coordinator.records import (
     FileCommitted,
     FileDeleted,
@@ -61,6 +60,7 @@ from lowtide.coordinator.records import (
     RecordsDeleted,
     TopicDeleted,
 )
+from lowtide.messages.coordinator import BatchInfo
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (

@@ -24,10 +24,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lowtide.client.diskless import DisklessCoordinatorClient, FoundBatch, FoundPartition
+from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.diskless.topics import shard_of, topic_id_bytes
 from lowtide.diskless.wal import rewrite_base_offsets
 from lowtide.errors import KafkaStorageError, LowtideError
+from lowtide.messages.coordinator import FoundBatch, FoundPartition
 from lowtide.messages.replica import FetchedPartition, FetchPosition
 from lowtide.metadata.model import TopicInfo
 from lowtide.objectstore import ObjectStore

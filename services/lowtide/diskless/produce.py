@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from lowtide.client.diskless import BatchToCommit, CommitResult, DisklessCoordinatorClient
+from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.diskless.topics import shard_of, topic_id_bytes
 from lowtide.diskless.wal import WalFileBuilder, new_object_key
 from lowtide.errors import (
@@ -45,6 +45,7 @@ from lowtide.errors import (
     MessageTooLarge,
     RequestTimedOut,
 )
+from lowtide.messages.coordinator import BatchToCommit, CommitResult
 from lowtide.metadata.model import TopicInfo
 from lowtide.objectstore import ObjectStore
 from lowtide.record import BatchHeader, validate_batches

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import uuid
 
-from lowtide.coordinator.messages import CommitBatch, CommitFileRequest, CreatablePartitions, CreatePartitionsRequest
 from lowtide.coordinator.service import ShardService
+from lowtide.messages.coordinator import CommitBatch, CommitFileRequest, CreatablePartitions, CreatePartitionsRequest
 
 PARTITIONS = 20
 

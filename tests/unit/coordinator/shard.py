@@ -8,14 +8,14 @@ import uuid
 from pathlib import Path
 
 from lowtide.coordinator.core import CoordinatorCore, Decision
-from lowtide.coordinator.messages import (
+from lowtide.coordinator.records import decode_record, encode_record
+from lowtide.coordinator.state import CoordinatorState
+from lowtide.messages.coordinator import (
     CommitBatch,
     CommitFileRequest,
     CreatablePartitions,
     CreatePartitionsRequest,
 )
-from lowtide.coordinator.records import decode_record, encode_record
-from lowtide.coordinator.state import CoordinatorState
 
 
 class Clock:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from lowtide.coordinator.messages import CommitFileRequest
 from lowtide.errors import InvalidRequest, OutOfOrderSequenceNumber, UnknownTopicOrPartition
+from lowtide.messages.coordinator import CommitFileRequest
 from tests.unit.coordinator.shard import batch, commit, create_topic, topic_id
 
 
@@ -67,7 +67,7 @@ def test_log_append_time_batches_get_the_commit_time_and_create_time_ones_minus_
 
 
 def test_the_log_start_offset_is_returned_with_every_accepted_batch(shard):
-    from lowtide.coordinator.messages import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
+    from lowtide.messages.coordinator import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
     tid = create_topic(shard, "t")
     shard.run(shard.core.commit_file(commit("f1", [batch(tid, records=10)])))
     shard.run(shard.core.delete_records(DeleteRecordsRequest(topics=[DeleteRecordsTopic(

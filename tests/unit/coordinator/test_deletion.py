@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lowtide.coordinator.errors import UnknownTopicId
-from lowtide.coordinator.messages import (
+from lowtide.errors import InvalidPartitions, InvalidRequest, InvalidTopic, OffsetOutOfRange, TopicAlreadyExists
+from lowtide.messages.coordinator import (
     CreatablePartitions,
     CreatePartitionsRequest,
     DeleteRecordsPartition,
@@ -16,7 +17,6 @@ from lowtide.coordinator.messages import (
     FindBatchesRequest,
     FindBatchesTopic,
 )
-from lowtide.errors import InvalidPartitions, InvalidRequest, InvalidTopic, OffsetOutOfRange, TopicAlreadyExists
 from tests.unit.coordinator.shard import Clock, Shard, batch, commit, create_topic, topic_id
 
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from lowtide.coordinator.messages import (
+from lowtide.errors import InvalidRequest, OffsetOutOfRange, UnknownTopicOrPartition
+from lowtide.messages.coordinator import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,
     DeleteRecordsTopic,
@@ -18,7 +19,6 @@ from lowtide.coordinator.messages import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from lowtide.errors import InvalidRequest, OffsetOutOfRange, UnknownTopicOrPartition
 from tests.unit.coordinator.shard import batch, commit, create_topic
 
 

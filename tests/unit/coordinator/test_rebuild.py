@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import random
 
-from lowtide.coordinator.messages import (
+from lowtide.coordinator.records import decode_record
+from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.messages.coordinator import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,
     DeleteRecordsTopic,
     DeleteTopicsRequest,
 )
-from lowtide.coordinator.records import decode_record
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from tests.unit.coordinator.shard import batch, commit, create_topic
 
 

@@ -11,15 +11,15 @@ import redis
 
 from lowtide.common.procs import find_free_port, start_redis
 from lowtide.coordinator.leadership import ShardAddress, ShardLease, leader_key, read_shards, register_shard
-from lowtide.coordinator.messages import (
+from lowtide.coordinator.records import decode_record, encode_record
+from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
+from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.messages.coordinator import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,
     DeleteRecordsTopic,
     DescribeFilesRequest,
 )
-from lowtide.coordinator.records import decode_record, encode_record
-from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
-from lowtide.coordinator.state import latest_snapshot, snapshot_offset
 from tests.unit.coordinator.shard import batch, commit, create_topic
 
 

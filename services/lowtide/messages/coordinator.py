@@ -1,9 +1,18 @@
-"""Requests and responses of the seven diskless coordinator operations (KIP-1164), as dataclasses.
+"""Messages of the ``lowtide.v1.DisklessCoordinator`` service (KIP-1164), as dataclasses.
 
-Field names are the KIP's in snake_case, as in protos/lowtide/v1/coordinator.proto; the gRPC
-servicer converts between the two, so the domain core never imports generated code. Topic ids are
-Kafka Uuids as 16 raw bytes. Error codes are Kafka's numbers (0 = NONE); ``error_message`` is None
-when there is no error. Additions to the KIP's fields are marked "not in the KIP" with the reason.
+Two sets, one module: imported by the coordinator (its servicer converts protobuf into the request
+and response dataclasses, its domain core and state take them), by ``DisklessCoordinatorClient``
+(``lowtide.client.diskless``) and by its callers (the brokers' ``lowtide.diskless``, the front
+door's diskless topics, benches and tests).
+
+* The requests and responses of the seven operations, as the domain core takes and answers them.
+  Field names are the KIP's in snake_case, as in protos/lowtide/v1/coordinator.proto; the gRPC
+  servicer converts between the two, so the domain core never imports generated code. Topic ids
+  are Kafka Uuids as 16 raw bytes. Error codes are Kafka's numbers (0 = NONE); ``error_message``
+  is None when there is no error. Additions to the KIP's fields are marked "not in the KIP" with
+  the reason.
+* What ``DisklessCoordinatorClient`` takes and returns per batch or partition (end of module):
+  flatter shapes for the brokers, errors as ``LowtideError`` (None = success).
 """
 
 from __future__ import annotations
@@ -11,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from lowtide.errors import LowtideError
 
 DEFAULT_TIMEOUT_MS = 60_000
 
@@ -286,3 +297,64 @@ class DescribeFilesResponse:
     # Not in the KIP (the orphan scanner's threshold): creation time of the oldest file this shard
     # has a row for, epoch ms; -1 when none.
     oldest_file_created_at_ms: int = -1
+
+
+# ---- DisklessCoordinatorClient's per-batch and per-partition shapes -------------------------------
+@dataclass(frozen=True, slots=True)
+class BatchToCommit:
+    """One batch of a WAL file, as CommitFile takes it (offsets are the batch's own, from 0)."""
+
+    topic_id: bytes
+    partition: int
+    byte_offset: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    timestamp_type: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    error: LowtideError | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    is_duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FoundBatch:
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+    max_timestamp: int
+    timestamp_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPartition:
+    topic_id: bytes
+    partition: int
+    error: LowtideError | None = None
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[FoundBatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    """A DeleteRecords (``offset`` = low watermark) or ListOffsets answer for one partition."""
+
+    topic_id: bytes
+    partition: int
+    error: LowtideError | None = None
+    offset: int = -1
+    timestamp: int = -1
