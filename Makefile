@@ -12,6 +12,12 @@ PROTOS    := $(wildcard protos/lowtide/v1/*.proto)
 PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
 
 PYTEST_ARGS ?=
+# The suite runs in TEST_WORKERS pytest-xdist processes (each with its own ports, data directories
+# and redis-server; tests/conftest.py). Most tests wait on real processes, so 4 workers overlap their
+# waits on 2 cores. --dist loadscope runs a module's tests in one worker, so a module's shared
+# cluster starts once. TEST_WORKERS=0 runs in one process. The 25 slowest tests are printed.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) --durations=25
 BENCH_ARGS  ?=
 # Set to 1 to treat "no tests collected" (pytest exit 5) as success (.ci/run does).
 ALLOW_NO_TESTS ?=
@@ -27,7 +33,7 @@ export PATH := $(CURDIR)/.tools/bin:$(PATH)
 help:
 	@echo "make setup             create .venv, install lowtide + deps, generate protos, install system tools"
 	@echo "make demo              run the main job (lowtide demo)"
-	@echo "make test              all tests            (PYTEST_ARGS='-k name -x' to narrow)"
+	@echo "make test              all tests, in parallel (PYTEST_ARGS='-k name -x' to narrow, TEST_WORKERS=0 serial)"
 	@echo "make test-unit         tests/unit only"
 	@echo "make test-integration  tests/integration only (real redis-server, services)"
 	@echo "make bench             benchmarks           (BENCH_ARGS=--quick for a short run)"
@@ -82,7 +88,7 @@ kafka-tools-optional: $(PIP_STAMP)
 # ---- run -----------------------------------------------------------------------------------
 # run_pytest(paths): exit 5 (nothing collected) is allowed only with ALLOW_NO_TESTS=1.
 define run_pytest
-	@rc=0; $(PYTEST) $(1) $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PYTEST) $(PYTEST_PARALLEL) $(1) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = 1 ]; then echo "pytest: no tests collected in $(1)"; rc=0; fi; \
 	exit $$rc
 endef

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,59 @@ class MissingToolError(RuntimeError):
     """A required external program is not installed; the message says how to get it."""
 
 
-def find_free_port(host: str = "127.0.0.1") -> int:
+# LOWTIDE_PORT_RANGE="LO-HI": find_free_port picks only from these ports. The parallel test suite
+# gives each pytest-xdist worker its own range below the kernel's ephemeral range (32768-60999 by
+# default), so one worker's pick can neither be taken by another worker's pick nor by a port the
+# kernel hands out for an outgoing connection or a bind to port 0 between our pick and the bind.
+PORT_RANGE_ENV = "LOWTIDE_PORT_RANGE"
+_next_port: dict[tuple[int, int], int] = {}
+_port_lock = threading.Lock()
+
+
+def _port_range() -> tuple[int, int] | None:
+    spec = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not spec:
+        return None
+    try:
+        lo, hi = (int(part) for part in spec.split("-", 1))
+    except ValueError:
+        raise ValueError(f"{PORT_RANGE_ENV}={spec!r}: expected LO-HI, e.g. 20000-21999") from None
+    if not 1024 <= lo < hi <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV}={spec!r}: expected 1024 <= LO < HI <= 65535")
+    return lo, hi
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+        # SO_REUSEADDR as the services' own listeners: a TIME_WAIT leftover does not block them.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now. Without LOWTIDE_PORT_RANGE the kernel picks one; with it, the
+    next bindable port of the range, walked in turn from a start that depends on the pid (so a test
+    process and the CLI child it starts do not walk the same ports), never the same port twice in a
+    row from one process even before anything binds it."""
+    bounds = _port_range()
+    if bounds is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    lo, hi = bounds
+    size = hi - lo + 1
+    with _port_lock:
+        cursor = _next_port.get(bounds, (os.getpid() * 7919) % size)
+        for step in range(size):
+            port = lo + (cursor + step) % size
+            if _bindable(host, port):
+                _next_port[bounds] = (cursor + step + 1) % size
+                return port
+    raise OSError(f"no free port in {PORT_RANGE_ENV}={lo}-{hi}")
 
 
 def wait_for_port(host: str, port: int, *, timeout_s: float = 10.0) -> None:
