@@ -6,6 +6,12 @@ A server may pass ``translate``: it turns an infrastructure exception it knows (
 say) into a typed ``LowtideError``, so callers get a Kafka name and a retriable flag, not a bare
 INTERNAL. Any other exception is logged and reported as ``UNKNOWN_SERVER_ERROR`` with status INTERNAL.
 Per-partition errors are not exceptions: they travel inside the response messages.
+
+A request whose bytes cannot be parsed (upb's ``DecodeError``, or ``WireFormatError`` from the
+Replica's own Produce deserializer) is a client's fault, not the server's: the interceptor wraps each
+method's deserializer so such a request reaches the handler as ``Unparsable`` and is answered
+INVALID_ARGUMENT ``INVALID_REQUEST: ...`` with one warning line. Left to gRPC, it logged a traceback
+("Exception deserializing message!") and answered INTERNAL.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import logging
 from collections.abc import Callable
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from lowtide.errors import LowtideError
+from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.rpc.status import details_for, status_for
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,40 @@ class WrappedHandlers:
         return wrapped
 
 
+class Unparsable:
+    """What a wrapped deserializer returns for bytes that are not a well-formed request."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _tolerant(method: str, deserializer: Callable[[bytes], object] | None) -> Callable[[bytes], object] | None:
+    if deserializer is None:
+        return None
+
+    def parse(raw: bytes) -> object:
+        try:
+            return deserializer(raw)
+        except (DecodeError, ValueError) as exc:  # WireFormatError and UnicodeDecodeError are ValueErrors
+            return Unparsable(f"{method}: {type(exc).__name__}: {exc}")
+
+    return parse
+
+
+def _refuse(request: Unparsable) -> None:
+    log.warning("refused a request that cannot be parsed: %s", request.reason)
+    raise InvalidRequest(f"the request cannot be parsed: {request.reason}")
+
+
+def _parsed(request_iterator):
+    for request in request_iterator:
+        if type(request) is Unparsable:
+            _refuse(request)
+        yield request
+
+
 def _abort(behavior, context, exc: Exception, translate: Translate | None) -> None:
     """Abort the call with the status ``exc`` maps to (re-raises what gRPC itself raised)."""
     if isinstance(exc, LowtideError):
@@ -66,6 +107,8 @@ def _abort(behavior, context, exc: Exception, translate: Translate | None) -> No
 def _wrap_unary(behavior, translate: Translate | None):
     def handler(request, context):
         try:
+            if type(request) is Unparsable:
+                _refuse(request)
             return behavior(request, context)
         except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
             _abort(behavior, context, exc, translate)
@@ -78,7 +121,7 @@ def _wrap_stream_stream(behavior, translate: Translate | None):
     # wraps the iteration, not the call.
     def handler(request_iterator, context):
         try:
-            yield from behavior(request_iterator, context)
+            yield from behavior(_parsed(request_iterator), context)
         except Exception as exc:  # noqa: BLE001 - the boundary: report, never crash the server
             _abort(behavior, context, exc, translate)
 
@@ -98,17 +141,17 @@ class ErrorInterceptor(grpc.ServerInterceptor):
             return handler
         return self._handlers.get(handler_call_details.method, handler)
 
-    def _wrap(self, _method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, self._translate),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(method, handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
                 _wrap_stream_stream(handler.stream_stream, self._translate),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(method, handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
