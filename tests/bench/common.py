@@ -41,7 +41,7 @@ def say(message: str) -> None:
 class Figure:
     """One reported number.
 
-    ``target`` is the human text of brief §11 (None when the figure has no target of its own);
+    ``target`` is the human text of a target of docs/testing.md#targets (None when the figure has no target of its own);
     ``target_value`` with ``better`` ("lower" | "higher" | "flat") decides ``status``:
     "pass", "falls short", "not built yet", "error" or "info" (no target). ``ratio`` is the value
     divided by ``ratio_ref`` (described in ``ratio_of``) when a physical reference fits.

@@ -1,4 +1,4 @@
-"""DeleteRecords figures (brief §4 "Where lowtide must beat Kafka", §11).
+"""DeleteRecords figures (docs/design/kip-107-delete-records.md "Why it is fast", docs/testing.md#targets).
 
 * Idle latency: an RF 3, one-partition topic with data and no traffic (followers parked in their
   long-poll fetch). ``Admin/DeleteRecords`` through the front door, ``n`` times, each advancing the

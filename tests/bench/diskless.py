@@ -4,10 +4,10 @@ coordinator shards on the local object store.
 * CommitFile over gRPC to one shard: files of 100 batches (each batch a distinct partition of 100),
   committed flat out by 4, 8 and 16 concurrent committers (each a broker with one commit in
   flight, waiting for its answer before the next): batches/s, the best of the three as the
-  shard's throughput (brief §11: >= 20,000 batches/s per shard). A shard serves every broker of
+  shard's throughput (docs/testing.md#targets: >= 20,000 batches/s per shard). A shard serves every broker of
   the cluster at once, and its pipeline groups the commits that arrive together into one metadata
   append, so too few committers leave it idle between answers: each count's figure is reported.
-  Then open loop at the target rate (200 files/s): per-file latency p50/p99 (brief §11: p99 <=
+  Then open loop at the target rate (200 files/s): per-file latency p50/p99 (docs/testing.md#targets: p99 <=
   20 ms for a 100-batch file), judged at that rate, as Kafka's latency figures are; and at lighter
   offered loads, to show where the p99 target holds on this machine. The batches name byte ranges
   of a file that is never uploaded: the shard checks ranges, not objects.
@@ -99,7 +99,7 @@ def _commit_paced(client: DisklessCoordinatorClient, topic_id: bytes, *, rate_fi
                   files: int) -> list[float]:
     """Open loop: one 100-batch CommitFile every 1/rate seconds, whatever the earlier ones are
     doing (16 sender threads), each latency counted from when it was due, not from when a thread
-    got to it (no coordinated omission). At 200 files/s this is the brief's 20,000 batches/s."""
+    got to it (no coordinated omission). At 200 files/s this is the 20,000 batches/s of docs/testing.md#targets."""
     batches = _file_batches(topic_id)
     latencies: list[float] = []
     lock = threading.Lock()

@@ -6,8 +6,8 @@ thread-pool server (``grpc.server``) and on ``grpc.aio``.
 A server process with one unary and one stream-stream method (raw bytes, no protobuf) answers
 every 1 MiB message with 2 bytes; ``--threads`` client threads send ``--messages`` messages in all,
 each thread as unary calls or as one stream. Prints MiB/s and the CPU (utime + stime from /proc)
-the server and the client spent per MiB. This is the measurement behind the README's
-"Replication transport" choice: which shape of call to put replication on.
+the server and the client spent per MiB. This is the measurement behind the
+"Replication transport" choice of docs/design/kip-107-delete-records.md: which shape of call to put replication on.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Orphan scan benchmark (brief §11: 100,000 objects in <= 10 s on the local store).
+"""Orphan scan benchmark (docs/testing.md#targets: 100,000 objects in <= 10 s on the local store).
 
 A local cluster with two real coordinator shards (1 replica, no front-door traffic) vouches for
 nothing: every object is an orphan, the worst case (list, ask both shards over gRPC in batches of

@@ -1,4 +1,5 @@
-"""Produce and consume throughput (brief §11: produce ≥ 50 % of disk write ÷ 3; consume ≥ 2× produce).
+"""Produce and consume throughput (docs/testing.md#targets: produce ≥ 50 % of disk write ÷ 3;
+consume ≥ 2× produce).
 
 Produce: a topic of ``partitions`` partitions (leaders spread over the replicas) per variant
 (replication factor × acks × batch size), 1 KiB records. ``processes`` worker processes with

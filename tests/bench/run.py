@@ -75,7 +75,8 @@ def _section(name: str, figures: list[Figure], fn: Callable[[], list[Figure]], k
 
 def _relate_latencies(figures: list[Figure]) -> None:
     """DeleteRecords latencies as multiples of the loopback gRPC round trip (the ratio column) and
-    of the checkpoint-style fsync'd file replace (in the note): brief §4 wants "a few round trips"."""
+    of the checkpoint-style fsync'd file replace (in the note): docs/design/kip-107-delete-records.md
+    promises "about two round trips"."""
     by_key = {f.key: f for f in figures}
     rtt = by_key.get("grpc_rtt_p50_ms")
     rtt99 = by_key.get("grpc_rtt_p99_ms")

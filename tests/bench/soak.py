@@ -1,4 +1,4 @@
-"""Replica memory over a produce/delete soak (brief §11: replica RSS flat, ±10 %, over 10 minutes).
+"""Replica memory over a produce/delete soak (docs/testing.md#targets: replica RSS flat, ±10 %, over 10 minutes).
 
 A worker process produces to an RF 3 topic of 3 partitions (1 MiB segments) as fast as acks=all
 allows, 64 KiB batches; every ``delete_every_s`` the driver deletes every partition up to its high

@@ -7,7 +7,7 @@ sends them) cut into batches of 16 KiB, 256 KiB and 1 MiB, validated by ``valida
 header-only (``verify_records=False``: what the leader did before the record walk), in full with
 the C walker, and in full with the Python walker; then 1 MiB of 10-byte records, the worst case
 for a per-record walk. Prints MB/s (10**6 bytes) and, for each, the share of one core a 45 MB/s
-produce stream (brief §11 figure) would spend validating. Reports; never asserts.
+produce stream (a docs/testing.md#targets figure) would spend validating. Reports; never asserts.
 """
 
 from __future__ import annotations

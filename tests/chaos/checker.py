@@ -1,4 +1,4 @@
-"""History checker for the fault-injection suite (brief §4 "invariants no crash may break", §12).
+"""History checker for the fault-injection suite (docs/design/invariants.md#what-checks-them).
 
 Workers record what the cluster *acknowledged* and what it *served*; ``check`` then looks for:
 

@@ -1,8 +1,8 @@
 """Shared plumbing of the chaos suite: starting a local cluster with fast failure detection, and a
 ``ChaosEnv`` of clients and helpers over it (leaders, DescribeLogs, produce/read with payload ids).
 
-Schedules stay fast with a 3 s broker session timeout and a 3 s ISR lag limit (brief: "use a short
-session timeout like 3000 ms and short replica lag settings").
+Schedules stay fast with a 3 s broker session timeout and a 3 s ISR lag limit (short settings keep a
+fault's effects, a session expiry or an ISR shrink, within a few seconds).
 """
 
 from __future__ import annotations

@@ -126,8 +126,8 @@ SHARD_STATE_DIVERGED = "shard_state_diverged"
 def _shard_state_violations(cluster: LocalCluster, work: Path) -> list[Violation]:
     """After healing, each coordinator shard's SQLite tables, row for row, against a state rebuilt
     from its metadata log (from scratch while the log still starts at 0, else from the shard's
-    newest snapshot plus the log after it): brief §12, "the coordinator rebuilds byte-identical
-    state after kill -9", here after a whole run of shard and replica faults. A background step
+    newest snapshot plus the log after it): docs/design/invariants.md#diskless, a shard's state is a
+    function of its metadata log, here after a whole run of shard and replica faults. A background step
     (a file hand-over or deletion) may append while the two are read: served twice, compared when
     both reads agree."""
     found = []

@@ -1,7 +1,7 @@
 """Named, deterministic fault schedules: one per finding of issue 9, each on a fresh local cluster.
 
 Each schedule drives real processes (kill -9, SIGSTOP/SIGCONT, redis-server stop/start) into the
-situation a finding describes and then checks the invariant the finding broke (brief §4, §12),
+situation a finding describes and then checks the invariant the finding broke (docs/design/invariants.md),
 through the history checker where the invariant is about acknowledged records and low watermarks.
 """
 

@@ -1,6 +1,6 @@
 """The local-cluster supervisor against real processes: redis-server and every built service kind.
 
-Checks the cluster.json contract (brief §8), health and metrics endpoints, down/up reuse of data
+Checks the cluster.json contract (docs/operations.md#clusterjson), health and metrics endpoints, down/up reuse of data
 directories and ports, single-process control (kill/stop/start/pause/resume), startup failure
 cleanup, and the real `lowtide cluster` CLI in detached and foreground modes.
 """

@@ -1,4 +1,4 @@
-"""Import rules of the ``lowtide`` package (README "Import rules"), checked by walking the imports.
+"""Import rules of the ``lowtide`` package (docs/architecture.md#import-rules), checked by walking the imports.
 
 Each package may import only the packages its row names; generated protobuf code (``lowtide_pb``)
 only ``lowtide.rpc``, ``lowtide.client`` and the servicer/server modules that register services.

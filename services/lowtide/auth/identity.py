@@ -1,7 +1,7 @@
 """Service identities: the principals brokers and other lowtide services authenticate as, their
 secret token files, and provisioning them into Redis.
 
-With auth on, every call on every port carries an identity (brief §4 invariants): a broker calls
+With auth on, every call on every port carries an identity (docs/design/invariants.md, rule 7): a broker calls
 other brokers as ``User:broker-<id>`` (a follower's ``replica_id`` must match it), the front door
 calls leaders as ``User:frontdoor``. Each identity is one random token in a file readable only by
 its owner; Redis keeps only the token's SHA-256 digest (``tokens.add_token``), and the identity

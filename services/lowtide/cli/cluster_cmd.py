@@ -1,4 +1,4 @@
-"""`lowtide cluster up|down|status`: a complete local cluster of real processes (brief §8).
+"""`lowtide cluster up|down|status`: a complete local cluster of real processes (docs/operations.md#local-cluster).
 
 ``up`` prints the content of ``DIR/cluster.json`` (json mode: that JSON; text: a table) and, unless
 ``--detach``, stays in the foreground until Ctrl-C/SIGTERM, then stops everything it started.

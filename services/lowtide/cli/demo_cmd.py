@@ -1,4 +1,5 @@
-"""`lowtide demo`: the main job (brief §10) on a local cluster of real processes and local Spark.
+"""`lowtide demo`: the main job (docs/spark.md#the-main-job-make-demo) on a local cluster of real
+processes and local Spark.
 
 Starts a cluster (redis-server, 3 replicas, front door), creates an intermediate topic (RF 3,
 small segments) and a results topic, then runs the pipeline's Spark jobs on one local-mode

@@ -1,8 +1,8 @@
 """Entry point of the `lowtide` command: registers each command group's module.
 
-Every failure ends in the output contract of ``lowtide.cli.output`` (brief §8), usage errors
-included: argparse's own "print usage, exit 2" would put plain text where a json caller expects
-``{"error": ...}``.
+Every failure ends in the output contract of ``lowtide.cli.output``
+(docs/operations.md#the-cli-output-contract), usage errors included: argparse's own "print usage,
+exit 2" would put plain text where a json caller expects ``{"error": ...}``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Output contract of the CLI (brief §8).
+"""Output contract of the CLI (docs/operations.md#the-cli-output-contract).
 
 Every command takes ``--output text|json``. Success prints a result (text: human table/lines;
 json: one JSON document, or one JSON object per line for streams). Failure: text mode prints

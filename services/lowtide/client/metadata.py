@@ -48,7 +48,7 @@ class TopicMetadata:
     error: LowtideError | None = None
 
     def as_dict(self) -> dict:
-        """The ``topics describe`` JSON shape (brief §8)."""
+        """The ``topics describe`` JSON shape (docs/operations.md#the-cli-output-contract)."""
         return {"name": self.name,
                 "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
                                 "replicas": list(p.replicas), "isr": list(p.isr)} for p in self.partitions],

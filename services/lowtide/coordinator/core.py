@@ -1,7 +1,7 @@
 """The domain core of one diskless coordinator shard (KIP-1164): the seven operations, checked
 against committed state plus pending records, producing the metadata records to append.
 
-How a service drives it (brief §7)::
+How a service drives it (docs/design/diskless.md#the-coordinator-shard)::
 
     decision = core.commit_file(request)      # check vs SQLite + pending; records become pending
     offsets  = metadata_log.append(decision.records, acks=all)   # atomically, one batch

@@ -1,4 +1,4 @@
-"""The file lifetime worker of a coordinator shard (KIP-1164 "file lifetime", brief §7).
+"""The file lifetime worker of a coordinator shard (KIP-1164 "file lifetime", docs/design/diskless.md#file-lifetime).
 
 For each file row of the shard's state:
 

@@ -1,5 +1,6 @@
 """One diskless coordinator shard as a running service: leadership, the metadata-log pipeline,
-loading, snapshots and the file lifetime worker around ``CoordinatorCore`` (brief §7).
+loading, snapshots and the file lifetime worker around ``CoordinatorCore``
+(docs/design/diskless.md#the-coordinator-shard).
 
 Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRecords, HandOverFile)::
 

@@ -1,6 +1,6 @@
 """KIP-107 DeleteRecords, front-door side: validate, authorize, fan out to the leaders, retry.
 
-Per partition (brief §4):
+Per partition (docs/design/kip-107-delete-records.md#request-and-answers):
 
 * the same partition twice in one request -> the whole request fails with INVALID_REQUEST;
 * principal lacks DELETE on the topic -> TOPIC_AUTHORIZATION_FAILED, low watermark -1, while the

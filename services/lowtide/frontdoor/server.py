@@ -111,10 +111,11 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     store = MetadataStore(redis=redis)
     authorizer = Authorizer(store=AclStore(redis=redis), enabled=config.auth_enabled,
                             super_users=config.super_users)
-    # A caller without a token is User:ANONYMOUS and the ACLs decide, which by default deny: brief
-    # §4's contract is that an unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per
-    # partition (not a failed call), and Metadata/ListTopics show it no topic. A wrong token is
-    # refused outright. The replica port, which has no such contract, refuses a missing token too.
+    # A caller without a token is User:ANONYMOUS and the ACLs decide, which by default deny: the
+    # contract (docs/design/kip-107-delete-records.md#request-and-answers) is that an
+    # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition (not a failed call),
+    # and Metadata/ListTopics show it no topic. A wrong token is refused outright. The replica port,
+    # which has no such contract, refuses a missing token too.
     authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")

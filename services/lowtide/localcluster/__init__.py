@@ -1,7 +1,7 @@
 """The local-cluster supervisor: ``lowtide cluster up/down/status`` and the test fixtures' cluster.
 
 Starts real processes (redis-server, replicas, frontdoor(s), coordinator shards, the orphan scanner)
-and records them in ``DIR/cluster.json`` (brief §8).
+and records them in ``DIR/cluster.json`` (docs/operations.md#clusterjson).
 """
 
 from lowtide.localcluster.cluster import ClusterError, LocalCluster

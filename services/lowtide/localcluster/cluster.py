@@ -2,7 +2,7 @@
 
 Layout of ``DIR`` (the cluster's data directory)::
 
-    cluster.json          the record of the cluster (brief §8), rewritten atomically
+    cluster.json          the record of the cluster (docs/operations.md#clusterjson), rewritten atomically
     cluster.lock          flock held while ``up`` starts processes (two ``up`` never interleave)
     cluster.pid           pid of a foreground ``cluster up`` supervisor (absent when detached)
     secrets/              with auth on (mode 0700): NAME.token per service, admin.token and

@@ -1,6 +1,7 @@
-"""``DIR/cluster.json``: the record of a local cluster (brief §8), read by clients and by ``down``.
+"""``DIR/cluster.json``: the record of a local cluster (docs/operations.md#clusterjson), read by
+clients and by ``down``.
 
-Fields the brief fixes: ``bootstrap``, ``redis``, ``object_store`` and ``services`` (each with
+Fields clients rely on: ``bootstrap``, ``redis``, ``object_store`` and ``services`` (each with
 ``name``, ``kind``, ``grpc``, ``metrics``, ``pid``, ``data_dir``). The extra fields (``argv``,
 ``log``, ``state``, ``config``) let another process stop or restart the same services later.
 ``auth`` (only with auth on) names the secret files: each service's token file and principal and,

@@ -1,13 +1,14 @@
 """The per-partition log start offset file: the LSO made durable in one small in-place write.
 
-Why it exists: an acknowledged low watermark must survive a crash (brief §12: after a restart the
-LSO never goes back below an acknowledged LW), so every LSO change is durable before it is
+Why it exists: an acknowledged low watermark must survive a crash (docs/design/invariants.md, rule
+2: after a restart the LSO never goes back below an acknowledged LW), so every LSO change is durable before it is
 acknowledged (leader) or reported (follower). Replacing the replica-wide checkpoint file for that
 costs a file create, an fsync, a rename and a directory fsync: two or three journal commits,
 0.5 ms at p50 and 8 ms at p99 on the benchmark machine. Overwriting 512 preallocated bytes with
 O_DSYNC is a data-only flush (the file's size and blocks never change, so no journal commit):
 0.07 ms at p50, 0.25 ms at p99. The Kafka-format ``log-start-offset-checkpoint`` is still written
-periodically and on clean shutdown (brief §4); on open this file, when present, is the newer truth.
+periodically and on clean shutdown (docs/design/kip-107-delete-records.md#durability-of-the-lso);
+on open this file, when present, is the newer truth.
 
 File ``<partition dir>/log-start-offset`` (name from filenames.py), exactly 1024 bytes: two
 512-byte slots. Write number ``n`` (1, 2, 3, ...) goes to slot ``n % 2``, so a torn write can only

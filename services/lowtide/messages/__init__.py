@@ -10,7 +10,7 @@ package imports ``lowtide.client`` for a type:
 * ``lowtide.messages.admin``        the ``lowtide.v1.Admin`` service (the front door)
 
 This package is the lowest layer besides ``errors`` and ``clock``: it imports nothing else of
-lowtide (and no generated protobuf code), and every package may import it (README "Import rules").
+lowtide (and no generated protobuf code), and every package may import it (docs/architecture.md#import-rules).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ the chart ships it as a PrometheusRule or a plain rules ConfigMap), the local Pr
 ``lowtide cluster up --with-prometheus``, and the observability test, which loads them with a
 short ``for:`` (``render_rules(for_override="2s")``) and watches one fire and resolve.
 
-Metric contracts the rules rely on (brief §8 plus the services' own): the low-watermark lag and
-partition health from the replicas, the purgatory and cluster gauges from the front door and
+Metric contracts the rules rely on (docs/operations.md#metrics-and-alerts and the design pages):
+the low-watermark lag and partition health from the replicas, the purgatory and cluster gauges from the front door and
 replicas, ``lowtide_consumed_retention_lag_records`` from the KIP-68 pass, and
 ``lowtide_orphan_scans_total{result="success|error"}`` from the orphan scanner.
 """

@@ -1,8 +1,8 @@
 /*
  * lowtide.record._validate: the per-record walk of a RecordBatch v2 body, in C.
  *
- * The leader must check every record of a produced batch (brief section 4) but the produce path
- * may not loop per record in Python (brief section 11), so the walk lives here. The Python twin
+ * The leader must check every record of a produced batch (docs/design/invariants.md, rule 5) but the produce path
+ * may not loop per record in Python (docs/testing.md#targets), so the walk lives here. The Python twin
  * is lowtide.record.validate.walk_records_py: same rules, same return values, same messages, used
  * only when this module failed to build; tests run both on the same inputs and compare.
  *

@@ -1,10 +1,11 @@
 """The per-record walk of a RecordBatch v2 body: the C walker, or its pure-Python twin as a fallback.
 
-The leader validates every record of a produced batch (brief §4, Kafka's LogValidator) without a
-per-record Python loop on the produce path (brief §11), so the walk is ``_validate.c``, built by
-``pip install -e .``. When that build failed (no compiler or Python headers) ``walk_records`` is
-``walk_records_py`` below, with the same rules, return values and messages, and one warning is
-logged at import. Tests run both on the same inputs and compare.
+The leader validates every record of a produced batch (docs/design/invariants.md, rule 5;
+Kafka's LogValidator) without a per-record Python loop on the produce path
+(docs/testing.md#targets), so the walk is ``_validate.c``, built by ``pip install -e .``. When
+that build failed (no compiler or Python headers) ``walk_records`` is ``walk_records_py`` below,
+with the same rules, return values and messages, and one warning is logged at import. Tests run
+both on the same inputs and compare.
 
 Input: the records of one batch, after decompression (what follows the 61-byte header)::
 

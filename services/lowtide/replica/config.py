@@ -27,7 +27,7 @@ class ReplicaConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 8 * 1024 * 1024
     # "stream": one Replicate stream per follower-leader pair; "fetch": a unary Fetch per round
-    # (the fallback, and what the README's transport comparison measures against).
+    # (the fallback, and what docs/design/kip-107-delete-records.md's transport comparison measures against).
     replication_transport: str = "stream"
     # HW/LSO checkpoint period; LSO is also checkpointed on every change (see manager).
     checkpoint_interval_ms: int = 5000

@@ -172,7 +172,8 @@ class Partition:
             if (self.role != LEADER or f is None or replica_id in self.isr
                     or f.log_end_offset < self.log.high_watermark or f.log_end_offset < 0
                     # An ISR member may be elected; one whose LSO lags ours could then serve
-                    # records below a low watermark acknowledged without it (brief §4).
+                    # records below a low watermark acknowledged without it
+                    # (docs/design/invariants.md#the-rules-behind-them).
                     or f.log_start_offset < self.log.log_start_offset):
                 return None
             return self.isr | {replica_id}

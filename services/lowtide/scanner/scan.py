@@ -1,4 +1,4 @@
-"""One orphan-file scan (KIP-1164 "Orphan files", brief §7), independent of transport.
+"""One orphan-file scan (KIP-1164 "Orphan files", docs/design/diskless.md#orphan-scanner), independent of transport.
 
 A WAL file is an *orphan* when it sits in object storage but no diskless coordinator shard knows
 it: its broker died between upload and commit, or every commit of it failed and the broker could

@@ -1,4 +1,4 @@
-"""The Spark jobs of the pipeline (brief §2): producer, consumer (commits its group), retention caller.
+"""The Spark jobs of the pipeline (docs/spark.md#the-jobs): producer, consumer (commits its group), retention caller.
 
 ``spark-jobs/*.py`` are thin ``argparse`` wrappers over these functions, and ``lowtide demo`` calls
 them on one SparkSession. Each returns a plain dict report (printed as JSON by the wrappers).

@@ -40,7 +40,8 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
     for r in (0, 1, 2):
         assert s.describe(cluster, r, "denied", metadata=admin_md).log_start_offset == 0
 
-    # no token at all: unauthenticated callers are denied per partition (brief §4), nothing moves
+    # no token at all: unauthenticated callers are denied per partition, nothing moves
+    # (docs/design/kip-107-delete-records.md#request-and-answers)
     [anon] = s.delete_records(cluster, [("granted", 0, 8)])
     assert anon.error_code == 29 and anon.low_watermark == -1
     # a token nobody issued is refused outright

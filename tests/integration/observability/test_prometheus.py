@@ -10,7 +10,8 @@ shortened to 3 s): produce into small segments, DeleteRecords, SIGSTOP a followe
   each panel on a metric the scenario exercised returns data.
 
 The session timeout is long (60 s) so the stopped follower stays *live*: a live replica counts
-toward the low watermark (brief §4), which is exactly what holds the lag up. Its short
+toward the low watermark (docs/design/kip-107-delete-records.md#replication-and-the-low-watermark),
+which is exactly what holds the lag up. Its short
 ``replica.lag.time.max.ms`` makes it leave the ISR meanwhile (ISR shrink, then expand on resume).
 The lag series is written to ``tests/bench/out/observability/lag.json`` for the README picture
 (``scripts/plot_lag.py``).

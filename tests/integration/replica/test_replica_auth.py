@@ -98,7 +98,7 @@ def test_cluster_up_with_auth_writes_private_identities_and_records_them_in_clus
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
     # the CLI works against the cluster with the generated admin config; without it, the caller is
-    # User:ANONYMOUS on the front door and sees no topic (brief §4: the ACLs decide, and deny)
+    # User:ANONYMOUS on the front door and sees no topic (docs/operations.md#authentication: the ACLs decide, and deny)
     s.cli_json("topics", "create", "--bootstrap-server", cluster.bootstrap, "--topic", "listed",
                "--partitions", "1", "--replication-factor", "1", "--command-config", auth["admin_command_config"])
     assert "listed" in s.cli_json("topics", "list", "--bootstrap-server", cluster.bootstrap,

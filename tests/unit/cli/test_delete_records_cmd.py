@@ -1,5 +1,5 @@
 """`lowtide delete-records`: the offset JSON file is validated before anything is sent, and the
-output follows kafka-delete-records.sh (text) and brief §8 (json)."""
+output follows kafka-delete-records.sh (text) and docs/operations.md#the-cli-output-contract (json)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The CLI's output contract (brief §8) on every failure path, and `lowtide --version`.
+"""The CLI's output contract (docs/operations.md#the-cli-output-contract) on every failure path,
+and `lowtide --version`.
 
 Each failure must end as ``{"error": {"code", "message"}}`` on stdout in json mode (a non-empty
 message, non-zero exit) and as ``error: CODE: message`` on stderr in text mode, including command

@@ -124,7 +124,7 @@ def test_unauthorized_partitions_fail_while_authorized_ones_proceed(front_door_f
     assert results[("denied", 0)].error.name == "TOPIC_AUTHORIZATION_FAILED"
     assert results[("denied", 0)].low_watermark == -1
     assert [p.topic for c in replica.called("DeleteRecords") for p in c.partitions] == ["allowed"]
-    with Admin(front_door.address) as anonymous:  # no token at all: denied per partition (brief §4)
+    with Admin(front_door.address) as anonymous:  # denied per partition: docs/design/kip-107-delete-records.md
         results = anonymous.delete_records({("allowed", 0): 3})
     assert results[("allowed", 0)].error.name == "TOPIC_AUTHORIZATION_FAILED"
     assert [p.topic for c in replica.called("DeleteRecords") for p in c.partitions] == ["allowed"]
