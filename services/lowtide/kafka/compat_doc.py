@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if new != old:
         args.path.write_text(new, encoding="utf-8")
         print(f"{args.path}: table of {len(served_apis())} Kafka APIs rewritten")
+    else:
+        print(f"{args.path}: table of {len(served_apis())} Kafka APIs up to date")
     return 0
 
 
