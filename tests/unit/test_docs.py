@@ -1,5 +1,6 @@
 """Every relative link in README.md and docs/**/*.md resolves: the file (or directory) exists and,
-with a ``#anchor``, the target Markdown file has a heading whose GitHub slug is that anchor.
+with a ``#anchor``, the target Markdown file has a heading whose GitHub slug is that anchor. And every
+``docs/<page>.md#anchor`` that a comment or docstring in the code cites resolves the same way.
 
 Links inside fenced code blocks and inline code are not links. External links (``https:``,
 ``mailto:``...) are not checked: this suite runs without a network. The checker's own tests below
@@ -179,3 +180,44 @@ def test_checker_reports_missing_files_and_anchors(tmp_path):
     assert "no heading '#nowhere' in README.md" in text
     assert "docs/missing-ref.md does not exist" in text
     assert "in-code" not in text and "in-fence" not in text
+
+
+# ------------------------------------------------------------------------------ citations in code
+
+_CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
+_CITING_DIRS = ("services", "tests", "spark-jobs", "charts", "scripts")
+_CITING_SUFFIXES = {".py", ".c", ".h", ".yaml", ".yml", ".tpl", ".sh", ".md", ".txt"}
+
+
+def cited_docs(root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """(file:line, page, anchor) of every ``docs/<page>.md[#anchor]`` a comment or docstring cites."""
+    found = []
+    for top in _CITING_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            if path.suffix not in _CITING_SUFFIXES or not path.is_file() or "__pycache__" in path.parts:
+                continue
+            if path == Path(__file__).resolve():
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                for page, anchor in _CITATION.findall(line):
+                    found.append((f"{path.relative_to(root)}:{number}", page, anchor))
+    return found
+
+
+def test_every_docs_citation_in_the_code_resolves():
+    problems = []
+    cache: dict[Path, set[str]] = {}
+    for where, page, anchor in cited_docs():
+        dest = ROOT / "docs" / page
+        if not dest.exists():
+            problems.append(f"{where}: docs/{page} does not exist")
+        elif anchor:
+            if dest not in cache:
+                cache[dest] = anchors(dest)
+            if anchor not in cache[dest]:
+                problems.append(f"{where}: no heading '#{anchor}' in docs/{page}")
+    assert problems == []
+
+
+def test_the_code_cites_docs():
+    assert len(cited_docs()) > 40
