@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lowtide.errors import InvalidConfig, LowtideError
 from lowtide.groups import TopicCommit, partition_for_group
 from lowtide.log.partition_log import LogStartOffsetCommit
+from lowtide.replica.metrics import count_inactive_group
 from lowtide.replica.offsets_reader import ConsumerOffsetsReader
 from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -45,11 +45,6 @@ log = logging.getLogger(__name__)
 
 MODES = ("all", "any")
 LOG_EVERY_MS = 60_000
-
-INACTIVE_GROUPS = Counter("lowtide_consumed_retention_inactive_groups",
-                          "Groups that stopped holding back consumed retention: no commit on the topic for "
-                          "consumed.retention.group.inactive.ms", ["topic", "group"])
-
 
 @dataclass(frozen=True)
 class ConsumedRetentionConfig:
@@ -245,6 +240,10 @@ class ConsumedRetention:
                             "log_start_offset": decision.log_start_offset, "committed": decision.target}})
         with self._lock:
             self._targets = targets
+            # A topic no longer led here (deleted, moved) is forgotten: if it comes back, a group
+            # that goes quiet on it is counted again (replica/metrics.forget_topic drops its series).
+            led_topics = {p.topic for p, _ in led}
+            self._inactive = {k for k in self._inactive if k[0] in led_topics}
             if led:
                 elapsed = time.perf_counter() - began
                 self.stats = PassStats(passes=self.stats.passes + 1, seconds=self.stats.seconds + elapsed,
@@ -273,7 +272,7 @@ class ConsumedRetention:
         with self._lock:
             now_inactive = {(topic, g) for g in inactive}
             for key in sorted(now_inactive - self._inactive):
-                INACTIVE_GROUPS.labels(*key).inc()
+                count_inactive_group(*key)
                 log.warning("consumer group no longer holds back consumed retention: no commit for "
                             "consumed.retention.group.inactive.ms", extra={"fields": {
                                 "topic": key[0], "group": key[1], "inactive_ms": cfg.group_inactive_ms}})

@@ -38,10 +38,16 @@ Counted on the request path (one labelled child per follower, cached per stream)
     lowtide_fetch_bytes_total{topic,kind}                 record bytes returned (kind: consumer | follower)
     lowtide_isr_shrinks_total{topic}                      ISR changes this leader made that removed replicas
     lowtide_isr_expands_total{topic}                      ISR changes this leader made that added replicas
+    lowtide_consumed_retention_inactive_groups_total{topic,group}  groups that stopped holding back consumed
+                                                          retention (consumed_retention.py)
+
+Every series labelled by topic is removed once the replica hosts none of the topic's partitions
+(``forget_topic``, called by reconcile when a topic is deleted or moves away).
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge
@@ -82,6 +88,17 @@ def count_fetched_bytes(topic: str, kind: str, size: int) -> None:
 
 ISR_SHRINKS = Counter("lowtide_isr_shrinks", "ISR changes made by this leader that removed replicas", ["topic"])
 ISR_EXPANDS = Counter("lowtide_isr_expands", "ISR changes made by this leader that added replicas", ["topic"])
+INACTIVE_GROUPS = Counter("lowtide_consumed_retention_inactive_groups",
+                          "Groups that stopped holding back consumed retention: no commit on the topic for "
+                          "consumed.retention.group.inactive.ms", ["topic", "group"])
+_inactive_lock = threading.Lock()
+_inactive_series: set[tuple[str, str]] = set()  # (topic, group) of INACTIVE_GROUPS, for forget_topic
+
+
+def count_inactive_group(topic: str, group: str) -> None:
+    with _inactive_lock:
+        _inactive_series.add((topic, group))
+        INACTIVE_GROUPS.labels(topic, group).inc()
 
 
 def forget_topic(topic: str) -> None:
@@ -91,12 +108,16 @@ def forget_topic(topic: str) -> None:
     dashboard would list topics long gone). A topic that comes back starts its counters at zero,
     which Prometheus' rate() reads as a counter reset.
     """
-    for key in [k for k in _fetch_children if k[0] == topic]:
+    for key in [k for k in list(_fetch_children) if k[0] == topic]:
         _fetch_children.pop(key, None)
         _remove_series(FETCH_BYTES, *key)
     _produce_children.pop(topic, None)
     for counter in (PRODUCE_BYTES, ISR_SHRINKS, ISR_EXPANDS):
         _remove_series(counter, topic)
+    with _inactive_lock:
+        for key in [k for k in _inactive_series if k[0] == topic]:
+            _inactive_series.discard(key)
+            _remove_series(INACTIVE_GROUPS, *key)
 
 
 def _remove_series(metric: Counter, *labels: str) -> None:

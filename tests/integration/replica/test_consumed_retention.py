@@ -4,6 +4,7 @@ from ``__consumer_offsets`` themselves and delete only what the groups have cons
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +124,14 @@ def test_an_inactive_group_stops_counting_only_when_group_inactive_ms_is_set(clu
     leader = f"replica-{leader_of(cluster, 'inactive-on')}"
     assert metric(cluster, leader, "lowtide_consumed_retention_inactive_groups_total", topic="inactive-on",
                   group="dead") == 1
+    # Deleted, the topic's series leaves the replica's metrics (not only at the next restart).
+    Admin(cluster.bootstrap).delete_topic("inactive-on")
+    wait_until(lambda: "inactive-on" not in metrics_text(cluster, leader), what="inactive-on's series removed")
+
+
+def metrics_text(cluster: LocalCluster, service: str) -> str:
+    with urllib.request.urlopen(cluster.service(service).metrics_url, timeout=5) as reply:
+        return reply.read().decode()
 
 
 def test_a_group_whose_offsets_cannot_be_read_deletes_nothing(cluster):
