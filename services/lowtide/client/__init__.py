@@ -12,11 +12,12 @@
         consumer.commit()
 """
 
-from lowtide.client.admin import Admin, DeleteRecordsResult, GroupOffsets, OffsetSpec
+from lowtide.client.admin import Admin, GroupOffsets, OffsetSpec
 from lowtide.client.consumer import Consumer, ConsumerRecord
 from lowtide.client.metadata import BrokerMetadata, ClusterMetadata, ClusterSnapshot, PartitionMetadata, TopicMetadata
 from lowtide.client.partitioner import murmur2, partition_for_key
 from lowtide.client.producer import Producer, ProduceReport
+from lowtide.messages.replica import DeleteRecordsResult
 
 __all__ = [
     "Admin",

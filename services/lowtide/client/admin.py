@@ -17,9 +17,10 @@ from lowtide.client.metadata import (
 )
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import PartitionDeletion, PartitionOffset
+from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
+from lowtide.rpc.messages import delete_results_from_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 
@@ -31,10 +32,9 @@ class OffsetSpec:
     MAX_TIMESTAMP = -3
 
 
-# A ListOffsets answer (KIP-79) and a DeleteRecords answer (KIP-107 ``DeleteDataResult``) are the
-# same whether the front door or a leader gives them.
+# A ListOffsets answer (KIP-79) is the same whether the front door or a leader gives it; so is a
+# DeleteRecords answer (KIP-107 ``DeleteDataResult``: ``DeleteRecordsResult``).
 ListedOffset = PartitionOffset
-DeleteRecordsResult = PartitionDeletion
 
 
 # Kafka's ScramMechanism numbers (lowtide.v1.ScramMechanism).
@@ -254,10 +254,7 @@ class Admin(PooledClient):
         request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
             common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
         response = self._call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
-        return {(r.topic, r.partition): DeleteRecordsResult(topic=r.topic, partition=r.partition,
-                                                            low_watermark=r.low_watermark,
-                                                            error=error_or_none(r.error_code, r.error_message))
-                for r in response.partitions}
+        return {(r.topic, r.partition): r for r in delete_results_from_proto(response)}
 
     # -- groups ------------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], *,

@@ -23,12 +23,12 @@ from lowtide.errors import NetworkException, error_or_none
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import (
     READ_UNCOMMITTED,
+    DeleteRecordsResult,
     EpochEndOffset,
     EpochQuery,
     FetchedPartition,
     FetchPosition,
     LogDescription,
-    PartitionDeletion,
     PartitionOffset,
     ProducedPartition,
     ReplicaLogs,
@@ -36,6 +36,7 @@ from lowtide.messages.replica import (
     TxnMarkerResult,
 )
 from lowtide.rpc.channels import PooledClient, call
+from lowtide.rpc.messages import delete_results_from_proto
 from lowtide.rpc.status import error_from_rpc
 from lowtide.rpc.wire import split_bytes_field
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
@@ -115,15 +116,13 @@ class ReplicaClient(PooledClient):
                 for r in response.partitions]
 
     def delete_records(self, address: str, items: Iterable[tuple[str, int, int]], *, timeout_ms: int,
-                       deadline_s: float) -> list[PartitionDeletion]:
+                       deadline_s: float) -> list[DeleteRecordsResult]:
         """KIP-107 DeleteRecords at the leader for ``(topic, partition, offset)``; the leader waits
         up to ``timeout_ms`` for the low watermark, the call up to ``deadline_s``."""
         request = common_pb2.DeleteRecordsRequest(timeout_ms=max(1, timeout_ms), partitions=[
             common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
         response = call(self._stub(address).DeleteRecords, request, metadata=self.metadata, timeout=deadline_s)
-        return [PartitionDeletion(topic=r.topic, partition=r.partition, low_watermark=r.low_watermark,
-                                  error=error_or_none(r.error_code, r.error_message))
-                for r in response.partitions]
+        return delete_results_from_proto(response)
 
     def write_txn_markers(self, address: str, markers: Iterable[TxnMarkerRequest], *, timeout_ms: int,
                           deadline_s: float) -> list[TxnMarkerResult]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lowtide.client.admin import Admin, DeleteRecordsResult, OffsetSpec
+from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.errors import LowtideError
 from lowtide.messages import TopicPartition
+from lowtide.messages.replica import DeleteRecordsResult
 
 
 @dataclass

@@ -22,7 +22,7 @@ from lowtide.diskless.offsets import DisklessOffsets
 from lowtide.diskless.produce import DisklessAppend, DisklessConfig, DisklessProducer
 from lowtide.diskless.topics import DisklessTopics, ShardDirectory
 from lowtide.errors import LowtideError
-from lowtide.messages.replica import FetchedPartition, FetchPosition, PartitionDeletion, PartitionOffset
+from lowtide.messages.replica import DeleteRecordsResult, FetchedPartition, FetchPosition, PartitionOffset
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
@@ -76,7 +76,7 @@ class DisklessBroker:
         return [*self._each_round(items, lambda q, infos: self.offsets.list_offsets(q, infos))]
 
     def delete_records(self, items: Sequence[tuple[TopicInfo, int, int]], *,
-                       timeout_ms: int) -> list[PartitionDeletion]:
+                       timeout_ms: int) -> list[DeleteRecordsResult]:
         """(topic, partition, delete-before offset) -> one answer each, in order."""
         return [*self._each_round(items, lambda q, infos: self.offsets.delete_records(q, infos,
                                                                                         timeout_ms=timeout_ms))]

@@ -17,7 +17,7 @@ from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.diskless.topics import shard_of, topic_id_bytes
 from lowtide.errors import LowtideError, UnknownTopicId
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import PartitionDeletion, PartitionOffset
+from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.metadata.model import TopicInfo
 
 # (key, topic id, partition, timestamp or offset) of one partition asked of a shard
@@ -80,11 +80,11 @@ class DisklessOffsets:
         return out
 
     def delete_records(self, offsets: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
-                       *, timeout_ms: int) -> dict[TopicPartition, PartitionDeletion]:
+                       *, timeout_ms: int) -> dict[TopicPartition, DeleteRecordsResult]:
         """``offsets``: delete before this offset (-1: the high watermark) in each diskless partition."""
         failed: dict[TopicPartition, LowtideError] = {}
         groups = self._by_shard(offsets, infos, failed)
-        out = {k: PartitionDeletion(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
+        out = {k: DeleteRecordsResult(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
 
         def delete(shard: int) -> None:
             entries = groups[shard]
@@ -93,10 +93,10 @@ class DisklessOffsets:
             by = {(a.topic_id, a.partition): a for a in answers}
             for key, tid, p, _ in entries:
                 a = by.get((tid, p))
-                out[key] = PartitionDeletion(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
+                out[key] = DeleteRecordsResult(topic=key[0], partition=p, error=a.error if a else UnknownTopicId(
                     "no answer"), low_watermark=a.offset if a and a.error is None else -1)
         for shard, error in each_shard(self._pool, groups, delete).items():
             for key, _, p, _ in groups[shard]:
                 if error is not None:
-                    out[key] = PartitionDeletion(topic=key[0], partition=p, error=error)
+                    out[key] = DeleteRecordsResult(topic=key[0], partition=p, error=error)
         return out

@@ -33,7 +33,7 @@ from lowtide.errors import (
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import PartitionDeletion
+from lowtide.messages.replica import DeleteRecordsResult
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 
@@ -88,12 +88,12 @@ class RecordsDeleter:
         self._default_timeout_ms = default_timeout_ms
 
     def delete_records(self, *, principal: str, items: Sequence[DeleteRequestItem],
-                       timeout_ms: int = 0) -> list[PartitionDeletion]:
+                       timeout_ms: int = 0) -> list[DeleteRecordsResult]:
         started = time.monotonic()
         validate_unique_partitions(items)
         timeout_ms = timeout_ms if timeout_ms > 0 else self._default_timeout_ms
         deadline = started + timeout_ms / 1000
-        answers: dict[TopicPartition, PartitionDeletion] = {}
+        answers: dict[TopicPartition, DeleteRecordsResult] = {}
         offsets: dict[TopicPartition, int] = {}
         allowed_topics: dict[str, bool] = {}
         for item in items:
@@ -120,8 +120,8 @@ class RecordsDeleter:
         return results
 
     def _delete_with_retries(self, offsets: dict[TopicPartition, int],
-                             deadline: float) -> dict[TopicPartition, PartitionDeletion]:
-        answers: dict[TopicPartition, PartitionDeletion] = {}
+                             deadline: float) -> dict[TopicPartition, DeleteRecordsResult]:
+        answers: dict[TopicPartition, DeleteRecordsResult] = {}
         pending = dict(offsets)
         # The last retriable error per partition survives the attempts: when time runs out before
         # another call could be made, the caller learns why (NOT_LEADER_OR_FOLLOWER...), not a
@@ -162,8 +162,8 @@ class RecordsDeleter:
         return answers
 
     def _call_leaders(self, by_address: dict[str, list[TopicPartition]], offsets: dict[TopicPartition, int],
-                      remaining_ms: int) -> dict[TopicPartition, PartitionDeletion]:
-        def call(address: str, keys: list[TopicPartition]) -> dict[TopicPartition, PartitionDeletion]:
+                      remaining_ms: int) -> dict[TopicPartition, DeleteRecordsResult]:
+        def call(address: str, keys: list[TopicPartition]) -> dict[TopicPartition, DeleteRecordsResult]:
             items = [(t, p, offsets[(t, p)]) for t, p in keys]
             try:
                 got = self._replicas.delete_records(address, items, timeout_ms=remaining_ms,
@@ -178,7 +178,7 @@ class RecordsDeleter:
         if len(groups) == 1:  # the common case: no thread hop on the latency path
             return call(*groups[0])
         futures: list[Future] = [self._pool.submit(call, address, keys) for address, keys in groups]
-        out: dict[TopicPartition, PartitionDeletion] = {}
+        out: dict[TopicPartition, DeleteRecordsResult] = {}
         for future in futures:
             out.update(future.result())
         return out
@@ -194,5 +194,5 @@ def validate_unique_partitions(items: Sequence[DeleteRequestItem]) -> None:
         seen.add(key)
 
 
-def _failed(topic: str, partition: int, error: LowtideError) -> PartitionDeletion:
-    return PartitionDeletion(topic=topic, partition=partition, low_watermark=-1, error=error)
+def _failed(topic: str, partition: int, error: LowtideError) -> DeleteRecordsResult:
+    return DeleteRecordsResult(topic=topic, partition=partition, low_watermark=-1, error=error)

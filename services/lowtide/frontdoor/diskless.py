@@ -30,7 +30,7 @@ from lowtide.diskless.topics import (
 )
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import PartitionDeletion, PartitionOffset
+from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore
@@ -108,5 +108,5 @@ class DisklessTopicAdmin:
         return self._offsets.list_offsets(timestamps, infos)
 
     def delete_records(self, offsets: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
-                       *, timeout_ms: int) -> dict[TopicPartition, PartitionDeletion]:
+                       *, timeout_ms: int) -> dict[TopicPartition, DeleteRecordsResult]:
         return self._offsets.delete_records(offsets, infos, timeout_ms=timeout_ms)

@@ -23,6 +23,7 @@ from lowtide.frontdoor.scram import Deletion, ScramAdmin, Upsertion
 from lowtide.frontdoor.topic_config import ConfigOp
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
@@ -160,10 +161,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             principal=self._principal(context), timeout_ms=request.timeout_ms,
             items=[DeleteRequestItem(topic=p.topic, partition=p.partition, offset=p.offset)
                    for p in request.partitions])
-        return common_pb2.DeleteRecordsResponse(partitions=[
-            common_pb2.DeleteRecordsResult(topic=a.topic, partition=a.partition, low_watermark=a.low_watermark,
-                                           error_code=_code(a.error)[0], error_message=_code(a.error)[1])
-            for a in answers])
+        return common_pb2.DeleteRecordsResponse(partitions=delete_results_to_proto(answers))
 
     # -- groups ------------------------------------------------------------------------------
     def OffsetCommit(self, request, context):  # noqa: N802

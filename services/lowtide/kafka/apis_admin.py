@@ -21,6 +21,7 @@ from lowtide.errors import CoordinatorNotAvailable
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
+from lowtide.rpc.messages import delete_results_from_proto
 from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
 
 METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
@@ -165,13 +166,13 @@ def delete_records(call: Call, body: Any) -> Any:
         common_pb2.DeleteRecordsPartition(topic=t.name, partition=p.partition_index, offset=p.offset)
         for t in body.topics for p in t.partitions])
     answer = call.admin("DeleteRecords", request, timeout_s=max(timeout_ms, 1000) / 1000 + 5)
-    results = {(r.topic, r.partition): r for r in answer.partitions}
+    results = {(r.topic, r.partition): r for r in delete_results_from_proto(answer)}
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
             r = results.get((t.name, p.partition_index))
-            code = r.error_code if r else -1
+            code = -1 if r is None else 0 if r.error is None else r.error.code
             parts.append(call.make("DeleteRecordsPartitionResult", partition_index=p.partition_index,
                                    low_watermark=r.low_watermark if r and not code else -1,
                                    error_code=error_code(code)))

@@ -98,8 +98,13 @@ class PartitionOffset(PartitionResult):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionDeletion(PartitionResult):
-    """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error."""
+class DeleteRecordsResult(PartitionResult):
+    """A DeleteRecords answer of one partition (KIP-107): the low watermark, or -1 and the error.
+
+    The one shape of this answer from the replica to every door: the leader's
+    ``DeleteRecordsHandler`` and the diskless shards' answers, the front door's fan-out, the
+    ``Admin`` client (KIP-107 ``DeleteDataResult``), the CLI and the Kafka listener all hand it on;
+    ``lowtide.rpc.messages`` puts it on the wire and reads it back."""
 
     low_watermark: int = -1
     error: LowtideError | None = None

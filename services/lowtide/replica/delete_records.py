@@ -20,13 +20,12 @@ from lowtide.clock import now_ms
 from lowtide.errors import LowtideError, NotLeaderOrFollower, RequestTimedOut, UnknownServerError
 from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.messages import TopicPartition
+from lowtide.messages.replica import DeleteRecordsResult
 from lowtide.purgatory.delayed import DelayedOperation
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.registry import PartitionRegistry
 
-# One partition of a DeleteRecords answer: its low watermark, or why there is none.
-DeleteResult = tuple[str, int, int | LowtideError]
 # Called with the partitions whose low watermark changed: [(tp, lw), ...].
 LowWatermarkListener = Callable[[list[tuple[TopicPartition, int]]], None]
 
@@ -89,8 +88,8 @@ class DelayedDeleteRecords(DelayedOperation):
 class DeleteRecordsHandler:
     """The leader side of DeleteRecords, and the low watermarks it reports.
 
-    Contract: ``delete_records`` returns one (topic, partition, low watermark | LowtideError) per
-    item, in request order, after the LW of every applied partition reached its offset or the
+    Contract: ``delete_records`` returns one ``DeleteRecordsResult`` (the low watermark, or -1 and
+    the error) per item, in request order, after the LW of every applied partition reached its offset or the
     timeout passed. ``recheck_low_watermarks`` completes the waiting requests the given partitions
     may satisfy and, when a partition's LW differs from the last one reported, calls
     ``on_low_watermark_change`` (one event per change, not per fetch).
@@ -108,8 +107,8 @@ class DeleteRecordsHandler:
         self._reported_lw: dict[TopicPartition, int] = {}
         self._reported_lock = threading.Lock()
 
-    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
-        """KIP-107 on the leader. Returns one (topic, partition, low_watermark | LowtideError)."""
+    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
+        """KIP-107 on the leader. Returns one ``DeleteRecordsResult`` per item, in request order."""
         required: dict[TopicPartition, tuple[int, int]] = {}
         errors: dict[TopicPartition, LowtideError] = {}
         raised: list[TopicPartition] = []
@@ -142,14 +141,19 @@ class DeleteRecordsHandler:
                 op.wait(timeout_ms / 1000 + 5)
             if not op.is_completed:
                 op.force_complete()
-        out: list[DeleteResult] = []
+        out: list[DeleteRecordsResult] = []
         for topic, partition, _ in items:
             tp = (topic, partition)
             # Explicit None checks: a low watermark of 0 is a result, not a missing one.
             result = errors.get(tp)
             if result is None:
                 result = op.results.get(tp)
-            out.append((topic, partition, UnknownServerError("no result") if result is None else result))
+            if result is None:
+                result = UnknownServerError("no result")
+            if isinstance(result, LowtideError):
+                out.append(DeleteRecordsResult(topic=topic, partition=partition, error=result))
+            else:
+                out.append(DeleteRecordsResult(topic=topic, partition=partition, low_watermark=result))
         return out
 
     def complete_ready(self, keys: Iterable[TopicPartition]) -> None:

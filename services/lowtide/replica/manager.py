@@ -30,12 +30,18 @@ from lowtide.errors import InvalidConfig
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
 from lowtide.log.partition_log import PartitionLog
-from lowtide.messages.replica import EpochEndOffset, EpochQuery, FetchedPartition, FetchPosition
+from lowtide.messages.replica import (
+    DeleteRecordsResult,
+    EpochEndOffset,
+    EpochQuery,
+    FetchedPartition,
+    FetchPosition,
+)
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.consumed_retention import ConsumedRetention
-from lowtide.replica.delete_records import DeleteRecordsHandler, DeleteResult, LowWatermarkListener
+from lowtide.replica.delete_records import DeleteRecordsHandler, LowWatermarkListener
 from lowtide.replica.fetcher import FetcherConfig, FetcherManager
 from lowtide.replica.housekeeping import Housekeeping, ReplicaCheckpoints
 from lowtide.replica.isr import IsrUpdater
@@ -206,8 +212,8 @@ class ReplicaManager:
                                    max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
                                    on_cancel=on_cancel)
 
-    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteResult]:
-        """KIP-107 on the leader: one (topic, partition, low_watermark | LowtideError) per item."""
+    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
+        """KIP-107 on the leader: one ``DeleteRecordsResult`` per item, in request order."""
         return self.deletes.delete_records(items, timeout_ms=timeout_ms)
 
     def list_offset(self, topic: str, partition: int, timestamp: int, *,

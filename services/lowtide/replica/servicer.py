@@ -24,6 +24,7 @@ from lowtide.replica.metrics import (
     count_produced_bytes,
 )
 from lowtide.replica.partition import LEADER
+from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -306,20 +307,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         kinds = self._diskless_kinds(screened.allowed)
         items = [(p.topic, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
         results = self.manager.delete_records(items, timeout_ms=timeout_ms) if items else []
-        out = []
-        for topic, partition, res in results:
-            code, msg = _err(res)
-            out.append(common_pb2.DeleteRecordsResult(topic=topic, partition=partition, error_code=code,
-                                                      error_message=msg, low_watermark=-1 if code else res))
+        out = delete_results_to_proto(results)
         if len(out) != len(kinds):
             # Diskless partitions: KIP-107 on their shard (LW = its log start offset), as the front
             # door does.
             answers = self.diskless.delete_records(
                 [(k, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None],
                 timeout_ms=timeout_ms)
-            out = _interleave(kinds, out, [common_pb2.DeleteRecordsResult(
-                topic=a.topic, partition=a.partition, low_watermark=a.low_watermark if a.error is None else -1,
-                **_err_fields(a.error)) for a in answers])
+            out = _interleave(kinds, out, delete_results_to_proto(answers))
         return common_pb2.DeleteRecordsResponse(partitions=screened.merge(out, _REFUSED_DELETE))
 
     def OffsetForLeaderEpoch(self, request, context):

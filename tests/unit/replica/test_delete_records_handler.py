@@ -8,6 +8,7 @@ import redis as redis_lib
 
 from lowtide.errors import KafkaStorageError
 from lowtide.log.start_offset_file import StartOffsetSyncGroup
+from lowtide.messages.replica import DeleteRecordsResult
 from lowtide.purgatory import Purgatory
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.registry import PartitionRegistry
@@ -35,7 +36,7 @@ def test_a_low_watermark_of_zero_is_a_success_not_an_unknown_server_error(replic
     # Finding 4 of issue 9: the result 0 was falsy and fell through to UNKNOWN_SERVER_ERROR.
     handler = handler_for(replicas, purgatory)
 
-    assert handler.delete_records([(TOPIC, 0, 0)], timeout_ms=1000) == [(TOPIC, 0, 0)]
+    assert handler.delete_records([(TOPIC, 0, 0)], timeout_ms=1000) == [DeleteRecordsResult(TOPIC, 0, low_watermark=0)]
 
 
 def test_offset_minus_one_on_an_empty_partition_succeeds_with_low_watermark_zero(make_replicas, purgatory):
@@ -43,7 +44,7 @@ def test_offset_minus_one_on_an_empty_partition_succeeds_with_low_watermark_zero
     empty.replicate()  # the followers have fetched once, so they count toward the low watermark
     handler = handler_for(empty, purgatory)
 
-    assert handler.delete_records([(TOPIC, 0, -1)], timeout_ms=1000) == [(TOPIC, 0, 0)]
+    assert handler.delete_records([(TOPIC, 0, -1)], timeout_ms=1000) == [DeleteRecordsResult(TOPIC, 0, low_watermark=0)]
 
 
 def test_results_come_back_in_request_order_with_errors_in_place(replicas, purgatory):
@@ -52,8 +53,9 @@ def test_results_come_back_in_request_order_with_errors_in_place(replicas, purga
 
     results = handler.delete_records([(TOPIC, 7, 1), (TOPIC, 0, 0)], timeout_ms=1000)
 
-    assert [(t, p) for t, p, _ in results] == [(TOPIC, 7), (TOPIC, 0)]
-    assert results[0][2].name == "UNKNOWN_TOPIC_OR_PARTITION" and results[1][2] == 0
+    assert [(r.topic, r.partition) for r in results] == [(TOPIC, 7), (TOPIC, 0)]
+    assert results[0].error.name == "UNKNOWN_TOPIC_OR_PARTITION" and results[0].low_watermark == -1
+    assert results[1] == DeleteRecordsResult(TOPIC, 0, low_watermark=0)
 
 
 def leaders_alone(make_replicas, count: int) -> tuple[list, PartitionRegistry]:
@@ -79,7 +81,7 @@ def test_one_request_over_many_partitions_makes_their_log_start_offsets_durable_
 
     results = handler.delete_records([("t0", 0, 7), ("t1", 0, 7), ("t2", 0, 7)], timeout_ms=1000)
 
-    assert results == [("t0", 0, 7), ("t1", 0, 7), ("t2", 0, 7)]
+    assert results == [DeleteRecordsResult(t, 0, low_watermark=7) for t in ("t0", "t1", "t2")]
     assert flushes == [3]
     assert [r.leader.log.log_start_offset for r in sets] == [7, 7, 7]
 
@@ -96,6 +98,6 @@ def test_when_the_flush_fails_the_raised_partitions_fail_and_keep_their_log_star
 
     results = handler.delete_records([("t0", 0, 7), ("t1", 0, 0)], timeout_ms=1000)
 
-    assert results[0][2].name == "KAFKA_STORAGE_ERROR"
-    assert results[1] == ("t1", 0, 0)  # nothing to raise there: not part of the failed flush
+    assert results[0].error.name == "KAFKA_STORAGE_ERROR"
+    assert results[1] == DeleteRecordsResult("t1", 0, low_watermark=0)  # not part of the failed flush
     assert [r.leader.log.log_start_offset for r in sets] == [0, 0]
