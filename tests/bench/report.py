@@ -82,7 +82,7 @@ def render_markdown(machine: dict[str, Any], figures: list[Figure], *, elapsed_s
         f"— mode **{machine['mode']}**, {machine['date']}, commit `{machine['git_commit']}`, "
         f"{elapsed_s:.0f} s wall clock.",
         "",
-        f"Targets (brief §11): **{passed} pass, {short} fall short**, "
+        f"Targets (docs/testing.md#targets): **{passed} pass, {short} fall short**, "
         f"{sum(1 for f in targeted if f.status == 'not built yet')} not built yet, "
         f"{sum(1 for f in targeted if f.status == 'error')} errors.",
         "",

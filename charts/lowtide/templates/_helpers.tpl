@@ -117,7 +117,7 @@ affinity:
 {{- else if .Values.auth.tokens }}
 {{- printf "%s-auth" (include "lowtide.fullname" .) }}
 {{- else }}
-{{- fail "auth.enabled needs auth.existingSecret or auth.tokens (see README \"Authentication\")" }}
+{{- fail "auth.enabled needs auth.existingSecret or auth.tokens (see docs/operations.md#authentication)" }}
 {{- end }}
 {{- end }}
 
