@@ -1,13 +1,13 @@
 """Fixtures shared by the unit tests of the front door, the client and the CLI: a real Redis
-(``redis_url``), an in-process front door, and in-test replicas on real gRPC ports (see
-``tests/unit/frontdoor/harness`` for why)."""
+(``redis_url``), an in-process front door, and real replica server processes (``replica_set``,
+see ``tests/unit/frontdoor/harness``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from lowtide.metadata.store import MetadataStore
-from tests.unit.frontdoor.harness import start_front_door, start_stub_replica
+from tests.unit.frontdoor.harness import ReplicaSet, start_front_door
 
 
 @pytest.fixture
@@ -36,16 +36,9 @@ def front_door(front_door_factory):
     return front_door_factory()
 
 
-@pytest.fixture
-def stub_replicas():
-    """Factory of in-test Replica servers: returns (servicer, address)."""
-    servers = []
-
-    def start():
-        stub, server, address = start_stub_replica()
-        servers.append(server)
-        return stub, address
-
-    yield start
-    for server in servers:
-        server.stop(0)
+@pytest.fixture(scope="session")
+def replica_set(tmp_path_factory):
+    """Real replica server processes (brokers 0 and 1) with a Redis of their own, started once per
+    session; a module that uses them points ``redis_url`` at ``replica_set.clean()``."""
+    with ReplicaSet.started(tmp_path_factory.mktemp("replicas"), count=2) as replicas:
+        yield replicas

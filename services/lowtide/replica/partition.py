@@ -92,6 +92,11 @@ class Partition:
                 # Kafka resets follower state on becoming leader; ISR members count as caught up now.
                 self.followers = {r: FollowerState(last_caught_up_ms=t if r in self.isr else 0)
                                   for r in st.replicas if r != self.broker_id}
+                # As Kafka's makeLeader: the ISR may be down to this replica (its old leader
+                # failed), so what it holds may already be committed. Without this a follower
+                # elected right after an acks=all append, before its next fetch told it the
+                # HW, stayed at its old HW until the next append.
+                self._maybe_increment_high_watermark()
             else:
                 self.role = FOLLOWER if st.leader >= 0 else NONE
                 self.followers = {}

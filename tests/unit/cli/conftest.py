@@ -1,4 +1,4 @@
-"""Shared by the CLI tests: run a command in JSON mode, and a front door with one stub replica."""
+"""Shared by the CLI tests: run a command in JSON mode, and a front door with the real replicas."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import pytest
 
 from lowtide.cli.main import main
-from tests.unit.frontdoor.harness import register_broker
 
 
 def run_json(capsys, *argv: str) -> tuple[int, list[dict]]:
@@ -18,8 +17,7 @@ def run_json(capsys, *argv: str) -> tuple[int, list[dict]]:
 
 
 @pytest.fixture
-def cluster(front_door, stub_replicas, store):
-    """(front door address, stub replica) with the replica registered as broker 0."""
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
-    return front_door.address, replica
+def cluster(front_door, replica_set):
+    """(front door address, the real replicas); a module using it points ``redis_url`` at
+    ``replica_set.clean()``, so the front door and ``store`` share the replicas' Redis."""
+    return front_door.address, replica_set

@@ -1,5 +1,5 @@
-"""`lowtide topics|produce|consume|offsets|groups` against an in-process front door and an in-test
-replica on a real gRPC port (see ``tests.unit.frontdoor.harness``)."""
+"""`lowtide topics|produce|consume|offsets|groups` against an in-process front door and the real
+replica servers of ``replica_set`` (see ``tests.unit.frontdoor.harness``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from lowtide.cli.data_cmd import parse_time_spec, read_line_chunks
 from lowtide.cli.main import build_parser
 from lowtide.cli.output import CliError
 from lowtide.cli.topics_cmd import parse_config_pairs
+from lowtide.client import Admin
 from tests.unit.cli.conftest import run_json
+
+
+@pytest.fixture
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
 
 
 def test_every_command_takes_output_and_command_config():
@@ -84,7 +91,8 @@ def test_produce_consume_offsets_and_groups(cluster, capsys, store):
     code, docs = run_json(capsys, "offsets", "--bootstrap-server", address, "--topic", "orders", "--time", "latest")
     assert docs == [{"partitions": [{"topic": "orders", "partition": 0, "offset": 50}]}]
 
-    replica.logs[("orders", 0)].lso = 10
+    with Admin(address) as admin:
+        assert admin.delete_records({("orders", 0): 10})[("orders", 0)].low_watermark == 10
     code, docs = run_json(capsys, "consume", "--bootstrap-server", address, "--topic", "orders",
                           "--partition", "0", "--offset", "0", "--timeout-ms", "200")
     assert code == 1 and docs[-1]["error"]["code"] == "OFFSET_OUT_OF_RANGE"

@@ -11,7 +11,12 @@ from lowtide.cli.delete_records_cmd import read_offset_json_file
 from lowtide.cli.main import main
 from lowtide.cli.output import CliError
 from tests.unit.cli.conftest import run_json
-from tests.unit.frontdoor.harness import register_broker
+
+
+@pytest.fixture
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
 
 
 def write(tmp_path, doc) -> str:
@@ -55,34 +60,34 @@ def test_missing_file_fails_in_json_mode_without_contacting_the_cluster(tmp_path
     assert docs[0]["error"]["code"] == "INVALID_REQUEST" and missing in docs[0]["error"]["message"]
 
 
-def test_results_and_errors_per_partition_with_exit_one_on_failure(front_door, stub_replicas, store, tmp_path,
+def test_results_and_errors_per_partition_with_exit_one_on_failure(front_door, replica_set, store, tmp_path,
                                                                    capsys):
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 10000},
+    replica_set.wait_for_leaders("orders")
+    replica_set.produce("orders", 0, [b"v"] * 10_000)
+    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 5},
                                            {"topic": "ghost", "partition": 0, "offset": 1}], "version": 1})
     code, docs = run_json(capsys, "delete-records", "--bootstrap-server", front_door.address,
                           "--offset-json-file", path, "--timeout-ms", "5000")
     assert code == 1
-    assert docs == [{"partitions": [{"topic": "orders", "partition": 0, "low_watermark": 10000},
+    assert docs == [{"partitions": [{"topic": "orders", "partition": 0, "low_watermark": 5},
                                     {"topic": "ghost", "partition": 0, "error": "UNKNOWN_TOPIC_OR_PARTITION"}]}]
-    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 5}], "version": 1})
+    path = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 10000}], "version": 1})
     assert main(["delete-records", "--bootstrap-server", front_door.address, "--offset-json-file", path]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == ["Executing records delete operation", "Records delete operation completed:",
-                                "partition: orders-0\tlow_watermark: 5"]
+                                "partition: orders-0\tlow_watermark: 10000"]
 
 
-def test_command_config_token_is_sent(front_door_factory, stub_replicas, store, tmp_path, capsys):
+def test_command_config_token_is_sent(front_door_factory, replica_set, store, tmp_path, capsys):
     from lowtide.auth.acl import AclBinding
     from lowtide.auth.store import AclStore
     from lowtide.auth.tokens import add_token
 
     front_door = front_door_factory(auth_enabled=True)
-    _, address = stub_replicas()
-    register_broker(store, 0, address)
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    replica_set.wait_for_leaders("orders")
+    replica_set.produce("orders", 0, [b"v"] * 5)
     add_token(store.redis, token="t0k", principal="User:alice")
     AclStore(redis=store.redis).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")])
     offsets = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 3}], "version": 1})

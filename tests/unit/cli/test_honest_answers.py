@@ -1,7 +1,7 @@
 """Bad input gets a clear error and nothing pretends: unimplemented features are refused, an
 unknown topic fails every command that names it, `consume` escapes binary data in text mode, and
-`retention run --dry-run` says what it would delete. Against an in-process front door and an
-in-test replica on a real gRPC port (see ``tests.unit.frontdoor.harness``)."""
+`retention run --dry-run` says what it would delete. Against an in-process front door and the
+real replica servers of ``replica_set`` (see ``tests.unit.frontdoor.harness``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ from lowtide.cli.data_cmd import escape_bytes
 from lowtide.cli.main import main
 from lowtide.client import Admin, Producer
 from tests.unit.cli.conftest import run_json
+
+
+@pytest.fixture
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
 
 # --- topic configs and flags that are not implemented -----------------------------------------
 
@@ -144,8 +150,9 @@ def test_retention_dry_run_reports_start_target_records_and_the_groups_that_set_
     with Producer(address) as producer:
         for p in range(3):
             producer.produce_values("inter", [b"x"] * 100, partition=p)
-    replica.logs[("inter", 1)].lso = 30  # partition 1 was already trimmed to 30
     with Admin(address) as admin:
+        assert admin.delete_records({("inter", 1): 30})[("inter", 1)].error is None  # already trimmed to 30
+        deletes = replica.calls(0, "DeleteRecords")
         admin.commit_offsets("fast", {("inter", 0): 90, ("inter", 1): 80, ("inter", 2): 100})
         admin.commit_offsets("slow", {("inter", 0): 40, ("inter", 1): 20})
         admin.commit_offsets("mid", {("inter", 0): 40, ("inter", 1): 50, ("inter", 2): 60})
@@ -161,7 +168,7 @@ def test_retention_dry_run_reports_start_target_records_and_the_groups_that_set_
     assert rows[1]["min_groups"] == ["slow"] and "already starts at 30" in rows[1]["skipped"]
     assert rows[2]["delete_before"] == -1 and rows[2]["min_groups"] == ["slow"]
     assert rows[2]["committed"]["slow"] is None and "slow" in rows[2]["skipped"]
-    assert replica.called("DeleteRecords") == []  # a dry run deletes nothing
+    assert replica.calls(0, "DeleteRecords") == deletes  # a dry run deletes nothing
 
     assert main(["retention", "run", "--bootstrap-server", address, "--topic", "inter", "--dry-run"]) == 0
     text = capsys.readouterr().out.splitlines()
@@ -169,7 +176,7 @@ def test_retention_dry_run_reports_start_target_records_and_the_groups_that_set_
     assert text[1] == ("partition: inter-0\tlog_start_offset: 0\ttarget: 40 (set by mid, slow)\t"
                        "would delete 40 records (offsets 0..39)")
     assert "skipped: nothing new to delete" in text[2] and "skipped: group slow has no committed offset" in text[3]
-    assert replica.called("DeleteRecords") == []
+    assert replica.calls(0, "DeleteRecords") == deletes
 
 
 def test_a_real_retention_run_reports_the_same_plan_and_the_new_low_watermark(cluster, capsys, store):
@@ -180,10 +187,11 @@ def test_a_real_retention_run_reports_the_same_plan_and_the_new_low_watermark(cl
     with Admin(address) as admin:
         admin.commit_offsets("a", {("inter", 0): 70})
         admin.commit_offsets("b", {("inter", 0): 55})
+    deletes = replica.calls(0, "DeleteRecords")
     code, docs = run_json(capsys, "retention", "run", "--bootstrap-server", address, "--topic", "inter")
     assert code == 0
     [row] = docs[0]["partitions"]
     assert (row["delete_before"], row["records"], row["min_groups"], row["low_watermark"]) == (55, 55, ["b"], 55)
     assert docs[0]["dry_run"] is False
-    [request] = replica.called("DeleteRecords")
-    assert [(p.topic, p.partition, p.offset) for p in request.partitions] == [("inter", 0, 55)]
+    assert replica.calls(0, "DeleteRecords") == deletes + 1
+    assert replica.describe(0, "inter", 0).log_start_offset == 55

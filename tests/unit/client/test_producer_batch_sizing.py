@@ -1,7 +1,7 @@
 """The producer fits its batches to the topic: sizes from the topic's config, compression.type, and
 Kafka's split-and-retry of a batch the leader refuses as too large (MESSAGE_TOO_LARGE /
-RECORD_LIST_TOO_LARGE). Pure functions first, then against a real in-process front door and an
-in-test replica (``tests.unit.frontdoor.harness``)."""
+RECORD_LIST_TOO_LARGE). Pure functions first, then against a real in-process front door and the
+real replica servers of ``replica_set`` (``tests.unit.frontdoor.harness``)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,7 @@ from lowtide.client.producer import (
     split_refused,
 )
 from lowtide.errors import InvalidRequest, MessageTooLarge, RecordListTooLarge
-from lowtide.record import BatchBuilder, Compression, decode_batch, decode_batches, iter_batches, read_header
-from tests.unit.frontdoor.harness import register_broker
-
-MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE = 10, 18
+from lowtide.record import BatchBuilder, Compression, decode_batch, read_header
 
 
 def batch_of(values, *, compression=Compression.NONE, keys=None, headers=None, base_sequence=-1,
@@ -117,23 +114,28 @@ def test_split_refused_raises_when_the_largest_batch_is_a_single_record():
         split_refused([batch_of([b"a"] * 5), batch_of([b"x" * 5000])], MessageTooLarge("too big"))
 
 
-# -- against a front door and an in-test replica -----------------------------------------------------
+# -- against a front door and the real replicas ------------------------------------------------------
 
 
 @pytest.fixture
-def cluster(front_door, stub_replicas, store):
-    """Topics ``small`` (segment.bytes=262144, 2 partitions) and ``plain`` (no config), one replica."""
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
+
+
+@pytest.fixture
+def cluster(front_door, replica_set, store):
+    """Topics ``small`` (segment.bytes=262144, 2 partitions) and ``plain`` (no config), led by replica 0."""
     store.create_topic(name="small", partitions=2, replication_factor=1, config={"segment.bytes": "262144"},
                        assignment=[[0]] * 2)
     store.create_topic(name="plain", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    return front_door, replica
+    for topic in ("small", "plain"):
+        replica_set.wait_for_leaders(topic)
+    return front_door, replica_set
 
 
-def stored(replica, topic, partition=0):
-    log = replica.logs.get((topic, partition))
-    return [decode_batches(b)[0] for b in (log.batches if log else [])]
+def stored(replicas, topic, partition=0):
+    return replicas.fetch_all(topic, partition)
 
 
 def test_batches_fit_the_topics_segment_with_the_default_batch_size(cluster):
@@ -148,32 +150,43 @@ def test_batches_fit_the_topics_segment_with_the_default_batch_size(cluster):
     assert [r.value for _, rs in batches for r in rs] == values
 
 
-@pytest.mark.parametrize("error", [MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE])
-def test_a_batch_the_leader_refuses_as_too_large_is_split_and_retried(cluster, error):
-    front_door, replica = cluster
-    replica.produce_errors[("plain", 0)] = [error, error]
+def shrink_after_first_use(producer, replicas, store, key: str, value: str) -> None:
+    """Produce one record (the producer now holds the topic's config), then lower ``key`` under it:
+    the leader refuses what the producer still sizes by the old config (a real refusal)."""
+    producer.produce_values("plain", [b"before"], partition=0)
+    with replicas.config_adopted(0, "plain"):
+        store.update_topic_config("plain", lambda info: {**info.config, key: value})
+
+
+@pytest.mark.parametrize("key", ["max.message.bytes", "segment.bytes"])  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
+def test_a_batch_the_leader_refuses_as_too_large_is_split_and_retried(cluster, store, key):
+    front_door, replicas = cluster
     values = [b"%05d" % i * 100 for i in range(400)]
     with Producer(front_door.address) as producer:
+        shrink_after_first_use(producer, replicas, store, key, "30000")
+        before = replicas.calls(0, "Produce")
         report = producer.produce_values("plain", values, partition=0)
         # Later batches of the topic are built no bigger than the last refused size.
         assert producer.batch_bytes_for("plain") < 1 << 20
+        calls = replicas.calls(0, "Produce") - before
         again = producer.produce_values("plain", [b"after"] * 3, partition=0)
-    sent = [[h.size_in_bytes for h, _ in iter_batches(call.partitions[0].records)]
-            for call in replica.called("Produce")]
-    # One batch refused, its halves refused, its quarters appended; then the later call's batch.
-    assert [len(batches) for batches in sent] == [1, 2, 4, 1]
-    assert max(sent[2]) <= max(sent[1]) // 2 + 64 and max(sent[1]) <= sent[0][0] // 2 + 64
-    assert [r.value for _, rs in stored(replica, "plain") for r in rs] == values + [b"after"] * 3
-    assert [a.record_count for a in report.appends] and sum(a.record_count for a in report.appends) == 400
-    assert [a.base_offset for a in report.appends][0] == 0 and again.appends[0].base_offset == 400
+    # One 200 kB batch refused, its halves refused, its quarters refused, its eighths appended.
+    assert calls >= 4
+    assert replicas.calls(0, "Produce") - before == calls + 1  # the later batch fits at once
+    batches = stored(replicas, "plain")
+    assert all(h.size_in_bytes <= 30000 for h, _ in batches)
+    assert [r.value for _, rs in batches for r in rs] == [b"before"] + values + [b"after"] * 3
+    assert sum(a.record_count for a in report.appends) == 400
+    assert report.appends[0].base_offset == 1 and again.appends[0].base_offset == 401
 
 
-def test_a_refused_single_record_is_raised(cluster):
-    front_door, replica = cluster
-    replica.produce_errors[("plain", 0)] = [MESSAGE_TOO_LARGE]
-    with Producer(front_door.address) as producer, pytest.raises(MessageTooLarge, match="cannot be split"):
-        producer.produce_values("plain", [b"x" * 10_000], partition=0)
-    assert stored(replica, "plain") == []
+def test_a_refused_single_record_is_raised(cluster, store):
+    front_door, replicas = cluster
+    with Producer(front_door.address) as producer:
+        shrink_after_first_use(producer, replicas, store, "max.message.bytes", "5000")
+        with pytest.raises(MessageTooLarge, match="cannot be split"):
+            producer.produce_values("plain", [b"x" * 10_000], partition=0)
+    assert [r.value for _, rs in stored(replicas, "plain") for r in rs] == [b"before"]
 
 
 @pytest.mark.parametrize(("name", "codec"), [("none", 0), ("gzip", 1), ("lz4", 3), ("zstd", 4)])

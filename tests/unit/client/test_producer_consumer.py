@@ -1,31 +1,34 @@
-"""Producer and Consumer against a real in-process front door and an in-test replica on a real
-gRPC port (offset assignment and whole-batch fetches; see ``tests.unit.frontdoor.harness``)."""
+"""Producer and Consumer against a real in-process front door and the real replica servers of
+``replica_set`` (offset assignment, whole-batch fetches, a moved leader; see
+``tests.unit.frontdoor.harness``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lowtide.client import Consumer, Producer
+from lowtide.client import Admin, Consumer, Producer
 from lowtide.client.partitioner import partition_for_key
 from lowtide.errors import OffsetOutOfRange, UnknownTopicOrPartition
-from lowtide.record import decode_batches
-from tests.unit.frontdoor.harness import register_broker
-
-NOT_LEADER = 6
+from tests.unit.frontdoor.harness import move_leader
+from tests.waiting import wait_until
 
 
 @pytest.fixture
-def cluster(front_door, stub_replicas, store):
-    """Topic ``orders`` with 3 partitions, all led by one in-test replica."""
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
+
+
+@pytest.fixture
+def cluster(front_door, replica_set, store):
+    """Topic ``orders`` with 3 partitions, all led by replica 0."""
     store.create_topic(name="orders", partitions=3, replication_factor=1, config={}, assignment=[[0]] * 3)
-    return front_door, replica
+    replica_set.wait_for_leaders("orders")
+    return front_door, replica_set
 
 
-def records_of(replica, partition):
-    log = replica.logs.get(("orders", partition))
-    return [r for batch in (log.batches if log else []) for _, rs in decode_batches(batch) for r in rs]
+def records_of(replicas, partition):
+    return replicas.records("orders", partition)
 
 
 def test_keyed_records_go_to_the_murmur2_partition(cluster):
@@ -50,13 +53,21 @@ def test_unkeyed_batches_spread_round_robin_and_report_base_offsets(cluster):
         assert bases[0] == 0 and bases == sorted(bases)
 
 
-def test_not_leader_is_retried_after_a_metadata_refresh(cluster):
-    front_door, replica = cluster
-    replica.produce_errors[("orders", 1)] = [NOT_LEADER, NOT_LEADER]
+def test_not_leader_is_retried_after_a_metadata_refresh(cluster, store):
+    front_door, replicas = cluster
+    store.create_topic(name="moving", partitions=1, replication_factor=2, config={}, assignment=[[0, 1]])
+    replicas.wait_for_leaders("moving")
     with Producer(front_door.address) as producer:
-        producer.produce_values("orders", [b"a", b"b"], partition=1)
-    assert [r.value for r in records_of(replica, 1)] == [b"a", b"b"]
-    assert len(replica.called("Produce")) == 3
+        producer.produce_values("moving", [b"first"], partition=0)  # the producer now routes to replica 0
+        move_leader(store, "moving", 0, to=1)
+        wait_until(lambda: replicas.describe(0, "moving", 0).role == "follower"
+                   and replicas.describe(1, "moving", 0).role == "leader",
+                   timeout_s=20, what="replica 1 to lead moving-0")
+        before = [replicas.calls(b, "Produce") for b in (0, 1)]
+        producer.produce_values("moving", [b"a", b"b"], partition=0)
+    # Refused by the old leader (NOT_LEADER_OR_FOLLOWER), appended at the new one after a refresh.
+    assert [replicas.calls(b, "Produce") - before[b] for b in (0, 1)] == [1, 1]
+    assert [r.value for r in replicas.records("moving", 0)] == [b"first", b"a", b"b"]
 
 
 def test_producing_to_a_missing_partition_fails(cluster):
@@ -92,10 +103,11 @@ def test_consumer_with_a_group_starts_at_the_commit_and_commits_its_position(clu
 
 
 def test_seeking_below_the_log_start_offset_is_out_of_range(cluster):
-    front_door, replica = cluster
+    front_door, _ = cluster
     with Producer(front_door.address) as producer:
         producer.produce_values("orders", [b"a", b"b", b"c"], partition=0)
-    replica.logs[("orders", 0)].lso = 2
+    with Admin(front_door.address) as admin:
+        assert admin.delete_records({("orders", 0): 2})[("orders", 0)].low_watermark == 2
     with Consumer(front_door.address) as consumer:
         consumer.assign([("orders", 0)])
         consumer.seek(("orders", 0), 0)

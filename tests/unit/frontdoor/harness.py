@@ -1,33 +1,51 @@
-"""Test harness of the front door: a real in-process Admin gRPC server on a real Redis, and a small
-in-test Replica servicer on a real gRPC port.
+"""Test harness of the front door: a real in-process Admin gRPC server on a real Redis, and real
+replica server processes (``ReplicaSet``) for the tests that need leaders.
 
-Why an in-test Replica: the replica server is being written in parallel, and these unit tests
-exercise the front door's and the client's own logic (fan-out, grouping, retries, partitioning,
-offset skipping) against answers they choose. The full path over real replica processes is covered
-by the integration tests. Everything else here is real: gRPC on loopback ports, redis-server.
+The replicas are the real ``lowtide serve replica`` processes a local cluster runs, started once per
+session (``replica_set`` in ``tests/unit/conftest.py``) with a Redis of their own; ``clean()``
+empties that Redis of the previous test's metadata between tests, so the start-up is paid once.
+Faults are real too: a replica process is paused (SIGSTOP) or killed, and leadership moves by the
+same compare-and-set the controller makes. What the replicas were asked is read from their own
+gRPC server metrics (``calls``), what they hold from their own Fetch and DescribeLogs answers.
 """
 
 from __future__ import annotations
 
-import threading
+import os
+import signal
+import time
+import urllib.request
 import uuid
-from collections.abc import Callable
-from concurrent import futures
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import grpc
+import redis as redis_lib
+from prometheus_client.parser import text_string_to_metric_families
 
 from lowtide.frontdoor.server import FrontDoorConfig, FrontDoorParts, build_front_door
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.localcluster.kinds import KINDS
+from lowtide.log.filenames import parse_partition_dir
 from lowtide.metadata.model import BrokerInfo
-from lowtide.metadata.store import MetadataStore
-from lowtide.record import assign_offsets, iter_batches, validate_batches
+from lowtide.metadata.store import BROKERS, VERSION, MetadataStore, alive_key
+from lowtide.record import BatchBuilder, BatchHeader, Record, decode_batches
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
+from tests.waiting import wait_until
 
 SESSION_MS = 60_000
+# The replicas' broker session: short, so a killed or paused replica stops counting as live within
+# a test's patience, long enough that a loaded machine does not expire a healthy one.
+REPLICA_SESSION_MS = 3000
+WAIT_S = 20.0
 
 
 def start_grpc_server(register: Callable[[grpc.Server], None]) -> tuple[grpc.Server, str]:
+    from concurrent import futures
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), interceptors=[ErrorInterceptor()])
     register(server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -47,107 +65,229 @@ def kill_broker(store: MetadataStore, broker_id: int) -> None:
 
 
 @dataclass
-class PartitionLog:
-    lso: int = 0
-    next_offset: int = 0
-    batches: list[bytes] = field(default_factory=list)
+class ReplicaSet:
+    """Real replica server processes (broker ids 0..count-1) and their Redis, as a local cluster
+    without the other services. Contract: ``clean()`` before each test; a test that kills or pauses
+    a replica brings it back (``killed``/``paused`` do) so the next test finds every broker live."""
+
+    cluster: LocalCluster
+    count: int
+
+    @classmethod
+    @contextmanager
+    def started(cls, data_dir: Path, *, count: int = 2) -> Iterator[ReplicaSet]:
+        config = ClusterConfig(data_dir=data_dir, replicas=count, coordinators=0, orphan_scanners=0,
+                               session_timeout_ms=REPLICA_SESSION_MS,
+                               replica_config={"replica.lag.time.max.ms": "3000",
+                                               "replica.fetch.wait.max.ms": "100"})
+        cluster = LocalCluster(config, kinds=[k for k in KINDS if k.kind == "replica"])
+        try:
+            cluster.up(detach=True)
+            yield cls(cluster=cluster, count=count)
+        finally:
+            cluster.down(timeout_s=10.0)
+
+    @property
+    def redis_url(self) -> str:
+        return self.cluster.redis_url
+
+    def address(self, broker_id: int) -> str:
+        return self.cluster.service(f"replica-{broker_id}").grpc
+
+    def _redis(self) -> redis_lib.Redis:
+        return redis_lib.Redis.from_url(self.redis_url)
+
+    # -- between tests ---------------------------------------------------------------------------
+    def clean(self) -> str:
+        """Delete every topic (the replicas drop their partitions, as on a real deletion) and every
+        other key but the brokers' registrations and the metadata version (which must only grow:
+        the replicas reconcile on a version they have not seen); returns the Redis URL."""
+        client = self._redis()
+        try:
+            store = MetadataStore(redis=client)
+            for name in store.topics():
+                store.delete_topic(name)
+            wait_until(lambda: not any(self.hosted(b) for b in range(self.count)), timeout_s=WAIT_S,
+                       what="the replicas to drop the deleted topics' partitions")
+            for raw_id, raw in client.hgetall(BROKERS).items():
+                broker_id = int(raw_id)
+                if broker_id >= self.count:
+                    client.hdel(BROKERS, raw_id)  # one a test registered itself
+                elif BrokerInfo.from_json(raw).address != self.address(broker_id):
+                    client.delete(alive_key(broker_id))  # a test overwrote it: the replica re-registers
+            keep = {BROKERS.encode(), VERSION.encode(), *(alive_key(b).encode() for b in range(self.count))}
+            stale = [k for k in client.scan_iter(count=1000) if k not in keep]
+            if stale:
+                client.delete(*stale)
+            wait_until(lambda: store.live_broker_ids(list(range(self.count))) == set(range(self.count)),
+                       timeout_s=WAIT_S, what="every replica to be registered live")
+        finally:
+            client.close()
+        return self.redis_url
+
+    def hosted(self, broker_id: int) -> list[tuple[str, int]]:
+        """The partitions whose directories replica ``broker_id`` has on disk."""
+        out = []
+        for entry in os.scandir(self.cluster.service(f"replica-{broker_id}").data_dir):
+            try:
+                out.append(parse_partition_dir(entry.name))
+            except Exception:  # checkpoint files and the like
+                continue
+        return out
+
+    # -- what a replica was asked and holds ------------------------------------------------------
+    def calls(self, broker_id: int, method: str) -> int:
+        """How many ``Replica/<method>`` calls replica ``broker_id`` has started since it started."""
+        url = self.cluster.service(f"replica-{broker_id}").metrics_url
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if (sample.name == "lowtide_grpc_server_started_total"
+                        and sample.labels.get("grpc_method") == method
+                        and sample.labels.get("grpc_service", "").endswith(".Replica")):
+                    total += sample.value
+        return int(total)
+
+    def _stub(self, broker_id: int) -> tuple[grpc.Channel, replica_pb2_grpc.ReplicaStub]:
+        channel = grpc.insecure_channel(self.address(broker_id))
+        return channel, replica_pb2_grpc.ReplicaStub(channel)
+
+    def describe(self, broker_id: int, topic: str, partition: int) -> replica_pb2.LogInfo | None:
+        """Replica ``broker_id``'s DescribeLogs entry for the partition (None: not hosted)."""
+        channel, stub = self._stub(broker_id)
+        try:
+            answer = stub.DescribeLogs(replica_pb2.DescribeLogsRequest(
+                partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)]), timeout=5)
+        finally:
+            channel.close()
+        return next((i for i in answer.logs if (i.topic, i.partition) == (topic, partition)), None)
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        client = self._redis()
+        try:
+            return MetadataStore(redis=client).partition_state(topic, partition).leader
+        finally:
+            client.close()
+
+    def fetch_all(self, topic: str, partition: int) -> list[tuple[BatchHeader, list[Record]]]:
+        """Every record batch the partition's leader serves, from its log start offset to its high
+        watermark (whole batches, as a consumer's Fetch gets them)."""
+        leader = self.leader_of(topic, partition)
+        info = self.describe(leader, topic, partition)
+        offset, out = (info.log_start_offset if info is not None else 0), []
+        channel, stub = self._stub(leader)
+        try:
+            while True:
+                result = stub.Fetch(replica_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, partitions=[
+                    replica_pb2.FetchPartition(topic=topic, partition=partition, fetch_offset=offset)]),
+                    timeout=5).partitions[0]
+                assert result.error_code == 0, result
+                got = decode_batches(result.records)
+                if not got:
+                    return out
+                out.extend(got)
+                offset = got[-1][0].next_offset
+        finally:
+            channel.close()
+
+    def records(self, topic: str, partition: int) -> list[Record]:
+        """The records the partition's leader serves, in offset order."""
+        return [r for _, records in self.fetch_all(topic, partition) for r in records]
+
+    def produce(self, topic: str, partition: int, values: list[bytes]) -> int:
+        """Append ``values`` as one batch at the partition's leader (acks=all, no front door, so no
+        authorization in the way); returns the base offset."""
+        builder = BatchBuilder()
+        for value in values:
+            builder.append(timestamp_ms=int(time.time() * 1000), key=None, value=value)
+        channel, stub = self._stub(self.leader_of(topic, partition))
+        try:
+            result = stub.Produce(replica_pb2.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[
+                replica_pb2.ProducePartition(topic=topic, partition=partition, records=builder.build())]),
+                timeout=10).partitions[0]
+        finally:
+            channel.close()
+        assert result.error_code == 0, result
+        return result.base_offset
+
+    def wait_for_leaders(self, topic: str) -> None:
+        """Return once every partition of ``topic`` is led by the replica its metadata names, and
+        every other replica of it hosts it: a topic written to Redis directly (as the tests do)
+        is served only after the replicas reconcile."""
+        client = self._redis()
+        try:
+            store = MetadataStore(redis=client)
+            states = [s for (t, _), s in store.all_partition_states().items() if t == topic]
+        finally:
+            client.close()
+        assert states, f"topic {topic} has no partitions"
+
+        def served() -> bool:
+            for s in states:
+                for b in s.replicas:
+                    if b >= self.count:
+                        continue  # a broker the test registered itself
+                    info = self.describe(b, topic, s.partition)
+                    if info is None or (b == s.leader and info.role != "leader"):
+                        return False
+            return True
+
+        wait_until(served, timeout_s=WAIT_S, what=f"the replicas to serve {topic}")
+
+    @contextmanager
+    def config_adopted(self, broker_id: int, topic: str) -> Iterator[None]:
+        """Wait, after the block changed ``topic``'s config in Redis, until replica ``broker_id``
+        says (its "topic config changed" log line) that it applies the new config."""
+        log_path = Path(self.cluster.service(f"replica-{broker_id}").log)
+        start = log_path.stat().st_size
+        yield
+
+        def adopted() -> bool:
+            with log_path.open("rb") as f:
+                f.seek(start)
+                return any(b"topic config changed" in line and f'"{topic}-'.encode() in line for line in f)
+
+        wait_until(adopted, timeout_s=WAIT_S, what=f"replica {broker_id} to adopt {topic}'s new config")
+
+    # -- real faults -----------------------------------------------------------------------------
+    @contextmanager
+    def paused(self, broker_id: int) -> Iterator[None]:
+        """Replica ``broker_id`` stopped (SIGSTOP: alive, answering nothing) inside the block."""
+        name = f"replica-{broker_id}"
+        self.cluster.pause(name)
+        try:
+            yield
+        finally:
+            self.cluster.resume(name)
+
+    @contextmanager
+    def killed(self, broker_id: int) -> Iterator[None]:
+        """Replica ``broker_id`` killed (SIGKILL) inside the block, started again (same data and
+        ports) and registered live after it."""
+        name = f"replica-{broker_id}"
+        self.cluster.kill(name, signal.SIGKILL)
+        try:
+            yield
+        finally:
+            self.cluster.start_service(name)
+
+    def wait_not_live(self, broker_id: int) -> None:
+        """Wait until the broker's session has expired (its ``alive`` key is gone)."""
+        client = self._redis()
+        try:
+            wait_until(lambda: not client.exists(alive_key(broker_id)), timeout_s=WAIT_S,
+                       what=f"broker {broker_id}'s session to expire")
+        finally:
+            client.close()
 
 
-class StubReplica(replica_pb2_grpc.ReplicaServicer):
-    """In-test Replica (see module doc). Answers chosen by the test:
-
-    * DeleteRecords: ``delete_errors[(t, p)]`` is a list of error codes used one per call (then
-      NONE); on NONE the low watermark is the requested offset (``low_watermarks`` overrides);
-      ``on_delete_records(request)`` runs first (e.g. to move leadership mid-call).
-    * ListOffsets: ``offsets[(t, p)]``.
-    * Produce/Fetch: an in-memory log per partition with real offset assignment; Fetch returns whole
-      batches from the one containing ``fetch_offset`` and OFFSET_OUT_OF_RANGE below ``lso``.
-    Every request is recorded in ``calls``. Thread-safe (one lock).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.calls: list[tuple[str, object]] = []
-        self.delete_errors: dict[tuple[str, int], list[int]] = {}
-        self.low_watermarks: dict[tuple[str, int], int] = {}
-        self.offsets: dict[tuple[str, int], int] = {}
-        self.produce_errors: dict[tuple[str, int], list[int]] = {}
-        self.logs: dict[tuple[str, int], PartitionLog] = {}
-        self.on_delete_records: Callable[[object], None] | None = None  # runs before answering
-
-    def DeleteRecords(self, request, context):  # noqa: N802
-        if self.on_delete_records is not None:
-            self.on_delete_records(request)
-        with self.lock:
-            self.calls.append(("DeleteRecords", request))
-            out = []
-            for p in request.partitions:
-                key = (p.topic, p.partition)
-                errors = self.delete_errors.get(key) or []
-                code = errors.pop(0) if errors else 0
-                lw = -1 if code else self.low_watermarks.get(key, p.offset)
-                out.append(common_pb2.DeleteRecordsResult(topic=p.topic, partition=p.partition, low_watermark=lw,
-                                                          error_code=code))
-        return common_pb2.DeleteRecordsResponse(partitions=out)
-
-    def ListOffsets(self, request, context):  # noqa: N802
-        with self.lock:
-            self.calls.append(("ListOffsets", request))
-            out = []
-            for p in request.partitions:
-                key = (p.topic, p.partition)
-                log = self.logs.get(key)
-                if key in self.offsets:
-                    offset = self.offsets[key]
-                elif log is not None:
-                    offset = log.lso if p.timestamp == -2 else log.next_offset
-                else:
-                    offset = 0
-                out.append(common_pb2.ListOffsetsResult(topic=p.topic, partition=p.partition, offset=offset))
-        return common_pb2.ListOffsetsResponse(partitions=out)
-
-    def Produce(self, request, context):  # noqa: N802
-        with self.lock:
-            self.calls.append(("Produce", request))
-            out = []
-            for p in request.partitions:
-                key = (p.topic, p.partition)
-                errors = self.produce_errors.get(key) or []
-                code = errors.pop(0) if errors else 0
-                if code:
-                    out.append(replica_pb2.ProduceResult(topic=p.topic, partition=p.partition, error_code=code))
-                    continue
-                log = self.logs.setdefault(key, PartitionLog())
-                buf = bytearray(p.records)
-                headers = validate_batches(buf)
-                base = log.next_offset
-                log.next_offset = assign_offsets(buf, headers, base_offset=base, leader_epoch=0)
-                log.batches.extend(bytes(buf[pos:pos + h.size_in_bytes]) for h, pos in iter_batches(buf))
-                out.append(replica_pb2.ProduceResult(topic=p.topic, partition=p.partition, base_offset=base))
-        return replica_pb2.ProduceResponse(partitions=out)
-
-    def Fetch(self, request, context):  # noqa: N802
-        with self.lock:
-            self.calls.append(("Fetch", request))
-            out = []
-            for p in request.partitions:
-                log = self.logs.get((p.topic, p.partition), PartitionLog())
-                if p.fetch_offset < log.lso or p.fetch_offset > log.next_offset:
-                    out.append(replica_pb2.FetchResult(topic=p.topic, partition=p.partition, error_code=1,
-                                                       log_start_offset=log.lso, high_watermark=log.next_offset))
-                    continue
-                chosen = []
-                for batch in log.batches:
-                    header = next(iter_batches(batch))[0]
-                    if header.next_offset > p.fetch_offset:
-                        chosen.append(batch)
-                out.append(replica_pb2.FetchResult(topic=p.topic, partition=p.partition, records=b"".join(chosen),
-                                                   high_watermark=log.next_offset, log_start_offset=log.lso))
-        return replica_pb2.FetchResponse(partitions=out)
-
-    def called(self, method: str) -> list:
-        with self.lock:
-            return [r for m, r in self.calls if m == method]
+def move_leader(store: MetadataStore, topic: str, partition: int, *, to: int) -> None:
+    """Elect ``to`` as the partition's leader (the ISR shrunk to it), with the compare-and-set the
+    controller makes when the old leader fails."""
+    state = store.partition_state(topic, partition)
+    store.compare_and_set_partition(state, replace(state, leader=to, leader_epoch=state.leader_epoch + 1, isr=(to,)))
 
 
 @dataclass
@@ -169,9 +309,3 @@ def start_front_door(redis_url: str, **config) -> RunningFrontDoor:
     parts = build_front_door(FrontDoorConfig(redis_url=redis_url, **config))
     server, address = start_grpc_server(parts.register)
     return RunningFrontDoor(address=address, parts=parts, server=server)
-
-
-def start_stub_replica() -> tuple[StubReplica, grpc.Server, str]:
-    stub = StubReplica()
-    server, address = start_grpc_server(lambda s: replica_pb2_grpc.add_ReplicaServicer_to_server(stub, s))
-    return stub, server, address

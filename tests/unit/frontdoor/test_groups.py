@@ -1,6 +1,6 @@
-"""Committed offsets of consumer groups in ``__consumer_offsets`` (on an in-test replica, see
-``harness``; real Redis for the metadata), with and without authorization, and the one-time move
-of offsets from the old Redis layout."""
+"""Committed offsets of consumer groups in ``__consumer_offsets`` (on the real replica servers of
+``replica_set``; real Redis for the metadata), with and without authorization, and the one-time
+move of offsets from the old Redis layout."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lowtide.auth.store import AclStore
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import GroupAuthorizationFailed, GroupIdNotFound, InvalidGroupId, UnknownTopicOrPartition
 from lowtide.frontdoor.admin import TopicAdmin
-from lowtide.frontdoor.groups import GroupCoordinator, GroupStore, OffsetCommit
+from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.offsets_migration import MIGRATED_KEY, migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetsTopicConfig
 from lowtide.groups import (
@@ -24,18 +24,21 @@ from lowtide.groups import (
     decode_offset_value,
     partition_for_group,
 )
-from lowtide.record import decode_batches
-from tests.unit.frontdoor.harness import register_broker
+from lowtide.messages.admin import OffsetCommit
 from tests.waiting import wait_until
 
 PARTITIONS = 4
 
 
 @pytest.fixture
-def replica(store, stub_replicas):
-    stub, address = stub_replicas()
-    register_broker(store, 0, address)
-    return stub
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
+
+
+@pytest.fixture
+def replica(replica_set):
+    return replica_set
 
 
 @pytest.fixture
@@ -70,8 +73,7 @@ def orders(store, replica):
 
 
 def records_in(replica, partition):
-    log = replica.logs.get((OFFSETS_TOPIC, partition))
-    return [r for batch in (log.batches if log else []) for _, rs in decode_batches(batch) for r in rs]
+    return replica.records(OFFSETS_TOPIC, partition)
 
 
 def test_commits_are_written_to_consumer_offsets_in_kafkas_format(store, orders, replica, offsets_topics):
@@ -80,12 +82,16 @@ def test_commits_are_written_to_consumer_offsets_in_kafkas_format(store, orders,
                                     commits=[OffsetCommit("orders", 0, 10000, "m")])
     assert results[0][1] is None
     info = store.topic(OFFSETS_TOPIC)
-    assert (info.partitions, info.replication_factor, info.config["cleanup.policy"]) == (PARTITIONS, 1, "compact")
+    # RF = min(3, live brokers): both replicas of the set.
+    assert (info.partitions, info.replication_factor, info.config["cleanup.policy"]) == (PARTITIONS, 2, "compact")
     [record] = records_in(replica, partition_for_group("etl", partitions=PARTITIONS))
     assert decode_offset_key(record.key) == OffsetKey("etl", "orders", 0)
     value = decode_offset_value(record.value)
     assert (value.offset, value.metadata, value.leader_epoch) == (10000, "m", -1) and value.commit_timestamp > 0
-    assert [c.acks for c in replica.called("Produce")] == [-1]
+    # Written with acks=all: acknowledged only once the follower holds it too.
+    partition = partition_for_group("etl", partitions=PARTITIONS)
+    follower = 1 - replica.leader_of(OFFSETS_TOPIC, partition)
+    assert replica.describe(follower, OFFSETS_TOPIC, partition).log_end_offset == 1
     fetched = groups.fetch_offsets(principal="User:a", group_id="etl", partitions=[("orders", 0), ("orders", 1)])
     assert [(c.partition, c.offset) for c in fetched] == [(0, 10000), (1, -1)]
 
@@ -123,7 +129,10 @@ def test_a_write_the_leader_refuses_fails_every_accepted_partition_and_changes_n
                                                                                        offsets_topics):
     groups = build_groups(store, offsets_topics)
     groups.commit_offsets(principal="User:a", group_id="etl", commits=[OffsetCommit("orders", 0, 1)])
-    replica.produce_errors[(OFFSETS_TOPIC, partition_for_group("etl", partitions=PARTITIONS))] = [10]  # too large
+    # A real refusal: the leader refuses batches over the topic's max.message.bytes (MESSAGE_TOO_LARGE).
+    partition = partition_for_group("etl", partitions=PARTITIONS)
+    with replica.config_adopted(replica.leader_of(OFFSETS_TOPIC, partition), OFFSETS_TOPIC):
+        store.update_topic_config(OFFSETS_TOPIC, lambda info: {**info.config, "max.message.bytes": "64"})
     results = groups.commit_offsets(principal="User:a", group_id="etl", commits=[
         OffsetCommit("orders", 0, 5), OffsetCommit("orders", 9, 5)])
     assert [e.name for _, e in results] == ["MESSAGE_TOO_LARGE", "UNKNOWN_TOPIC_OR_PARTITION"]

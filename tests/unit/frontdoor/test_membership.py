@@ -1,7 +1,7 @@
 """Kafka's classic group membership protocol (``frontdoor/membership.py``) driven as its callers do:
 members on real threads blocking in JoinGroup and SyncGroup, real time for session and rebalance
 timeouts (short ones), and for the commit/OffsetDelete side a real ``GroupCoordinator`` over
-``__consumer_offsets`` on an in-test replica (see ``harness``) and a real Redis."""
+``__consumer_offsets`` on the real replicas of ``replica_set`` (see ``harness``) and a real Redis."""
 
 from __future__ import annotations
 
@@ -32,16 +32,11 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.classic_group import consumer_subscription_topics
-from lowtide.frontdoor.groups import GroupCoordinator, GroupStore, OffsetCommit
-from lowtide.frontdoor.membership import (
-    GroupMembership,
-    JoinRequest,
-    LeavingMember,
-    MembershipConfig,
-    Protocol,
-)
+from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
+from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetsTopicConfig
-from tests.unit.frontdoor.harness import register_broker
+from lowtide.messages.admin import JoinRequest, LeavingMember, OffsetCommit, Protocol
+from lowtide.metadata.store import MetadataStore
 from tests.waiting import wait_until
 
 P = "User:alice"
@@ -320,9 +315,10 @@ def test_a_static_member_replaced_while_its_old_id_waits_in_join_gets_fenced(poo
 # -- commits and OffsetDelete against the group --------------------------------------------------
 
 @pytest.fixture
-def coordinator(store, stub_replicas, members):
-    stub, address = stub_replicas()
-    register_broker(store, 0, address)
+def coordinator(replica_set, members):
+    """A group coordinator whose ``__consumer_offsets`` lives on the real replicas (their Redis,
+    emptied of the last test's metadata; the membership tests above keep the shared test Redis)."""
+    store = MetadataStore.from_url(replica_set.clean())
     for topic in ("orders", "audit"):
         store.create_topic(name=topic, partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
     pool, client = ThreadPoolExecutor(max_workers=4), ReplicaClient()
@@ -335,6 +331,7 @@ def coordinator(store, stub_replicas, members):
     topic.stop()
     pool.shutdown()
     client.close()
+    store.redis.close()
 
 
 def commit_errors(coordinator, group="g", generation=-1, member_id="", offset=5, instance=""):

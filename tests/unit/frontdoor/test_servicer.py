@@ -16,6 +16,12 @@ from tests.unit.frontdoor.harness import register_broker
 ADMIN_TOKEN = [("authorization", "Bearer admin-token")]
 
 
+@pytest.fixture
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
+
+
 def test_topics_are_created_described_listed_and_deleted(front_door, store):
     for b in (0, 1, 2):
         register_broker(store, b, f"127.0.0.1:{7000 + b}")
@@ -32,23 +38,22 @@ def test_topics_are_created_described_listed_and_deleted(front_door, store):
         assert admin.list_topics() == []
 
 
-def test_list_offsets_fans_out_to_the_leaders(front_door, stub_replicas, store):
-    replica, address = stub_replicas()
-    register_broker(store, 0, address)
+def test_list_offsets_fans_out_to_the_leaders(front_door, replica_set, store):
     store.create_topic(name="orders", partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
-    replica.offsets[("orders", 0)] = 100
-    replica.offsets[("orders", 1)] = 200
+    replica_set.wait_for_leaders("orders")
+    replica_set.produce("orders", 0, [b"v"] * 100)
+    replica_set.produce("orders", 1, [b"v"] * 200)
+    before = replica_set.calls(0, "ListOffsets")
     with Admin(front_door.address) as admin:
         got = admin.list_offsets({("orders", 0): OffsetSpec.LATEST, ("orders", 1): OffsetSpec.LATEST,
                                   ("orders", 5): OffsetSpec.LATEST})
     assert got[("orders", 0)].offset == 100 and got[("orders", 1)].offset == 200
     assert got[("orders", 5)].error.name == "UNKNOWN_TOPIC_OR_PARTITION"
-    assert len(replica.called("ListOffsets")) == 1  # both partitions in one request to their leader
+    assert replica_set.calls(0, "ListOffsets") == before + 1  # both partitions in one request to their leader
 
 
-def test_group_offsets_round_trip_through_the_client(front_door, store, stub_replicas):
-    _, address = stub_replicas()  # hosts __consumer_offsets
-    register_broker(store, 0, address)
+def test_group_offsets_round_trip_through_the_client(front_door_factory, store, replica_set):
+    front_door = front_door_factory(offsets_topic_partitions=2)  # __consumer_offsets on the real replicas
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
     with Admin(front_door.address) as admin:
         assert admin.commit_offsets("etl", {("orders", 0): 12}) == {("orders", 0): None}
