@@ -1,10 +1,12 @@
 """`lowtide orphans scan`: run one orphan-file scan now (KIP-1164 "Orphan files") and report it.
 
-Where the scanner is: ``--scanner-address HOST:PORT`` (env LOWTIDE_SCANNER_ADDRESS), the address
-of the ``lowtide serve orphan-scanner`` process: on Kubernetes its Service, locally the
-``orphan-scanner-0`` entry of cluster.json. Without it the call goes to ``--bootstrap-server``,
-for a front door that forwards ``lowtide.v1.OrphanScanner`` to the scanner registered in Redis
-(``lowtide:orphan-scanners``); a front door that does not answers UNIMPLEMENTED, reported as such.
+Where the scanner is: found through the cluster. The call goes to ``--bootstrap-server``, a front
+door, which forwards ``lowtide.v1.OrphanScanner`` to the scanner registered in Redis
+(``lowtide:orphan-scanners``, lowtide/frontdoor/scanner_proxy.py); with none registered it answers
+COORDINATOR_NOT_AVAILABLE, saying so. ``--scanner-address HOST:PORT`` (env
+LOWTIDE_SCANNER_ADDRESS) overrides that with the address of the ``lowtide serve orphan-scanner``
+process itself (on Kubernetes its Service, locally the ``orphan-scanner-0`` entry of
+cluster.json). A front door from before the forwarding answers UNIMPLEMENTED, reported as such.
 
 Output: text, the counts and the keys deleted (or, with ``--dry-run``, that would be); json, the
 scan report (``lowtide.client.scanner.ScanResult``). Progress of a long scan goes to stderr. A
@@ -31,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scan = sub.add_parser("scan", help="scan object storage for orphan WAL files now and delete them")
     add_connection_flags(scan)
     scan.add_argument("--scanner-address", metavar="HOST:PORT", default=os.environ.get("LOWTIDE_SCANNER_ADDRESS"),
-                      help="the orphan scanner (env LOWTIDE_SCANNER_ADDRESS); default: the bootstrap server")
+                      help="call this orphan scanner directly (env LOWTIDE_SCANNER_ADDRESS); default: the one "
+                           "registered in the cluster, through the bootstrap server")
     scan.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     scan.set_defaults(func=run_scan)
 

@@ -42,6 +42,7 @@ from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
+from lowtide.frontdoor.scanner_proxy import add_scanner_proxy
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
 from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
@@ -90,6 +91,7 @@ class FrontDoorParts:
 
     def register(self, server: grpc.Server) -> None:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
+        add_scanner_proxy(server, redis=self.redis, channels=self.replicas.channels)  # lowtide orphans scan
 
     def close(self) -> None:
         if self.front.members is not None:

@@ -34,6 +34,7 @@ import redis as redis_lib
 
 from lowtide.auth.access import build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
+from lowtide.client.scanner import SCANNER_REGISTRY
 from lowtide.clock import now_ms
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = scanner_pb2.DESCRIPTOR.services_by_name["OrphanScanner"].full_name
 DEFAULT_GRPC_PORT = 9096
-SCANNER_REGISTRY = "lowtide:orphan-scanners"
 DEFAULT_GRACE_PERIOD_MS = 600_000
 DEFAULT_SCAN_INTERVAL_MS = 300_000
 

@@ -191,22 +191,28 @@ def test_the_cli_scans_lists_what_it_found_and_deletes_only_without_dry_run(scan
     started = time.monotonic()
     upload(store, key)
     wait_past_grace(started)
-    where = ["--bootstrap-server", scan_cluster.bootstrap,
-             "--scanner-address", scan_cluster.service("orphan-scanner-0").grpc]
 
-    dry = lowtide_cli("orphans", "scan", *where, "--dry-run", "--output", "json")
+    # The bootstrap server alone: the front door forwards to the scanner registered in Redis.
+    dry = lowtide_cli("orphans", "scan", "--bootstrap-server", scan_cluster.bootstrap, "--dry-run", "--output", "json")
     assert dry.returncode == 0, dry.stderr
     doc = json.loads(dry.stdout)
     assert doc["dry_run"] and key in doc["orphan_keys"] and doc["deleted"] == 0 and store.head(key) is not None
     assert {"listed", "skipped", "candidates", "known", "orphans", "deleted", "deleted_bytes"} <= doc.keys()
 
-    real = lowtide_cli("orphans", "scan", *where)
+    # --scanner-address still overrides it.
+    real = lowtide_cli("orphans", "scan", "--bootstrap-server", "127.0.0.1:1",
+                       "--scanner-address", scan_cluster.service("orphan-scanner-0").grpc)
     assert real.returncode == 0, real.stderr
     assert f"deleted {key}" in real.stdout and store.head(key) is None
 
 
-def test_the_cli_says_where_to_find_the_scanner_when_the_bootstrap_server_does_not_serve_it(scan_cluster):
-    run = lowtide_cli("orphans", "scan", "--bootstrap-server", scan_cluster.bootstrap, "--output", "json")
-    assert run.returncode == 1
+def test_the_cli_says_no_scanner_is_registered_when_none_runs(scan_cluster):
+    scan_cluster.stop_service("orphan-scanner-0")  # it deregisters as it stops
+    try:
+        run = lowtide_cli("orphans", "scan", "--bootstrap-server", scan_cluster.bootstrap, "--output", "json")
+    finally:
+        scan_cluster.start_service("orphan-scanner-0")
+    assert run.returncode == 1, run.stdout
     error = json.loads(run.stdout)["error"]
-    assert error["code"] == "INVALID_REQUEST" and "--scanner-address" in error["message"]
+    assert error["code"] == "COORDINATOR_NOT_AVAILABLE", error
+    assert "no orphan scanner is registered" in error["message"] and "--scanner-address" in error["message"]
