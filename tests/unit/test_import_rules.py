@@ -70,7 +70,7 @@ PROTOBUF_MODULE_NAMES = {"servicer", "server", "registration"}
 PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
-    "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages",
+    "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages", "lowtide.messages.admin",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
     "lowtide.record._validate", "lowtide.record.columns", "lowtide.record._columns",
     "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.messages", "lowtide.rpc.status",

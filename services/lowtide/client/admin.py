@@ -17,6 +17,7 @@ from lowtide.client.metadata import (
 )
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import GroupListing
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
@@ -79,13 +80,6 @@ class GroupOffsets:
     protocol_type: str = ""
     protocol: str = ""
     members: tuple[GroupMember, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str = ""
-    state: str = ""
 
 
 @dataclass(frozen=True, slots=True)

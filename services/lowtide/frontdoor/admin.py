@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
@@ -32,6 +32,7 @@ from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.topic_config import validate_topic_config
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import OffsetQuery, TopicOutcome, TopicRequest
 from lowtide.messages.replica import PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
@@ -39,23 +40,6 @@ from lowtide.metadata.store import MetadataStore, assign_replicas, partitions_ke
 
 DEFAULT_MAX_REPLICATION_FACTOR = 3
 LIST_OFFSETS_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicRequest:
-    """One topic to create. ``replication_factor`` <= 0 means the default: min(3, live brokers)."""
-
-    name: str
-    partitions: int
-    replication_factor: int
-    config: dict[str, str] = field(default_factory=dict)
-    diskless: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TopicOutcome:
-    name: str
-    error: LowtideError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +63,6 @@ class ClusterView:
     cluster_id: str
     brokers: tuple[BrokerView, ...]
     topics: tuple[TopicView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetQuery:
-    topic: str
-    partition: int
-    timestamp: int  # -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time
 
 
 class TopicAdmin:

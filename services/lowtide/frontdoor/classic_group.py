@@ -26,6 +26,7 @@ from kio.schema.consumer_protocol_subscription import v3 as sub_v3
 from kio.serial import entity_reader
 
 from lowtide.errors import FencedInstanceId, LowtideError, RebalanceInProgress, UnknownMemberId
+from lowtide.messages.admin import GroupSnapshot, JoinedMember, JoinResult, MemberSnapshot, Protocol, SyncResult
 
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
@@ -48,41 +49,6 @@ def consumer_subscription_topics(metadata: bytes) -> frozenset[str]:
     except Exception as err:  # kio raises its own buffer errors
         raise ValueError(f"undecodable consumer protocol subscription: {err}") from None
     return frozenset(entity.topics)
-
-
-@dataclass(frozen=True, slots=True)
-class Protocol:
-    name: str
-    metadata: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class JoinedMember:
-    member_id: str
-    group_instance_id: str
-    metadata: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    """A JoinGroup answer; ``error`` set means failed (``member_id`` still carries the id
-    MEMBER_ID_REQUIRED hands out)."""
-
-    member_id: str = ""
-    generation_id: int = -1
-    protocol_type: str = ""
-    protocol_name: str = ""
-    leader: str = ""
-    members: tuple[JoinedMember, ...] = ()  # the leader's answer only
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    protocol_type: str = ""
-    protocol_name: str = ""
-    assignment: bytes = b""
-    error: LowtideError | None = None
 
 
 class Waiter:
@@ -115,31 +81,6 @@ class Member:
     def vote(self, candidates: set[str]) -> str:
         """Kafka's MemberMetadata.vote: this member's most preferred protocol among the candidates."""
         return next(p.name for p in self.protocols if p.name in candidates)
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSnapshot:
-    member_id: str
-    group_instance_id: str
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSnapshot:
-    """What DescribeGroups / ListGroups / OffsetDelete see of a group (Kafka's GroupSummary:
-    metadata, assignment and protocol only while Stable)."""
-
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    generation_id: int
-    leader: str
-    members: tuple[MemberSnapshot, ...]
-    subscribed_topics: frozenset[str] | None  # None: not a consumer group, or not decodable
 
 
 @dataclass(frozen=True)

@@ -23,32 +23,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.errors import InvalidConfig, InvalidRequest, LowtideError, TopicAuthorizationFailed
-from lowtide.frontdoor.topic_config import ConfigOp, apply_config_ops, check_diskless_config_change
+from lowtide.frontdoor.topic_config import apply_config_ops, check_diskless_config_change
+from lowtide.messages.admin import ConfigChange, ConfigOutcome
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigChange:
-    """The ops for one topic; ``replace``: legacy AlterConfigs (the SET ops are the whole config)."""
-
-    topic: str
-    ops: tuple[ConfigOp, ...]
-    replace: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigOutcome:
-    """One topic's result: its config after the change (as it would be, with validate_only), or
-    the error that left it unchanged."""
-
-    topic: str
-    error: LowtideError | None = None
-    config: dict[str, str] = field(default_factory=dict)
 
 
 def _new_config(topic: TopicInfo, change: ConfigChange) -> dict[str, str]:

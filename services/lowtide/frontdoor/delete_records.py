@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, Counter, Histogram
 
@@ -33,6 +32,7 @@ from lowtide.errors import (
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import DeleteRecordsResult
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
@@ -60,13 +60,6 @@ DELETE_RECORDS_DURATION = _metric(
 DELETE_RECORDS_TOTAL = _metric(
     Counter, "lowtide_delete_records", "DeleteRecords partition results by result (error name or NONE)",
     ["result"])
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRequestItem:
-    topic: str
-    partition: int
-    offset: int
 
 
 class RecordsDeleter:

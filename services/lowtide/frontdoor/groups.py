@@ -20,7 +20,6 @@ consumers subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, KIP-496).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lowtide import clock
@@ -36,9 +35,17 @@ from lowtide.errors import (
     TopicAuthorizationFailed,
     UnknownTopicOrPartition,
 )
-from lowtide.frontdoor.classic_group import CONSUMER_PROTOCOL_TYPE, EMPTY, GroupSnapshot
+from lowtide.frontdoor.classic_group import CONSUMER_PROTOCOL_TYPE, EMPTY
 from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetWrite
 from lowtide.groups import OffsetKey, OffsetValue
+from lowtide.messages.admin import (
+    CommittedOffset,
+    GroupListing,
+    GroupOutcome,
+    GroupSnapshot,
+    OffsetCommit,
+    PartitionOutcome,
+)
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import TOPICS, MetadataStore
 
@@ -46,49 +53,6 @@ if TYPE_CHECKING:
     from lowtide.frontdoor.membership import GroupMembership
 
 MAX_GROUP_ID_LENGTH = 255
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    """A committed offset (-1 when nothing is committed), or an error for that partition."""
-
-    topic: str
-    partition: int
-    offset: int = -1
-    metadata: str = ""
-    commit_ms: int = -1
-    error: LowtideError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GroupOutcome:
-    group_id: str
-    error: LowtideError | None = None
-    offsets: tuple[CommittedOffset, ...] = ()
-    # DescribeGroups: the group's membership (None: no members in memory, i.e. Empty, no protocol)
-    group: GroupSnapshot | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str = ""  # "" for a group with committed offsets only
-    state: str = EMPTY
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOutcome:
-    topic: str
-    partition: int
-    error: LowtideError | None = None
 
 
 class GroupStore:

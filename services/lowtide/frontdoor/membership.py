@@ -65,15 +65,19 @@ from lowtide.frontdoor.classic_group import (
     PREPARING_REBALANCE,
     STABLE,
     ClassicGroup,
-    GroupSnapshot,
-    JoinResult,
     Member,
-    Protocol,
-    SyncResult,
     Timing,
     Waiter,
 )
 from lowtide.frontdoor.groups import validate_group_id
+from lowtide.messages.admin import (
+    GroupSnapshot,
+    JoinRequest,
+    JoinResult,
+    LeaveOutcome,
+    LeavingMember,
+    SyncResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,35 +91,6 @@ class MembershipConfig:
     max_group_size: int = 2**31 - 1          # group.max.size
     tick_interval_s: float = 0.05
     empty_group_retention_ms: int = 600_000  # an Empty group with no member is forgotten after this
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    group_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int = -1  # <= 0: session_timeout_ms (JoinGroup v0)
-    member_id: str = ""
-    group_instance_id: str = ""
-    protocol_type: str = ""
-    protocols: tuple[Protocol, ...] = ()
-    require_known_member_id: bool = False
-    client_id: str = ""
-    client_host: str = ""
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LeavingMember:
-    member_id: str = ""
-    group_instance_id: str = ""
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class LeaveOutcome:
-    member_id: str
-    group_instance_id: str
-    error: LowtideError | None = None
 
 
 def _unborn(group: ClassicGroup) -> bool:

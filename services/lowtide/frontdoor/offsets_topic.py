@@ -36,7 +36,7 @@ from lowtide.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from lowtide.frontdoor.admin import TopicAdmin, TopicRequest
+from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.groups import (
     OFFSETS_TOPIC,
@@ -49,6 +49,7 @@ from lowtide.groups import (
     partition_for_group,
 )
 from lowtide.groups.tail import FetchedOffsets, OffsetsTail
+from lowtide.messages.admin import TopicRequest
 from lowtide.messages.replica import FetchPosition
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import encode_batch

@@ -32,6 +32,7 @@ from lowtide.errors import (
     UnacceptableCredential,
     UnsupportedSaslMechanism,
 )
+from lowtide.messages.admin import Deletion, Upsertion
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,21 +40,6 @@ class UserCredentials:
     user: str
     error: LowtideError | None
     credentials: tuple[CredentialInfo, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Upsertion:
-    user: str
-    mechanism: int  # Kafka's ScramMechanism number
-    iterations: int
-    salt: bytes
-    salted_password: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    user: str
-    mechanism: int
 
 
 def check_user_name(user: str) -> None:

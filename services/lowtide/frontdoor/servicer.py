@@ -14,14 +14,28 @@ from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
 from lowtide.auth.tokens import Authenticator
 from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator
 from lowtide.frontdoor.acls import AclAdmin
-from lowtide.frontdoor.admin import OffsetQuery, TopicAdmin, TopicRequest
-from lowtide.frontdoor.config_admin import ConfigChange, TopicConfigAdmin
-from lowtide.frontdoor.delete_records import DeleteRequestItem, RecordsDeleter
-from lowtide.frontdoor.groups import CommittedOffset, GroupCoordinator, GroupOutcome, OffsetCommit
-from lowtide.frontdoor.membership import GroupMembership, JoinRequest, LeavingMember, Protocol
-from lowtide.frontdoor.scram import Deletion, ScramAdmin, Upsertion
-from lowtide.frontdoor.topic_config import ConfigOp
+from lowtide.frontdoor.admin import TopicAdmin
+from lowtide.frontdoor.config_admin import TopicConfigAdmin
+from lowtide.frontdoor.delete_records import RecordsDeleter
+from lowtide.frontdoor.groups import GroupCoordinator
+from lowtide.frontdoor.membership import GroupMembership
+from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.transactions import TransactionCoordinator
+from lowtide.messages.admin import (
+    CommittedOffset,
+    ConfigChange,
+    ConfigOp,
+    DeleteRequestItem,
+    Deletion,
+    GroupOutcome,
+    JoinRequest,
+    LeavingMember,
+    OffsetCommit,
+    OffsetQuery,
+    Protocol,
+    TopicRequest,
+    Upsertion,
+)
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2

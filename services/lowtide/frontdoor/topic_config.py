@@ -7,11 +7,10 @@ Unknown keys and bad values raise INVALID_CONFIG naming the key (and the value),
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from lowtide.errors import InvalidConfig, InvalidRequest
+from lowtide.messages.admin import ConfigOp, ConfigOpType
 from lowtide.metadata.config_defaults import TOPIC_CONFIG_DEFAULTS
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
@@ -115,25 +114,6 @@ LIST_CONFIGS = frozenset({"cleanup.policy", "consumed.retention.groups"})
 # delete, and its produce path checks max.message.bytes. Segments, compaction, ISR and KIP-68
 # broker-side retention have no diskless counterpart, so changing those keys would only mislead.
 DISKLESS_CONFIGS = frozenset({"retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes"})
-
-
-class ConfigOpType(enum.IntEnum):
-    """Kafka's ``AlterConfigOp.OpType`` (same numbers on the wire and in lowtide.v1)."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigOp:
-    """One change to one key; ``value`` is required for SET, APPEND and SUBTRACT. ``op`` may be
-    the number a client sent: one that is no ConfigOpType is INVALID_REQUEST when applied."""
-
-    key: str
-    op: ConfigOpType | int = ConfigOpType.SET
-    value: str | None = None
 
 
 def _op_type(o: ConfigOp) -> ConfigOpType:

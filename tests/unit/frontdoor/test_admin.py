@@ -18,8 +18,9 @@ from lowtide.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from lowtide.frontdoor.admin import TopicAdmin, TopicRequest
+from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.topic_config import validate_topic_config
+from lowtide.messages.admin import TopicRequest
 from tests.unit.frontdoor.harness import kill_broker, register_broker
 
 

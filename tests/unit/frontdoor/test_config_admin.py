@@ -17,8 +17,8 @@ from lowtide.errors import (
     TopicAuthorizationFailed,
     UnknownTopicOrPartition,
 )
-from lowtide.frontdoor.config_admin import ConfigChange, TopicConfigAdmin
-from lowtide.frontdoor.topic_config import ConfigOp, ConfigOpType
+from lowtide.frontdoor.config_admin import TopicConfigAdmin
+from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType
 from lowtide.metadata.store import METADATA_CHANNEL
 
 SET, DELETE = ConfigOpType.SET, ConfigOpType.DELETE

@@ -9,15 +9,10 @@ import pytest
 
 from lowtide.errors import InvalidConfig, InvalidRequest
 from lowtide.frontdoor import admin as frontdoor_admin
-from lowtide.frontdoor.topic_config import (
-    TOPIC_CONFIG_VALIDATORS,
-    ConfigOp,
-    ConfigOpType,
-    apply_config_ops,
-    check_diskless_config_change,
-)
+from lowtide.frontdoor.topic_config import TOPIC_CONFIG_VALIDATORS, apply_config_ops, check_diskless_config_change
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.partition_log import LogConfig
+from lowtide.messages.admin import ConfigOp, ConfigOpType
 from lowtide.metadata.config_defaults import (
     BROKER_SYNONYMS,
     TOPIC_CONFIG_DEFAULTS,

@@ -1,0 +1,242 @@
+"""Messages of the ``lowtide.v1.Admin`` service (the front door), as dataclasses.
+
+The front door's handlers take and answer these (``lowtide.frontdoor``: topics, ListOffsets,
+DeleteRecords, configs, committed offsets, group membership, SCRAM credentials); its servicer
+converts them to and from protos/lowtide/v1/admin.proto. The answers the Python client shares with
+the service live here too (``GroupListing``), as do the ones shared with the Replica service
+(``lowtide.messages.replica``: ``PartitionOffset`` for ListOffsets, ``DeleteRecordsResult``).
+
+Not here, with a reason: the Metadata views (``frontdoor.admin.ClusterView``) carry the metadata
+store's own records (``lowtide.metadata.model``), a layer above this one; ``frontdoor.scram.
+UserCredentials`` carries ``auth.scram_store.CredentialInfo`` likewise. The Python client's
+results that differ in shape from the service's (``lowtide.client.admin``: ``CommittedOffset``
+keyed by partition, ``GroupOffsets``, ``JoinGroupResult``, ...) are the client's public API.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from lowtide.errors import LowtideError
+
+
+# ---- Topics (CreateTopics, DeleteTopics) and ListOffsets, DeleteRecords --------------------------
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    """One topic to create. ``replication_factor`` <= 0 means the default: min(3, live brokers)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+    diskless: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    name: str
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetQuery:
+    topic: str
+    partition: int
+    timestamp: int  # -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRequestItem:
+    topic: str
+    partition: int
+    offset: int
+
+
+# ---- Topic configs (AlterConfigs, IncrementalAlterConfigs) ---------------------------------------
+class ConfigOpType(enum.IntEnum):
+    """Kafka's ``AlterConfigOp.OpType`` (same numbers on the wire and in lowtide.v1)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One change to one key; ``value`` is required for SET, APPEND and SUBTRACT. ``op`` may be
+    the number a client sent: one that is no ConfigOpType is INVALID_REQUEST when applied."""
+
+    key: str
+    op: ConfigOpType | int = ConfigOpType.SET
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """The ops for one topic; ``replace``: legacy AlterConfigs (the SET ops are the whole config)."""
+
+    topic: str
+    ops: tuple[ConfigOp, ...]
+    replace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOutcome:
+    """One topic's result: its config after the change (as it would be, with validate_only), or
+    the error that left it unchanged."""
+
+    topic: str
+    error: LowtideError | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+
+# ---- Committed offsets (OffsetCommit, OffsetFetch, OffsetDelete) and groups ----------------------
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A committed offset (-1 when nothing is committed), or an error for that partition."""
+
+    topic: str
+    partition: int
+    offset: int = -1
+    metadata: str = ""
+    commit_ms: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSnapshot:
+    member_id: str
+    group_instance_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """What DescribeGroups / ListGroups / OffsetDelete see of a group (Kafka's GroupSummary:
+    metadata, assignment and protocol only while Stable)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation_id: int
+    leader: str
+    members: tuple[MemberSnapshot, ...]
+    subscribed_topics: frozenset[str] | None  # None: not a consumer group, or not decodable
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    group_id: str
+    error: LowtideError | None = None
+    offsets: tuple[CommittedOffset, ...] = ()
+    # DescribeGroups: the group's membership (None: no members in memory, i.e. Empty, no protocol)
+    group: GroupSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str = ""  # "" for a group with committed offsets only
+    state: str = "Empty"  # classic_group.EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    topic: str
+    partition: int
+    error: LowtideError | None = None
+
+
+# ---- Group membership (JoinGroup, SyncGroup, LeaveGroup) -----------------------------------------
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    name: str
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = -1  # <= 0: session_timeout_ms (JoinGroup v0)
+    member_id: str = ""
+    group_instance_id: str = ""
+    protocol_type: str = ""
+    protocols: tuple[Protocol, ...] = ()
+    require_known_member_id: bool = False
+    client_id: str = ""
+    client_host: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """A JoinGroup answer; ``error`` set means failed (``member_id`` still carries the id
+    MEMBER_ID_REQUIRED hands out)."""
+
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str = ""
+    protocol_name: str = ""
+    leader: str = ""
+    members: tuple[JoinedMember, ...] = ()  # the leader's answer only
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    protocol_type: str = ""
+    protocol_name: str = ""
+    assignment: bytes = b""
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeavingMember:
+    member_id: str = ""
+    group_instance_id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveOutcome:
+    member_id: str
+    group_instance_id: str
+    error: LowtideError | None = None
+
+
+# ---- SCRAM credentials (AlterUserScramCredentials) -----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Upsertion:
+    user: str
+    mechanism: int  # Kafka's ScramMechanism number
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    user: str
+    mechanism: int
