@@ -44,7 +44,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth"},
     # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
     "groups": BASE | {"record"},
-    "common": BASE | {"rpc"},
+    # Server scaffolding and the one server bootstrap (access control and own-token metadata
+    # from the auth flags every server takes).
+    "common": BASE | {"rpc", "auth"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
                         "groups", "diskless", "kafka"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases",

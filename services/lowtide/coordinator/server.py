@@ -21,12 +21,10 @@ from pathlib import Path
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
-from lowtide.auth.access import build_access_control, parse_super_users
-from lowtide.auth.identity import token_file_metadata
 from lowtide.client.diskless_files import describe_files
 from lowtide.client.replica import ReplicaClient
-from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.bootstrap import ServerBootstrap
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS
 from lowtide.coordinator.leadership import ShardLease, read_shards
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
@@ -37,7 +35,7 @@ from lowtide.coordinator.service import ShardConfig, ShardService
 from lowtide.coordinator.servicer import CoordinatorServicer
 from lowtide.coordinator.snapshots import SnapshotPolicy
 from lowtide.errors import CoordinatorNotAvailable, error_or_none
-from lowtide.leases import add_lease_flags, check_backend, default_namespace
+from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.rpc.channels import ChannelPool, call
@@ -122,28 +120,20 @@ def build_knows_file(*, redis: redis_lib.Redis, channels: ChannelPool, metadata:
 
 def run(args: argparse.Namespace) -> int:
     name = f"coordinator-{args.shard}"
-    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    boot = ServerBootstrap(args, name=name)
     if args.shard < 0:
         raise SystemExit(f"{name}: --shard must be >= 0")
     check_backend(name, args.lease_backend)
-    if args.auth_enabled and not args.token_file:
-        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token this "
-                         "coordinator presents to the replicas holding its metadata log")
-    if not args.object_store:
-        raise SystemExit(f"{name}: --object-store (env LOWTIDE_OBJECT_STORE) is required: the WAL files' store")
-    _, grpc_port = split_addr(args.grpc_addr)
-    m_host, m_port = split_addr(args.metrics_addr)
-    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    access = build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
-                                  super_users=parse_super_users(args.super_users))
-    metadata = token_file_metadata(args.token_file)
-    channels = ChannelPool()
+    boot.require_token_file("the token this coordinator presents to the replicas holding its metadata log")
+    boot.require_object_store()
+    connections = boot.connect()
+    redis, access, metadata, channels = (connections.redis, connections.access, connections.call_metadata,
+                                         connections.channels)
     replicas = ReplicaClient(channels=channels, metadata=metadata)
     owner = f"{name}-{uuid.uuid4().hex[:12]}"
     config = ShardConfig(
         shard=args.shard, shards=max(args.shards, args.shard + 1), data_dir=Path(args.data_dir), owner=owner,
-        advertised_grpc=f"{args.advertised_host}:{grpc_port}",
-        metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
+        advertised_grpc=boot.advertised_grpc, metrics_url=boot.metrics_url,
         lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6), append_timeout_ms=args.append_timeout_ms,
         appends_in_flight=args.appends_in_flight, applier=args.applier,
         snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
@@ -156,12 +146,8 @@ def run(args: argparse.Namespace) -> int:
     metadata_log = MetadataLog(shard=args.shard, shards=config.shards, store=MetadataStore(redis=redis),
                                replicas=replicas, request_timeout_ms=args.append_timeout_ms)
     if args.lease_backend == "kubernetes":
-        from lowtide.leases.kubernetes import KubernetesLease, load_api
-
-        lease = KubernetesLease(api=load_api(kubeconfig=args.kubeconfig),
-                                namespace=args.lease_namespace or default_namespace(),
-                                name=f"{args.lease_name_prefix}-coordinator-{args.shard}", owner=owner,
-                                lease_ms=config.lease_ms, margin_ms=config.lease_margin_ms)
+        lease = kubernetes_lease(args, role=f"coordinator-{args.shard}", owner=owner, lease_ms=config.lease_ms,
+                                 margin_ms=config.lease_margin_ms)
     else:
         lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
                            margin_ms=config.lease_margin_ms)
@@ -179,11 +165,6 @@ def run(args: argparse.Namespace) -> int:
 
     def on_stop() -> None:
         shard.stop()
-        replicas.close()
-        channels.close()
-        redis.close()
+        replicas.close()  # the channel pool and Redis are closed by the bootstrap
 
-    serve(ServiceSpec(name=name, service_names=[SERVICE_NAME], register=register, on_stop=on_stop),
-          grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
-          grace_seconds=args.grace_seconds, ready=shard.start)
-    return 0
+    return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=shard.start)

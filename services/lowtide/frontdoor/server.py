@@ -28,8 +28,8 @@ from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
-from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve
+from lowtide.common.bootstrap import ServerBootstrap
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import TopicAdmin
@@ -49,7 +49,7 @@ from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
 from lowtide.kafka.services import InProcess
-from lowtide.leases import add_lease_flags, check_backend, default_namespace
+from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import admin_pb2, admin_pb2_grpc
@@ -192,10 +192,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(service=args.name, level=args.log_level, fmt=args.log_format)
-    if args.auth_enabled and not args.token_file:
-        raise SystemExit(f"{args.name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
-                         "User:frontdoor, which the front door presents to the replicas it calls")
+    # Its Redis and access control come from build_front_door (also used in-process by tests): a
+    # caller without a token is User:ANONYMOUS here, where the other servers refuse one.
+    boot = ServerBootstrap(args, name=args.name)
+    boot.require_token_file("the token of User:frontdoor, which the front door presents to the replicas it calls")
     check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
@@ -214,14 +214,9 @@ def run(args: argparse.Namespace) -> int:
     if args.controller:
         lease = None
         if args.lease_backend == "kubernetes":
-            from lowtide.leases.kubernetes import KubernetesLease, load_api
-
-            lease = KubernetesLease(api=load_api(kubeconfig=args.kubeconfig),
-                                    namespace=args.lease_namespace or default_namespace(),
-                                    name=f"{args.lease_name_prefix}-controller",
-                                    owner=f"{args.name}-{uuid.uuid4().hex[:8]}",
-                                    lease_ms=args.controller_lease_ms,
-                                    margin_ms=min(500, args.controller_lease_ms // 4))
+            lease = kubernetes_lease(args, role="controller", owner=f"{args.name}-{uuid.uuid4().hex[:8]}",
+                                     lease_ms=args.controller_lease_ms,
+                                     margin_ms=min(500, args.controller_lease_ms // 4))
         controller = Controller(store=parts.store, lease=lease, config=ControllerConfig(
             interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
         controller.start()
@@ -244,7 +239,4 @@ def run(args: argparse.Namespace) -> int:
             controller.stop()
         parts.close()
 
-    serve(ServiceSpec(name=args.name, service_names=[ADMIN_SERVICE], register=parts.register, on_stop=on_stop),
-          grpc_addr=args.grpc_addr, metrics_addr=args.metrics_addr, max_workers=args.max_workers,
-          grace_seconds=args.grace_seconds)
-    return 0
+    return boot.serve(service_names=[ADMIN_SERVICE], register=parts.register, on_stop=on_stop)

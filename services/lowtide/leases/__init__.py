@@ -8,7 +8,8 @@ Two backends behind one interface (``Lease``):
                 for clusters that already run on Kubernetes' own leader election primitive
 
 Chosen by ``--lease-backend redis|kubernetes`` (env ``LOWTIDE_LEASE_BACKEND``) on the front door
-and the coordinator; ``add_lease_flags`` declares the flags and ``build_lease`` makes the lease.
+and the coordinator; ``add_lease_flags`` declares the flags and ``kubernetes_lease`` makes a
+Kubernetes one from them.
 """
 
 from __future__ import annotations
@@ -63,3 +64,15 @@ def default_namespace() -> str:
             return f.read().strip() or "default"
     except OSError:
         return "default"
+
+
+def kubernetes_lease(args: argparse.Namespace, *, role: str, owner: str, lease_ms: int, margin_ms: int) -> Lease:
+    """The Kubernetes Lease ``<--lease-name-prefix>-<role>`` in ``--lease-namespace`` (default: the
+    pod's own), through ``--kubeconfig`` or the pod's service account. Imported here, not at the
+    top: only a server configured with ``--lease-backend kubernetes`` needs the kubernetes package."""
+    from lowtide.leases.kubernetes import KubernetesLease, load_api
+
+    return KubernetesLease(api=load_api(kubeconfig=args.kubeconfig),
+                           namespace=args.lease_namespace or default_namespace(),
+                           name=f"{args.lease_name_prefix}-{role}", owner=owner, lease_ms=lease_ms,
+                           margin_ms=margin_ms)

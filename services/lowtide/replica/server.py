@@ -14,11 +14,10 @@ from pathlib import Path
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
-from lowtide.auth.access import build_access_control, parse_super_users
-from lowtide.auth.identity import token_file_metadata
+from lowtide.auth.access import parse_super_users
 from lowtide.auth.scram_store import build_scram_login
-from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.bootstrap import ServerBootstrap
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
@@ -102,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     name = f"replica-{args.id}"
-    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
+    boot = ServerBootstrap(args, name=name)
     log_defaults = _parse_kv(args.config)
     for key, attr in BROKER_KEYS.items():
         if key in log_defaults:
@@ -111,16 +110,14 @@ def run(args: argparse.Namespace) -> int:
         # Several heartbeats per session, so one late heartbeat on a busy machine does not make a
         # healthy broker look dead (Kafka: 2 s heartbeats, 9 s session).
         args.heartbeat_interval_ms = max(100, args.session_timeout_ms // 4)
-    _, grpc_port = split_addr(args.grpc_addr)
     kafka = KafkaEndpoint.from_args(args, name=name)
     if kafka is not None and not args.frontdoor_addr:
         raise SystemExit(f"{name}: --kafka-listener needs --frontdoor-addr (env LOWTIDE_FRONTDOOR_ADDR): the "
                          "Kafka listener sends topic, group and DeleteRecords requests to the front door")
     kafka_port = kafka.start() if kafka is not None else 0
-    m_host, m_port = split_addr(args.metrics_addr)
     config = ReplicaConfig(
         broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
-        grpc_port=grpc_port, kafka_port=kafka_port, rack=args.rack, metrics_url=f"http://{args.advertised_host}:{m_port}/metrics",
+        grpc_port=boot.grpc_port, kafka_port=kafka_port, rack=args.rack, metrics_url=boot.metrics_url,
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
@@ -137,12 +134,10 @@ def run(args: argparse.Namespace) -> int:
     if config.replication_transport not in ("stream", "fetch"):
         raise SystemExit(f"{name}: --replication-transport must be stream or fetch, "
                          f"got {config.replication_transport!r}")
-    if config.auth_enabled and config.token_file is None:
-        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token of "
-                         f"User:broker-{args.id}, which this broker presents when it fetches from leaders")
-    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    access = build_access_control(redis=redis, enabled=config.auth_enabled, tokens_file=config.tokens_file,
-                                  super_users=config.super_users)
+    boot.require_token_file(f"the token of User:broker-{args.id}, which this broker presents when it fetches "
+                            "from leaders")
+    connections = boot.connect()
+    redis, access = connections.redis, connections.access
     manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
     manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
@@ -153,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         diskless = DisklessBroker(config=DisklessConfig(
             broker_id=args.id, commit_interval_ms=args.diskless_commit_interval_ms,
             buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store, redis=redis,
-            call_metadata=token_file_metadata(config.token_file))
+            call_metadata=connections.call_metadata)
     servicer = ReplicaServicer(manager, access=access, diskless=diskless)
     frontdoor = None
     if kafka is not None:
@@ -180,11 +175,8 @@ def run(args: argparse.Namespace) -> int:
         wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
         manager.start()
 
-    spec = ServiceSpec(name=name, service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
-                       register=register, on_stop=on_stop, on_draining=servicer.drain)
-    serve(spec, grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
-          grace_seconds=args.grace_seconds, ready=start)
-    return 0
+    return boot.serve(service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
+                      register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)
 
 
 def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:

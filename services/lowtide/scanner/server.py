@@ -32,14 +32,11 @@ import logging
 
 import redis as redis_lib
 
-from lowtide.auth.access import build_access_control, parse_super_users
-from lowtide.auth.identity import token_file_metadata
 from lowtide.client.scanner import SCANNER_REGISTRY
 from lowtide.clock import now_ms
-from lowtide.common.logs import configure_logging
-from lowtide.common.server import ServiceSpec, add_auth_flags, add_common_flags, add_flag, serve, split_addr
+from lowtide.common.bootstrap import ServerBootstrap
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.objectstore import open_object_store
-from lowtide.rpc.channels import ChannelPool
 from lowtide.scanner.scan import ScanConfig
 from lowtide.scanner.service import ScannerConfig, ScannerService
 from lowtide.scanner.servicer import ScannerServicer
@@ -96,12 +93,9 @@ def check_grace_period(*, grace_period_ms: int, append_timeout_ms: int, commit_i
 
 def run(args: argparse.Namespace) -> int:
     name = args.name
-    configure_logging(service=name, level=args.log_level, fmt=args.log_format)
-    if not args.object_store:
-        raise SystemExit(f"{name}: --object-store (env LOWTIDE_OBJECT_STORE) is required: the WAL files' store")
-    if args.auth_enabled and not args.token_file:
-        raise SystemExit(f"{name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): the token this "
-                         "scanner presents to the coordinator shards")
+    boot = ServerBootstrap(args, name=name)
+    boot.require_object_store()
+    boot.require_token_file("the token this scanner presents to the coordinator shards")
     try:
         check_grace_period(grace_period_ms=args.grace_period_ms, append_timeout_ms=args.append_timeout_ms,
                            commit_interval_ms=args.commit_interval_ms, commit_timeout_ms=args.commit_timeout_ms)
@@ -110,13 +104,9 @@ def run(args: argparse.Namespace) -> int:
                                scan_interval_ms=args.scan_interval_ms)
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
-    _, grpc_port = split_addr(args.grpc_addr)
-    m_host, m_port = split_addr(args.metrics_addr)
-    redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    access = build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
-                                  super_users=parse_super_users(args.super_users))
-    metadata = token_file_metadata(args.token_file)
-    channels = ChannelPool()
+    connections = boot.connect()
+    redis, access, metadata, channels = (connections.redis, connections.access, connections.call_metadata,
+                                         connections.channels)
     store = open_object_store(args.object_store)
 
     def find_shards():
@@ -131,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     def ready() -> None:
         redis.hset(SCANNER_REGISTRY, name, json.dumps(
-            {"grpc": f"{args.advertised_host}:{grpc_port}", "metrics": f"http://{args.advertised_host}:{m_port}/metrics",
-             "since_ms": now_ms()}, sort_keys=True))
+            {"grpc": boot.advertised_grpc, "metrics": boot.metrics_url, "since_ms": now_ms()}, sort_keys=True))
         service.start()
         log.info("orphan scanner started", extra={"fields": {
             "object_store": args.object_store, "prefix": args.prefix, "scan_interval_ms": args.scan_interval_ms,
@@ -144,11 +133,6 @@ def run(args: argparse.Namespace) -> int:
             redis.hdel(SCANNER_REGISTRY, name)
         except redis_lib.RedisError:
             pass  # the front door finds a dead address and says so; nothing to clean up elsewhere
-        channels.close()
-        store.close()
-        redis.close()
+        store.close()  # the channel pool and Redis are closed by the bootstrap
 
-    serve(ServiceSpec(name=name, service_names=[SERVICE_NAME], register=register, on_stop=on_stop),
-          grpc_addr=args.grpc_addr, metrics_addr=f"{m_host}:{m_port}", max_workers=args.max_workers,
-          grace_seconds=args.grace_seconds, ready=ready)
-    return 0
+    return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=ready)
