@@ -221,6 +221,22 @@ def test_a_forbidden_import_is_reported(tmp_path):
     ]
 
 
+def test_a_message_type_imported_from_the_client_is_reported(tmp_path):
+    # The checker's own negative case: a server module taking a dataclass from a client module, or
+    # a name the client module only imports itself, is caught; the client's callers are not.
+    for name in ("client", "frontdoor"):
+        (tmp_path / "lowtide" / name).mkdir(parents=True)
+    (tmp_path / "lowtide" / "client" / "replica.py").write_text(
+        "from dataclasses import dataclass\nfrom lowtide.messages.replica import FetchPosition\n\n\n"
+        "@dataclass\nclass Answer:\n    x: int\n\n\nclass ReplicaClient:\n    pass\n")
+    (tmp_path / "lowtide" / "frontdoor" / "fanout.py").write_text(
+        "from lowtide.client.replica import Answer, FetchPosition, ReplicaClient\n")
+    assert find_client_type_imports(tmp_path) == [
+        "lowtide/frontdoor/fanout.py:1: Answer is a message type: import it from lowtide.messages",
+        "lowtide/frontdoor/fanout.py:1: FetchPosition is a message type: import it from lowtide.messages",
+    ]
+
+
 def test_importing_the_client_loads_only_the_client_side_modules():
     code = ("import json, sys, lowtide.client; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
