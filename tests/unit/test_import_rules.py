@@ -205,6 +205,22 @@ def test_every_package_imports_only_what_its_rule_allows():
     assert find_violations(SERVICES) == []
 
 
+def find_core_log_imports_of_the_cleaner(root: Path) -> list[str]:
+    """The core log (``lowtide/log/*.py``) importing its cleaner (``lowtide/log/cleaner/``), which
+    imports the log: what both need lives in the core (swap_recovery, compacted_keys)."""
+    return [f"{path.relative_to(root)}:{line}: the core log may not import its cleaner ({name})"
+            for path in sorted((root / "lowtide" / "log").glob("*.py"))
+            for line, name in imported_names(path) if name.startswith("lowtide.log.cleaner")]
+
+
+def test_only_the_cleaner_imports_the_log_not_the_other_way_round(tmp_path):
+    assert find_core_log_imports_of_the_cleaner(SERVICES) == []
+    (tmp_path / "lowtide" / "log").mkdir(parents=True)
+    (tmp_path / "lowtide" / "log" / "segment_set.py").write_text("from lowtide.log.cleaner.swap import x\n")
+    assert find_core_log_imports_of_the_cleaner(tmp_path) == [
+        "lowtide/log/segment_set.py:1: the core log may not import its cleaner (lowtide.log.cleaner.swap.x)"]
+
+
 def test_a_forbidden_import_is_reported(tmp_path):
     # The checker's own negative case: a client module reaching into the storage engine, and a
     # domain module importing generated code, are both caught.

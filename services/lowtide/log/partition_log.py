@@ -27,7 +27,7 @@ from lowtide.errors import (
     OutOfOrderSequenceNumber,
     RecordListTooLarge,
 )
-from lowtide.log.cleaner.batch_filter import require_keys
+from lowtide.log.compacted_keys import require_keys
 from lowtide.log.file_deleter import DELETER, PendingCall, PendingDelete
 from lowtide.log.leader_epoch import LeaderEpochCache
 from lowtide.log.producer_state import AbortedTxn, ProducerStateManager

@@ -14,8 +14,8 @@ from pathlib import Path
 from lowtide.errors import KafkaStorageError
 from lowtide.log import filenames
 from lowtide.log.checkpoint import fsync_directory
-from lowtide.log.cleaner.swap import complete_interrupted_swaps
 from lowtide.log.segment import DEFAULT_MAX_MESSAGE_BYTES, LogSegment
+from lowtide.log.swap_recovery import complete_interrupted_swaps
 
 
 class SegmentSet:
@@ -50,7 +50,7 @@ class SegmentSet:
         segment at ``initial_offset``."""
         try:
             dir.mkdir(parents=True, exist_ok=True)
-            # A log cleaner swap that a crash interrupted is finished or discarded first (cleaner/swap.py).
+            # A log cleaner swap that a crash interrupted is finished or discarded first (swap_recovery.py).
             complete_interrupted_swaps(dir)
             names = os.listdir(dir)
         except OSError as exc:

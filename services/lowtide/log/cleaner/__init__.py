@@ -3,10 +3,8 @@
 Layers (each module's docstring has its contract and thread-safety)::
 
     config       CompactionConfig (topic keys the cleaner reads) and CleanerSettings (broker keys)
-    batch_filter per batch, as bytes: which records a pass keeps; the KIP-534 horizon rewrite;
-                 the key check of the produce path (no keyless records on a compacted topic)
-    swap         the cleaned segment's files, the crash-safe swap (.cleaned -> .swap -> live) and
-                 the recovery of an interrupted swap when a partition directory is opened
+    batch_filter per batch, as bytes: which records a pass keeps; the KIP-534 horizon rewrite
+    swap         the cleaned segment's files and the crash-safe swap (.cleaned -> .swap -> live)
     cleaner      one cleaning pass over one PartitionLog (plan, offset map, groups, swap)
     checkpoint   ``cleaner-offset-checkpoint`` of a data directory (first dirty offset per log)
     throttler    the bounded I/O rate (log.cleaner.io.max.bytes.per.second)
@@ -22,7 +20,9 @@ Files the cleaner adds to a partition directory (see swap.py for the order they 
 
 and one file to each data directory: ``cleaner-offset-checkpoint`` (Kafka's checkpoint format).
 
-This ``__init__`` imports nothing on purpose: ``segment_set`` and ``partition_log`` import
-``swap`` and ``batch_filter`` for their hooks, while ``cleaner`` and ``scheduler`` import
-``partition_log``; an eager import here would make that a cycle.
+Only the cleaner imports the log, never the other way round (tests/unit/test_import_rules.py):
+what every log open and append needs lives in the core, ``lowtide/log/swap_recovery.py`` (the
+recovery of an interrupted swap, and these files' names) and ``lowtide/log/compacted_keys.py``
+(the produce path's key check: no keyless record on a compacted topic). This ``__init__``
+imports nothing, so importing one cleaner module loads only what it needs.
 """

@@ -71,7 +71,7 @@ from itertools import repeat
 
 import crc32c as _crc32c_mod
 
-from lowtide.errors import CorruptMessage, InvalidRecord
+from lowtide.errors import CorruptMessage
 from lowtide.log.cleaner.config import MAP_ENTRY_OVERHEAD
 from lowtide.log.producer_state import AbortedTxn
 from lowtide.record import (
@@ -511,15 +511,3 @@ def empty_batch(batch: bytes | bytearray | memoryview) -> bytes:
                       header.base_sequence, 0)
     _CRC.pack_into(head, _CRC_POS, _crc32c_mod.crc32c(memoryview(head)[_CRC_START:]))
     return bytes(head)
-
-
-def require_keys(buf: bytes | bytearray | memoryview, *, topic_partition: str) -> None:
-    """Kafka's ``LogValidator.validateKey`` for a compacted topic: raise InvalidRecord (INVALID_RECORD)
-    if any record of ``buf`` (validated batches) has a null key.
-
-    One C call over the batches (no per-record Python); CRCs are not checked again.
-    """
-    cols = columnize(buf, min_offset=0, max_offset=_ALL_OFFSETS, with_headers=False, verify_crc=False)
-    if cols.keys.null_count:
-        raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
-                            f"{topic_partition}.")

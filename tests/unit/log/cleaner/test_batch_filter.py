@@ -8,7 +8,8 @@ import struct
 import pytest
 
 from lowtide.errors import InvalidRecord
-from lowtide.log.cleaner.batch_filter import BatchFilter, ChunkRows, OffsetMap, require_keys, rewrite_batch
+from lowtide.log.cleaner.batch_filter import BatchFilter, ChunkRows, OffsetMap, rewrite_batch
+from lowtide.log.compacted_keys import require_keys
 from lowtide.record import (
     DELETE_HORIZON_MASK,
     TIMESTAMP_LOG_APPEND_TIME,

@@ -9,13 +9,8 @@ import pytest
 
 from lowtide.log import filenames
 from lowtide.log.cleaner.cleaner import Cleaner
-from lowtide.log.cleaner.swap import (
-    STEP_CLEANED,
-    STEP_COMMITTED,
-    SWAP_STEPS,
-    complete_interrupted_swaps,
-    swap_range_file_name,
-)
+from lowtide.log.cleaner.swap import STEP_CLEANED, STEP_COMMITTED, SWAP_STEPS
+from lowtide.log.swap_recovery import complete_interrupted_swaps, swap_range_file_name
 from tests.unit.log.cleaner.conftest import NOW, by_key, clean, commit, fill, leftovers, open_log, records_of
 
 
