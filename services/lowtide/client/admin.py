@@ -134,7 +134,10 @@ class Admin(PooledClient):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, name: str, request, *, timeout_s: float | None = None):
+    def call(self, name: str, request, *, timeout_s: float | None = None):
+        """Admin RPC ``name`` with ``request`` at the bootstrap front door, with this client's token
+        and deadline (``timeout_s``, default the client's); returns the response, raises the typed
+        error of a failed call. For callers that build the request themselves (transactions.py)."""
         stub = self.channels.stub(self.bootstrap, admin_pb2_grpc.AdminStub)
         return call(getattr(stub, name), request, metadata=self.metadata, timeout=timeout_s or self.timeout_s)
 
@@ -147,7 +150,7 @@ class Admin(PooledClient):
                                 replication_factor=int(t.get("replication_factor", 0)),
                                 config=dict(t.get("config") or {}), diskless=bool(t.get("diskless", False)))
             for t in topics])
-        response = self._call("CreateTopics", request)
+        response = self.call("CreateTopics", request)
         return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 0,
@@ -159,7 +162,7 @@ class Admin(PooledClient):
             raise errors[name]
 
     def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
-        response = self._call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
+        response = self.call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
         return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
 
     def delete_topic(self, name: str) -> None:
@@ -168,11 +171,11 @@ class Admin(PooledClient):
             raise error
 
     def list_topics(self, *, include_internal: bool = False) -> list[str]:
-        return list(self._call("ListTopics", admin_pb2.ListTopicsRequest(include_internal=include_internal)).names)
+        return list(self.call("ListTopics", admin_pb2.ListTopicsRequest(include_internal=include_internal)).names)
 
     def describe_cluster(self, topics: Sequence[str] = ()) -> ClusterSnapshot:
         """Brokers and topics (all non-internal ones when ``topics`` is empty)."""
-        response = self._call("Metadata", admin_pb2.MetadataRequest(topics=list(topics)))
+        response = self.call("Metadata", admin_pb2.MetadataRequest(topics=list(topics)))
         brokers = {b.id: BrokerMetadata(id=b.id, host=b.host, port=b.port, rack=b.rack, live=b.live)
                    for b in response.brokers}
         out: dict[str, TopicMetadata] = {}
@@ -203,7 +206,7 @@ class Admin(PooledClient):
         for op, pairs in ((admin_pb2.CONFIG_SET, set_config), (admin_pb2.CONFIG_APPEND, append_config),
                           (admin_pb2.CONFIG_SUBTRACT, subtract_config)):
             ops += [admin_pb2.ConfigOp(key=k, op=op, value=v) for k, v in (pairs or {}).items()]
-        response = self._call("AlterConfigs", admin_pb2.AlterConfigsRequest(
+        response = self.call("AlterConfigs", admin_pb2.AlterConfigsRequest(
             validate_only=validate_only, resources=[admin_pb2.AlterConfigsResource(topic=topic, ops=ops)]))
         result = response.results[0]
         error = error_or_none(result.error_code, result.error_message)
@@ -228,7 +231,7 @@ class Admin(PooledClient):
         while True:
             request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
                 common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for (t, p), ts in pending.items()])
-            response = self._call("ListOffsets", request)
+            response = self.call("ListOffsets", request)
             for r in response.partitions:
                 results[(r.topic, r.partition)] = ListedOffset(
                     topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
@@ -247,7 +250,7 @@ class Admin(PooledClient):
         items = [(t, p, o) for (t, p), o in offsets.items()] if isinstance(offsets, Mapping) else list(offsets)
         request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
             common_pb2.DeleteRecordsPartition(topic=t, partition=p, offset=o) for t, p, o in items])
-        response = self._call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
+        response = self.call("DeleteRecords", request, timeout_s=timeout_ms / 1000 + 5)
         return {(r.topic, r.partition): r for r in delete_results_from_proto(response)}
 
     # -- groups ------------------------------------------------------------------------------
@@ -262,7 +265,7 @@ class Admin(PooledClient):
             for (t, p), o in offsets.items()])
         if generation_id is not None:
             request.generation_id = generation_id
-        response = self._call("OffsetCommit", request)
+        response = self.call("OffsetCommit", request)
         return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
     def fetch_offsets(self, group_id: str,
@@ -270,22 +273,22 @@ class Admin(PooledClient):
         """Committed offsets (-1 = none) of the partitions, or of all the group committed when empty."""
         request = admin_pb2.OffsetFetchRequest(group_id=group_id, partitions=[
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
-        response = self._call("OffsetFetch", request)
+        response = self.call("OffsetFetch", request)
         return {(r.topic, r.partition): CommittedOffset(offset=r.offset, metadata=r.metadata,
                                                         error=error_or_none(r.error_code, r.error_message))
                 for r in response.partitions}
 
     def list_groups(self) -> list[str]:
-        return list(self._call("ListGroups", admin_pb2.ListGroupsRequest()).group_ids)
+        return list(self.call("ListGroups", admin_pb2.ListGroupsRequest()).group_ids)
 
     def list_group_listings(self) -> list[GroupListing]:
         """Every group with its protocol type and state (groups with members but no offsets too)."""
-        response = self._call("ListGroups", admin_pb2.ListGroupsRequest())
+        response = self.call("ListGroups", admin_pb2.ListGroupsRequest())
         return [GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state)
                 for g in response.groups]
 
     def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupOffsets]:
-        response = self._call("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)))
+        response = self.call("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)))
         return {g.group_id: GroupOffsets(
             group_id=g.group_id, error=error_or_none(g.error_code, g.error_message),
             offsets={(o.topic, o.partition): CommittedOffset(offset=o.offset, metadata=o.metadata,
@@ -301,7 +304,7 @@ class Admin(PooledClient):
         """KIP-496: delete the group's committed offsets of ``partitions``. Raises the whole-call
         error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, GROUP_AUTHORIZATION_FAILED); per partition
         e.g. GROUP_SUBSCRIBED_TO_TOPIC."""
-        response = self._call("OffsetDelete", admin_pb2.OffsetDeleteRequest(group_id=group_id, partitions=[
+        response = self.call("OffsetDelete", admin_pb2.OffsetDeleteRequest(group_id=group_id, partitions=[
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions]))
         if response.error_code:
             raise error_or_none(response.error_code, response.error_message)
@@ -321,7 +324,7 @@ class Admin(PooledClient):
             protocols=[admin_pb2.GroupProtocol(name=n, metadata=m) for n, m in protocols],
             require_known_member_id=require_known_member_id, client_id=client_id, client_host=client_host,
             reason=reason)
-        r = self._call("JoinGroup", request, timeout_s=timeout_s or max(self.timeout_s, rebalance_ms / 1000 + 5))
+        r = self.call("JoinGroup", request, timeout_s=timeout_s or max(self.timeout_s, rebalance_ms / 1000 + 5))
         return JoinGroupResult(member_id=r.member_id, generation_id=r.generation_id, protocol_type=r.protocol_type,
                                protocol_name=r.protocol_name, leader=r.leader,
                                members=tuple((m.member_id, m.group_instance_id, m.metadata) for m in r.members),
@@ -336,7 +339,7 @@ class Admin(PooledClient):
             group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=group_instance_id,
             protocol_type=protocol_type, protocol_name=protocol_name, assignments=[
                 admin_pb2.SyncGroupAssignment(member_id=k, assignment=v) for k, v in (assignments or {}).items()])
-        r = self._call("SyncGroup", request, timeout_s=timeout_s)
+        r = self.call("SyncGroup", request, timeout_s=timeout_s)
         return SyncGroupResult(assignment=r.assignment, protocol_type=r.protocol_type, protocol_name=r.protocol_name,
                                error=error_or_none(r.error_code, r.error_message))
 
@@ -344,7 +347,7 @@ class Admin(PooledClient):
                   group_instance_id: str = "") -> LowtideError | None:
         """Heartbeat: None, or the group's answer (REBALANCE_IN_PROGRESS: rejoin; ILLEGAL_GENERATION,
         UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID...)."""
-        r = self._call("Heartbeat", admin_pb2.HeartbeatRequest(group_id=group_id, generation_id=generation_id,
+        r = self.call("Heartbeat", admin_pb2.HeartbeatRequest(group_id=group_id, generation_id=generation_id,
                                                                member_id=member_id,
                                                                group_instance_id=group_instance_id))
         return error_or_none(r.error_code, r.error_message)
@@ -355,43 +358,43 @@ class Admin(PooledClient):
         (``members``: (member_id, group_instance_id) pairs). Per-member errors by that pair; a
         whole-call error (GROUP_AUTHORIZATION_FAILED...) is raised."""
         leaving = list(members) or [(member_id, group_instance_id)]
-        r = self._call("LeaveGroup", admin_pb2.LeaveGroupRequest(group_id=group_id, members=[
+        r = self.call("LeaveGroup", admin_pb2.LeaveGroupRequest(group_id=group_id, members=[
             admin_pb2.LeaveGroupMember(member_id=m, group_instance_id=i, reason=reason) for m, i in leaving]))
         if r.error_code:
             raise error_or_none(r.error_code, r.error_message)
         return {(m.member_id, m.group_instance_id): error_or_none(m.error_code, m.error_message) for m in r.members}
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, LowtideError | None]:
-        response = self._call("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)))
+        response = self.call("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)))
         return {g.group_id: error_or_none(g.error_code, g.error_message) for g in response.groups}
 
     def who_am_i(self) -> tuple[str, bool]:
         """(principal, authorization enabled) as the front door sees this client."""
-        response = self._call("WhoAmI", admin_pb2.WhoAmIRequest())
+        response = self.call("WhoAmI", admin_pb2.WhoAmIRequest())
         return response.principal, response.authorization_enabled
 
     # -- ACLs (KIP-11) -----------------------------------------------------------------------
     def create_acls(self, bindings: Sequence[AclBinding]) -> list[LowtideError | None]:
         """Add ``bindings``; one result per binding, in order (None = added)."""
-        response = self._call("CreateAcls", admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]))
+        response = self.call("CreateAcls", admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]))
         return [error_or_none(code) for code in response.results]
 
     def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
         """The ACLs matching ``acl_filter`` (all of them when None)."""
-        response = self._call("DescribeAcls", admin_pb2.DescribeAclsRequest(
+        response = self.call("DescribeAcls", admin_pb2.DescribeAclsRequest(
             filter=filter_to_proto(acl_filter or AclFilter())))
         return [binding_from_proto(m) for m in response.acls]
 
     def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclBinding]:
         """Remove every ACL matching any of ``filters``; returns the removed bindings."""
-        response = self._call("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]))
+        response = self.call("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]))
         return [binding_from_proto(m) for m in response.deleted]
 
     # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
     def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> dict[str, UserScramCredentials]:
         """The SCRAM credentials of ``users`` (every user that has one when empty), by user. A
         named user without a credential maps to a result whose error is RESOURCE_NOT_FOUND."""
-        response = self._call("DescribeUserScramCredentials",
+        response = self.call("DescribeUserScramCredentials",
                               admin_pb2.DescribeUserScramCredentialsRequest(users=list(users)))
         return {r.user: UserScramCredentials(
             user=r.user, error=error_or_none(r.error_code, r.error_message),
@@ -420,5 +423,5 @@ class Admin(PooledClient):
         return self._alter_scram(admin_pb2.AlterUserScramCredentialsRequest(deletions=[deletion]))[user]
 
     def _alter_scram(self, request: admin_pb2.AlterUserScramCredentialsRequest) -> dict[str, LowtideError | None]:
-        response = self._call("AlterUserScramCredentials", request)
+        response = self.call("AlterUserScramCredentials", request)
         return {r.user: error_or_none(r.error_code, r.error_message) for r in response.results}

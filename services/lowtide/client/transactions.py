@@ -56,7 +56,7 @@ class TransactionManager:
         """InitProducerId: a new epoch (fencing any older producer of the id; its ongoing
         transaction is aborted by the coordinator)."""
         def ask() -> None:
-            response = self.admin._call("InitProducerId", transactions_pb2.InitProducerIdRequest(
+            response = self.admin.call("InitProducerId", transactions_pb2.InitProducerIdRequest(
                 transactional_id=self.transactional_id, transaction_timeout_ms=self.transaction_timeout_ms))
             error = error_or_none(response.error_code, response.error_message)
             if error is not None:
@@ -81,7 +81,7 @@ class TransactionManager:
             return
 
         def ask() -> None:
-            response = self.admin._call("AddPartitionsToTxn", transactions_pb2.AddPartitionsToTxnRequest(
+            response = self.admin.call("AddPartitionsToTxn", transactions_pb2.AddPartitionsToTxnRequest(
                 transactional_id=self.transactional_id, producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in new]))
@@ -104,7 +104,7 @@ class TransactionManager:
         self._require(IN_TRANSACTION, "commit" if commit else "abort")
         if self.partitions:
             def ask() -> None:
-                response = self.admin._call("EndTxn", transactions_pb2.EndTxnRequest(
+                response = self.admin.call("EndTxn", transactions_pb2.EndTxnRequest(
                     transactional_id=self.transactional_id, producer_id=self.producer_id,
                     producer_epoch=self.producer_epoch, commit=commit))
                 error = error_or_none(response.error_code, response.error_message)

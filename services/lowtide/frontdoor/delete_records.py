@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
@@ -44,22 +44,15 @@ DEADLINE_SLACK_S = 1.0
 RETRY_BACKOFF_S = (0.005, 0.01, 0.02, 0.05, 0.1)
 
 
-def _metric(factory, name: str, *args, **kwargs):
-    # The same process may build the front door twice (tests); reuse the registered collector.
-    try:
-        return factory(name, *args, **kwargs)
-    except ValueError:
-        return REGISTRY._names_to_collectors[name]  # noqa: SLF001 - no public lookup exists
-
-
-DELETE_RECORDS_DURATION = _metric(
-    Histogram, "lowtide_delete_records_duration_seconds",
+# Module-level, so registered once per process however many front doors it builds (tests build
+# several): no lookup in the registry's private tables is needed.
+DELETE_RECORDS_DURATION = Histogram(
+    "lowtide_delete_records_duration_seconds",
     "Front-door DeleteRecords call duration, from request to the last partition's result",
     buckets=(0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0,
              2.5, 5.0, 10.0, 30.0, 60.0))
-DELETE_RECORDS_TOTAL = _metric(
-    Counter, "lowtide_delete_records", "DeleteRecords partition results by result (error name or NONE)",
-    ["result"])
+DELETE_RECORDS_TOTAL = Counter(
+    "lowtide_delete_records", "DeleteRecords partition results by result (error name or NONE)", ["result"])
 
 
 class RecordsDeleter:

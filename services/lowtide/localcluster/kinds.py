@@ -106,9 +106,23 @@ def supported_flags(module: str) -> frozenset[str]:
         add_arguments = importlib.import_module(module).add_arguments
     except (ImportError, AttributeError):
         return frozenset()
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = _FlagRecorder(add_help=False)
     add_arguments(parser)
-    return frozenset(opt for action in parser._actions for opt in action.option_strings)
+    return frozenset(parser.flags)
+
+
+class _FlagRecorder(argparse.ArgumentParser):
+    """A parser that records the option strings added to it (argparse keeps its list private).
+    The servers' ``add_arguments`` add every flag on the parser itself, not in argument groups."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.flags: set[str] = set()
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.flags.update(action.option_strings)
+        return action
 
 
 def _replica_flags(ctx: InstanceContext) -> list[str]:

@@ -561,7 +561,7 @@ class PartitionLog:
                 self._lso_written = offset
                 sequence = self._lso_file.sequence
             # else an unfinished commit already wrote at least ``offset``: taking it waits for that
-            # write to be durable (see _take_committed).
+            # write to be durable (see take_committed).
             commit.add(self, offset, sequence)
             return True
 
@@ -598,9 +598,10 @@ class PartitionLog:
             self._delete_segments(self._segments.remove_below(self._log_start_offset,
                                                               recycle_active_up_to=self._recycle_limit()))
 
-    def _take_committed(self, offset: int, sequence: int | None) -> bool:
-        """LogStartOffsetCommit, after its flush: take ``offset`` if it is still a raise the file
-        durably holds. Returns whether LSO moved."""
+    def take_committed(self, offset: int, sequence: int | None) -> bool:
+        """Called by ``LogStartOffsetCommit`` (start_offset_commit.py) after its flush of the LSO
+        file: take ``offset`` if it is still a raise the file durably holds. Returns whether LSO
+        moved. ``sequence``: the write the flush made durable (None: nothing to mark)."""
         with self._lock:
             if sequence is not None:
                 self._lso_file.mark_flushed(sequence)

@@ -55,7 +55,7 @@ class LogStartOffsetCommit:
             self.sync_group.close()
             return []
         self.sync_group.flush()
-        return [log for log, offset, sequence in pending if log._take_committed(offset, sequence)]
+        return [log for log, offset, sequence in pending if log.take_committed(offset, sequence)]
 
     def close(self) -> None:
         self._pending = []
