@@ -8,7 +8,11 @@ them on one SparkSession. Each returns a plain dict report (printed as JSON by t
 * ``run_consumer``: a streaming read with ``Trigger.AvailableNow`` from the group's committed offsets
   (the checkpoint lives under ``checkpoint_dir``), a transformation (value length and upper-cased
   key), written to a result topic or to Parquet files; every finished micro-batch's end offsets are
-  committed to the group. ``max_batches`` stops a deliberately slow consumer early.
+  committed to the group. ``max_batches`` makes a deliberately slow consumer stop early: the query
+  is given the end offsets its first ``max_batches`` micro-batches reach (``endingOffsets``) and ends
+  there by itself. (Stopping it with ``query.stop()`` cancelled the micro-batch then running: Spark
+  printed the cancelled tasks' stack traces and the Python side's tracebacks — the worker daemon's
+  BrokenPipeError, the accumulator server's EOFError — which a newcomer reads as a failure.)
 * ``run_retention``: KIP-68 on the client side: min committed offset over the groups per partition
   → DeleteRecords, computed on the driver (the groups' offsets are tiny), reported per partition.
 """
@@ -19,10 +23,19 @@ import json
 import time
 from collections.abc import Callable, Sequence
 
-from lowtide.client.admin import Admin
+from lowtide.client.admin import Admin, OffsetSpec
 from lowtide.client.retention import plan_consumed_retention, run_consumed_retention
-from lowtide.spark.options import Connection
-from lowtide.spark.planning import commit_group, from_json_offsets, open_admin
+from lowtide.spark.options import EARLIEST, Connection, Subscription, parse_offsets
+from lowtide.spark.planning import (
+    commit_group,
+    from_json_offsets,
+    limit_offsets,
+    list_offsets,
+    open_admin,
+    resolve_offsets,
+    resolve_partitions,
+    to_json_offsets,
+)
 
 Progress = Callable[[str], None]
 
@@ -75,11 +88,17 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
         raise ValueError("give exactly one of output_topic / output_path")
     with open_admin(connection) as admin:
         starting = _committed_or_earliest(admin, group, topic)
+        ending = (_end_of_batches(admin, topic, starting, batches=max_batches, per_batch=max_offsets_per_trigger)
+                  if max_batches is not None and max_offsets_per_trigger else None)
     reader = (spark.readStream.format("lowtide").options(**_options(connection))
               .option("subscribe", topic).option("startingOffsets", starting)
               .option("lowtide.group.id", group))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    stopped_early = False
+    if ending is not None:
+        reader = reader.option("endingOffsets", json.dumps(to_json_offsets(ending[0])))
+        stopped_early = ending[0] != ending[1]
     transformed = reader.load().select(
         F.upper(F.col("key").cast("string")).cast("binary").alias("key"),
         F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"),
@@ -92,34 +111,30 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
     t0 = time.perf_counter()
     query = writer.start()
     rows = 0
-    batches = 0
-    stopped_early = False
     seen: set[int] = set()
+
+    def report_new_batches() -> None:
+        nonlocal rows
+        for p in query.recentProgress:
+            if p["batchId"] not in seen:
+                seen.add(p["batchId"])
+                rows += p["numInputRows"]
+                if p["numInputRows"]:
+                    progress(f"Spark consumer '{group}': micro-batch {p['batchId']}: {p['numInputRows']:,} records")
+
     try:
         while query.isActive:
-            for p in query.recentProgress:
-                if p["batchId"] not in seen:
-                    seen.add(p["batchId"])
-                    rows += p["numInputRows"]
-                    batches += 1 if p["numInputRows"] else 0
-                    progress(f"Spark consumer '{group}': micro-batch {p['batchId']}: {p['numInputRows']:,} records")
-            if max_batches is not None and batches >= max_batches:
-                stopped_early = True
-                query.stop()
-                break
+            report_new_batches()
             time.sleep(0.2)
     finally:
         if query.isActive:
             query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"consumer query for group {group} failed: {query.exception()}")
-    for p in query.recentProgress:
-        if p["batchId"] not in seen:
-            seen.add(p["batchId"])
-            rows += p["numInputRows"]
-    # The source commits a finished micro-batch when Spark plans the next one; a query stopped
-    # early (max_batches) may not have planned one, so its last finished batch is committed here,
-    # from the query's own record of what it completed.
+    report_new_batches()
+    # The source commits a finished micro-batch when Spark plans the next one; a query that did not
+    # plan one (stopped from outside) has its last finished batch committed here, from the query's
+    # own record of what it completed.
     last = _last_end_offsets(query)
     if last:
         with open_admin(connection) as admin:
@@ -129,6 +144,18 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
     return {"topic": topic, "group": group, "records": rows, "micro_batches": len(seen),
             "stopped_early": stopped_early, "seconds": round(time.perf_counter() - t0, 3),
             "committed": dict(sorted(committed.items()))}
+
+
+def _end_of_batches(admin: Admin, topic: str, starting: str, *, batches: int,
+                    per_batch: int) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """(where the first ``batches`` micro-batches of at most ``per_batch`` records from ``starting``
+    end, the topic's latest offsets): the source's own maxOffsetsPerTrigger rule, applied ahead."""
+    tps = resolve_partitions(admin, Subscription(topics=(topic,)))
+    latest = list_offsets(admin, tps, OffsetSpec.LATEST)
+    end = resolve_offsets(admin, tps, parse_offsets(starting, name="startingOffsets", default=EARLIEST))
+    for _ in range(batches):
+        end = limit_offsets(end, latest, per_batch)
+    return end, latest
 
 
 def _last_end_offsets(query) -> dict[tuple[str, int], int]:

@@ -8,7 +8,8 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
     assign             {"t1":[0,1],"t2":[0]}
     startingOffsets    earliest | latest | {"t1":{"0":23,"1":-2}}   (-2 earliest, -1 latest)
                        default: earliest (batch), latest (streaming)
-    endingOffsets      latest | {"t1":{"0":50,"1":-1}}             batch only, default latest
+    endingOffsets      latest | {"t1":{"0":50,"1":-1}}             default latest; streaming: the query
+                       reads no further (with Trigger.AvailableNow it ends there)
     maxOffsetsPerTrigger  N records per micro-batch, shared over partitions by what each has
     minPartitions      split offset ranges so a read has at least this many Spark partitions
     failOnDataLoss     true (default): a range that was deleted fails the query, naming partition
@@ -187,8 +188,6 @@ class ReadOptions:
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     ending_raw = _get(options, "endingOffsets")
-    if streaming and ending_raw is not None:
-        raise InvalidConfig("option endingOffsets is for batch queries only")
     return ReadOptions(
         connection=parse_connection(options),
         subscription=parse_subscription(options),

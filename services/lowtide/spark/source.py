@@ -158,10 +158,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:  # a topic or partition that appeared since the query started is read from its start
             with plan.open_admin(self.options.connection) as admin:
                 starts.update(plan.list_offsets(admin, new, OffsetSpec.EARLIEST))
+        latest = {tp: self._capped(tp, o) for tp, o in latest.items()}
         latest = {tp: max(o, starts[tp]) for tp, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
             latest = plan.limit_offsets(starts, latest, limit.max_rows)
         return plan.to_json_offsets({**starts, **latest})
+
+    def _capped(self, tp: plan.TopicPartition, latest: int) -> int:
+        # endingOffsets: a partition given an offset is read no further (AvailableNow then ends there).
+        end = self.options.ending.for_partition(*tp)
+        return min(latest, end) if end >= 0 else latest
 
     def reportLatestOffset(self) -> dict | None:
         return plan.to_json_offsets(self._latest())
