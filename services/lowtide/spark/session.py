@@ -3,6 +3,13 @@
 Spark's executors run Python workers: ``PYSPARK_PYTHON`` is set to the running interpreter (the
 one that has lowtide installed) unless the caller set it. Spark's JVM logs go through a log4j2
 configuration written to a temporary file, at ERROR, so a job prints only its own progress.
+
+Format ``"lowtide"`` needs no ``register(spark)`` in a session lowtide did not build: Spark 4
+registers the ``DefaultSource`` of every installed ``pyspark_*`` package (``pyspark_lowtide``, shipped
+with lowtide) when a session first looks up a data source, in a Python worker. Workers run
+``spark.pyspark.python`` / ``PYSPARK_PYTHON`` (default ``python3``): an interpreter without lowtide
+finds no such source (Spark: DATA_SOURCE_NOT_FOUND) or cannot unpickle it. ``register`` (and so
+``build_session``) checks that interpreter first and says so, and how to fix it.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import contextlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,10 +44,44 @@ logger.hadoop.level = error
 
 
 def register(spark) -> None:
-    """Register format ``"lowtide"`` on ``spark``."""
+    """Register format ``"lowtide"`` on ``spark``, once its Python workers are known to import lowtide."""
     from lowtide.spark.source import LowtideDataSource
 
+    check_python_workers(spark)
     spark.dataSource.register(LowtideDataSource)
+
+
+_WORKERS_OK: set[str] = set()  # interpreters found able to import lowtide's data source
+
+
+def check_python_workers(spark) -> None:
+    """Raise ``InvalidConfig`` naming the interpreter and the fix when Spark's Python workers cannot
+    import lowtide's data source. The check imports it in that interpreter with the ``PYTHONPATH``
+    Spark gives its workers (pyspark's and py4j's zips); the driver's own interpreter passes as is."""
+    sc = spark.sparkContext
+    configured = sc.getConf().get("spark.pyspark.python")
+    python = configured or sc.pythonExec
+    if python in _WORKERS_OK or python == sys.executable:
+        return
+    import pyspark
+
+    zips = sorted(str(z) for z in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(zips + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    try:
+        proc = subprocess.run([python, "-c", "import pyspark_lowtide"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        failure = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except (OSError, subprocess.SubprocessError) as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+    if failure:
+        source = "spark.pyspark.python" if configured else ("PYSPARK_PYTHON" if os.environ.get("PYSPARK_PYTHON")
+                                                            else "the default, as PYSPARK_PYTHON is not set")
+        raise InvalidConfig(
+            f"Spark's Python workers run {python} ({source}), which cannot import lowtide ({failure}), so "
+            f'format "lowtide" cannot work there. Set PYSPARK_PYTHON (or spark.pyspark.python) to an interpreter '
+            f"that has lowtide installed, e.g. PYSPARK_PYTHON={sys.executable}, or install lowtide[spark] "
+            f"for {python}")
+    _WORKERS_OK.add(python)
 
 
 def _log4j_file() -> str:
@@ -109,7 +151,11 @@ def build_session(app_name: str, *, master: str | None = None, conf: dict[str, s
         builder = builder.config(key, value)
     spark = _start_with_retry(builder)
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    try:
+        register(spark)
+    except InvalidConfig:
+        spark.stop()
+        raise
     return spark
 
 
