@@ -97,8 +97,9 @@ class PartitionReconciler:
                  on_config_changed: Callable[[list[Partition]], None] | None = None) -> None:
         self.config, self.broker_id, self.data_dir = config, config.broker_id, Path(config.data_dir)
         self.store, self.registry, self.trigger = store, registry, trigger
-        # What the last run checkpointed: the LSO and HW a partition's log reopens with.
-        self._saved_lso, self._saved_hw = saved_log_start_offsets, saved_high_watermarks
+        # What the last run checkpointed: the LSO and HW a partition's log reopens with (own
+        # copies: each entry is used once, by ``_open``).
+        self._saved_lso, self._saved_hw = dict(saved_log_start_offsets), dict(saved_high_watermarks)
         self._complete_waiting_deletes, self._on_reconciled = complete_waiting_deletes, on_reconciled
         self._on_config_changed = on_config_changed
         self._stop = threading.Event()
@@ -164,11 +165,17 @@ class PartitionReconciler:
                 self._on_config_changed(changed)
 
     def _open(self, topic: TopicInfo, tp: TopicPartition) -> Partition:
-        plog = PartitionLog.open(self.data_dir / partition_dir_name(*tp), topic=tp[0], partition=tp[1],
+        dir = self.data_dir / partition_dir_name(*tp)
+        # The checkpoints read at start-up describe the logs then on disk: they count for a
+        # directory that exists (the restart of a hosted partition), once. A partition created
+        # since, or deleted and created again under the same name, starts at offset 0 as a new
+        # one does; with the stale entry it started at the old log start offset.
+        recovering = dir.exists()
+        saved_lso, saved_hw = self._saved_lso.pop(tp, None), self._saved_hw.pop(tp, None)
+        plog = PartitionLog.open(dir, topic=tp[0], partition=tp[1],
                                  config=build_log_config(topic, defaults=self.config.log_defaults),
-                                 log_start_offset=self._saved_lso.get(tp, 0))
-        saved_hw = self._saved_hw.get(tp)
-        if saved_hw is not None:
+                                 log_start_offset=saved_lso if recovering and saved_lso is not None else 0)
+        if recovering and saved_hw is not None:
             plog.set_high_watermark(min(saved_hw, plog.log_end_offset))
         return Partition(topic=topic, partition=tp[1], log=plog, broker_id=self.broker_id)
 

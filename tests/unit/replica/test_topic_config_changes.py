@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 
-from lowtide.log.partition_log import LogConfig
+from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.metadata.model import TopicInfo
+from lowtide.record import BatchBuilder
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
 
 
-def reconciler(store, tmp_path, changed: list, *, log_defaults=None) -> tuple[PartitionReconciler, PartitionRegistry]:
+def reconciler(store, tmp_path, changed: list, *, log_defaults=None,
+               saved: dict | None = None) -> tuple[PartitionReconciler, PartitionRegistry]:
     registry = PartitionRegistry(broker_id=0)
     r = PartitionReconciler(
         config=ReplicaConfig(broker_id=0, data_dir=tmp_path, log_defaults=dict(log_defaults or {})), store=store,
-        registry=registry, trigger=ReconcileTrigger(), saved_log_start_offsets={}, saved_high_watermarks={},
+        registry=registry, trigger=ReconcileTrigger(), saved_log_start_offsets=dict(saved or {}),
+        saved_high_watermarks=dict(saved or {}),
         complete_waiting_deletes=lambda keys: None, on_reconciled=lambda: None,
         on_config_changed=lambda parts: changed.append(sorted(p.key for p in parts)))
     return r, registry
@@ -82,3 +85,28 @@ def test_a_config_the_replica_cannot_apply_keeps_the_old_settings(store, tmp_pat
                      dataclasses.replace(raw, config={"retention.ms": "soon"}).to_json())
     r.reconcile()
     assert registry.get("orders", 0).log.config.retention_ms == 5 and changed == []
+
+
+def test_a_checkpoint_read_at_start_counts_only_for_a_log_on_disk_and_only_once(store, tmp_path):
+    # Start-up read checkpoints naming orders-0 (LSO and HW 10) and orders-1 (4); only orders-1
+    # has a directory (a log kept over the restart, of 7 records, whose own LSO file says 0).
+    # Broker 0 leads orders-0 and follows orders-1 (a follower keeps the HW it recovered with).
+    store.create_topic(name="orders", partitions=2, replication_factor=2, config={}, assignment=[[0, 1], [1, 0]])
+    kept = PartitionLog.open(tmp_path / "orders-1", topic="orders", partition=1, config=LogConfig())
+    builder = BatchBuilder()
+    for _ in range(7):
+        builder.append(timestamp_ms=1_700_000_000_000, key=None, value=b"v")
+    kept.append_as_leader(bytearray(builder.build()), leader_epoch=0)
+    kept.close()
+    r, registry = reconciler(store, tmp_path, [], saved={("orders", 0): 10, ("orders", 1): 4})
+    r.reconcile()
+    new = registry.get("orders", 0).log
+    assert (new.log_start_offset, new.log_end_offset, new.high_watermark) == (0, 0, 0)  # created since: at 0
+    kept = registry.get("orders", 1).log
+    assert (kept.log_end_offset, kept.high_watermark) == (7, 4)  # recovered, with its checkpointed HW
+    # Deleted and created again under the same name: a new log again, not the checkpointed one.
+    store.delete_topic("orders")
+    r.reconcile()
+    store.create_topic(name="orders", partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
+    r.reconcile()
+    assert [registry.get("orders", p).log.log_end_offset for p in (0, 1)] == [0, 0]
