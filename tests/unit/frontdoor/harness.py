@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -72,6 +73,8 @@ class ReplicaSet:
 
     cluster: LocalCluster
     count: int
+    # Restarts of killed replicas run in the background (a start takes seconds); ``clean`` waits.
+    _restarts: list[tuple[threading.Thread, list[BaseException]]] = field(default_factory=list)
 
     @classmethod
     @contextmanager
@@ -81,10 +84,14 @@ class ReplicaSet:
                                replica_config={"replica.lag.time.max.ms": "3000",
                                                "replica.fetch.wait.max.ms": "100"})
         cluster = LocalCluster(config, kinds=[k for k in KINDS if k.kind == "replica"])
+        replicas = None
         try:
             cluster.up(detach=True)
-            yield cls(cluster=cluster, count=count)
+            replicas = cls(cluster=cluster, count=count)
+            yield replicas
         finally:
+            if replicas is not None:
+                replicas.finish_restarts()
             cluster.down(timeout_s=10.0)
 
     @property
@@ -102,6 +109,7 @@ class ReplicaSet:
         """Delete every topic (the replicas drop their partitions, as on a real deletion) and every
         other key but the brokers' registrations and the metadata version (which must only grow:
         the replicas reconcile on a version they have not seen); returns the Redis URL."""
+        self.finish_restarts()
         client = self._redis()
         try:
             store = MetadataStore(redis=client)
@@ -264,23 +272,32 @@ class ReplicaSet:
 
     @contextmanager
     def killed(self, broker_id: int) -> Iterator[None]:
-        """Replica ``broker_id`` killed (SIGKILL) inside the block, started again (same data and
-        ports) and registered live after it."""
+        """Replica ``broker_id`` killed (SIGKILL) inside the block; after it the replica starts
+        again (same data and ports) in the background, and ``clean`` waits until it is back."""
         name = f"replica-{broker_id}"
         self.cluster.kill(name, signal.SIGKILL)
         try:
             yield
         finally:
-            self.cluster.start_service(name)
+            errors: list[BaseException] = []
 
-    def wait_not_live(self, broker_id: int) -> None:
-        """Wait until the broker's session has expired (its ``alive`` key is gone)."""
-        client = self._redis()
-        try:
-            wait_until(lambda: not client.exists(alive_key(broker_id)), timeout_s=WAIT_S,
-                       what=f"broker {broker_id}'s session to expire")
-        finally:
-            client.close()
+            def restart() -> None:
+                try:
+                    self.cluster.start_service(name)
+                except BaseException as exc:  # raised again by finish_restarts, in the test's thread
+                    errors.append(exc)
+
+            thread = threading.Thread(target=restart, name=f"restart-{name}", daemon=True)
+            thread.start()
+            self._restarts.append((thread, errors))
+
+    def finish_restarts(self) -> None:
+        """Wait for the background restarts of ``killed``; raise the first one's failure."""
+        restarts, self._restarts = self._restarts, []
+        for thread, errors in restarts:
+            thread.join()
+            if errors:
+                raise errors[0]
 
 
 def move_leader(store: MetadataStore, topic: str, partition: int, *, to: int) -> None:
