@@ -43,6 +43,9 @@ def test_the_producer_consumer_and_retention_jobs_run_end_to_end_as_separate_pro
     assert proc.returncode == 0, proc.stderr[-3000:]
     consumed = json.loads(proc.stdout)
     assert consumed["stopped_early"] and 0 < sum(consumed["committed"].values()) < 5000
+    # It ends by itself after exactly two micro-batches (endingOffsets), none cancelled mid-write.
+    assert consumed["micro_batches"] == 2 and consumed["records"] == sum(consumed["committed"].values()), consumed
+    assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr, proc.stderr[-3000:]
     assert list((tmp_path / "out").glob("*.parquet")), "the consumer wrote no Parquet file"
 
     proc = run_job("retention.py", "--bootstrap-server", bootstrap, "--topic", "jobs-in", "--output", "json")
