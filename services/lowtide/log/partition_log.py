@@ -264,10 +264,13 @@ class PartitionLog:
         ``expected_end_offset`` >= 0 makes the append conditional (``_check_expected_end``).
 
         Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation; a control
-        batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them),
+        batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them;
+        a coordinator's batches skip the sequence checks, as Kafka's COORDINATOR origin does),
         MessageTooLarge (a batch > max.message.bytes), RecordListTooLarge (> segment.bytes),
-        InvalidProducerEpoch / InvalidTxnState (producer_state.py), OutOfOrderSequenceNumber (a
-        conditional append whose condition fails). Nothing is stored when any check fails.
+        InvalidProducerEpoch / InvalidTxnState / OutOfOrderSequenceNumber (producer_state.py; also a
+        conditional append whose condition fails). Nothing is stored when any check fails. A retry
+        of an idempotent producer's batches appends nothing and returns their original offsets
+        (docs/design/idempotence.md; ``num_batches`` 0, ``next_offset`` the unchanged LEO).
         """
         headers = validate_batches(buf)
         if not from_coordinator and any(h.is_control for h in headers):
@@ -295,7 +298,9 @@ class PartitionLog:
             base = self._segments.next_offset
             if expected_end_offset >= 0:
                 self._check_expected_end(headers[0].producer_id if headers else -1, base, expected_end_offset)
-            self._producers.check_append(headers)
+            duplicate = self._producers.check_append(headers, client=not from_coordinator)
+            if duplicate is not None:  # a producer's retry: its original offsets, nothing appended
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, base, duplicate.max_timestamp, 0, 0)
             assign_offsets(data, headers, base_offset=base, leader_epoch=leader_epoch)
             # Re-read the (now offset-assigned) headers: per batch struct unpacks, no record loop.
             assigned = [header for header, _ in iter_batches(data)]

@@ -1,17 +1,25 @@
 """Per-partition producer state (Kafka's ``ProducerStateManager``): what the batch headers of a log
-say about its producers and their transactions.
+say about its producers, their sequences (idempotent produce) and their transactions.
 
 Kept by every replica of a partition (leader and followers append the same batches), from the
 61-byte header of each appended batch (``batch.py``) and, for a control batch, the type of its
 marker (``record/control.py``); never per record. Nothing is written to disk: ``rebuild`` scans
 the batch headers of the log's segments when the log opens or is truncated (a 64 KiB window at a
 time, or one 61-byte read per batch where batches are large), so the state always describes the
-bytes the log holds, whatever a crash or the cleaner did to them.
+bytes the log holds, whatever a crash or the cleaner did to them. Since every replica applies the
+same batches in the same order, a follower that becomes leader holds the state its leader had.
+
+What comes next (issue 34): producer-state snapshots (Kafka's ``<offset>.snapshot`` files, written
+at segment roll and clean shutdown) so that opening a log reads a snapshot plus the tail instead of
+every header, and keeps the producers whose batches retention or DeleteRecords removed (today a
+reopened replica forgets them, and KIP-360's unknown-producer rule lets them resume); then expiry
+(``producer.id.expiration.ms``, ``transactional.id.expiration.ms``) so the state stays bounded.
 
 State::
 
     producers   producer id -> ProducerEntry(epoch, last data offset, last sequence,
-                                             first offset of its ongoing transaction or -1)
+                                             first offset of its ongoing transaction or -1,
+                                             its last 5 data batches of that epoch as BatchMetadata)
     ongoing     producer id -> first offset of its ongoing transaction (those with one)
     aborted     [AbortedTxn(producer id, first offset, last offset = its ABORT marker)], in marker
                 order (so by last offset): the aborted-transaction index of the partition
@@ -20,13 +28,31 @@ Rules (Kafka's, per batch with a producer id >= 0, in log order):
 
 * a batch whose epoch is below the producer's is fenced: INVALID_PRODUCER_EPOCH on the leader,
   nothing appended (``check_append``); a newer epoch replaces the producer's and its sequence;
+* idempotent produce (``check_append``, leader side, clients' data batches with a base sequence
+  >= 0; Kafka's ``ProducerAppendInfo.checkSequence`` and ``ProducerStateEntry.findDuplicateBatch``,
+  docs/design/idempotence.md):
+
+  - a batch of the producer's epoch whose first and last sequence are those of one of its last 5
+    batches is a retry: ``check_append`` returns that batch's offsets and nothing is appended
+    (when every batch of the request is one; a request mixing retries and new batches is
+    OUT_OF_ORDER_SEQUENCE_NUMBER, which Kafka never has to answer: it takes one batch per partition);
+  - a known producer's batch of its epoch must follow its last sequence (int32, wrapping to 0), a
+    batch of a newer epoch must start at 0: else OUT_OF_ORDER_SEQUENCE_NUMBER;
+  - an unknown producer (it never wrote here, or its batches were deleted before this replica last
+    opened the log) may start at any sequence (KIP-360; Kafka >= 2.5 no longer answers
+    UNKNOWN_PRODUCER_ID to a produce);
+  - followers and recovery take every batch as it is (Kafka's REPLICATION origin): no checks;
+  - a batch with a producer id but no sequence (-1) is not checked: Kafka refuses it as
+    INVALID_RECORD, but lowtide's own writers use one for conditional appends (the diskless
+    coordinator's metadata log, ``PartitionLog._check_expected_end``);
 * a non-empty transactional data batch starts the producer's transaction if none is ongoing; a
   non-transactional batch while one is ongoing is INVALID_TXN_STATE;
 * a marker ends the ongoing transaction; an ABORT marker adds (pid, first, marker offset) to the
   aborted index. A control batch the cleaner emptied, or a marker with no ongoing transaction (its
   data was cleaned or deleted), changes nothing but the epoch;
 * an empty data batch (kept by the cleaner to hold the producer's last sequence) updates the
-  producer's last data offset and starts nothing: the cleaner only empties decided transactions.
+  producer's last data offset and sequences and starts nothing: the cleaner only empties decided
+  transactions.
 
 ``last_stable_offset(hw, log_start_offset)`` = min(hw, first offset of any ongoing transaction),
 never below the log start offset. (In lowtide "LSO" means the log start offset: never abbreviate this.)
@@ -35,10 +61,11 @@ never below the log start offset. (In lowtide "LSO" means the log start offset: 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from lowtide.errors import InvalidProducerEpoch, InvalidRecord, InvalidTxnState
+from lowtide.errors import InvalidProducerEpoch, InvalidRecord, InvalidTxnState, OutOfOrderSequenceNumber
 from lowtide.log.segment import LogSegment
 from lowtide.record import BATCH_HEADER_SIZE, BatchHeader, read_header
 from lowtide.record.control import ABORT, read_marker_type
@@ -46,6 +73,26 @@ from lowtide.record.control import ABORT, read_marker_type
 _WINDOW = 64 * 1024
 # A batch this large is read past: the next header is fetched on its own (61 bytes, not a window).
 _LARGE_BATCH = _WINDOW // 4
+# Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: a producer has at most 5 requests in flight
+# (max.in.flight.requests.per.connection with idempotence), so a retry is one of its last 5 batches.
+BATCHES_TO_RETAIN = 5
+_SEQUENCE_MOD = 1 << 31  # sequences are int32 and wrap from INT32_MAX to 0
+
+
+def last_sequence(header: BatchHeader) -> int:
+    """The sequence of the batch's last record (Kafka's ``incrementSequence``: wraps to 0)."""
+    return (header.base_sequence + header.last_offset_delta) % _SEQUENCE_MOD
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """One appended data batch of a producer (Kafka's ``BatchMetadata``): what a retry is answered."""
+
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
 
 
 @dataclass(slots=True)
@@ -56,6 +103,27 @@ class ProducerEntry:
     last_data_offset: int = -1
     last_sequence: int = -1
     txn_first_offset: int = -1
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The retained batch ``header`` retries (same epoch, first and last sequence), if any."""
+        if header.producer_epoch != self.epoch:
+            return None
+        last = last_sequence(header)
+        for batch in self.batches:
+            if batch.first_sequence == header.base_sequence and batch.last_sequence == last:
+                return batch
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A produce that retries batches already in the log: their offsets, from the first batch's
+    first to the last one's last, and the largest timestamp (what the original append answered)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +137,11 @@ class AbortedTxn:
 
 class ProducerStateManager:
     """The producer state of one partition log (module docstring).
+
+    Contract: ``check_append`` judges a leader's batches against the state without changing it
+    (an error, a Duplicate to answer, or None to append); ``apply``/``apply_batches`` take batches
+    that were appended (leader or follower) in log order; ``rebuild`` gives the state of a log's
+    batches, so the state is always a function of the log's batch headers.
 
     Not thread-safe: the owning PartitionLog calls it with its lock held.
     """
@@ -90,11 +163,16 @@ class ProducerStateManager:
                 state.apply(header, marker_type=marker_type)
         return state
 
-    def check_append(self, headers: Iterable[BatchHeader]) -> None:
-        """Leader side, before anything is appended: raise InvalidProducerEpoch (a fenced
-        producer) or InvalidTxnState for the first batch that breaks the rules; nothing changes."""
+    def check_append(self, headers: list[BatchHeader], *, client: bool = True) -> Duplicate | None:
+        """Leader side, before anything is appended: a Duplicate when the batches retry ones the
+        log holds (nothing is to be appended), else None; raise InvalidProducerEpoch (a fenced
+        producer), OutOfOrderSequenceNumber or InvalidTxnState for the first batch that breaks
+        the rules (module docstring). Nothing changes. ``client`` False: a coordinator's write
+        (Kafka's AppendOrigin.COORDINATOR), whose sequences are neither checked nor retries."""
         epochs: dict[int, int] = {}
         ongoing: dict[int, bool] = {}
+        sequences: dict[int, int] = {}  # producer id -> last sequence after this request's batches so far
+        duplicates: list[BatchMetadata] = []
         for header in headers:
             pid = header.producer_id
             if pid < 0:
@@ -102,11 +180,22 @@ class ProducerStateManager:
                     raise InvalidRecord(f"transactional batch at offset {header.base_offset} has no producer id")
                 continue
             entry = self._producers.get(pid)
+            sequenced = client and header.base_sequence >= 0 and not header.is_control
+            if sequenced and entry is not None:
+                duplicate = entry.find_duplicate(header)
+                if duplicate is not None:
+                    duplicates.append(duplicate)
+                    continue
             current = epochs.get(pid, entry.epoch if entry is not None else -1)
             if header.producer_epoch < current:
                 raise InvalidProducerEpoch(
                     f"producer {pid} has epoch {header.producer_epoch}, below its current epoch {current}: "
                     f"a newer producer with the same transactional id fenced it")
+            if sequenced:
+                self._check_sequence(header, entry, current, sequences.get(pid))
+                sequences[pid] = last_sequence(header)
+            elif header.producer_epoch != current:
+                sequences[pid] = -1  # a marker of a newer epoch: that epoch's data starts at 0
             in_txn = ongoing.get(pid, pid in self._ongoing) and header.producer_epoch == current
             if header.is_control:
                 in_txn = False
@@ -117,6 +206,40 @@ class ProducerStateManager:
                 in_txn = True
             epochs[pid] = header.producer_epoch
             ongoing[pid] = in_txn
+        if not duplicates:
+            return None
+        if len(duplicates) != len(headers):
+            raise OutOfOrderSequenceNumber(
+                f"a request mixes retries of batches at offsets {duplicates[0].first_offset}.."
+                f"{duplicates[-1].last_offset} with new batches: send the new ones on their own")
+        return Duplicate(first_offset=min(d.first_offset for d in duplicates),
+                         last_offset=max(d.last_offset for d in duplicates),
+                         max_timestamp=max(d.max_timestamp for d in duplicates))
+
+    @staticmethod
+    def _check_sequence(header: BatchHeader, entry: ProducerEntry | None, current_epoch: int,
+                        pending_last: int | None) -> None:
+        """Kafka's ``ProducerAppendInfo.checkSequence`` for one data batch of a producer whose
+        epoch is ``current_epoch`` (after the request's earlier batches, -1: unknown) and whose
+        earlier batches in this request end at ``pending_last`` (None: it has none)."""
+        pid, seq = header.producer_id, header.base_sequence
+        if entry is None:
+            return  # KIP-360: an unknown producer starts anywhere (its state may have expired)
+        if header.producer_epoch != current_epoch:
+            if seq != 0:
+                raise OutOfOrderSequenceNumber(
+                    f"producer {pid} starts its new epoch {header.producer_epoch} (current {current_epoch}) "
+                    f"at sequence {seq}: a new epoch starts at 0")
+            return
+        if pending_last is not None:
+            last = pending_last
+        else:
+            last = entry.batches[-1].last_sequence if entry.batches else -1
+        expected = 0 if last == _SEQUENCE_MOD - 1 else last + 1
+        if seq != expected:
+            raise OutOfOrderSequenceNumber(
+                f"producer {pid} epoch {header.producer_epoch}: sequence {seq} does not follow its last "
+                f"sequence {last} (expected {expected}): a batch before it is missing")
 
     def apply(self, header: BatchHeader, *, marker_type: int | None = None) -> None:
         """Take one appended batch into the state (``marker_type``: a control batch's ABORT or
@@ -128,8 +251,11 @@ class ProducerStateManager:
         if entry is None:
             entry = self._producers[pid] = ProducerEntry(epoch=header.producer_epoch)
         elif header.producer_epoch > entry.epoch:
+            # Kafka's maybeUpdateProducerEpoch: a new epoch's sequences start again, so the old
+            # epoch's batches can no longer be retried.
             entry.epoch = header.producer_epoch
             entry.last_sequence = -1
+            entry.batches.clear()
         if header.is_control:
             if marker_type is None or entry.txn_first_offset < 0:
                 return
@@ -140,10 +266,13 @@ class ProducerStateManager:
             self._ongoing.pop(pid, None)
             return
         entry.last_data_offset = header.last_offset
+        if header.base_sequence >= 0 and header.producer_epoch == entry.epoch:
+            # Also for an empty batch the cleaner kept: its header holds the original sequences.
+            entry.last_sequence = last_sequence(header)
+            entry.batches.append(BatchMetadata(header.base_sequence, entry.last_sequence, header.base_offset,
+                                               header.last_offset, header.max_timestamp))
         if header.record_count <= 0:
             return
-        if header.base_sequence >= 0:
-            entry.last_sequence = header.base_sequence + header.last_offset_delta
         if header.is_transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = header.base_offset
             self._ongoing[pid] = header.base_offset
@@ -185,7 +314,7 @@ class ProducerStateManager:
     def producer(self, producer_id: int) -> ProducerEntry | None:
         entry = self._producers.get(producer_id)
         return None if entry is None else ProducerEntry(entry.epoch, entry.last_data_offset, entry.last_sequence,
-                                                        entry.txn_first_offset)
+                                                        entry.txn_first_offset, deque(entry.batches, BATCHES_TO_RETAIN))
 
     def last_data_offset(self, producer_id: int) -> int | None:
         """The last offset of the producer's last data batch, None if it never wrote here."""

@@ -13,11 +13,14 @@ from tests.unit.log.cleaner.conftest import NOW, RETENTION_MS, batches_of, by_ke
 LATER = NOW + 10**9  # Kafka's Long.MaxValue: past every horizon
 
 
-def txn(log: PartitionLog, producer_id: int, keys: list[int], *, epoch: int = 0, sequence: int = 0) -> int:
-    """One transactional batch of ``keys`` (value = key) from ``producer_id``; its base offset."""
+def txn(log: PartitionLog, producer_id: int, keys: list[int], *, epoch: int = 0, sequence: int = 0,
+        coordinator: bool = False) -> int:
+    """One transactional batch of ``keys`` (value = key) from ``producer_id``; its base offset. A
+    client's sequences must follow each other (idempotent produce); ``coordinator``: written as
+    Kafka's AppendOrigin.COORDINATOR, whose sequences are not checked."""
     raw = encode_batch([b"%d" % k for k in keys], keys=[b"%d" % k for k in keys], timestamp_ms=NOW - 60_000,
                        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
-    return log.append_as_leader(raw, leader_epoch=1).base_offset
+    return log.append_as_leader(raw, leader_epoch=1, from_coordinator=coordinator).base_offset
 
 
 def plain(log: PartitionLog, key: int) -> int:
@@ -58,9 +61,9 @@ def two_passes(log: PartitionLog, now: int = NOW) -> None:
 
 def test_commit_marker_removal(log):
     txn(log, 1, [1])
-    txn(log, 1, [2, 3])
+    txn(log, 1, [2, 3], sequence=1)
     marker(log, 1, commit_it=True)  # 3
-    txn(log, 1, [2])
+    txn(log, 1, [2], sequence=3)
     marker(log, 1, commit_it=True)  # 5
     roll(log)
 
@@ -68,7 +71,7 @@ def test_commit_marker_removal(log):
     assert keys_in(log) == [1, 3, 2]
     assert offsets_in(log) == [0, 2, 3, 4, 5]
 
-    txn(log, 1, [1, 3])
+    txn(log, 1, [1, 3], sequence=4)
     marker(log, 1, commit_it=True)  # 8
     roll(log)
     second = clean(log, NOW, checkpoint=first.end_offset)  # it read the last batch of that transaction
@@ -87,9 +90,9 @@ def test_commit_marker_removal(log):
 
 def test_abort_marker_removal(log):
     txn(log, 1, [1])
-    txn(log, 1, [2, 3])
+    txn(log, 1, [2, 3], sequence=1)
     marker(log, 1, commit_it=False)  # 3: aborts offsets 0..2
-    txn(log, 1, [3])
+    txn(log, 1, [3], sequence=3)
     marker(log, 1, commit_it=True)  # 5
     roll(log)
 
@@ -180,7 +183,7 @@ def test_abort_marker_retention_with_empty_batch(tmp_path):
 def test_empty_batch_removal_with_sequence_reuse(log):
     txn(log, 1, [1])  # 0
     marker(log, 1, commit_it=True)  # 1
-    txn(log, 1, [2])  # 2, the same sequence 0 again (as Kafka's group coordinator writes)
+    txn(log, 1, [2], coordinator=True)  # 2, the same sequence 0 again (as Kafka's group coordinator writes)
     marker(log, 1, commit_it=True)  # 3
     plain(log, 1)  # 4
     plain(log, 2)  # 5
@@ -218,8 +221,8 @@ def test_deleted_batches_with_no_messages_read(log, small_reads):
     # Kafka's transactional version: every read window holds one batch, some lose everything.
     txn(log, 1, [1])  # 0
     marker(log, 1, commit_it=False)  # 1
-    txn(log, 1, [2])  # 2
-    txn(log, 1, [2], sequence=1)  # 3
+    txn(log, 1, [2], sequence=1)  # 2
+    txn(log, 1, [2], sequence=2)  # 3
     marker(log, 1, commit_it=True)  # 4
     roll(log)
 
