@@ -67,6 +67,20 @@ class Screened(Generic[T]):
         skipped (Kafka answers at once), while an empty request still reaches it unchanged."""
         return bool(self.allowed) or not self.refused
 
+    def refusing(self, error_of: Callable[[T], LowtideError | None]) -> Screened[T]:
+        """These items with the allowed ones for which ``error_of`` gives an error refused too."""
+        allowed: list[T] = []
+        positions: list[int] = []
+        refused = dict(self.refused)
+        for position, item in zip(self.allowed_positions, self.allowed, strict=True):
+            error = error_of(item)
+            if error is None:
+                allowed.append(item)
+                positions.append(position)
+            else:
+                refused[position] = error
+        return Screened(items=self.items, allowed=allowed, allowed_positions=positions, refused=refused)
+
     def merge(self, results: Sequence[R], refuse: Callable[[T, LowtideError], R]) -> list[R]:
         """One answer per request item, in request order: ``results`` answer ``allowed`` (one
         each, same order), ``refuse(item, error)`` builds the answer of a refused item."""

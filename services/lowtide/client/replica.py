@@ -60,18 +60,21 @@ class ReplicaClient(PooledClient):
     def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
                 deadline_s: float,
                 leader_epochs: Mapping[TopicPartition, int] | None = None,
-                expected_end_offsets: Mapping[TopicPartition, int] | None = None) -> list[ProducedPartition]:
+                expected_end_offsets: Mapping[TopicPartition, int] | None = None,
+                coordinator_append: bool = False) -> list[ProducedPartition]:
         """Append ``(topic, partition, batches)`` at the leader; ``timeout_ms`` is the leader's
         acks=all wait, ``deadline_s`` the call's own deadline. ``leader_epochs`` (from metadata)
         lets the leader fence a producer whose view of leadership is stale; ``expected_end_offsets``
-        make those partitions' appends conditional (replica.proto ``expected_log_end_offset``)."""
+        make those partitions' appends conditional (replica.proto ``expected_log_end_offset``).
+        ``coordinator_append``: a coordinator writing its internal topic (replica.proto), for the
+        coordinators only; without it such a write is INVALID_TOPIC_EXCEPTION."""
         epochs = leader_epochs or {}
         expected = expected_end_offsets or {}
         request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
             replica_pb2.ProducePartition(topic=t, partition=p, records=records,
                                          current_leader_epoch=_epoch_or_none(epochs.get((t, p), -1)),
                                          expected_log_end_offset=expected.get((t, p)))
-            for t, p, records in partitions])
+            for t, p, records in partitions], coordinator_append=coordinator_append)
         response = call(self._stub(address).Produce, request, metadata=self.metadata, timeout=deadline_s)
         return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
                                   log_start_offset=r.log_start_offset,

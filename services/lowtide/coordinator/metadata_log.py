@@ -170,7 +170,7 @@ class MetadataLog:
                         address, [(METADATA_TOPIC, self.shard, batches)], acks=-1, timeout_ms=timeout_ms,
                         deadline_s=timeout_ms / 1000 + 5,
                         expected_end_offsets=None if expected_end_offset is None else
-                        {(METADATA_TOPIC, self.shard): expected_end_offset})[0]
+                        {(METADATA_TOPIC, self.shard): expected_end_offset}, coordinator_append=True)[0]
                 except LowtideError:
                     self._leader = None
                     raise

@@ -201,7 +201,8 @@ class OffsetsTopic:
                 left_ms = max(1, int((deadline - time.monotonic()) * 1000))
                 try:
                     got = self._replicas.produce(address, [(OFFSETS_TOPIC, partition, batch)], acks=-1,
-                                                 timeout_ms=left_ms, deadline_s=left_ms / 1000 + 5)[0]
+                                                 timeout_ms=left_ms, deadline_s=left_ms / 1000 + 5,
+                                                 coordinator_append=True)[0]
                     if got.error is None:
                         return got.base_offset
                     problem = got.error

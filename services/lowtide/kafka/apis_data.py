@@ -37,6 +37,8 @@ def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
 # -- Produce ---------------------------------------------------------------------------------
 def produce(call: Call, body: Any) -> Any:
     acks = int(body.acks)
+    # Never coordinator_append: a Kafka client's produce to an internal topic is refused by the
+    # replica (INVALID_TOPIC_EXCEPTION) whoever it is; lowtide's coordinators write over gRPC.
     request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=millis(body.timeout), partitions=[
         replica_pb2.ProducePartition(topic=t.name, partition=p.index, records=p.records or b"")
         for t in body.topic_data for p in t.partition_data])

@@ -6,6 +6,10 @@ import json
 from dataclasses import asdict, dataclass, field
 
 INTERNAL_TOPIC_PREFIX = "__"
+# The topics only their coordinators write (Kafka's Topic.isInternal, plus the diskless
+# coordinators' metadata log): a client's produce to them is INVALID_TOPIC_EXCEPTION, whatever the
+# ACLs (lowtide.replica.servicer). Other "__" topics are listed as internal but written as any topic.
+COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__diskless_metadata"})
 
 
 @dataclass(frozen=True)

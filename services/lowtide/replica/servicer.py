@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable
 
 from lowtide.auth.access import AccessControl, Screened
-from lowtide.auth.acl import AclOperation
+from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from lowtide.diskless.broker import DisklessBroker
-from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
-from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
+from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
@@ -48,6 +48,12 @@ def _internal_only(partitions) -> bool:
     # retention) acting for callers they authorized themselves, as Kafka's coordinators do:
     # CLUSTER_ACTION covers those calls; topic ACLs still decide for everyone else.
     return bool(partitions) and all(p.topic.startswith(INTERNAL_TOPIC_PREFIX) for p in partitions)
+
+
+def _client_write_to_coordinator_topic(p) -> LowtideError | None:
+    if p.topic in COORDINATOR_TOPICS:
+        return InvalidTopic(f"Cannot append to internal topic {p.topic}")  # Kafka's own message
+    return None
 
 
 def _refusal(message_type, **no_offsets):
@@ -131,9 +137,21 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return [self.diskless.topic(p.topic) for p in partitions]
 
     def Produce(self, request, context):
-        screened = self.access.screen(self._principal(context), request.partitions,
+        principal = self._principal(context)
+        screened = self.access.screen(principal, request.partitions,
                                       operation=AclOperation.WRITE, topic=_topic,
                                       or_cluster_action=_internal_only(request.partitions))
+        if not (request.coordinator_append and self.access.allows(
+                principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)):
+            # Internal topics are written by their coordinators only (Kafka's appendToLocalLog
+            # refuses them unless internalTopicsAllowed), after the ACL check as in Kafka. A
+            # coordinator says so (coordinator_append) *and* holds CLUSTER_ACTION: the identity
+            # alone cannot decide, since with auth off every caller is ANONYMOUS holding
+            # everything, and the flag alone would let any principal rewrite a group's offsets
+            # with auth on. The Kafka listener never sets the flag, so a Kafka client is refused
+            # whoever it is; with auth off only a gRPC caller declaring itself a coordinator
+            # passes, as anyone may call every gRPC API of an unauthenticated cluster.
+            screened = screened.refusing(_client_write_to_coordinator_topic)
         kinds = self._diskless_kinds(screened.allowed)
         classic = [p for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
         items = [(p.topic, p.partition, p.records) for p in classic]

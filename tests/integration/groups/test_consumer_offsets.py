@@ -6,11 +6,25 @@ from __future__ import annotations
 import signal
 
 from lowtide.client.admin import Admin
-from lowtide.groups import OFFSETS_TOPIC, decode_offset_key, decode_offset_value, partition_for_group
+from lowtide.coordinator.metadata_log import METADATA_TOPIC
+from lowtide.errors import InvalidTopic
+from lowtide.groups import (
+    OFFSETS_TOPIC,
+    OffsetKey,
+    OffsetValue,
+    decode_offset_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for_group,
+)
 from lowtide.localcluster import LocalCluster
 from lowtide.record import Record, decode_batches
-from tests.integration.support import create_topic, fetch, store, wait_until
+from lowtide_pb import admin_pb2
+from tests.integration.support import admin as admin_stub
+from tests.integration.support import create_topic, fetch, produce, store, wait_until
 
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 PARTITIONS = 3  # of __consumer_offsets (LOWTIDE_OFFSETS_TOPIC_PARTITIONS), so the test reads a few
 
 
@@ -94,3 +108,31 @@ def test_a_second_front_door_sees_the_commits_made_through_the_first(cluster_fac
     with Admin(cluster.service("frontdoor-1").grpc) as other:
         wait_until(lambda: other.fetch_offsets("etl").get(("orders", 1)) is not None
                    and other.fetch_offsets("etl")[("orders", 1)].offset == 9, what="commit seen by frontdoor-1")
+
+
+
+def test_a_grpc_produce_to_any_internal_topic_is_invalid_topic_while_their_coordinators_write_them(cluster_factory):
+    cluster = start(cluster_factory)
+    with Admin(cluster.bootstrap) as admin:
+        admin.commit_offsets("etl", {("orders", 0): 5})
+    # a diskless topic's first commit makes its coordinator shard create and append __diskless_metadata
+    resp = admin_stub(cluster).CreateTopics(admin_pb2.CreateTopicsRequest(topics=[admin_pb2.TopicSpec(
+        name="disk", partitions=1, replication_factor=3, diskless=True)]))
+    assert resp.topics[0].error_code == 0, resp
+    wait_until(lambda: produce(cluster, "disk", [b"d"], leader=0).error_code == 0, timeout_s=30,
+               what="a diskless commit")
+    create_topic(cluster, TRANSACTION_STATE_TOPIC)  # the transaction coordinator's, once it keeps one
+    # a commit record in Kafka's own format rewinding the group, sent to the partition's leader
+    forged = produce(cluster, OFFSETS_TOPIC, [encode_offset_value(OffsetValue(offset=0, metadata="",
+                                                                              commit_timestamp=0))],
+                     keys=[encode_offset_key(OffsetKey("etl", "orders", 0))],
+                     partition=partition_for_group("etl", partitions=PARTITIONS))
+    assert (forged.error_code, forged.base_offset) == (InvalidTopic.code, -1)
+    assert forged.error_message == f"Cannot append to internal topic {OFFSETS_TOPIC}"
+    for topic in (METADATA_TOPIC, TRANSACTION_STATE_TOPIC):
+        assert produce(cluster, topic, [b"v"], keys=[b"k"]).error_code == InvalidTopic.code
+    assert committed(cluster, "etl") == {("orders", 0): 5}
+    # the group coordinator still writes its topic
+    with Admin(cluster.bootstrap) as admin:
+        admin.commit_offsets("etl", {("orders", 0): 6})
+    assert committed(cluster, "etl") == {("orders", 0): 6}

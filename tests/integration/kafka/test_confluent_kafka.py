@@ -14,6 +14,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from lowtide.client import Admin
+from lowtide.groups import (
+    OFFSETS_TOPIC,
+    OffsetKey,
+    OffsetValue,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for_group,
+)
 from lowtide.localcluster import ClusterConfig
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
@@ -99,6 +107,27 @@ def test_producing_to_an_unknown_topic_names_unknown_topic_or_partition(kcluster
     producer.produce("no-such-topic", value=b"x", on_delivery=lambda err, _m: errors.append(err))
     producer.flush(20)
     assert errors and errors[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+
+
+def test_a_clients_keyed_produce_to_consumer_offsets_is_invalid_topic_and_the_groups_offsets_stay(kcluster, admin):
+    _create(admin, "ledger", 1)
+    with Admin(kcluster.bootstrap) as lowtide:
+        assert lowtide.commit_offsets("payroll", {("ledger", 0): 42}) == {("ledger", 0): None}
+    partitions = len(admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions)
+    producer = Producer({"bootstrap.servers": kcluster.kafka_bootstrap, "acks": "all", "message.timeout.ms": 15000})
+    errors = []
+    # a commit record in Kafka's own format rewinding the group to 0, as its coordinator would write it
+    producer.produce(OFFSETS_TOPIC, partition=partition_for_group("payroll", partitions=partitions),
+                     key=encode_offset_key(OffsetKey("payroll", "ledger", 0)),
+                     value=encode_offset_value(OffsetValue(offset=0, metadata="", commit_timestamp=0)),
+                     on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(20)
+    assert [e.code() if e else None for e in errors] == [KafkaError.TOPIC_EXCEPTION]
+    with Admin(kcluster.bootstrap) as lowtide:
+        assert {tp: c.offset for tp, c in lowtide.fetch_offsets("payroll").items()} == {("ledger", 0): 42}
+        # the group coordinator itself still writes the topic
+        assert lowtide.commit_offsets("payroll", {("ledger", 0): 43}) == {("ledger", 0): None}
+        assert {tp: c.offset for tp, c in lowtide.fetch_offsets("payroll").items()} == {("ledger", 0): 43}
 
 
 def test_a_kill_9_of_the_leader_loses_no_acknowledged_record(kcluster, admin):

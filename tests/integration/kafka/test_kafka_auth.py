@@ -7,10 +7,24 @@ import socket
 import struct
 
 import pytest
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
+from lowtide.client import Admin
+from lowtide.errors import InvalidTopic
+from lowtide.groups import (
+    OFFSETS_TOPIC,
+    OffsetKey,
+    OffsetValue,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for_group,
+)
+from lowtide.record import encode_batch
+from lowtide_pb import replica_pb2
 from tests.integration import support as s
 
 
@@ -86,3 +100,44 @@ def test_a_request_before_authentication_closes_the_connection_unanswered(secure
         payload = struct.pack(">hhih", 3, 1, 5, 4) + b"test" + struct.pack(">i", -1)
         sock.sendall(struct.pack(">i", len(payload)) + payload)
         assert sock.recv(4) == b""  # closed, nothing answered
+
+
+def test_with_auth_on_internal_topics_refuse_every_clients_produce_whatever_the_acls(secured):
+    cluster, tmp = secured
+    admin_token = [("authorization", "Bearer admin-secret")]
+    alice_token = [("authorization", "Bearer alice-secret")]
+    s.create_topic(cluster, "ledger", metadata=admin_token)
+    with Admin(cluster.bootstrap, metadata=admin_token) as lowtide:
+        assert lowtide.commit_offsets("payroll", {("ledger", 0): 42}) == {("ledger", 0): None}
+    admin_cfg = tmp / "admin.properties"
+    admin_cfg.write_text("lowtide.auth.token=admin-secret\n")
+    s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
+               "--principal", "User:alice", "--operation", "all", "--topic", OFFSETS_TOPIC)
+    partition = partition_for_group("payroll", partitions=s.store(cluster).topic(OFFSETS_TOPIC).partitions)
+    key = encode_offset_key(OffsetKey("payroll", "ledger", 0))
+    value = encode_offset_value(OffsetValue(offset=0, metadata="", commit_timestamp=0))
+
+    def kafka_produce(user: str, password: str) -> list:
+        producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanisms": "PLAIN", "sasl.username": user, "sasl.password": password,
+                             "acks": "all", "message.timeout.ms": 15000})
+        errors: list = []
+        producer.produce(OFFSETS_TOPIC, partition=partition, key=key, value=value,
+                         on_delivery=lambda err, _m: errors.append(err and err.code()))
+        producer.flush(20)
+        return errors
+
+    # alice, granted ALL on the topic, and the super user (CLUSTER_ACTION included), over Kafka
+    assert kafka_produce("alice", "alice-secret") == [ConfluentError.TOPIC_EXCEPTION]
+    assert kafka_produce("admin", "admin-secret") == [ConfluentError.TOPIC_EXCEPTION]
+    # over gRPC: the super user not saying it is a coordinator, and alice saying so without CLUSTER_ACTION
+    leader = s.replica(cluster, s.leader_of(cluster, OFFSETS_TOPIC, partition))
+    batch = encode_batch([value], keys=[key])
+    for token, coordinator in ((admin_token, False), (alice_token, True)):
+        answer = leader.Produce(replica_pb2.ProduceRequest(acks=-1, timeout_ms=10000, coordinator_append=coordinator,
+                                                           partitions=[replica_pb2.ProducePartition(
+                                                               topic=OFFSETS_TOPIC, partition=partition,
+                                                               records=batch)]), metadata=token, timeout=20)
+        assert answer.partitions[0].error_code == InvalidTopic.code
+    with Admin(cluster.bootstrap, metadata=admin_token) as lowtide:
+        assert {tp: c.offset for tp, c in lowtide.fetch_offsets("payroll").items()} == {("ledger", 0): 42}
