@@ -110,6 +110,18 @@ def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
     return cluster_factory()
 
 
+@pytest.fixture(scope="session")
+def shared_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The ``cluster`` configuration, started once per test process (each pytest-xdist worker has its
+    own) and shared by the tests that neither stop, kill nor reconfigure anything and only read or
+    write topics (and groups) named for themselves: a cluster start costs seconds of CPU, and on
+    2 cores that is what the parallel suite runs short of. A test that faults a process takes its
+    own ``cluster``."""
+    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("shared"), replicas=3,
+                           replica_config=dict(DEFAULT_REPLICA_CONFIG))
+    yield from running_cluster(request, config)
+
+
 
 def running_cluster(request: pytest.FixtureRequest, config: ClusterConfig) -> Iterator[LocalCluster]:
     """Body of a (module-scoped) cluster fixture: up, yield, down; the services' log tails are

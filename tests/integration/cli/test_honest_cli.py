@@ -54,7 +54,7 @@ def test_retention_dry_run_shows_the_plan_per_partition_and_deletes_nothing_on_a
 
 
 @pytest.mark.parametrize("output", ["json", "text"])
-def test_an_unknown_topic_fails_every_command_that_names_it(cluster, tmp_path, output):
+def test_an_unknown_topic_fails_every_command_that_names_it(shared_cluster, tmp_path, output):
     offsets = tmp_path / "offsets.json"
     offsets.write_text(json.dumps({"partitions": [{"topic": "nosuch", "partition": 0, "offset": 1}], "version": 1}))
     commands = [["topics", "describe", "--topic", "nosuch"], ["topics", "delete", "--topic", "nosuch"],
@@ -64,7 +64,7 @@ def test_an_unknown_topic_fails_every_command_that_names_it(cluster, tmp_path, o
                 ["offsets", "--topic", "nosuch"], ["delete-records", "--offset-json-file", str(offsets)],
                 ["retention", "run", "--topic", "nosuch"], ["retention", "run", "--topic", "nosuch", "--dry-run"]]
     for argv in commands:
-        proc = s.lowtide_cli(*argv, "--bootstrap-server", cluster.bootstrap, "--output", output)
+        proc = s.lowtide_cli(*argv, "--bootstrap-server", shared_cluster.bootstrap, "--output", output)
         assert proc.returncode != 0, (argv, proc.stdout, proc.stderr)
         shown = proc.stdout if output == "json" else proc.stderr + proc.stdout
         assert "UNKNOWN_TOPIC_OR_PARTITION" in shown, (argv, proc.stdout, proc.stderr)

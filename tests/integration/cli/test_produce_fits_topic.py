@@ -13,6 +13,13 @@ from lowtide.record import iter_batches
 from tests.integration import support as s
 
 
+@pytest.fixture
+def cluster(shared_cluster):
+    """Every test here writes only topics named for itself and faults nothing: the worker's shared
+    cluster serves them all (tests/integration/conftest.py)."""
+    return shared_cluster
+
+
 def consume_all(cluster, topic: str) -> list[dict]:
     proc = s.lowtide_cli("consume", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
                          "--timeout-ms", "3000", "--output", "json")

@@ -28,10 +28,10 @@ def test_list_offsets_right_after_a_kill_9_of_the_leader_answers_from_the_next_l
     assert time.monotonic() - began < 30
 
 
-def test_list_offsets_of_a_partition_that_does_not_exist_answers_at_once(cluster):
-    s.create_topic(cluster, "two", partitions=2, rf=3)
+def test_list_offsets_of_a_partition_that_does_not_exist_answers_at_once(shared_cluster):
+    s.create_topic(shared_cluster, "two", partitions=2, rf=3)
     began = time.monotonic()
-    with Admin(cluster.bootstrap, timeout_s=30) as admin:
+    with Admin(shared_cluster.bootstrap, timeout_s=30) as admin:
         answers = admin.list_offsets({("two", 1): OffsetSpec.LATEST, ("two", 7): OffsetSpec.LATEST})
     assert answers[("two", 1)].error is None and answers[("two", 1)].offset == 0
     assert isinstance(answers[("two", 7)].error, UnknownTopicOrPartition)

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from lowtide.client import Consumer, Producer
 from tests.integration import support as s
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """Every test here writes only topics named for itself and faults nothing: the worker's shared
+    cluster serves them all (tests/integration/conftest.py)."""
+    return shared_cluster
 
 
 def test_a_caught_up_partition_on_one_leader_does_not_hold_back_records_another_leader_sent(cluster):

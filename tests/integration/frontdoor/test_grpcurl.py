@@ -13,6 +13,12 @@ from tests.integration import support as s
 
 ROOT = Path(__file__).resolve().parents[3]
 
+@pytest.fixture
+def cluster(shared_cluster):
+    """Every test here writes only topics named for itself and faults nothing: the worker's shared
+    cluster serves them all (tests/integration/conftest.py)."""
+    return shared_cluster
+
 
 def find_grpcurl() -> str:
     path = shutil.which("grpcurl") or (str(ROOT / ".tools/bin/grpcurl")

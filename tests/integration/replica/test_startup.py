@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import grpc
@@ -38,19 +38,26 @@ def serving(addr: str) -> bool:
 def test_a_replica_started_before_redis_serves_once_redis_is_up(tmp_path: Path) -> None:
     redis_port = find_free_port()
     proc, addr = start_replica(tmp_path, redis_port, wait_s=60)
+    lines: list[str] = []
+    # Collect the replica's output as it comes: Redis starts only once the replica said it waits
+    # (its start-up takes seconds on a busy machine; a fixed sleep could start Redis too early).
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     redis = None
     try:
-        time.sleep(2.0)
-        assert proc.poll() is None, proc.communicate()[0]
+        waiting.wait_until(lambda: any("waiting for Redis" in line for line in lines) or proc.poll() is not None,
+                           timeout_s=120, interval_s=0.1, what="the replica saying it waits for Redis")
+        assert proc.poll() is None, "".join(lines)
         assert not serving(addr)
         redis = start_redis(tmp_path / "redis", port=redis_port)
         waiting.wait_until(lambda: serving(addr), timeout_s=30, what="replica SERVING after Redis came up")
     finally:
         proc.terminate()
-        out = proc.communicate(timeout=30)[0]
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
         if redis:
             redis.stop()
-    assert "waiting for Redis" in out
+    assert any("waiting for Redis" in line for line in lines)
 
 
 def test_a_replica_gives_up_on_redis_after_the_wait(tmp_path: Path) -> None:
