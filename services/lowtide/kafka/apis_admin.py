@@ -162,22 +162,29 @@ def delete_topics(call: Call, body: Any) -> Any:
 # -- DeleteRecords (KIP-107) -----------------------------------------------------------------
 def delete_records(call: Call, body: Any) -> Any:
     timeout_ms = millis(body.timeout)
+    # Kafka's KafkaApis.handleDeleteRecordsRequest folds the request into a map keyed by partition:
+    # a partition named twice (in one topic entry or two) is deleted up to its last offset and
+    # answered once, under one entry of its topic. The gRPC door refuses such a request instead
+    # (INVALID_REQUEST), so the front door is sent each partition once.
+    offsets: dict[tuple[str, int], int] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            offsets[(t.name, p.partition_index)] = p.offset
     request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
-        common_pb2.DeleteRecordsPartition(topic=t.name, partition=p.partition_index, offset=p.offset)
-        for t in body.topics for p in t.partitions])
+        common_pb2.DeleteRecordsPartition(topic=topic, partition=partition, offset=offset)
+        for (topic, partition), offset in offsets.items()])
     answer = call.admin("DeleteRecords", request, timeout_s=max(timeout_ms, 1000) / 1000 + 5)
     results = {(r.topic, r.partition): r for r in delete_results_from_proto(answer)}
-    topics = []
-    for t in body.topics:
-        parts = []
-        for p in t.partitions:
-            r = results.get((t.name, p.partition_index))
-            code = -1 if r is None else 0 if r.error is None else r.error.code
-            parts.append(call.make("DeleteRecordsPartitionResult", partition_index=p.partition_index,
-                                   low_watermark=r.low_watermark if r and not code else -1,
-                                   error_code=error_code(code)))
-        topics.append(call.make("DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
-    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    by_topic: dict[str, list] = {}
+    for topic, partition in offsets:
+        r = results.get((topic, partition))
+        code = -1 if r is None else 0 if r.error is None else r.error.code
+        by_topic.setdefault(topic, []).append(call.make(
+            "DeleteRecordsPartitionResult", partition_index=partition,
+            low_watermark=r.low_watermark if r and not code else -1, error_code=error_code(code)))
+    topics = tuple(call.make("DeleteRecordsTopicResult", name=topic, partitions=tuple(parts))
+                   for topic, parts in by_topic.items())
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # -- InitProducerId (idempotent and transactional producers) ---------------------------------

@@ -3,18 +3,24 @@ topics, idempotent acks=all produce, consume, KIP-107 delete_records, and Kafka'
 
 from __future__ import annotations
 
+import datetime
+import io
 import json
 import socket
 import struct
+import sys
 import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import OffsetOutOfRangeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kio.serial import entity_reader, entity_writer
 
 from lowtide.client import Admin
 from lowtide.client.admin import OffsetSpec
+from lowtide.errors import InvalidRequest
+from lowtide.kafka.protocol import request_type, response_type
 from lowtide.localcluster import ClusterConfig
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
@@ -184,3 +190,49 @@ def test_a_group_consumers_commits_are_lowtides_committed_offsets_and_the_group_
     assert {tp[1]: c.offset for tp, c in committed.items()} == {0: 20, 1: 20, 2: 20, 3: 20}
     assert described.state == "Stable" and described.protocol_type == "consumer" and len(described.members) == 1
     consumer.close()
+
+
+def _kafka_call(address: str, api_key: int, version: int, body) -> object:
+    """One request framed as any Kafka client frames it, over a plain socket; the decoded answer."""
+    header = request_type(api_key, version).__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version, correlation_id=11,
+                                      client_id="test"))
+    entity_writer(type(body))(buf, body)
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_frame(buf.getvalue()))
+        payload = _read_frame(sock)
+    answer = response_type(api_key, version)
+    return entity_reader(answer)(payload, 4 + (1 if answer.__flexible__ else 0))[0]
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_a_partition_named_twice_in_one_delete_records_is_deleted_to_its_last_offset_and_answered_once(
+        kcluster, admin, version):
+    topic = f"deleted-twice-v{version}"
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])
+    producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
+    for i in range(40):
+        producer.send(topic, value=b"%d" % i, partition=i % 2)
+    producer.flush(timeout=30)
+    producer.close()
+    schema = sys.modules[request_type(21, version).__module__]
+    answer = _kafka_call(kcluster.kafka_bootstrap, 21, version, schema.DeleteRecordsRequest(
+        topics=(schema.DeleteRecordsTopic(name=topic, partitions=(
+                    schema.DeleteRecordsPartition(partition_index=0, offset=3),
+                    schema.DeleteRecordsPartition(partition_index=1, offset=4),
+                    schema.DeleteRecordsPartition(partition_index=0, offset=7))),
+                schema.DeleteRecordsTopic(name=topic, partitions=(
+                    schema.DeleteRecordsPartition(partition_index=1, offset=9),))),
+        timeout=datetime.timedelta(seconds=15)))
+    # as Kafka: the last offset of each partition applied, each partition answered once
+    assert [(t.name, [(p.partition_index, p.low_watermark, p.error_code) for p in t.partitions])
+            for t in answer.topics] == [(topic, [(0, 7, 0), (1, 9, 0)])]
+    consumer = KafkaConsumer(bootstrap_servers=kcluster.kafka_bootstrap)
+    assert consumer.beginning_offsets([TopicPartition(topic, 0), TopicPartition(topic, 1)]) == {
+        TopicPartition(topic, 0): 7, TopicPartition(topic, 1): 9}
+    consumer.close()
+    # the gRPC door still refuses the whole request
+    with Admin(kcluster.bootstrap) as lowtide, pytest.raises(InvalidRequest):
+        lowtide.delete_records([(topic, 0, 10), (topic, 0, 11)])
