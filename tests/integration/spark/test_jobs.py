@@ -28,6 +28,9 @@ def test_every_job_explains_itself_with_help(name):
     assert "--bootstrap-server" in proc.stdout and "--topic" in proc.stdout
 
 
+# A whole pipeline of separate programs (Spark JVMs, a cluster): minutes when the parallel suite
+# shares 2 cores; the suite-wide 300 s is a hang guard, this one too, with room for a busy machine.
+@pytest.mark.timeout(600)
 def test_the_producer_consumer_and_retention_jobs_run_end_to_end_as_separate_programs(spark_cluster, tmp_path):
     bootstrap = spark_cluster.bootstrap
     with Admin(bootstrap) as admin:
