@@ -26,31 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[PORT_RANGE_ENV] = f"{lo}-{lo + WORKER_PORT_SPAN - 1}"
 
 
-# The longest modules (minutes each: Spark programs, the demo, the one-minute fault runs; see the
-# slowest tests make test prints) are handed to the workers first, so the suite does not end with
-# three workers idle while a fourth runs one of them (longest-first scheduling; --dist loadscope
-# hands out modules in collection order). Keep it in step with that list; order within a module,
-# and of every other module, is unchanged.
-LONGEST_FIRST = (
-    "tests/integration/spark/test_jobs.py",
-    "tests/integration/cli/test_honest_cli.py",
-    "tests/integration/cli/test_demo_and_retention.py",
-    "tests/chaos/test_nemesis_short.py",
-    "tests/integration/kafka/test_spark_kafka_connector.py",
-    "tests/integration/spark/test_auto_register.py",
-    "tests/integration/diskless/test_diskless_topics.py",
-    "tests/integration/kafka/test_kafka_scram.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: everything else keeps its order
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory):
     """A real redis-server on a free loopback port for the whole session."""
