@@ -18,7 +18,16 @@ import argparse
 import threading
 
 from lowtide.common.server import add_flag, split_addr
-from lowtide.kafka import apis_admin, apis_configs, apis_data, apis_groups, apis_sasl, apis_scram
+from lowtide.kafka import (
+    apis_admin,
+    apis_cluster,
+    apis_configs,
+    apis_data,
+    apis_groups,
+    apis_sasl,
+    apis_scram,
+    apis_txn,
+)
 from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
@@ -30,7 +39,8 @@ DEFAULT_SESSION_LIFETIME_MS = 3_600_000
 
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
-    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS]
+    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
+            *apis_txn.APIS, *apis_cluster.APIS]
 
 
 def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -> None:
