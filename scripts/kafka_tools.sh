@@ -5,7 +5,8 @@
 #           has as jars, not as the release tarball) with their runtime dependencies, in
 #           $cache/<KAFKA_VERSION>/lib, and wrappers in .tools/bin: kafka-topics,
 #           kafka-console-producer, kafka-console-consumer, kafka-consumer-groups,
-#           kafka-delete-records, kafka-configs (the last from the Scala core jar kafka_2.13).
+#           kafka-delete-records, kafka-configs (the last from the Scala core jar kafka_2.13),
+#           kafka-verifiable-producer and kafka-producer-perf-test.
 #           Logs go to stderr at WARN, so stdout carries only the tool's output.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
 #           those of its runtime dependencies that PySpark does not ship, in
@@ -47,6 +48,10 @@ declare -A KAFKA_TOOLS=(
   [kafka-delete-records]=org.apache.kafka.tools.DeleteRecordsCommand
   # ConfigCommand was not moved to kafka-tools: it is in the Scala core jar (kafka_2.13)
   [kafka-configs]=kafka.admin.ConfigCommand
+  # Kafka's system-test producer and its producer benchmark (bin/kafka-verifiable-producer.sh,
+  # bin/kafka-producer-perf-test.sh): argparse4j tools, see KAFKA_USAGE_ON_STDOUT
+  [kafka-verifiable-producer]=org.apache.kafka.tools.VerifiableProducer
+  [kafka-producer-perf-test]=org.apache.kafka.tools.ProducerPerformance
 )
 # first line of each tool's usage (printed by --help, on stderr, exit 1 as Kafka's own scripts do)
 declare -A KAFKA_USAGE=(
@@ -56,7 +61,12 @@ declare -A KAFKA_USAGE=(
   [kafka-consumer-groups]="This tool helps to list all consumer groups"
   [kafka-delete-records]="This tool helps to delete records of the given partitions"
   [kafka-configs]="This tool helps to manipulate and describe entity config for a topic, client, user, broker"
+  [kafka-verifiable-producer]="usage: verifiable-producer"
+  [kafka-producer-perf-test]="usage: producer-performance"
 )
+# Tools built on argparse4j, as Kafka ships them: no --version, and --help prints the usage on
+# stdout (exit 1). They are checked by their usage alone.
+declare -A KAFKA_USAGE_ON_STDOUT=([kafka-verifiable-producer]=1 [kafka-producer-perf-test]=1)
 # What the Kafka cache holds (group:artifact, at KAFKA_VERSION, with their runtime dependencies).
 # Written into the .complete stamp: an older cache (stamp empty or listing less) is fetched again.
 KAFKA_ARTIFACTS="org.apache.kafka:kafka-tools org.apache.kafka:kafka_2.13"
@@ -69,7 +79,7 @@ for arg in "$@"; do
     --check) check=1 ;;
     --force) force=1 ;;
     --optional) optional=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;  # the header comment
     *) echo "kafka_tools.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -187,6 +197,13 @@ verify_kafka_tools() {  # every wrapper: --version prints KAFKA_VERSION on stdou
   local name out errf rc bad=()
   errf=$work/tool.err
   for name in "${!KAFKA_TOOLS[@]}"; do
+    if [ -n "${KAFKA_USAGE_ON_STDOUT[$name]:-}" ]; then
+      rc=0; "$bin_dir/$name" --help >"$work/tool.out" 2>"$errf" || rc=$?
+      if [ $rc -ne 1 ] || ! grep -qF "${KAFKA_USAGE[$name]}" "$work/tool.out"; then
+        bad+=("$name --help: exit $rc (want 1, usage on stdout), stderr: $(head -c 400 "$errf")")
+      fi
+      continue
+    fi
     rc=0; out=$("$bin_dir/$name" --version 2>"$errf") || rc=$?
     if [ $rc -ne 0 ] || [ "$out" != "$KAFKA_VERSION" ]; then
       bad+=("$name --version: exit $rc, stdout '$out', stderr: $(head -c 400 "$errf")"); continue

@@ -5,7 +5,8 @@ Central and caches in ``$LOWTIDE_KAFKA_TOOLS_CACHE`` (default ``~/.cache/lowtide
 
 * Kafka's command-line tools, as wrappers in ``.tools/bin`` (``kafka_tool("kafka-topics")``). They
   behave like Kafka's ``bin/kafka-*.sh``: ``--version`` prints the version and exits 0, ``--help``
-  prints the usage on stderr and exits 1; logs go to stderr at WARN, so stdout is the tool's output.
+  prints the usage on stderr and exits 1 (``KAFKA_USAGE_ON_STDOUT``: Kafka's argparse4j tools, no
+  ``--version``, usage on stdout); logs go to stderr at WARN, so stdout is the tool's output.
 * Spark's Kafka connector for the installed PySpark (``spark_kafka_jars()``; ``",".join(map(str, ...))``
   is a ``spark.jars`` value).
 
@@ -27,7 +28,10 @@ MANIFEST = ROOT / ".tools" / "kafka-tools.json"  # written by scripts/kafka_tool
 INSTALL_HINT = "run 'make kafka-tools' (scripts/kafka_tools.sh; needs java 17+ and mvn)"
 
 KAFKA_TOOL_NAMES = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
-                    "kafka-consumer-groups", "kafka-delete-records", "kafka-configs")
+                    "kafka-consumer-groups", "kafka-delete-records", "kafka-configs",
+                    "kafka-verifiable-producer", "kafka-producer-perf-test")
+# Of those, the argparse4j tools: no --version, and --help prints the usage on stdout (exit 1).
+KAFKA_USAGE_ON_STDOUT = ("kafka-verifiable-producer", "kafka-producer-perf-test")
 
 
 def cache_dir() -> Path:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.kafka_tools import (
     KAFKA_TOOL_NAMES,
+    KAFKA_USAGE_ON_STDOUT,
     kafka_tool,
     kafka_tools_manifest,
     require_java,
@@ -30,6 +31,8 @@ USAGE = {
     "kafka-consumer-groups": "This tool helps to list all consumer groups",
     "kafka-delete-records": "This tool helps to delete records of the given partitions",
     "kafka-configs": "This tool helps to manipulate and describe entity config for a topic, client, user, broker",
+    "kafka-verifiable-producer": "usage: verifiable-producer",
+    "kafka-producer-perf-test": "usage: producer-performance",
 }
 # An option each tool's usage must list (the ones lowtide's Kafka tests lean on).
 OPTION = {
@@ -39,14 +42,18 @@ OPTION = {
     "kafka-consumer-groups": "--reset-offsets",
     "kafka-delete-records": "--offset-json-file",
     "kafka-configs": "--add-config",
+    "kafka-verifiable-producer": "--producer.config",
+    "kafka-producer-perf-test": "--producer-props",
 }
+# Kafka's own CLI tools (CommandLineUtils): --version, usage on stderr
+CLI_TOOLS = [name for name in KAFKA_TOOL_NAMES if name not in KAFKA_USAGE_ON_STDOUT]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("name", KAFKA_TOOL_NAMES)
+@pytest.mark.parametrize("name", CLI_TOOLS)
 def test_tool_prints_its_version(name: str) -> None:
     result = run(str(kafka_tool(name)), "--version")
     assert result.returncode == 0, result.stderr
@@ -55,7 +62,7 @@ def test_tool_prints_its_version(name: str) -> None:
     assert "SLF4J" not in result.stderr and "StatusLogger" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("name", KAFKA_TOOL_NAMES)
+@pytest.mark.parametrize("name", CLI_TOOLS)
 def test_tool_prints_its_usage(name: str) -> None:
     result = run(str(kafka_tool(name)), "--help")
     # like Kafka's bin/*.sh: usage on stderr, exit code 1
@@ -63,6 +70,16 @@ def test_tool_prints_its_usage(name: str) -> None:
     assert result.stdout == ""
     assert USAGE[name] in result.stderr
     assert re.search(rf"^{re.escape(OPTION[name])}\b", result.stderr, re.MULTILINE), result.stderr
+
+
+@pytest.mark.parametrize("name", KAFKA_USAGE_ON_STDOUT)
+def test_argparse_tool_prints_its_usage_on_stdout(name: str) -> None:
+    result = run(str(kafka_tool(name)), "--help")
+    # like Kafka's bin/kafka-verifiable-producer.sh and kafka-producer-perf-test.sh (argparse4j)
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.startswith(USAGE[name]), result.stdout[:2000]
+    assert re.search(rf"^\s+{re.escape(OPTION[name])}\b", result.stdout, re.MULTILINE), result.stdout
+    assert "SLF4J" not in result.stderr and "StatusLogger" not in result.stderr, result.stderr
 
 
 def test_manifest_names_every_tool() -> None:
