@@ -12,6 +12,8 @@ Layout::
         00000000000000000000.index         sparse offset index of that segment (index.py)
         00000000000000000000.timeindex     sparse time index of that segment (index.py)
         00000000000000004096.log           next segment: the name is its base offset, 20 digits
+        00000000000000004096.snapshot      producer state of the batches below that offset
+                                           (producer_snapshot.py; at each roll and clean shutdown)
         ....deleted                        a segment file waiting for its delayed deletion
         ....tmp                            a file being written crash-safely (removed on open)
 
@@ -26,6 +28,7 @@ OFFSET_INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
+SNAPSHOT_SUFFIX = ".snapshot"
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -58,6 +61,19 @@ def segment_file_names(base_offset: int) -> tuple[str, str, str]:
     """(log, offset index, time index) names of the segment starting at ``base_offset``."""
     stem = format_base_offset(base_offset)
     return stem + LOG_SUFFIX, stem + OFFSET_INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX
+
+
+def snapshot_file_name(offset: int) -> str:
+    """Name of the producer-state snapshot of the batches below ``offset`` (Kafka's ``<offset>.snapshot``)."""
+    return format_base_offset(offset) + SNAPSHOT_SUFFIX
+
+
+def parse_snapshot_offset(filename: str) -> int | None:
+    """The offset of a producer-state snapshot file name, None for any other name."""
+    stem, dot, suffix = filename.partition(".")
+    if "." + suffix != SNAPSHOT_SUFFIX or len(stem) != _OFFSET_DIGITS or not stem.isdigit():
+        return None
+    return int(stem)
 
 
 def deleted_file_name(name: str) -> str:

@@ -9,17 +9,16 @@ offset. Invariant kept by every method: first segment base <= LSO <= HW <= LEO.
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.clock import now_ms
 from lowtide.errors import (
-    InvalidConfig,
     InvalidRecord,
     KafkaStorageError,
     MessageTooLarge,
@@ -30,6 +29,8 @@ from lowtide.errors import (
 from lowtide.log.compacted_keys import require_keys
 from lowtide.log.file_deleter import DELETER, PendingCall, PendingDelete
 from lowtide.log.leader_epoch import LeaderEpochCache
+from lowtide.log.log_config import LogConfig
+from lowtide.log.producer_snapshot import ProducerSnapshots, load_producer_state
 from lowtide.log.producer_state import AbortedTxn, ProducerStateManager
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
@@ -37,75 +38,10 @@ from lowtide.log.start_offset_commit import LogStartOffsetCommit
 from lowtide.log.start_offset_file import LogStartOffsetFile
 from lowtide.record import NO_TIMESTAMP, BatchHeader, OwnedBatches, assign_offsets, iter_batches, validate_batches
 
+logger = logging.getLogger(__name__)
+
 _MAX_RELATIVE_OFFSET = 0xFFFFFFFF
-_DAY_MS = 24 * 60 * 60 * 1000
 RECYCLE_ACTIVE_MAX_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """Per-topic log settings, with Kafka's defaults and topic config names."""
-
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * _DAY_MS
-    index_interval_bytes: int = 4096
-    retention_ms: int = 7 * _DAY_MS  # -1 = keep forever
-    retention_bytes: int = -1  # -1 = no size limit
-    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
-    max_message_bytes: int = 1048588
-    file_delete_delay_ms: int = 0
-    delete_retention_ms: int = _DAY_MS  # KIP-534 tombstone horizon, used by the cleaner
-
-    # Kafka topic config key -> (field, minimum value). segment.index.bytes sizes Kafka's
-    # preallocated index files; lowtide's indexes grow as needed, so it is validated and ignored.
-    _KEYS = {
-        "segment.bytes": ("segment_bytes", 14),
-        "segment.ms": ("segment_ms", 1),
-        "index.interval.bytes": ("index_interval_bytes", 0),
-        "segment.index.bytes": (None, 8),
-        "retention.ms": ("retention_ms", -1),
-        "retention.bytes": ("retention_bytes", -1),
-        "max.message.bytes": ("max_message_bytes", 0),
-        "file.delete.delay.ms": ("file_delete_delay_ms", 0),
-        "delete.retention.ms": ("delete_retention_ms", 0),
-    }
-
-    @property
-    def deletes(self) -> bool:
-        """Whether time/size retention and DeleteRecords apply (policy includes "delete")."""
-        return "delete" in self.cleanup_policy.split(",")
-
-    @property
-    def compacts(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
-
-    @classmethod
-    def from_topic_config(cls, config: Mapping[str, str], *, base: LogConfig | None = None) -> LogConfig:
-        """Build from Kafka topic config strings; unknown keys are left to other layers.
-
-        Raises InvalidConfig naming the key for a non-integer, out-of-range or unknown policy value.
-        """
-        values: dict[str, object] = {}
-        for key, raw in config.items():
-            if key == "cleanup.policy":
-                policies = [p.strip() for p in str(raw).split(",") if p.strip()]
-                if not policies or any(p not in ("delete", "compact") for p in policies):
-                    raise InvalidConfig(f"cleanup.policy must be delete, compact or both, got {raw!r}")
-                values["cleanup_policy"] = ",".join(policies)
-                continue
-            spec = cls._KEYS.get(key)
-            if spec is None:
-                continue
-            field, minimum = spec
-            try:
-                number = int(str(raw).strip())
-            except ValueError:
-                raise InvalidConfig(f"{key} must be an integer, got {raw!r}") from None
-            if number < minimum:
-                raise InvalidConfig(f"{key} must be >= {minimum}, got {number}")
-            if field is not None:
-                values[field] = number
-        return dataclasses.replace(base or cls(), **values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +85,8 @@ class PartitionLog:
         # below it, so a pending commit is never undercut by a lower value with a newer sequence.
         self._lso_written = self._log_start_offset
         self._epochs = LeaderEpochCache.load(dir, log_is_empty=segments.size_bytes == 0)
-        self._producers = ProducerStateManager()  # rebuilt from the batch headers by open()
+        self._producers = ProducerStateManager()  # read by open(): a snapshot and the headers after it
+        self._snapshots = ProducerSnapshots(dir)
 
     @classmethod
     def open(
@@ -196,9 +133,15 @@ class PartitionLog:
         # Recovery may have cut a torn tail: epochs starting past the recovered end wrote nothing.
         log._epochs.truncate_from_end(segments.next_offset)
         log._epochs.truncate_from_start(lso)
-        log._producers = ProducerStateManager.rebuild(segments)
-        log._producers.truncate_head(lso)
+        log._load_producer_state()
+        log.remove_expired_producers(now_ms=now_ms())
         return log
+
+    def _load_producer_state(self) -> None:
+        """The producer state of what the log holds: its newest valid snapshot at or below the log
+        end plus the headers after it, else every header (producer_snapshot.py)."""
+        self._producers = load_producer_state(segments=list(self._segments), snapshots=self._snapshots)
+        self._producers.truncate_head(self._log_start_offset)
 
     # -- properties -------------------------------------------------------------------------------
 
@@ -304,9 +247,7 @@ class PartitionLog:
             assign_offsets(data, headers, base_offset=base, leader_epoch=leader_epoch)
             # Re-read the (now offset-assigned) headers: per batch struct unpacks, no record loop.
             assigned = [header for header, _ in iter_batches(data)]
-            info = self._append(data, assigned)
-            self._producers.apply_batches(data, assigned)
-            return info
+            return self._append(data, assigned)
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches replicated from the leader, keeping their offsets.
@@ -342,7 +283,6 @@ class PartitionLog:
                         f"{first.base_offset} but the log end offset is {leo}"
                     )
             info = self._append(data, headers)
-            self._producers.apply_batches(data, headers)
             # Per batch, not per record: a follower learns each new leader epoch from the batches
             # that carry it (KIP-101), so it can answer and truncate by epoch if it leads later.
             latest = self._epochs.latest_epoch
@@ -372,14 +312,17 @@ class PartitionLog:
                 or now_ms() - active.created_ms > config.segment_ms
                 or chunk_last.last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
             ):
-                self._segments.roll(chunk_first.base_offset)
+                self._roll(chunk_first.base_offset)
                 continue
             if active.size_bytes == 0 and active.base_offset != chunk_first.base_offset:
                 # An empty segment is re-based so its name matches its first batch.
                 active = self._segments.roll(chunk_first.base_offset)
             if end == start:  # an empty segment takes one batch even if it is larger than the room
                 end, size = start + 1, headers[start].size_in_bytes
-            active.append(view[pos:pos + size] if (pos or size != len(data)) else data, headers[start:end])
+            chunk = view[pos:pos + size] if (pos or size != len(data)) else data
+            active.append(chunk, headers[start:end])
+            # Per chunk, so a roll's snapshot holds exactly the batches below the new segment.
+            self._producers.apply_batches(chunk, headers[start:end])
             start, pos = end, pos + size
         return AppendInfo(
             base_offset=first.base_offset,
@@ -394,7 +337,26 @@ class PartitionLog:
         """Start a new active segment at LEO (no-op on an empty active segment)."""
         with self._lock:
             self._ensure_open()
-            return self._segments.roll(self._segments.next_offset)
+            return self._roll(self._segments.next_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Seal the active segment and start one at ``base_offset``; a sealed segment gets the
+        producer-state snapshot of everything below the new one (Kafka takes it at roll too)."""
+        sealed = self._segments.active.size_bytes > 0
+        segment = self._segments.roll(base_offset)
+        if sealed:
+            self._take_snapshot()
+        return segment
+
+    def _take_snapshot(self) -> None:
+        """Write the producer-state snapshot at the log end offset. The segments below it are
+        fsynced already (a roll seals, close flushes), so a crash never leaves a snapshot that
+        describes batches the log lost. A failed write only costs the next open a longer read."""
+        try:
+            self._snapshots.write(self._producers, offset=self._segments.next_offset)
+        except OSError as exc:
+            logger.warning("cannot write the producer snapshot of %s-%s in %s: %s", self._topic, self._partition,
+                        self._dir, exc)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -480,6 +442,15 @@ class PartitionLog:
                 raise OutOfOrderSequenceNumber(
                     f"{self._topic}-{self._partition}: the last batch of producer {producer_id} ends at offset "
                     f"{last}, but the log ends at {end}: another writer appended after it")
+
+    def remove_expired_producers(self, *, now_ms: int) -> list[int]:
+        """KIP-854: forget the producers idle for ``producer.id.expiration.ms`` with no open
+        transaction (producer_state.py); their ids. Run periodically by the replica."""
+        with self._lock:
+            if self._closed:
+                return []
+            return self._producers.remove_expired(now_ms=now_ms,
+                                                  expiration_ms=self._config.producer_id_expiration_ms)
 
     def producer_last_records(self) -> dict[int, tuple[int, int]]:
         """Producer id -> (last data offset or -1, epoch), for the cleaner's empty-batch rule."""
@@ -647,9 +618,9 @@ class PartitionLog:
                 # leader brings that batch back (see append_as_follower).
                 self._segments.truncate_fully_and_start_at(self._log_start_offset)
                 leo = self._log_start_offset
-            # Follower truncation is rare: the producer state is read again from what is left.
-            self._producers = ProducerStateManager.rebuild(self._segments)
-            self._producers.truncate_head(self._log_start_offset)
+            # Follower truncation is rare: the producer state is read again from what is left,
+            # after the snapshots of the history cut off are gone (durably: load fsyncs the dir).
+            self._load_producer_state()
             self._high_watermark = min(self._high_watermark, leo)
             return True
 
@@ -664,6 +635,7 @@ class PartitionLog:
         if offset != self._log_start_offset or offset != self._lso_written:
             self._lso_file.write(offset)
             self._lso_written = offset
+        self._snapshots.remove(self._snapshots.offsets())  # the dir fsync of the next line covers this
         self._segments.truncate_fully_and_start_at(offset)
         self._log_start_offset = self._high_watermark = offset
         self._epochs.clear_and_start(offset)
@@ -725,11 +697,18 @@ class PartitionLog:
         # Renamed to *.deleted now (cheap, and the names are free for new segments at once);
         # unlinked by the file deleter after file.delete.delay.ms, off this thread (see
         # file_deleter.py for why).
-        if not segments:
-            return
         paths: list[Path] = []
         for segment in segments:
             paths.extend(segment.rename_to_deleted())
+        # Snapshots below the first segment go with the segments (producer_snapshot.py: one there
+        # would never be used); also after an active segment was recycled in place (no segment
+        # returned). When none is left (the log was deleted whole), the state goes to a new one,
+        # so that a crash does not forget the producers of the deleted batches.
+        paths.extend(self._snapshots.take_below(self._segments.first.base_offset))
+        if self._snapshots.latest() is None and self._producers.entries():
+            self._take_snapshot()
+        if not paths:
+            return
         self._pending_deletes = [p for p in self._pending_deletes if not p.done]
         self._pending_deletes.append(DELETER.schedule(paths, delay_s=self._config.file_delete_delay_ms / 1000.0))
 
@@ -749,6 +728,8 @@ class PartitionLog:
             self._closed = True
             try:
                 self._segments.flush()
+                if self._snapshots.latest() != self._segments.next_offset:
+                    self._take_snapshot()  # clean shutdown: the next open reads no header
             finally:
                 self._segments.close()
                 self._finish_pending_deletes()

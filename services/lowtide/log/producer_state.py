@@ -3,22 +3,25 @@ say about its producers, their sequences (idempotent produce) and their transact
 
 Kept by every replica of a partition (leader and followers append the same batches), from the
 61-byte header of each appended batch (``batch.py``) and, for a control batch, the type of its
-marker (``record/control.py``); never per record. Nothing is written to disk: ``rebuild`` scans
-the batch headers of the log's segments when the log opens or is truncated (a 64 KiB window at a
-time, or one 61-byte read per batch where batches are large), so the state always describes the
-bytes the log holds, whatever a crash or the cleaner did to them. Since every replica applies the
-same batches in the same order, a follower that becomes leader holds the state its leader had.
+marker (``record/control.py``); never per record. Since every replica applies the same batches in
+the same order, a follower that becomes leader holds the state its leader had.
 
-What comes next (issue 34): producer-state snapshots (Kafka's ``<offset>.snapshot`` files, written
-at segment roll and clean shutdown) so that opening a log reads a snapshot plus the tail instead of
-every header, and keeps the producers whose batches retention or DeleteRecords removed (today a
-reopened replica forgets them, and KIP-360's unknown-producer rule lets them resume); then expiry
-(``producer.id.expiration.ms``, ``transactional.id.expiration.ms``) so the state stays bounded.
+On disk (``producer_snapshot.py``): the owning log writes the state to ``<offset>.snapshot`` at each
+segment roll and on clean shutdown; opening a log reads the newest valid snapshot and ``replay``s
+the batch headers after it, and falls back to ``rebuild`` (every header of every segment, a 64 KiB
+window at a time, or one 61-byte read per batch where batches are large) when there is none. A
+snapshot also keeps the producers whose batches retention or DeleteRecords removed.
+
+Expiry (KIP-854 ``producer.id.expiration.ms``): ``remove_expired`` forgets a producer with no open
+transaction whose batches' largest timestamp is that old; a produce from it is then a new producer's
+(KIP-360, below). Timestamps come from the batches, so expiry is the same on every replica that runs
+it at the same time.
 
 State::
 
     producers   producer id -> ProducerEntry(epoch, last data offset, last sequence,
                                              first offset of its ongoing transaction or -1,
+                                             largest timestamp of its batches (expiry),
                                              its last 5 data batches of that epoch as BatchMetadata)
     ongoing     producer id -> first offset of its ongoing transaction (those with one)
     aborted     [AbortedTxn(producer id, first offset, last offset = its ABORT marker)], in marker
@@ -62,7 +65,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from lowtide.errors import InvalidProducerEpoch, InvalidRecord, InvalidTxnState, OutOfOrderSequenceNumber
@@ -103,6 +106,7 @@ class ProducerEntry:
     last_data_offset: int = -1
     last_sequence: int = -1
     txn_first_offset: int = -1
+    last_timestamp: int = -1  # the largest max timestamp of its batches: what expiry looks at
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
@@ -158,10 +162,39 @@ class ProducerStateManager:
     def rebuild(cls, segments: Iterable[LogSegment]) -> ProducerStateManager:
         """The state of the batches in ``segments`` (in offset order), from their headers."""
         state = cls()
-        for segment in segments:
-            for header, marker_type in iter_segment_headers(segment):
-                state.apply(header, marker_type=marker_type)
+        state.replay(segments, from_offset=0)
         return state
+
+    @classmethod
+    def restore(cls, producers: Iterable[tuple[int, ProducerEntry]],
+                aborted: Iterable[AbortedTxn]) -> ProducerStateManager:
+        """The state a snapshot holds (``producer_snapshot.py``): its producers, and its aborted
+        transactions in marker order. The ongoing transactions follow from the producers."""
+        state = cls()
+        for pid, entry in producers:
+            state._producers[pid] = entry
+            if entry.txn_first_offset >= 0:
+                state._ongoing[pid] = entry.txn_first_offset
+        for txn in aborted:
+            state._aborted.append(txn)
+            state._aborted_last.append(txn.last_offset)
+        return state
+
+    def replay(self, segments: Iterable[LogSegment], *, from_offset: int) -> None:
+        """Apply the batches of ``segments`` that start at or after ``from_offset`` (the offset of
+        the snapshot this state came from), reading headers from the batch holding it on."""
+        for segment in segments:
+            if segment.next_offset <= from_offset:
+                continue
+            position = 0
+            if segment.base_offset < from_offset:
+                found = segment.translate_offset(from_offset)
+                if found is None:
+                    continue
+                position = found
+            for header, marker_type in iter_segment_headers(segment, position=position):
+                if header.base_offset >= from_offset:
+                    self.apply(header, marker_type=marker_type)
 
     def check_append(self, headers: list[BatchHeader], *, client: bool = True) -> Duplicate | None:
         """Leader side, before anything is appended: a Duplicate when the batches retry ones the
@@ -256,6 +289,8 @@ class ProducerStateManager:
             entry.epoch = header.producer_epoch
             entry.last_sequence = -1
             entry.batches.clear()
+        if header.max_timestamp > entry.last_timestamp:
+            entry.last_timestamp = header.max_timestamp
         if header.is_control:
             if marker_type is None or entry.txn_first_offset < 0:
                 return
@@ -293,6 +328,24 @@ class ProducerStateManager:
             del self._aborted[:cut]
             del self._aborted_last[:cut]
 
+    def retain_aborted(self, keep: Callable[[AbortedTxn], bool]) -> None:
+        """Keep only the aborted transactions ``keep`` accepts (a snapshot's whose markers the
+        cleaner has since removed go: producer_snapshot.py)."""
+        kept = [txn for txn in self._aborted if keep(txn)]
+        if len(kept) != len(self._aborted):
+            self._aborted = kept
+            self._aborted_last = [txn.last_offset for txn in kept]
+
+    def remove_expired(self, *, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget the producers with no ongoing transaction whose newest batch timestamp is at least
+        ``expiration_ms`` old (Kafka's ``removeExpiredProducers``); returns their ids. A later
+        produce from one of them is an unknown producer's (KIP-360)."""
+        expired = [pid for pid, entry in self._producers.items()
+                   if entry.txn_first_offset < 0 and now_ms - entry.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
     # -- reading ---------------------------------------------------------------------------------
 
     def first_unstable_offset(self) -> int | None:
@@ -314,7 +367,8 @@ class ProducerStateManager:
     def producer(self, producer_id: int) -> ProducerEntry | None:
         entry = self._producers.get(producer_id)
         return None if entry is None else ProducerEntry(entry.epoch, entry.last_data_offset, entry.last_sequence,
-                                                        entry.txn_first_offset, deque(entry.batches, BATCHES_TO_RETAIN))
+                                                        entry.txn_first_offset, entry.last_timestamp,
+                                                        deque(entry.batches, BATCHES_TO_RETAIN))
 
     def last_data_offset(self, producer_id: int) -> int | None:
         """The last offset of the producer's last data batch, None if it never wrote here."""
@@ -325,6 +379,24 @@ class ProducerStateManager:
         """Producer id -> (last data offset or -1, epoch): what the cleaner must keep of each producer."""
         return {pid: (e.last_data_offset, e.epoch) for pid, e in self._producers.items()}
 
+    def entries(self) -> list[tuple[int, ProducerEntry]]:
+        """(producer id, entry) of every producer, by id: what a snapshot writes (not copies: read only)."""
+        return sorted(self._producers.items())
+
+    def all_aborted(self) -> list[AbortedTxn]:
+        """The whole aborted-transaction index, in marker order."""
+        return list(self._aborted)
+
+    def __eq__(self, other: object) -> bool:
+        """Same producers (with their retained batches), ongoing and aborted transactions: what
+        tests compare between a state opened from a snapshot and one rebuilt from every header."""
+        if not isinstance(other, ProducerStateManager):
+            return NotImplemented
+        return (self._producers == other._producers and self._ongoing == other._ongoing
+                and self._aborted == other._aborted)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, end_offset): marker at or after the start,
         first offset before the end; in marker order."""
@@ -332,13 +404,13 @@ class ProducerStateManager:
         return [a for a in self._aborted[i:] if a.first_offset < end_offset]
 
 
-def iter_segment_headers(segment: LogSegment) -> Iterator[tuple[BatchHeader, int | None]]:
-    """(header, marker type or None) of each batch of ``segment``; the marker type only for control
-    batches (read from their first record, which needs the whole small batch)."""
+def iter_segment_headers(segment: LogSegment, *, position: int = 0) -> Iterator[tuple[BatchHeader, int | None]]:
+    """(header, marker type or None) of each batch of ``segment`` from byte ``position`` (a batch
+    start); the marker type only for control batches (read from their first record, which needs
+    the whole small batch)."""
     size = segment.size_bytes
     window = b""
-    start = 0
-    position = 0
+    start = position
     large = False
     while position < size:
         offset = position - start

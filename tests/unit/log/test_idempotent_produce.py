@@ -28,7 +28,7 @@ def log(tmp_path):
     plog.close()
 
 
-def batch(pid: int, seq: int, n: int = 1, *, epoch: int = 0, ts: int = 1000) -> bytes:
+def batch(pid: int, seq: int, n: int = 1, *, epoch: int = 0, ts: int | None = None) -> bytes:
     return encode_batch([b"v%d" % i for i in range(n)], timestamp_ms=ts, producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq)
 
