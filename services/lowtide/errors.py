@@ -288,6 +288,11 @@ class InvalidRecord(LowtideError):
     code, name = 87, "INVALID_RECORD"
 
 
+class UnstableOffsetCommit(RetriableError):
+    # KIP-447: the group has offsets of an undecided transaction on this partition; retry.
+    code, name = 88, "UNSTABLE_OFFSET_COMMIT"
+
+
 class ProducerFenced(LowtideError):
     # A newer producer with the same transactional id exists (its InitProducerId bumped the epoch).
     code, name = 90, "PRODUCER_FENCED"
@@ -352,3 +357,8 @@ def name_for_code(code: int) -> str:
 def error_for_name(name: str, message: str = "") -> LowtideError:
     cls = _BY_NAME.get(name, UnknownServerError)
     return cls(message)
+
+
+class TransactionalIdNotFound(LowtideError):
+    # Kafka (KIP-664): DescribeTransactions of a transactional id the coordinator has no state for.
+    code, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"

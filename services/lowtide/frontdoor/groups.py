@@ -34,6 +34,7 @@ from lowtide.errors import (
     NonEmptyGroup,
     TopicAuthorizationFailed,
     UnknownTopicOrPartition,
+    UnstableOffsetCommit,
 )
 from lowtide.frontdoor.classic_group import CONSUMER_PROTOCOL_TYPE, EMPTY
 from lowtide.frontdoor.offsets_topic import OffsetsTopic, OffsetWrite
@@ -74,6 +75,23 @@ class GroupStore:
                                                 value=OffsetValue(offset=c.offset, metadata=c.metadata,
                                                                   commit_timestamp=now_ms))
                                     for c in commits])
+
+    def commit_in_txn(self, group_id: str, commits: Sequence[OffsetCommit], *, producer_id: int,
+                      producer_epoch: int, now_ms: int | None = None) -> None:
+        """Commit as records of the producer's transaction (pending until its marker)."""
+        if not commits:
+            return
+        now_ms = now_ms if now_ms is not None else clock.now_ms()
+        self.topic.write(group_id, [OffsetWrite(key=OffsetKey(group=group_id, topic=c.topic, partition=c.partition),
+                                                value=OffsetValue(offset=c.offset, metadata=c.metadata,
+                                                                  commit_timestamp=now_ms))
+                                    for c in commits], producer=(producer_id, producer_epoch))
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions whose offsets an undecided transaction of the group holds, after reading the
+        group's partition up to its high watermark (so what another front door wrote counts)."""
+        self.topic.catch_up(group_id)
+        return self.topic.pending(group_id)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return {(e.key.topic, e.key.partition): CommittedOffset(
@@ -132,16 +150,22 @@ class GroupCoordinator:
             raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group_id!r}")
 
     def commit_offsets(self, *, principal: str, group_id: str, commits: Sequence[OffsetCommit],
-                       generation_id: int = -1, member_id: str = "",
-                       group_instance_id: str = "") -> list[tuple[OffsetCommit, LowtideError | None]]:
+                       generation_id: int = -1, member_id: str = "", group_instance_id: str = "",
+                       txn_producer: tuple[int, int] | None = None) -> list[tuple[OffsetCommit, LowtideError | None]]:
         """Store the valid commits; per-partition errors for the others. A refused group fails all.
         ``generation_id`` < 0 without a member: a standalone commit (only while the group has no
         members); otherwise the membership's answer (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-        FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS) is every valid partition's error."""
+        FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS) is every valid partition's error.
+
+        ``txn_producer`` (producer id, epoch): Kafka's TxnOffsetCommit, the commits are records of
+        that producer's transaction, decided by its marker. Kafka skips the member check for one
+        without generation and member (the pre-KIP-447 ``sendOffsetsToTransaction(offsets, groupId)``),
+        whatever members the group has."""
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.READ, group_id)
         group_error: LowtideError | None = None
-        if self._members is not None:
+        unchecked = txn_producer is not None and generation_id < 0 and not member_id
+        if self._members is not None and not unchecked:
             try:
                 self._members.validate_commit(group_id, generation_id=generation_id, member_id=member_id,
                                               group_instance_id=group_instance_id)
@@ -167,21 +191,31 @@ class GroupCoordinator:
                 accepted.append(c)
             results.append((c, error))
         try:
-            self._store.commit(group_id, accepted)
+            if txn_producer is None:
+                self._store.commit(group_id, accepted)
+            else:
+                self._store.commit_in_txn(group_id, accepted, producer_id=txn_producer[0],
+                                          producer_epoch=txn_producer[1])
         except LowtideError as err:  # nothing was acknowledged: every accepted commit failed with it
             failed = {id(c) for c in accepted}
             results = [(c, err if id(c) in failed else e) for c, e in results]
         return results
 
-    def fetch_offsets(self, *, principal: str, group_id: str,
-                      partitions: Sequence[tuple[str, int]] = ()) -> list[CommittedOffset]:
-        """Committed offsets of the named partitions (-1 when none), or all the group has committed."""
+    def fetch_offsets(self, *, principal: str, group_id: str, partitions: Sequence[tuple[str, int]] = (),
+                      require_stable: bool = False) -> list[CommittedOffset]:
+        """Committed offsets of the named partitions (-1 when none), or all the group has committed.
+        ``require_stable`` (KIP-447): a partition an undecided transaction holds offsets of is
+        answered with UNSTABLE_OFFSET_COMMIT (retriable) instead."""
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.DESCRIBE, group_id)
+        unstable = self._store.unstable(group_id) if require_stable else set()
         committed = self._store.committed(group_id)
         if not partitions:
-            return [committed[k] for k in sorted(committed)]
-        return [committed.get((t, p)) or CommittedOffset(topic=t, partition=p) for t, p in partitions]
+            partitions = sorted(set(committed) | unstable)
+        return [CommittedOffset(topic=t, partition=p, error=UnstableOffsetCommit(
+                    f"group {group_id!r} has offsets of an undecided transaction on {t}-{p}; retry"))
+                if (t, p) in unstable else committed.get((t, p)) or CommittedOffset(topic=t, partition=p)
+                for t, p in partitions]
 
     def list_groups(self, *, principal: str) -> list[str]:
         return [g.group_id for g in self.list_group_listings(principal=principal)]

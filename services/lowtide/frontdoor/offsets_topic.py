@@ -32,7 +32,9 @@ from lowtide.clock import now_ms
 from lowtide.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
+    InvalidProducerEpoch,
     LowtideError,
+    ProducerFenced,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -150,17 +152,45 @@ class OffsetsTopic:
         return sorted({e.key.group for e in self._tail.entries()})
 
     # -- writes --------------------------------------------------------------------------------
-    def write(self, group: str, writes: Sequence[OffsetWrite]) -> None:
-        """Append ``writes`` (all of one group) as one batch with acks=all, then fold them in."""
+    def pending(self, group: str) -> set[tuple[str, int]]:
+        """(topic, partition) of ``group`` holding offsets of an undecided transaction."""
+        self.wait_loaded()
+        return self._tail.pending_keys(group=group)
+
+    def partition_of(self, group: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group`` (creating the topic if missing)."""
+        return partition_for_group(group, partitions=self._ensure_topic())
+
+    def catch_up(self, group: str) -> None:
+        """Read ``group``'s partition up to its leader's high watermark now (not at the next tail
+        round): what any front door had acknowledged before this call is then folded in.
+        COORDINATOR_LOAD_IN_PROGRESS when the leader cannot be read."""
+        self.wait_loaded()
+        failures = self._tail.read_to_high_watermark([self.partition_of(group)], route=self._route,
+                                                     fetch=self._fetch)
+        if failures:
+            raise CoordinatorLoadInProgress(f"{OFFSETS_TOPIC}: {next(iter(failures.values()))}")
+
+    def write(self, group: str, writes: Sequence[OffsetWrite], *, producer: tuple[int, int] | None = None) -> None:
+        """Append ``writes`` (all of one group) as one batch with acks=all, then fold them in.
+
+        ``producer`` (producer id, epoch): the batch belongs to that producer's transaction
+        (Kafka's TxnOffsetCommit): folded as pending until its marker; an older epoch than the
+        partition has seen is refused by the leader (PRODUCER_FENCED here)."""
         if not writes:
             return
-        partitions = self._ensure_topic()
-        partition = partition_for_group(group, partitions=partitions)
+        partition = self.partition_of(group)
         now = self._clock()
+        pid, epoch = producer if producer is not None else (-1, -1)
         batch = encode_batch([None if w.value is None else encode_offset_value(w.value) for w in writes],
-                             keys=[encode_offset_key(w.key) for w in writes], timestamp_ms=now)
-        base_offset = self._produce(partition, batch)
-        self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i)
+                             keys=[encode_offset_key(w.key) for w in writes], timestamp_ms=now,
+                             producer_id=pid, producer_epoch=epoch, is_transactional=producer is not None)
+        try:
+            base_offset = self._produce(partition, batch)
+        except InvalidProducerEpoch as err:
+            raise ProducerFenced(err.message) from None
+        self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i,
+                                                  producer_id=pid)
                                      for i, w in enumerate(writes)])
 
     def _ensure_topic(self) -> int:

@@ -146,7 +146,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                                 members=members),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
-                                            replicas=replicas),
+                                            replicas=replicas, offsets_partition=offsets.partition_of),
         members=members,
         scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),

@@ -192,7 +192,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def OffsetFetch(self, request, context):  # noqa: N802
         offsets = self._front.groups.fetch_offsets(
             principal=self._principal(context), group_id=request.group_id,
-            partitions=[(p.topic, p.partition) for p in request.partitions])
+            partitions=[(p.topic, p.partition) for p in request.partitions], require_stable=request.require_stable)
         return admin_pb2.OffsetFetchResponse(group_id=request.group_id,
                                              partitions=[_offset_result(c) for c in offsets])
 
@@ -343,6 +343,58 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except LowtideError as err:
             return transactions_pb2.EndTxnResponse(error_code=err.code, error_message=err.message)
         return transactions_pb2.EndTxnResponse()
+
+    def AddOffsetsToTxn(self, request, context):  # noqa: N802
+        try:
+            self._front.transactions.add_offsets(
+                principal=self._principal(context), transactional_id=request.transactional_id,
+                producer_id=request.producer_id, producer_epoch=request.producer_epoch, group_id=request.group_id)
+        except LowtideError as err:
+            return transactions_pb2.AddOffsetsToTxnResponse(error_code=err.code, error_message=err.message)
+        return transactions_pb2.AddOffsetsToTxnResponse()
+
+    def TxnOffsetCommit(self, request, context):  # noqa: N802
+        principal = self._principal(context)
+        commits = [OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata)
+                   for p in request.partitions]
+        try:
+            self._front.transactions.check_offsets_in_txn(
+                principal=principal, transactional_id=request.transactional_id, producer_id=request.producer_id,
+                producer_epoch=request.producer_epoch, group_id=request.group_id)
+            results = self._front.groups.commit_offsets(
+                principal=principal, group_id=request.group_id, commits=commits,
+                generation_id=request.generation_id if request.HasField("generation_id") else -1,
+                member_id=request.member_id, group_instance_id=request.group_instance_id,
+                txn_producer=(request.producer_id, request.producer_epoch))
+        except LowtideError as err:
+            results = [(c, err) for c in commits]
+        return transactions_pb2.TxnOffsetCommitResponse(partitions=[
+            transactions_pb2.TxnPartitionResult(topic=c.topic, partition=c.partition, error_code=_code(e)[0],
+                                                error_message=_code(e)[1]) for c, e in results])
+
+    def ListTransactions(self, request, context):  # noqa: N802
+        found = self._front.transactions.list_transactions(
+            principal=self._principal(context), states=list(request.state_filters),
+            producer_ids=list(request.producer_id_filters), running_longer_than_ms=request.duration_filter_ms)
+        return transactions_pb2.ListTransactionsResponse(transactions=[
+            transactions_pb2.TransactionListing(transactional_id=st.transactional_id, producer_id=st.producer_id,
+                                                state=st.state) for st in found])
+
+    def DescribeTransactions(self, request, context):  # noqa: N802
+        described = self._front.transactions.describe_transactions(
+            principal=self._principal(context), transactional_ids=list(request.transactional_ids))
+        out = []
+        for transactional_id, st, err in described:
+            code, message = _code(err)
+            d = transactions_pb2.TransactionDescription(transactional_id=transactional_id, error_code=code,
+                                                        error_message=message, producer_id=-1, producer_epoch=-1,
+                                                        start_ms=-1)
+            if st is not None:
+                d.state, d.timeout_ms, d.start_ms = st.state, st.timeout_ms, st.start_ms
+                d.producer_id, d.producer_epoch = st.producer_id, st.producer_epoch
+                d.partitions.extend(common_pb2.TopicPartition(topic=t, partition=p) for t, p in sorted(st.partitions))
+            out.append(d)
+        return transactions_pb2.DescribeTransactionsResponse(transactions=out)
 
     def WhoAmI(self, request, context):  # noqa: N802
         return admin_pb2.WhoAmIResponse(principal=self._principal(context),

@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import redis as redis_lib
@@ -39,6 +39,7 @@ from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import (
     ConcurrentTransactions,
+    GroupAuthorizationFailed,
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
@@ -49,9 +50,11 @@ from lowtide.errors import (
     RequestTimedOut,
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
+    TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.routing import route_partitions
+from lowtide.groups import OFFSETS_TOPIC
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import TxnMarkerRequest
 from lowtide.metadata.store import MetadataStore
@@ -97,6 +100,10 @@ class TxnState:
     version: int = 0
 
 
+# (transactional id, its state or None, the error describing it)
+Described = tuple[str, "TxnState | None", "LowtideError | None"]
+
+
 class TxnStateStore:
     """Transaction states in Redis (module docstring). Thread-safe (redis-py pools connections)."""
 
@@ -138,8 +145,11 @@ class TransactionCoordinator:
     """
 
     def __init__(self, *, store: TxnStateStore, metadata: MetadataStore, authorizer: Authorizer,
-                 replicas: ReplicaClient, expire_interval_s: float = 1.0) -> None:
+                 replicas: ReplicaClient, expire_interval_s: float = 1.0,
+                 offsets_partition: Callable[[str], int] | None = None) -> None:
         self._store = store
+        # group id -> its __consumer_offsets partition (AddOffsetsToTxn); None: not served.
+        self._offsets_partition = offsets_partition
         self._metadata = metadata
         self._authorizer = authorizer
         self._replicas = replicas
@@ -194,17 +204,69 @@ class TransactionCoordinator:
             if failed:
                 return [(t, p, failed.get((t, p)) or OperationNotAttempted(
                     "another partition of the request failed")) for t, p in wanted]
-            st = self._checked(transactional_id, producer_id, producer_epoch)
-            if st.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is being completed")
-            new = replace(st, partitions=st.partitions | set(wanted))
-            if st.state != ONGOING:
-                new = replace(new, state=ONGOING, start_ms=now_ms())
-            if self._store.save(new) is None:
-                raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
+            self._join(transactional_id, producer_id, producer_epoch, wanted)
             return [(t, p, None) for t, p in wanted]
         except LowtideError as err:
             return [(t, p, err) for t, p in wanted]
+
+    def add_offsets(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
+                    group_id: str) -> None:
+        """Kafka's AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
+        transaction, so EndTxn decides the offsets TxnOffsetCommit writes there. READ on the GROUP."""
+        self._require_id(principal, transactional_id)
+        if not self._authorizer.authorize(principal=principal, operation=AclOperation.READ,
+                                          resource_type=ResourceType.GROUP, resource_name=group_id):
+            raise GroupAuthorizationFailed(f"{principal} is not authorized to READ on GROUP {group_id!r}")
+        if self._offsets_partition is None:
+            raise InvalidRequest("this coordinator does not serve transactional offset commits")
+        self._join(transactional_id, producer_id, producer_epoch,
+                   [(OFFSETS_TOPIC, self._offsets_partition(group_id))])
+
+    def check_offsets_in_txn(self, *, principal: str, transactional_id: str, producer_id: int,
+                             producer_epoch: int, group_id: str) -> None:
+        """Before TxnOffsetCommit writes: the producer is the current one of an ongoing transaction
+        that holds the group's partition (AddOffsetsToTxn came first), else the offsets would wait
+        for a marker no EndTxn writes (KIP-890's verification, for this one case)."""
+        self._require_id(principal, transactional_id)
+        st = self._checked(transactional_id, producer_id, producer_epoch)
+        partition = (OFFSETS_TOPIC, self._offsets_partition(group_id)) if self._offsets_partition else None
+        if st.state != ONGOING or partition not in st.partitions:
+            raise InvalidTxnState(f"the transaction of {transactional_id!r} ({st.state}) has not added the offsets "
+                                  f"of group {group_id!r} (AddOffsetsToTxn first)")
+
+    # -- descriptions (kafka-transactions list / describe, KIP-664) ------------------------------
+
+    def list_transactions(self, *, principal: str, states: Sequence[str] = (), producer_ids: Sequence[int] = (),
+                          running_longer_than_ms: int = 0) -> list[TxnState]:
+        """Every transactional id's state the principal may DESCRIBE, filtered as Kafka filters."""
+        now = now_ms()
+        out = []
+        for transactional_id in self._store.transactional_ids():
+            if not self._may_describe(principal, transactional_id):
+                continue
+            st = self._store.load(transactional_id)
+            if st is None or (states and st.state not in states):
+                continue
+            if producer_ids and st.producer_id not in producer_ids:
+                continue
+            if running_longer_than_ms > 0 and (st.state != ONGOING or now - st.start_ms < running_longer_than_ms):
+                continue
+            out.append(st)
+        return out
+
+    def describe_transactions(self, *, principal: str, transactional_ids: Sequence[str]) -> list[Described]:
+        """Each id's state, or why there is none (not authorized, not found)."""
+        out: list[Described] = []
+        for transactional_id in transactional_ids:
+            if not self._may_describe(principal, transactional_id):
+                out.append((transactional_id, None, TransactionalIdAuthorizationFailed(
+                    f"{principal} is not authorized to DESCRIBE on TRANSACTIONAL_ID {transactional_id!r}")))
+                continue
+            st = self._store.load(transactional_id)
+            error = None if st is not None else TransactionalIdNotFound(
+                f"no transaction state for {transactional_id!r}")
+            out.append((transactional_id, st, error))
+        return out
 
     def end_txn(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
                 commit: bool) -> None:
@@ -264,6 +326,24 @@ class TransactionCoordinator:
                 log.warning("transaction expiry scan failed: %s", err)
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _join(self, transactional_id: str, producer_id: int, producer_epoch: int,
+              wanted: Sequence[TopicPartition]) -> None:
+        """Add ``wanted`` to the producer's transaction, starting one if none is ongoing."""
+        st = self._checked(transactional_id, producer_id, producer_epoch)
+        if st.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is being completed")
+        if st.state == ONGOING and set(wanted) <= st.partitions:
+            return  # a retry, or a partition already in: nothing to write
+        new = replace(st, partitions=st.partitions | set(wanted))
+        if st.state != ONGOING:
+            new = replace(new, state=ONGOING, start_ms=now_ms())
+        if self._store.save(new) is None:
+            raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
+
+    def _may_describe(self, principal: str, transactional_id: str) -> bool:
+        return self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
+                                          resource_type=ResourceType.TRANSACTIONAL_ID, resource_name=transactional_id)
 
     def _require_id(self, principal: str, transactional_id: str) -> None:
         if not transactional_id:

@@ -8,6 +8,13 @@ writer may apply its own acknowledged write at once (it knows the offset the lea
 the tail reading older records later never puts an older value back: a record only applies when
 its log offset is above the one already applied for its key (tombstones included).
 
+Transactional offsets (KIP-98 TxnOffsetCommit, KIP-447): records written in a producer's
+transaction (a transactional batch with that producer id) are held as pending, per producer,
+until that producer's marker: COMMIT applies them with the same latest-log-offset-wins rule
+(Kafka's ``completePendingTxnOffsetCommit`` compares the same record offsets), ABORT drops them.
+OffsetFetch with ``require_stable`` asks ``pending_keys`` and answers UNSTABLE_OFFSET_COMMIT for a
+key some undecided transaction holds.
+
 One ``PartitionOffsets`` per ``__consumer_offsets`` partition (a group lives in exactly one), so
 when a reader has to start a partition over (its position fell out of the log) only that
 partition's groups are forgotten and re-read. No I/O here: callers hand in fetched batch bytes.
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 from lowtide.groups.codec import OffsetKey, OffsetValue, decode_offset_key, decode_offset_value
 from lowtide.record import decode_batches
+from lowtide.record.control import COMMIT, decode_control_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +46,35 @@ class OffsetRecord:
     key: OffsetKey
     value: OffsetValue | None
     log_offset: int
+    producer_id: int = -1  # >= 0: written in that producer's transaction (pending until its marker)
 
 
-def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[OffsetRecord]:
-    """Every offset-commit record at or after ``from_offset`` in fetched batch bytes, in log order.
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A transaction marker of ``__consumer_offsets``: decides ``producer_id``'s pending offsets."""
 
-    Control batches (transaction markers) and group-metadata records are skipped. Raises
-    CORRUPT_MESSAGE (and returns nothing) when a batch or an offset-commit record is malformed."""
-    out: list[OffsetRecord] = []
+    producer_id: int
+    commit: bool
+    log_offset: int
+
+
+def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[OffsetRecord | TxnMarker]:
+    """Every offset-commit record and transaction marker at or after ``from_offset`` in fetched
+    batch bytes, in log order.
+
+    Group-metadata records are skipped. Raises CORRUPT_MESSAGE (and returns nothing) when a batch
+    or an offset-commit record is malformed."""
+    out: list[OffsetRecord | TxnMarker] = []
     for header, batch_records in decode_batches(records):
-        if header.is_control or header.next_offset <= from_offset:
+        if header.next_offset <= from_offset:
             continue
+        if header.is_control:
+            for r in batch_records:
+                if r.offset >= from_offset and r.key is not None:
+                    out.append(TxnMarker(producer_id=header.producer_id, commit=decode_control_key(r.key) == COMMIT,
+                                         log_offset=r.offset))
+            continue
+        producer_id = header.producer_id if header.is_transactional else -1
         for r in batch_records:
             if r.offset < from_offset or r.key is None:
                 continue
@@ -56,7 +82,7 @@ def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[Offse
             if key is None:
                 continue
             out.append(OffsetRecord(key=key, value=None if r.value is None else decode_offset_value(r.value),
-                                    log_offset=r.offset))
+                                    log_offset=r.offset, producer_id=producer_id))
     return out
 
 
@@ -75,12 +101,29 @@ class PartitionOffsets:
         # (own writes are applied before the tail reaches them) does not bring the key back.
         # Pruned once the tail has passed it: nothing older can arrive after that.
         self._tombstones: dict[OffsetKey, int] = {}
+        # producer id -> {log offset: record} of its undecided transaction (keyed by log offset: a
+        # writer's own acknowledged records and the tail's reading of them are the same records).
+        self._pending: dict[int, dict[int, OffsetRecord]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def apply(self, record: OffsetRecord) -> bool:
-        """Fold one record; returns whether it changed anything."""
+    def apply(self, record: OffsetRecord | TxnMarker) -> bool:
+        """Fold one record or marker; returns whether it changed any committed offset."""
+        if isinstance(record, TxnMarker):
+            held = self._pending.pop(record.producer_id, {})
+            if not record.commit:
+                return False
+            changed = False
+            for pending in sorted(held.values(), key=lambda r: r.log_offset):
+                changed |= self._apply_decided(pending)
+            return changed
+        if record.producer_id >= 0:
+            self._pending.setdefault(record.producer_id, {})[record.log_offset] = record
+            return False
+        return self._apply_decided(record)
+
+    def _apply_decided(self, record: OffsetRecord) -> bool:
         key = record.key
         current = self._entries.get(key)
         newest = max(current.log_offset if current else -1, self._tombstones.get(key, -1))
@@ -93,7 +136,11 @@ class PartitionOffsets:
         self._entries[key] = CommittedEntry(key=key, value=record.value, log_offset=record.log_offset)
         return True
 
-    def apply_all(self, records: Iterable[OffsetRecord]) -> None:
+    def pending_keys(self) -> set[OffsetKey]:
+        """Keys some undecided transaction holds offsets for."""
+        return {r.key for held in self._pending.values() for r in held.values()}
+
+    def apply_all(self, records: Iterable[OffsetRecord | TxnMarker]) -> None:
         for record in records:
             self.apply(record)
 
@@ -107,6 +154,7 @@ class PartitionOffsets:
         """Forget everything and read again from ``position`` (the log moved under the reader)."""
         self._entries.clear()
         self._tombstones.clear()
+        self._pending.clear()
         self.position = position
 
     def entries(self) -> Iterator[CommittedEntry]:

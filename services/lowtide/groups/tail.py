@@ -24,6 +24,7 @@ from lowtide.groups.state import (
     OffsetRecord,
     PartitionOffsets,
     TopicCommit,
+    TxnMarker,
     commits_by_topics,
     decode_offset_records,
 )
@@ -78,12 +79,18 @@ class OffsetsTail:
         with self._lock:
             return commits_by_topics(self._parts.values(), topics)
 
+    def pending_keys(self, *, group: str) -> set[tuple[str, int]]:
+        """(topic, partition) of ``group`` with offsets of an undecided transaction."""
+        with self._lock:
+            return {(k.topic, k.partition) for part in self._parts.values() for k in part.pending_keys()
+                    if k.group == group}
+
     def positions(self) -> dict[int, int]:
         with self._lock:
             return {p: part.position for p, part in self._parts.items()}
 
     # -- writes ----------------------------------------------------------------------------------
-    def apply(self, partition: int, records: Iterable[OffsetRecord]) -> None:
+    def apply(self, partition: int, records: Iterable[OffsetRecord | TxnMarker]) -> None:
         """Fold records the leader acknowledged (a writer's own)."""
         with self._lock:
             self._part(partition).apply_all(records)

@@ -98,9 +98,9 @@ def offset_commit(call: Call, body: Any) -> Any:
             for p in t.partitions)) for t in body.topics))
 
 
-def _fetch_group(call: Call, group_id: str, topics) -> tuple[int, dict[str, list]]:
+def _fetch_group(call: Call, group_id: str, topics, *, require_stable: bool) -> tuple[int, dict[str, list]]:
     """(group error, topic -> [(partition, offset, metadata, error)]) of one group."""
-    request = admin_pb2.OffsetFetchRequest(group_id=group_id)
+    request = admin_pb2.OffsetFetchRequest(group_id=group_id, require_stable=require_stable)
     if topics is not None:
         for t in topics:
             for p in t.partition_indexes:
@@ -116,15 +116,17 @@ def _fetch_group(call: Call, group_id: str, topics) -> tuple[int, dict[str, list
 
 
 def offset_fetch(call: Call, body: Any) -> Any:
+    # v7+ (KIP-447): a read_committed consumer asks for stable offsets only.
+    stable = bool(getattr(body, "require_stable", False))
     if hasattr(body, "groups"):  # v8+: several groups per request
         groups = []
         for g in body.groups:
-            code, topics = _fetch_group(call, g.group_id, g.topics)
+            code, topics = _fetch_group(call, g.group_id, g.topics, require_stable=stable)
             groups.append(call.make("OffsetFetchResponseGroup", group_id=g.group_id, error_code=error_code(code),
                                     topics=_fetched_topics(call, topics, "OffsetFetchResponseTopics",
                                                            "OffsetFetchResponsePartitions")))
         return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
-    code, topics = _fetch_group(call, body.group_id, body.topics)
+    code, topics = _fetch_group(call, body.group_id, body.topics, require_stable=stable)
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code),
                      topics=_fetched_topics(call, topics, "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
 

@@ -1,10 +1,169 @@
-"""Transactions over the Kafka protocol (KIP-98): the front door's transaction coordinator answers.
+"""Transactions over the Kafka protocol (KIP-98, KIP-447, KIP-664): the front door's transaction
+coordinator (``lowtide.frontdoor.transactions``) answers, through the front door's gRPC Admin
+service, as every group request does; DescribeProducers is answered by the partition's leader.
 
-Filled in by issue 34's transaction work.
+What a Kafka transactional producer sends, and where it goes here::
+
+    FindCoordinator(TRANSACTION)  any broker (apis_admin.find_coordinator): each forwards to the front door
+    InitProducerId                apis_admin.init_producer_id
+    AddPartitionsToTxn v0-3       -> Admin.AddPartitionsToTxn       (v4+ is broker-to-broker, KIP-890)
+    Produce (transactional)       the leaders, as any produce
+    AddOffsetsToTxn               -> Admin.AddOffsetsToTxn          (the group's __consumer_offsets partition)
+    TxnOffsetCommit               -> Admin.TxnOffsetCommit          (offsets pending until the marker)
+    EndTxn v0-4                   -> Admin.EndTxn                   (v5 is transaction version 2, KIP-890)
+
+Versions stop where Kafka's transaction version 2 (KIP-890 part 2) starts: a broker that does not
+advertise the ``transaction.version`` feature is spoken to in version 1, so clients send
+AddPartitionsToTxn and never need the v5 answers.
+
+``kafka-transactions`` (KIP-664) uses ListTransactions, DescribeTransactions (the coordinator's
+states) and DescribeProducers (each leader's producer state); ``kafka-transactions abort`` sends
+WriteTxnMarkers to the leader, which stays a broker-internal API here (not served).
 """
 
 from __future__ import annotations
 
-from lowtide.kafka.broker import Api
+import datetime
+from typing import Any
 
-APIS: list[Api] = []
+from lowtide.errors import NotLeaderOrFollower
+from lowtide.kafka.broker import Api, Call
+from lowtide.kafka.protocol import NO_THROTTLE, error_code
+from lowtide_pb import common_pb2, transactions_pb2
+
+ADD_PARTITIONS_TO_TXN_KEY, ADD_OFFSETS_TO_TXN_KEY, END_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 24, 25, 26, 28
+DESCRIBE_PRODUCERS_KEY, DESCRIBE_TRANSACTIONS_KEY, LIST_TRANSACTIONS_KEY = 61, 65, 66
+
+
+def _v3(body: Any, name: str) -> Any:
+    """AddPartitionsToTxn v0-3 fields are named ``v3_and_below_*`` by kio."""
+    return getattr(body, f"v3_and_below_{name}")
+
+
+# -- the producer's calls ----------------------------------------------------------------------
+def add_partitions_to_txn(call: Call, body: Any) -> Any:
+    request = transactions_pb2.AddPartitionsToTxnRequest(
+        transactional_id=_v3(body, "transactional_id"), producer_id=_v3(body, "producer_id"),
+        producer_epoch=_v3(body, "producer_epoch"),
+        partitions=[common_pb2.TopicPartition(topic=t.name, partition=p)
+                    for t in _v3(body, "topics") for p in t.partitions])
+    results = {(r.topic, r.partition): r.error_code for r in call.admin("AddPartitionsToTxn", request).partitions}
+    return call.make(call.response, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
+        call.make("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+            call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
+                      partition_error_code=error_code(results.get((t.name, p), -1)))
+            for p in t.partitions)) for t in _v3(body, "topics")))
+
+
+def add_offsets_to_txn(call: Call, body: Any) -> Any:
+    answer = call.admin("AddOffsetsToTxn", transactions_pb2.AddOffsetsToTxnRequest(
+        transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+        group_id=body.group_id))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
+
+
+def txn_offset_commit(call: Call, body: Any) -> Any:
+    request = transactions_pb2.TxnOffsetCommitRequest(
+        transactional_id=body.transactional_id, group_id=body.group_id, producer_id=body.producer_id,
+        producer_epoch=body.producer_epoch, member_id=getattr(body, "member_id", "") or "",
+        group_instance_id=getattr(body, "group_instance_id", None) or "",
+        partitions=[transactions_pb2.TxnOffsetCommitPartition(topic=t.name, partition=p.partition_index,
+                                                              offset=p.committed_offset,
+                                                              metadata=p.committed_metadata or "")
+                    for t in body.topics for p in t.partitions])
+    generation = getattr(body, "generation_id", -1)
+    if generation >= 0:
+        request.generation_id = generation
+    results = {(r.topic, r.partition): r.error_code for r in call.admin("TxnOffsetCommit", request).partitions}
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
+        call.make("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            call.make("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                      error_code=error_code(results.get((t.name, p.partition_index), -1)))
+            for p in t.partitions)) for t in body.topics))
+
+
+def end_txn(call: Call, body: Any) -> Any:
+    answer = call.admin("EndTxn", transactions_pb2.EndTxnRequest(
+        transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+        commit=bool(body.committed)))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
+
+
+# -- kafka-transactions (KIP-664) --------------------------------------------------------------
+_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
+           "PrepareEpochFence")
+
+
+def list_transactions(call: Call, body: Any) -> Any:
+    states = list(body.state_filters)
+    answer = call.admin("ListTransactions", transactions_pb2.ListTransactionsRequest(
+        state_filters=[s for s in states if s in _STATES], producer_id_filters=list(body.producer_id_filters),
+        duration_filter_ms=max(0, int(getattr(body, "duration_filter", -1)))))
+    listed = answer.transactions
+    if states and not any(s in _STATES for s in states):
+        listed = []  # only unknown states asked: Kafka lists nothing (and names them)
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0),
+                     unknown_state_filters=tuple(s for s in states if s not in _STATES),
+                     transaction_states=tuple(call.make("TransactionState", transactional_id=t.transactional_id,
+                                                        producer_id=t.producer_id, transaction_state=t.state)
+                                              for t in listed))
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+def describe_transactions(call: Call, body: Any) -> Any:
+    answer = call.admin("DescribeTransactions", transactions_pb2.DescribeTransactionsRequest(
+        transactional_ids=list(body.transactional_ids)))
+    states = []
+    for d in answer.transactions:
+        topics: dict[str, list[int]] = {}
+        for tp in d.partitions:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        states.append(call.make(
+            "TransactionState", error_code=error_code(d.error_code), transactional_id=d.transactional_id,
+            transaction_state=d.state, transaction_timeout=datetime.timedelta(milliseconds=d.timeout_ms),
+            transaction_start_time=_time(d.start_ms), producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+            topics=tuple(call.make("TopicData", topic=t, partitions=tuple(ps)) for t, ps in topics.items())))
+    return call.make(call.response, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+def describe_producers(call: Call, body: Any) -> Any:
+    request = transactions_pb2.DescribeProducersRequest(partitions=[
+        common_pb2.TopicPartition(topic=t.name, partition=p) for t in body.topics for p in t.partition_indexes])
+    if call.services.replica is None:
+        results = {}
+    else:
+        results = {(r.topic, r.partition): r for r in call.replica("DescribeProducers", request).partitions}
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partition_indexes:
+            r = results.get((t.name, p))
+            if r is None:
+                parts.append(call.make("PartitionResponse", partition_index=p,
+                                       error_code=error_code(NotLeaderOrFollower.code),
+                                       error_message="no partition of this broker", active_producers=()))
+                continue
+            parts.append(call.make(
+                "PartitionResponse", partition_index=p, error_code=error_code(r.error_code),
+                error_message=r.error_message or None, active_producers=tuple(
+                    call.make("ProducerState", producer_id=s.producer_id, producer_epoch=s.producer_epoch,
+                              last_sequence=s.last_sequence, last_timestamp=s.last_timestamp,
+                              coordinator_epoch=s.coordinator_epoch,
+                              current_txn_start_offset=s.current_txn_start_offset)
+                    for s in r.producers)))
+        topics.append(call.make("TopicResponse", name=t.name, partitions=tuple(parts)))
+    return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+APIS: list[Api] = [
+    Api(ADD_PARTITIONS_TO_TXN_KEY, "AddPartitionsToTxn", 0, 3, add_partitions_to_txn),
+    Api(ADD_OFFSETS_TO_TXN_KEY, "AddOffsetsToTxn", 0, 4, add_offsets_to_txn),
+    Api(END_TXN_KEY, "EndTxn", 0, 4, end_txn),
+    Api(TXN_OFFSET_COMMIT_KEY, "TxnOffsetCommit", 0, 4, txn_offset_commit),
+    Api(DESCRIBE_PRODUCERS_KEY, "DescribeProducers", 0, 0, describe_producers),
+    Api(DESCRIBE_TRANSACTIONS_KEY, "DescribeTransactions", 0, 0, describe_transactions),
+    Api(LIST_TRANSACTIONS_KEY, "ListTransactions", 0, 1, list_transactions),
+]

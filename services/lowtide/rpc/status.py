@@ -89,11 +89,13 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.FencedLeaderEpoch: _S.FAILED_PRECONDITION,
     e.UnknownLeaderEpoch: _S.FAILED_PRECONDITION,
     e.InvalidRecord: _S.INVALID_ARGUMENT,
+    e.UnstableOffsetCommit: _S.UNAVAILABLE,
     e.ProducerFenced: _S.FAILED_PRECONDITION,
     e.ResourceNotFound: _S.NOT_FOUND,
     e.DuplicateResource: _S.INVALID_ARGUMENT,
     e.UnacceptableCredential: _S.INVALID_ARGUMENT,
     e.UnknownTopicId: _S.NOT_FOUND,
+    e.TransactionalIdNotFound: _S.NOT_FOUND,
 }
 
 # A failed call whose details carry no Kafka name: what the status alone means to a client.
