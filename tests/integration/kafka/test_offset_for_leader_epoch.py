@@ -1,0 +1,170 @@
+"""OffsetForLeaderEpoch on the Kafka listener (KIP-320) on a real 3-replica cluster.
+
+First at the protocol level, with requests encoded from Kafka's own schemas (kio) and sent raw: the
+leader answers where each asked epoch ends (the current one at the log end, an older one where
+the next began after a leader change), fences a stale ``current_leader_epoch``
+(FENCED_LEADER_EPOCH) and a future one (UNKNOWN_LEADER_EPOCH), and a follower or the front door
+answers NOT_LEADER_OR_FOLLOWER. Then as a client uses it: a librdkafka consumer that sees a new
+leader epoch asks the new leader for its position's epoch before it fetches on, and with
+``auto.offset.reset=error`` any answer that looked like truncation would surface as an error."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+
+API_KEY = 23
+NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 0, 3, 6
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH = 74, 75
+
+
+@pytest.fixture(scope="module")
+def kcluster(request, tmp_path_factory):
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("ofle"), replicas=3,
+                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                                                      session_timeout_ms=2000))
+
+
+def kafka_call(address: str, body: Any, *, correlation_id: int = 7) -> Any:
+    """Send one request entity (a kio class instance) to a Kafka listener and read its answer."""
+    cls = type(body)
+    buf = io.BytesIO()
+    entity_writer(cls.__header_schema__)(buf, cls.__header_schema__(
+        request_api_key=cls.__api_key__, request_api_version=cls.__version__, correlation_id=correlation_id,
+        client_id="ofle-test"))
+    entity_writer(cls)(buf, body)
+    payload = buf.getvalue()
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        answer = sock.recv(size, socket.MSG_WAITALL)
+    response = load_response_schema(cls.__api_key__, cls.__version__)
+    header, offset = entity_reader(response.__header_schema__)(answer, 0)
+    assert header.correlation_id == correlation_id
+    return entity_reader(response)(answer, offset)[0]
+
+
+def epoch_ends(address: str, topic: str, queries: list[tuple[int, int, int]], *, version: int = 4
+               ) -> dict[int, tuple[int, int, int]]:
+    """OffsetForLeaderEpoch of ``(partition, leader_epoch, current_leader_epoch)`` queries:
+    {partition: (error code, leader epoch, end offset)}."""
+    request = load_request_schema(API_KEY, version)
+    module = sys.modules[request.__module__]
+    values = {"topics": (module.OffsetForLeaderTopic(topic=topic, partitions=tuple(
+        module.OffsetForLeaderPartition(partition=p, leader_epoch=e, current_leader_epoch=c)
+        for p, e, c in queries)),)}
+    if version >= 3:
+        values["replica_id"] = -1  # a consumer
+    answer = kafka_call(address, request(**values))
+    (result,) = answer.topics
+    assert result.topic == topic
+    return {p.partition: (int(p.error_code), p.leader_epoch, p.end_offset) for p in result.partitions}
+
+
+def listener(cluster: LocalCluster, broker: int) -> str:
+    return cluster.service(f"replica-{broker}").kafka
+
+
+def leader_and_epoch(cluster: LocalCluster, topic: str) -> tuple[int, int]:
+    st = s.store(cluster).partition_state(topic, 0)
+    return st.leader, st.leader_epoch
+
+
+def test_the_leader_answers_where_each_epoch_ends_and_fences_stale_and_future_epochs(kcluster):
+    topic = "ofle-raw"
+    s.create_topic(kcluster, topic, rf=3)
+    assert s.produce(kcluster, topic, [b"a", b"b", b"c", b"d", b"e"]).error_code == 0
+    leader, epoch = leader_and_epoch(kcluster, topic)
+    followers = [r for r in s.store(kcluster).partition_state(topic, 0).replicas if r != leader]
+    at = listener(kcluster, leader)
+    assert epoch_ends(at, topic, [(0, epoch, epoch)]) == {0: (NONE, epoch, 5)}
+    assert epoch_ends(at, topic, [(0, epoch, -1)]) == {0: (NONE, epoch, 5)}  # unfenced
+    assert epoch_ends(at, topic, [(0, epoch, epoch + 1)]) == {0: (UNKNOWN_LEADER_EPOCH, -1, -1)}
+    assert epoch_ends(at, topic, [(0, epoch + 3, epoch)]) == {0: (NONE, -1, -1)}  # newer than any known
+    assert epoch_ends(at, topic, [(0, epoch, epoch)], version=2) == {0: (NONE, epoch, 5)}
+    assert epoch_ends(at, "ofle-missing", [(0, 0, -1)]) == {0: (UNKNOWN_TOPIC_OR_PARTITION, -1, -1)}
+    for elsewhere in (listener(kcluster, followers[0]), kcluster.kafka_bootstrap):
+        assert epoch_ends(elsewhere, topic, [(0, epoch, epoch)]) == {0: (NOT_LEADER_OR_FOLLOWER, -1, -1)}
+
+    # a leader change: the new leader's epoch starts at offset 5, so the old epoch ends there
+    kcluster.stop_service(f"replica-{leader}")
+    try:
+        s.wait_until(lambda: leader_and_epoch(kcluster, topic)[0] not in (leader, -1), timeout_s=30,
+                     what="a new leader")
+        new_leader, new_epoch = leader_and_epoch(kcluster, topic)
+        assert new_epoch > epoch
+        s.wait_until(lambda: s.produce(kcluster, topic, [b"f", b"g", b"h"]).error_code == 0, timeout_s=30,
+                     what="the new leader appending")
+        at = listener(kcluster, new_leader)
+        answers: list = []
+        s.wait_until(lambda: answers.append(epoch_ends(at, topic, [(0, epoch, new_epoch)])) or
+                     answers[-1][0][0] == NONE, what="the new leader answering")
+        assert answers[-1] == {0: (NONE, epoch, 5)}
+        assert epoch_ends(at, topic, [(0, new_epoch, new_epoch)]) == {0: (NONE, new_epoch, 8)}
+        assert epoch_ends(at, topic, [(0, epoch, epoch)]) == {0: (FENCED_LEADER_EPOCH, -1, -1)}
+    finally:
+        kcluster.start_service(f"replica-{leader}")
+
+
+def _served(cluster: LocalCluster, broker: int) -> float:
+    return s.metric(cluster, f"replica-{broker}", "lowtide_kafka_requests_total", api="OffsetForLeaderEpoch",
+                    outcome="ok")
+
+
+def _poll(consumer: Consumer, count: int, timeout_s: float = 30.0) -> list[tuple[int, bytes]]:
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        got.append((msg.offset(), msg.value()))
+    return got
+
+
+def test_a_consumer_validates_its_position_with_the_new_leader_after_a_leader_change(kcluster):
+    topic = "ofle-consumer"
+    s.create_topic(kcluster, topic, rf=3)
+    producer = Producer({"bootstrap.servers": kcluster.kafka_bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(20):
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kcluster.kafka_bootstrap, "group.id": "ofle-group",
+                         "enable.auto.commit": False, "auto.offset.reset": "error",
+                         "topic.metadata.refresh.interval.ms": 500, "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    leader, epoch = leader_and_epoch(kcluster, topic)
+    try:
+        got = _poll(consumer, 20)
+        assert [v for _, v in got] == [b"v%d" % i for i in range(20)]
+        kcluster.stop_service(f"replica-{leader}")
+        try:
+            s.wait_until(lambda: leader_and_epoch(kcluster, topic)[0] not in (leader, -1), timeout_s=30,
+                         what="a new leader")
+            new_leader = leader_and_epoch(kcluster, topic)[0]
+            before = _served(kcluster, new_leader)
+            for i in range(20, 30):
+                producer.produce(topic, value=b"v%d" % i, partition=0)
+            assert producer.flush(30) == 0
+            got += _poll(consumer, 10)
+            # the consumer's position (offset 20, epoch ``epoch``) was checked with the new leader
+            s.wait_until(lambda: _served(kcluster, new_leader) > before, what="OffsetForLeaderEpoch served")
+        finally:
+            kcluster.start_service(f"replica-{leader}")
+        assert got == [(i, b"v%d" % i) for i in range(30)]  # every value once, none skipped, none reset
+    finally:
+        consumer.close()
