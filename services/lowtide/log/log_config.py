@@ -43,6 +43,9 @@ class LogConfig:
         "max.message.bytes": ("max_message_bytes", 0),
         "file.delete.delay.ms": ("file_delete_delay_ms", 0),
         "delete.retention.ms": ("delete_retention_ms", 0),
+    }
+    # Broker settings in Kafka (not topic configs), so only a replica's --config sets them.
+    _BROKER_KEYS = {
         "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
     }
 
@@ -69,7 +72,7 @@ class LogConfig:
                     raise InvalidConfig(f"cleanup.policy must be delete, compact or both, got {raw!r}")
                 values["cleanup_policy"] = ",".join(policies)
                 continue
-            spec = cls._KEYS.get(key)
+            spec = cls._KEYS.get(key) or cls._BROKER_KEYS.get(key)
             if spec is None:
                 continue
             field, minimum = spec

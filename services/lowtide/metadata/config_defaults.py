@@ -83,6 +83,8 @@ BROKER_ONLY_DEFAULTS: Mapping[str, str] = {
     "log.cleaner.enable": "true",
     "log.cleaner.backoff.ms": "15000",
     "log.retention.check.interval.ms": "5000",
+    "producer.id.expiration.ms": "86400000",
+    "producer.id.expiration.check.interval.ms": "600000",
     "replica.lag.time.max.ms": "10000",
 }
 

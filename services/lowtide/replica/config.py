@@ -32,6 +32,9 @@ class ReplicaConfig:
     # HW/LSO checkpoint period; LSO is also checkpointed on every change (see manager).
     checkpoint_interval_ms: int = 5000
     retention_check_interval_ms: int = 5000
+    # KIP-854: how often idle producers are forgotten (producer.id.expiration.ms, a LogConfig key
+    # set with --config, says after how long). Kafka's default: 10 minutes.
+    producer_id_expiration_check_interval_ms: int = 600000
     min_insync_replicas: int = 1
     # Server-side bounds on consumer fetches (replica/parking.py).
     fetch_limits: FetchLimits = field(default_factory=FetchLimits)

@@ -60,10 +60,14 @@ class Housekeeping:
       retention allows (KIP-68, ``consumed_retention``), then the segments time and size
       retention allow (followers adopt the leader's LSO, so replicas agree);
     * every ``checkpoint_interval_ms`` the LSO and HW of every hosted partition are checkpointed;
+    * every ``producer_id_expiration_check_interval_ms`` every hosted partition, led or not,
+      forgets the producers idle for its ``producer.id.expiration.ms`` (KIP-854; Kafka expires on
+      every replica too, from the batch timestamps, so replicas agree);
     * an HW or LSO that moved wakes every parked request (``registry.notify``).
 
     Thread-safety: the one-pass methods (``shrink_isrs``, ``apply_retention``,
-    ``write_checkpoints``) may be called from any thread; ``start``/``stop`` once each.
+    ``write_checkpoints``, ``expire_producers``) may be called from any thread; ``start``/``stop``
+    once each.
     """
 
     def __init__(self, *, config: ReplicaConfig, registry: PartitionRegistry, isr: IsrUpdater,
@@ -76,7 +80,7 @@ class Housekeeping:
 
     def start(self) -> None:
         for name, target in [("isr", self._run_isr_checks), ("checkpoint", self._run_checkpoints),
-                             ("retention", self._run_retention)]:
+                             ("retention", self._run_retention), ("producer-expiry", self._run_expiry)]:
             threading.Thread(target=target, name=name, daemon=True).start()
 
     def stop(self) -> None:
@@ -109,6 +113,16 @@ class Housekeeping:
     def write_checkpoints(self) -> None:
         self.checkpoints.write(self.registry)
 
+    def expire_producers(self) -> int:
+        """One expiry pass over every hosted partition; how many producers were forgotten."""
+        expired = 0
+        for p in self.registry.all():
+            try:
+                expired += len(p.log.remove_expired_producers(now_ms=self.clock()))
+            except LowtideError as exc:
+                log.warning("producer expiry failed: %s", exc)
+        return expired
+
     # -- loops -----------------------------------------------------------------------------------
     def _run_isr_checks(self) -> None:
         interval = max(0.1, self.config.replica_lag_time_max_ms / 2000)
@@ -122,3 +136,7 @@ class Housekeeping:
     def _run_retention(self) -> None:
         while not self._stop.wait(self.config.retention_check_interval_ms / 1000):
             self.apply_retention()
+
+    def _run_expiry(self) -> None:
+        while not self._stop.wait(self.config.producer_id_expiration_check_interval_ms / 1000):
+            self.expire_producers()

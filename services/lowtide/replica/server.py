@@ -58,6 +58,7 @@ BROKER_KEYS = {
     "broker.heartbeat.interval.ms": "heartbeat_interval_ms",
     "log.checkpoint.interval.ms": "checkpoint_interval_ms",
     "log.retention.check.interval.ms": "retention_check_interval_ms",
+    "producer.id.expiration.check.interval.ms": "producer_id_expiration_check_interval_ms",
     "diskless.commit.interval.ms": "diskless_commit_interval_ms",
     "diskless.buffer.max.bytes": "diskless_buffer_max_bytes",
 }
@@ -86,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="the same bound per client connection")
     add_flag(parser, "--checkpoint-interval-ms", type=int, default=5000, help="HW/LSO checkpoint period")
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000, help="retention pass period")
+    add_flag(parser, "--producer-id-expiration-check-interval-ms", type=int, default=600000,
+             help="how often producers idle for producer.id.expiration.ms are forgotten (KIP-854)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="broker default of a topic config (segment.bytes, retention.ms, ...)")
     add_auth_flags(parser, checks="require a bearer token on every call and check ACLs",
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         replication_transport=args.replication_transport,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
+        producer_id_expiration_check_interval_ms=args.producer_id_expiration_check_interval_ms,
         fetch_limits=FetchLimits(max_wait_ms=args.fetch_max_wait_ms, max_bytes=args.fetch_max_bytes,
                                  max_parked=args.max_parked_fetches,
                                  max_parked_per_connection=args.max_parked_fetches_per_connection),

@@ -130,6 +130,9 @@ def test_broker_defaults_agree_with_the_replica_and_the_front_door():
     broker = broker_config_defaults(live_brokers=5)
     assert broker["min.insync.replicas"] == str(replica["min_insync_replicas"])
     assert broker["log.retention.check.interval.ms"] == str(replica["retention_check_interval_ms"])
+    expiry_check = replica["producer_id_expiration_check_interval_ms"]
+    assert broker["producer.id.expiration.check.interval.ms"] == str(expiry_check)
+    assert broker["producer.id.expiration.ms"] == str(LogConfig().producer_id_expiration_ms)
     assert broker["replica.lag.time.max.ms"] == str(replica["replica_lag_time_max_ms"])
     assert broker["log.cleaner.backoff.ms"] == str(CleanerSettings().backoff_ms)
     assert broker["default.replication.factor"] == str(frontdoor_admin.DEFAULT_MAX_REPLICATION_FACTOR)
