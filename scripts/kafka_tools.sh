@@ -5,7 +5,7 @@
 #           has as jars, not as the release tarball) with their runtime dependencies, in
 #           $cache/<KAFKA_VERSION>/lib, and wrappers in .tools/bin: kafka-topics,
 #           kafka-console-producer, kafka-console-consumer, kafka-consumer-groups,
-#           kafka-delete-records, kafka-configs (the last from the Scala core jar kafka_2.13),
+#           kafka-delete-records, kafka-acls, kafka-configs (the last from the Scala core jar kafka_2.13),
 #           kafka-verifiable-producer and kafka-producer-perf-test.
 #           Logs go to stderr at WARN, so stdout carries only the tool's output.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
@@ -46,6 +46,7 @@ declare -A KAFKA_TOOLS=(
   [kafka-console-consumer]=org.apache.kafka.tools.consumer.ConsoleConsumer
   [kafka-consumer-groups]=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand
   [kafka-delete-records]=org.apache.kafka.tools.DeleteRecordsCommand
+  [kafka-acls]=org.apache.kafka.tools.AclCommand
   # ConfigCommand was not moved to kafka-tools: it is in the Scala core jar (kafka_2.13)
   [kafka-configs]=kafka.admin.ConfigCommand
   # Kafka's system-test producer and its producer benchmark (bin/kafka-verifiable-producer.sh,
@@ -60,6 +61,7 @@ declare -A KAFKA_USAGE=(
   [kafka-console-consumer]="This tool helps to read data from Kafka topics and outputs it to standard output."
   [kafka-consumer-groups]="This tool helps to list all consumer groups"
   [kafka-delete-records]="This tool helps to delete records of the given partitions"
+  [kafka-acls]="This tool helps to manage acls on kafka."
   [kafka-configs]="This tool helps to manipulate and describe entity config for a topic, client, user, broker"
   [kafka-verifiable-producer]="usage: verifiable-producer"
   [kafka-producer-perf-test]="usage: producer-performance"

@@ -28,7 +28,7 @@ MANIFEST = ROOT / ".tools" / "kafka-tools.json"  # written by scripts/kafka_tool
 INSTALL_HINT = "run 'make kafka-tools' (scripts/kafka_tools.sh; needs java 17+ and mvn)"
 
 KAFKA_TOOL_NAMES = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
-                    "kafka-consumer-groups", "kafka-delete-records", "kafka-configs",
+                    "kafka-consumer-groups", "kafka-delete-records", "kafka-configs", "kafka-acls",
                     "kafka-verifiable-producer", "kafka-producer-perf-test")
 # Of those, the argparse4j tools: no --version, and --help prints the usage on stdout (exit 1).
 KAFKA_USAGE_ON_STDOUT = ("kafka-verifiable-producer", "kafka-producer-perf-test")
