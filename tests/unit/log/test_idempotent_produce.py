@@ -81,6 +81,7 @@ def test_a_sequence_gap_is_out_of_order_and_nothing_is_appended(log):
 
 
 def test_producer_sequence_wraps_around_from_int32_max_to_zero(log):
+    # Kafka's testProducerSequenceWrapAround
     produce(log, 7, INT32_MAX - 1, 2)  # INT32_MAX - 1, INT32_MAX
     assert offsets(produce(log, 7, 0)) == (2, 2)
     assert offsets(produce(log, 7, INT32_MAX - 1, 2)) == (0, 1)  # its retry is still known
@@ -174,3 +175,33 @@ def test_a_truncated_follower_forgets_the_batches_it_no_longer_holds(log):
     log.truncate_to(2)
     assert offsets(produce(log, 7, 2, 2)) == (2, 3)  # appended again, not answered as a retry
     assert log.log_end_offset == 4
+
+
+def test_a_follower_takes_a_producers_batches_at_any_sequence_and_then_checks_them_as_leader(tmp_path):
+    # Kafka's testAcceptAppendWithoutProducerStateOnReplica: replication is never validated
+    follower = open_log(tmp_path / "t-0")
+    try:
+        replicated = encode_batch([b"a", b"b"], producer_id=7, producer_epoch=3, base_sequence=17)
+        follower.append_as_follower(replicated)  # offsets 0, 1; the leader knew the producer, we do not
+        assert offsets(produce(follower, 7, 17, 2, epoch=3)) == (0, 1)  # leading now: a retry
+        with pytest.raises(OutOfOrderSequenceNumber):
+            produce(follower, 7, 20, epoch=3)
+        assert offsets(produce(follower, 7, 19, epoch=3)) == (2, 2)
+    finally:
+        follower.close()
+
+
+def test_recovery_takes_a_producers_first_batch_at_any_sequence(tmp_path):
+    # Kafka's testNoValidationOnFirstEntryWhenLoadingLog: the log's first batch of a producer may
+    # follow batches that were deleted, so loading never checks it
+    log = open_log(tmp_path / "t-0")
+    produce(log, 7, 500, 2, epoch=1)  # unknown producer (KIP-360): any sequence
+    log.close()
+    for snapshot in tmp_path.joinpath("t-0").glob("*.snapshot"):
+        snapshot.unlink()  # read every header
+    log = open_log(tmp_path / "t-0")
+    try:
+        assert log.producer_last_records() == {7: (1, 1)}
+        assert offsets(produce(log, 7, 502, epoch=1)) == (2, 2)
+    finally:
+        log.close()
