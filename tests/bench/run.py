@@ -2,7 +2,7 @@
 
 Order: physical disk references (before any service runs), the transport ceiling (the produce
 RF 3 acks=all load over plain sockets between three plain-Python processes, no cluster running),
-the log cleaner's MB/s (in process, over a PartitionLog), then one local cluster of 3 replicas +
+the log cleaner's MB/s and log recovery time (in process), then one local cluster of 3 replicas +
 front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
 1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions. The cluster and the ceiling's
@@ -28,14 +28,15 @@ from tests.bench import consumer as bench_consumer
 from tests.bench import diskless as bench_diskless
 from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
+from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
 from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle_disk
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-SECTIONS = ("physical", "ceiling", "cleaner", "rtt", "delete", "produce", "consumer", "kafka", "spark", "soak",
-            "wide", "retention", "diskless", "orphans")
+SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
+            "soak", "wide", "retention", "diskless", "orphans")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             _section("cleaner", figures,
                      lambda: bench_cleaner.cleaner_throughput(data_dir, quick=quick, disk_write_mbs=disk_write),
                      "cleaner_mbs", "log cleaner (compaction, KIP-534 delete horizon) throughput", "MB/s")
+        if "recovery" in only:  # issue 34: opening a log with producer-state snapshots and without
+            _section("recovery", figures, lambda: bench_recovery.recovery_figures(data_dir, quick=quick),
+                     "recovery_open_snapshot_ms", "open a log with producer-state snapshots", "ms")
         with running_cluster(data_dir / "cluster") as bench:
             if "rtt" in only:
                 replica0 = bench.replicas[min(bench.replicas)].grpc

@@ -57,6 +57,7 @@ the cleaner removes markers past their delete horizon (KIP-534).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import struct
@@ -136,10 +137,9 @@ def _decode_body(data: bytes, path: Path | str) -> ProducerStateManager:
         if not 0 <= n <= BATCHES_TO_RETAIN:
             raise CorruptSnapshot(f"producer snapshot {path} keeps {n} batches of producer {pid}, "
                                   f"at most {BATCHES_TO_RETAIN} are retained")
-        batches: deque[BatchMetadata] = deque(maxlen=BATCHES_TO_RETAIN)
-        for _ in range(n):
-            batches.append(BatchMetadata(*_BATCH.unpack_from(data, pos)))
-            pos += _BATCH.size
+        end = pos + n * _BATCH.size
+        batches = deque(itertools.starmap(BatchMetadata, _BATCH.iter_unpack(data[pos:end])), BATCHES_TO_RETAIN)
+        pos = end
         producers.append((pid, ProducerEntry(epoch=epoch, last_data_offset=last_offset, last_sequence=last_seq,
                                              txn_first_offset=txn_first, last_timestamp=timestamp,
                                              batches=batches)))
