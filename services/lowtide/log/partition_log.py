@@ -62,7 +62,8 @@ class PartitionLog:
     Contract: appends are whole validated batches; reads return whole batches below a caller-given
     bound (HW for consumers, LEO for followers); LSO only grows except through truncation, never
     past HW (KIP-107); HW stays within [LSO, LEO]; segments entirely below LSO are deleted promptly
-    (after ``file_delete_delay_ms``).
+    (after ``file_delete_delay_ms``), with the producer-state snapshots below the first segment left;
+    a producer-state snapshot is written at each roll and on ``close`` (producer_snapshot.py).
 
     Thread-safety: every public method takes the instance's RLock, so any thread may call any
     method. Lower layers (SegmentSet, LogSegment) are only touched with the lock held.
@@ -104,7 +105,9 @@ class PartitionLog:
         LSO = max(the partition's log start offset file, or ``log_start_offset`` (checkpointed)
         when that file does not exist yet, first segment's base offset); if that is past the
         recovered LEO the log restarts empty at it. ``high_watermark`` (checkpointed) is clamped
-        to [LSO, LEO]; without it HW starts at LSO.
+        to [LSO, LEO]; without it HW starts at LSO. The producer state comes from the newest valid
+        producer-state snapshot at or below LEO plus the batch headers after it (every header
+        without one), less the producers expired by ``producer.id.expiration.ms``.
         """
         dir = Path(dir)
         segments = SegmentSet.open(
@@ -275,6 +278,8 @@ class PartitionLog:
             first = headers[0]
             if first.base_offset != leo:
                 if self._segments.size_bytes == 0 and first.base_offset < leo <= first.last_offset:
+                    # Snapshots at the old end would skip this batch (it starts below them).
+                    self._snapshots.remove_above(first.base_offset)
                     self._segments.truncate_fully_and_start_at(first.base_offset)
                 elif first.base_offset < leo or not self._config.compacts:
                     # (A compacted log may skip ahead: the leader's cleaner removed those offsets.)
@@ -608,6 +613,9 @@ class PartitionLog:
                 # lower it (it may be an acknowledged low watermark); the leader serves from there.
                 self._truncate_fully(self._log_start_offset)
                 return True
+            # Kafka's truncateAndReload: no snapshot above the truncation offset describes the
+            # leader's history (the directory fsync of the truncation makes this durable).
+            self._snapshots.remove_above(offset)
             self._segments.truncate_to(offset)
             leo = self._segments.next_offset
             self._epochs.truncate_from_end(leo)

@@ -336,3 +336,16 @@ def test_a_log_deleted_whole_keeps_its_producers_in_a_new_snapshot(tmp_path):
     log._finish_pending_deletes()  # the file deleter's thread empties the active segment
     assert snapshot_offsets(tmp_path / "t-0") == [2]
     log.close()
+
+
+def test_a_truncation_inside_a_batch_deletes_the_snapshot_at_that_batchs_end(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    try:
+        produce(log, 1, 0, 4)  # offsets 0..3
+        log.roll()
+        assert snapshot_offsets(tmp_path / "t-0") == [4]
+        log.truncate_to(2)  # inside the batch: it goes whole, and the snapshot that held it
+        assert log.log_end_offset == 0 and snapshot_offsets(tmp_path / "t-0") == []
+        assert log._producers.producer(1) is None
+    finally:
+        log.close()
