@@ -1,0 +1,181 @@
+"""Apache Kafka's own ``kafka-acls`` (4.1.2, unchanged) against an auth-on cluster's Kafka listener:
+CreateAcls, DescribeAcls and DeleteAcls reach lowtide's ACL store, so what the tool adds is what
+the gRPC Admin.DescribeAcls lists and what the authorizer then decides, for Kafka clients too;
+Kafka's filters (ANY, MATCH over PREFIXED bindings) select as Kafka selects; a principal without
+ALTER/DESCRIBE on the cluster is refused with Kafka's ClusterAuthorizationException; what the
+store cannot hold (Kafka's CREATE operation) is refused and not stored.
+
+One auth-on cluster for the module (``admin`` is a super user, ``alice`` has no ACLs but those the
+tests give her); each test uses principals and topics of its own."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide_pb import admin_pb2, replica_pb2
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.kafka_tools import kafka_tool
+
+ADMIN_TOKEN, ALICE_TOKEN = "admin-secret", "alice-secret"
+ADMIN, ALICE = [("authorization", f"Bearer {ADMIN_TOKEN}")], [("authorization", f"Bearer {ALICE_TOKEN}")]
+TOPIC_AUTHORIZATION_FAILED = 29
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 2, 3, 4, 5
+LITERAL, PREFIXED = 3, 4
+READ, WRITE, DESCRIBE = 3, 4, 8
+ALLOW, DENY = 3, 2
+
+
+@dataclass(frozen=True)
+class Secured:
+    cluster: LocalCluster
+    admin_props: Path  # Kafka client properties: SASL/PLAIN as User:admin
+    alice_props: Path
+
+    def grpc_acls(self, principal: str) -> set[tuple]:
+        """What lowtide's own Admin.DescribeAcls lists for ``principal``."""
+        answer = s.admin(self.cluster).DescribeAcls(
+            admin_pb2.DescribeAclsRequest(filter=admin_pb2.AclFilter(principal=principal)), metadata=ADMIN, timeout=20)
+        return {(a.resource_type, a.resource_name, a.pattern_type, a.operation, a.permission) for a in answer.acls}
+
+    def grpc_create(self, principal: str, rtype: int, name: str, ptype: int, operation: int, permission: int) -> None:
+        answer = s.admin(self.cluster).CreateAcls(admin_pb2.CreateAclsRequest(acls=[admin_pb2.AclBinding(
+            principal=principal, resource_type=rtype, resource_name=name, pattern_type=ptype, operation=operation,
+            permission=permission)]), metadata=ADMIN, timeout=20)
+        assert list(answer.results) == [0]
+
+    def grpc_delete(self, principal: str) -> None:
+        s.admin(self.cluster).DeleteAcls(admin_pb2.DeleteAclsRequest(filters=[admin_pb2.AclFilter(
+            principal=principal)]), metadata=ADMIN, timeout=20)
+        assert self.grpc_acls(principal) == set()
+
+
+def _props(path: Path, user: str, password: str) -> Path:
+    path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f'username="{user}" password="{password}";\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+def secured(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kafka-acls")
+    tokens = tmp / "tokens"
+    tokens.write_text(f"{ADMIN_TOKEN} User:admin\n{ALICE_TOKEN} User:alice\n")
+    config = ClusterConfig(data_dir=tmp / "cluster", replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                           auth_enabled=True, tokens_file=tokens, super_users="User:admin")
+    for cluster in running_cluster(request, config):
+        yield Secured(cluster=cluster, admin_props=_props(tmp / "admin.properties", "admin", ADMIN_TOKEN),
+                      alice_props=_props(tmp / "alice.properties", "alice", ALICE_TOKEN))
+
+
+def acls(secured: Secured, *args: str, as_alice: bool = False) -> subprocess.CompletedProcess[str]:
+    props = secured.alice_props if as_alice else secured.admin_props
+    return subprocess.run([str(kafka_tool("kafka-acls")), "--bootstrap-server", secured.cluster.kafka_bootstrap,
+                           "--command-config", str(props), *args], capture_output=True, text=True, timeout=120)
+
+
+def fetch_as_alice(cluster: LocalCluster, topic: str) -> int:
+    """The error code of alice's consumer Fetch of ``topic``-0 (gRPC, at the leader)."""
+    leader = s.replica(cluster, s.leader_of(cluster, topic))
+    answer = leader.Fetch(replica_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, partitions=[
+        replica_pb2.FetchPartition(topic=topic, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]),
+        metadata=ALICE, timeout=20)
+    return answer.partitions[0].error_code
+
+
+def read_as_alice(cluster: LocalCluster, topic: str) -> list[bytes]:
+    """Every value of ``topic``-0, read as alice by kafka-python over SASL/PLAIN."""
+    consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, consumer_timeout_ms=1500,
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_plain_username="alice", sasl_plain_password=ALICE_TOKEN)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), 0)
+        return [m.value for m in consumer]
+    finally:
+        consumer.close()
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"kafka-acls exited {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_kafka_acls_add_list_remove_go_to_lowtides_store_and_the_authorizer_decides_by_them(secured):
+    cluster = secured.cluster
+    s.create_topic(cluster, "acl-orders", metadata=ADMIN)
+    assert s.produce(cluster, "acl-orders", [b"one", b"two"], metadata=ADMIN).error_code == 0
+    assert fetch_as_alice(cluster, "acl-orders") == TOPIC_AUTHORIZATION_FAILED
+    # --consumer: READ and DESCRIBE on the topic, READ on the group (Kafka's convenience option)
+    added = ok(acls(secured, "--add", "--allow-principal", "User:alice", "--consumer", "--topic", "acl-orders",
+                    "--group", "acl-readers"))
+    assert "ResourcePattern(resourceType=TOPIC, name=acl-orders, patternType=LITERAL)" in added
+    assert secured.grpc_acls("User:alice") == {(TOPIC, "acl-orders", LITERAL, READ, ALLOW),
+                                               (TOPIC, "acl-orders", LITERAL, DESCRIBE, ALLOW),
+                                               (GROUP, "acl-readers", LITERAL, READ, ALLOW)}
+    s.wait_until(lambda: read_as_alice(cluster, "acl-orders") == [b"one", b"two"],
+                 what="alice reading, with a Kafka client, under the ACLs kafka-acls added")
+
+    listed = ok(acls(secured, "--list", "--topic", "acl-orders"))
+    assert "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=acl-orders, patternType=LITERAL)`" \
+        in listed
+    assert "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)" in listed
+    assert "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed
+    assert "acl-readers" not in listed
+
+    ok(acls(secured, "--remove", "--force", "--allow-principal", "User:alice", "--operation", "Read",
+            "--topic", "acl-orders"))
+    assert secured.grpc_acls("User:alice") == {(TOPIC, "acl-orders", LITERAL, DESCRIBE, ALLOW),
+                                               (GROUP, "acl-readers", LITERAL, READ, ALLOW)}
+    s.wait_until(lambda: fetch_as_alice(cluster, "acl-orders") == TOPIC_AUTHORIZATION_FAILED,
+                 what="alice refused again")
+    ok(acls(secured, "--remove", "--force", "--topic", "acl-orders"))  # every ACL of the resource
+    assert secured.grpc_acls("User:alice") == {(GROUP, "acl-readers", LITERAL, READ, ALLOW)}
+    secured.grpc_delete("User:alice")
+
+
+def test_prefixed_acls_are_listed_and_removed_through_kafkas_match_filter(secured):
+    ok(acls(secured, "--add", "--allow-principal", "User:bob", "--operation", "Write", "--topic", "pay",
+            "--resource-pattern-type", "prefixed"))
+    secured.grpc_create("User:bob", TOPIC, "payroll", LITERAL, WRITE, DENY)
+    secured.grpc_create("User:bob", TOPIC, "other", LITERAL, DESCRIBE, ALLOW)
+    assert secured.grpc_acls("User:bob") == {(TOPIC, "pay", PREFIXED, WRITE, ALLOW),
+                                             (TOPIC, "payroll", LITERAL, WRITE, DENY),
+                                             (TOPIC, "other", LITERAL, DESCRIBE, ALLOW)}
+    # MATCH: every binding that applies to topic "payroll" (the literal one and the "pay" prefix)
+    matched = ok(acls(secured, "--list", "--topic", "payroll", "--resource-pattern-type", "match"))
+    assert "ResourcePattern(resourceType=TOPIC, name=pay, patternType=PREFIXED)" in matched
+    assert "ResourcePattern(resourceType=TOPIC, name=payroll, patternType=LITERAL)" in matched
+    assert "name=other" not in matched
+    ok(acls(secured, "--remove", "--force", "--topic", "payroll", "--resource-pattern-type", "match"))
+    assert secured.grpc_acls("User:bob") == {(TOPIC, "other", LITERAL, DESCRIBE, ALLOW)}
+    secured.grpc_delete("User:bob")
+
+
+def test_without_alter_or_describe_on_the_cluster_kafka_acls_is_refused(secured):
+    refused = acls(secured, "--add", "--allow-principal", "User:alice", "--operation", "All", "--cluster",
+                   as_alice=True)
+    assert refused.returncode != 0
+    assert "ClusterAuthorizationException" in refused.stdout + refused.stderr
+    assert secured.grpc_acls("User:alice") == set()
+    listed = acls(secured, "--list", as_alice=True)
+    assert "ClusterAuthorizationException" in listed.stdout + listed.stderr
+    # granted DESCRIBE on the cluster, alice may list (but still not add: ALTER)
+    secured.grpc_create("User:alice", CLUSTER, "kafka-cluster", LITERAL, DESCRIBE, ALLOW)
+    listed = acls(secured, "--list", as_alice=True)
+    assert "(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)" in ok(listed)
+    secured.grpc_delete("User:alice")
+
+
+def test_what_the_store_cannot_hold_is_refused_and_not_stored(secured):
+    # Kafka's CREATE operation, which lowtide's ACLs have not (kafka-acls --producer adds it too)
+    refused = acls(secured, "--add", "--allow-principal", "User:carol", "--operation", "Create", "--topic", "acl-c")
+    assert "InvalidRequestException" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert secured.grpc_acls("User:carol") == set()
