@@ -150,7 +150,7 @@ def _decode_body(data: bytes, path: Path | str) -> ProducerStateManager:
         raise CorruptSnapshot(f"producer snapshot {path} holds {len(data)} bytes, but its counts "
                               f"({count} producers, {aborted_count} aborted transactions) describe {end}")
     aborted = [AbortedTxn(*_ABORTED.unpack_from(data, p)) for p in range(pos, end, _ABORTED.size)]
-    return ProducerStateManager.restore(producers, aborted)
+    return ProducerStateManager.restore(producers=producers, aborted=aborted)
 
 
 class ProducerSnapshots:

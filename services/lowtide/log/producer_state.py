@@ -166,7 +166,7 @@ class ProducerStateManager:
         return state
 
     @classmethod
-    def restore(cls, producers: Iterable[tuple[int, ProducerEntry]],
+    def restore(cls, *, producers: Iterable[tuple[int, ProducerEntry]],
                 aborted: Iterable[AbortedTxn]) -> ProducerStateManager:
         """The state a snapshot holds (``producer_snapshot.py``): its producers, and its aborted
         transactions in marker order. The ongoing transactions follow from the producers."""

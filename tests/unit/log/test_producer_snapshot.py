@@ -47,7 +47,7 @@ ENCODED = bytes.fromhex(
 
 
 def sample_state() -> ProducerStateManager:
-    return ProducerStateManager.restore([(7, ENTRY)], [ABORTED])
+    return ProducerStateManager.restore(producers=[(7, ENTRY)], aborted=[ABORTED])
 
 
 def open_log(path: Path, config: LogConfig = CONFIG) -> PartitionLog:
