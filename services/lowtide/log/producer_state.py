@@ -145,7 +145,9 @@ class ProducerStateManager:
     Contract: ``check_append`` judges a leader's batches against the state without changing it
     (an error, a Duplicate to answer, or None to append); ``apply``/``apply_batches`` take batches
     that were appended (leader or follower) in log order; ``rebuild`` gives the state of a log's
-    batches, so the state is always a function of the log's batch headers.
+    batches, and ``restore`` (a snapshot's) followed by ``replay`` of the batches after the
+    snapshot gives the same, so the state is a function of the log's batch headers (and of the
+    snapshots that remember the deleted ones), less what ``remove_expired`` forgot.
 
     Not thread-safe: the owning PartitionLog calls it with its lock held.
     """
