@@ -74,10 +74,11 @@ def describe_topic_partitions(call: Call, body: Any) -> Any:
     after = cursor.topic_name if cursor is not None else ""
     requested = sorted({t.name for t in body.topics})
     fetch_all = not requested
-    if cursor is not None and not fetch_all and cursor.topic_name not in requested:
-        raise InvalidRequest(f"the topic list does not name the cursor's topic {cursor.topic_name!r}")
-    if cursor is not None and cursor.partition_index < 0:
-        raise InvalidRequest(f"the cursor's partition {cursor.partition_index} is negative")
+    if cursor is not None and ((not fetch_all and cursor.topic_name not in requested) or cursor.partition_index < 0):
+        # Kafka's answer to a cursor outside the topic list, or a negative partition: every named
+        # topic INVALID_REQUEST (DescribeTopicPartitionsRequest.getErrorResponse).
+        return call.make(call.response, throttle_time=NO_THROTTLE, next_cursor=None, topics=tuple(
+            _topic(call, t.name, InvalidRequest.code, (), topic_id=None) for t in body.topics))
     names = [n for n in requested if n >= after]
     meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names))  # none named: every topic
     by_name = {t.name: t for t in meta.topics}

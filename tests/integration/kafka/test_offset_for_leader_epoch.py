@@ -10,21 +10,15 @@ leader epoch asks the new leader for its position's epoch before it fetches on, 
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
-import sys
 import time
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
 
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.kafka.wire import kafka_call, request_module
 
 API_KEY = 23
 NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 0, 3, 6
@@ -38,32 +32,12 @@ def kcluster(request, tmp_path_factory):
                                                       session_timeout_ms=2000))
 
 
-def kafka_call(address: str, body: Any, *, correlation_id: int = 7) -> Any:
-    """Send one request entity (a kio class instance) to a Kafka listener and read its answer."""
-    cls = type(body)
-    buf = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buf, cls.__header_schema__(
-        request_api_key=cls.__api_key__, request_api_version=cls.__version__, correlation_id=correlation_id,
-        client_id="ofle-test"))
-    entity_writer(cls)(buf, body)
-    payload = buf.getvalue()
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=20) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        answer = sock.recv(size, socket.MSG_WAITALL)
-    response = load_response_schema(cls.__api_key__, cls.__version__)
-    header, offset = entity_reader(response.__header_schema__)(answer, 0)
-    assert header.correlation_id == correlation_id
-    return entity_reader(response)(answer, offset)[0]
-
-
 def epoch_ends(address: str, topic: str, queries: list[tuple[int, int, int]], *, version: int = 4
                ) -> dict[int, tuple[int, int, int]]:
     """OffsetForLeaderEpoch of ``(partition, leader_epoch, current_leader_epoch)`` queries:
     {partition: (error code, leader epoch, end offset)}."""
-    request = load_request_schema(API_KEY, version)
-    module = sys.modules[request.__module__]
+    module = request_module(API_KEY, version)
+    request = module.OffsetForLeaderEpochRequest
     values = {"topics": (module.OffsetForLeaderTopic(topic=topic, partitions=tuple(
         module.OffsetForLeaderPartition(partition=p, leader_epoch=e, current_leader_epoch=c)
         for p, e, c in queries)),)}
