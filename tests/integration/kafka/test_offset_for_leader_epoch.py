@@ -10,6 +10,7 @@ leader epoch asks the new leader for its position's epoch before it fetches on, 
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -47,6 +48,25 @@ def epoch_ends(address: str, topic: str, queries: list[tuple[int, int, int]], *,
     (result,) = answer.topics
     assert result.topic == topic
     return {p.partition: (int(p.error_code), p.leader_epoch, p.end_offset) for p in result.partitions}
+
+
+def fetch_error(address: str, topic: str, *, current_leader_epoch: int) -> int:
+    """The error code of a consumer's Fetch v12 of ``topic``-0 from offset 0."""
+    m = request_module(1, 12)
+    answer = kafka_call(address, m.FetchRequest(
+        max_wait=datetime.timedelta(0), min_bytes=1, forgotten_topics_data=(), topics=(m.FetchTopic(
+            topic=topic, partitions=(m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 16,
+                                                      current_leader_epoch=current_leader_epoch),)),)))
+    return int(answer.responses[0].partitions[0].error_code)
+
+
+def latest_offset_and_epoch(address: str, topic: str) -> tuple[int, int, int]:
+    """(error code, offset, leader epoch) of ListOffsets v9 LATEST of ``topic``-0."""
+    m = request_module(2, 9)
+    answer = kafka_call(address, m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
+        name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
+    p = answer.topics[0].partitions[0]
+    return int(p.error_code), p.offset, p.leader_epoch
 
 
 def listener(cluster: LocalCluster, broker: int) -> str:
@@ -90,6 +110,11 @@ def test_the_leader_answers_where_each_epoch_ends_and_fences_stale_and_future_ep
         assert answers[-1] == {0: (NONE, epoch, 5)}
         assert epoch_ends(at, topic, [(0, new_epoch, new_epoch)]) == {0: (NONE, new_epoch, 8)}
         assert epoch_ends(at, topic, [(0, epoch, epoch)]) == {0: (FENCED_LEADER_EPOCH, -1, -1)}
+        # Fetch fences a stale epoch the same way; ListOffsets gives the epoch its offset belongs to
+        assert fetch_error(at, topic, current_leader_epoch=epoch) == FENCED_LEADER_EPOCH
+        assert fetch_error(at, topic, current_leader_epoch=new_epoch + 1) == UNKNOWN_LEADER_EPOCH
+        assert fetch_error(at, topic, current_leader_epoch=new_epoch) == NONE
+        assert latest_offset_and_epoch(at, topic) == (NONE, 8, new_epoch)
     finally:
         kcluster.start_service(f"replica-{leader}")
 
