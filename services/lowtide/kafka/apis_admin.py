@@ -17,15 +17,15 @@ import uuid
 import zlib
 from typing import Any
 
-from lowtide.errors import CoordinatorNotAvailable
+from lowtide.errors import CoordinatorNotAvailable, LowtideError
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide.rpc.messages import delete_results_from_proto
-from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
+from lowtide_pb import admin_pb2, common_pb2
 
 METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
-DELETE_RECORDS_KEY, INIT_PRODUCER_ID_KEY, DESCRIBE_CLUSTER_KEY = 21, 22, 60
+DELETE_RECORDS_KEY, DESCRIBE_CLUSTER_KEY = 21, 60
 # Kafka's "authorized operations not requested" marker.
 _NO_OPERATIONS = -(2**31)
 
@@ -108,8 +108,13 @@ def find_coordinator(call: Call, body: Any) -> Any:
         try:
             b = coordinator_for(call, key)
             found.append((key, b.id, b.host, b.kafka_port, 0, None))
-        except CoordinatorNotAvailable as err:
-            found.append((key, -1, "", -1, err.code, err.message))
+        except LowtideError as err:
+            # The front door unreachable (or any other failure) is, to the client, no coordinator
+            # right now: a retriable per-key answer. A whole-call error instead would give v4+
+            # clients an empty coordinator list, which the Java producer takes for node ":0".
+            why = err if isinstance(err, CoordinatorNotAvailable) else CoordinatorNotAvailable(
+                f"no coordinator for {key!r} now: {err.name}: {err.message}")
+            found.append((key, -1, "", -1, why.code, why.message))
     if hasattr(body, "coordinator_keys"):
         return call.make(call.response, throttle_time=NO_THROTTLE, coordinators=tuple(
             call.make("Coordinator", key=k, node_id=n, host=h, port=p, error_code=error_code(c), error_message=m)
@@ -187,21 +192,11 @@ def delete_records(call: Call, body: Any) -> Any:
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=topics)
 
 
-# -- InitProducerId (idempotent and transactional producers) ---------------------------------
-def init_producer_id(call: Call, body: Any) -> Any:
-    answer = call.admin("InitProducerId", transactions_pb2.InitProducerIdRequest(
-        transactional_id=body.transactional_id or "", transaction_timeout_ms=millis(body.transaction_timeout)))
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
-                     producer_id=answer.producer_id if not answer.error_code else -1,
-                     producer_epoch=answer.producer_epoch if not answer.error_code else -1)
-
-
 APIS = [
     Api(METADATA_KEY, "Metadata", 1, 12, metadata),
     Api(FIND_COORDINATOR_KEY, "FindCoordinator", 0, 6, find_coordinator),
     Api(CREATE_TOPICS_KEY, "CreateTopics", 2, 7, create_topics),
     Api(DELETE_TOPICS_KEY, "DeleteTopics", 1, 6, delete_topics),
     Api(DELETE_RECORDS_KEY, "DeleteRecords", 0, 2, delete_records),
-    Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
     Api(DESCRIBE_CLUSTER_KEY, "DescribeCluster", 0, 1, describe_cluster),
 ]

@@ -5,7 +5,7 @@ service, as every group request does; DescribeProducers is answered by the parti
 What a Kafka transactional producer sends, and where it goes here::
 
     FindCoordinator(TRANSACTION)  any broker (apis_admin.find_coordinator): each forwards to the front door
-    InitProducerId                apis_admin.init_producer_id
+    InitProducerId                -> Admin.InitProducerId           (also idempotent producers: no id)
     AddPartitionsToTxn v0-3       -> Admin.AddPartitionsToTxn       (v4+ is broker-to-broker, KIP-890)
     Produce (transactional)       the leaders, as any produce
     AddOffsetsToTxn               -> Admin.AddOffsetsToTxn          (the group's __consumer_offsets partition)
@@ -26,13 +26,31 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from lowtide.errors import NotLeaderOrFollower
+from lowtide.errors import (
+    BrokerNotAvailable,
+    CoordinatorNotAvailable,
+    NetworkException,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+)
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import NO_THROTTLE, error_code
+from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide_pb import common_pb2, transactions_pb2
 
+INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY, ADD_OFFSETS_TO_TXN_KEY, END_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 24, 25, 26, 28
 DESCRIBE_PRODUCERS_KEY, DESCRIBE_TRANSACTIONS_KEY, LIST_TRANSACTIONS_KEY = 61, 65, 66
+
+
+def _coordinator(call: Call, method: str, request: Any) -> Any:
+    """``call.admin`` where a front door that cannot be reached right now is, to a Kafka client,
+    COORDINATOR_NOT_AVAILABLE: the one answer every transactional request handles by finding
+    the coordinator again and retrying (a NETWORK_EXCEPTION from EndTxn is fatal to the Java producer)."""
+    try:
+        return call.admin(method, request)
+    except (NetworkException, RequestTimedOut, BrokerNotAvailable) as err:
+        raise CoordinatorNotAvailable(
+            f"the transaction coordinator is unreachable: {err.name}: {err.message}") from None
 
 
 def _v3(body: Any, name: str) -> Any:
@@ -41,13 +59,22 @@ def _v3(body: Any, name: str) -> Any:
 
 
 # -- the producer's calls ----------------------------------------------------------------------
+def init_producer_id(call: Call, body: Any) -> Any:
+    answer = _coordinator(call, "InitProducerId", transactions_pb2.InitProducerIdRequest(
+        transactional_id=body.transactional_id or "", transaction_timeout_ms=millis(body.transaction_timeout)))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
+                     producer_id=answer.producer_id if not answer.error_code else -1,
+                     producer_epoch=answer.producer_epoch if not answer.error_code else -1)
+
+
 def add_partitions_to_txn(call: Call, body: Any) -> Any:
     request = transactions_pb2.AddPartitionsToTxnRequest(
         transactional_id=_v3(body, "transactional_id"), producer_id=_v3(body, "producer_id"),
         producer_epoch=_v3(body, "producer_epoch"),
         partitions=[common_pb2.TopicPartition(topic=t.name, partition=p)
                     for t in _v3(body, "topics") for p in t.partitions])
-    results = {(r.topic, r.partition): r.error_code for r in call.admin("AddPartitionsToTxn", request).partitions}
+    answer = _coordinator(call, "AddPartitionsToTxn", request)
+    results = {(r.topic, r.partition): r.error_code for r in answer.partitions}
     return call.make(call.response, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
         call.make("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
             call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
@@ -56,7 +83,7 @@ def add_partitions_to_txn(call: Call, body: Any) -> Any:
 
 
 def add_offsets_to_txn(call: Call, body: Any) -> Any:
-    answer = call.admin("AddOffsetsToTxn", transactions_pb2.AddOffsetsToTxnRequest(
+    answer = _coordinator(call, "AddOffsetsToTxn", transactions_pb2.AddOffsetsToTxnRequest(
         transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
         group_id=body.group_id))
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
@@ -74,7 +101,7 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
     generation = getattr(body, "generation_id", -1)
     if generation >= 0:
         request.generation_id = generation
-    results = {(r.topic, r.partition): r.error_code for r in call.admin("TxnOffsetCommit", request).partitions}
+    results = {(r.topic, r.partition): r.error_code for r in _coordinator(call, "TxnOffsetCommit", request).partitions}
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -83,7 +110,7 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
 
 
 def end_txn(call: Call, body: Any) -> Any:
-    answer = call.admin("EndTxn", transactions_pb2.EndTxnRequest(
+    answer = _coordinator(call, "EndTxn", transactions_pb2.EndTxnRequest(
         transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
         commit=bool(body.committed)))
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
@@ -96,7 +123,7 @@ _STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit"
 
 def list_transactions(call: Call, body: Any) -> Any:
     states = list(body.state_filters)
-    answer = call.admin("ListTransactions", transactions_pb2.ListTransactionsRequest(
+    answer = _coordinator(call, "ListTransactions", transactions_pb2.ListTransactionsRequest(
         state_filters=[s for s in states if s in _STATES], producer_id_filters=list(body.producer_id_filters),
         duration_filter_ms=max(0, int(getattr(body, "duration_filter", -1)))))
     listed = answer.transactions
@@ -114,7 +141,7 @@ def _time(ms: int) -> datetime.datetime:
 
 
 def describe_transactions(call: Call, body: Any) -> Any:
-    answer = call.admin("DescribeTransactions", transactions_pb2.DescribeTransactionsRequest(
+    answer = _coordinator(call, "DescribeTransactions", transactions_pb2.DescribeTransactionsRequest(
         transactional_ids=list(body.transactional_ids)))
     states = []
     for d in answer.transactions:
@@ -159,6 +186,7 @@ def describe_producers(call: Call, body: Any) -> Any:
 
 
 APIS: list[Api] = [
+    Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
     Api(ADD_PARTITIONS_TO_TXN_KEY, "AddPartitionsToTxn", 0, 3, add_partitions_to_txn),
     Api(ADD_OFFSETS_TO_TXN_KEY, "AddOffsetsToTxn", 0, 4, add_offsets_to_txn),
     Api(END_TXN_KEY, "EndTxn", 0, 4, end_txn),
