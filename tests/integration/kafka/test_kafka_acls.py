@@ -3,7 +3,7 @@ CreateAcls, DescribeAcls and DeleteAcls reach lowtide's ACL store, so what the t
 the gRPC Admin.DescribeAcls lists and what the authorizer then decides, for Kafka clients too;
 Kafka's filters (ANY, MATCH over PREFIXED bindings) select as Kafka selects; a principal without
 ALTER/DESCRIBE on the cluster is refused with Kafka's ClusterAuthorizationException; what the
-store cannot hold (Kafka's CREATE operation) is refused and not stored.
+store cannot hold (Kafka's CREATE operation, which ``--producer`` adds) is refused and not stored.
 
 One auth-on cluster for the module (``admin`` is a super user, ``alice`` has no ACLs but those the
 tests give her); each test uses principals and topics of its own."""
@@ -175,7 +175,11 @@ def test_without_alter_or_describe_on_the_cluster_kafka_acls_is_refused(secured)
 
 
 def test_what_the_store_cannot_hold_is_refused_and_not_stored(secured):
-    # Kafka's CREATE operation, which lowtide's ACLs have not (kafka-acls --producer adds it too)
-    refused = acls(secured, "--add", "--allow-principal", "User:carol", "--operation", "Create", "--topic", "acl-c")
+    # --producer adds WRITE, DESCRIBE and Kafka's CREATE, which lowtide's ACLs have not: that one
+    # binding is INVALID_REQUEST (the tool fails), the other two are stored (CreateAcls is per binding)
+    refused = acls(secured, "--add", "--allow-principal", "User:carol", "--producer", "--topic", "acl-c")
+    assert refused.returncode != 0
     assert "InvalidRequestException" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
-    assert secured.grpc_acls("User:carol") == set()
+    assert secured.grpc_acls("User:carol") == {(TOPIC, "acl-c", LITERAL, WRITE, ALLOW),
+                                               (TOPIC, "acl-c", LITERAL, DESCRIBE, ALLOW)}
+    secured.grpc_delete("User:carol")
