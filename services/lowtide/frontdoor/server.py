@@ -45,7 +45,11 @@ from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, Of
 from lowtide.frontdoor.scanner_proxy import add_scanner_proxy
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
-from lowtide.frontdoor.transactions import TransactionCoordinator, TxnStateStore
+from lowtide.frontdoor.transactions import (
+    DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+    TransactionCoordinator,
+    TxnStateStore,
+)
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
 from lowtide.kafka.services import InProcess
@@ -75,6 +79,8 @@ class FrontDoorConfig:
     # Consumer group membership (JoinGroup...): session timeout bounds, initial rebalance delay,
     # group size limit (Kafka's group.* broker settings; frontdoor/membership.py).
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    # Kafka's transactional.id.expiration.ms (frontdoor/transactions.py).
+    transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 
 
 @dataclass
@@ -146,7 +152,8 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                                 members=members),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
         transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
-                                            replicas=replicas, offsets_partition=offsets.partition_of),
+                                            replicas=replicas, offsets_partition=offsets.partition_of,
+                                            transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
         scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
@@ -188,6 +195,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "(group.initial.rebalance.delay.ms)")
     add_flag(parser, "--group-max-size", default=defaults.max_group_size, type=int,
              help="most members a group may have (group.max.size)")
+    add_flag(parser, "--transactional-id-expiration-ms", default=DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS, type=int,
+             help="forget a transactional id with no transaction for this long (Kafka's "
+                  "transactional.id.expiration.ms, default 7 days)")
     add_kafka_flags(parser, needs_frontdoor=False)
 
 
@@ -199,11 +209,15 @@ def run(args: argparse.Namespace) -> int:
     check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
+    if args.transactional_id_expiration_ms < 1:
+        raise SystemExit(f"{args.name}: --transactional-id-expiration-ms must be >= 1, "
+                         f"got {args.transactional_id_expiration_ms}")
     parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
                                              token_file=args.token_file,
                                              offsets_topic_partitions=args.offsets_topic_partitions,
+                                             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
                                              membership=MembershipConfig(
                                                  min_session_timeout_ms=args.group_min_session_timeout_ms,
                                                  max_session_timeout_ms=args.group_max_session_timeout_ms,

@@ -73,6 +73,18 @@ MARKER_DEADLINE_S = 30.0
 # A Prepare* state this old is taken over by the expiry scan (its front door is presumed gone).
 ABANDONED_PREPARE_MS = 5_000
 
+# Kafka's transactional.id.expiration.ms: a decided (or never used) transactional id untouched for
+# this long is forgotten; its producer's next InitProducerId starts over with a new producer id.
+DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3_600_000
+
+# Delete a state if it is still at the given version.
+_CAS_DELETE = """
+if (redis.call('HGET', KEYS[1], 'version') or '0') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+return 1
+"""
+
 # Compare-and-set of a whole state on its version ("0" = must not exist).
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'version')
@@ -110,6 +122,7 @@ class TxnStateStore:
     def __init__(self, *, redis: redis_lib.Redis) -> None:
         self.redis = redis
         self._cas = redis.register_script(_CAS)
+        self._cas_delete = redis.register_script(_CAS_DELETE)
 
     def load(self, transactional_id: str) -> TxnState | None:
         raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(txn_key(transactional_id)).items()}
@@ -131,6 +144,11 @@ class TxnStateStore:
         args = [str(state.version)] + [str(x) for kv in fields.items() for x in kv] + [state.transactional_id]
         return new if self._cas(keys=[txn_key(state.transactional_id), IDS], args=args) == 1 else None
 
+    def delete(self, state: TxnState) -> bool:
+        """Remove the state if it is still at ``state.version``; whether it did."""
+        return self._cas_delete(keys=[txn_key(state.transactional_id), IDS],
+                                args=[str(state.version), state.transactional_id]) == 1
+
     def next_producer_id(self) -> int:
         return int(self.redis.incr(NEXT_PRODUCER_ID))
 
@@ -146,8 +164,10 @@ class TransactionCoordinator:
 
     def __init__(self, *, store: TxnStateStore, metadata: MetadataStore, authorizer: Authorizer,
                  replicas: ReplicaClient, expire_interval_s: float = 1.0,
-                 offsets_partition: Callable[[str], int] | None = None) -> None:
+                 offsets_partition: Callable[[str], int] | None = None,
+                 transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
         self._store = store
+        self._id_expiration_ms = transactional_id_expiration_ms
         # group id -> its __consumer_offsets partition (AddOffsetsToTxn); None: not served.
         self._offsets_partition = offsets_partition
         self._metadata = metadata
@@ -290,8 +310,9 @@ class TransactionCoordinator:
     # -- expiry ------------------------------------------------------------------------------------
 
     def expire(self, *, now: int | None = None) -> int:
-        """Abort (with an epoch bump) every transaction past its timeout and complete abandoned
-        Prepare* states; returns how many transactions it ended."""
+        """Abort (with an epoch bump) every transaction past its timeout, complete abandoned
+        Prepare* states, and forget transactional ids idle past ``transactional.id.expiration.ms``
+        (Empty or decided ones only, as Kafka); returns how many transactions it ended."""
         now = now_ms() if now is None else now
         ended = 0
         for transactional_id in self._store.transactional_ids():
@@ -304,6 +325,10 @@ class TransactionCoordinator:
                     ended += self._abort_fencing(st)
                 elif st.state in (PREPARE_COMMIT, PREPARE_ABORT) and now - st.updated_ms > ABANDONED_PREPARE_MS:
                     ended += self._complete(st)
+                elif st.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and \
+                        now - st.updated_ms >= self._id_expiration_ms and self._store.delete(st):
+                    log.info("transactional id %r expired after %d ms without use", transactional_id,
+                             now - st.updated_ms)
             except LowtideError as err:
                 log.warning("transaction of %r not ended yet: %s", transactional_id, err)
         return ended

@@ -112,10 +112,16 @@ class PartitionOffsets:
         """Fold one record or marker; returns whether it changed any committed offset."""
         if isinstance(record, TxnMarker):
             held = self._pending.pop(record.producer_id, {})
+            # Only records before the marker are its transaction's: a writer applies its own
+            # records of the producer's next transaction as soon as they are acknowledged, which
+            # may be before the tail reads this marker.
+            later = {o: r for o, r in held.items() if o > record.log_offset}
+            if later:
+                self._pending[record.producer_id] = later
             if not record.commit:
                 return False
             changed = False
-            for pending in sorted(held.values(), key=lambda r: r.log_offset):
+            for pending in sorted((r for o, r in held.items() if o < record.log_offset), key=lambda r: r.log_offset):
                 changed |= self._apply_decided(pending)
             return changed
         if record.producer_id >= 0:

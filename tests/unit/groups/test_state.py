@@ -17,6 +17,7 @@ from lowtide.groups import (
     encode_offset_value,
 )
 from lowtide.record import assign_offsets, encode_batch, validate_batches
+from lowtide.record.control import build_marker_batch
 
 
 def batch_at(base_offset: int, items: list[tuple[OffsetKey, OffsetValue | None]]) -> bytes:
@@ -93,3 +94,85 @@ def test_a_corrupt_record_fails_the_whole_decode():
                                                                                  encode_offset_key(K1)]))
     with pytest.raises(CorruptMessage):
         decode_offset_records(bytes(raw))
+
+
+# -- offsets committed inside a transaction (TxnOffsetCommit, KIP-447) ---------------------------
+def txn_batch_at(base_offset: int, producer_id: int, items: list[tuple[OffsetKey, OffsetValue]]) -> bytes:
+    raw = bytearray(encode_batch([encode_offset_value(v) for _, v in items],
+                                 keys=[encode_offset_key(k) for k, _ in items], timestamp_ms=1000,
+                                 producer_id=producer_id, producer_epoch=0, is_transactional=True))
+    assign_offsets(raw, validate_batches(raw), base_offset=base_offset, leader_epoch=0)
+    return bytes(raw)
+
+
+def marker_at(base_offset: int, producer_id: int, *, commit: bool) -> bytes:
+    raw = bytearray(build_marker_batch(producer_id=producer_id, producer_epoch=0, commit=commit, coordinator_epoch=0,
+                                       timestamp_ms=1000))
+    assign_offsets(raw, validate_batches(raw), base_offset=base_offset, leader_epoch=0)
+    return bytes(raw)
+
+
+def committed(part: PartitionOffsets) -> dict[OffsetKey, int]:
+    return {e.key: e.value.offset for e in part.entries()}
+
+
+def test_offsets_of_a_transaction_are_pending_until_its_commit_marker():
+    part = PartitionOffsets(partition=0)
+    part.apply_all(decode_offset_records(batch_at(0, [(K0, value(5))]) + txn_batch_at(1, 7, [(K0, value(9))])))
+    assert committed(part) == {K0: 5}
+    assert part.pending_keys() == {K0}
+    part.apply_all(decode_offset_records(marker_at(2, 7, commit=True)))
+    assert committed(part) == {K0: 9}
+    assert part.pending_keys() == set()
+
+
+def test_offsets_of_an_aborted_transaction_never_show():
+    part = PartitionOffsets(partition=0)
+    part.apply_all(decode_offset_records(batch_at(0, [(K0, value(5))]) + txn_batch_at(1, 7, [(K0, value(9))]) +
+                                         marker_at(2, 7, commit=False)))
+    assert committed(part) == {K0: 5}
+    assert part.pending_keys() == set()
+
+
+def test_a_marker_decides_only_its_own_producers_offsets():
+    part = PartitionOffsets(partition=0)
+    part.apply_all(decode_offset_records(txn_batch_at(0, 7, [(K0, value(9))]) + txn_batch_at(1, 8, [(K1, value(4))]) +
+                                         marker_at(2, 8, commit=True)))
+    assert committed(part) == {K1: 4}
+    assert part.pending_keys() == {K0}
+
+
+def test_a_committed_transaction_does_not_undo_a_later_plain_commit_of_the_same_key():
+    # Kafka's completePendingTxnOffsetCommit keeps whichever record has the higher log offset.
+    part = PartitionOffsets(partition=0)
+    part.apply_all(decode_offset_records(txn_batch_at(0, 7, [(K0, value(9))]) + batch_at(1, [(K0, value(12))]) +
+                                         marker_at(2, 7, commit=True)))
+    assert committed(part) == {K0: 12}
+
+
+def test_a_writers_own_pending_records_and_the_tails_reading_of_them_count_once():
+    part = PartitionOffsets(partition=0)
+    part.apply(OffsetRecord(K0, value(9), log_offset=1, producer_id=7))
+    part.apply_all(decode_offset_records(txn_batch_at(1, 7, [(K0, value(9))]) + marker_at(2, 7, commit=True)))
+    assert committed(part) == {K0: 9}
+    assert part.pending_keys() == set()
+
+
+def test_starting_a_partition_over_forgets_its_pending_offsets():
+    part = PartitionOffsets(partition=0)
+    part.apply_all(decode_offset_records(txn_batch_at(0, 7, [(K0, value(9))])))
+    part.reset(0)
+    assert part.pending_keys() == set()
+
+
+def test_a_marker_leaves_pending_the_records_of_its_producers_next_transaction():
+    # The writer applies its own records of the next transaction before the tail reads the marker.
+    part = PartitionOffsets(partition=0)
+    part.apply(OffsetRecord(K0, value(5), log_offset=0, producer_id=7))
+    part.apply(OffsetRecord(K0, value(50), log_offset=2, producer_id=7))
+    part.apply_all(decode_offset_records(txn_batch_at(0, 7, [(K0, value(5))]) + marker_at(1, 7, commit=True)))
+    assert committed(part) == {K0: 5}
+    assert part.pending_keys() == {K0}
+    part.apply_all(decode_offset_records(txn_batch_at(2, 7, [(K0, value(50))]) + marker_at(3, 7, commit=False)))
+    assert committed(part) == {K0: 5}
+    assert part.pending_keys() == set()

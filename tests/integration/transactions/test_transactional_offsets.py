@@ -1,0 +1,143 @@
+"""Offsets committed inside a transaction (Kafka's AddOffsetsToTxn + TxnOffsetCommit, KIP-447), the
+coordinator's descriptions (ListTransactions, DescribeTransactions, KIP-664) and the expiry of idle
+transactional ids, through the front door's gRPC Admin service of a real cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from lowtide.auth.acl import Authorizer
+from lowtide.auth.store import AclStore
+from lowtide.client.replica import ReplicaClient
+from lowtide.clock import now_ms
+from lowtide.frontdoor.transactions import COMPLETE_COMMIT, EMPTY, ONGOING, TransactionCoordinator, TxnStateStore
+from lowtide.groups import OFFSETS_TOPIC
+from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
+from tests.integration import support as s
+
+UNSTABLE_OFFSET_COMMIT, INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = 88, 48, 90, 105
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(request, tmp_path_factory):
+    from lowtide.localcluster.config import ClusterConfig
+    from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("txn-offsets"), replicas=3,
+                           replica_config=dict(DEFAULT_REPLICA_CONFIG))
+    cluster = None
+    for cluster in running_cluster(request, config):
+        s.create_topic(cluster, "src", partitions=2, rf=3)
+        yield cluster
+
+
+class Txn:
+    """One transactional producer's calls to the coordinator, as a Kafka client makes them."""
+
+    def __init__(self, cluster, transactional_id: str) -> None:
+        self.admin = s.admin(cluster)
+        self.id = transactional_id
+        answer = self.admin.InitProducerId(transactions_pb2.InitProducerIdRequest(transactional_id=transactional_id))
+        assert answer.error_code == 0, answer
+        self.pid, self.epoch = answer.producer_id, answer.producer_epoch
+
+    def add_offsets(self, group: str) -> int:
+        return self.admin.AddOffsetsToTxn(transactions_pb2.AddOffsetsToTxnRequest(
+            transactional_id=self.id, producer_id=self.pid, producer_epoch=self.epoch, group_id=group)).error_code
+
+    def commit_offsets(self, group: str, offsets: dict[int, int], *, epoch: int | None = None) -> list[int]:
+        answer = self.admin.TxnOffsetCommit(transactions_pb2.TxnOffsetCommitRequest(
+            transactional_id=self.id, group_id=group, producer_id=self.pid,
+            producer_epoch=self.epoch if epoch is None else epoch,
+            partitions=[transactions_pb2.TxnOffsetCommitPartition(topic="src", partition=p, offset=o)
+                        for p, o in offsets.items()]))
+        return [r.error_code for r in answer.partitions]
+
+    def end(self, *, commit: bool) -> int:
+        return self.admin.EndTxn(transactions_pb2.EndTxnRequest(
+            transactional_id=self.id, producer_id=self.pid, producer_epoch=self.epoch, commit=commit)).error_code
+
+
+def fetched(cluster, group: str, *, require_stable: bool) -> dict[int, tuple[int, int]]:
+    """partition -> (offset, error code) of ``src`` as OffsetFetch answers."""
+    answer = s.admin(cluster).OffsetFetch(admin_pb2.OffsetFetchRequest(
+        group_id=group, require_stable=require_stable,
+        partitions=[common_pb2.TopicPartition(topic="src", partition=p) for p in range(2)]))
+    return {r.partition: (r.offset, r.error_code) for r in answer.partitions}
+
+
+def test_offsets_committed_in_a_transaction_show_only_once_it_commits(txn_cluster):
+    txn = Txn(txn_cluster, "copy-1")
+    assert txn.add_offsets("g-commit") == 0
+    assert txn.commit_offsets("g-commit", {0: 10, 1: 20}) == [0, 0]
+    assert fetched(txn_cluster, "g-commit", require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
+    assert fetched(txn_cluster, "g-commit", require_stable=True) == {
+        0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+    assert txn.end(commit=True) == 0
+    assert fetched(txn_cluster, "g-commit", require_stable=True) == {0: (10, 0), 1: (20, 0)}
+
+
+def test_offsets_of_an_aborted_transaction_leave_the_last_committed_ones(txn_cluster):
+    txn = Txn(txn_cluster, "copy-2")
+    assert txn.add_offsets("g-abort") == 0
+    assert txn.commit_offsets("g-abort", {0: 5}) == [0]
+    assert txn.end(commit=True) == 0
+    assert txn.add_offsets("g-abort") == 0
+    assert txn.commit_offsets("g-abort", {0: 50}) == [0]
+    assert txn.end(commit=False) == 0
+    assert fetched(txn_cluster, "g-abort", require_stable=True)[0] == (5, 0)
+
+
+def test_offsets_without_add_offsets_to_txn_are_refused(txn_cluster):
+    txn = Txn(txn_cluster, "copy-3")
+    assert txn.commit_offsets("g-unadded", {0: 7}) == [INVALID_TXN_STATE]
+    assert fetched(txn_cluster, "g-unadded", require_stable=True)[0] == (-1, 0)
+
+
+def test_a_fenced_producer_cannot_commit_offsets(txn_cluster):
+    old = Txn(txn_cluster, "copy-4")
+    assert old.add_offsets("g-fenced") == 0
+    new = Txn(txn_cluster, "copy-4")  # bumps the epoch and aborts the old transaction
+    assert new.epoch > old.epoch
+    assert old.commit_offsets("g-fenced", {0: 99}) == [PRODUCER_FENCED]
+    assert fetched(txn_cluster, "g-fenced", require_stable=True)[0] == (-1, 0)
+
+
+def test_list_and_describe_transactions_show_the_coordinators_states(txn_cluster):
+    ongoing = Txn(txn_cluster, "listed-ongoing")
+    assert ongoing.add_offsets("g-listed") == 0
+    Txn(txn_cluster, "listed-empty")
+    admin = s.admin(txn_cluster)
+    listed = {t.transactional_id: (t.state, t.producer_id) for t in admin.ListTransactions(
+        transactions_pb2.ListTransactionsRequest(state_filters=[ONGOING])).transactions}
+    assert listed.get("listed-ongoing") == (ONGOING, ongoing.pid)
+    assert "listed-empty" not in listed
+    described = {d.transactional_id: d for d in admin.DescribeTransactions(
+        transactions_pb2.DescribeTransactionsRequest(transactional_ids=["listed-ongoing", "never-used"])).transactions}
+    d = described["listed-ongoing"]
+    assert (d.error_code, d.state, d.producer_id, d.producer_epoch) == (0, ONGOING, ongoing.pid, ongoing.epoch)
+    assert [(p.topic, p.partition) for p in d.partitions] == [(OFFSETS_TOPIC, p.partition) for p in d.partitions]
+    assert len(d.partitions) == 1 and d.start_ms > 0
+    assert described["never-used"].error_code == TRANSACTIONAL_ID_NOT_FOUND
+    assert ongoing.end(commit=True) == 0
+
+
+def test_an_idle_transactional_id_expires_and_its_next_producer_starts_with_a_new_id(txn_cluster):
+    done = Txn(txn_cluster, "expiring")
+    assert done.add_offsets("g-expiring") == 0
+    assert done.end(commit=True) == 0
+    open_txn = Txn(txn_cluster, "expiring-open")
+    assert open_txn.add_offsets("g-expiring-open") == 0
+    store = s.store(txn_cluster)
+    coordinator = TransactionCoordinator(
+        store=TxnStateStore(redis=store.redis), metadata=store, replicas=ReplicaClient(),
+        authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
+        transactional_id_expiration_ms=60_000)
+    txns = TxnStateStore(redis=store.redis)
+    assert txns.load("expiring").state == COMPLETE_COMMIT
+    coordinator.expire(now=now_ms() + 30_000)  # not idle long enough yet
+    assert txns.load("expiring") is not None
+    coordinator.expire(now=now_ms() + 61_000)
+    assert txns.load("expiring") is None
+    # An ongoing transaction is never forgotten: it times out (aborted, its epoch bumped) first.
+    assert txns.load("expiring-open").state != EMPTY
+    assert Txn(txn_cluster, "expiring").pid != done.pid
