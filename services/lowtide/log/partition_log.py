@@ -711,14 +711,20 @@ class PartitionLog:
         # Snapshots below the first segment go with the segments (producer_snapshot.py: one there
         # would never be used); also after an active segment was recycled in place (no segment
         # returned). When none is left (the log was deleted whole), the state goes to a new one,
-        # so that a crash does not forget the producers of the deleted batches.
+        # so that a crash does not forget the producers of the deleted batches: written by the
+        # file deleter's thread, since a fsync here would sit on the DeleteRecords reply.
         paths.extend(self._snapshots.take_below(self._segments.first.base_offset))
-        if self._snapshots.latest() is None and self._producers.entries():
-            self._take_snapshot()
-        if not paths:
-            return
         self._pending_deletes = [p for p in self._pending_deletes if not p.done]
-        self._pending_deletes.append(DELETER.schedule(paths, delay_s=self._config.file_delete_delay_ms / 1000.0))
+        if self._snapshots.latest() is None and self._producers.entries():
+            self._pending_deletes.append(DELETER.schedule_call(self._snapshot_if_none))
+        if paths:
+            self._pending_deletes.append(DELETER.schedule(paths, delay_s=self._config.file_delete_delay_ms / 1000.0))
+
+    def _snapshot_if_none(self) -> None:
+        """File deleter thread: a snapshot of the producer state when the log has none left."""
+        with self._lock:
+            if not self._closed and self._snapshots.latest() is None and self._producers.entries():
+                self._take_snapshot()
 
     # -- lifecycle --------------------------------------------------------------------------------
 

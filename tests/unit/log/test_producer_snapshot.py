@@ -18,6 +18,7 @@ from lowtide.log.producer_snapshot import CorruptSnapshot, decode_snapshot, enco
 from lowtide.log.producer_state import AbortedTxn, BatchMetadata, ProducerEntry, ProducerStateManager
 from lowtide.record import crc32c, encode_batch
 from lowtide.record.control import build_marker_batch
+from tests.waiting import wait_until
 
 CONFIG = LogConfig(segment_bytes=1 << 20)
 
@@ -333,9 +334,15 @@ def test_a_log_deleted_whole_keeps_its_producers_in_a_new_snapshot(tmp_path):
     produce(log, 1, 0, 2)  # only in the active segment: no roll wrote a snapshot
     log.set_high_watermark(2)
     log.increment_log_start_offset(2)
-    log._finish_pending_deletes()  # the file deleter's thread empties the active segment
-    assert snapshot_offsets(tmp_path / "t-0") == [2]
+    # The file deleter's thread empties the active segment, then writes the snapshot.
+    wait_until(lambda: snapshot_offsets(tmp_path / "t-0") == [2], timeout_s=10)
+    assert log.describe()["segments"] == [(2, 2, 0)]
     log.close()
+    reopened = open_log(tmp_path / "t-0")
+    try:
+        assert reopened._producers.producer(1).last_sequence == 1
+    finally:
+        reopened.close()
 
 
 def test_a_truncation_inside_a_batch_deletes_the_snapshot_at_that_batchs_end(tmp_path):
