@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lowtide.errors import InvalidRequest, LowtideError, NotLeaderOrFollower
+from lowtide.errors import InvalidRequest, LowtideError, NotLeaderOrFollower, TopicAuthorizationFailed
 from lowtide.kafka.apis_admin import kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code
@@ -41,7 +41,6 @@ DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 _NO_OPERATIONS = -(2**31)
 # Kafka's max.request.partition.size.limit default: the most partitions one answer carries.
 MAX_PARTITIONS_PER_RESPONSE = 2000
-_TOPIC_AUTHORIZATION_FAILED = 29
 
 
 # -- OffsetForLeaderEpoch (KIP-320) ------------------------------------------------------------
@@ -90,7 +89,7 @@ def describe_topic_partitions(call: Call, body: Any) -> Any:
     for name in names:
         t = by_name.get(name)
         code = t.error_code if t is not None else -1
-        if code == _TOPIC_AUTHORIZATION_FAILED:
+        if code == TopicAuthorizationFailed.code:
             refused.append(_topic(call, name, code, (), topic_id=None))  # answered last, as Kafka does
             continue
         if remaining == 0:
@@ -262,9 +261,13 @@ def create_acls(call: Call, body: Any) -> Any:
         except LowtideError as err:
             results.append((err.code, err.message))
     if valid:
-        answer = call.admin("CreateAcls", admin_pb2.CreateAclsRequest(acls=[b for _, b in valid]))
-        for (i, _), code in zip(valid, answer.results, strict=True):
-            results[i] = (code, None)
+        try:
+            answer = call.admin("CreateAcls", admin_pb2.CreateAclsRequest(acls=[b for _, b in valid]))
+            answered = [(code, None) for code in answer.results]
+        except LowtideError as err:  # the whole call failed: each creation sent answers its error
+            answered = [(err.code, err.message)] * len(valid)
+        for (i, _), result in zip(valid, answered, strict=True):
+            results[i] = result
     return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(
         call.make("AclCreationResult", error_code=error_code(code), error_message=message)
         for code, message in results))
