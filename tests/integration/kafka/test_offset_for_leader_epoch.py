@@ -4,9 +4,11 @@ First at the protocol level, with requests encoded from Kafka's own schemas (kio
 leader answers where each asked epoch ends (the current one at the log end, an older one where
 the next began after a leader change), fences a stale ``current_leader_epoch``
 (FENCED_LEADER_EPOCH) and a future one (UNKNOWN_LEADER_EPOCH), and a follower or the front door
-answers NOT_LEADER_OR_FOLLOWER. Then as a client uses it: a librdkafka consumer that sees a new
-leader epoch asks the new leader for its position's epoch before it fetches on, and with
-``auto.offset.reset=error`` any answer that looked like truncation would surface as an error."""
+answers NOT_LEADER_OR_FOLLOWER. Then as clients use it: a librdkafka consumer whose position lies
+past the end of its epoch on the leader reports log truncation, one at that end reads on; and a
+consumer that sees a new leader epoch asks the new leader for its position's epoch before it
+fetches on (with ``auto.offset.reset=error`` an answer that looked like truncation would surface as
+an error)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import datetime
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from tests.integration import support as s
@@ -115,8 +117,37 @@ def test_the_leader_answers_where_each_epoch_ends_and_fences_stale_and_future_ep
         assert fetch_error(at, topic, current_leader_epoch=new_epoch + 1) == UNKNOWN_LEADER_EPOCH
         assert fetch_error(at, topic, current_leader_epoch=new_epoch) == NONE
         assert latest_offset_and_epoch(at, topic) == (NONE, 8, new_epoch)
+        # A consumer claiming offset 7 was read in epoch ``epoch`` (which ended at 5 here) finds its
+        # position truncated: librdkafka asks OffsetForLeaderEpoch and reports it.
+        assert truncation_seen(kcluster, topic, offset=7, epoch=epoch)
+        assert not truncation_seen(kcluster, topic, offset=5, epoch=epoch)  # where it ends: fine
     finally:
         kcluster.start_service(f"replica-{leader}")
+
+
+def truncation_seen(cluster: LocalCluster, topic: str, *, offset: int, epoch: int) -> bool:
+    """Whether a librdkafka consumer positioned at ``offset`` read in leader epoch ``epoch`` reports
+    log truncation (auto.offset.reset=error: no reset, an error) before it receives a record;
+    False once it reads one."""
+    consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": f"ofle-{offset}",
+                         "auto.offset.reset": "error", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, offset, leader_epoch=epoch)])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                # librdkafka: _AUTO_OFFSET_RESET "Partition log truncation detected at offset 7
+                # (leader epoch 0): broker end offset is 5 ... Reset to INVALID"
+                assert msg.error().code() == KafkaError._AUTO_OFFSET_RESET, msg.error()
+                assert "truncation detected" in msg.error().str(), msg.error()
+                return True
+            return False
+        raise AssertionError("the consumer neither read nor reported anything")
+    finally:
+        consumer.close()
 
 
 def _served(cluster: LocalCluster, broker: int) -> float:
