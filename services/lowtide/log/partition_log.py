@@ -31,7 +31,7 @@ from lowtide.log.file_deleter import DELETER, PendingCall, PendingDelete
 from lowtide.log.leader_epoch import LeaderEpochCache
 from lowtide.log.log_config import LogConfig
 from lowtide.log.producer_snapshot import ProducerSnapshots, load_producer_state
-from lowtide.log.producer_state import AbortedTxn, ProducerStateManager
+from lowtide.log.producer_state import AbortedTxn, ProducerDescription, ProducerStateManager
 from lowtide.log.segment import LogSegment
 from lowtide.log.segment_set import SegmentSet
 from lowtide.log.start_offset_commit import LogStartOffsetCommit
@@ -431,6 +431,11 @@ class PartitionLog:
         """Producer id -> first offset of its ongoing transaction."""
         with self._lock:
             return self._producers.ongoing()
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """The partition's active producers (Kafka's DescribeProducers), by producer id."""
+        with self._lock:
+            return self._producers.describe()
 
     def _check_expected_end(self, producer_id: int, end: int, expected: int) -> None:
         """A conditional append's condition (replica.proto ``expected_log_end_offset``): the log

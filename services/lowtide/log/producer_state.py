@@ -131,6 +131,21 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """One active producer of a partition as Kafka's DescribeProducers answers it (KIP-664): its
+    epoch, the sequence of its last record (-1: none in this epoch), its newest batch timestamp,
+    the coordinator epoch of its last marker (-1: not tracked here) and the first offset of its
+    ongoing transaction (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class AbortedTxn:
     """An aborted transaction: its first offset, and its ABORT marker's offset (``last_offset``)."""
 
@@ -371,6 +386,15 @@ class ProducerStateManager:
         return None if entry is None else ProducerEntry(entry.epoch, entry.last_data_offset, entry.last_sequence,
                                                         entry.txn_first_offset, entry.last_timestamp,
                                                         deque(entry.batches, BATCHES_TO_RETAIN))
+
+    def describe(self) -> list[ProducerDescription]:
+        """Every producer the state holds (Kafka's active producers), by id. The coordinator epoch
+        is not kept (markers are not checked against it), so it is -1, as Kafka answers for a
+        producer whose transaction markers it has not seen."""
+        return [ProducerDescription(producer_id=pid, producer_epoch=e.epoch, last_sequence=e.last_sequence,
+                                    last_timestamp=e.last_timestamp, coordinator_epoch=-1,
+                                    current_txn_start_offset=e.txn_first_offset)
+                for pid, e in sorted(self._producers.items())]
 
     def last_data_offset(self, producer_id: int) -> int | None:
         """The last offset of the producer's last data batch, None if it never wrote here."""

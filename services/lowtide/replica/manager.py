@@ -50,7 +50,7 @@ from lowtide.replica.offsets_reader import ConsumerOffsetsReader
 from lowtide.replica.partition import Partition
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
-from lowtide.replica.requests import ProduceResult, ReplicaRequests
+from lowtide.replica.requests import ProduceResult, ProducersResult, ReplicaRequests
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +215,10 @@ class ReplicaManager:
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
         """KIP-107 on the leader: one ``DeleteRecordsResult`` per item, in request order."""
         return self.deletes.delete_records(items, timeout_ms=timeout_ms)
+
+    def describe_producers(self, keys: list[tuple[str, int]]) -> list[ProducersResult]:
+        """Kafka's DescribeProducers on the leader: one (topic, partition, producers | error) per key."""
+        return self.requests.describe_producers(keys)
 
     def list_offset(self, topic: str, partition: int, timestamp: int, *,
                     isolation_level: int = 0) -> tuple[int, int, int]:

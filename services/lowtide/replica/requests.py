@@ -22,6 +22,7 @@ from lowtide.errors import (
     RequestTimedOut,
 )
 from lowtide.log.partition_log import AppendInfo
+from lowtide.log.producer_state import ProducerDescription
 from lowtide.messages import TopicPartition
 
 # Fetch requests and answers are the Replica service's messages: the servicer converts them, the
@@ -45,6 +46,8 @@ from lowtide.replica.registry import PartitionRegistry
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+# One described partition: its active producers, or why it has none to tell (not hosted, not led).
+ProducersResult = tuple[str, int, list[ProducerDescription] | LowtideError]
 # Response budget when the request sets no max_bytes.
 DEFAULT_RESPONSE_MAX_BYTES = 50 * 1024 * 1024
 
@@ -63,6 +66,7 @@ class ReplicaRequests:
       the parking bounds allow; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
       LSO, which may move the HW, expand the ISR and move the low watermark.
     * ``list_offset``: -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time.
+    * ``describe_producers`` answers from the leader only, one result per key, changing nothing.
     * After ``stop()`` parked fetches return at their next wake-up (the caller notifies all).
 
     Thread-safety: thread-safe; called concurrently from gRPC handler threads. State lives in the
@@ -289,6 +293,21 @@ class ReplicaRequests:
                 out.append(EpochEndOffset(topic=q.topic, partition=q.partition, leader_epoch=epoch, end_offset=end))
             except LowtideError as err:
                 out.append(EpochEndOffset(topic=q.topic, partition=q.partition, error=err))
+        return out
+
+    # -- describe producers ----------------------------------------------------------------------
+    def describe_producers(self, keys: list[TopicPartition]) -> list[ProducersResult]:
+        """Kafka's DescribeProducers on the leader (KIP-664): per key, the active producers of the
+        partition's producer state; UNKNOWN_TOPIC_OR_PARTITION where it is not hosted here,
+        NOT_LEADER_OR_FOLLOWER where this replica does not lead it."""
+        out: list[ProducersResult] = []
+        for topic, partition in keys:
+            try:
+                p = self.registry.get(topic, partition)
+                p.check_leader()
+                out.append((topic, partition, p.log.describe_producers()))
+            except LowtideError as err:
+                out.append((topic, partition, err))
         return out
 
     # -- list offsets ----------------------------------------------------------------------------

@@ -70,6 +70,7 @@ _REFUSED_FETCH = _refusal(replica_pb2.FetchResult, high_watermark=-1, log_start_
 _REFUSED_LIST_OFFSETS = _refusal(common_pb2.ListOffsetsResult, offset=-1, timestamp=-1, leader_epoch=-1)
 _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
+_REFUSED_PRODUCERS = _refusal(transactions_pb2.PartitionProducers)
 
 
 def _err_fields(error: LowtideError | None) -> dict:
@@ -111,8 +112,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
 
     Authorization (auth on; every call needs a valid token first), per partition as Kafka does:
     Produce WRITE on the topic; consumer Fetch READ; ListOffsets DESCRIBE; DeleteRecords DELETE;
-    OffsetForLeaderEpoch DESCRIBE. ListOffsets, DeleteRecords and OffsetForLeaderEpoch also accept
-    CLUSTER_ACTION on the CLUSTER (brokers, and the front door acting for a caller it authorized).
+    OffsetForLeaderEpoch DESCRIBE; DescribeProducers READ (topic ACLs only, as Kafka). ListOffsets,
+    DeleteRecords and OffsetForLeaderEpoch also accept CLUSTER_ACTION on the CLUSTER (brokers, and
+    the front door acting for a caller it authorized).
     A follower Fetch (``replica_id`` >= 0), and every request of a Replicate stream, needs
     CLUSTER_ACTION and must come from ``User:broker-<replica_id>``, else the whole call fails;
     DescribeLogs needs DESCRIBE on the CLUSTER.
@@ -347,6 +349,26 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                        error_message=a.error.message if a.error else "",
                                        leader_epoch=a.leader_epoch, end_offset=a.end_offset)
             for a in answers], _REFUSED_EPOCH))
+
+    def DescribeProducers(self, request, context):
+        """KIP-664: each partition's active producers, from its leader (the partition log's
+        producer state); READ on the topic per partition, as Kafka's DescribeProducers asks."""
+        screened = self.access.screen(self._principal(context), request.partitions,
+                                      operation=AclOperation.READ, topic=_topic)
+        answers = self.manager.describe_producers(
+            [(p.topic, p.partition) for p in screened.allowed]) if screened.any_allowed else []
+        out = []
+        for topic, partition, producers in answers:
+            r = transactions_pb2.PartitionProducers(topic=topic, partition=partition)
+            if isinstance(producers, LowtideError):
+                r.error_code, r.error_message = producers.code, producers.message
+            else:
+                r.producers.extend(transactions_pb2.ProducerDescription(
+                    producer_id=d.producer_id, producer_epoch=d.producer_epoch, last_sequence=d.last_sequence,
+                    last_timestamp=d.last_timestamp, coordinator_epoch=d.coordinator_epoch,
+                    current_txn_start_offset=d.current_txn_start_offset) for d in producers)
+            out.append(r)
+        return transactions_pb2.DescribeProducersResponse(partitions=screened.merge(out, _REFUSED_PRODUCERS))
 
     def WriteTxnMarkers(self, request, context):
         """KIP-98 markers from the transaction coordinator: CLUSTER_ACTION on the cluster (as Kafka
