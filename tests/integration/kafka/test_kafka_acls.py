@@ -4,6 +4,7 @@ the gRPC Admin.DescribeAcls lists and what the authorizer then decides, for Kafk
 Kafka's filters (ANY, MATCH over PREFIXED bindings) select as Kafka selects; a principal without
 ALTER/DESCRIBE on the cluster is refused with Kafka's ClusterAuthorizationException; what the
 store cannot hold (Kafka's CREATE operation, which ``--producer`` adds) is refused and not stored.
+DescribeTopicPartitions, asked as alice, answers a topic she may not DESCRIBE refused and last.
 
 One auth-on cluster for the module (``admin`` is a super user, ``alice`` has no ACLs but those the
 tests give her); each test uses principals and topics of its own."""
@@ -21,6 +22,7 @@ from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide_pb import admin_pb2, replica_pb2
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.kafka.wire import KafkaConnection, request_module
 from tests.kafka_tools import kafka_tool
 
 ADMIN_TOKEN, ALICE_TOKEN = "admin-secret", "alice-secret"
@@ -183,3 +185,23 @@ def test_what_the_store_cannot_hold_is_refused_and_not_stored(secured):
     assert secured.grpc_acls("User:carol") == {(TOPIC, "acl-c", LITERAL, WRITE, ALLOW),
                                                (TOPIC, "acl-c", LITERAL, DESCRIBE, ALLOW)}
     secured.grpc_delete("User:carol")
+
+
+def test_describe_topic_partitions_answers_a_topic_alice_may_not_describe_last_and_refused(secured):
+    cluster = secured.cluster
+    for name in ("acl-seen", "acl-hidden"):
+        s.create_topic(cluster, name, metadata=ADMIN)
+    secured.grpc_create("User:alice", TOPIC, "acl-seen", LITERAL, DESCRIBE, ALLOW)
+    m = request_module(75, 0)
+    try:
+        with KafkaConnection(cluster.kafka_bootstrap) as conn:
+            conn.sasl_plain("alice", ALICE_TOKEN)
+            answer = conn.call(m.DescribeTopicPartitionsRequest(
+                topics=(m.TopicRequest(name="acl-hidden"), m.TopicRequest(name="acl-seen")), cursor=None))
+            everything = conn.call(m.DescribeTopicPartitionsRequest(topics=(), cursor=None))
+        assert [(t.name, int(t.error_code), len(t.partitions)) for t in answer.topics] == [
+            ("acl-seen", 0, 1), ("acl-hidden", TOPIC_AUTHORIZATION_FAILED, 0)]
+        assert "acl-hidden" not in {t.name for t in everything.topics}  # unnamed: not disclosed
+        assert "acl-seen" in {t.name for t in everything.topics}
+    finally:
+        secured.grpc_delete("User:alice")

@@ -1,5 +1,5 @@
-"""Raw Kafka requests for tests: one request entity (a ``kio`` class built from Kafka's own message
-schemas) encoded with its header, sent on a fresh connection, and its answer decoded. No client
+"""Raw Kafka requests for tests: request entities (``kio`` classes built from Kafka's own message
+schemas) encoded with their header, sent on a connection, and their answers decoded. No client
 library decides what is sent."""
 
 from __future__ import annotations
@@ -13,27 +13,57 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+
 
 def request_module(api_key: int, version: int) -> Any:
     """The module of (api_key, version)'s request: its class and nested entity classes."""
     return sys.modules[load_request_schema(api_key, version).__module__]
 
 
-def kafka_call(address: str, body: Any, *, correlation_id: int = 7, client_id: str = "lowtide-test") -> Any:
-    """Send ``body`` to the Kafka listener at ``address`` (HOST:PORT) and return the response entity."""
-    cls = type(body)
-    buf = io.BytesIO()
-    entity_writer(cls.__header_schema__)(buf, cls.__header_schema__(
-        request_api_key=cls.__api_key__, request_api_version=cls.__version__, correlation_id=correlation_id,
-        client_id=client_id))
-    entity_writer(cls)(buf, body)
-    payload = buf.getvalue()
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=20) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-        answer = sock.recv(size, socket.MSG_WAITALL)
-    response = load_response_schema(cls.__api_key__, cls.__version__)
-    header, offset = entity_reader(response.__header_schema__)(answer, 0)
-    assert header.correlation_id == correlation_id
-    return entity_reader(response)(answer, offset)[0]
+class KafkaConnection:
+    """One connection to a Kafka listener; requests are answered in order. A context manager."""
+
+    def __init__(self, address: str, *, client_id: str = "lowtide-test") -> None:
+        host, port = address.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=20)
+        self._client_id = client_id
+        self._next_id = 1
+
+    def __enter__(self) -> KafkaConnection:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._sock.close()
+
+    def call(self, body: Any) -> Any:
+        """Send ``body`` and return the response entity."""
+        cls = type(body)
+        correlation_id, self._next_id = self._next_id, self._next_id + 1
+        buf = io.BytesIO()
+        entity_writer(cls.__header_schema__)(buf, cls.__header_schema__(
+            request_api_key=cls.__api_key__, request_api_version=cls.__version__, correlation_id=correlation_id,
+            client_id=self._client_id))
+        entity_writer(cls)(buf, body)
+        payload = buf.getvalue()
+        self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", self._sock.recv(4, socket.MSG_WAITALL))[0]
+        answer = self._sock.recv(size, socket.MSG_WAITALL)
+        response = load_response_schema(cls.__api_key__, cls.__version__)
+        header, offset = entity_reader(response.__header_schema__)(answer, 0)
+        assert header.correlation_id == correlation_id
+        return entity_reader(response)(answer, offset)[0]
+
+    def sasl_plain(self, user: str, password: str) -> None:
+        """Log in with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v2); asserts it succeeded."""
+        handshake = self.call(request_module(SASL_HANDSHAKE_KEY, 1).SaslHandshakeRequest(mechanism="PLAIN"))
+        assert int(handshake.error_code) == 0, handshake
+        answer = self.call(request_module(SASL_AUTHENTICATE_KEY, 2).SaslAuthenticateRequest(
+            auth_bytes=b"\0" + user.encode() + b"\0" + password.encode()))
+        assert int(answer.error_code) == 0, answer
+
+
+def kafka_call(address: str, body: Any) -> Any:
+    """Send ``body`` on a fresh connection to the Kafka listener at ``address`` (HOST:PORT)."""
+    with KafkaConnection(address) as conn:
+        return conn.call(body)
