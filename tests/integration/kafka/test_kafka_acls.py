@@ -205,3 +205,28 @@ def test_describe_topic_partitions_answers_a_topic_alice_may_not_describe_last_a
         assert "acl-seen" in {t.name for t in everything.topics}
     finally:
         secured.grpc_delete("User:alice")
+
+
+def test_with_auth_off_acls_are_stored_as_lowtide_acls_stores_them(shared_cluster):
+    # Kafka without an authorizer answers SECURITY_DISABLED; lowtide's store keeps ACLs with auth
+    # off too (gRPC CreateAcls does), so they decide once auth is turned on.
+    create, describe, delete = request_module(30, 3), request_module(29, 3), request_module(31, 3)
+    with KafkaConnection(shared_cluster.kafka_bootstrap) as conn:
+        created = conn.call(create.CreateAclsRequest(creations=(create.AclCreation(
+            resource_type=TOPIC, resource_name="acl-off", resource_pattern_type=PREFIXED, principal="User:dave",
+            host="*", operation=READ, permission_type=ALLOW),)))
+        assert [int(r.error_code) for r in created.results] == [0]
+        listed = conn.call(describe.DescribeAclsRequest(
+            resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter="User:dave",
+            host_filter=None, operation=1, permission_type=1))
+        assert int(listed.error_code) == 0
+        assert [(r.resource_type, r.resource_name, r.pattern_type, [(a.principal, a.host, a.operation,
+                                                                     a.permission_type) for a in r.acls])
+                for r in listed.resources] == [(TOPIC, "acl-off", PREFIXED, [("User:dave", "*", READ, ALLOW)])]
+        deleted = conn.call(delete.DeleteAclsRequest(filters=(delete.DeleteAclsFilter(
+            resource_type_filter=TOPIC, resource_name_filter="acl-off-topic", pattern_type_filter=2,  # MATCH
+            principal_filter=None, host_filter=None, operation=1, permission_type=1),)))
+        (result,) = deleted.filter_results
+        assert int(result.error_code) == 0
+        assert [(a.resource_name, a.pattern_type, a.principal) for a in result.matching_acls] == [
+            ("acl-off", PREFIXED, "User:dave")]
