@@ -1,6 +1,7 @@
 """Transactions over the Kafka protocol (KIP-98, KIP-447, KIP-664): the front door's transaction
 coordinator (``lowtide.frontdoor.transactions``) answers, through the front door's gRPC Admin
-service, as every group request does; DescribeProducers is answered by the partition's leader.
+service, as every group request does; DescribeProducers and WriteTxnMarkers are answered by the
+partition's leader (the replica's gRPC Replica service).
 
 What a Kafka transactional producer sends, and where it goes here::
 
@@ -17,8 +18,17 @@ advertise the ``transaction.version`` feature is spoken to in version 1, so clie
 AddPartitionsToTxn and never need the v5 answers.
 
 ``kafka-transactions`` (KIP-664) uses ListTransactions, DescribeTransactions (the coordinator's
-states) and DescribeProducers (each leader's producer state); ``kafka-transactions abort`` sends
-WriteTxnMarkers to the leader, which stays a broker-internal API here (not served).
+states) and DescribeProducers (each leader's producer state). ``kafka-transactions abort``
+(Kafka's ``Admin.abortTransaction``) sends WriteTxnMarkers v1-2 with one ABORT marker to the
+partition's leader, which answers it as the coordinator's markers are answered::
+
+    DescribeProducers             -> Replica.DescribeProducers      (READ on the topic, per partition)
+    WriteTxnMarkers v1-2          -> Replica.WriteTxnMarkers        (CLUSTER_ACTION on the cluster)
+
+A WriteTxnMarkers the replica refuses as a whole (CLUSTER_AUTHORIZATION_FAILED) answers every
+partition of every marker with that error, as Kafka's ``getErrorResponse`` does, so the client
+can tell which abort failed. The marker's ``transaction_version`` (v2, KIP-890) is not used: the
+replica takes any marker whose epoch is not below the producer's.
 """
 
 from __future__ import annotations
@@ -29,9 +39,11 @@ from typing import Any
 from lowtide.errors import (
     BrokerNotAvailable,
     CoordinatorNotAvailable,
+    LowtideError,
     NetworkException,
     NotLeaderOrFollower,
     RequestTimedOut,
+    UnknownServerError,
 )
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
@@ -39,6 +51,7 @@ from lowtide_pb import common_pb2, transactions_pb2
 
 INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY, ADD_OFFSETS_TO_TXN_KEY, END_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 24, 25, 26, 28
+WRITE_TXN_MARKERS_KEY = 27
 DESCRIBE_PRODUCERS_KEY, DESCRIBE_TRANSACTIONS_KEY, LIST_TRANSACTIONS_KEY = 61, 65, 66
 
 
@@ -185,11 +198,58 @@ def describe_producers(call: Call, body: Any) -> Any:
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
+def txn_markers_request(body: Any) -> transactions_pb2.WriteTxnMarkersRequest:
+    """A Kafka WriteTxnMarkers request as the replica's: one TxnMarker per marker, in order
+    (``transaction_result`` true is COMMIT)."""
+    return transactions_pb2.WriteTxnMarkersRequest(markers=[transactions_pb2.TxnMarker(
+        producer_id=m.producer_id, producer_epoch=m.producer_epoch, commit=bool(m.transaction_result),
+        coordinator_epoch=m.coordinator_epoch,
+        partitions=[common_pb2.TopicPartition(topic=t.name, partition=p) for t in m.topics
+                    for p in t.partition_indexes]) for m in body.markers])
+
+
+def txn_marker_codes(body: Any, answer: transactions_pb2.WriteTxnMarkersResponse | LowtideError
+                     ) -> list[dict[tuple[str, int], int]]:
+    """Per marker of ``body`` (in order), (topic, partition) -> error code: the replica's answer
+    for that marker, or ``answer``'s code everywhere when the whole call failed. A partition the
+    answer lacks is UNKNOWN_SERVER_ERROR."""
+    asked = [[(t.name, p) for t in m.topics for p in t.partition_indexes] for m in body.markers]
+    if isinstance(answer, LowtideError):
+        return [dict.fromkeys(keys, answer.code) for keys in asked]
+    if len(answer.markers) != len(asked):
+        return [dict.fromkeys(keys, UnknownServerError.code) for keys in asked]
+    out = []
+    for keys, result in zip(asked, answer.markers, strict=True):
+        found = {(r.topic, r.partition): r.error_code for r in result.partitions}
+        out.append({k: found.get(k, UnknownServerError.code) for k in keys})
+    return out
+
+
+def write_txn_markers(call: Call, body: Any) -> Any:
+    answer: transactions_pb2.WriteTxnMarkersResponse | LowtideError
+    if call.services.replica is None:
+        answer = NotLeaderOrFollower("this listener leads no partition (a front door)")
+    else:
+        try:
+            answer = call.replica("WriteTxnMarkers", txn_markers_request(body))
+        except LowtideError as err:  # refused whole (CLUSTER_ACTION): every partition says so
+            answer = err
+    codes = txn_marker_codes(body, answer)
+    return call.make(call.response, markers=tuple(
+        call.make("WritableTxnMarkerResult", producer_id=m.producer_id, topics=tuple(
+            call.make("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                call.make("WritableTxnMarkerPartitionResult", partition_index=p,
+                          error_code=error_code(found[(t.name, p)]))
+                for p in t.partition_indexes)) for t in m.topics))
+        for m, found in zip(body.markers, codes, strict=True)))
+
+
 APIS: list[Api] = [
     Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
     Api(ADD_PARTITIONS_TO_TXN_KEY, "AddPartitionsToTxn", 0, 3, add_partitions_to_txn),
     Api(ADD_OFFSETS_TO_TXN_KEY, "AddOffsetsToTxn", 0, 4, add_offsets_to_txn),
     Api(END_TXN_KEY, "EndTxn", 0, 4, end_txn),
+    Api(WRITE_TXN_MARKERS_KEY, "WriteTxnMarkers", 1, 2, write_txn_markers),
     Api(TXN_OFFSET_COMMIT_KEY, "TxnOffsetCommit", 0, 4, txn_offset_commit),
     Api(DESCRIBE_PRODUCERS_KEY, "DescribeProducers", 0, 0, describe_producers),
     Api(DESCRIBE_TRANSACTIONS_KEY, "DescribeTransactions", 0, 0, describe_transactions),
