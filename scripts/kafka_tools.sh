@@ -6,7 +6,7 @@
 #           $cache/<KAFKA_VERSION>/lib, and wrappers in .tools/bin: kafka-topics,
 #           kafka-console-producer, kafka-console-consumer, kafka-consumer-groups,
 #           kafka-delete-records, kafka-acls, kafka-configs (the last from the Scala core jar kafka_2.13),
-#           kafka-verifiable-producer and kafka-producer-perf-test.
+#           kafka-verifiable-producer, kafka-producer-perf-test and kafka-transactions.
 #           Logs go to stderr at WARN, so stdout carries only the tool's output.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
 #           those of its runtime dependencies that PySpark does not ship, in
@@ -53,6 +53,8 @@ declare -A KAFKA_TOOLS=(
   # bin/kafka-producer-perf-test.sh): argparse4j tools, see KAFKA_USAGE_ON_STDOUT
   [kafka-verifiable-producer]=org.apache.kafka.tools.VerifiableProducer
   [kafka-producer-perf-test]=org.apache.kafka.tools.ProducerPerformance
+  # KIP-664's transaction tool (bin/kafka-transactions.sh): argparse4j too
+  [kafka-transactions]=org.apache.kafka.tools.TransactionsCommand
 )
 # first line of each tool's usage (printed by --help, on stderr, exit 1 as Kafka's own scripts do)
 declare -A KAFKA_USAGE=(
@@ -65,10 +67,13 @@ declare -A KAFKA_USAGE=(
   [kafka-configs]="This tool helps to manipulate and describe entity config for a topic, client, user, broker"
   [kafka-verifiable-producer]="usage: verifiable-producer"
   [kafka-producer-perf-test]="usage: producer-performance"
+  [kafka-transactions]="usage: kafka-transactions.sh"
 )
-# Tools built on argparse4j, as Kafka ships them: no --version, and --help prints the usage on
-# stdout (exit 1). They are checked by their usage alone.
-declare -A KAFKA_USAGE_ON_STDOUT=([kafka-verifiable-producer]=1 [kafka-producer-perf-test]=1)
+# Tools built on argparse4j, as Kafka ships them: --help prints the usage on stdout (exit 1), and
+# there is no --version (TransactionsCommand's prints "<version> (Commit:<id>)"). They are checked
+# by their usage alone.
+declare -A KAFKA_USAGE_ON_STDOUT=([kafka-verifiable-producer]=1 [kafka-producer-perf-test]=1
+                                  [kafka-transactions]=1)
 # What the Kafka cache holds (group:artifact, at KAFKA_VERSION, with their runtime dependencies).
 # Written into the .complete stamp: an older cache (stamp empty or listing less) is fetched again.
 KAFKA_ARTIFACTS="org.apache.kafka:kafka-tools org.apache.kafka:kafka_2.13"

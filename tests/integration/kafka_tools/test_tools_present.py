@@ -31,8 +31,10 @@ USAGE = {
     "kafka-consumer-groups": "This tool helps to list all consumer groups",
     "kafka-delete-records": "This tool helps to delete records of the given partitions",
     "kafka-configs": "This tool helps to manipulate and describe entity config for a topic, client, user, broker",
+    "kafka-acls": "This tool helps to manage acls on kafka.",
     "kafka-verifiable-producer": "usage: verifiable-producer",
     "kafka-producer-perf-test": "usage: producer-performance",
+    "kafka-transactions": "usage: kafka-transactions.sh",
 }
 # An option each tool's usage must list (the ones lowtide's Kafka tests lean on).
 OPTION = {
@@ -42,8 +44,10 @@ OPTION = {
     "kafka-consumer-groups": "--reset-offsets",
     "kafka-delete-records": "--offset-json-file",
     "kafka-configs": "--add-config",
+    "kafka-acls": "--bootstrap-server",
     "kafka-verifiable-producer": "--producer.config",
     "kafka-producer-perf-test": "--producer-props",
+    "kafka-transactions": "--bootstrap-server",
 }
 # Kafka's own CLI tools (CommandLineUtils): --version, usage on stderr
 CLI_TOOLS = [name for name in KAFKA_TOOL_NAMES if name not in KAFKA_USAGE_ON_STDOUT]
@@ -75,7 +79,8 @@ def test_tool_prints_its_usage(name: str) -> None:
 @pytest.mark.parametrize("name", KAFKA_USAGE_ON_STDOUT)
 def test_argparse_tool_prints_its_usage_on_stdout(name: str) -> None:
     result = run(str(kafka_tool(name)), "--help")
-    # like Kafka's bin/kafka-verifiable-producer.sh and kafka-producer-perf-test.sh (argparse4j)
+    # like Kafka's bin/kafka-verifiable-producer.sh, kafka-producer-perf-test.sh and
+    # kafka-transactions.sh (argparse4j)
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert result.stdout.startswith(USAGE[name]), result.stdout[:2000]
     assert re.search(rf"^\s+{re.escape(OPTION[name])}\b", result.stdout, re.MULTILINE), result.stdout
