@@ -1,7 +1,8 @@
 """Transactions over the Kafka protocol (KIP-98, KIP-447, KIP-664): the front door's transaction
 coordinator (``lowtide.frontdoor.transactions``) answers, through the front door's gRPC Admin
 service, as every group request does; DescribeProducers and WriteTxnMarkers are answered by the
-partition's leader (the replica's gRPC Replica service).
+replicas' gRPC Replica service (DescribeProducers by any replica of the partition, from its own
+log, as Kafka's brokers answer it; WriteTxnMarkers by the partition's leader).
 
 What a Kafka transactional producer sends, and where it goes here::
 
@@ -18,11 +19,12 @@ advertise the ``transaction.version`` feature is spoken to in version 1, so clie
 AddPartitionsToTxn and never need the v5 answers.
 
 ``kafka-transactions`` (KIP-664) uses ListTransactions, DescribeTransactions (the coordinator's
-states) and DescribeProducers (each leader's producer state). ``kafka-transactions abort``
+states) and DescribeProducers (a replica's producer state). ``kafka-transactions abort``
 (Kafka's ``Admin.abortTransaction``) sends WriteTxnMarkers v1-2 with one ABORT marker to the
 partition's leader, which answers it as the coordinator's markers are answered::
 
-    DescribeProducers             -> Replica.DescribeProducers      (READ on the topic, per partition)
+    DescribeProducers             -> Replica.DescribeProducers      (READ on the topic, per partition;
+                                                                     leader or follower)
     WriteTxnMarkers v1-2          -> Replica.WriteTxnMarkers        (CLUSTER_ACTION on the cluster)
 
 A WriteTxnMarkers the replica refuses as a whole (CLUSTER_AUTHORIZATION_FAILED) answers every

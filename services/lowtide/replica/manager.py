@@ -217,7 +217,7 @@ class ReplicaManager:
         return self.deletes.delete_records(items, timeout_ms=timeout_ms)
 
     def describe_producers(self, keys: list[tuple[str, int]]) -> list[ProducersResult]:
-        """Kafka's DescribeProducers on the leader: one (topic, partition, producers | error) per key."""
+        """Kafka's DescribeProducers from this replica's logs: one (topic, partition, producers | error) per key."""
         return self.requests.describe_producers(keys)
 
     def list_offset(self, topic: str, partition: int, timestamp: int, *,

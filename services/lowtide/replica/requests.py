@@ -66,7 +66,8 @@ class ReplicaRequests:
       the parking bounds allow; a follower fetch (``replica_id`` >= 0) first records the follower's LEO and
       LSO, which may move the HW, expand the ISR and move the low watermark.
     * ``list_offset``: -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time.
-    * ``describe_producers`` answers from the leader only, one result per key, changing nothing.
+    * ``describe_producers`` answers from this replica's log (leader or follower), one result per
+      key, changing nothing.
     * After ``stop()`` parked fetches return at their next wake-up (the caller notifies all).
 
     Thread-safety: thread-safe; called concurrently from gRPC handler threads. State lives in the
@@ -297,15 +298,15 @@ class ReplicaRequests:
 
     # -- describe producers ----------------------------------------------------------------------
     def describe_producers(self, keys: list[TopicPartition]) -> list[ProducersResult]:
-        """Kafka's DescribeProducers on the leader (KIP-664): per key, the active producers of the
-        partition's producer state; UNKNOWN_TOPIC_OR_PARTITION where it is not hosted here,
-        NOT_LEADER_OR_FOLLOWER where this replica does not lead it."""
+        """Kafka's DescribeProducers (KIP-664): per key, the active producers of this replica's
+        log of the partition, leader or follower (Kafka's ``Partition.activeProducerState`` reads
+        the local log whatever the role, which ``kafka-transactions find-hanging --broker-id``
+        relies on; a client without a broker id asks the leader); UNKNOWN_TOPIC_OR_PARTITION
+        where it is not hosted here."""
         out: list[ProducersResult] = []
         for topic, partition in keys:
             try:
-                p = self.registry.get(topic, partition)
-                p.check_leader()
-                out.append((topic, partition, p.log.describe_producers()))
+                out.append((topic, partition, self.registry.get(topic, partition).log.describe_producers()))
             except LowtideError as err:
                 out.append((topic, partition, err))
         return out

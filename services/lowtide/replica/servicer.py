@@ -351,8 +351,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             for a in answers], _REFUSED_EPOCH))
 
     def DescribeProducers(self, request, context):
-        """KIP-664: each partition's active producers, from its leader (the partition log's
-        producer state); READ on the topic per partition, as Kafka's DescribeProducers asks."""
+        """KIP-664: each partition's active producers from this replica's log of it (leader or
+        follower, as Kafka answers); READ on the topic per partition, as Kafka's DescribeProducers asks."""
         screened = self.access.screen(self._principal(context), request.partitions,
                                       operation=AclOperation.READ, topic=_topic)
         answers = self.manager.describe_producers(

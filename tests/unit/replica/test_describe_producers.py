@@ -1,11 +1,12 @@
-"""DescribeProducers on a replica (KIP-664, what ``kafka-transactions describe-producers`` and
-``abort --start-offset`` read): the leader answers its partition's producer state, a follower
-answers NOT_LEADER_OR_FOLLOWER, a partition not hosted UNKNOWN_TOPIC_OR_PARTITION; a follower that
-becomes leader answers what its leader did. Real partition logs, no server."""
+"""DescribeProducers on a replica (KIP-664, what ``kafka-transactions describe-producers``,
+``find-hanging`` and ``abort --start-offset`` read): every replica answers its own log's producer
+state, leader or follower as in Kafka (``Partition.activeProducerState``), so a follower answers
+what it has replicated; a partition not hosted answers UNKNOWN_TOPIC_OR_PARTITION. Real partition
+logs, no server."""
 
 from __future__ import annotations
 
-from lowtide.errors import NotLeaderOrFollower, UnknownTopicOrPartition
+from lowtide.errors import UnknownTopicOrPartition
 from lowtide.log.producer_state import ProducerDescription
 from lowtide.record import encode_batch
 from lowtide.record.control import build_marker_batch
@@ -29,17 +30,20 @@ def append(replicas, raw: bytes, *, coordinator: bool = False) -> int:
                                             from_coordinator=coordinator).base_offset
 
 
-def test_the_leader_describes_its_producers_and_a_follower_refuses_until_it_leads(make_replicas):
+def test_the_leader_describes_its_producers_and_a_follower_what_it_replicated(make_replicas):
     replicas = make_replicas()
     replicas.produce(3)  # no producer id: not a producer of the state
     txn_start = append(replicas, encode_batch([b"a", b"b"], timestamp_ms=[1000, 1500], producer_id=TXN_PID,
                                               producer_epoch=2, base_sequence=0, is_transactional=True))
     append(replicas, encode_batch([b"c"], timestamp_ms=1700, producer_id=TXN_PID, producer_epoch=2,
                                   base_sequence=2, is_transactional=True))
+    assert txn_start == 3
+    follower = requests_on(replicas, 1)
+    [(_, _, before)] = follower.describe_producers([(TOPIC, 0)])
+    assert before == []  # nothing replicated yet: its own log knows no producer
     append(replicas, encode_batch([b"x"] * 4, timestamp_ms=2000, producer_id=IDEMPOTENT_PID, producer_epoch=0,
                                   base_sequence=10))
     replicas.replicate()
-    assert txn_start == 3
 
     [(topic, partition, producers)] = requests_on(replicas, 0).describe_producers([(TOPIC, 0)])
     assert (topic, partition) == (TOPIC, 0)
@@ -49,14 +53,12 @@ def test_the_leader_describes_its_producers_and_a_follower_refuses_until_it_lead
         ProducerDescription(producer_id=IDEMPOTENT_PID, producer_epoch=0, last_sequence=13, last_timestamp=2000,
                             coordinator_epoch=-1, current_txn_start_offset=-1),
     ]
-
-    follower = requests_on(replicas, 1)
-    [(_, _, refused)] = follower.describe_producers([(TOPIC, 0)])
-    assert isinstance(refused, NotLeaderOrFollower)
+    [(_, _, replicated)] = follower.describe_producers([(TOPIC, 0)])
+    assert replicated == producers
     [(_, _, unknown)] = follower.describe_producers([(TOPIC, 5)])
     assert isinstance(unknown, UnknownTopicOrPartition)
 
-    replicas.elect(1, leader_epoch=2)  # broker 1 replicated every batch: it holds the same state
+    replicas.elect(1, leader_epoch=2)  # the new leader answers the same
     [(_, _, after)] = follower.describe_producers([(TOPIC, 0)])
     assert after == producers
 
