@@ -95,7 +95,17 @@ def describe_cluster(call: Call, body: Any) -> Any:
 def coordinator_for(call: Call, key: str) -> admin_pb2.BrokerInfo:
     """Any live broker can coordinate (each forwards group and transaction requests to the front
     door); a hash of the key spreads the coordinator connections over them."""
-    brokers = kafka_brokers(call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"])))
+    return coordinator_among(live_kafka_brokers(call), key)
+
+
+def live_kafka_brokers(call: Call) -> list[admin_pb2.BrokerInfo]:
+    """The live brokers with a Kafka listener, as Metadata lists them."""
+    return kafka_brokers(call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"])))
+
+
+def coordinator_among(brokers: list[admin_pb2.BrokerInfo], key: str) -> admin_pb2.BrokerInfo:
+    """The coordinator of ``key`` (a group or transactional id) among ``brokers``, as
+    FindCoordinator answers it."""
     if not brokers:
         raise CoordinatorNotAvailable("no live broker has a Kafka listener")
     return brokers[zlib.crc32(key.encode()) % len(brokers)]

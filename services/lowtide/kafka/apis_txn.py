@@ -36,6 +36,7 @@ replica takes any marker whose epoch is not below the producer's.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from lowtide.errors import (
@@ -47,6 +48,7 @@ from lowtide.errors import (
     RequestTimedOut,
     UnknownServerError,
 )
+from lowtide.kafka.apis_admin import coordinator_among, live_kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide_pb import common_pb2, transactions_pb2
@@ -136,12 +138,27 @@ _STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit"
            "PrepareEpochFence")
 
 
+def coordinated_here(call: Call, listed: Sequence[Any]) -> list[Any]:
+    """The transactions (``.transactional_id``) whose coordinator is this broker, as
+    FindCoordinator names it. Kafka's Admin.listTransactions asks every broker and concatenates
+    their answers (each broker lists its own coordinator's transactions), so a broker answering
+    the front door's whole list would show each transaction once per broker. A listener that is
+    no broker (the front door's: node -1, not in Metadata) lists them all."""
+    node = call.services.node.node_id
+    if node < 0 or not listed:
+        return list(listed)
+    brokers = live_kafka_brokers(call)
+    if not any(b.id == node for b in brokers):
+        return list(listed)  # not live as Metadata sees it: no one would list them, so list them here
+    return [t for t in listed if coordinator_among(brokers, t.transactional_id).id == node]
+
+
 def list_transactions(call: Call, body: Any) -> Any:
     states = list(body.state_filters)
     answer = _coordinator(call, "ListTransactions", transactions_pb2.ListTransactionsRequest(
         state_filters=[s for s in states if s in _STATES], producer_id_filters=list(body.producer_id_filters),
         duration_filter_ms=max(0, int(getattr(body, "duration_filter", -1)))))
-    listed = answer.transactions
+    listed = coordinated_here(call, answer.transactions)
     if states and not any(s in _STATES for s in states):
         listed = []  # only unknown states asked: Kafka lists nothing (and names them)
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0),
