@@ -26,6 +26,7 @@ from tests.bench import ceiling, delete, physical, produce, report, soak, worker
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
 from tests.bench import diskless as bench_diskless
+from tests.bench import idempotence as bench_idempotence
 from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
 from tests.bench import recovery as bench_recovery
@@ -36,7 +37,7 @@ from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
-            "soak", "wide", "retention", "diskless", "orphans")
+            "soak", "wide", "retention", "diskless", "orphans", "idempotence")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             if "kafka" in only:
                 _section("kafka", figures, lambda: bench_kafka.kafka_client_figures(bench, quick=quick),
                          "kafka_confluent_kafka_produce_mbs", "Kafka listener produce", "MB/s")
+            if "idempotence" in only:  # issue 34: the sequence check's cost, Kafka's ProducerPerformance on/off
+                _section("idempotence", figures, lambda: bench_idempotence.idempotence_figures(bench, quick=quick),
+                         "kafka_perf_idempotence_cost_pct", "idempotent produce cost", "%")
             if "spark" in only:
                 _section("spark", figures, lambda: bench_spark.spark_throughput(bench, quick=quick),
                          "spark_write_mbs", "Spark write/read", "MB/s")
