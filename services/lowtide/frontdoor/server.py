@@ -50,6 +50,7 @@ from lowtide.frontdoor.transactions import (
     TransactionCoordinator,
     TxnStateStore,
 )
+from lowtide.frontdoor.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
 from lowtide.kafka.services import InProcess
@@ -79,6 +80,9 @@ class FrontDoorConfig:
     # Consumer group membership (JoinGroup...): session timeout bounds, initial rebalance delay,
     # group size limit (Kafka's group.* broker settings; frontdoor/membership.py).
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    # Partitions of __transaction_state when this front door creates it (Kafka's
+    # transaction.state.log.num.partitions); an existing topic keeps its own count.
+    txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
     # Kafka's transactional.id.expiration.ms (frontdoor/transactions.py).
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 
@@ -140,6 +144,9 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
+    txn_states = TxnStateLog(store=store, replicas=replicas, topics=topics, redis=redis,
+                             config=TxnLogConfig(partitions=config.txn_state_partitions),
+                             migrate_from=TxnStateStore(redis=redis))
     # Group membership lives in this process's memory (frontdoor/membership.py says what follows).
     members = GroupMembership(authorizer=authorizer, config=config.membership)
     front = FrontDoor(
@@ -151,7 +158,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
                                 members=members),
         acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
-        transactions=TransactionCoordinator(store=TxnStateStore(redis=redis), metadata=store, authorizer=authorizer,
+        transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
@@ -195,6 +202,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "(group.initial.rebalance.delay.ms)")
     add_flag(parser, "--group-max-size", default=defaults.max_group_size, type=int,
              help="most members a group may have (group.max.size)")
+    add_flag(parser, "--transaction-state-partitions", default=DEFAULT_TXN_STATE_PARTITIONS, type=int,
+             help="partitions of __transaction_state when this front door creates it "
+                  "(Kafka's transaction.state.log.num.partitions)")
     add_flag(parser, "--transactional-id-expiration-ms", default=DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS, type=int,
              help="forget a transactional id with no transaction for this long (Kafka's "
                   "transactional.id.expiration.ms, default 7 days)")
@@ -209,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
     check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
+    if args.transaction_state_partitions < 1:
+        raise SystemExit(f"{args.name}: --transaction-state-partitions must be >= 1, "
+                         f"got {args.transaction_state_partitions}")
     if args.transactional_id_expiration_ms < 1:
         raise SystemExit(f"{args.name}: --transactional-id-expiration-ms must be >= 1, "
                          f"got {args.transactional_id_expiration_ms}")
@@ -218,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
                                              token_file=args.token_file,
                                              offsets_topic_partitions=args.offsets_topic_partitions,
                                              transactional_id_expiration_ms=args.transactional_id_expiration_ms,
+                                             txn_state_partitions=args.transaction_state_partitions,
                                              membership=MembershipConfig(
                                                  min_session_timeout_ms=args.group_min_session_timeout_ms,
                                                  max_session_timeout_ms=args.group_max_session_timeout_ms,

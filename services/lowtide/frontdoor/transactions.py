@@ -1,14 +1,16 @@
 """The transaction coordinator (Kafka's ``TransactionCoordinator``, KIP-98), in the front door.
 
-Any front door serves any transactional id: the state lives in Redis and every transition is a
-compare-and-set on the state's version (a Lua script), so two front doors never both move one
-transaction. Redis layout (beside ``metadata/store.py``'s)::
+Any front door serves any transactional id. The states live in the internal compacted topic
+``__transaction_state`` (``txn_log.py``: Kafka's record format, replicated with acks=all), and
+every transition is a compare-and-set on the state's version, so two front doors never both move
+one transaction. ``TxnStateStore`` below is the Redis layout older lowtide kept them in (read once,
+to move them into the topic; tests also run the coordinator on it)::
 
     lowtide:txn:{transactional id}   HASH  producer_id, producer_epoch, state, partitions (JSON
                                            [[topic, partition], ...]), start_ms, timeout_ms,
                                            updated_ms, version
     lowtide:txn:ids                  SET   every transactional id with a state (the expiry scan)
-    lowtide:txn:next_producer_id     INT   INCR: producer ids, never reused
+    lowtide:txn:next_producer_id     INT   INCR: producer ids, never reused (both stores use it)
 
 States (Kafka's): Empty -> Ongoing (AddPartitionsToTxn) -> PrepareCommit | PrepareAbort (EndTxn,
 persisted before any marker) -> CompleteCommit | CompleteAbort (every partition holds its marker).
@@ -31,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import redis as redis_lib
 
@@ -112,6 +115,21 @@ class TxnState:
     version: int = 0
 
 
+class TxnStates(Protocol):
+    """Where the coordinator keeps states: ``save`` and ``delete`` are compare-and-set on
+    ``version`` (None / False: another writer moved the state first, nothing changed)."""
+
+    def load(self, transactional_id: str) -> TxnState | None: ...
+
+    def save(self, state: TxnState) -> TxnState | None: ...
+
+    def delete(self, state: TxnState) -> bool: ...
+
+    def next_producer_id(self) -> int: ...
+
+    def states(self) -> list[TxnState]: ...
+
+
 # (transactional id, its state or None, the error describing it)
 Described = tuple[str, "TxnState | None", "LowtideError | None"]
 
@@ -152,6 +170,9 @@ class TxnStateStore:
     def next_producer_id(self) -> int:
         return int(self.redis.incr(NEXT_PRODUCER_ID))
 
+    def states(self) -> list[TxnState]:
+        return [st for st in map(self.load, self.transactional_ids()) if st is not None]
+
     def transactional_ids(self) -> list[str]:
         return sorted(m.decode() for m in self.redis.sscan_iter(IDS, count=500))
 
@@ -162,7 +183,7 @@ class TransactionCoordinator:
     Thread-safe: per-call state lives on the stack; the store, authorizer and clients are shared.
     """
 
-    def __init__(self, *, store: TxnStateStore, metadata: MetadataStore, authorizer: Authorizer,
+    def __init__(self, *, store: TxnStates, metadata: MetadataStore, authorizer: Authorizer,
                  replicas: ReplicaClient, expire_interval_s: float = 1.0,
                  offsets_partition: Callable[[str], int] | None = None,
                  transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
@@ -261,11 +282,10 @@ class TransactionCoordinator:
         """Every transactional id's state the principal may DESCRIBE, filtered as Kafka filters."""
         now = now_ms()
         out = []
-        for transactional_id in self._store.transactional_ids():
-            if not self._may_describe(principal, transactional_id):
+        for st in sorted(self._store.states(), key=lambda st: st.transactional_id):
+            if not self._may_describe(principal, st.transactional_id):
                 continue
-            st = self._store.load(transactional_id)
-            if st is None or (states and st.state not in states):
+            if states and st.state not in states:
                 continue
             if producer_ids and st.producer_id not in producer_ids:
                 continue
@@ -315,11 +335,9 @@ class TransactionCoordinator:
         (Empty or decided ones only, as Kafka); returns how many transactions it ended."""
         now = now_ms() if now is None else now
         ended = 0
-        for transactional_id in self._store.transactional_ids():
+        for st in self._store.states():
+            transactional_id = st.transactional_id
             try:
-                st = self._store.load(transactional_id)
-                if st is None:
-                    continue
                 if st.state == ONGOING and now - st.start_ms > st.timeout_ms:
                     log.info("transaction of %r timed out after %d ms: aborting it", transactional_id, st.timeout_ms)
                     ended += self._abort_fencing(st)

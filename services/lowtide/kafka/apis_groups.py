@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowtide.errors import LowtideError
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, NetworkException, RequestTimedOut
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide_pb import admin_pb2, common_pb2
@@ -90,7 +90,13 @@ def offset_commit(call: Call, body: Any) -> Any:
                     for t in body.topics for p in t.partitions])
     if generation >= 0:
         request.generation_id = generation
-    results = {(r.topic, r.partition): r.error_code for r in call.admin("OffsetCommit", request).partitions}
+    try:
+        results = {(r.topic, r.partition): r.error_code for r in call.admin("OffsetCommit", request).partitions}
+    except LowtideError as err:
+        # Every partition gets the error: the generic whole-call answer has no partitions, which
+        # a Java consumer reads as a commit that succeeded.
+        code = CoordinatorNotAvailable.code if isinstance(err, (NetworkException, RequestTimedOut)) else err.code
+        results = {(p.topic, p.partition): code for p in request.partitions}
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("OffsetCommitResponsePartition", partition_index=p.partition_index,

@@ -70,6 +70,18 @@ def _coordinator(call: Call, method: str, request: Any) -> Any:
             f"the transaction coordinator is unreachable: {err.name}: {err.message}") from None
 
 
+def _per_partition(call: Call, method: str, request: Any) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> error code of a per-partition answer. A whole-call failure is every
+    asked partition's error here, not the broker's generic answer: that one has empty lists, and
+    the Java producer fails on an AddPartitionsToTxn answer without its partitions (a
+    NullPointerException in its I/O thread)."""
+    try:
+        answer = _coordinator(call, method, request)
+    except LowtideError as err:
+        return {(p.topic, p.partition): err.code for p in request.partitions}
+    return {(r.topic, r.partition): r.error_code for r in answer.partitions}
+
+
 def _v3(body: Any, name: str) -> Any:
     """AddPartitionsToTxn v0-3 fields are named ``v3_and_below_*`` by kio."""
     return getattr(body, f"v3_and_below_{name}")
@@ -90,8 +102,7 @@ def add_partitions_to_txn(call: Call, body: Any) -> Any:
         producer_epoch=_v3(body, "producer_epoch"),
         partitions=[common_pb2.TopicPartition(topic=t.name, partition=p)
                     for t in _v3(body, "topics") for p in t.partitions])
-    answer = _coordinator(call, "AddPartitionsToTxn", request)
-    results = {(r.topic, r.partition): r.error_code for r in answer.partitions}
+    results = _per_partition(call, "AddPartitionsToTxn", request)
     return call.make(call.response, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
         call.make("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
             call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
@@ -118,7 +129,7 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
     generation = getattr(body, "generation_id", -1)
     if generation >= 0:
         request.generation_id = generation
-    results = {(r.topic, r.partition): r.error_code for r in _coordinator(call, "TxnOffsetCommit", request).partitions}
+    results = _per_partition(call, "TxnOffsetCommit", request)
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,

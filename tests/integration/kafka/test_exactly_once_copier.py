@@ -5,7 +5,8 @@ each partition of an input topic to an output topic in transactions: consume, pr
 value, ``sendOffsetsToTransaction`` with the consumer's group metadata (TxnOffsetCommit), commit.
 While it runs, leaders (of the output partitions and of the group's ``__consumer_offsets``
 partition) and the front door (the transaction and group coordinator) are killed with -9 and
-restarted, so is redis-server, and leaders are paused with SIGSTOP. A copier that dies is started again with the same
+restarted, so is redis-server, and leaders are paused with SIGSTOP. The coordinator's states live
+in ``__transaction_state`` (replicated), so its leaders die too when the nemesis picks them. A copier that dies is started again with the same
 transactional id, as the system test bounces its copiers: its InitProducerId fences the old one
 and aborts what it left open, and it resumes from the offsets committed with the last committed
 transaction. Then a ``read_committed`` read of the whole output must hold every input value
@@ -213,8 +214,8 @@ def test_transactional_message_copier_copies_every_value_exactly_once_while_lead
         nemesis.stop()
         for c in copiers:
             c.kill()
-    summary = (f"copied in {time.monotonic() - started:.1f} s; faults {dict(nemesis.faults)} (seed {nemesis.seed}), copier starts "
-               f"{[c.starts for c in copiers]}, exits {[c.exits for c in copiers]}, problems {nemesis.problems}")
+    summary = (f"copied in {time.monotonic() - started:.1f} s; faults {dict(nemesis.faults)} (seed {nemesis.seed}), "
+               f"copier starts {[c.starts for c in copiers]}, exits {[c.exits for c in copiers]}, problems {nemesis.problems}")
     print(summary)
     stuck = "\n".join(f"--- copier {c.partition} (run {c.starts}) ---\n{c.tail()}" for c in copiers if not c.done)
     assert not stuck, f"a copier did not finish within {COPY_DEADLINE_S} s: {summary}\n{stuck}"

@@ -4,13 +4,17 @@ transactional ids, through the front door's gRPC Admin service of a real cluster
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.frontdoor.transactions import COMPLETE_COMMIT, EMPTY, ONGOING, TransactionCoordinator, TxnStateStore
+from lowtide.frontdoor.admin import TopicAdmin
+from lowtide.frontdoor.transactions import COMPLETE_COMMIT, EMPTY, ONGOING, TransactionCoordinator
+from lowtide.frontdoor.txn_log import TxnStateLog
 from lowtide.groups import OFFSETS_TOPIC
 from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
 from tests.integration import support as s
@@ -128,11 +132,13 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_starts_with_a_ne
     open_txn = Txn(txn_cluster, "expiring-open")
     assert open_txn.add_offsets("g-expiring-open") == 0
     store = s.store(txn_cluster)
-    coordinator = TransactionCoordinator(
-        store=TxnStateStore(redis=store.redis), metadata=store, replicas=ReplicaClient(),
-        authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
-        transactional_id_expiration_ms=60_000)
-    txns = TxnStateStore(redis=store.redis)
+    client = ReplicaClient()
+    authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
+    txns = TxnStateLog(store=store, replicas=client, redis=store.redis,
+                       topics=TopicAdmin(store=store, authorizer=authorizer, replicas=client,
+                                         pool=ThreadPoolExecutor(max_workers=2)))
+    coordinator = TransactionCoordinator(store=txns, metadata=store, replicas=client, authorizer=authorizer,
+                                         transactional_id_expiration_ms=60_000)
     assert txns.load("expiring").state == COMPLETE_COMMIT
     coordinator.expire(now=now_ms() + 30_000)  # not idle long enough yet
     assert txns.load("expiring") is not None
