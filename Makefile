@@ -77,8 +77,8 @@ tools:
 	@scripts/setup.sh --force-tools
 
 # Apache Kafka's own CLI tools (kafka-topics, kafka-console-producer/-consumer, kafka-consumer-groups,
-# kafka-delete-records, kafka-acls, kafka-configs, kafka-verifiable-producer, kafka-producer-perf-test as .tools/bin
-# wrappers) and Spark's Kafka connector jars for .venv's PySpark,
+# kafka-delete-records, kafka-acls, kafka-configs, kafka-verifiable-producer, kafka-producer-perf-test,
+# kafka-transactions as .tools/bin wrappers) and Spark's Kafka connector jars for .venv's PySpark,
 # from Maven Central, cached in ~/.cache/lowtide-kafka-tools (fast when cached; needs java and mvn).
 # `make setup` runs it with --optional: a failure is a warning there, except under CI=true.
 kafka-tools: $(PIP_STAMP)
