@@ -19,6 +19,7 @@ the tests run in any order.
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -117,26 +118,31 @@ class Seen:
     hanging: list[dict[str, str]]
 
 
+def run_all(kcluster, *commands: tuple[str, ...]) -> list[list[dict[str, str]]]:
+    """Independent tool runs two at a time (each is a JVM start: mostly CPU, on 2 cores)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda args: transactions(kcluster, *args), commands))
+
+
 @pytest.fixture(scope="module")
 def seen(kcluster, opened) -> Seen:
     """What the tool shows while both transactions are open."""
-    return Seen(listed=transactions(kcluster, "list"),
-                described=transactions(kcluster, "describe", "--transactional-id", TXN_ID),
-                producers=transactions(kcluster, "describe-producers", "--topic", TOPIC, "--partition", "0"),
-                hanging=transactions(kcluster, "find-hanging", "--broker-id", str(opened.leaders[1]),
-                                     "--max-transaction-timeout", "0"))
+    listed, described, producers, hanging = run_all(
+        kcluster, ("list",), ("describe", "--transactional-id", TXN_ID),
+        ("describe-producers", "--topic", TOPIC, "--partition", "0"),
+        ("find-hanging", "--broker-id", str(opened.leaders[1]), "--max-transaction-timeout", "0"))
+    return Seen(listed=listed, described=described, producers=producers, hanging=hanging)
 
 
 @pytest.fixture(scope="module")
 def aborted(kcluster, opened, seen) -> dict[str, list[dict[str, str]]]:
     """Both transactions aborted with ``abort --start-offset``; what the tool shows after."""
-    assert transactions(kcluster, "abort", "--topic", TOPIC, "--partition", "0",
-                        "--start-offset", str(OPEN_START)) == []
-    assert transactions(kcluster, "abort", "--topic", TOPIC, "--partition", "1",
-                        "--start-offset", str(HANGING_START)) == []
-    return {"producers": transactions(kcluster, "describe-producers", "--topic", TOPIC, "--partition", "0"),
-            "hanging": transactions(kcluster, "find-hanging", "--broker-id", str(opened.leaders[1]),
-                                    "--max-transaction-timeout", "0")}
+    assert run_all(kcluster, ("abort", "--topic", TOPIC, "--partition", "0", "--start-offset", str(OPEN_START)),
+                   ("abort", "--topic", TOPIC, "--partition", "1", "--start-offset", str(HANGING_START))) == [[], []]
+    producers, hanging = run_all(
+        kcluster, ("describe-producers", "--topic", TOPIC, "--partition", "0"),
+        ("find-hanging", "--broker-id", str(opened.leaders[1]), "--max-transaction-timeout", "0"))
+    return {"producers": producers, "hanging": hanging}
 
 
 def test_list_shows_the_open_transaction_once_as_ongoing(seen, opened):
