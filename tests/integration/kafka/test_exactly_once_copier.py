@@ -6,9 +6,10 @@ value, ``sendOffsetsToTransaction`` with the consumer's group metadata (TxnOffse
 While it runs, leaders (of the output partitions and of the group's ``__consumer_offsets``
 partition) and the front door (the transaction and group coordinator) are killed with -9 and
 restarted, so is redis-server, and leaders are paused with SIGSTOP. The coordinator's states live
-in ``__transaction_state`` (replicated), so its leaders die too when the nemesis picks them. A copier that dies is started again with the same
-transactional id, as the system test bounces its copiers: its InitProducerId fences the old one
-and aborts what it left open, and it resumes from the offsets committed with the last committed
+in ``__transaction_state`` (replicated): the leaders of the copiers' partitions there are among the
+nemesis's targets too. A copier that dies is started again with the same transactional id, as
+the system test bounces its copiers: its InitProducerId fences the old one and aborts what it left
+open, and it resumes from the offsets committed with the last committed
 transaction. Then a ``read_committed`` read of the whole output must hold every input value
 exactly once, and the group's committed offsets must be each input partition's end.
 
@@ -31,6 +32,7 @@ import pytest
 
 from lowtide.client import Admin, Consumer, Producer
 from lowtide.client.admin import OffsetSpec
+from lowtide.frontdoor.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
 from lowtide.groups import OFFSETS_TOPIC, partition_for_group
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
@@ -111,8 +113,9 @@ def finished(log: Path) -> bool:
 
 
 class Nemesis:
-    """Every ``interval_s``: kill -9 (and restart) or SIGSTOP (and resume) a leader of an output or
-    of the group's offsets partition, or kill -9 and restart the front door or redis-server."""
+    """Every ``interval_s``: kill -9 (and restart) or SIGSTOP (and resume) a leader of an output
+    partition, of the group's offsets partition or of a copier's transaction-state partition, or
+    kill -9 and restart the front door or redis-server."""
 
     def __init__(self, cluster: LocalCluster, *, seed: int, interval_s: float = 2.0) -> None:
         self.cluster = cluster
@@ -132,8 +135,12 @@ class Nemesis:
         self._thread.join(timeout=60)
 
     def _targets(self) -> list[tuple[str, int]]:
-        offsets_partition = partition_for_group(GROUP, partitions=s.store(self.cluster).topic(OFFSETS_TOPIC).partitions)
-        return [(OUTPUT, p) for p in range(PARTITIONS)] + [(OFFSETS_TOPIC, offsets_partition)]
+        store = s.store(self.cluster)
+        offsets_partition = partition_for_group(GROUP, partitions=store.topic(OFFSETS_TOPIC).partitions)
+        txn_partitions = store.topic(TXN_STATE_TOPIC).partitions
+        return ([(OUTPUT, p) for p in range(PARTITIONS)] + [(OFFSETS_TOPIC, offsets_partition)]
+                + [(TXN_STATE_TOPIC, partition_for_transactional_id(f"copier-{p}", partitions=txn_partitions))
+                   for p in range(PARTITIONS)])
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -215,7 +222,8 @@ def test_transactional_message_copier_copies_every_value_exactly_once_while_lead
         for c in copiers:
             c.kill()
     summary = (f"copied in {time.monotonic() - started:.1f} s; faults {dict(nemesis.faults)} (seed {nemesis.seed}), "
-               f"copier starts {[c.starts for c in copiers]}, exits {[c.exits for c in copiers]}, problems {nemesis.problems}")
+               f"copier starts {[c.starts for c in copiers]}, exits {[c.exits for c in copiers]}, "
+               f"problems {nemesis.problems}")
     print(summary)
     stuck = "\n".join(f"--- copier {c.partition} (run {c.starts}) ---\n{c.tail()}" for c in copiers if not c.done)
     assert not stuck, f"a copier did not finish within {COPY_DEADLINE_S} s: {summary}\n{stuck}"
