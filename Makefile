@@ -27,7 +27,7 @@ CONTRACT_CHECK := ../shared/tools/contract-check
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
-        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos chaos-diskless chaos-kafka dashboards k8s-build k8s-up k8s-test k8s-down \
+        contract-check tools kafka-tools kafka-tools-optional chart-lint chaos chaos-diskless chaos-kafka chaos-eos dashboards k8s-build k8s-up k8s-test k8s-down \
         docs
 
 help:
@@ -40,6 +40,7 @@ help:
 	@echo "make chaos             random faults + history check (CHAOS_MINUTES=30, CHAOS_SEED=random) -> tests/chaos/RESULTS.md"
 	@echo "make chaos-diskless    the same on a diskless topic, with coordinator shard faults too"
 	@echo "make chaos-kafka       idempotent Kafka producers (VerifiableProducer, confluent-kafka) under faults (CHAOS_KAFKA_MINUTES=10)"
+	@echo "make chaos-eos         Kafka's TransactionalMessageCopier under faults, exactly-once check (EOS_RECORDS=200000 per partition)"
 	@echo "make lint              ruff check"
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
 	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
@@ -124,6 +125,12 @@ chaos-diskless: setup
 CHAOS_KAFKA_MINUTES ?= 10
 chaos-kafka: setup
 	$(PY) -m tests.chaos.kafka_idempotence --minutes $(CHAOS_KAFKA_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+	  --out tests/chaos/RESULTS.md
+
+# The long run of tests/integration/kafka/test_exactly_once_copier.py (its short run is in make test).
+EOS_RECORDS ?= 200000
+chaos-eos: setup
+	$(PY) -m tests.integration.kafka.test_exactly_once_copier --records $(EOS_RECORDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
 	  --out tests/chaos/RESULTS.md
 
 lint: $(PIP_STAMP)

@@ -175,8 +175,8 @@ class OffsetsTopic:
         """Append ``writes`` (all of one group) as one batch with acks=all, then fold them in.
 
         ``producer`` (producer id, epoch): the batch belongs to that producer's transaction
-        (Kafka's TxnOffsetCommit): folded as pending until its marker; an older epoch than the
-        partition has seen is refused by the leader (PRODUCER_FENCED here)."""
+        (Kafka's TxnOffsetCommit): the tail folds it, as pending until its marker; an older epoch
+        than the partition has seen is refused by the leader (PRODUCER_FENCED here)."""
         if not writes:
             return
         partition = self.partition_of(group)
@@ -189,8 +189,13 @@ class OffsetsTopic:
             base_offset = self._produce(partition, batch)
         except InvalidProducerEpoch as err:
             raise ProducerFenced(err.message) from None
-        self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i,
-                                                  producer_id=pid)
+        if producer is not None:
+            # Left to the tail (and to ``catch_up``, which OffsetFetch with require_stable calls):
+            # applied here, the records could arrive after the tail had already read them and the
+            # marker deciding them (a transaction aborted by its timeout meanwhile), and would then
+            # wait as pending for a marker that is behind them.
+            return
+        self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i)
                                      for i, w in enumerate(writes)])
 
     def _ensure_topic(self) -> int:

@@ -101,8 +101,8 @@ class PartitionOffsets:
         # (own writes are applied before the tail reaches them) does not bring the key back.
         # Pruned once the tail has passed it: nothing older can arrive after that.
         self._tombstones: dict[OffsetKey, int] = {}
-        # producer id -> {log offset: record} of its undecided transaction (keyed by log offset: a
-        # writer's own acknowledged records and the tail's reading of them are the same records).
+        # producer id -> {log offset: record} of its undecided transaction (keyed by log offset, so
+        # records handed in twice count once).
         self._pending: dict[int, dict[int, OffsetRecord]] = {}
 
     def __len__(self) -> int:
@@ -112,9 +112,8 @@ class PartitionOffsets:
         """Fold one record or marker; returns whether it changed any committed offset."""
         if isinstance(record, TxnMarker):
             held = self._pending.pop(record.producer_id, {})
-            # Only records before the marker are its transaction's: a writer applies its own
-            # records of the producer's next transaction as soon as they are acknowledged, which
-            # may be before the tail reads this marker.
+            # Only records before the marker are its transaction's: records of the producer's
+            # next transaction handed in early (out of log order) stay pending.
             later = {o: r for o, r in held.items() if o > record.log_offset}
             if later:
                 self._pending[record.producer_id] = later

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,21 @@ class Copier:
         log = self.logs / f"copier-{self.partition}-{self.starts}.log"
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
 
+    def main_thread_stack(self) -> str:
+        """Where a copier that is still running waits: its main thread in a JVM thread dump
+        (SIGQUIT makes the JVM print one to its output and carry on)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return ""
+        self._proc.send_signal(signal.SIGQUIT)
+        time.sleep(1.5)
+        log = self.logs / f"copier-{self.partition}-{self.starts}.log"
+        lines = log.read_text(errors="replace").splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith('"main"')), None)
+        if start is None:
+            return ""
+        end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+        return "\n".join(lines[start:min(end, start + 40)])
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
@@ -152,7 +168,8 @@ class Nemesis:
     def _one_fault(self) -> None:
         kind = self.rng.choice(["kill-leader", "kill-leader", "pause-leader", "kill-frontdoor", "kill-redis"])
         if kind == "kill-redis":
-            # Transaction states live in Redis (AOF): a kill -9 loses nothing it acknowledged.
+            # Redis (AOF) holds the cluster metadata and producer ids; transaction states are in
+            # __transaction_state.
             name = next(e.name for e in self.cluster.services() if e.is_redis)
             self.cluster.kill(name, signal.SIGKILL)
             time.sleep(0.5)
@@ -192,52 +209,147 @@ def read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     return out
 
 
-def test_transactional_message_copier_copies_every_value_exactly_once_while_leaders_front_door_and_redis_die(
-        kcluster, tmp_path):
-    lib = kafka_tools_manifest()["lib"]
+@dataclass
+class CopyOutcome:
+    """What one copy under faults did and what the output holds."""
+
+    seconds: float
+    seed: int
+    faults: dict[str, int]
+    starts: list[int]
+    exits: list[list[int]]
+    problems: list[str]
+    stuck: str  # the output of copiers that did not finish ("" when all did)
+    records: int = 0
+    read: int = 0
+    duplicated: list[bytes] = field(default_factory=list)
+    missing: list[bytes] = field(default_factory=list)
+    unexpected: list[bytes] = field(default_factory=list)
+    committed: dict[int, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"copied in {self.seconds:.1f} s; faults {self.faults} (seed {self.seed}), copier starts "
+                f"{self.starts}, exits {self.exits}, problems {self.problems}")
+
+    @property
+    def exactly_once(self) -> bool:
+        return not (self.stuck or self.duplicated or self.missing or self.unexpected) and \
+            set(self.committed.values()) == {self.records // PARTITIONS}
+
+
+def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition: int, deadline_s: float,
+                      seed: int, logs: Path, fault_interval_s: float = 2.0) -> CopyOutcome:
+    """Fill the input, run the copiers to its end while the nemesis works, read the output."""
     for topic in (INPUT, OUTPUT):
-        s.create_topic(kcluster, topic, partitions=PARTITIONS, rf=3, config={"min.insync.replicas": "2"})
+        s.create_topic(cluster, topic, partitions=PARTITIONS, rf=3, config={"min.insync.replicas": "2"})
     expected: dict[int, list[bytes]] = {}
-    with Producer(kcluster.bootstrap) as producer:
+    with Producer(cluster.bootstrap) as producer:
         for p in range(PARTITIONS):
-            expected[p] = [f"{p}-{i}".encode() for i in range(RECORDS_PER_PARTITION)]
+            expected[p] = [f"{p}-{i}".encode() for i in range(records_per_partition)]
             for value in expected[p]:
                 producer.send(INPUT, value, partition=p)
         producer.flush()
 
-    copiers = [Copier(lib, partition=p, bootstrap=kcluster.kafka_bootstrap, logs=tmp_path) for p in range(PARTITIONS)]
+    copiers = [Copier(lib, partition=p, bootstrap=cluster.kafka_bootstrap, logs=logs) for p in range(PARTITIONS)]
     started = time.monotonic()
-    deadline = started + COPY_DEADLINE_S
+    deadline = started + deadline_s
     threads = [threading.Thread(target=c.run, args=(deadline,), daemon=True) for c in copiers]
     for t in threads:
         t.start()
     time.sleep(3.0)  # the copiers' JVMs start and the first transactions commit before any fault
-    nemesis = Nemesis(kcluster, seed=random.randrange(1 << 30))
+    nemesis = Nemesis(cluster, seed=seed, interval_s=fault_interval_s)
     nemesis.start()
     try:
         for t in threads:
             t.join(timeout=max(1.0, deadline - time.monotonic() + 5))
     finally:
         nemesis.stop()
+        tails = {c.partition: c.tail() for c in copiers if not c.done}
+        stacks = {c.partition: c.main_thread_stack() for c in copiers if not c.done}
         for c in copiers:
             c.kill()
-    summary = (f"copied in {time.monotonic() - started:.1f} s; faults {dict(nemesis.faults)} (seed {nemesis.seed}), "
-               f"copier starts {[c.starts for c in copiers]}, exits {[c.exits for c in copiers]}, "
-               f"problems {nemesis.problems}")
-    print(summary)
-    stuck = "\n".join(f"--- copier {c.partition} (run {c.starts}) ---\n{c.tail()}" for c in copiers if not c.done)
-    assert not stuck, f"a copier did not finish within {COPY_DEADLINE_S} s: {summary}\n{stuck}"
-    assert sum(nemesis.faults.values()) >= 3, f"too few faults to prove anything: {summary}"
-
-    copied = read_committed(kcluster.bootstrap, OUTPUT)
+    outcome = CopyOutcome(
+        seconds=time.monotonic() - started, seed=seed, faults=dict(nemesis.faults), starts=[c.starts for c in copiers],
+        exits=[c.exits for c in copiers], problems=nemesis.problems, records=records_per_partition * PARTITIONS,
+        stuck="\n".join(f"--- copier {c.partition} (run {c.starts}) ---\n{tails[c.partition]}\n{stacks[c.partition]}"
+                        for c in copiers if not c.done))
+    if outcome.stuck:
+        return outcome
+    copied = read_committed(cluster.bootstrap, OUTPUT)
     got = collections.Counter(v for values in copied.values() for v in values)
     want = collections.Counter(v for values in expected.values() for v in values)
-    duplicated = sorted(v for v, n in got.items() if n > 1)
-    missing = sorted(set(want) - set(got))
-    unexpected = sorted(set(got) - set(want))
-    assert (duplicated, missing, unexpected) == ([], [], []), (
-        f"{len(duplicated)} values copied more than once (e.g. {duplicated[:5]}), {len(missing)} missing "
-        f"(e.g. {missing[:5]}), {len(unexpected)} never produced; {summary}")
-    with Admin(kcluster.bootstrap) as admin:
+    outcome.read = sum(got.values())
+    outcome.duplicated = sorted(v for v, n in got.items() if n > 1)
+    outcome.missing = sorted(set(want) - set(got))
+    outcome.unexpected = sorted(set(got) - set(want))
+    with Admin(cluster.bootstrap) as admin:
         committed = admin.fetch_offsets(GROUP, [(INPUT, p) for p in range(PARTITIONS)])
-    assert {p: c.offset for (_, p), c in committed.items()} == {p: RECORDS_PER_PARTITION for p in range(PARTITIONS)}
+    outcome.committed = {p: c.offset for (_, p), c in committed.items()}
+    return outcome
+
+
+def test_transactional_message_copier_copies_every_value_exactly_once_while_leaders_front_door_and_redis_die(
+        kcluster, tmp_path):
+    lib = kafka_tools_manifest()["lib"]
+    got = copy_under_faults(kcluster, lib=lib, records_per_partition=RECORDS_PER_PARTITION,
+                            deadline_s=COPY_DEADLINE_S, seed=random.randrange(1 << 30), logs=tmp_path)
+    print(got.summary())
+    assert not got.stuck, f"a copier did not finish within {COPY_DEADLINE_S} s: {got.summary()}\n{got.stuck}"
+    assert sum(got.faults.values()) >= 3, f"too few faults to prove anything: {got.summary()}"
+    assert (got.duplicated, got.missing, got.unexpected) == ([], [], []), (
+        f"{len(got.duplicated)} values copied more than once (e.g. {got.duplicated[:5]}), {len(got.missing)} "
+        f"missing (e.g. {got.missing[:5]}), {len(got.unexpected)} never produced; {got.summary()}")
+    assert got.committed == {p: RECORDS_PER_PARTITION for p in range(PARTITIONS)}
+
+
+# -- the long run (make chaos-eos) ---------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.integration.kafka.test_exactly_once_copier --records 200000 --out FILE``:
+    the same copy on a bigger input, its outcome appended to FILE as a table; exit 1 on a violation."""
+    import argparse
+    import datetime as dt
+    import subprocess as sp
+    import tempfile
+
+    from lowtide.common.procs import require_tool
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--records", type=int, default=200_000, help="records per input partition")
+    parser.add_argument("--minutes", type=float, default=20, help="how long the copiers may take")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="markdown file the result is appended to")
+    args = parser.parse_args(argv)
+    require_tool("java", "install a Java 17+ runtime (make setup does)")
+    manifest = json.loads((Path(__file__).resolve().parents[3] / ".tools" / "kafka-tools.json").read_text())
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    with tempfile.TemporaryDirectory(prefix="lowtide-eos-") as tmp:
+        cluster = LocalCluster(ClusterConfig(data_dir=Path(tmp) / "cluster", replicas=3,
+                                             replica_config=dict(DEFAULT_REPLICA_CONFIG), session_timeout_ms=2000))
+        cluster.up(detach=True)
+        try:
+            (Path(tmp) / "logs").mkdir()
+            got = copy_under_faults(cluster, lib=manifest["lib"], records_per_partition=args.records,
+                                    deadline_s=args.minutes * 60, seed=seed, logs=Path(tmp) / "logs")
+        finally:
+            cluster.down(timeout_s=10)
+    commit = sp.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = [("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")), ("commit", commit), ("seed", seed),
+            ("records", f"{got.records} ({PARTITIONS} partitions, transactions of {TRANSACTION_SIZE})"),
+            ("copy time", f"{got.seconds:.0f} s"),
+            ("faults", ", ".join(f"{k} {v}" for k, v in sorted(got.faults.items()))),
+            ("copier starts", got.starts), ("read_committed records read", got.read),
+            ("values copied twice or more", len(got.duplicated)), ("values missing", len(got.missing)),
+            ("committed offsets", got.committed), ("result", "PASS" if got.exactly_once else "FAIL")]
+    table = "\n".join(["", "## Exactly-once copy (TransactionalMessageCopier) under faults", "",
+                       "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""])
+    print(table)
+    if got.stuck:
+        print(got.stuck)
+    if args.out is not None:
+        with args.out.open("a") as f:
+            f.write(table)
+    return 0 if got.exactly_once else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -74,7 +74,7 @@ def test_the_front_door_that_creates_the_topic_moves_the_states_kept_in_redis(cl
 def test_a_state_one_front_door_saved_is_what_another_loads(cluster):
     a, b = new_log(cluster), new_log(cluster)
     saved = a.save(TxnState(transactional_id="shared", producer_id=7, producer_epoch=0,
-                            partitions=frozenset({("t", 0), ("t", 1)}), state=ONGOING, start_ms=123))
+                            partitions=frozenset({("t", 0), ("t", 1)}), state=ONGOING, start_ms=now_ms()))
     assert saved is not None and saved.version > 0
     assert b.load("shared") == saved
 
@@ -112,9 +112,10 @@ def test_of_two_front_doors_saving_the_same_version_at_once_exactly_one_wins(clu
 
 
 def test_states_are_read_from_the_new_leader_after_a_kill_9_of_the_partitions_leader(cluster):
+    # Started now: the cluster's own front door aborts an Ongoing state past its timeout.
     txns = new_log(cluster)
     saved = txns.save(TxnState(transactional_id="survivor", producer_id=11, producer_epoch=2, state=ONGOING,
-                               partitions=frozenset({("t", 3)}), start_ms=5))
+                               partitions=frozenset({("t", 3)}), start_ms=now_ms()))
     partitions = s.store(cluster).topic(TXN_STATE_TOPIC).partitions
     partition = partition_for_transactional_id("survivor", partitions=partitions)
     leader = s.leader_of(cluster, TXN_STATE_TOPIC, partition)

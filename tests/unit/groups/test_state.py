@@ -150,7 +150,7 @@ def test_a_committed_transaction_does_not_undo_a_later_plain_commit_of_the_same_
     assert committed(part) == {K0: 12}
 
 
-def test_a_writers_own_pending_records_and_the_tails_reading_of_them_count_once():
+def test_pending_records_handed_in_twice_count_once():
     part = PartitionOffsets(partition=0)
     part.apply(OffsetRecord(K0, value(9), log_offset=1, producer_id=7))
     part.apply_all(decode_offset_records(txn_batch_at(1, 7, [(K0, value(9))]) + marker_at(2, 7, commit=True)))
@@ -166,7 +166,7 @@ def test_starting_a_partition_over_forgets_its_pending_offsets():
 
 
 def test_a_marker_leaves_pending_the_records_of_its_producers_next_transaction():
-    # The writer applies its own records of the next transaction before the tail reads the marker.
+    # Records of the next transaction handed in before the marker of the previous one (out of log order).
     part = PartitionOffsets(partition=0)
     part.apply(OffsetRecord(K0, value(5), log_offset=0, producer_id=7))
     part.apply(OffsetRecord(K0, value(50), log_offset=2, producer_id=7))
