@@ -1,15 +1,13 @@
 """Apache Kafka's own tools, fetched by ``make kafka-tools`` (scripts/kafka_tools.sh), are installed
 and run: each CLI wrapper prints its version and usage (no broker needed), and Spark's Kafka connector
-jars exist and make ``format("kafka")`` resolve in a local-mode session, failing only for want of a
-broker. CI installs them, so nothing here skips there."""
+jars exist (that ``format("kafka")`` resolves with them is shown by tests/integration/kafka/
+test_spark_kafka_connector.py, which reads and writes through it). CI installs them, so nothing
+here skips there."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -18,7 +16,6 @@ from tests.kafka_tools import (
     KAFKA_USAGE_ON_STDOUT,
     kafka_tool,
     kafka_tools_manifest,
-    require_java,
     spark_kafka_dir,
     spark_kafka_jars,
 )
@@ -105,38 +102,3 @@ def test_spark_kafka_jars_exist() -> None:
                      "commons-pool2-"):
         assert artifact in names, (artifact, names)
     assert "scala-library" not in names and "spark-core" not in names  # PySpark ships those
-
-
-def test_spark_resolves_the_kafka_source() -> None:
-    """A fresh local-mode session (in its own process: spark.jars only counts at a JVM's start) with
-    the jars reads "kafka" from a closed port: Kafka's own TimeoutException, not a missing class."""
-    require_java()
-    jars = ",".join(str(j) for j in spark_kafka_jars())
-    code = textwrap.dedent("""
-        import sys
-        from pyspark.sql import SparkSession
-        spark = (SparkSession.builder.master("local[1]").appName("kafka-tools-test")
-                 .config("spark.jars", sys.argv[1]).config("spark.ui.enabled", "false")
-                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            df = (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1")
-                  .option("subscribe", "lowtide-test").option("kafka.default.api.timeout.ms", "3000")
-                  .option("kafka.request.timeout.ms", "2000").option("fetchOffset.numRetries", "1")
-                  .load())
-            print("COLUMNS", ",".join(df.columns))
-            df.count()
-            print("NO ERROR")
-        except Exception as e:
-            print("ERROR", str(e)[:20000])
-        finally:
-            spark.stop()
-    """)
-    result = subprocess.run([sys.executable, "-c", code, jars], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    out = result.stdout
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "COLUMNS key,value,topic,partition,offset,timestamp,timestampType" in out, out[-3000:]
-    assert "Failed to find data source" not in out and "ClassNotFound" not in out, out[-3000:]
-    assert "org.apache.kafka.common.errors.TimeoutException" in out, out[-3000:]
