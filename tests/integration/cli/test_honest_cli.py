@@ -1,6 +1,7 @@
 """Honest answers through the real `lowtide` command on real clusters: the retention dry run says
 what it would delete and deletes nothing, an unknown topic fails every command that names it, the
-README's commands run as written, and the demo leaves no directory and no dead URL behind."""
+README's commands run as written. (That the demo leaves no directory, process or dead URL behind is
+tests/integration/cli/test_demo_and_retention.py and tests/unit/cli/test_demo_render.py.)"""
 
 from __future__ import annotations
 
@@ -94,19 +95,4 @@ def test_the_readme_commands_run_as_written_against_a_fresh_cluster(tmp_path):
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     assert "lowtide.v1.Admin" in proc.stdout and '"low_watermark"' in proc.stdout
     assert "Dry run: nothing was deleted." in proc.stdout
-
-
-# A whole pipeline of separate programs (Spark JVMs, a cluster): minutes when the parallel suite
-# shares 2 cores; the suite-wide 300 s is a hang guard, this one too, with room for a busy machine.
-@pytest.mark.timeout(600)
-def test_the_demo_removes_its_temporary_directory_and_offers_no_dead_metrics_url(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the demo's mkdtemp puts its cluster
-    proc = s.lowtide_cli("demo", "--records", "4000", "--segment-bytes", "131072", timeout=540)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert list(tmp_path.glob("lowtide-demo-*")) == []
-    assert "metrics (Prometheus text), live while the demo runs:" in proc.stderr   # offered while live
-    assert proc.stderr.index("live while the demo runs") < proc.stderr.index("[7/7] stopping")
-    assert "were served during the run" in proc.stdout and "the cluster is stopped now" in proc.stdout
-    assert "live until" not in proc.stdout
-    assert "temporary directory was removed" in proc.stdout
 
