@@ -103,7 +103,9 @@ def test_a_lost_leader_is_retried_at_the_new_leader_within_the_timeout(front_doo
         admin.close()
     result = answer[("orders", 0)]
     assert (result.low_watermark, result.error) == (12, None)
-    assert replicas.calls(1, "DeleteRecords") == before + 1
+    # At least once: a call that reaches replica 1 before it learned it leads is refused
+    # NOT_LEADER_OR_FOLLOWER and retried (seen once in CI's parallel suite: 2 calls).
+    assert replicas.calls(1, "DeleteRecords") >= before + 1
     assert replicas.describe(1, "orders", 0).log_start_offset == 12
 
 
