@@ -188,7 +188,7 @@ class Nemesis:
                 self.cluster.start_service(name)
             else:
                 self.cluster.pause(name)
-                time.sleep(2.0)
+                time.sleep(2.0)  # the fault itself: a leader hung this long (past the 2 s session timeout)
                 self.cluster.resume(name)
         self.faults[kind] += 1
 
@@ -256,7 +256,10 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
     threads = [threading.Thread(target=c.run, args=(deadline,), daemon=True) for c in copiers]
     for t in threads:
         t.start()
-    time.sleep(3.0)  # the copiers' JVMs start and the first transactions commit before any fault
+    # Faults start once the copiers' first transactions exist: their coordinator topics are then
+    # there for the nemesis to aim at.
+    s.wait_until(lambda: {OFFSETS_TOPIC, TXN_STATE_TOPIC} <= set(s.store(cluster).topics()), timeout_s=60,
+                 what="the copiers' first transactions")
     nemesis = Nemesis(cluster, seed=seed, interval_s=fault_interval_s)
     nemesis.start()
     try:
