@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+import grpc
 import redis as redis_lib
 
 from lowtide.auth.acl import (
@@ -34,10 +35,11 @@ from lowtide.auth.acl import (
     ResourceType,
     parse_principal,
 )
-from lowtide.auth.identity import broker_principal
+from lowtide.auth.identity import broker_principal, is_service_principal
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.errors import ClusterAuthorizationFailed, LowtideError, TopicAuthorizationFailed, UnknownServerError
+from lowtide.tls.principal import PrincipalMapper
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -140,6 +142,13 @@ class AccessControl:
         assert self._authenticator is not None  # checked in __init__
         return self._authenticator.authenticate(metadata)
 
+    def authenticate_call(self, context: grpc.ServicerContext) -> str:
+        """``authenticate`` for a gRPC call: its token, or with mutual TLS its certificate."""
+        if not self._enabled:
+            return ANONYMOUS_PRINCIPAL
+        assert self._authenticator is not None  # checked in __init__
+        return self._authenticator.authenticate_context(context)
+
     def allows(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         if not self._enabled:
             return True
@@ -189,12 +198,15 @@ class AccessControl:
 
 
 def build_access_control(*, redis: redis_lib.Redis, enabled: bool, tokens_file: str | Path | None = None,
-                         super_users: frozenset[str] = frozenset()) -> AccessControl:
-    """The AccessControl of a server: tokens from ``tokens_file`` and Redis, ACLs from Redis."""
+                         super_users: frozenset[str] = frozenset(),
+                         certificates: PrincipalMapper | None = None) -> AccessControl:
+    """The AccessControl of a server: tokens from ``tokens_file`` and Redis, ACLs from Redis, and
+    with ``certificates`` (mutual TLS) principals from client certificates."""
     if not enabled:
         return AccessControl.allow_all()
     return AccessControl(
-        authenticator=Authenticator(redis=redis, tokens_file=tokens_file, required=True),
+        authenticator=Authenticator(redis=redis, tokens_file=tokens_file, required=True, certificates=certificates,
+                                    reserved_for_certificates=is_service_principal),
         authorizer=Authorizer(store=AclStore(redis=redis), enabled=True, super_users=super_users))
 
 

@@ -40,6 +40,15 @@ ADMIN_PRINCIPAL = "User:admin"
 TOKEN_BYTES = 32
 
 
+SERVICE_PRINCIPALS = frozenset({FRONTDOOR_PRINCIPAL, "User:coordinator", "User:orphan-scanner"})
+
+
+def is_service_principal(principal: str) -> bool:
+    """The identities of lowtide's own services (brokers, front door, coordinator, scanner): with
+    mutual TLS on they authenticate only with their certificates."""
+    return principal.startswith(BROKER_PRINCIPAL_PREFIX) or principal in SERVICE_PRINCIPALS
+
+
 def broker_principal(broker_id: int) -> str:
     """The principal broker ``broker_id`` authenticates as (and the only one whose follower fetch
     may say ``replica_id = broker_id``)."""

@@ -33,10 +33,12 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import grpc
 import redis as redis_lib
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, parse_principal
 from lowtide.errors import InvalidConfig, InvalidRequest, SaslAuthenticationFailed
+from lowtide.tls.principal import PrincipalMapper
 
 TOKENS_KEY = "lowtide:auth:tokens"
 SESSION_KEY_PREFIX = "lowtide:auth:session:"
@@ -88,6 +90,12 @@ class Authenticator:
     ``required``, else SaslAuthenticationFailed; a malformed header or unknown token ->
     SaslAuthenticationFailed always (a wrong credential is never downgraded to anonymous).
 
+    Mutual TLS (``certificates`` set): ``authenticate_context`` also reads the client
+    certificate's principal (tls/principal.py). A call with a token is the token's principal, one
+    without is the certificate's; and a token whose principal ``reserved_for_certificates`` names
+    (the brokers' and services' own) is refused, so a stolen token alone no longer makes a broker
+    (docs/design/tls.md).
+
     Redis answers are cached for ``cache_ttl_s`` (default 1 s) because ``authenticate`` runs on
     every RPC; a revoked token therefore stops working within that time. Thread-safe.
     """
@@ -100,7 +108,11 @@ class Authenticator:
         required: bool,
         cache_ttl_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        certificates: PrincipalMapper | None = None,
+        reserved_for_certificates: Callable[[str], bool] = lambda _principal: False,
     ) -> None:
+        self._certificates = certificates
+        self._reserved = reserved_for_certificates
         self._redis = redis
         self._tokens_file = Path(tokens_file) if tokens_file is not None else None
         self._required = required
@@ -123,10 +135,22 @@ class Authenticator:
             self._file_tokens = file_tokens
             self._cache = {}
 
-    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    def authenticate_context(self, context: grpc.ServicerContext) -> str:
+        """The caller of a gRPC call: its bearer token, else (mutual TLS) its certificate."""
+        certificate = None
+        if self._certificates is not None:
+            pems = context.auth_context().get("x509_pem_cert")
+            if pems:
+                certificate = self._certificates.principal_of_pem(pems[0])
+        return self.authenticate(context.invocation_metadata(), certificate_principal=certificate)
+
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None, *,
+                     certificate_principal: str | None = None) -> str:
         """The caller's principal from gRPC invocation metadata (see class contract)."""
         values = [v for k, v in (metadata or ()) if k.lower() == AUTHORIZATION_HEADER]
         if not values:
+            if certificate_principal is not None:
+                return certificate_principal
             if self._required:
                 raise SaslAuthenticationFailed("authentication required: send 'authorization: Bearer <token>'")
             return ANONYMOUS_PRINCIPAL
@@ -140,6 +164,9 @@ class Authenticator:
         principal = self.lookup(token)
         if principal is None:
             raise SaslAuthenticationFailed("unknown or revoked token")
+        if self._certificates is not None and self._reserved(principal):
+            raise SaslAuthenticationFailed(f"{principal} authenticates with its certificate when mutual TLS is on, "
+                                           "not with a token")
         return principal
 
     def lookup(self, token: str) -> str | None:

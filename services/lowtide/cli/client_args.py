@@ -2,7 +2,9 @@
 
 Every such command takes ``--bootstrap-server HOST:PORT`` (the front door), ``--command-config
 FILE`` (Kafka-style properties; ``lowtide.auth.token=...`` becomes the bearer token sent on every
-call) and ``--output text|json``.
+call; ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location`` make every channel
+the command opens TLS, verifying servers with that CA: lowtide.tls.config) and ``--output
+text|json``. Without TLS keys, ``LOWTIDE_TLS_CA`` etc. still apply.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from lowtide.auth.client_config import call_metadata, load_command_config
 from lowtide.cli.main import add_output_flag
 from lowtide.client import Admin
 from lowtide.rpc.channels import validate_address
+from lowtide.tls.config import ClientTls, set_default_client_tls
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +26,16 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def read_call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The gRPC metadata (bearer token) from ``--command-config``; [] without one."""
+    """The gRPC metadata (bearer token) from ``--command-config``; [] without one. Its TLS keys
+    become the process's default TLS (a CLI process talks to one cluster)."""
     path = getattr(args, "command_config", None)
-    return call_metadata(load_command_config(path)) if path else []
+    if not path:
+        return []
+    config = load_command_config(path)
+    tls = ClientTls.from_properties(config)
+    if tls is not None:
+        set_default_client_tls(tls)
+    return call_metadata(config)
 
 
 def build_admin(args: argparse.Namespace, *, timeout_s: float = 30.0) -> Admin:

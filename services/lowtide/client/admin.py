@@ -22,6 +22,7 @@ from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide.rpc.messages import delete_results_from_proto
+from lowtide.tls.config import ClientTls
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 
@@ -123,9 +124,9 @@ class Admin(PooledClient):
     """
 
     def __init__(self, bootstrap: str, *, metadata: Sequence[tuple[str, str]] = (),
-                 timeout_s: float = 30.0, channels: ChannelPool | None = None) -> None:
+                 timeout_s: float = 30.0, channels: ChannelPool | None = None, tls: ClientTls | None = None) -> None:
         self.bootstrap = validate_address(bootstrap)  # before a pool exists that would leak
-        super().__init__(channels=channels, metadata=metadata)
+        super().__init__(channels=channels, metadata=metadata, tls=tls)
         self.timeout_s = timeout_s
 
     def __enter__(self) -> Admin:

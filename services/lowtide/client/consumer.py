@@ -36,6 +36,7 @@ from lowtide.messages.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPa
 from lowtide.record import iter_batches
 from lowtide.record.columns import BinaryColumn, Columns, columnize
 from lowtide.rpc.channels import ChannelPool
+from lowtide.tls.config import ClientTls
 
 MiB = 1 << 20
 _NO_END = (1 << 63) - 1
@@ -123,7 +124,7 @@ class Consumer:
     def __init__(self, bootstrap: str, *, group_id: str | None = None, metadata: Sequence[tuple[str, str]] = (),
                  auto_offset_reset: str = "earliest", max_wait_ms: int = 500, min_bytes: int = 1,
                  max_bytes: int = 50 * MiB, partition_max_bytes: int = MiB, request_timeout_s: float = 30.0,
-                 isolation_level: str = "read_uncommitted") -> None:
+                 isolation_level: str = "read_uncommitted", tls: ClientTls | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise InvalidRequest(f"auto_offset_reset must be earliest or latest, got {auto_offset_reset!r}")
         if isolation_level not in ISOLATION_LEVELS:
@@ -136,7 +137,7 @@ class Consumer:
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.request_timeout_s = request_timeout_s
-        self._channels = ChannelPool()
+        self._channels = ChannelPool(tls=tls)
         self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
         self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
         self.cluster = ClusterMetadata(self.admin)

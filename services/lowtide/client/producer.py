@@ -69,6 +69,7 @@ from lowtide.record import (
 )
 from lowtide.record.compression import BY_NAME, decompress
 from lowtide.rpc.channels import ChannelPool
+from lowtide.tls.config import ClientTls
 
 MiB = 1 << 20
 COMPRESSION_BY_NAME: Mapping[str, Compression] = BY_NAME  # Kafka's compression.type values
@@ -118,7 +119,7 @@ class Producer:
                  request_bytes: int = 4 * MiB, max_in_flight: int = 8, linger_ms: int = 0,
                  request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  metadata: Sequence[tuple[str, str]] = (), transactional_id: str | None = None,
-                 transaction_timeout_ms: int = 60_000) -> None:
+                 transaction_timeout_ms: int = 60_000, tls: ClientTls | None = None) -> None:
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcks(f"acks must be -1 (all), 0 or 1, got {acks}")
         if transactional_id is not None and acks != -1:
@@ -134,7 +135,7 @@ class Producer:
         self.linger_ms = linger_ms
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
-        self._channels = ChannelPool()
+        self._channels = ChannelPool(tls=tls)
         self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
         self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
         self.cluster = ClusterMetadata(self.admin)

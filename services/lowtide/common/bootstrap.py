@@ -3,9 +3,11 @@ orphan scanner used to write out each on their own.
 
 A server's ``run(args)`` does, in this order:
 
-1. ``boot = ServerBootstrap(args, name=...)``: structured logs under the service's name, and the
+1. ``boot = ServerBootstrap(args, name=...)``: structured logs under the service's name, the
    listen addresses parsed once (``grpc_port``, ``metrics_addr``; ``advertised_grpc`` and
-   ``metrics_url`` for what it registers where others find it);
+   ``metrics_url`` for what it registers where others find it), and the TLS of ``--tls-*``
+   (``boot.tls``; its certificate also becomes the client certificate of every channel the
+   process opens, so calls between services are mutual TLS);
 2. its own flag checks, with ``boot.require_token_file(why)`` and ``boot.require_object_store()``
    for the two every server words alike (a ``SystemExit`` naming the service and the flag's
    environment variable);
@@ -34,7 +36,9 @@ from lowtide.auth.access import AccessControl, build_access_control, parse_super
 from lowtide.auth.identity import token_file_metadata
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, serve, split_addr
+from lowtide.errors import InvalidConfig
 from lowtide.rpc.channels import ChannelPool
+from lowtide.tls.config import ServerTls, server_tls_from_args, set_default_client_tls
 
 REDIS_SOCKET_TIMEOUT_S = 5
 
@@ -69,6 +73,13 @@ class ServerBootstrap:
         metrics_host, self.metrics_port = split_addr(args.metrics_addr)
         self.metrics_addr = f"{metrics_host}:{self.metrics_port}"
         self.connections: Connections | None = None
+        try:
+            tls_config = server_tls_from_args(args)
+            self.tls = ServerTls(tls_config) if tls_config is not None else None
+        except InvalidConfig as exc:
+            raise SystemExit(f"{name}: {exc.message}") from None
+        if self.tls is not None:
+            set_default_client_tls(self.tls.client())
 
     # -- addresses others reach this server at ---------------------------------------------------
     @property
@@ -79,12 +90,15 @@ class ServerBootstrap:
     @property
     def metrics_url(self) -> str:
         """Where Prometheus scrapes this server, as it registers it."""
-        return f"http://{self.args.advertised_host}:{self.metrics_port}/metrics"
+        scheme = "https" if getattr(self.args, "metrics_tls", False) else "http"
+        return f"{scheme}://{self.args.advertised_host}:{self.metrics_port}/metrics"
 
     # -- checks every server words alike -----------------------------------------------------------
     def require_token_file(self, why: str) -> None:
         """With ``--auth-enabled`` a server calling others needs its own token; ``why`` says whose
         token it is and whom the server presents it to."""
+        if self.tls is not None and self.tls.mutual:
+            return  # the certificate is the identity (docs/design/tls.md)
         if self.args.auth_enabled and not self.args.token_file:
             raise SystemExit(f"{self.name}: --auth-enabled needs --token-file (env LOWTIDE_TOKEN_FILE): {why}")
 
@@ -102,8 +116,12 @@ class ServerBootstrap:
         self.connections = Connections(
             redis=redis,
             access=build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
-                                        super_users=parse_super_users(args.super_users)),
-            call_metadata=token_file_metadata(args.token_file), channels=ChannelPool())
+                                        super_users=parse_super_users(args.super_users),
+                                        certificates=self.tls.mapper if self.tls is not None and self.tls.mutual
+                                        else None),
+            # With mutual TLS the certificate is this service's identity, and its token would be refused.
+            call_metadata=[] if self.tls is not None and self.tls.mutual else token_file_metadata(args.token_file),
+            channels=ChannelPool())
         return self.connections
 
     # -- serving -----------------------------------------------------------------------------------
@@ -125,5 +143,5 @@ class ServerBootstrap:
         serve(ServiceSpec(name=self.name, service_names=list(service_names), register=register, on_stop=stop,
                           on_draining=on_draining),
               grpc_addr=args.grpc_addr, metrics_addr=self.metrics_addr, max_workers=args.max_workers,
-              grace_seconds=args.grace_seconds, ready=ready)
+              grace_seconds=args.grace_seconds, ready=ready, tls=self.tls, metrics_tls=args.metrics_tls)
         return 0

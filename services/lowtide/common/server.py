@@ -4,6 +4,9 @@ Each service gets: a thread-pool gRPC server with the error interceptor, the sta
 service (``grpc.health.v1.Health``), server reflection, a Prometheus ``/metrics`` HTTP endpoint,
 configuration from flags with ``LOWTIDE_*`` environment fallbacks, structured logs, and graceful
 SIGTERM: health flips to NOT_SERVING, in-flight calls get a grace period, then ``on_stop`` runs.
+With ``--tls-cert``/``--tls-key`` the gRPC port speaks only TLS (and with ``--tls-client-auth
+required`` only to clients with a certificate from ``--tls-ca``); ``--metrics-tls`` serves
+``/metrics`` over HTTPS with the same certificate (docs/design/tls.md).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide.rpc.metrics import MetricsInterceptor
+from lowtide.tls.config import ServerTls, add_tls_flags
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,11 @@ def add_common_flags(parser: argparse.ArgumentParser, *, grpc_port: int) -> None
     add_flag(parser, "--log-format", default="json", help="json | text")
     add_flag(parser, "--max-workers", default=64, type=int, help="gRPC handler threads")
     add_flag(parser, "--grace-seconds", default=5.0, type=float, help="graceful shutdown grace")
+    add_tls_flags(parser, add_flag)
+    raw = os.environ.get("LOWTIDE_METRICS_TLS", "")
+    parser.add_argument("--metrics-tls", action=argparse.BooleanOptionalAction,
+                        default=raw.strip().lower() in ("1", "true", "yes", "on"),
+                        help="serve /metrics over HTTPS with --tls-cert (env LOWTIDE_METRICS_TLS)")
 
 
 def add_auth_flags(parser: argparse.ArgumentParser, *, checks: str, own_token: str) -> None:
@@ -103,8 +112,9 @@ class ServiceSpec:
 
 
 def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: int = 64,
-          grace_seconds: float = 5.0, ready: Callable[[], None] | None = None) -> None:
-    """Run a service until SIGTERM/SIGINT. Blocks."""
+          grace_seconds: float = 5.0, ready: Callable[[], None] | None = None, tls: ServerTls | None = None,
+          metrics_tls: bool = False) -> None:
+    """Run a service until SIGTERM/SIGINT. Blocks. ``tls``: serve gRPC over TLS only."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
                          # Metrics outermost: it times the whole call and reads the status errors were mapped to.
                          interceptors=[MetricsInterceptor(), ErrorInterceptor(translate=translate_store_errors)],
@@ -115,11 +125,21 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
     names = list(spec.service_names) + [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                         reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(grpc_addr)
+    if tls is None:
+        port = server.add_insecure_port(grpc_addr)
+    else:
+        port = server.add_secure_port(grpc_addr, tls.grpc_credentials())
     if port == 0:
         raise SystemExit(f"{spec.name}: cannot listen on {grpc_addr}")
     m_host, m_port = split_addr(metrics_addr)
-    metrics_server, _ = start_http_server(m_port, addr=m_host)
+    if metrics_tls:
+        if tls is None:
+            raise SystemExit(f"{spec.name}: --metrics-tls needs --tls-cert and --tls-key")
+        # prometheus_client loads the files once: a rotated certificate reaches /metrics at restart.
+        metrics_server, _ = start_http_server(m_port, addr=m_host, certfile=str(tls.config.cert),
+                                              keyfile=str(tls.config.key))
+    else:
+        metrics_server, _ = start_http_server(m_port, addr=m_host)
     server.start()
     # Domain start-up (registration, recovery) runs with the port open but health NOT_SERVING,
     # so readiness means "ready", not "listening".
@@ -136,7 +156,8 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
     for svc in [""] + list(spec.service_names):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", extra={"fields": {"grpc": grpc_addr, "metrics_port": metrics_server.server_port,
-                                          "services": list(spec.service_names)}})
+                                          "services": list(spec.service_names),
+                                          "tls": "off" if tls is None else "mutual" if tls.mutual else "on"}})
 
     stop_event = threading.Event()
 

@@ -38,7 +38,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
         self.observe_commit = observe_commit or (lambda _seconds: None)
 
     def _authorize(self, context) -> None:
-        principal = self.access.authenticate(context.invocation_metadata())
+        principal = self.access.authenticate_call(context)
         self.access.require_cluster(principal, AclOperation.CLUSTER_ACTION)
 
     # ---- mutations -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 from lowtide.auth.access import parse_super_users
 from lowtide.auth.acl import Authorizer
-from lowtide.auth.identity import token_file_metadata
+from lowtide.auth.identity import is_service_principal, token_file_metadata
 from lowtide.auth.scram_store import ScramStore, build_scram_login
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
@@ -57,6 +57,7 @@ from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
+from lowtide.tls.principal import PrincipalMapper
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ class FrontDoorConfig:
     txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
     # Kafka's transactional.id.expiration.ms (frontdoor/transactions.py).
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
+    # Mutual TLS: callers' principals from their client certificates (tls/principal.py); the
+    # front door's own identity is then its certificate, not token_file.
+    certificates: PrincipalMapper | None = None
 
 
 @dataclass
@@ -128,7 +132,8 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition (not a failed call),
     # and Metadata/ListTopics show it no topic. A wrong token is refused outright. The replica port,
     # which has no such contract, refuses a missing token too.
-    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False)
+    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False,
+                                  certificates=config.certificates, reserved_for_certificates=is_service_principal)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
     # Routes DeleteRecords and ListOffsets without reading Redis on the latency path.
@@ -215,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     # Its Redis and access control come from build_front_door (also used in-process by tests): a
     # caller without a token is User:ANONYMOUS here, where the other servers refuse one.
     boot = ServerBootstrap(args, name=args.name)
+    mutual = boot.tls is not None and boot.tls.mutual
     boot.require_token_file("the token of User:frontdoor, which the front door presents to the replicas it calls")
     check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
@@ -228,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
     parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
-                                             token_file=args.token_file,
+                                             token_file=None if mutual else args.token_file,
+                                             certificates=boot.tls.mapper if mutual and boot.tls else None,
                                              offsets_topic_partitions=args.offsets_topic_partitions,
                                              transactional_id_expiration_ms=args.transactional_id_expiration_ms,
                                              txn_state_partitions=args.transaction_state_partitions,

@@ -100,9 +100,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         self._front = front
 
     def _principal(self, context: grpc.ServicerContext) -> str:
-        metadata = context.invocation_metadata() or ()
         try:
-            return self._front.authenticator.authenticate(metadata)
+            return self._front.authenticator.authenticate_context(context)
         except LowtideError:
             if self._front.authorizer.enabled:
                 raise

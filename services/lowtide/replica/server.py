@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         log_defaults=log_defaults, auth_enabled=args.auth_enabled,
         tokens_file=Path(args.tokens_file) if args.tokens_file else None,
         super_users=parse_super_users(args.super_users),
-        token_file=Path(args.token_file) if args.token_file else None)
+        # With mutual TLS the broker's certificate is its identity (its token would be refused).
+        token_file=Path(args.token_file) if args.token_file and not (boot.tls and boot.tls.mutual) else None)
     if config.replication_transport not in ("stream", "fetch"):
         raise SystemExit(f"{name}: --replication-transport must be stream or fetch, "
                          f"got {config.replication_transport!r}")

@@ -130,7 +130,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
-        return self.access.authenticate(context.invocation_metadata())
+        return self.access.authenticate_call(context)
 
     def _diskless_kinds(self, partitions) -> list:
         """Per partition, its diskless topic's TopicInfo, or None for a classic topic."""

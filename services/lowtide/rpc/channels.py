@@ -1,8 +1,10 @@
 """gRPC channels: the one ``ChannelPool`` every client, service and tool creates channels with.
 
 One channel per address (gRPC multiplexes every call over it), one cached stub per (address,
-stub type). ``call`` invokes a unary RPC and turns a failed call back into the ``LowtideError``
-it carried (``rpc.status``).
+stub type). A pool dials TLS when it is given a ``ClientTls`` or the process has a default one
+(a server's own certificate, or ``LOWTIDE_TLS_*``; lowtide.tls.config), plaintext otherwise.
+``call`` invokes a unary RPC and turns a failed call back into the ``LowtideError`` it carried
+(``rpc.status``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import grpc
 
 from lowtide.errors import InvalidRequest
 from lowtide.rpc.status import error_from_rpc
+from lowtide.tls.config import ClientTls, default_client_tls
 
 # Large enough for a fetch or produce of several 8 MiB batches; the same limit on both ends.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -42,10 +45,12 @@ class ChannelPool:
     """Caches one channel per address and one stub per (address, stub type).
 
     ``close()`` closes every channel; ``forget(address)`` closes one (a broker that moved).
+    ``tls``: how to dial (None: the process default, see module doc; ``False``: plaintext).
     Thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ClientTls | None | bool = None) -> None:
+        self.tls: ClientTls | None = default_client_tls() if tls is None else (tls or None)  # type: ignore[assignment]
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[tuple[str, type], Any] = {}
@@ -53,16 +58,16 @@ class ChannelPool:
     def _channel_locked(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = _open_channel(address)
+            channel = self._channels[address] = open_channel(address, self.tls)
         return channel
 
     @staticmethod
     @contextmanager
-    def oneshot(address: str) -> Iterator[grpc.Channel]:
+    def oneshot(address: str, tls: ClientTls | None | bool = None) -> Iterator[grpc.Channel]:
         """An uncached channel, closed on exit. For probes of processes that come and go (health
         checks while a service restarts): a cached channel that saw the port closed would wait out
         gRPC's reconnect backoff (1 s, growing) before trying again."""
-        channel = _open_channel(address)
+        channel = open_channel(address, default_client_tls() if tls is None else (tls or None))  # type: ignore[arg-type]
         try:
             yield channel
         finally:
@@ -93,9 +98,13 @@ class ChannelPool:
             channel.close()
 
 
-def _open_channel(address: str) -> grpc.Channel:
-    # The only place lowtide creates a channel: every one gets the same message-size limits.
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+def open_channel(address: str, tls: ClientTls | None = None) -> grpc.Channel:
+    """A channel to ``address``, over TLS when ``tls`` is given. The only place lowtide creates
+    a channel: every one gets the same message-size limits."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    # Files are read per channel, so a channel opened after a rotation presents the new certificate.
+    return grpc.secure_channel(address, tls.channel_credentials(), options=[*CHANNEL_OPTIONS, *tls.channel_options()])
 
 
 def call(method: Callable[..., T], request: Any, *, metadata: Sequence[tuple[str, str]] = (),
@@ -114,9 +123,10 @@ class PooledClient:
     Thread-safe; ``close()`` closes the pool only if this client made it.
     """
 
-    def __init__(self, *, channels: ChannelPool | None = None, metadata: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, *, channels: ChannelPool | None = None, metadata: Sequence[tuple[str, str]] = (),
+                 tls: ClientTls | None = None) -> None:
         self._owns_channels = channels is None
-        self.channels = channels or ChannelPool()
+        self.channels = channels or ChannelPool(tls=tls)
         self.metadata = tuple(metadata)
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ class ScannerServicer(scanner_pb2_grpc.OrphanScannerServicer):
         self.access = access
 
     def _authorize(self, context) -> None:
-        principal = self.access.authenticate(context.invocation_metadata())
+        principal = self.access.authenticate_call(context)
         self.access.require_cluster(principal, AclOperation.CLUSTER_ACTION)
 
     def ScanNow(self, request, context):

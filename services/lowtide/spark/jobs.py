@@ -48,6 +48,8 @@ def _options(connection: Connection) -> dict[str, str]:
     out = {"bootstrap.servers": connection.bootstrap}
     if connection.token:
         out["lowtide.auth.token"] = connection.token
+    if connection.tls is not None:
+        out.update({"lowtide." + k: v for k, v in connection.tls.to_properties().items() if k.startswith("ssl.")})
     return out
 
 

@@ -24,7 +24,10 @@ Write options: ``bootstrap.servers``; ``topic`` (overrides a ``topic`` column); 
 capped by a topic's own settings); ``lowtide.compression`` none|gzip|lz4|zstd.
 
 Both: ``lowtide.auth.token`` (bearer token) or ``lowtide.command.config`` (a properties file as the
-CLI's ``--command-config``). Keys are case-insensitive (Spark passes them lower-cased).
+CLI's ``--command-config``, whose ``ssl.*`` keys also apply); TLS with ``lowtide.ssl.ca.location``
+(the CA to verify the front door and leaders with), ``lowtide.ssl.certificate.location`` and
+``lowtide.ssl.key.location`` (a client certificate, for mutual TLS). Keys are case-insensitive
+(Spark passes them lower-cased).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 
 from lowtide.auth.client_config import TOKEN_KEY, TOKEN_KEY_ALIASES, bearer_metadata, load_command_config
 from lowtide.errors import InvalidConfig
+from lowtide.tls.config import ClientTls
 
 EARLIEST = -2
 LATEST = -1
@@ -112,6 +116,7 @@ class Connection:
 
     bootstrap: str
     token: str | None = None
+    tls: ClientTls | None = None
 
     def call_metadata(self) -> list[tuple[str, str]]:
         return bearer_metadata(self.token) if self.token else []
@@ -123,11 +128,15 @@ def parse_connection(options: Mapping[str, str]) -> Connection:
         raise InvalidConfig("option bootstrap.servers (or kafka.bootstrap.servers) is required")
     token = _get(options, "lowtide.auth.token")
     config_path = _get(options, "lowtide.command.config")
-    if token is None and config_path:
-        config = load_command_config(config_path)
+    config = load_command_config(config_path) if config_path else {}
+    if token is None:
         token = next((config[k].strip() for k in (TOKEN_KEY, *TOKEN_KEY_ALIASES) if config.get(k, "").strip()), None)
+    for key in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        value = _get(options, "lowtide." + key)
+        if value:
+            config[key] = value
     # Several bootstrap servers (Kafka style) are accepted; the front door is stateless, any will do.
-    return Connection(bootstrap=bootstrap.split(",")[0].strip(), token=token)
+    return Connection(bootstrap=bootstrap.split(",")[0].strip(), token=token, tls=ClientTls.from_properties(config))
 
 
 @dataclass(frozen=True)

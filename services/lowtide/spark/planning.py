@@ -36,7 +36,7 @@ class OffsetRange:
 
 
 def open_admin(connection: Connection, *, timeout_s: float = 30.0) -> Admin:
-    return Admin(connection.bootstrap, metadata=connection.call_metadata(), timeout_s=timeout_s)
+    return Admin(connection.bootstrap, metadata=connection.call_metadata(), timeout_s=timeout_s, tls=connection.tls)
 
 
 def resolve_partitions(admin: Admin, subscription: Subscription) -> list[TopicPartition]:

@@ -49,7 +49,7 @@ class RangeReader:
 
     def __init__(self, connection: Connection, settings: ReadSettings) -> None:
         self.settings = settings
-        self._channels = ChannelPool()
+        self._channels = ChannelPool(tls=connection.tls)
         metadata = connection.call_metadata()
         self.admin = Admin(connection.bootstrap, metadata=metadata, channels=self._channels)
         self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)

@@ -220,7 +220,7 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
     pending: dict[str, dict[int, list[bytes]]] = {}
     pending_bytes = 0
     with Producer(options.connection.bootstrap, acks=-1, batch_bytes=options.batch_bytes,
-                  metadata=options.connection.call_metadata()) as producer:
+                  metadata=options.connection.call_metadata(), tls=options.connection.tls) as producer:
 
         def flush() -> None:
             for topic, encoded in pending.items():
