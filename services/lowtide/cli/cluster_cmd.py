@@ -40,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--session-timeout-ms", type=int, default=None, help="replica liveness session timeout")
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                     help="replica broker setting or topic-config default (segment.bytes=65536, ...)")
+    up.add_argument("--tls", action="store_true",
+                    help="TLS on every gRPC port: a CA and a certificate per service under DIR/tls, calls between "
+                         "services mutual TLS; the CLI's settings in DIR/tls/client.properties (--command-config)")
+    up.add_argument("--tls-client-auth", choices=("required", "none"), default="required",
+                    help="with --tls: require client certificates (mutual TLS; default) or not")
     up.add_argument("--with-prometheus", action="store_true",
                     help="also start a real Prometheus scraping every service, with lowtide's alert rules")
     up.add_argument("--health-timeout", type=float, default=60.0, help="seconds to wait for health SERVING")
@@ -73,7 +78,8 @@ def build_config(args: argparse.Namespace) -> ClusterConfig:
             replica_config=parse_config_pairs(args.config), auth_enabled=args.auth_enabled,
             tokens_file=args.tokens_file, super_users=args.super_users,
             session_timeout_ms=args.session_timeout_ms, health_timeout_s=args.health_timeout,
-            with_prometheus=args.with_prometheus, object_store=args.object_store)
+            with_prometheus=args.with_prometheus, object_store=args.object_store, tls=args.tls,
+            tls_client_auth=args.tls_client_auth)
         if args.coordinators is not None:
             config.coordinators = args.coordinators
         config.validate()
@@ -164,6 +170,11 @@ def format_cluster(doc: dict[str, Any]) -> str:
         lines.append(f"  auth: on; service tokens in {auth['secrets_dir']}")
         if auth.get("admin_command_config"):
             lines.append(f"  admin ({auth['admin_principal']}): --command-config {auth['admin_command_config']}")
+    tls = doc.get("tls") or {}
+    if tls:
+        lines.append(f"  tls: on ({tls['client_auth']} client auth); CA {tls['ca']}")
+        if not auth.get("admin_command_config"):
+            lines.append(f"  client: --command-config {tls['command_config']}")
     lines.append(f"  stop: lowtide cluster down --data-dir {doc['data_dir']}")
     return "\n".join(lines)
 

@@ -46,6 +46,8 @@ from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind, supp
 from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
 from lowtide.observability.prometheus import ScrapeTarget, start_prometheus
 from lowtide.observability.prometheus import write_config as write_prometheus_config
+from lowtide.tls.certs import CertFiles, CertificateAuthority
+from lowtide.tls.config import ClientTls
 
 Progress = Callable[[str], None]
 
@@ -196,6 +198,9 @@ class LocalCluster:
                 self._start_redis(self._state.services[0], say)
                 started.append(self._state.services[0])
                 write_state(self._state)  # a crash from here on still leaves `down` something to stop
+                if self.config.tls:
+                    self._state.tls = self._provision_tls(say)
+                    write_state(self._state)
                 if self.config.auth_enabled:
                     self._state.auth = self._provision_auth(say)
                     write_state(self._state)
@@ -505,6 +510,9 @@ class LocalCluster:
                 provision_identities(redis, [admin], cluster_action=False)  # a super user needs no ACL
                 command_config = config.secrets_dir / "admin.properties"
                 write_command_config(command_config, read_token_file(admin.token_file))
+                if self.state.tls:  # one file for the CLI: the admin's token and its TLS settings
+                    with open(command_config, "a", encoding="utf-8") as fh:
+                        fh.write("".join(f"{k}={v}\n" for k, v in self.client_tls.to_properties().items()))
                 auth.update(admin_principal=admin.principal, admin_token_file=str(admin.token_file),
                             admin_command_config=str(command_config))
         finally:
@@ -513,11 +521,47 @@ class LocalCluster:
             + (f"; CLI: --command-config {auth['admin_command_config']}" if config.generates_admin else ""))
         return auth
 
+    def _provision_tls(self, say: Progress) -> dict[str, Any]:
+        """Before any service starts: a CA in DIR/tls and a certificate per service whose subject
+        is ``CN=<its principal's name>,O=lowtide`` (replica N: ``CN=broker-N``), plus an admin
+        client certificate (``CN=admin``) and ``DIR/tls/client.properties`` for the CLI. Existing
+        files are kept: a restarted cluster keeps its certificates. Returns cluster.json's "tls"."""
+        tls_dir = self.config.tls_dir
+        tls_dir.mkdir(mode=0o700, exist_ok=True)
+        ca = CertificateAuthority.create(tls_dir)
+        issued = 0
+        for entry in self.state.services:
+            kind = self._kind_by_name.get(entry.kind)
+            if kind is None or (tls_dir / entry.name / "tls.crt").exists():
+                continue
+            ca.issue(entry.name, common_name=kind.principal_of(entry.index).removeprefix("User:"))
+            issued += 1
+        admin_name = ADMIN_PRINCIPAL.removeprefix("User:")
+        admin = CertFiles(cert=tls_dir / admin_name / "tls.crt", key=tls_dir / admin_name / "tls.key",
+                          ca=tls_dir / admin_name / "ca.crt")
+        if not admin.cert.exists():
+            admin = ca.issue(admin_name)
+        client = ClientTls(ca=ca.ca_path, cert=admin.cert, key=admin.key)
+        command_config = tls_dir / "client.properties"
+        command_config.write_text("# lowtide client settings for this cluster (TLS as User:admin)\n"
+                                  + "".join(f"{k}={v}\n" for k, v in client.to_properties().items()))
+        say(f"TLS on ({self.config.tls_client_auth} client auth): CA {ca.ca_path}, {issued} certificates issued")
+        return {"ca": str(ca.ca_path), "dir": str(tls_dir), "client_auth": self.config.tls_client_auth,
+                "client_cert": str(admin.cert), "client_key": str(admin.key), "command_config": str(command_config)}
+
+    @property
+    def client_tls(self) -> ClientTls | None:
+        """How a client of this cluster dials it (the admin certificate); None without TLS."""
+        tls = self.state.tls
+        if not tls:
+            return None
+        return ClientTls(ca=Path(tls["ca"]), cert=Path(tls["client_cert"]), key=Path(tls["client_key"]))
+
     def _check_health(self, entry: ServiceEntry, *, timeout_s: float = 1.0) -> str:
         if entry.is_redis:
             return control.check_redis_health(self.state.redis if self._state else f"redis://{entry.grpc}/0",
                                               timeout_s=timeout_s)
-        return control.check_grpc_health(entry.grpc, timeout_s=timeout_s)
+        return control.check_grpc_health(entry.grpc, timeout_s=timeout_s, tls=self.client_tls if self._state else None)
 
     def _wait_healthy(self, entries: Sequence[ServiceEntry], *, timeout_s: float, progress: Progress) -> None:
         """Poll every entry's health until all are SERVING. Fails fast when a process exits."""

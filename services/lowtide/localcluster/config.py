@@ -17,6 +17,7 @@ from lowtide.auth.identity import ADMIN_PRINCIPAL
 COORDINATOR_MODULE = "lowtide.coordinator.server"
 SCANNER_MODULE = "lowtide.scanner.server"
 SECRETS_DIR = "secrets"
+TLS_DIR = "tls"
 
 
 def is_module_available(module: str) -> bool:
@@ -83,6 +84,10 @@ class ClusterConfig:
     # Where diskless topics' WAL files go: None = DIR/objects (file://), else e.g.
     # s3://bucket/prefix?endpoint=http://127.0.0.1:9000 (the bucket must exist).
     object_store: str | None = None
+    # TLS on every gRPC port (docs/design/tls.md): a CA and a certificate per service under DIR/tls,
+    # made by ``up``; "required" client auth makes calls between services mutual TLS.
+    tls: bool = False
+    tls_client_auth: str = "required"
 
     def __post_init__(self) -> None:
         # Children run with cwd=data_dir and the path lands in cluster.json: make it absolute.
@@ -104,6 +109,8 @@ class ClusterConfig:
             raise ValueError(f"health_timeout_s must be > 0, got {self.health_timeout_s}")
         if self.tokens_file is not None and not self.tokens_file.is_file():
             raise ValueError(f"tokens file {self.tokens_file} does not exist")
+        if self.tls_client_auth not in ("none", "required"):
+            raise ValueError(f"tls_client_auth must be none or required, got {self.tls_client_auth!r}")
 
     @property
     def object_store_url(self) -> str:
@@ -112,6 +119,15 @@ class ClusterConfig:
     @property
     def secrets_dir(self) -> Path:
         return self.data_dir / SECRETS_DIR
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / TLS_DIR
+
+    @property
+    def mutual_tls(self) -> bool:
+        """Services identify each other by certificate (and need no tokens of their own)."""
+        return self.tls and self.tls_client_auth == "required"
 
     def token_file(self, service_name: str) -> Path:
         """Where the token of service ``service_name`` (e.g. ``replica-0``) lives (mode 0600)."""
@@ -141,6 +157,7 @@ class ClusterConfig:
             "extra_env": dict(self.extra_env), "with_prometheus": self.with_prometheus,
             "prometheus_scrape_interval": self.prometheus_scrape_interval,
             "prometheus_rule_for": self.prometheus_rule_for, "object_store": self.object_store,
+            "tls": self.tls, "tls_client_auth": self.tls_client_auth,
         }
 
     @classmethod

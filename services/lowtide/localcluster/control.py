@@ -19,6 +19,7 @@ import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.rpc.channels import ChannelPool
+from lowtide.tls.config import ClientTls
 
 SERVING = "SERVING"
 UNREACHABLE = "UNREACHABLE"
@@ -128,9 +129,10 @@ def tail_file(path: Path | str, *, lines: int = 40) -> str:
         return f"(no log: {exc})"
 
 
-def check_grpc_health(address: str, *, timeout_s: float = 1.0) -> str:
-    """``grpc.health.v1.Health/Check(service="")`` at ``address``: the status name, or UNREACHABLE."""
-    with ChannelPool.oneshot(address) as channel:
+def check_grpc_health(address: str, *, timeout_s: float = 1.0, tls: ClientTls | None = None) -> str:
+    """``grpc.health.v1.Health/Check(service="")`` at ``address`` (over TLS with ``tls``): the
+    status name, or UNREACHABLE."""
+    with ChannelPool.oneshot(address, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)

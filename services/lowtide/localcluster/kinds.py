@@ -22,6 +22,7 @@ import redis as redis_lib
 from lowtide.auth.identity import FRONTDOOR_PRINCIPAL, broker_principal
 from lowtide.localcluster.config import COORDINATOR_MODULE, SCANNER_MODULE, ClusterConfig, is_module_available
 from lowtide.metadata.store import MetadataStore
+from lowtide.tls.principal import LOWTIDE_RULES
 
 REPLICA_MODULE = "lowtide.replica.server"
 FRONTDOOR_MODULE = "lowtide.frontdoor.server"
@@ -85,6 +86,11 @@ class ServiceKind:
             if flag in known:
                 flags += [flag, value]
         config = ctx.config
+        if config.tls and "--tls-cert" in known:
+            files = config.tls_dir / self.name(ctx.index)
+            flags += ["--tls-cert", str(files / "tls.crt"), "--tls-key", str(files / "tls.key"),
+                      "--tls-ca", str(config.tls_dir / "ca.crt"), "--tls-client-auth", config.tls_client_auth,
+                      "--tls-principal-mapping-rules", LOWTIDE_RULES]
         if config.auth_enabled and "--auth-enabled" in known:
             # Every call on every port carries an identity: each service that checks tokens also
             # gets its own (DIR/secrets/<name>.token, written by LocalCluster before it starts).
@@ -93,7 +99,7 @@ class ServiceKind:
                 flags += ["--tokens-file", str(config.tokens_file)]
             if config.effective_super_users:
                 flags += ["--super-users", config.effective_super_users]
-            if "--token-file" in known:
+            if "--token-file" in known and not config.mutual_tls:  # with mTLS the certificate is the identity
                 flags += ["--token-file", str(config.token_file(self.name(ctx.index)))]
         return flags
 

@@ -76,6 +76,8 @@ class ClusterState:
     prometheus: dict[str, Any] = field(default_factory=dict)
     # The front door's Kafka protocol listener: what Kafka clients take as bootstrap.servers.
     kafka_bootstrap: str = ""
+    # With TLS: {"ca", "dir", "client_auth", "client_cert", "client_key", "command_config"}.
+    tls: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         doc = {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
@@ -85,6 +87,8 @@ class ClusterState:
             doc["kafka_bootstrap"] = self.kafka_bootstrap
         if self.auth:
             doc["auth"] = self.auth
+        if self.tls:
+            doc["tls"] = self.tls
         if self.prometheus:
             doc["prometheus"] = self.prometheus["url"]
             doc["prometheus_process"] = self.prometheus
@@ -97,7 +101,7 @@ class ClusterState:
                    services=[ServiceEntry.from_json(s) for s in doc.get("services", [])],
                    state=doc.get("state", "running"), config=dict(doc.get("config") or {}),
                    auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}),
-                   kafka_bootstrap=doc.get("kafka_bootstrap", ""))
+                   kafka_bootstrap=doc.get("kafka_bootstrap", ""), tls=dict(doc.get("tls") or {}))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)
