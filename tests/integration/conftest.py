@@ -80,13 +80,14 @@ def cluster_factory(request: pytest.FixtureRequest,
     def start_cluster(*, replicas: int = 3, config: dict[str, str] | None = None, coordinators: int | None = None,
                       frontdoors: int = 1, auth_enabled: bool = False, tokens_file: Path | None = None,
                       super_users: str = "", session_timeout_ms: int | None = None,
-                      extra_env: dict[str, str] | None = None, data_dir: Path | None = None) -> LocalCluster:
+                      extra_env: dict[str, str] | None = None, data_dir: Path | None = None,
+                      tls: bool = False) -> LocalCluster:
         require_redis_server()
         cluster_config = ClusterConfig(
             data_dir=data_dir or tmp_path_factory.mktemp("cluster"), replicas=replicas, frontdoors=frontdoors,
             replica_config=dict(DEFAULT_REPLICA_CONFIG if config is None else config),
             auth_enabled=auth_enabled, tokens_file=tokens_file, super_users=super_users,
-            session_timeout_ms=session_timeout_ms, extra_env=dict(extra_env or {}))
+            session_timeout_ms=session_timeout_ms, extra_env=dict(extra_env or {}), tls=tls)
         if coordinators is not None:
             cluster_config.coordinators = coordinators
         cluster = LocalCluster(cluster_config)

@@ -16,20 +16,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch
+from lowtide.rpc.channels import open_channel
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
 from tests import waiting
 
-OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
-           ("grpc.max_send_message_length", 64 * 1024 * 1024)]
+
+def channel(cluster: LocalCluster, address: str) -> grpc.Channel:
+    """A channel to one of ``cluster``'s services: TLS with the admin certificate when the cluster
+    runs TLS (``LocalCluster.client_tls``), plaintext otherwise."""
+    return open_channel(address, cluster.client_tls)
 
 
 def admin(cluster: LocalCluster) -> admin_pb2_grpc.AdminStub:
-    return admin_pb2_grpc.AdminStub(grpc.insecure_channel(cluster.bootstrap, options=OPTIONS))
+    return admin_pb2_grpc.AdminStub(channel(cluster, cluster.bootstrap))
 
 
 def replica(cluster: LocalCluster, broker_id: int) -> replica_pb2_grpc.ReplicaStub:
     entry = cluster.service(f"replica-{broker_id}")
-    return replica_pb2_grpc.ReplicaStub(grpc.insecure_channel(entry.grpc, options=OPTIONS))
+    return replica_pb2_grpc.ReplicaStub(channel(cluster, entry.grpc))
 
 
 def store(cluster: LocalCluster) -> MetadataStore:

@@ -1,0 +1,189 @@
+"""TLS on every gRPC port, on a real local cluster started with ``--tls`` and auth on (mutual TLS
+between the services, docs/design/tls.md): what a plaintext or untrusting client gets, who a client
+certificate makes you, and a certificate rotated on disk while the cluster serves."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+from cryptography import x509
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lowtide.client import Admin, Consumer, Producer
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.messages import TopicPartition
+from lowtide.rpc.channels import open_channel
+from lowtide.tls.certs import CertificateAuthority
+from lowtide.tls.config import ClientTls
+from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
+from tests import waiting
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("tls"), replicas=3, coordinators=1,
+                           replica_config=dict(DEFAULT_REPLICA_CONFIG), auth_enabled=True, tls=True)
+    yield from running_cluster(request, config)
+
+
+@pytest.fixture(scope="module")
+def ca(tls_cluster: LocalCluster) -> CertificateAuthority:
+    """The cluster's own CA (its key is in DIR/tls): issues certificates the services trust."""
+    return CertificateAuthority.create(Path(tls_cluster.state.tls["dir"]))
+
+
+def health(address: str, tls: ClientTls | None, *, metadata=()) -> int:
+    channel = open_channel(address, tls)
+    try:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5,
+                                                         metadata=list(metadata)).status
+    finally:
+        channel.close()
+
+
+def refused_connection(address: str, tls: ClientTls | None) -> str:
+    with pytest.raises(grpc.RpcError) as err:
+        health(address, tls)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value
+    return err.value.details()
+
+
+def served_certificate(address: str, client: ClientTls) -> x509.Certificate:
+    """The certificate a new TLS connection to ``address`` is shown."""
+    host, _, port = address.rpartition(":")
+    context = client.ssl_context()
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection((host, int(port)), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as conn:
+        return x509.load_der_x509_certificate(conn.getpeercert(binary_form=True))
+
+
+def common_name(cert_path: Path) -> str:
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    return str(cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)
+
+
+def grpc_services(cluster: LocalCluster):
+    return [e for e in cluster.services() if not e.is_redis]
+
+
+def test_every_service_answers_a_client_with_the_cluster_certificate(tls_cluster):
+    for entry in grpc_services(tls_cluster):
+        assert health(entry.grpc, tls_cluster.client_tls) == health_pb2.HealthCheckResponse.SERVING, entry.name
+
+
+def test_every_service_refuses_a_plaintext_connection(tls_cluster):
+    kinds = set()
+    for entry in grpc_services(tls_cluster):
+        refused_connection(entry.grpc, None)
+        kinds.add(entry.kind)
+    assert kinds == {"replica", "frontdoor", "coordinator", "orphan-scanner"}
+
+
+def test_a_client_that_does_not_trust_the_cluster_ca_is_refused(tls_cluster, tmp_path):
+    stranger = CertificateAuthority.create(tmp_path / "stranger")
+    own = tls_cluster.client_tls
+    untrusting = ClientTls(ca=stranger.ca_path, cert=own.cert, key=own.key)
+    for entry in grpc_services(tls_cluster):
+        refused_connection(entry.grpc, untrusting)
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate_or_with_one_from_another_ca(tls_cluster, tmp_path):
+    stranger = CertificateAuthority.create(tmp_path / "stranger").issue("admin")
+    no_certificate = ClientTls(ca=tls_cluster.client_tls.ca)
+    foreign_certificate = ClientTls(ca=tls_cluster.client_tls.ca, cert=stranger.cert, key=stranger.key)
+    for entry in grpc_services(tls_cluster):
+        refused_connection(entry.grpc, no_certificate)
+        refused_connection(entry.grpc, foreign_certificate)
+
+
+def test_data_written_over_tls_is_replicated_over_mutual_tls_and_reads_back(tls_cluster):
+    tls = tls_cluster.client_tls
+    with Admin(tls_cluster.bootstrap, tls=tls) as admin:
+        admin.create_topic("over-tls", partitions=2, replication_factor=3)
+    values = [f"v{i}".encode() for i in range(2000)]
+    with Producer(tls_cluster.bootstrap, acks=-1, tls=tls) as producer:
+        for i, value in enumerate(values):
+            producer.send("over-tls", value, partition=i % 2)
+        producer.flush()
+    read: list[bytes] = []
+    with Consumer(tls_cluster.bootstrap, tls=tls) as consumer:  # no group: from the earliest offsets
+        consumer.assign([TopicPartition("over-tls", 0), TopicPartition("over-tls", 1)])
+        waiting.wait_until(lambda: read.extend(r.value for r in consumer.poll(max_wait_ms=500)) or len(read) >= 2000,
+                           timeout_s=30, what="2000 records read back over TLS")
+    assert sorted(read) == sorted(values)
+    # acks=all succeeded, so both followers fetched over mutual TLS as the brokers they are
+    for partition in (0, 1):
+        state = s.store(tls_cluster).partition_state("over-tls", partition)
+        assert sorted(state.isr) == [0, 1, 2], state
+
+
+def test_a_follower_certificate_for_one_broker_cannot_fetch_as_another(tls_cluster, ca, tmp_path):
+    s.create_topic(tls_cluster, "follower-identity", rf=3, metadata=[])
+    leader = s.leader_of(tls_cluster, "follower-identity")
+    me, other = [b for b in (0, 1, 2) if b != leader]
+    files = ca.issue(f"broker-{me}", directory=tmp_path / f"broker-{me}")
+    as_broker = ClientTls(ca=files.ca, cert=files.cert, key=files.key)
+    stub = replica_pb2_grpc.ReplicaStub(open_channel(tls_cluster.service(f"replica-{leader}").grpc, as_broker))
+
+    def follower_fetch(replica_id: int) -> replica_pb2.FetchResponse:
+        return stub.Fetch(replica_pb2.FetchRequest(replica_id=replica_id, max_wait_ms=0, partitions=[
+            replica_pb2.FetchPartition(topic="follower-identity", partition=0, fetch_offset=0)]), timeout=10)
+
+    with pytest.raises(grpc.RpcError) as err:
+        follower_fetch(other)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, err.value
+    assert err.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED"), err.value.details()
+    assert follower_fetch(me).partitions[0].error_code == 0  # the certificate's own broker id is allowed
+
+
+def test_a_broker_token_without_the_broker_certificate_is_refused(tls_cluster):
+    # The token a broker had before mutual TLS (DIR/secrets/replica-0.token): stolen, it makes no broker.
+    token = Path(tls_cluster.state.auth["services"]["replica-0"]["token_file"]).read_text().strip()
+    leader = tls_cluster.service("replica-1").grpc
+    stub = replica_pb2_grpc.ReplicaStub(open_channel(leader, tls_cluster.client_tls))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.DescribeLogs(replica_pb2.DescribeLogsRequest(partitions=[common_pb2.TopicPartition(topic="x")]),
+                          metadata=[("authorization", f"Bearer {token}")], timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, err.value
+    assert "certificate" in err.value.details(), err.value.details()
+
+
+def test_a_rotated_certificate_is_served_to_new_connections_and_open_channels_keep_working(tls_cluster, ca):
+    tls = tls_cluster.client_tls
+    front_door = tls_cluster.service("frontdoor-0")
+    before = served_certificate(front_door.grpc, tls)
+    with Admin(tls_cluster.bootstrap, tls=tls) as admin, Producer(tls_cluster.bootstrap, acks=-1, tls=tls) as producer:
+        admin.create_topic("across-rotation", partitions=1, replication_factor=3)
+        producer.send("across-rotation", b"before", partition=0)
+        producer.flush()
+        # Every service gets a new certificate on disk (same subject, new key), as cert-manager renews them.
+        for entry in grpc_services(tls_cluster):
+            ca.issue(entry.name, common_name=common_name(Path(tls_cluster.state.tls["dir"]) / entry.name / "tls.crt"))
+        waiting.wait_until(lambda: served_certificate(front_door.grpc, tls).serial_number != before.serial_number,
+                           timeout_s=10, what="the front door serving its rotated certificate")
+        # Channels (and the replicas' replication streams) opened before the rotation keep working.
+        producer.send("across-rotation", b"after", partition=0)
+        producer.flush()
+        assert admin.list_topics() and "across-rotation" in admin.list_topics()
+    after = served_certificate(front_door.grpc, tls)
+    assert after.serial_number != before.serial_number
+    assert after.subject == before.subject
+    assert [v for _, v in s.read_all(tls_cluster, "across-rotation")] == [b"before", b"after"]
+    # and new connections with the rotated certificates work between every pair of services
+    assert all(health(e.grpc, tls) == health_pb2.HealthCheckResponse.SERVING for e in grpc_services(tls_cluster))
+    assert [e.pid for e in grpc_services(tls_cluster)] == [e.pid for e in LocalCluster.load(
+        tls_cluster.data_dir).services() if not e.is_redis]  # no restart
+
+
+def test_a_plaintext_cluster_client_gets_a_clear_error_from_a_tls_port(tls_cluster):
+    with Admin(tls_cluster.bootstrap, tls=False, timeout_s=5) as admin:  # type: ignore[arg-type]
+        with pytest.raises(Exception) as err:
+            admin.list_topics()
+    assert "NETWORK_EXCEPTION" in repr(err.value) or "UNAVAILABLE" in repr(err.value), err.value
+
