@@ -25,10 +25,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     # a service's handlers and its clients share, below everything else.
     "messages": {"errors", "clock"},
     "record": BASE,
-    "auth": BASE,
+    # Transport security: certificates, TLS settings, principals from certificates.
+    "tls": BASE,
+    "auth": BASE | {"tls"},
     # rpc.wire re-encodes protobuf lengths with record's unsigned varint.
-    "rpc": BASE | {"auth", "record"},
-    "client": BASE | {"record", "rpc", "auth"},
+    "rpc": BASE | {"auth", "record", "tls"},
+    "client": BASE | {"record", "rpc", "auth", "tls"},
     "log": BASE | {"record"},
     "metadata": BASE,
     "purgatory": BASE,
@@ -46,23 +48,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "groups": BASE | {"record"},
     # Server scaffolding and the one server bootstrap (access control and own-token metadata
     # from the auth flags every server takes).
-    "common": BASE | {"rpc", "auth"},
+    "common": BASE | {"rpc", "auth", "tls"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
                         "groups", "diskless", "kafka"},
     "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases",
-                         "kafka"},
+                         "kafka", "tls"},
     # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
     # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
-    "kafka": BASE | {"rpc", "common", "metadata"},
+    "kafka": BASE | {"rpc", "common", "metadata", "tls"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
     "leases": BASE | {"common"},
-    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability"},
+    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability", "tls"},
     # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
     "observability": BASE | {"common"},
     # The Spark data source is a client: it may not reach into servers or the storage engine.
-    "spark": BASE | {"record", "rpc", "client", "auth"},
+    "spark": BASE | {"record", "rpc", "client", "auth", "tls"},
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
-                   "metadata", "spark"},
+                   "metadata", "spark", "tls"},
 }
 # Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code: the gRPC
 # servicers and servers (and lowtide/replica/registration.py, which registers the Replica servicer
@@ -80,7 +82,7 @@ CLIENT_MODULES = {
     "lowtide.auth", "lowtide.auth.acl",
     "lowtide.client", "lowtide.client.admin", "lowtide.client.consumer", "lowtide.client.metadata",
     "lowtide.client.partitioner", "lowtide.client.producer", "lowtide.client.replica", "lowtide.messages.replica",
-    "lowtide.client.transactions",
+    "lowtide.client.transactions", "lowtide.tls", "lowtide.tls.config",
 }
 # grpcio's own __init__ imports the bare grpc_health / grpc_reflection packages for backwards
 # compatibility; the servers inside them are what a client must not load.

@@ -35,7 +35,10 @@ from pathlib import Path
 import grpc
 
 from lowtide.errors import InvalidConfig
-from lowtide.tls.principal import DEFAULT_RULES, PrincipalMapper
+
+# Kafka's default ssl.principal.mapping.rules. principal.py (and the cryptography package it needs)
+# is imported only by servers: a client that merely dials TLS does not load it.
+DEFAULT_RULES = "DEFAULT"
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +179,9 @@ class ServerTlsConfig:
                                 f"got {self.client_auth!r}")
         if self.client_auth == "required" and self.ca is None:
             raise InvalidConfig("--tls-client-auth=required needs --tls-ca: the CA client certificates chain to")
-        PrincipalMapper(self.principal_rules)  # raises InvalidConfig for bad rules
+        from lowtide.tls.principal import parse_rules
+
+        parse_rules(self.principal_rules)  # raises InvalidConfig for bad rules
         return self
 
     @property
@@ -192,6 +197,8 @@ class ServerTls:
 
     def __init__(self, config: ServerTlsConfig, *, watch: bool = True) -> None:
         self.config = config.validate()
+        from lowtide.tls.principal import PrincipalMapper
+
         self.watcher = CertificateWatcher(cert=config.cert, key=config.key, ca=config.ca)
         self.mapper = PrincipalMapper(config.principal_rules)
         if watch:

@@ -24,7 +24,7 @@ from cryptography import x509
 
 from lowtide.errors import InvalidConfig, SaslAuthenticationFailed
 
-DEFAULT_RULES = "DEFAULT"
+DEFAULT_RULES = "DEFAULT"  # the same as lowtide.tls.config.DEFAULT_RULES
 LOWTIDE_RULES = "RULE:^CN=([^,]+),O=lowtide$/$1/,DEFAULT"
 # One rule: DEFAULT, or RULE:pattern/replacement/ with an optional L or U; Kafka's own grammar
 # (a pattern or replacement holds no '/'), so rules may contain commas.

@@ -6,8 +6,10 @@ import re
 
 import pytest
 
+from lowtide.auth.identity import is_service_principal
 from lowtide.auth.tokens import TOKENS_KEY, Authenticator, add_token, remove_token
 from lowtide.errors import InvalidConfig, SaslAuthenticationFailed
+from lowtide.tls.principal import LOWTIDE_RULES, PrincipalMapper
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -127,3 +129,33 @@ def test_reload_picks_up_an_edited_tokens_file(tokens_file):
     assert auth.authenticate(bearer("new-token")) == "User:carol"
     with pytest.raises(SaslAuthenticationFailed):
         auth.authenticate(bearer("file-token-alice"))
+
+
+def test_with_mutual_tls_a_call_without_a_token_is_its_certificate_principal(tokens_file):
+    auth = Authenticator(tokens_file=tokens_file, required=True, certificates=PrincipalMapper(LOWTIDE_RULES),
+                         reserved_for_certificates=is_service_principal)
+    assert auth.authenticate([], certificate_principal="User:broker-1") == "User:broker-1"
+    with pytest.raises(SaslAuthenticationFailed):
+        auth.authenticate([])  # no token, no certificate
+
+
+def test_with_mutual_tls_a_token_wins_over_the_certificate_for_an_ordinary_user(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice-token User:alice\nbroker-token User:broker-2\n")
+    auth = Authenticator(tokens_file=path, required=True, certificates=PrincipalMapper(LOWTIDE_RULES),
+                         reserved_for_certificates=is_service_principal)
+    assert auth.authenticate([("authorization", "Bearer alice-token")],
+                             certificate_principal="User:admin") == "User:alice"
+
+
+def test_with_mutual_tls_a_service_principal_cannot_come_from_a_token(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("broker-token User:broker-2\nfd-token User:frontdoor\n")
+    auth = Authenticator(tokens_file=path, required=True, certificates=PrincipalMapper(LOWTIDE_RULES),
+                         reserved_for_certificates=is_service_principal)
+    for token in ("broker-token", "fd-token"):
+        with pytest.raises(SaslAuthenticationFailed, match="authenticates with its certificate"):
+            auth.authenticate([("authorization", f"Bearer {token}")], certificate_principal="User:admin")
+    # without mutual TLS the same token is the broker, as before
+    plain = Authenticator(tokens_file=path, required=True, reserved_for_certificates=is_service_principal)
+    assert plain.authenticate([("authorization", "Bearer broker-token")]) == "User:broker-2"
