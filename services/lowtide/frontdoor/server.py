@@ -25,7 +25,7 @@ from lowtide.auth.acl import Authorizer
 from lowtide.auth.identity import is_service_principal, token_file_metadata
 from lowtide.auth.scram_store import ScramStore, build_scram_login
 from lowtide.auth.store import AclStore
-from lowtide.auth.tokens import Authenticator
+from lowtide.auth.tokens import Authenticator, end_session, mint_session
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap
@@ -52,7 +52,7 @@ from lowtide.frontdoor.transactions import (
 )
 from lowtide.frontdoor.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
-from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
 from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
             interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
         controller.start()
 
-    kafka = KafkaEndpoint.from_args(args, name=args.name)
+    kafka = KafkaEndpoint.from_args(args, name=args.name, tls=boot.tls)
     if kafka is not None:
         # Only a bootstrap address: Metadata lists the replica servers as the brokers.
         host, _ = kafka.listener.host, kafka.start()
@@ -265,7 +265,13 @@ def run(args: argparse.Namespace) -> int:
             auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,
             scram=build_scram_login(parts.redis, auth_enabled=args.auth_enabled,
-                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms))))
+                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms),
+            certificates=certificate_login(
+                kafka, session_lifetime_ms=args.kafka_connections_max_reauth_ms,
+                mint=(lambda principal, ttl_s: mint_session(parts.redis, principal=principal, ttl_s=ttl_s))
+                if args.auth_enabled else None,
+                end=(lambda token: end_session(parts.redis, token)) if args.auth_enabled else None,
+                verify=parts.front.authenticator.authenticate if args.auth_enabled else None))))
 
     def on_stop() -> None:
         if kafka is not None:

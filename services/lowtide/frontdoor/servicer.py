@@ -131,7 +131,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def Metadata(self, request, context):  # noqa: N802
         view = self._front.topics.describe_cluster(principal=self._principal(context), topics=list(request.topics))
         brokers = [admin_pb2.BrokerInfo(id=b.info.id, host=b.info.host, port=b.info.port, rack=b.info.rack,
-                                        live=b.live, kafka_port=b.info.kafka_port) for b in view.brokers]
+                                        live=b.live, kafka_port=b.info.kafka_port,
+                                        kafka_listeners=b.info.kafka_listeners) for b in view.brokers]
         topics = []
         for t in view.topics:
             if t.error is not None or t.info is None:

@@ -6,6 +6,11 @@ and Fetch straight to the leader. The controller Kafka clients send CreateTopics
 is the lowest live broker id (any broker forwards to the front door). A front door's own listener
 is only a bootstrap address: it is never listed as a broker.
 
+Listeners: as in Kafka, Metadata, FindCoordinator and DescribeCluster answer with each broker's
+endpoint of the listener the request arrived on (its name: PLAINTEXT, SSL, SASL_SSL...), so a
+client that bootstrapped over SSL is sent to SSL ports only. A broker record without named
+listeners (written before them) is reached at its one ``kafka_port``.
+
 DeleteRecords sent to any broker (Kafka's AdminClient sends each partition to its leader) is the
 front door's KIP-107 DeleteRecords: the same purgatory, low watermark and errors as gRPC.
 Configs (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) are in ``apis_configs``.
@@ -42,6 +47,15 @@ def kafka_brokers(meta: admin_pb2.MetadataResponse) -> list[admin_pb2.BrokerInfo
     return sorted((b for b in meta.brokers if b.live and b.kafka_port > 0), key=lambda b: b.id)
 
 
+def endpoint(call: Call, broker: admin_pb2.BrokerInfo) -> tuple[str, int]:
+    """(host, port) of ``broker``'s listener named as the one this request arrived on."""
+    address = broker.kafka_listeners.get(call.conn.listener)
+    if address:
+        host, _, port = address.rpartition(":")
+        return host.removeprefix("[").removesuffix("]"), int(port)
+    return broker.host, broker.kafka_port
+
+
 # -- Metadata --------------------------------------------------------------------------------
 def metadata(call: Call, body: Any) -> Any:
     if body.topics is None:
@@ -76,8 +90,8 @@ def metadata(call: Call, body: Any) -> Any:
                                 partitions=tuple(parts), topic_authorized_operations=_NO_OPERATIONS))
     return call.make(call.response, throttle_time=NO_THROTTLE, cluster_id=meta.cluster_id or None,
                      controller_id=brokers[0].id if brokers else -1,
-                     brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=b.host, port=b.kafka_port,
-                                             rack=b.rack or None) for b in brokers),
+                     brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=endpoint(call, b)[0],
+                                             port=endpoint(call, b)[1], rack=b.rack or None) for b in brokers),
                      topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)
 
 
@@ -86,8 +100,8 @@ def describe_cluster(call: Call, body: Any) -> Any:
     brokers = kafka_brokers(meta)
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), error_message=None,
                      endpoint_type=1, cluster_id=meta.cluster_id, controller_id=brokers[0].id if brokers else -1,
-                     brokers=tuple(call.make("DescribeClusterBroker", broker_id=b.id, host=b.host, port=b.kafka_port,
-                                             rack=b.rack or None) for b in brokers),
+                     brokers=tuple(call.make("DescribeClusterBroker", broker_id=b.id, host=endpoint(call, b)[0],
+                                             port=endpoint(call, b)[1], rack=b.rack or None) for b in brokers),
                      cluster_authorized_operations=_NO_OPERATIONS)
 
 
@@ -117,7 +131,7 @@ def find_coordinator(call: Call, body: Any) -> Any:
     for key in keys:
         try:
             b = coordinator_for(call, key)
-            found.append((key, b.id, b.host, b.kafka_port, 0, None))
+            found.append((key, b.id, *endpoint(call, b), 0, None))
         except LowtideError as err:
             # The front door unreachable (or any other failure) is, to the client, no coordinator
             # right now: a retriable per-key answer. A whole-call error instead would give v4+

@@ -26,6 +26,10 @@ handshake; same mechanism and principal, else refused), and a connection that ha
 at its next request, as Kafka does. A re-login with a deleted credential fails, so a deleted
 credential stops working within one session lifetime.
 
+Listeners: SASL is served on ``SASL_SSL`` and ``SASL_PLAINTEXT`` listeners and on the plain
+``--kafka-listener`` (which requires it when authentication is on); an ``SSL`` listener answers a
+SaslHandshake ILLEGAL_SASL_STATE, as Kafka does: its identity is the client certificate.
+
 Refusals: SASL_AUTHENTICATION_FAILED (58) with a message, then the connection is closed (Kafka
 does the same); a refused connection never carries an identity. Only SaslHandshake v1 is served;
 v0's raw token frames are what clients older than Kafka 1.0 send.
@@ -73,7 +77,9 @@ class _Login:
 def handshake(call: Call, body: Any) -> Any:
     conn, mechanism = call.conn, body.mechanism
     offered = offered_mechanisms(call.services)
-    if conn.sasl_mechanism is not None:
+    if conn.protocol == "SSL":
+        code = IllegalSaslState.code  # an SSL listener's identity is the client certificate (Kafka: the same)
+    elif conn.sasl_mechanism is not None:
         code = IllegalSaslState.code  # a handshake in the middle of an exchange
     elif mechanism not in offered:
         code = UnsupportedSaslMechanism.code

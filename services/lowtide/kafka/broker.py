@@ -87,6 +87,13 @@ class ScramLogins(Protocol):
     def end(self, session: Any) -> None: ...
 
 
+class CertificateLogins(Protocol):
+    """``lowtide.kafka.tls_identity.CertificateLogin``: makes (or renews) a TLS connection's
+    identity from its client certificate; raises SaslAuthenticationFailed when it cannot."""
+
+    def login(self, conn: Connection) -> None: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -102,6 +109,9 @@ class KafkaServices:
     sasl_login: Callable[[tuple[tuple[str, str], ...]], str] | None = None
     # SCRAM-SHA-256/512 logins (None: only PLAIN is offered).
     scram: ScramLogins | None = None
+    # SSL listeners: the client certificate as the connection's identity (kafka/tls_identity.py's
+    # CertificateLogin; None: no SSL listener here).
+    certificates: CertificateLogins | None = None
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
 
@@ -143,6 +153,10 @@ class Call:
 Handler = Callable[[Call, Any], Any]
 
 
+def _session_ended(conn: Connection) -> bool:
+    return conn.session_deadline is not None and time.monotonic() >= conn.session_deadline
+
+
 @dataclass(frozen=True)
 class Api:
     key: int
@@ -172,9 +186,13 @@ class KafkaBroker:
         started = time.perf_counter()
         try:
             if head.api_key not in _BEFORE_AUTH:
+                if conn.protocol == "SSL" and self.services.certificates is not None and (
+                        conn.peer_certificate is not None or self.services.auth_required) and (
+                        not conn.authenticated or _session_ended(conn)):
+                    self.services.certificates.login(conn)  # the client certificate is the identity
                 if self.services.auth_required and not conn.authenticated:
                     raise SaslAuthenticationFailed(f"{name} before SASL authentication")
-                if conn.session_deadline is not None and time.monotonic() >= conn.session_deadline:
+                if _session_ended(conn):
                     # KIP-368: past its session a connection may only re-authenticate; Kafka closes it.
                     raise SaslAuthenticationFailed(f"{name} after the SASL session of {conn.principal} ended")
             body = api.handler(call, request.body)

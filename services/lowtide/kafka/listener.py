@@ -7,6 +7,12 @@ request order (clients pipeline up to ``max.in.flight`` requests; they simply qu
 and bounds memory to one frame per connection. A frame over ``max_request_bytes`` is refused
 before it is read; a frame that does not parse closes only its own connection.
 
+A listener has a name and a security protocol, as Kafka's ``listeners`` do (kafka/server.py):
+``SSL`` and ``SASL_SSL`` listeners are given an ``ssl.SSLContext`` and do the TLS handshake before
+the first frame (a failed handshake never reaches the dispatcher); each connection records the
+listener it arrived on (Metadata answers with that listener's endpoints) and the client
+certificate it presented, if any (DER; its principal is the SSL identity, kafka/tls_identity.py).
+
 Thread-safety: ``start``/``stop`` from one thread; everything else runs on the listener's loop or
 its workers.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import threading
 from collections.abc import Callable
@@ -46,6 +53,9 @@ class Connection:
 
     peer: str
     metadata: tuple[tuple[str, str], ...] = ()  # the identity handed to the services' access checks
+    listener: str = "PLAINTEXT"  # the name of the listener it arrived on (Kafka's listener name)
+    protocol: str = "PLAINTEXT"  # that listener's security protocol
+    peer_certificate: bytes | None = None  # the client certificate (DER) of a TLS connection, if sent
     authenticated: bool = False
     sasl_mechanism: str | None = None
     sasl_state: object | None = None
@@ -84,8 +94,13 @@ class KafkaListener:
     """Serves Kafka frames on ``host:port`` through ``dispatch``."""
 
     def __init__(self, *, host: str, port: int, dispatch: Dispatcher,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, workers: int = 64, name: str = "kafka") -> None:
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, workers: int = 64, name: str = "kafka",
+                 listener_name: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None, ssl_handshake_timeout_s: float = 10.0) -> None:
         self.host, self.port = host, port
+        self.listener_name, self.protocol = listener_name, protocol
+        self._ssl = ssl_context
+        self._handshake_timeout_s = ssl_handshake_timeout_s
         self._dispatch = dispatch
         self._max = max_request_bytes
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-req")
@@ -104,8 +119,10 @@ class KafkaListener:
             loop = asyncio.new_event_loop()
             self._loop = loop
             try:
+                tls = {"ssl": self._ssl, "ssl_handshake_timeout": self._handshake_timeout_s} if self._ssl else {}
                 self._server = loop.run_until_complete(
-                    asyncio.start_server(self._serve, self.host, self.port, reuse_address=True, limit=1 << 16))
+                    asyncio.start_server(self._serve, self.host, self.port, reuse_address=True, limit=1 << 16,
+                                         **tls))
                 self.port = self._server.sockets[0].getsockname()[1]
             except BaseException as exc:
                 failure.append(exc)
@@ -118,12 +135,13 @@ class KafkaListener:
             finally:
                 loop.close()
 
-        self._thread = threading.Thread(target=run, name=f"{self._name}-listener", daemon=True)
+        self._thread = threading.Thread(target=run, name=f"{self._name}-{self.listener_name.lower()}-listener",
+                                        daemon=True)
         self._thread.start()
         ready.wait()
         if failure:
             raise failure[0]
-        log.info("kafka listener on %s:%d", self.host, self.port)
+        log.info("kafka listener %s (%s) on %s:%d", self.listener_name, self.protocol, self.host, self.port)
         return self.port
 
     def stop(self, grace_s: float = 2.0) -> None:
@@ -149,7 +167,10 @@ class KafkaListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
-        conn = Connection(peer=f"kafka:{peername[0]}:{peername[1]}" if peername else "kafka:?")
+        tls = writer.get_extra_info("ssl_object")
+        conn = Connection(peer=f"kafka:{peername[0]}:{peername[1]}" if peername else "kafka:?",
+                          listener=self.listener_name, protocol=self.protocol,
+                          peer_certificate=tls.getpeercert(binary_form=True) if tls is not None else None)
         self._conns.add(conn)
         CONNECTIONS.inc()
         loop = asyncio.get_running_loop()

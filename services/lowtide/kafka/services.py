@@ -41,6 +41,11 @@ class _Context:
     def peer(self) -> str:
         return self._conn.peer
 
+    def auth_context(self) -> dict[str, list[bytes]]:
+        # No gRPC peer certificate: a Kafka connection's identity, a client certificate's on an SSL
+        # listener included, reaches the services as call metadata only (kafka/tls_identity.py).
+        return {}
+
     def add_callback(self, callback) -> bool:
         self._conn.on_close(callback)
         return True

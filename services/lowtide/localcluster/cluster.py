@@ -146,6 +146,15 @@ class LocalCluster:
         """The front door's Kafka protocol listener (Kafka clients' bootstrap.servers)."""
         return self.state.kafka_bootstrap
 
+    def kafka_bootstrap_for(self, protocol: str) -> str:
+        """The front door's Kafka listener of ``protocol``: PLAINTEXT (SASL_PLAINTEXT with auth),
+        or with TLS on, SSL and (with auth) SASL_SSL; "" when the cluster has none."""
+        protocol = protocol.upper()
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+            return self.state.kafka_bootstrap
+        state = self.state
+        return {"SSL": state.kafka_bootstrap_ssl, "SASL_SSL": state.kafka_bootstrap_sasl_ssl}.get(protocol, "")
+
     @property
     def redis_url(self) -> str:
         return self.state.redis
@@ -371,13 +380,21 @@ class LocalCluster:
                 ctx = InstanceContext(config=self.config, index=index, data_dir=data_dir, redis_url=redis_url)
                 argv = kind.build_argv(ctx, grpc_addr=grpc_addr, metrics_addr=metrics_addr)
                 kafka_addr = ""
+                kafka_tls: dict[str, str] = {}
                 if kind.command is None and "--kafka-listener" in supported_flags(kind.module):
                     kafka_addr = f"127.0.0.1:{pick_port(old.kafka if old else '')}"
                     argv += ["--kafka-listener", kafka_addr]
+                    if self.config.tls and "--kafka-listeners" in supported_flags(kind.module):
+                        # Kafka's SSL listener (client certificates as identities), and SASL_SSL with auth.
+                        for listener in ("SSL", "SASL_SSL") if self.config.auth_enabled else ("SSL",):
+                            old_addr = old.kafka_listeners.get(listener, "") if old else ""
+                            kafka_tls[listener] = f"127.0.0.1:{pick_port(old_addr)}"
+                        argv += ["--kafka-listeners", ",".join(f"{n}://{a}" for n, a in kafka_tls.items()),
+                                 "--kafka-ssl-client-auth", "required" if self.config.mutual_tls else "requested"]
                 services.append(ServiceEntry(
                     name=name, kind=kind.kind, grpc=grpc_addr, metrics_addr=metrics_addr,
                     data_dir=str(data_dir or ""), index=index, log=str(self.logs_dir / f"{name}.log"),
-                    argv=argv, kafka=kafka_addr))
+                    argv=argv, kafka=kafka_addr, kafka_listeners=kafka_tls))
         frontdoors = [s for s in services if s.kind == "frontdoor"]
         modules = {k.kind: k.module for k in self._kinds}
         for entry in services:
@@ -388,12 +405,17 @@ class LocalCluster:
                 entry.argv += ["--frontdoor-addr", frontdoors[0].grpc]
             else:
                 # No front door to forward to (a cluster of replicas only): no Kafka listener.
-                at = entry.argv.index("--kafka-listener")
-                del entry.argv[at:at + 2]
-                entry.kafka = ""
+                for flag in ("--kafka-listener", "--kafka-listeners", "--kafka-ssl-client-auth"):
+                    if flag in entry.argv:
+                        at = entry.argv.index(flag)
+                        del entry.argv[at:at + 2]
+                entry.kafka, entry.kafka_listeners = "", {}
         (self.data_dir / "objects").mkdir(exist_ok=True)
         return ClusterState(data_dir=self.data_dir, bootstrap=frontdoors[0].grpc if frontdoors else "",
-                            kafka_bootstrap=frontdoors[0].kafka if frontdoors else "", redis=redis_url,
+                            kafka_bootstrap=frontdoors[0].kafka if frontdoors else "",
+                            kafka_bootstrap_ssl=frontdoors[0].kafka_listeners.get("SSL", "") if frontdoors else "",
+                            kafka_bootstrap_sasl_ssl=(frontdoors[0].kafka_listeners.get("SASL_SSL", "")
+                                                      if frontdoors else ""), redis=redis_url,
                             object_store=self.config.object_store_url, services=services,
                             state="starting", config=self.config.to_json())
 

@@ -36,6 +36,8 @@ class ServiceEntry:
     pid: int = 0
     index: int = 0
     kafka: str = ""  # HOST:PORT of its Kafka protocol listener, "" = none
+    # With TLS: its other Kafka listeners, by name ("SSL", "SASL_SSL") -> HOST:PORT.
+    kafka_listeners: dict[str, str] = field(default_factory=dict)
 
     @property
     def metrics_url(self) -> str:
@@ -48,7 +50,8 @@ class ServiceEntry:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "grpc": self.grpc, "metrics": self.metrics_url,
                 "pid": self.pid, "data_dir": self.data_dir, "index": self.index, "log": self.log,
-                "argv": list(self.argv), **({"kafka": self.kafka} if self.kafka else {})}
+                "argv": list(self.argv), **({"kafka": self.kafka} if self.kafka else {}),
+                **({"kafka_listeners": dict(self.kafka_listeners)} if self.kafka_listeners else {})}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ServiceEntry:
@@ -57,7 +60,7 @@ class ServiceEntry:
         return cls(name=doc["name"], kind=doc["kind"], grpc=doc.get("grpc") or "", metrics_addr=metrics_addr,
                    data_dir=doc.get("data_dir") or "", argv=list(doc.get("argv") or []),
                    log=doc.get("log") or "", pid=int(doc.get("pid") or 0), index=int(doc.get("index") or 0),
-                   kafka=doc.get("kafka") or "")
+                   kafka=doc.get("kafka") or "", kafka_listeners=dict(doc.get("kafka_listeners") or {}))
 
 
 @dataclass
@@ -76,6 +79,9 @@ class ClusterState:
     prometheus: dict[str, Any] = field(default_factory=dict)
     # The front door's Kafka protocol listener: what Kafka clients take as bootstrap.servers.
     kafka_bootstrap: str = ""
+    # With TLS: the front door's SSL listener, and (with auth) its SASL_SSL one.
+    kafka_bootstrap_ssl: str = ""
+    kafka_bootstrap_sasl_ssl: str = ""
     # With TLS: {"ca", "dir", "client_auth", "client_cert", "client_key", "command_config"}.
     tls: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +91,10 @@ class ClusterState:
                "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
         if self.kafka_bootstrap:
             doc["kafka_bootstrap"] = self.kafka_bootstrap
+        if self.kafka_bootstrap_ssl:
+            doc["kafka_bootstrap_ssl"] = self.kafka_bootstrap_ssl
+        if self.kafka_bootstrap_sasl_ssl:
+            doc["kafka_bootstrap_sasl_ssl"] = self.kafka_bootstrap_sasl_ssl
         if self.auth:
             doc["auth"] = self.auth
         if self.tls:
@@ -101,7 +111,9 @@ class ClusterState:
                    services=[ServiceEntry.from_json(s) for s in doc.get("services", [])],
                    state=doc.get("state", "running"), config=dict(doc.get("config") or {}),
                    auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}),
-                   kafka_bootstrap=doc.get("kafka_bootstrap", ""), tls=dict(doc.get("tls") or {}))
+                   kafka_bootstrap=doc.get("kafka_bootstrap", ""), tls=dict(doc.get("tls") or {}),
+                   kafka_bootstrap_ssl=doc.get("kafka_bootstrap_ssl", ""),
+                   kafka_bootstrap_sasl_ssl=doc.get("kafka_bootstrap_sasl_ssl", ""))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)

@@ -21,6 +21,9 @@ class BrokerInfo:
     metrics: str = ""
     # The Kafka protocol listener on ``host`` (lowtide.kafka); 0 = none.
     kafka_port: int = 0
+    # Every Kafka listener by name (PLAINTEXT, SSL, SASL_SSL...) -> its advertised "host:port";
+    # records written before named listeners have none (their one listener is kafka_port).
+    kafka_listeners: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def address(self) -> str:

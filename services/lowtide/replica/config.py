@@ -16,6 +16,8 @@ class ReplicaConfig:
     grpc_port: int = 9092
     # The Kafka protocol listener's port on advertised_host (lowtide.kafka); 0 = none.
     kafka_port: int = 0
+    # Every Kafka listener by name -> its advertised "host:port" (Kafka's advertised.listeners).
+    kafka_listeners: dict[str, str] = field(default_factory=dict)
     metrics_url: str = ""
     rack: str = ""
     # Liveness: a broker is live while its Redis session key exists (renewed every heartbeat).

@@ -16,13 +16,14 @@ from prometheus_client import REGISTRY
 
 from lowtide.auth.access import parse_super_users
 from lowtide.auth.scram_store import build_scram_login
+from lowtide.auth.tokens import end_session, mint_session
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
-from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
 from lowtide.kafka.services import InProcess, Remote
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
@@ -113,14 +114,19 @@ def run(args: argparse.Namespace) -> int:
         # Several heartbeats per session, so one late heartbeat on a busy machine does not make a
         # healthy broker look dead (Kafka: 2 s heartbeats, 9 s session).
         args.heartbeat_interval_ms = max(100, args.session_timeout_ms // 4)
-    kafka = KafkaEndpoint.from_args(args, name=name)
+    kafka = KafkaEndpoint.from_args(args, name=name, tls=boot.tls)
     if kafka is not None and not args.frontdoor_addr:
         raise SystemExit(f"{name}: --kafka-listener needs --frontdoor-addr (env LOWTIDE_FRONTDOOR_ADDR): the "
                          "Kafka listener sends topic, group and DeleteRecords requests to the front door")
-    kafka_port = kafka.start() if kafka is not None else 0
+    kafka_port, kafka_listeners = 0, {}
+    if kafka is not None:
+        kafka.start()
+        kafka_port = kafka.advertised_port(args.advertised_host)
+        kafka_listeners = kafka.advertised(args.advertised_host)
     config = ReplicaConfig(
         broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
-        grpc_port=boot.grpc_port, kafka_port=kafka_port, rack=args.rack, metrics_url=boot.metrics_url,
+        grpc_port=boot.grpc_port, kafka_port=kafka_port, kafka_listeners=kafka_listeners, rack=args.rack,
+        metrics_url=boot.metrics_url,
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
@@ -159,11 +165,17 @@ def run(args: argparse.Namespace) -> int:
     if kafka is not None:
         frontdoor = Remote(address=args.frontdoor_addr, stub_type=admin_pb2_grpc.AdminStub)
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
-            node=Node(node_id=args.id, host=args.advertised_host, port=kafka_port, rack=args.rack),
+            node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
             scram=build_scram_login(redis, auth_enabled=config.auth_enabled,
-                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms))))
+                                    session_lifetime_ms=args.kafka_connections_max_reauth_ms),
+            certificates=certificate_login(
+                kafka, session_lifetime_ms=args.kafka_connections_max_reauth_ms,
+                mint=(lambda principal, ttl_s: mint_session(redis, principal=principal, ttl_s=ttl_s))
+                if config.auth_enabled else None,
+                end=(lambda token: end_session(redis, token)) if config.auth_enabled else None,
+                verify=access.authenticate if config.auth_enabled else None))))
 
     def register(server) -> None:
         add_replica_service(servicer, server)
