@@ -24,6 +24,8 @@ was unreachable, the deadline passed, a proxy answered) is mapped from its statu
 
 from __future__ import annotations
 
+import re
+
 import grpc
 
 from lowtide import errors as e
@@ -134,11 +136,20 @@ def error_from_status(status: grpc.StatusCode | None, details: str | None) -> e.
     named = _kafka_name(details)
     if named is not None:
         return e.error_for_name(*named)
+    if status == grpc.StatusCode.UNAVAILABLE and details and _TLS_HINTS.search(details):
+        return e.NetworkException(
+            f"{details} (a TLS mismatch? A plaintext client at a TLS port sees its socket closed: set "
+            "ssl.ca.location in --command-config or LOWTIDE_TLS_CA; with mutual TLS also "
+            "ssl.certificate.location and ssl.key.location, signed by the server's CA)")
     cls = ERROR_BY_BARE_STATUS.get(status) if status is not None else None
     if cls is not None:
         return cls(details or cls.name)
     # No Kafka name: something between us and a lowtide server failed (transport, proxy).
     return e.NetworkException(f"{status.name if status else 'RPC'}: {details}")
+
+
+# What gRPC says when the TLS handshake failed or a TLS server closed a plaintext connection.
+_TLS_HINTS = re.compile(r"Socket closed|handshake|SSL|certificate|Connection reset", re.IGNORECASE)
 
 
 def error_from_rpc(exc: grpc.RpcError) -> e.LowtideError:

@@ -13,6 +13,7 @@ from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client import Admin, Consumer, Producer
+from lowtide.errors import NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
 from lowtide.rpc.channels import open_channel
@@ -181,9 +182,9 @@ def test_a_rotated_certificate_is_served_to_new_connections_and_open_channels_ke
         tls_cluster.data_dir).services() if not e.is_redis]  # no restart
 
 
-def test_a_plaintext_cluster_client_gets_a_clear_error_from_a_tls_port(tls_cluster):
+def test_a_plaintext_client_at_a_tls_port_gets_an_error_that_says_how_to_configure_tls(tls_cluster):
     with Admin(tls_cluster.bootstrap, tls=False, timeout_s=5) as admin:  # type: ignore[arg-type]
-        with pytest.raises(Exception) as err:
+        with pytest.raises(NetworkException) as err:
             admin.list_topics()
-    assert "NETWORK_EXCEPTION" in repr(err.value) or "UNAVAILABLE" in repr(err.value), err.value
+    assert "ssl.ca.location" in err.value.message, err.value.message
 

@@ -44,3 +44,18 @@ def test_behaviour_attributes_follow_kafka():
     assert not errors.OffsetOutOfRange.retriable and not errors.PolicyViolation.retriable
     # invalid_metadata implies retriable, for every error
     assert all(c.retriable for c in ALL_ERRORS if c.invalid_metadata)
+
+
+@pytest.mark.parametrize("details", ["failed to connect to all addresses; last error: UNAVAILABLE: "
+                                     "ipv4:127.0.0.1:4000: Socket closed",
+                                     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:4000: "
+                                     "Ssl handshake failed: SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED"])
+def test_a_refused_tls_connection_says_how_to_configure_tls(details):
+    err = error_from_status(grpc.StatusCode.UNAVAILABLE, details)
+    assert isinstance(err, errors.NetworkException) and err.retriable
+    assert details in err.message and "ssl.ca.location" in err.message
+
+
+def test_an_unavailable_server_without_tls_symptoms_gets_no_tls_hint():
+    err = error_from_status(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Connection refused")
+    assert isinstance(err, errors.NetworkException) and "ssl" not in err.message
