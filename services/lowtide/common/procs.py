@@ -124,8 +124,12 @@ class RedisProcess:
 
 
 def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool = False,
-                appendonly: bool = True) -> RedisProcess:
-    """Start a real redis-server bound to 127.0.0.1 and wait until it accepts connections."""
+                appendonly: bool = True, tls: tuple[Path, Path, Path] | None = None) -> RedisProcess:
+    """Start a real redis-server bound to 127.0.0.1 and wait until it accepts connections.
+
+    ``tls`` = (certificate, key, CA): the port speaks only TLS (redis-server's ``tls-port``, no
+    plaintext port); client certificates are optional (``tls-auth-clients optional``), so clients
+    need only the CA (``rediss://...?ssl_ca_certs=CA``)."""
     exe = require_tool("redis-server", "install it with 'apt-get install redis-server' (make setup does this)")
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,11 @@ def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool =
         # keyspace notifications are not needed; keep redis quiet and predictable
         "--daemonize", "no",
     ]
+    if tls is not None:
+        cert, key, ca = tls
+        args[args.index("--port") + 1] = "0"
+        args += ["--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                 "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "optional"]
     # The child writes through its own copy of the descriptor; ours is closed once it is started.
     with open(data_dir / "redis.stdout", "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -204,12 +204,11 @@ class LocalCluster:
             self._state = self.plan(previous=previous, progress=say)
             started: list[ServiceEntry] = []
             try:
+                if self.config.tls:  # before Redis: it serves TLS with the cluster's certificate too
+                    self._state.tls = self._provision_tls(say)
                 self._start_redis(self._state.services[0], say)
                 started.append(self._state.services[0])
                 write_state(self._state)  # a crash from here on still leaves `down` something to stop
-                if self.config.tls:
-                    self._state.tls = self._provision_tls(say)
-                    write_state(self._state)
                 if self.config.auth_enabled:
                     self._state.auth = self._provision_auth(say)
                     write_state(self._state)
@@ -358,7 +357,9 @@ class LocalCluster:
         redis_old = old_entry("redis")
         redis_port = pick_port(redis_old.grpc if redis_old else "")
         redis_addr = f"127.0.0.1:{redis_port}"
-        redis_url = f"redis://{redis_addr}/0"
+        # With TLS, Redis too speaks only TLS; clients verify it with the cluster's CA.
+        redis_url = (f"rediss://{redis_addr}/0?ssl_ca_certs={self.config.tls_dir / 'ca.crt'}" if self.config.tls
+                     else f"redis://{redis_addr}/0")
         redis_dir = self.data_dir / "redis"
         services = [ServiceEntry(name="redis", kind=REDIS_KIND, grpc=redis_addr, metrics_addr="",
                                  data_dir=str(redis_dir), argv=[], log=str(redis_dir / "redis.log"))]
@@ -490,7 +491,10 @@ class LocalCluster:
         began = time.monotonic()
         port = int(entry.grpc.rpartition(":")[2])
         try:
-            redis = start_redis(Path(entry.data_dir), port=port, detach=True)
+            tls_dir = self.config.tls_dir / entry.name
+            redis = start_redis(Path(entry.data_dir), port=port, detach=True,
+                                tls=(tls_dir / "tls.crt", tls_dir / "tls.key", tls_dir / "ca.crt")
+                                if self.config.tls else None)
         except TimeoutError as exc:
             tail = control.tail_file(entry.log, lines=LOG_TAIL_LINES)
             raise ClusterError("CLUSTER_START_FAILED", f"redis-server did not start: {exc}\n"
@@ -554,9 +558,9 @@ class LocalCluster:
         issued = 0
         for entry in self.state.services:
             kind = self._kind_by_name.get(entry.kind)
-            if kind is None or (tls_dir / entry.name / "tls.crt").exists():
+            if (kind is None and not entry.is_redis) or (tls_dir / entry.name / "tls.crt").exists():
                 continue
-            ca.issue(entry.name, common_name=kind.principal_of(entry.index).removeprefix("User:"))
+            ca.issue(entry.name, common_name=kind.principal_of(entry.index).removeprefix("User:") if kind else "redis")
             issued += 1
         admin_name = ADMIN_PRINCIPAL.removeprefix("User:")
         admin = CertFiles(cert=tls_dir / admin_name / "tls.crt", key=tls_dir / admin_name / "tls.key",

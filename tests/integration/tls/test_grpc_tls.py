@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import redis as redis_lib
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -188,3 +189,13 @@ def test_a_plaintext_client_at_a_tls_port_gets_an_error_that_says_how_to_configu
             admin.list_topics()
     assert "ssl.ca.location" in err.value.message, err.value.message
 
+
+
+def test_redis_of_a_tls_cluster_speaks_only_tls(tls_cluster):
+    url = tls_cluster.redis_url
+    assert url.startswith("rediss://") and "ssl_ca_certs=" in url
+    assert s.store(tls_cluster).redis.ping()  # every service reaches it with this URL
+    host, port = tls_cluster.service("redis").grpc.rsplit(":", 1)
+    plaintext = redis_lib.Redis(host=host, port=int(port), socket_timeout=3, socket_connect_timeout=3)
+    with pytest.raises(redis_lib.ConnectionError):
+        plaintext.ping()
