@@ -22,7 +22,7 @@ import grpc
 from lowtide.errors import error_class_for_code
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.record import encode_batch, iter_batches
-from lowtide.rpc.channels import CHANNEL_OPTIONS
+from lowtide.rpc.channels import open_channel
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, replica_pb2, replica_pb2_grpc
 
 MiB = 1024 * 1024
@@ -254,6 +254,7 @@ class Bench:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self.bootstrap = cluster.bootstrap
+        self.tls = cluster.client_tls  # the admin's certificate on a TLS cluster, else None (plaintext)
         self._channels: dict[str, grpc.Channel] = {}
         self.admin = admin_pb2_grpc.AdminStub(self.channel(self.bootstrap))
         self.replicas = {s.index: s for s in cluster.services("replica")}
@@ -262,7 +263,7 @@ class Bench:
     def channel(self, address: str) -> grpc.Channel:
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            ch = self._channels[address] = open_channel(address, self.tls)
         return ch
 
     def replica_stub(self, address: str) -> replica_pb2_grpc.ReplicaStub:
@@ -396,12 +397,15 @@ def check_delete(resp: common_pb2.DeleteRecordsResponse) -> None:
 
 
 @contextmanager
-def running_cluster(data_dir: Path, replicas: int = 3, replica_config: dict[str, str] | None = None) -> Iterator[Bench]:
-    """Start a detached ``LocalCluster`` in ``data_dir``, yield a ``Bench`` on it, always tear down."""
+def running_cluster(data_dir: Path, replicas: int = 3, replica_config: dict[str, str] | None = None, *,
+                    tls: bool = False) -> Iterator[Bench]:
+    """Start a detached ``LocalCluster`` in ``data_dir``, yield a ``Bench`` on it, always tear down.
+    ``tls``: every gRPC port TLS, mutual between services (``ClusterConfig(tls=True)``); the
+    ``Bench`` dials it with the cluster's admin certificate."""
     config = ClusterConfig(data_dir=data_dir, replicas=replicas, coordinators=0, orphan_scanners=0,
-                           replica_config=dict(replica_config or {}))
+                           replica_config=dict(replica_config or {}), tls=tls)
     cluster = LocalCluster(config)
-    say(f"starting a local cluster ({replicas} replicas) in {data_dir}")
+    say(f"starting a local cluster ({replicas} replicas{', TLS' if tls else ''}) in {data_dir}")
     began = time.monotonic()
     try:
         cluster.up(detach=True, progress=lambda m: say(f"  cluster: {m}"))

@@ -5,7 +5,8 @@ RF 3 acks=all load over plain sockets between three plain-Python processes, no c
 the log cleaner's MB/s and log recovery time (in process), then one local cluster of 3 replicas +
 front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
-1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions. The cluster and the ceiling's
+1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions; then sections
+with clusters of their own (diskless, orphans, tls: plaintext against TLS). The cluster and the ceiling's
 processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
@@ -32,12 +34,16 @@ from tests.bench import orphans as bench_orphans
 from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
+from tests.bench import tls_cost as bench_tls
 from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle_disk
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
-            "soak", "wide", "retention", "diskless", "orphans", "idempotence")
+            "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls")
+# The sections that run on the shared cluster (the others start clusters of their own, or none).
+CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
+                    "retention"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if "recovery" in only:  # issue 34: opening a log with producer-state snapshots and without
             _section("recovery", figures, lambda: bench_recovery.recovery_figures(data_dir, quick=quick),
                      "recovery_open_snapshot_ms", "open a log with producer-state snapshots", "ms")
-        with running_cluster(data_dir / "cluster") as bench:
+        with running_cluster(data_dir / "cluster") if only & CLUSTER_SECTIONS else nullcontext() as bench:
             if "rtt" in only:
                 replica0 = bench.replicas[min(bench.replicas)].grpc
                 _section("rtt", figures, lambda: physical.grpc_rtt(replica0, 1000 if quick else 5000),
@@ -215,13 +221,19 @@ def main(argv: list[str] | None = None) -> int:
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")
+        if "tls" in only:  # issue 33: two clusters of its own, plaintext and TLS, loaded in alternation
+            _section("tls", figures,
+                     lambda: bench_tls.tls_figures(data_dir / "tls", pool, quick=quick, processes=processes,
+                                                   threads=threads),
+                     "tls_produce_cpu_cost_s_gib", "cost of TLS, produce CPU per GiB", "CPU s/GiB")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
     _relate_latencies(figures)
     _relate_ceiling(figures)
-    figures += report.placeholders({f.key for f in figures})
+    if only & {"diskless", "orphans"}:  # a section run alone (--only) gets no other section's placeholders
+        figures += report.placeholders({f.key for f in figures})
     elapsed = time.monotonic() - began
     json_path, md_path = report.write_results(args.out, machine, figures, elapsed_s=elapsed, argv=argv)
     say(f"wrote {json_path} and {md_path} ({elapsed:.0f}s)")
