@@ -186,6 +186,10 @@ class InvalidReplicationFactor(LowtideError):
     code, name = 38, "INVALID_REPLICATION_FACTOR"
 
 
+class InvalidReplicaAssignment(LowtideError):
+    code, name = 39, "INVALID_REPLICA_ASSIGNMENT"
+
+
 class InvalidConfig(LowtideError):
     code, name = 40, "INVALID_CONFIG"
 

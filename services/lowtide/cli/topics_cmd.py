@@ -1,10 +1,12 @@
 """`lowtide topics create|describe|list|alter|delete`: topic admin, shaped like kafka-topics.sh
-(alter: like kafka-configs.sh --alter --entity-type topics).
+(alter: like kafka-configs.sh --alter --entity-type topics, and kafka-topics.sh --alter
+--partitions).
 
 JSON output: create -> {"topic", "partitions", "replication_factor"}; describe -> {"topics": [{name,
 partitions: [{partition, leader, leader_epoch, replicas, isr}], config, replication_factor,
 diskless}]}; list -> {"topics": [names]}; alter -> {"topic", "config": {k: v}, "validate_only"}
-(the config after the change); delete -> {"topic", "deleted": true}.
+(the config after the change), or with only --partitions {"topic", "partitions", "validate_only"};
+delete -> {"topic", "deleted": true}.
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="add items to a list config (repeatable), e.g. cleanup.policy=compact")
     alter.add_argument("--subtract-config", action="append", default=[], metavar="KEY=VALUE",
                        help="remove items from a list config (repeatable), e.g. cleanup.policy=delete")
+    alter.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="grow the topic to N partitions (never fewer; keyed records may then map elsewhere)")
+    alter.add_argument("--replica-assignment", default=None, metavar="B:B:B,B:B:B",
+                       help="with --partitions: the new partitions' replicas, as kafka-topics takes them "
+                            "(partitions by ',', brokers by ':', the first the preferred leader)")
     alter.add_argument("--validate-only", action="store_true", help="check the change, change nothing")
     alter.set_defaults(func=run_alter)
 
@@ -81,6 +88,17 @@ def parse_config_pairs(pairs: list[str], *, flag: str = "--config") -> dict[str,
             raise CliError("INVALID_CONFIG", f"topic config '{key}' is given more than once")
         out[key] = value.strip()
     return out
+
+
+def parse_replica_assignment(text: str | None) -> list[list[int]]:
+    """kafka-topics' ``--replica-assignment``: ``"0:1:2,1:2:0"`` -> [[0, 1, 2], [1, 2, 0]]."""
+    if not text:
+        return []
+    try:
+        return [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise CliError("INVALID_REPLICA_ASSIGNMENT", f"--replica-assignment must look like 0:1:2,1:2:0, "
+                                                     f"got {text!r}") from None
 
 
 def render_topic(meta: TopicMetadata) -> str:
@@ -132,8 +150,23 @@ def run_alter(args: argparse.Namespace) -> int:
     append = parse_config_pairs(args.append_config, flag="--append-config")
     subtract = parse_config_pairs(args.subtract_config, flag="--subtract-config")
     delete = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if args.replica_assignment is not None and args.partitions is None:
+        raise CliError("INVALID_REQUEST", "--replica-assignment goes with --partitions")
+    if args.partitions is not None:
+        assignment = parse_replica_assignment(args.replica_assignment)
+        with build_admin(args) as admin:
+            error = admin.create_partitions({args.topic: args.partitions},
+                                            assignments={args.topic: assignment} if assignment else None,
+                                            validate_only=args.validate_only).get(args.topic)
+        if error is not None:
+            raise error
+        verb = "Validated adding partitions to" if args.validate_only else "Altered"
+        if not (set_config or append or subtract or delete):
+            emit(args, {"topic": args.topic, "partitions": args.partitions, "validate_only": args.validate_only},
+                 f"{verb} topic {args.topic}: {args.partitions} partitions.")
+            return 0
     if not (set_config or append or subtract or delete):
-        raise CliError("INVALID_REQUEST", "nothing to change: give --add-config, --delete-config, "
+        raise CliError("INVALID_REQUEST", "nothing to change: give --partitions, --add-config, --delete-config, "
                                           "--append-config or --subtract-config")
     with build_admin(args) as admin:
         config = admin.alter_topic_config(args.topic, set_config=set_config, delete_config=delete,

@@ -162,6 +162,19 @@ class Admin(PooledClient):
         if errors.get(name) is not None:
             raise errors[name]
 
+    def create_partitions(self, counts: Mapping[str, int], *,
+                          assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                          validate_only: bool = False) -> dict[str, LowtideError | None]:
+        """Grow each topic to ``counts[topic]`` partitions (Kafka's CreatePartitions); optional
+        replica lists for the new partitions. Per-topic errors (INVALID_PARTITIONS, ...)."""
+        request = admin_pb2.CreatePartitionsRequest(validate_only=validate_only, topics=[
+            admin_pb2.CreatePartitionsTopic(name=name, count=int(count), assignments=[
+                admin_pb2.PartitionAssignment(broker_ids=list(replicas))
+                for replicas in (assignments or {}).get(name, ())])
+            for name, count in counts.items()])
+        response = self.call("CreatePartitions", request)
+        return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
+
     def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self.call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
         return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}

@@ -28,7 +28,13 @@ from lowtide.diskless.topics import (
     produce_gateways,
     topic_id_bytes,
 )
-from lowtide.errors import CoordinatorNotAvailable, LowtideError, TopicAlreadyExists, UnknownTopicId
+from lowtide.errors import (
+    CoordinatorNotAvailable,
+    InvalidPartitions,
+    LowtideError,
+    TopicAlreadyExists,
+    UnknownTopicId,
+)
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.metadata.cache import MetadataCache
@@ -76,6 +82,33 @@ class DisklessTopicAdmin:
             created = [s for s, e in errors.items() if e is None]
             each_shard(self._pool, created, lambda s: self._coordinators.delete_topic(s, topic_id=topic_id.bytes))
             raise
+
+    def create_more_partitions(self, info: TopicInfo, added: int) -> list[int]:
+        """Create partitions ``info.partitions .. + added`` of a diskless topic on their shards
+        (KIP-1164 placement, by topic id and index, over today's shard count); returns their
+        shards, which the caller then records. Idempotent per index: a retry after the record
+        could not be written finds them created and goes on."""
+        n_shards = self._directory.count()
+        if n_shards < 1:
+            raise CoordinatorNotAvailable("no diskless coordinator shard is registered: cannot add partitions")
+        tid = topic_id_bytes(info)
+        total = info.partitions + added
+        shards = assign_shards(topic_id=tid, partitions=total, shards=n_shards)[info.partitions:]
+        by_shard: dict[int, list[int]] = {}
+        for i, s in enumerate(shards):
+            by_shard.setdefault(s, []).append(info.partitions + i)
+
+        def create_on(shard: int) -> None:
+            try:
+                self._coordinators.create_partitions(shard, topic_id=tid, name=info.name, num_partitions=total,
+                                                     indexes=by_shard[shard])
+            except InvalidPartitions as exc:
+                if "already exist" not in exc.message:  # created by an earlier attempt: done
+                    raise
+        for error in each_shard(self._pool, by_shard, create_on).values():
+            if error is not None:
+                raise error
+        return shards
 
     def delete(self, info: TopicInfo) -> None:
         tid = topic_id_bytes(info)

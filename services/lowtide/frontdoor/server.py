@@ -42,6 +42,7 @@ from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
+from lowtide.frontdoor.partitions import PartitionCreator
 from lowtide.frontdoor.scanner_proxy import add_scanner_proxy
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
@@ -169,6 +170,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         members=members,
         scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
+        partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
     )
     members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)

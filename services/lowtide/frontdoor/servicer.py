@@ -19,6 +19,7 @@ from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.groups import GroupCoordinator
 from lowtide.frontdoor.membership import GroupMembership
+from lowtide.frontdoor.partitions import PartitionCreator
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.messages.admin import (
@@ -32,6 +33,7 @@ from lowtide.messages.admin import (
     LeavingMember,
     OffsetCommit,
     OffsetQuery,
+    PartitionsRequest,
     Protocol,
     TopicRequest,
     Upsertion,
@@ -91,6 +93,7 @@ class FrontDoor:
     members: GroupMembership | None = field(default=None)
     scram: ScramAdmin | None = field(default=None)
     configs: TopicConfigAdmin | None = field(default=None)
+    partitions: PartitionCreator | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -115,6 +118,18 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             requests=[TopicRequest(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
                                    config=dict(t.config), diskless=t.diskless) for t in request.topics])
         return admin_pb2.CreateTopicsResponse(topics=[
+            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def CreatePartitions(self, request, context):  # noqa: N802
+        if self._front.partitions is None:
+            raise InvalidRequest("this front door cannot add partitions")
+        outcomes = self._front.partitions.create_partitions(
+            principal=self._principal(context), validate_only=request.validate_only,
+            requests=[PartitionsRequest(name=t.name, count=t.count,
+                                        assignments=tuple(tuple(a.broker_ids) for a in t.assignments))
+                      for t in request.topics])
+        return admin_pb2.CreatePartitionsResponse(topics=[
             admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
 

@@ -34,6 +34,16 @@ class TopicRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionsRequest:
+    """More partitions for topic ``name``: ``count`` is the new total; ``assignments`` one replica
+    list per new partition (first = preferred leader), or empty for the default placement."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TopicOutcome:
     name: str
     error: LowtideError | None = None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import redis as redis_lib
 
@@ -80,6 +80,24 @@ return 1
 """
 
 
+# Grow a topic: replace its record if it is still exactly what the caller read (no concurrent
+# CreatePartitions or config change slipped in) and add the new partitions' states, never
+# overwriting one that exists; bump the version; publish (replicas pick their new partitions up).
+_ADD_PARTITIONS = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return -1 end
+if cur ~= ARGV[2] then return 0 end
+for i = 4, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then return -2 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+local v = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', KEYS[4], v)
+return 1
+"""
+
+
 # Replace a topic's record if it is still exactly what the caller read; bump the version; publish.
 _CAS_TOPIC = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -119,6 +137,7 @@ class MetadataStore:
         self._cas = redis.register_script(_CAS_PARTITION)
         self._create = redis.register_script(_CREATE_TOPIC)
         self._cas_topic = redis.register_script(_CAS_TOPIC)
+        self._add_partitions = redis.register_script(_ADD_PARTITIONS)
 
     @classmethod
     def from_url(cls, url: str) -> MetadataStore:
@@ -213,6 +232,35 @@ class MetadataStore:
             if written == 1:
                 return updated
         raise RequestTimedOut(f"topic '{name}': its config changed under too many concurrent writers; retry")
+
+    def topic_record(self, name: str) -> tuple[bytes, TopicInfo]:
+        """The topic's stored record as read (for ``add_partitions``' compare) and decoded."""
+        raw = self.redis.hget(TOPICS, name)
+        if raw is None:
+            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+        return raw, TopicInfo.from_json(raw)
+
+    def add_partitions(self, *, expected: bytes, topic: TopicInfo, assignment: Sequence[Sequence[int]],
+                       diskless_shards: Sequence[int] = ()) -> TopicInfo | None:
+        """Grow ``topic`` (as read, ``expected`` its stored bytes) by ``len(assignment)`` partitions
+        (classic: one replica list each) or ``len(diskless_shards)`` (diskless: their shards).
+        Returns the topic as written, or None when its record changed since it was read (the
+        caller reads again and decides again). Partitions are only ever added at the end."""
+        added = len(diskless_shards) if topic.diskless else len(assignment)
+        grown = dataclasses.replace(topic, partitions=topic.partitions + added,
+                                    diskless_shards=[*topic.diskless_shards, *diskless_shards])
+        args: list[str | bytes] = [topic.name, expected, grown.to_json()]
+        for i, replicas in enumerate(assignment):
+            p = topic.partitions + i
+            state = PartitionState(topic=topic.name, partition=p, leader=replicas[0], leader_epoch=0,
+                                   replicas=tuple(replicas), isr=tuple(replicas), partition_epoch=0)
+            args += [str(p), state.to_json()]
+        written = self._add_partitions(keys=[TOPICS, partitions_key(topic.name), VERSION, METADATA_CHANNEL], args=args)
+        if written == -1:
+            raise UnknownTopicOrPartition(f"topic '{topic.name}' does not exist")
+        if written == -2:
+            return None  # a partition state is there already: someone else grew it
+        return grown if written == 1 else None
 
     # -- partitions --------------------------------------------------------------------------
     def partition_states(self, topic: str) -> list[PartitionState]:

@@ -67,6 +67,7 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.TopicAlreadyExists: _S.ALREADY_EXISTS,
     e.InvalidPartitions: _S.INVALID_ARGUMENT,
     e.InvalidReplicationFactor: _S.INVALID_ARGUMENT,
+    e.InvalidReplicaAssignment: _S.INVALID_ARGUMENT,
     e.InvalidConfig: _S.INVALID_ARGUMENT,
     e.InvalidRequest: _S.INVALID_ARGUMENT,
     e.UnsupportedForMessageFormat: _S.INVALID_ARGUMENT,
