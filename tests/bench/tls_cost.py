@@ -20,9 +20,10 @@ before the next round.
 CPU per GiB: utime + stime of every cluster process (``/proc/PID/stat``: replicas, front door,
 Redis) over the measured window, plus the load generators' own CPU (``time.process_time`` in each
 worker over the same window; for consume, over its fetches), divided by the GiB acknowledged
-(each batch once, not once per replica) or fetched. Unlike MB/s on a 2-core box shared with other
-work, this does not move much with the machine's noise: TLS's CPU seconds per GiB minus
-plaintext's is the cost of TLS.
+(each batch once, not once per replica) or fetched. On a 2-core box shared with other work, MB/s
+follows whatever else runs; CPU per GiB moves much less (an overloaded machine still inflates it
+some: the 1-minute load average at each round's start is in the params). TLS's CPU seconds per GiB
+minus plaintext's (difference of the medians) is the cost of TLS.
 
 Before the measured rounds, one short unmeasured round per cluster warms the worker processes
 (a process's first TLS channel initialises the TLS library), the services and the page cache.
@@ -38,6 +39,7 @@ too, is the per-call reference: first call minus it is the connection's cost.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -142,6 +144,7 @@ def _consume(bench: Bench, pool: Executor, topic: str) -> dict[str, Any]:
 def _round(bench: Bench, pool: Executor, mode: str, index: int, **load: Any) -> dict[str, Any]:
     topic = f"bench-tls-{mode}-{'warm' if index < 0 else index}"
     settle_disk()
+    load_1m = os.getloadavg()[0]
     bench.create_topic(topic, PARTITIONS, 3)
     try:
         produce = _produce(bench, pool, topic, **load)
@@ -156,7 +159,7 @@ def _round(bench: Bench, pool: Executor, mode: str, index: int, **load: Any) -> 
         f"{produce['cpu'].get('client', float('nan')):.2f}), errors {produce['errors']} {produce['first_error']}; "
         f"consume {consume['mbs']:.0f} MB/s, CPU {consume['cpu'].get('total', float('nan')):.2f} s/GiB "
         f"{consume['errors'] or ''}")
-    return {"produce": produce, "consume": consume}
+    return {"produce": produce, "consume": consume, "load_1m": load_1m}
 
 
 # ------------------------------------------------------------------------------------ connections
@@ -292,7 +295,7 @@ def _cpu_cost(op: str, label: str, rounds: dict[str, list[dict[str, Any]]], para
         f.params["rounds_per_process_s_gib"] = [r[op]["cpu"] for r in rounds[f.params["mode"]]]
     for f in figs:
         m = med[f.params["mode"]]
-        f.note += f"; cluster {m['cluster']:.2f} + client {m['client']:.2f}"
+        f.note += f"; medians of the parts: cluster {m['cluster']:.2f}, client {m['client']:.2f}"
     if "plaintext" in med and "tls" in med:
         plain, tls = med["plaintext"], med["tls"]
         cost = tls["total"] - plain["total"]
@@ -312,6 +315,7 @@ def tls_figures(data_dir: Path, pool: Executor, *, quick: bool, processes: int, 
     connections = 20 if quick else 300
     load = {"processes": processes, "threads": threads, "warmup_s": warmup_s, "duration_s": duration_s}
     rounds: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    load_at_start = os.getloadavg()[0]
     with ExitStack() as stack:
         benches = _start_clusters(stack, data_dir)
         conns = _connections(benches, connections)
@@ -325,6 +329,8 @@ def tls_figures(data_dir: Path, pool: Executor, *, quick: bool, processes: int, 
     common = {"rf": 3, "acks": -1, "batch_bytes": BATCH_BYTES, "record_bytes": RECORD_SIZE, "partitions": PARTITIONS,
               "processes": processes, "threads_per_process": threads, "warmup_s": warmup_s, "duration_s": duration_s,
               "rounds_per_mode": rounds_per_mode, "order": "ABBA, plaintext first",
+              "load_average_1m": {"section_start": load_at_start, "section_end": os.getloadavg()[0],
+                                  "round_starts": {m: [r["load_1m"] for r in rounds[m]] for m in MODES}},
               "tls": "ClusterConfig(tls=True): every gRPC port TLS 1.2+/1.3, mutual TLS between services; "
                      "clients present the admin certificate; EC P-256 keys"}
     consume_params = {**common, "partition_max_bytes": FETCH_BYTES, "page_cache": "warm (just produced)"}
