@@ -19,9 +19,10 @@ Listeners, as Kafka's broker configures them:
 Security protocols: ``PLAINTEXT`` and ``SASL_PLAINTEXT`` (TCP; SASL served, required with auth on);
 ``SSL`` (TLS; the client certificate, per ``--kafka-ssl-client-auth none|requested|required``,
 Kafka's ``ssl.client.auth``, is the identity: kafka/tls_identity.py); ``SASL_SSL`` (TLS, then the
-same SASL mechanisms as SASL_PLAINTEXT). The TLS listeners serve the process's own certificate
-(``--tls-cert``/``--tls-key``, re-read when rotated; client certificates checked against
-``--tls-ca``); a TLS listener without ``--tls-cert`` stops start-up.
+same SASL mechanisms as SASL_PLAINTEXT; no client certificate asked: Kafka too applies
+``ssl.client.auth`` to a SASL listener only when set for that listener). The TLS listeners serve
+the process's own certificate (``--tls-cert``/``--tls-key``, re-read when rotated; client
+certificates checked against ``--tls-ca``); a TLS listener without ``--tls-cert`` stops start-up.
 
 Also ``--kafka-max-request-bytes`` (Kafka's ``socket.request.max.bytes``) and
 ``--kafka-connections-max-reauth-ms`` (Kafka's ``connections.max.reauth.ms``: how long a SASL/SCRAM
@@ -196,7 +197,8 @@ class KafkaEndpoint:
             KafkaListener(host=spec.host, port=spec.port, dispatch=self._dispatch,
                           max_request_bytes=max_request_bytes, workers=workers, name=name,
                           listener_name=spec.name, protocol=spec.protocol,
-                          ssl_context=tls.ssl_context(client_auth=ssl_client_auth) if spec.tls and tls else None)
+                          ssl_context=tls.ssl_context(client_auth=ssl_client_auth if spec.protocol == "SSL" else "none")
+                          if spec.tls and tls else None)
             for spec in listeners]
         self.ports: dict[str, int] = {}
 
