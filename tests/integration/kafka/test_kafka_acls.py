@@ -6,8 +6,13 @@ ALTER/DESCRIBE on the cluster is refused with Kafka's ClusterAuthorizationExcept
 store cannot hold (Kafka's CREATE operation, which ``--producer`` adds) is refused and not stored.
 DescribeTopicPartitions, asked as alice, answers a topic she may not DESCRIBE refused and last.
 
-One auth-on cluster for the module (``admin`` is a super user, ``alice`` has no ACLs but those the
-tests give her); each test uses principals and topics of its own."""
+With auth on, Kafka's rules for what ``kafka-transactions`` reaches on the replicas: DescribeProducers
+needs READ on the topic (per partition, TOPIC_AUTHORIZATION_FAILED otherwise, over gRPC and over
+Kafka alike), and ``abort`` (WriteTxnMarkers) needs CLUSTER_ACTION on the cluster; a refused abort
+appends nothing, so the transaction still holds the last stable offset until one allowed aborts it.
+
+One auth-on cluster for the module (``admin`` is a super user, ``alice`` and ``erin`` have no ACLs but
+those the tests give them); each test uses principals and topics of its own."""
 
 from __future__ import annotations
 
@@ -18,15 +23,20 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from lowtide.client import Admin
+from lowtide.client.admin import OffsetSpec
+from lowtide.errors import TopicAuthorizationFailed
 from lowtide.localcluster import ClusterConfig, LocalCluster
-from lowtide_pb import admin_pb2, replica_pb2
+from lowtide.record import encode_batch
+from lowtide_pb import admin_pb2, common_pb2, replica_pb2, transactions_pb2
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.kafka.wire import KafkaConnection, request_module
 from tests.kafka_tools import kafka_tool
 
-ADMIN_TOKEN, ALICE_TOKEN = "admin-secret", "alice-secret"
+ADMIN_TOKEN, ALICE_TOKEN, ERIN_TOKEN = "admin-secret", "alice-secret", "erin-secret"
 ADMIN, ALICE = [("authorization", f"Bearer {ADMIN_TOKEN}")], [("authorization", f"Bearer {ALICE_TOKEN}")]
+ERIN = [("authorization", f"Bearer {ERIN_TOKEN}")]
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 2, 3, 4, 5
 LITERAL, PREFIXED = 3, 4
@@ -69,7 +79,7 @@ def _props(path: Path, user: str, password: str) -> Path:
 def secured(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kafka-acls")
     tokens = tmp / "tokens"
-    tokens.write_text(f"{ADMIN_TOKEN} User:admin\n{ALICE_TOKEN} User:alice\n")
+    tokens.write_text(f"{ADMIN_TOKEN} User:admin\n{ALICE_TOKEN} User:alice\n{ERIN_TOKEN} User:erin\n")
     config = ClusterConfig(data_dir=tmp / "cluster", replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
                            auth_enabled=True, tokens_file=tokens, super_users="User:admin")
     for cluster in running_cluster(request, config):
@@ -230,3 +240,65 @@ def test_with_auth_off_acls_are_stored_as_lowtide_acls_stores_them(shared_cluste
         assert int(result.error_code) == 0
         assert [(a.resource_name, a.pattern_type, a.principal) for a in result.matching_acls] == [
             ("acl-off", PREFIXED, "User:dave")]
+
+
+TXN_TOPIC, TXN_PID, TXN_EPOCH = "txn-guarded", 5150, 0
+READ_COMMITTED = 1
+
+
+def transactions_tool(cluster: LocalCluster, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(kafka_tool("kafka-transactions")), "--bootstrap-server", cluster.kafka_bootstrap,
+                           "--command-config", str(config), *args], capture_output=True, text=True, timeout=120)
+
+
+def stable_offset(cluster: LocalCluster) -> int:
+    with Admin(cluster.bootstrap, metadata=ADMIN) as admin:
+        answer = admin.list_offsets({(TXN_TOPIC, 0): OffsetSpec.LATEST},
+                                    isolation_level=READ_COMMITTED)[(TXN_TOPIC, 0)]
+    assert answer.error is None, answer
+    return answer.offset
+
+
+def test_describe_producers_needs_read_on_the_topic_and_abort_cluster_action(secured, tmp_path):
+    kafka_tool("kafka-transactions")  # skips, naming what to install
+    cluster = secured.cluster
+    s.create_topic(cluster, TXN_TOPIC, metadata=ADMIN)
+    leader = s.replica(cluster, s.leader_of(cluster, TXN_TOPIC, 0))
+    produced = leader.Produce(replica_pb2.ProduceRequest(acks=-1, timeout_ms=10_000, partitions=[
+        replica_pb2.ProducePartition(topic=TXN_TOPIC, partition=0, records=encode_batch(
+            [b"a", b"b"], producer_id=TXN_PID, producer_epoch=TXN_EPOCH, base_sequence=0, is_transactional=True))]),
+        metadata=ADMIN, timeout=20)
+    assert produced.partitions[0].error_code == 0, produced
+    assert stable_offset(cluster) == 0
+
+    # gRPC: erin without ACLs is refused per partition, and gets nothing of the producer state
+    ask = transactions_pb2.DescribeProducersRequest(
+        partitions=[common_pb2.TopicPartition(topic=TXN_TOPIC, partition=0)])
+    [refused] = leader.DescribeProducers(ask, metadata=ERIN, timeout=20).partitions
+    assert (refused.error_code, list(refused.producers)) == (TopicAuthorizationFailed.code, [])
+    # Kafka: the same refusal, which Kafka's admin client raises as TopicAuthorizationException
+    erin = _props(tmp_path / "erin.properties", "erin", ERIN_TOKEN)
+    result = transactions_tool(cluster, erin, "describe-producers", "--topic", TXN_TOPIC, "--partition", "0")
+    assert result.returncode != 0 and "TopicAuthorizationException" in result.stderr, result.stderr[-3000:]
+
+    admin_cfg = tmp_path / "admin.properties"
+    admin_cfg.write_text(f"lowtide.auth.token={ADMIN_TOKEN}\n")
+    s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
+               "--principal", "User:erin", "--operation", "read", "--topic", TXN_TOPIC)
+    s.wait_until(lambda: not leader.DescribeProducers(ask, metadata=ERIN, timeout=20).partitions[0].error_code,
+                 what="erin's READ on the topic in force")
+    [allowed] = leader.DescribeProducers(ask, metadata=ERIN, timeout=20).partitions
+    assert [(p.producer_id, p.producer_epoch, p.current_txn_start_offset) for p in allowed.producers] == [
+        (TXN_PID, TXN_EPOCH, 0)]
+
+    # READ is enough to find the transaction but not to abort it: WriteTxnMarkers needs CLUSTER_ACTION
+    result = transactions_tool(cluster, erin, "abort", "--topic", TXN_TOPIC, "--partition", "0",
+                               "--start-offset", "0")
+    # (Kafka's AbortTransactionHandler: "... failed due to cluster authorization error")
+    assert result.returncode != 0 and "cluster authorization" in result.stderr, result.stderr[-3000:]
+    assert stable_offset(cluster) == 0  # nothing appended
+    result = transactions_tool(cluster, secured.admin_props, "abort", "--topic", TXN_TOPIC, "--partition", "0",
+                               "--start-offset", "0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stable_offset(cluster) == 3  # two records and the ABORT marker
+    secured.grpc_delete("User:erin")
