@@ -22,16 +22,15 @@ from tests.integration import support as s
 UNSTABLE_OFFSET_COMMIT, INVALID_TXN_STATE, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND = 88, 48, 90, 105
 
 
+SRC = "txo-src"
+
+
 @pytest.fixture(scope="module")
-def txn_cluster(request, tmp_path_factory):
-    from lowtide.localcluster.config import ClusterConfig
-    from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
-    config = ClusterConfig(data_dir=tmp_path_factory.mktemp("txn-offsets"), replicas=3,
-                           replica_config=dict(DEFAULT_REPLICA_CONFIG))
-    cluster = None
-    for cluster in running_cluster(request, config):
-        s.create_topic(cluster, "src", partitions=2, rf=3)
-        yield cluster
+def txn_cluster(shared_cluster):
+    """The worker's shared cluster: these tests fault nothing, and their topic, groups and
+    transactional ids are their own (``txo-``)."""
+    s.create_topic(shared_cluster, SRC, partitions=2, rf=3)
+    return shared_cluster
 
 
 class Txn:
@@ -52,7 +51,7 @@ class Txn:
         answer = self.admin.TxnOffsetCommit(transactions_pb2.TxnOffsetCommitRequest(
             transactional_id=self.id, group_id=group, producer_id=self.pid,
             producer_epoch=self.epoch if epoch is None else epoch,
-            partitions=[transactions_pb2.TxnOffsetCommitPartition(topic="src", partition=p, offset=o)
+            partitions=[transactions_pb2.TxnOffsetCommitPartition(topic=SRC, partition=p, offset=o)
                         for p, o in offsets.items()]))
         return [r.error_code for r in answer.partitions]
 
@@ -65,72 +64,73 @@ def fetched(cluster, group: str, *, require_stable: bool) -> dict[int, tuple[int
     """partition -> (offset, error code) of ``src`` as OffsetFetch answers."""
     answer = s.admin(cluster).OffsetFetch(admin_pb2.OffsetFetchRequest(
         group_id=group, require_stable=require_stable,
-        partitions=[common_pb2.TopicPartition(topic="src", partition=p) for p in range(2)]))
+        partitions=[common_pb2.TopicPartition(topic=SRC, partition=p) for p in range(2)]))
     return {r.partition: (r.offset, r.error_code) for r in answer.partitions}
 
 
 def test_offsets_committed_in_a_transaction_show_only_once_it_commits(txn_cluster):
-    txn = Txn(txn_cluster, "copy-1")
-    assert txn.add_offsets("g-commit") == 0
-    assert txn.commit_offsets("g-commit", {0: 10, 1: 20}) == [0, 0]
-    assert fetched(txn_cluster, "g-commit", require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
-    assert fetched(txn_cluster, "g-commit", require_stable=True) == {
+    txn = Txn(txn_cluster, "txo-copy-1")
+    assert txn.add_offsets("txo-g-commit") == 0
+    assert txn.commit_offsets("txo-g-commit", {0: 10, 1: 20}) == [0, 0]
+    assert fetched(txn_cluster, "txo-g-commit", require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
+    assert fetched(txn_cluster, "txo-g-commit", require_stable=True) == {
         0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
     assert txn.end(commit=True) == 0
-    assert fetched(txn_cluster, "g-commit", require_stable=True) == {0: (10, 0), 1: (20, 0)}
+    assert fetched(txn_cluster, "txo-g-commit", require_stable=True) == {0: (10, 0), 1: (20, 0)}
 
 
 def test_offsets_of_an_aborted_transaction_leave_the_last_committed_ones(txn_cluster):
-    txn = Txn(txn_cluster, "copy-2")
-    assert txn.add_offsets("g-abort") == 0
-    assert txn.commit_offsets("g-abort", {0: 5}) == [0]
+    txn = Txn(txn_cluster, "txo-copy-2")
+    assert txn.add_offsets("txo-g-abort") == 0
+    assert txn.commit_offsets("txo-g-abort", {0: 5}) == [0]
     assert txn.end(commit=True) == 0
-    assert txn.add_offsets("g-abort") == 0
-    assert txn.commit_offsets("g-abort", {0: 50}) == [0]
+    assert txn.add_offsets("txo-g-abort") == 0
+    assert txn.commit_offsets("txo-g-abort", {0: 50}) == [0]
     assert txn.end(commit=False) == 0
-    assert fetched(txn_cluster, "g-abort", require_stable=True)[0] == (5, 0)
+    assert fetched(txn_cluster, "txo-g-abort", require_stable=True)[0] == (5, 0)
 
 
 def test_offsets_without_add_offsets_to_txn_are_refused(txn_cluster):
-    txn = Txn(txn_cluster, "copy-3")
-    assert txn.commit_offsets("g-unadded", {0: 7}) == [INVALID_TXN_STATE]
-    assert fetched(txn_cluster, "g-unadded", require_stable=True)[0] == (-1, 0)
+    txn = Txn(txn_cluster, "txo-copy-3")
+    assert txn.commit_offsets("txo-g-unadded", {0: 7}) == [INVALID_TXN_STATE]
+    assert fetched(txn_cluster, "txo-g-unadded", require_stable=True)[0] == (-1, 0)
 
 
 def test_a_fenced_producer_cannot_commit_offsets(txn_cluster):
-    old = Txn(txn_cluster, "copy-4")
-    assert old.add_offsets("g-fenced") == 0
-    new = Txn(txn_cluster, "copy-4")  # bumps the epoch and aborts the old transaction
+    old = Txn(txn_cluster, "txo-copy-4")
+    assert old.add_offsets("txo-g-fenced") == 0
+    new = Txn(txn_cluster, "txo-copy-4")  # bumps the epoch and aborts the old transaction
     assert new.epoch > old.epoch
-    assert old.commit_offsets("g-fenced", {0: 99}) == [PRODUCER_FENCED]
-    assert fetched(txn_cluster, "g-fenced", require_stable=True)[0] == (-1, 0)
+    assert old.commit_offsets("txo-g-fenced", {0: 99}) == [PRODUCER_FENCED]
+    assert fetched(txn_cluster, "txo-g-fenced", require_stable=True)[0] == (-1, 0)
 
 
 def test_list_and_describe_transactions_show_the_coordinators_states(txn_cluster):
-    ongoing = Txn(txn_cluster, "listed-ongoing")
-    assert ongoing.add_offsets("g-listed") == 0
-    Txn(txn_cluster, "listed-empty")
+    ongoing = Txn(txn_cluster, "txo-listed-ongoing")
+    assert ongoing.add_offsets("txo-g-listed") == 0
+    Txn(txn_cluster, "txo-listed-empty")
     admin = s.admin(txn_cluster)
     listed = {t.transactional_id: (t.state, t.producer_id) for t in admin.ListTransactions(
         transactions_pb2.ListTransactionsRequest(state_filters=[ONGOING])).transactions}
-    assert listed.get("listed-ongoing") == (ONGOING, ongoing.pid)
-    assert "listed-empty" not in listed
+    assert listed.get("txo-listed-ongoing") == (ONGOING, ongoing.pid)
+    assert "txo-listed-empty" not in listed
     described = {d.transactional_id: d for d in admin.DescribeTransactions(
-        transactions_pb2.DescribeTransactionsRequest(transactional_ids=["listed-ongoing", "never-used"])).transactions}
-    d = described["listed-ongoing"]
+        transactions_pb2.DescribeTransactionsRequest(
+            transactional_ids=["txo-listed-ongoing", "txo-never-used"])).transactions}
+    d = described["txo-listed-ongoing"]
     assert (d.error_code, d.state, d.producer_id, d.producer_epoch) == (0, ONGOING, ongoing.pid, ongoing.epoch)
     assert [(p.topic, p.partition) for p in d.partitions] == [(OFFSETS_TOPIC, p.partition) for p in d.partitions]
     assert len(d.partitions) == 1 and d.start_ms > 0
-    assert described["never-used"].error_code == TRANSACTIONAL_ID_NOT_FOUND
+    assert described["txo-never-used"].error_code == TRANSACTIONAL_ID_NOT_FOUND
     assert ongoing.end(commit=True) == 0
 
 
 def test_an_idle_transactional_id_expires_and_its_next_producer_starts_with_a_new_id(txn_cluster):
-    done = Txn(txn_cluster, "expiring")
-    assert done.add_offsets("g-expiring") == 0
+    done = Txn(txn_cluster, "txo-expiring")
+    assert done.add_offsets("txo-g-expiring") == 0
     assert done.end(commit=True) == 0
-    open_txn = Txn(txn_cluster, "expiring-open")
-    assert open_txn.add_offsets("g-expiring-open") == 0
+    open_txn = Txn(txn_cluster, "txo-expiring-open")
+    assert open_txn.add_offsets("txo-g-expiring-open") == 0
     store = s.store(txn_cluster)
     client = ReplicaClient()
     authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
@@ -139,11 +139,13 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_starts_with_a_ne
                                          pool=ThreadPoolExecutor(max_workers=2)))
     coordinator = TransactionCoordinator(store=txns, metadata=store, replicas=client, authorizer=authorizer,
                                          transactional_id_expiration_ms=60_000)
-    assert txns.load("expiring").state == COMPLETE_COMMIT
+    assert txns.load("txo-expiring").state == COMPLETE_COMMIT
+    # (expire scans every transactional id of the shared cluster: what the worker's earlier tests left
+    # idle is forgotten too, and none of them comes back to its ids)
     coordinator.expire(now=now_ms() + 30_000)  # not idle long enough yet
-    assert txns.load("expiring") is not None
+    assert txns.load("txo-expiring") is not None
     coordinator.expire(now=now_ms() + 61_000)
-    assert txns.load("expiring") is None
+    assert txns.load("txo-expiring") is None
     # An ongoing transaction is never forgotten: it times out (aborted, its epoch bumped) first.
-    assert txns.load("expiring-open").state != EMPTY
-    assert Txn(txn_cluster, "expiring").pid != done.pid
+    assert txns.load("txo-expiring-open").state != EMPTY
+    assert Txn(txn_cluster, "txo-expiring").pid != done.pid
