@@ -50,6 +50,7 @@ from lowtide.kafka import (
     apis_configs,
     apis_data,
     apis_groups,
+    apis_partitions,
     apis_sasl,
     apis_scram,
     apis_txn,
@@ -68,7 +69,7 @@ DEFAULT_SESSION_LIFETIME_MS = 3_600_000
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
     return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
-            *apis_txn.APIS, *apis_cluster.APIS]
+            *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS]
 
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

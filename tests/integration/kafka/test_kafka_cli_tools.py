@@ -196,6 +196,25 @@ def test_kafka_topics_describe_prints_the_configs_a_topic_was_created_with(kclus
     assert sorted(head["Configs"].split(",")) == ["cleanup.policy=compact", "retention.ms=86400000"]
 
 
+def test_kafka_topics_alter_partitions_grows_a_topic_and_refuses_to_shrink_it(kcluster, lowtide_admin):
+    bootstrap = kcluster.kafka_bootstrap
+    lowtide_admin.create_topic("cli-grown", partitions=1, replication_factor=3)
+    ok(tool("kafka-topics", "--bootstrap-server", bootstrap, "--alter", "--topic", "cli-grown", "--partitions", "3"))
+    # kafka-topics takes the whole topic's assignment and sends the new partitions' part of it
+    existing = ",".join(":".join(map(str, p.replicas))
+                        for p in lowtide_admin.describe_topics(["cli-grown"])["cli-grown"].partitions)
+    ok(tool("kafka-topics", "--bootstrap-server", bootstrap, "--alter", "--topic", "cli-grown", "--partitions", "4",
+            "--replica-assignment", f"{existing},2:1:0"))
+    topic = lowtide_admin.describe_topics(["cli-grown"])["cli-grown"]
+    assert [p.partition for p in topic.partitions] == [0, 1, 2, 3]
+    assert list(topic.partitions[3].replicas) == [2, 1, 0]
+    shrink = tool("kafka-topics", "--bootstrap-server", bootstrap, "--alter", "--topic", "cli-grown",
+                  "--partitions", "2")
+    assert shrink.returncode == 1, shrink.stdout
+    assert "InvalidPartitionsException: Topic currently has 4 partitions, which is higher than the requested 2." \
+        in shrink.stderr + shrink.stdout, shrink.stderr[-3000:]
+
+
 def test_kafka_topics_delete_removes_the_topic(kcluster, lowtide_admin):
     bootstrap = kcluster.kafka_bootstrap
     ok(tool("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", "cli-doomed",
