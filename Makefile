@@ -149,7 +149,8 @@ docs: $(PIP_STAMP) $(PB_STAMP)
 
 # helm lint --strict and helm template with default and with full values (charts/lowtide/ci); the
 # values schema must refuse a wrong value and take an all-digit image tag (skaffold's short git SHA
-# can be one, and helm --set makes it an integer); the Prometheus Operator kinds render when their API is there.
+# can be one, and helm --set makes it an integer); TLS on by default (rediss://, no kubelet gRPC
+# probes), off on request, refused without a certificate source, cert-manager Certificates; the Prometheus Operator kinds render when their API is there.
 # (make k8s-test also validates every rendered manifest against a real apiserver.)
 chart-lint:
 	@if command -v helm >/dev/null; then \
@@ -158,6 +159,11 @@ chart-lint:
 	  helm template lt $$c >/dev/null && helm template lt $$c -f $$c/ci/full-values.yaml >/dev/null && \
 	  helm template lt $$c --set redis.enabled=false --set redis.externalUrl=redis://r:6379/0 >/dev/null && \
 	  helm template lt $$c --set objectStore.type=none >/dev/null && \
+	  helm template lt $$c | grep -q 'rediss://' && ! helm template lt $$c | grep -q '^ *grpc:$$' && \
+	  helm template lt $$c --set tls.enabled=false | grep -q '^ *grpc:$$' && \
+	  ! helm template lt $$c --set tls.selfSigned=false >/dev/null 2>&1 && \
+	  helm template lt $$c --set tls.selfSigned=false --set tls.certManager.issuerRef.name=ca \
+	    | grep -q 'kind: Certificate' && \
 	  ! helm template lt $$c --set objectStore.type=disk >/dev/null 2>&1 && \
 	  helm template lt $$c --set image.tag=5554813 --set spark.image.tag=5554813 \
 	    | grep -q 'image: "lowtide:5554813"' && \

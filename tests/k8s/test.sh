@@ -7,12 +7,16 @@
 #                  scanner, Redis), then `helm test`
 #   3. delete      a topic produced in the cluster; DeleteRecords with grpcurl through a
 #                  `kubectl port-forward` of the front door Service returns the low watermark
+#                  (over mutual TLS with the chart's admin certificate)
+#      tls         inside the cluster, a plaintext gRPC call to a replica and a plaintext Redis PING
+#                  are refused (the chart runs with TLS on, its default)
 #   4. restart     a replica pod deleted: the StatefulSet brings it back on its volume, with its
 #                  data and the log start offset intact
 #   5. spark       a group consumes part of the topic; the retention caller CronJob triggered once
 #                  (`kubectl create job --from=cronjob/...`) moves the low watermark to the group's offsets
-#   6. upgrade     helm upgrade (a changed value rolls the front door), then helm uninstall: no pod left,
-#                  volumes released and deleted
+#   6. rotation    a renewed front door certificate written into its Secret is served without a restart
+#   7. upgrade     helm upgrade (a changed value rolls the front door; the certificates stay the
+#                  same), then helm uninstall: no pod left, volumes released and deleted
 # Each phase's duration is printed and written to $LOWTIDE_K8S_HOME/run/phases.txt.
 # Assumes the cluster is up (make k8s-up); `make k8s-test` runs build, up, this and down.
 set -euo pipefail
@@ -105,7 +109,7 @@ docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(lowti
 phase "manifests vs the apiserver"
 # Every manifest the chart renders, with default and with full values, validated by the real
 # apiserver's schemas (server-side dry run, unknown fields are errors). The Prometheus Operator's
-# kinds are left out: their CRDs are not installed here.
+# and cert-manager's kinds are left out: their CRDs are not installed here.
 # A dry run persists nothing, so the pods' admission would not find the ServiceAccount the same
 # dry run "created": a scratch namespace holds a real one.
 dry=$NS-dryrun
@@ -113,7 +117,7 @@ kubectl create namespace "$dry" >/dev/null
 kubectl -n "$dry" create serviceaccount "$REL-lowtide" >/dev/null
 for values in "" "$repo/charts/lowtide/ci/full-values.yaml"; do
   helm template "$REL" "$repo/charts/lowtide" -n "$dry" ${values:+-f "$values"} \
-    | python3 "$here/drop_kinds.py" ServiceMonitor PrometheusRule \
+    | python3 "$here/drop_kinds.py" ServiceMonitor PrometheusRule Certificate \
     | kubectl apply -n "$dry" --dry-run=server --validate=strict -f - >/dev/null \
     || fail "rendered manifests (${values:-default values}) refused by the apiserver"
 done
@@ -143,12 +147,45 @@ pf_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 k port-forward "svc/$REL-lowtide-frontdoor" "$pf_port:9090" >"$K8S_RUN/logs/port-forward.log" 2>&1 &
 pf=$!
 trap 'kill $pf 2>/dev/null || true' EXIT
-for _ in $(seq 100); do grpcurl -plaintext "127.0.0.1:$pf_port" list >/dev/null 2>&1 && break; sleep 0.2; done
-reply=$(grpcurl -plaintext -d "{\"partitions\":[{\"topic\":\"$TOPIC\",\"partition\":0,\"offset\":100}]}" \
+# the chart's admin certificate (User:admin) and CA, as NOTES.txt shows
+tls_dir=$K8S_RUN/tls-admin
+mkdir -p "$tls_dir"
+for f in ca.crt tls.crt tls.key; do
+  k get secret "$REL-lowtide-admin-tls" -o json | jq -r --arg f "$f" '.data[$f]' | base64 -d > "$tls_dir/$f"
+done
+gtls=(-cacert "$tls_dir/ca.crt" -cert "$tls_dir/tls.crt" -key "$tls_dir/tls.key")
+for _ in $(seq 100); do grpcurl "${gtls[@]}" "127.0.0.1:$pf_port" list >/dev/null 2>&1 && break; sleep 0.2; done
+! grpcurl -plaintext -max-time 5 "127.0.0.1:$pf_port" list >/dev/null 2>&1 || fail "the front door answered plaintext grpcurl"
+reply=$(grpcurl "${gtls[@]}" -d "{\"partitions\":[{\"topic\":\"$TOPIC\",\"partition\":0,\"offset\":100}]}" \
   "127.0.0.1:$pf_port" lowtide.v1.Admin/DeleteRecords) || fail "grpcurl DeleteRecords"
 echo "$reply" | jq -c .
 lw=$(echo "$reply" | jq -r '.partitions[0] | .low_watermark // .lowWatermark')
 [ "$lw" = 100 ] || fail "DeleteRecords through the port-forward returned low watermark $lw, wanted 100"
+
+phase "TLS: plaintext refused"
+# From inside the cluster (a front door pod): a plaintext gRPC call to a replica fails, the same call
+# over TLS with the pod's certificate succeeds; Redis refuses a plaintext PING and answers over TLS.
+replica0="$REL-lowtide-replica-0.$REL-lowtide-replica-headless:9092"
+k exec -i "$(pod_of frontdoor)" -- python - "$replica0" <<'PY' || fail "a replica's gRPC port: plaintext not refused, or TLS refused"
+import os, sys, grpc
+from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g
+def check(channel):
+    with channel as ch:
+        return h.HealthCheckResponse.ServingStatus.Name(g.HealthStub(ch).Check(h.HealthCheckRequest(), timeout=5).status)
+try:
+    sys.exit(f"plaintext {sys.argv[1]}: answered {check(grpc.insecure_channel(sys.argv[1]))}")
+except grpc.RpcError as exc:
+    print(f"plaintext {sys.argv[1]}: refused ({exc.code().name})")
+f = lambda n: open(os.environ["LOWTIDE_TLS_" + n], "rb").read()
+print(f"TLS {sys.argv[1]}: {check(grpc.secure_channel(sys.argv[1], grpc.ssl_channel_credentials(f('CA'), f('KEY'), f('CERT'))))}")
+PY
+redis_pod=$(pod_of redis)
+if k exec "$redis_pod" -- sh -c 'redis-cli -p 6379 ping' 2>&1 | grep -q PONG; then
+  fail "Redis answered a plaintext PING"
+fi
+pong=$(k exec "$redis_pod" -- sh -c 'redis-cli -p 6379 --tls --cacert /etc/lowtide/tls/ca.crt --cert /etc/lowtide/tls/tls.crt --key /etc/lowtide/tls/tls.key ping' 2>&1)
+[ "$pong" = PONG ] || fail "Redis over TLS: $pong"
+echo "redis: plaintext refused, TLS PONG"
 
 phase "replica pod restart"
 before_start=$(offsets earliest) before_end=$(offsets latest)
@@ -190,7 +227,46 @@ echo "log start offsets: $after_start -> $start_after"
 # the group read 1500 records from the log start: the job may not delete past its offsets
 [ "$(sum "$start_after")" -le "$(( $(sum "$after_start") + 1500 ))" ] || fail "the retention job deleted past what the group consumed"
 
+phase "certificate rotation"
+# A renewed front door certificate (new key and serial, same CA and names, as cert-manager renews)
+# written into its Secret: kubelet swaps the mounted files, every front door serves the new one on
+# new connections without restarting, and calls through it keep working.
+k get secret "$REL-lowtide-frontdoor-tls" -o json > "$K8S_RUN/leaf.json"
+k get secret "$REL-lowtide-ca" -o json > "$K8S_RUN/ca.json"
+serial=$("$repo/.venv/bin/python" "$here/rotate_cert.py" "$K8S_RUN/leaf.json" "$K8S_RUN/ca.json" \
+  2>&1 >"$K8S_RUN/renewed.json") || fail "rotate_cert.py: $serial"
+fd_pods=$(k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=frontdoor" -o json \
+  | jq -r '.items[] | select(.metadata.deletionTimestamp == null) | "\(.metadata.name)=\(.metadata.uid)=\(.status.containerStatuses[0].restartCount)"')
+k replace -f "$K8S_RUN/renewed.json" >/dev/null
+served() {  # the serial (hex) of the certificate pod $1 serves on its gRPC port
+  k exec "$1" -- python -c '
+import os, socket, ssl
+from cryptography import x509
+ctx = ssl.create_default_context(cafile=os.environ["LOWTIDE_TLS_CA"])
+ctx.load_cert_chain(os.environ["LOWTIDE_TLS_CERT"], os.environ["LOWTIDE_TLS_KEY"])
+ctx.set_alpn_protocols(["h2"])
+with socket.create_connection(("localhost", 9090), timeout=5) as s, ctx.wrap_socket(s, server_hostname="localhost") as t:
+    print(format(x509.load_der_x509_certificate(t.getpeercert(True)).serial_number, "x"))' 2>/dev/null
+}
+t0=$SECONDS
+for entry in $fd_pods; do
+  pod=${entry%%=*}
+  for _ in $(seq 90); do [ "$(served "$pod")" = "$serial" ] && break; sleep 2; done
+  [ "$(served "$pod")" = "$serial" ] || fail "$pod does not serve the renewed certificate $serial after $((SECONDS - t0)) s"
+  now=$(k get pod "$pod" -o json | jq -r '"\(.metadata.name)=\(.metadata.uid)=\(.status.containerStatuses[0].restartCount)"')
+  [ "$now" = "$entry" ] || fail "$pod restarted for the renewed certificate ($entry -> $now)"
+done
+echo "front doors serve the renewed certificate $serial after $((SECONDS - t0)) s, not restarted"
+lt topics describe --output json >/dev/null || fail "calls through the front door after the renewal"
+
 phase "helm upgrade"
+# the certificates and Redis' password are kept (lookup): an upgrade rotates nothing
+secrets_digest() {
+  k get secrets -l "app.kubernetes.io/instance=$REL" -o json \
+    | jq -r '.items[] | select(.metadata.name | test("-(tls|ca|auth)$")) | "\(.metadata.name) \(.data | tostring | @base64)"' \
+    | sort | sha256sum
+}
+secrets_before=$(secrets_digest)
 helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set-string podAnnotations.upgraded=yes \
   --wait --timeout 10m >/dev/null || fail "helm upgrade"
 for w in deployment/$REL-lowtide-frontdoor statefulset/$REL-lowtide-replica statefulset/$REL-lowtide-coordinator; do
@@ -205,6 +281,8 @@ for _ in $(seq 120); do
   [ "$full" = 0 ] && break; sleep 0.5
 done
 [ "$full" = 0 ] || fail "$full partitions still under-replicated after the upgrade"
+[ "$(secrets_digest)" = "$secrets_before" ] || fail "helm upgrade changed the certificate or password Secrets"
+echo "certificates and Redis password unchanged by the upgrade"
 upgraded_start=$(offsets earliest)
 [ "$upgraded_start" = "$start_after" ] || fail "log start offsets $start_after -> $upgraded_start across the upgrade"
 

@@ -62,10 +62,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-frontdoor" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The Redis URL every lowtide process gets as LOWTIDE_REDIS_URL. */}}
+{{/* The Redis URL every lowtide process gets as LOWTIDE_REDIS_URL. The chart's Redis: rediss://
+with TLS on (redis-py takes ssl_* from the query: the CA, and the pod's own certificate as the
+client certificate), the password from the Secret through $(REDIS_PASSWORD) (kubelet expands it:
+"lowtide.redisEnv" defines REDIS_PASSWORD and LOWTIDE_TLS_* first). */}}
 {{- define "lowtide.redisUrl" -}}
 {{- if .Values.redis.enabled }}
-{{- printf "redis://%s.%s.svc.%s:%d/0" (include "lowtide.redisName" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
+{{- $auth := ternary ":$(REDIS_PASSWORD)@" "" .Values.redis.auth.enabled }}
+{{- $host := printf "%s.%s.svc.%s:%d" (include "lowtide.redisName" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
+{{- if .Values.tls.enabled }}
+{{- $q := "ssl_ca_certs=$(LOWTIDE_TLS_CA)" }}
+{{- if .Values.redis.tls.authClients }}
+{{- $q = printf "%s&ssl_certfile=$(LOWTIDE_TLS_CERT)&ssl_keyfile=$(LOWTIDE_TLS_KEY)" $q }}
+{{- end }}
+{{- printf "rediss://%s%s/0?%s" $auth $host $q }}
+{{- else }}
+{{- printf "redis://%s%s/0" $auth $host }}
+{{- end }}
 {{- else }}
 {{- required "redis.externalUrl is required when redis.enabled is false" .Values.redis.externalUrl }}
 {{- end }}
@@ -78,6 +91,9 @@ app.kubernetes.io/component: {{ .component }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: {{ .ctx.Values.metrics.path | quote }}
+{{- if include "lowtide.metricsTls" .ctx }}
+prometheus.io/scheme: https
+{{- end }}
 {{- end }}
 {{- with .ctx.Values.podAnnotations }}
 {{ toYaml . }}
@@ -244,26 +260,78 @@ affinity:
   mountPath: /tmp
 {{- end }}
 
-{{/* The standard gRPC health probes of a lowtide server on port N; call with the port. */}}
+{{/* The health probes of a lowtide server on port N; call with (dict "ctx" $ "port" N).
+Without TLS: the kubelet's gRPC probes. With TLS (the kubelet's gRPC probe cannot do TLS): startup
+and readiness exec "lowtide.tlsHealthCheck" (about 0.04 s of CPU; startup every 2 s only until it
+first passes, so a pod is Ready as soon as it serves; readiness every 10 s), liveness is a TCP
+connect (no process started). Generous timeouts: a busy 2-core node runs a short Python for seconds. */}}
 {{- define "lowtide.grpcProbes" -}}
+{{- if .ctx.Values.tls.enabled }}
+{{- $exec := dict "command" (list "python" "-c" (include "lowtide.tlsHealthCheck" .ctx) (toString .port)) }}
+startupProbe:
+  exec:
+    {{- toYaml $exec | nindent 4 }}
+  periodSeconds: 2
+  timeoutSeconds: 10
+  failureThreshold: 90
+readinessProbe:
+  exec:
+    {{- toYaml $exec | nindent 4 }}
+  periodSeconds: 10
+  timeoutSeconds: 10
+livenessProbe:
+  tcpSocket:
+    port: {{ .port }}
+  periodSeconds: 10
+  failureThreshold: 6
+{{- else }}
 startupProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 2
   failureThreshold: 90
 readinessProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 5
 livenessProbe:
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
   periodSeconds: 10
   failureThreshold: 6
+{{- end }}
+{{- end }}
+
+{{/* grpc.health.v1.Health/Check of localhost:PORT (argv[1]) over mutual TLS with the pod's
+LOWTIDE_TLS_* files: exit 0 when the answer is SERVING. The standard library only (importing grpc
+costs 4 times the CPU): TLS with ALPN h2, the HTTP/2 preface, one HEADERS frame (HPACK literals)
+and one DATA frame with the empty request; the answer's message is 08 01 for SERVING; trailers
+alone, RST_STREAM or GOAWAY mean an error. */}}
+{{- define "lowtide.tlsHealthCheck" -}}
+import os, socket, ssl, struct, sys
+e = os.environ.get
+c = ssl.create_default_context(cafile=e("LOWTIDE_TLS_CA"))
+c.load_cert_chain(e("LOWTIDE_TLS_CERT"), e("LOWTIDE_TLS_KEY"))
+c.set_alpn_protocols(["h2"])
+def fr(t, f, s, p): return struct.pack(">I", len(p))[1:] + bytes([t, f]) + struct.pack(">I", s) + p
+def hd(n, v): return b"\0" + bytes([len(n)]) + n + bytes([len(v)]) + v
+h = b"".join(hd(n, v) for n, v in ((b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/grpc.health.v1.Health/Check"), (b":authority", b"localhost"), (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+with socket.create_connection(("localhost", int(sys.argv[1])), timeout=8) as r, c.wrap_socket(r, server_hostname="localhost") as t:
+    t.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + fr(4, 0, 0, b"") + fr(1, 4, 1, h) + fr(0, 1, 1, b"\0" * 5))
+    b = b""
+    while True:
+        while len(b) < 9 or len(b) < 9 + int.from_bytes(b[:3], "big"):
+            d = t.recv(65536)
+            if not d: sys.exit(1)
+            b += d
+        n = int.from_bytes(b[:3], "big"); ty, fl, p = b[3], b[4], b[9:9 + n]; b = b[9 + n:]
+        if ty == 4 and not fl & 1: t.sendall(fr(4, 1, 0, b""))
+        elif ty == 0 and len(p) >= 5: sys.exit(0 if p[5:] == b"\x08\x01" else 1)
+        elif ty in (3, 7) or (ty == 1 and fl & 1): sys.exit(1)
 {{- end }}
 
 {{/* Checksum of the chart-made Secrets and config, so pods roll when they change. */}}
 {{- define "lowtide.configChecksum" -}}
-{{- $parts := list (toJson .Values.auth) (toJson .Values.objectStore) (toJson .Values.leases) (include "lowtide.redisUrl" .) }}
+{{- $parts := list (toJson .Values.auth) (toJson .Values.objectStore) (toJson .Values.leases) (include "lowtide.redisUrl" .) (toJson .Values.tls) (toJson .Values.redis.auth) }}
 checksum/config: {{ join "|" $parts | sha256sum }}
 {{- end }}
