@@ -24,6 +24,70 @@ def pytest_configure(config: pytest.Config) -> None:
         lo = WORKER_PORT_BASE + index * WORKER_PORT_SPAN
         # Set before any fixture runs; inherited by every process the tests start.
         os.environ[PORT_RANGE_ENV] = f"{lo}-{lo + WORKER_PORT_SPAN - 1}"
+    # pytest-xdist's --dist loadscope re-sorts the modules by their number of tests unless told not
+    # to (--loadscope-reorder is on by default): the longest modules, most with two to four tests,
+    # then went last and the suite ended with one worker running them while three sat idle. The
+    # order of pytest_collection_modifyitems below is the one wanted; keep it.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+# Seconds each of the longest modules took in make test's parallel suite on the 2-core CI machine
+# (its slowest tests and per-module sums, 2026-11-27). The modules are handed to the workers longest
+# first (longest-processing-time scheduling), so no long module starts when the others are nearly
+# done; a module not named here counts EXPECTED_INTEGRATION_S under tests/integration and
+# tests/chaos, 1 s elsewhere, and modules of equal weight keep their collection order. Rough
+# figures are enough: only the order matters.
+EXPECTED_S = {
+    "tests/integration/spark/test_jobs.py": 270,
+    "tests/integration/cli/test_honest_cli.py": 250,
+    "tests/integration/kafka/test_spark_kafka_connector.py": 200,
+    "tests/chaos/test_nemesis_short.py": 170,
+    "tests/integration/cli/test_produce_fits_topic.py": 170,
+    "tests/integration/diskless/test_diskless_topics.py": 170,
+    "tests/integration/frontdoor/test_authorization.py": 160,
+    "tests/integration/replica/test_replication_stream.py": 150,
+    "tests/integration/test_local_cluster.py": 150,
+    "tests/integration/kafka/test_kafka_scram.py": 150,
+    "tests/integration/spark/test_auto_register.py": 140,
+    "tests/integration/kafka/test_kafka_auth.py": 140,
+    "tests/chaos/test_schedules.py": 140,
+    "tests/integration/groups/test_consumer_offsets.py": 140,
+    "tests/integration/frontdoor/test_delete_records.py": 140,
+    "tests/integration/cli/test_demo_and_retention.py": 130,
+    "tests/integration/spark/test_source.py": 125,
+    "tests/integration/replica/test_replication.py": 120,
+    "tests/integration/spark/test_auth.py": 100,
+    "tests/integration/kafka/test_kafka_cli_tools.py": 100,
+    "tests/integration/coordinator/test_coordinator_crash.py": 90,
+    "tests/integration/objectstore/test_s3.py": 85,
+    "tests/integration/diskless/test_diskless_s3.py": 80,
+    "tests/integration/kafka/test_kafka_configs.py": 80,
+    "tests/chaos/test_kafka_idempotence_short.py": 75,
+    "tests/integration/replica/test_log_cleaner.py": 75,
+    "tests/integration/kafka/test_exactly_once_copier.py": 70,
+    "tests/integration/replica/test_replica_auth.py": 70,
+    "tests/integration/transactions/test_transactions.py": 70,
+    "tests/integration/scanner/test_orphan_scanner.py": 65,
+    "tests/integration/kafka/test_kafka_transactions_tool.py": 65,
+    "tests/integration/kafka/test_offset_for_leader_epoch.py": 60,
+    "tests/integration/observability/test_prometheus.py": 55,
+    "tests/integration/scanner/test_scan_race.py": 50,
+    "tests/integration/kafka/test_kafka_acls.py": 50,
+    "tests/integration/leases/test_kubernetes_lease.py": 50,
+    "tests/integration/coordinator/test_shard_garbage.py": 45,
+}
+EXPECTED_INTEGRATION_S = 20
+
+
+def expected_s(module: str) -> float:
+    if module in EXPECTED_S:
+        return EXPECTED_S[module]
+    return EXPECTED_INTEGRATION_S if module.startswith(("tests/integration/", "tests/chaos/")) else 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: -expected_s(item.nodeid.split("::", 1)[0]))  # stable: a module stays whole
 
 
 @pytest.fixture(scope="session")
