@@ -266,8 +266,23 @@ class MemberIdRequired(LowtideError):
     code, name = 79, "MEMBER_ID_REQUIRED"
 
 
+class PreferredLeaderNotAvailable(RetriableError):
+    # Kafka (KIP-460): the preferred replica is not live or not in the ISR, so it cannot lead now.
+    code, name = 80, "PREFERRED_LEADER_NOT_AVAILABLE"
+
+
 class GroupMaxSizeReached(LowtideError):
     code, name = 81, "GROUP_MAX_SIZE_REACHED"
+
+
+class EligibleLeadersNotAvailable(RetriableError):
+    # Kafka (KIP-460): no live replica may lead (lowtide never elects outside the ISR).
+    code, name = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+
+class ElectionNotNeeded(LowtideError):
+    # Kafka (KIP-460): the partition's leader already is what the election would choose.
+    code, name = 84, "ELECTION_NOT_NEEDED"
 
 
 class FencedInstanceId(LowtideError):

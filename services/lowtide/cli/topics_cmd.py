@@ -69,6 +69,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     alter.add_argument("--validate-only", action="store_true", help="check the change, change nothing")
     alter.set_defaults(func=run_alter)
 
+    elect = actions.add_parser("elect-leaders", help="move leaders to the preferred replicas (kafka-leader-election)")
+    add_connection_flags(elect)
+    elect.add_argument("--election-type", choices=("preferred", "unclean"), default="preferred",
+                       help="preferred: the first replica leads again; unclean (kept clean): elect where no "
+                            "leader is live")
+    elect.add_argument("--topic", default=None, help="only this topic (default: every partition of every topic)")
+    elect.add_argument("--partition", type=int, default=None, help="with --topic: only this partition")
+    elect.set_defaults(func=run_elect_leaders)
+
     delete = actions.add_parser("delete", help="delete a topic")
     add_connection_flags(delete)
     delete.add_argument("--topic", required=True)
@@ -177,6 +186,38 @@ def run_alter(args: argparse.Namespace) -> int:
     emit(args, {"topic": args.topic, "config": config, "validate_only": args.validate_only},
          f"{verb} topic {args.topic}. Configs: {configs}")
     return 0
+
+
+def run_elect_leaders(args: argparse.Namespace) -> int:
+    """JSON: {"election_type", "results": [{"topic", "partition", "error": null | {code, message}}]};
+    exit 1 when an election failed (ELECTION_NOT_NEEDED is not a failure), as kafka-leader-election."""
+    if args.partition is not None and args.topic is None:
+        raise CliError("INVALID_REQUEST", "--partition goes with --topic")
+    with build_admin(args) as admin:
+        partitions = None
+        if args.topic is not None:
+            topic = admin.describe_topics([args.topic])[args.topic]
+            if topic.error is not None:
+                raise topic.error
+            partitions = [(args.topic, p.partition) for p in topic.partitions
+                          if args.partition is None or p.partition == args.partition]
+            if not partitions:
+                raise CliError("UNKNOWN_TOPIC_OR_PARTITION", f"{args.topic}-{args.partition} does not exist")
+        results = admin.elect_leaders(election_type=args.election_type, partitions=partitions)
+    rows = [{"topic": t, "partition": p, "error": None if e is None else {"code": e.name, "message": e.message}}
+            for (t, p), e in sorted(results.items())]
+    elected = [f"{r['topic']}-{r['partition']}" for r in rows if r["error"] is None]
+    not_needed = [f"{r['topic']}-{r['partition']}" for r in rows
+                  if r["error"] and r["error"]["code"] == "ELECTION_NOT_NEEDED"]
+    failed = [r for r in rows if r["error"] and r["error"]["code"] != "ELECTION_NOT_NEEDED"]
+    lines = [f"Successfully completed leader election ({args.election_type.upper()}) for partitions "
+             f"{', '.join(elected)}" if elected else "No partition needed a leader election"]
+    if not_needed:
+        lines.append(f"Valid replica already elected for partitions {', '.join(not_needed)}")
+    lines += [f"Error completing leader election ({args.election_type.upper()}) for partition "
+              f"{r['topic']}-{r['partition']}: {r['error']['code']}: {r['error']['message']}" for r in failed]
+    emit(args, {"election_type": args.election_type, "results": rows}, "\n".join(lines))
+    return 1 if failed else 0
 
 
 def run_delete(args: argparse.Namespace) -> int:

@@ -175,6 +175,20 @@ class Admin(PooledClient):
         response = self.call("CreatePartitions", request)
         return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}
 
+    def elect_leaders(self, *, election_type: str = "preferred", partitions: Sequence[tuple[str, int]] | None = None,
+                      ) -> dict[tuple[str, int], LowtideError | None]:
+        """Kafka's ElectLeaders: ``preferred`` moves leadership to each partition's first replica;
+        ``unclean`` (kept clean) elects where no leader is live. ``partitions`` None = all, and then
+        only partitions an election was due for are answered. Per-partition errors
+        (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ...)."""
+        types = {"preferred": 0, "unclean": 1}
+        if election_type not in types:
+            raise InvalidRequest(f"election type must be preferred or unclean, got {election_type!r}")
+        request = admin_pb2.ElectLeadersRequest(election_type=types[election_type], partitions=[
+            common_pb2.TopicPartition(topic=t, partition=p) for t, p in (partitions or ())])
+        response = self.call("ElectLeaders", request)
+        return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.results}
+
     def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self.call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
         return {r.name: error_or_none(r.error_code, r.error_message) for r in response.topics}

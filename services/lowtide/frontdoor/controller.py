@@ -14,18 +14,26 @@ is lost to it):
 
 Every write is a compare-and-set on the partition epoch, which publishes on the metadata channel so
 the replicas react; losing a race to a leader's own ISR change simply re-evaluates next round.
+
+With a ``LeaderBalancer`` (frontdoor/elections.py) the controller also moves leadership back to
+preferred replicas every ``check_interval_s`` (Kafka's auto.leader.rebalance.enable).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from lowtide.leases import Lease
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from lowtide.frontdoor.elections import LeaderBalancer
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +70,12 @@ class Controller:
     """
 
     def __init__(self, *, store: MetadataStore, config: ControllerConfig = ControllerConfig(),
-                 owner: str | None = None, lease: Lease | None = None) -> None:
+                 owner: str | None = None, lease: Lease | None = None,
+                 balancer: LeaderBalancer | None = None, clock=time.monotonic) -> None:
         self._store = store
+        self._balancer = balancer
+        self._clock = clock
+        self._next_balance = clock() + (balancer.config.check_interval_s if balancer else 0.0)
         self._config = config
         # lease: a lowtide.leases.Lease (a Kubernetes Lease); None: the Redis key of the store
         self._lease = lease
@@ -117,4 +129,7 @@ class Controller:
                     "topic": new.topic, "partition": new.partition, "old_leader": state.leader,
                     "leader": new.leader, "leader_epoch": new.leader_epoch, "isr": list(new.isr)}})
                 written.append(replace(new, partition_epoch=state.partition_epoch + 1))
+        if self._balancer is not None and self._balancer.config.enabled and self._clock() >= self._next_balance:
+            self._next_balance = self._clock() + self._balancer.config.check_interval_s
+            written += self._balancer.run_once(self._store.all_partition_states(), live)
         return written

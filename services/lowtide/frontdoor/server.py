@@ -37,6 +37,7 @@ from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.controller import Controller, ControllerConfig
 from lowtide.frontdoor.delete_records import RecordsDeleter
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
+from lowtide.frontdoor.elections import BalanceConfig, LeaderBalancer, LeaderElections
 from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.metrics import ClusterCollector
@@ -171,6 +172,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
+        elections=LeaderElections(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)
@@ -193,6 +195,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="take part in controller election (env LOWTIDE_CONTROLLER)")
     add_flag(parser, "--controller-interval-ms", default=300, type=int, help="controller round interval")
     add_flag(parser, "--controller-lease-ms", default=2000, type=int, help="controller lease")
+    raw = os.environ.get("LOWTIDE_AUTO_LEADER_REBALANCE_ENABLE", "true")
+    parser.add_argument("--auto-leader-rebalance-enable", action=argparse.BooleanOptionalAction,
+                        default=raw.strip().lower() in ("1", "true", "yes", "on"),
+                        help="the controller moves leaders back to preferred replicas (Kafka's "
+                             "auto.leader.rebalance.enable; env LOWTIDE_AUTO_LEADER_REBALANCE_ENABLE)")
+    add_flag(parser, "--leader-imbalance-per-broker-percentage", default=10, type=int,
+             help="a broker not leading more than this share of its preferred partitions is rebalanced")
+    add_flag(parser, "--leader-imbalance-check-interval-seconds", default=300.0, type=float,
+             help="how often the controller checks leader balance")
     add_lease_flags(parser)
     add_flag(parser, "--name", default="frontdoor", help="service name in logs")
     add_flag(parser, "--offsets-topic-partitions", default=DEFAULT_OFFSETS_TOPIC_PARTITIONS, type=int,
@@ -254,7 +265,11 @@ def run(args: argparse.Namespace) -> int:
             lease = kubernetes_lease(args, role="controller", owner=f"{args.name}-{uuid.uuid4().hex[:8]}",
                                      lease_ms=args.controller_lease_ms,
                                      margin_ms=min(500, args.controller_lease_ms // 4))
-        controller = Controller(store=parts.store, lease=lease, config=ControllerConfig(
+        balancer = LeaderBalancer(store=parts.store, config=BalanceConfig(
+            enabled=args.auto_leader_rebalance_enable,
+            imbalance_percentage=args.leader_imbalance_per_broker_percentage,
+            check_interval_s=args.leader_imbalance_check_interval_seconds))
+        controller = Controller(store=parts.store, lease=lease, balancer=balancer, config=ControllerConfig(
             interval_s=args.controller_interval_ms / 1000, lease_ms=args.controller_lease_ms))
         controller.start()
 

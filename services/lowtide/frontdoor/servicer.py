@@ -17,11 +17,13 @@ from lowtide.frontdoor.acls import AclAdmin
 from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.delete_records import RecordsDeleter
+from lowtide.frontdoor.elections import ElectionType, LeaderElections
 from lowtide.frontdoor.groups import GroupCoordinator
 from lowtide.frontdoor.membership import GroupMembership
 from lowtide.frontdoor.partitions import PartitionCreator
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.transactions import TransactionCoordinator
+from lowtide.messages import TopicPartition
 from lowtide.messages.admin import (
     CommittedOffset,
     ConfigChange,
@@ -94,6 +96,7 @@ class FrontDoor:
     scram: ScramAdmin | None = field(default=None)
     configs: TopicConfigAdmin | None = field(default=None)
     partitions: PartitionCreator | None = field(default=None)
+    elections: LeaderElections | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -131,6 +134,19 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                       for t in request.topics])
         return admin_pb2.CreatePartitionsResponse(topics=[
             admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def ElectLeaders(self, request, context):  # noqa: N802
+        if self._front.elections is None:
+            raise InvalidRequest("this front door cannot elect leaders")
+        if request.election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            raise InvalidRequest(f"election_type must be 0 (preferred) or 1 (unclean), got {request.election_type}")
+        outcomes = self._front.elections.elect(
+            principal=self._principal(context), election_type=ElectionType(request.election_type),
+            partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions] or None)
+        return admin_pb2.ElectLeadersResponse(results=[
+            admin_pb2.ElectionResult(topic=o.partition.topic, partition=o.partition.partition,
+                                     error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
 
     def DeleteTopics(self, request, context):  # noqa: N802
