@@ -54,38 +54,41 @@ def test_every_acknowledged_record_survives_a_follower_kill_and_a_later_leader_k
                  timeout_s=15, what="every acknowledged record readable from the new leader")
 
 
-def test_a_batch_with_a_bad_crc_is_rejected_as_corrupt_message_and_nothing_is_stored(cluster):
-    s.create_topic(cluster, "crc", partitions=1, rf=3)
-    assert s.produce(cluster, "crc", [b"good"]).error_code == 0
-    leader = s.leader_of(cluster, "crc")
+# The tests below fault nothing and write only topics of their own (repl-): the worker's shared cluster.
+
+
+def test_a_batch_with_a_bad_crc_is_rejected_as_corrupt_message_and_nothing_is_stored(shared_cluster):
+    s.create_topic(shared_cluster, "repl-crc", partitions=1, rf=3)
+    assert s.produce(shared_cluster, "repl-crc", [b"good"]).error_code == 0
+    leader = s.leader_of(shared_cluster, "repl-crc")
     bad = bytearray(encode_batch([b"payload"] * 3))
     bad[-1] ^= 0xFF  # flip a bit inside the CRC-covered area
-    resp = s.replica(cluster, leader).Produce(replica_pb2.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[
-        replica_pb2.ProducePartition(topic="crc", partition=0, records=bytes(bad))]))
+    resp = s.replica(shared_cluster, leader).Produce(replica_pb2.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[
+        replica_pb2.ProducePartition(topic="repl-crc", partition=0, records=bytes(bad))]))
     assert resp.partitions[0].error_code == 2  # CORRUPT_MESSAGE
-    assert s.describe(cluster, leader, "crc").log_end_offset == 1
+    assert s.describe(shared_cluster, leader, "repl-crc").log_end_offset == 1
     truncated = encode_batch([b"payload"] * 3)[:-5]
-    resp = s.replica(cluster, leader).Produce(replica_pb2.ProduceRequest(acks=1, partitions=[
-        replica_pb2.ProducePartition(topic="crc", partition=0, records=truncated)]))
+    resp = s.replica(shared_cluster, leader).Produce(replica_pb2.ProduceRequest(acks=1, partitions=[
+        replica_pb2.ProducePartition(topic="repl-crc", partition=0, records=truncated)]))
     assert resp.partitions[0].error_code == 2
-    assert s.describe(cluster, leader, "crc").log_end_offset == 1
+    assert s.describe(shared_cluster, leader, "repl-crc").log_end_offset == 1
 
 
-def test_unknown_topic_is_reported_as_unknown_topic_or_partition(cluster):
-    s.create_topic(cluster, "known", partitions=1, rf=1)
-    leader = s.leader_of(cluster, "known")
-    resp = s.replica(cluster, leader).Produce(replica_pb2.ProduceRequest(acks=1, partitions=[
-        replica_pb2.ProducePartition(topic="nosuch", partition=0, records=encode_batch([b"x"]))]))
+def test_unknown_topic_is_reported_as_unknown_topic_or_partition(shared_cluster):
+    s.create_topic(shared_cluster, "repl-known", partitions=1, rf=1)
+    leader = s.leader_of(shared_cluster, "repl-known")
+    resp = s.replica(shared_cluster, leader).Produce(replica_pb2.ProduceRequest(acks=1, partitions=[
+        replica_pb2.ProducePartition(topic="repl-nosuch", partition=0, records=encode_batch([b"x"]))]))
     assert resp.partitions[0].error_code == 3
-    resp = s.replica(cluster, leader).Fetch(replica_pb2.FetchRequest(replica_id=-1, partitions=[
-        replica_pb2.FetchPartition(topic="known", partition=7, fetch_offset=0)]))
+    resp = s.replica(shared_cluster, leader).Fetch(replica_pb2.FetchRequest(replica_id=-1, partitions=[
+        replica_pb2.FetchPartition(topic="repl-known", partition=7, fetch_offset=0)]))
     assert resp.partitions[0].error_code == 3
 
 
-def test_fetch_above_the_high_watermark_is_offset_out_of_range(cluster):
-    s.create_topic(cluster, "range", partitions=1, rf=3)
-    assert s.produce(cluster, "range", [b"a", b"b", b"c"]).error_code == 0
-    assert s.fetch(cluster, "range", 3).error_code == 0  # at the HW: empty, not an error
-    assert s.fetch(cluster, "range", 3).records == b""
-    assert s.fetch(cluster, "range", 4).error_code == 1
-    assert s.fetch(cluster, "range", -5).error_code == 1
+def test_fetch_above_the_high_watermark_is_offset_out_of_range(shared_cluster):
+    s.create_topic(shared_cluster, "repl-range", partitions=1, rf=3)
+    assert s.produce(shared_cluster, "repl-range", [b"a", b"b", b"c"]).error_code == 0
+    assert s.fetch(shared_cluster, "repl-range", 3).error_code == 0  # at the HW: empty, not an error
+    assert s.fetch(shared_cluster, "repl-range", 3).records == b""
+    assert s.fetch(shared_cluster, "repl-range", 4).error_code == 1
+    assert s.fetch(shared_cluster, "repl-range", -5).error_code == 1
