@@ -56,41 +56,41 @@ def test_delete_before_an_offset_mid_segment_moves_every_replica_and_removes_old
     assert s.fetch(cluster, "orders", target - 1).error_code == 1
 
 
-def test_offset_minus_one_deletes_everything_below_the_high_watermark(cluster):
-    s.create_topic(cluster, "all", partitions=1, rf=3)
-    total = fill(cluster, "all", batches=10)
-    [res] = s.delete_records(cluster, [("all", 0, -1)])
+def test_offset_minus_one_deletes_everything_below_the_high_watermark(shared_cluster):
+    s.create_topic(shared_cluster, "dr-all", partitions=1, rf=3)
+    total = fill(shared_cluster, "dr-all", batches=10)
+    [res] = s.delete_records(shared_cluster, [("dr-all", 0, -1)])
     assert (res.error_code, res.low_watermark) == (0, total)
     for r in (0, 1, 2):
-        assert s.describe(cluster, r, "all").log_start_offset == total
-    assert s.produce(cluster, "all", [b"after"]).error_code == 0
-    assert [v for _, v in s.read_all(cluster, "all", start=total)] == [b"after"]
+        assert s.describe(shared_cluster, r, "dr-all").log_start_offset == total
+    assert s.produce(shared_cluster, "dr-all", [b"after"]).error_code == 0
+    assert [v for _, v in s.read_all(shared_cluster, "dr-all", start=total)] == [b"after"]
 
 
-def test_bad_requests_get_their_kafka_error_and_change_nothing(cluster):
-    s.create_topic(cluster, "t", partitions=1, rf=3)
-    s.create_topic(cluster, "compacted", partitions=1, rf=3, config={"cleanup.policy": "compact"})
-    fill(cluster, "t", batches=5)
-    assert s.produce(cluster, "compacted", [b"x"], keys=[b"k"]).error_code == 0  # compacted: keyed
+def test_bad_requests_get_their_kafka_error_and_change_nothing(shared_cluster):
+    s.create_topic(shared_cluster, "dr-t", partitions=1, rf=3)
+    s.create_topic(shared_cluster, "dr-compacted", partitions=1, rf=3, config={"cleanup.policy": "compact"})
+    fill(shared_cluster, "dr-t", batches=5)
+    assert s.produce(shared_cluster, "dr-compacted", [b"x"], keys=[b"k"]).error_code == 0  # compacted: keyed
 
-    [above_hw] = s.delete_records(cluster, [("t", 0, 101)])
+    [above_hw] = s.delete_records(shared_cluster, [("dr-t", 0, 101)])
     assert above_hw.error_code == 1 and above_hw.low_watermark == -1   # OFFSET_OUT_OF_RANGE
-    [below] = s.delete_records(cluster, [("t", 0, -2)])
+    [below] = s.delete_records(shared_cluster, [("dr-t", 0, -2)])
     assert below.error_code == 1
-    [unknown] = s.delete_records(cluster, [("t", 9, 1)])
+    [unknown] = s.delete_records(shared_cluster, [("dr-t", 9, 1)])
     assert unknown.error_code == 3                                      # UNKNOWN_TOPIC_OR_PARTITION
-    [no_topic] = s.delete_records(cluster, [("nosuch", 0, 1)])
+    [no_topic] = s.delete_records(shared_cluster, [("dr-nosuch", 0, 1)])
     assert no_topic.error_code == 3
-    [policy] = s.delete_records(cluster, [("compacted", 0, 1)])
+    [policy] = s.delete_records(shared_cluster, [("dr-compacted", 0, 1)])
     assert policy.error_code == 44                                      # POLICY_VIOLATION
     try:
-        s.delete_records(cluster, [("t", 0, 1), ("t", 0, 2)])
+        s.delete_records(shared_cluster, [("dr-t", 0, 1), ("dr-t", 0, 2)])
         raise AssertionError("duplicate partitions must be rejected")
     except s.grpc.RpcError as err:
         assert "INVALID_REQUEST" in err.details()
     for r in (0, 1, 2):
-        assert s.describe(cluster, r, "t").log_start_offset == 0
-        assert s.describe(cluster, r, "compacted").log_start_offset == 0
+        assert s.describe(shared_cluster, r, "dr-t").log_start_offset == 0
+        assert s.describe(shared_cluster, r, "dr-compacted").log_start_offset == 0
 
 
 def test_a_stopped_follower_times_the_request_out_while_live_and_is_ignored_once_its_session_expires(
@@ -134,31 +134,33 @@ def test_a_killed_follower_catches_up_with_the_log_start_offset_after_restart(cl
     assert (res.error_code, res.low_watermark) == (0, total - 5)
 
 
-def test_low_watermark_changes_are_published_on_redis_when_deletion_reaches_the_replicas(cluster):
+def test_low_watermark_changes_are_published_on_redis_when_deletion_reaches_the_replicas(shared_cluster):
     import queue
 
     import redis as redis_lib
 
     from lowtide.purgatory.events import LowWatermarkSubscriber
 
-    s.create_topic(cluster, "events", partitions=1, rf=3)
-    fill(cluster, "events", batches=3)
+    s.create_topic(shared_cluster, "dr-events", partitions=1, rf=3)
+    fill(shared_cluster, "dr-events", batches=3)
     seen: queue.Queue = queue.Queue()
-    sub = LowWatermarkSubscriber(redis=redis_lib.Redis.from_url(cluster.redis_url),
-                                 callback=lambda t, p, lw: seen.put((t, p, lw)))
+    sub = LowWatermarkSubscriber(redis=redis_lib.Redis.from_url(shared_cluster.redis_url),
+                                 callback=lambda t, p, lw: seen.put((t, p, lw)))  # every topic's
     sub.start(timeout_s=5)
     try:
-        [res] = s.delete_records(cluster, [("events", 0, 30)])
+        [res] = s.delete_records(shared_cluster, [("dr-events", 0, 30)])
         assert res.low_watermark == 30
         events = []
 
         def saw_the_new_low_watermark() -> bool:
             while not seen.empty():
-                events.append(seen.get_nowait())
-            return bool(events) and events[-1] == ("events", 0, 30)
+                event = seen.get_nowait()
+                if event[0] == "dr-events":
+                    events.append(event)
+            return bool(events) and events[-1] == ("dr-events", 0, 30)
 
         s.wait_until(saw_the_new_low_watermark, timeout_s=5, what="the LW event of events-0 at 30")
-        assert events and events[-1] == ("events", 0, 30), events
+        assert events and events[-1] == ("dr-events", 0, 30), events
     finally:
         sub.close()
 
