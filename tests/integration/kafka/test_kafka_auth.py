@@ -23,9 +23,11 @@ from lowtide.groups import (
     encode_offset_value,
     partition_for_group,
 )
+from lowtide.localcluster import ClusterConfig
 from lowtide.record import encode_batch
 from lowtide_pb import replica_pb2
 from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 
 def _sasl(user: str, password: str) -> dict:
@@ -33,12 +35,18 @@ def _sasl(user: str, password: str) -> dict:
             "sasl_plain_password": password}
 
 
-@pytest.fixture
-def secured(cluster_factory, tmp_path):
-    tokens = tmp_path / "tokens"
+@pytest.fixture(scope="module")
+def secured(request, tmp_path_factory):
+    """One auth-on cluster for the module: the tests fault nothing, write topics of their own, and
+    what they grant alice (DESCRIBE and DELETE on ``guarded``, ALL on the offsets topic) is nothing
+    another test here asserts she lacks."""
+    tmp = tmp_path_factory.mktemp("kafka-auth")
+    tokens = tmp / "tokens"
     tokens.write_text("admin-secret User:admin\nalice-secret User:alice\n")
-    cluster = cluster_factory(auth_enabled=True, tokens_file=tokens, super_users="User:admin")
-    return cluster, tmp_path
+    config = ClusterConfig(data_dir=tmp / "cluster", replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                           auth_enabled=True, tokens_file=tokens, super_users="User:admin")
+    for cluster in running_cluster(request, config):
+        yield cluster, tmp
 
 
 def test_with_auth_on_every_api_needs_a_sasl_identity_and_acls_decide_as_on_grpc(secured):
