@@ -24,32 +24,34 @@ def commit(cluster, group: str, offsets: dict[tuple[str, int], int]) -> None:
         admin_pb2.OffsetCommitPartition(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()]))
 
 
-def test_retention_dry_run_shows_the_plan_per_partition_and_deletes_nothing_on_any_replica(cluster):
-    s.create_topic(cluster, "inter", partitions=2, rf=3)
+def test_retention_dry_run_shows_the_plan_per_partition_and_deletes_nothing_on_any_replica(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic and groups are its own (hc-)
+    s.create_topic(cluster, "hc-inter", partitions=2, rf=3)
     for p in (0, 1):
-        assert s.produce(cluster, "inter", [b"x" * 100] * 200, partition=p).error_code == 0
-    [trimmed] = s.delete_records(cluster, [("inter", 1, 60)])
+        assert s.produce(cluster, "hc-inter", [b"x" * 100] * 200, partition=p).error_code == 0
+    [trimmed] = s.delete_records(cluster, [("hc-inter", 1, 60)])
     assert trimmed.error_code == 0
-    commit(cluster, "fast", {("inter", 0): 180, ("inter", 1): 150})
-    commit(cluster, "slow", {("inter", 0): 120, ("inter", 1): 40})
+    commit(cluster, "hc-fast", {("hc-inter", 0): 180, ("hc-inter", 1): 150})
+    commit(cluster, "hc-slow", {("hc-inter", 0): 120, ("hc-inter", 1): 40})
 
-    dry = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "inter", "--dry-run")
+    dry = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "hc-inter", "--dry-run")
     rows = {r["partition"]: r for r in dry["partitions"]}
-    assert dry["dry_run"] is True and dry["groups"] == ["fast", "slow"]
+    assert dry["dry_run"] is True and dry["groups"] == ["hc-fast", "hc-slow"]
     assert (rows[0]["log_start_offset"], rows[0]["delete_before"], rows[0]["records"], rows[0]["min_groups"]) == (
-        0, 120, 120, ["slow"])
-    assert rows[0]["committed"] == {"fast": 180, "slow": 120} and "skipped" not in rows[0]
+        0, 120, 120, ["hc-slow"])
+    assert rows[0]["committed"] == {"hc-fast": 180, "hc-slow": 120} and "skipped" not in rows[0]
     assert (rows[1]["log_start_offset"], rows[1]["delete_before"], rows[1]["records"]) == (60, 40, 0)
     assert "already starts at 60" in rows[1]["skipped"]
     for r in (0, 1, 2):
-        assert s.describe(cluster, r, "inter", 0).log_start_offset == 0   # nothing deleted anywhere
+        assert s.describe(cluster, r, "hc-inter", 0).log_start_offset == 0   # nothing deleted anywhere
 
-    text = s.lowtide_cli("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "inter", "--dry-run")
+    text = s.lowtide_cli("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "hc-inter",
+                         "--dry-run")
     assert text.returncode == 0, text.stderr
-    assert "partition: inter-0\tlog_start_offset: 0\ttarget: 120 (set by slow)\twould delete 120 records " \
+    assert "partition: hc-inter-0\tlog_start_offset: 0\ttarget: 120 (set by hc-slow)\twould delete 120 records " \
            "(offsets 0..119)" in text.stdout
 
-    done = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "inter")
+    done = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "hc-inter")
     row0 = next(r for r in done["partitions"] if r["partition"] == 0)
     assert row0["low_watermark"] == rows[0]["delete_before"]   # the run did what the dry run said
 
