@@ -6,7 +6,8 @@
 #           $cache/<KAFKA_VERSION>/lib, and wrappers in .tools/bin: kafka-topics,
 #           kafka-console-producer, kafka-console-consumer, kafka-consumer-groups,
 #           kafka-delete-records, kafka-acls, kafka-configs (the last from the Scala core jar kafka_2.13),
-#           kafka-verifiable-producer, kafka-producer-perf-test and kafka-transactions.
+#           kafka-verifiable-producer, kafka-producer-perf-test, kafka-transactions,
+#           kafka-leader-election and kafka-reassign-partitions.
 #           Logs go to stderr at WARN, so stdout carries only the tool's output.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
 #           those of its runtime dependencies that PySpark does not ship, in
@@ -55,6 +56,9 @@ declare -A KAFKA_TOOLS=(
   [kafka-producer-perf-test]=org.apache.kafka.tools.ProducerPerformance
   # KIP-664's transaction tool (bin/kafka-transactions.sh): argparse4j too
   [kafka-transactions]=org.apache.kafka.tools.TransactionsCommand
+  # KIP-460's preferred/unclean elections and KIP-455's reassignment tool
+  [kafka-leader-election]=org.apache.kafka.tools.LeaderElectionCommand
+  [kafka-reassign-partitions]=org.apache.kafka.tools.reassign.ReassignPartitionsCommand
 )
 # first line of each tool's usage (printed by --help, on stderr, exit 1 as Kafka's own scripts do)
 declare -A KAFKA_USAGE=(
@@ -68,6 +72,8 @@ declare -A KAFKA_USAGE=(
   [kafka-verifiable-producer]="usage: verifiable-producer"
   [kafka-producer-perf-test]="usage: producer-performance"
   [kafka-transactions]="usage: kafka-transactions.sh"
+  [kafka-leader-election]="This tool attempts to elect a new leader for a set of topic partitions."
+  [kafka-reassign-partitions]="This tool helps to move topic partitions between replicas."
 )
 # Tools built on argparse4j, as Kafka ships them: --help prints the usage on stdout (exit 1), and
 # there is no --version (TransactionsCommand's prints "<version> (Commit:<id>)"). They are checked

@@ -29,7 +29,8 @@ INSTALL_HINT = "run 'make kafka-tools' (scripts/kafka_tools.sh; needs java 17+ a
 
 KAFKA_TOOL_NAMES = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
                     "kafka-consumer-groups", "kafka-delete-records", "kafka-configs", "kafka-acls",
-                    "kafka-verifiable-producer", "kafka-producer-perf-test", "kafka-transactions")
+                    "kafka-verifiable-producer", "kafka-producer-perf-test", "kafka-transactions",
+                    "kafka-leader-election", "kafka-reassign-partitions")
 # Of those, the argparse4j tools: --help prints the usage on stdout (exit 1), and no --version
 # (kafka-transactions has one, printing "<version> (Commit:<id>)": checked by its usage too).
 KAFKA_USAGE_ON_STDOUT = ("kafka-verifiable-producer", "kafka-producer-perf-test", "kafka-transactions")
