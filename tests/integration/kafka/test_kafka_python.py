@@ -21,14 +21,12 @@ from lowtide.client import Admin
 from lowtide.client.admin import OffsetSpec
 from lowtide.errors import InvalidRequest
 from lowtide.kafka.protocol import request_type, response_type
-from lowtide.localcluster import ClusterConfig
-from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 
 @pytest.fixture(scope="module")
-def kcluster(request, tmp_path_factory):
-    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("kafka-python"), replicas=3,
-                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG)))
+def kcluster(shared_cluster):
+    """The worker's shared cluster: these tests fault nothing, and their topics and group are their own (kp-)."""
+    return shared_cluster
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +58,10 @@ def test_cluster_json_names_a_kafka_bootstrap_and_each_services_kafka_address(kc
 
 
 def test_metadata_lists_the_replicas_as_brokers_with_the_real_leaders_and_isr(kcluster, admin):
-    admin.create_topics([NewTopic("meta", num_partitions=3, replication_factor=3)])
-    described = {t["name"]: t for t in admin.describe_topics(["meta"])}["meta"]
+    admin.create_topics([NewTopic("kp-meta", num_partitions=3, replication_factor=3)])
+    described = {t["name"]: t for t in admin.describe_topics(["kp-meta"])}["kp-meta"]
     with Admin(kcluster.bootstrap) as lowtide:
-        truth = lowtide.describe_topics(["meta"])["meta"]
+        truth = lowtide.describe_topics(["kp-meta"])["kp-meta"]
     leaders = {p["partition_index"]: (p["leader_id"], sorted(p["isr_nodes"])) for p in described["partitions"]}
     assert leaders == {p.partition: (p.leader, sorted(p.isr)) for p in truth.partitions}
     brokers = {b.get("broker_id", b.get("node_id")) for b in admin.describe_cluster()["brokers"]}
@@ -71,20 +69,20 @@ def test_metadata_lists_the_replicas_as_brokers_with_the_real_leaders_and_isr(kc
 
 
 def test_creating_a_topic_twice_is_topic_already_exists(admin):
-    admin.create_topics([NewTopic("twice", num_partitions=1, replication_factor=1)])
+    admin.create_topics([NewTopic("kp-twice", num_partitions=1, replication_factor=1)])
     with pytest.raises(TopicAlreadyExistsError):
-        admin.create_topics([NewTopic("twice", num_partitions=1, replication_factor=1)])
+        admin.create_topics([NewTopic("kp-twice", num_partitions=1, replication_factor=1)])
 
 
 def test_idempotent_acks_all_produce_is_read_back_in_order(kcluster, admin):
-    admin.create_topics([NewTopic("orders", num_partitions=2, replication_factor=3)])
+    admin.create_topics([NewTopic("kp-orders", num_partitions=2, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all", enable_idempotence=True,
                              linger_ms=5)
     for i in range(200):
-        producer.send("orders", key=b"k", value=b"v%03d" % i, partition=i % 2)
+        producer.send("kp-orders", key=b"k", value=b"v%03d" % i, partition=i % 2)
     producer.flush(timeout=30)
     producer.close()
-    got = _consume_all(kcluster.kafka_bootstrap, "orders", 2, 200)
+    got = _consume_all(kcluster.kafka_bootstrap, "kp-orders", 2, 200)
     by_partition = {p: [m.value for m in got if m.partition == p] for p in (0, 1)}
     assert by_partition[0] == [b"v%03d" % i for i in range(0, 200, 2)]
     assert by_partition[1] == [b"v%03d" % i for i in range(1, 200, 2)]
@@ -92,34 +90,34 @@ def test_idempotent_acks_all_produce_is_read_back_in_order(kcluster, admin):
 
 
 def test_delete_records_returns_each_partitions_low_watermark_and_the_consumer_starts_there(kcluster, admin):
-    admin.create_topics([NewTopic("trim", num_partitions=2, replication_factor=3)])
+    admin.create_topics([NewTopic("kp-trim", num_partitions=2, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
     for i in range(100):
-        producer.send("trim", value=b"%d" % i, partition=i % 2)
+        producer.send("kp-trim", value=b"%d" % i, partition=i % 2)
     producer.flush(timeout=30)
     producer.close()
-    result = admin.delete_records({TopicPartition("trim", 0): 20, TopicPartition("trim", 1): 35})
+    result = admin.delete_records({TopicPartition("kp-trim", 0): 20, TopicPartition("kp-trim", 1): 35})
     watermarks = {tp.partition: r["low_watermark"] for tp, r in result.items()}
     assert watermarks == {0: 20, 1: 35}
     with Admin(kcluster.bootstrap) as lowtide:
-        earliest = lowtide.list_offsets({("trim", 0): OffsetSpec.EARLIEST, ("trim", 1): OffsetSpec.EARLIEST})
+        earliest = lowtide.list_offsets({("kp-trim", 0): OffsetSpec.EARLIEST, ("kp-trim", 1): OffsetSpec.EARLIEST})
     assert {k[1]: v.offset for k, v in earliest.items()} == {0: 20, 1: 35}
-    got = _consume_all(kcluster.kafka_bootstrap, "trim", 2, 95, auto_offset_reset="earliest")
+    got = _consume_all(kcluster.kafka_bootstrap, "kp-trim", 2, 95, auto_offset_reset="earliest")
     assert min(m.offset for m in got if m.partition == 0) == 20
     assert min(m.offset for m in got if m.partition == 1) == 35
 
 
 def test_a_consumer_positioned_below_the_low_watermark_resets_to_it(kcluster, admin):
-    admin.create_topics([NewTopic("reset", num_partitions=1, replication_factor=3)])
+    admin.create_topics([NewTopic("kp-reset", num_partitions=1, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
     for i in range(30):
-        producer.send("reset", value=b"%d" % i, partition=0)
+        producer.send("kp-reset", value=b"%d" % i, partition=0)
     producer.flush(timeout=30)
     producer.close()
-    admin.delete_records({TopicPartition("reset", 0): 12})
+    admin.delete_records({TopicPartition("kp-reset", 0): 12})
     consumer = KafkaConsumer(bootstrap_servers=kcluster.kafka_bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=10000)
-    tp = TopicPartition("reset", 0)
+    tp = TopicPartition("kp-reset", 0)
     consumer.assign([tp])
     consumer.seek(tp, 3)  # below the low watermark: OFFSET_OUT_OF_RANGE, then the reset policy
     first = next(iter(consumer))
@@ -128,13 +126,13 @@ def test_a_consumer_positioned_below_the_low_watermark_resets_to_it(kcluster, ad
 
 
 def test_delete_records_above_the_high_watermark_is_offset_out_of_range(kcluster, admin):
-    admin.create_topics([NewTopic("short", num_partitions=1, replication_factor=3)])
+    admin.create_topics([NewTopic("kp-short", num_partitions=1, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
-    producer.send("short", value=b"x", partition=0)
+    producer.send("kp-short", value=b"x", partition=0)
     producer.flush(timeout=30)
     producer.close()
     with pytest.raises(OffsetOutOfRangeError):
-        admin.delete_records({TopicPartition("short", 0): 50}, timeout_ms=5000)
+        admin.delete_records({TopicPartition("kp-short", 0): 50}, timeout_ms=5000)
 
 
 def test_an_unknown_topic_is_unknown_topic_or_partition(admin):
@@ -168,13 +166,13 @@ def test_an_api_version_not_served_is_answered_unsupported_version_and_the_conne
 
 
 def test_a_group_consumers_commits_are_lowtides_committed_offsets_and_the_group_is_described(kcluster, admin):
-    admin.create_topics([NewTopic("grouped", num_partitions=4, replication_factor=3)])
+    admin.create_topics([NewTopic("kp-grouped", num_partitions=4, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
     for i in range(80):
-        producer.send("grouped", value=b"%d" % i, partition=i % 4)
+        producer.send("kp-grouped", value=b"%d" % i, partition=i % 4)
     producer.flush(timeout=30)
     producer.close()
-    consumer = KafkaConsumer("grouped", bootstrap_servers=kcluster.kafka_bootstrap, group_id="team",
+    consumer = KafkaConsumer("kp-grouped", bootstrap_servers=kcluster.kafka_bootstrap, group_id="kp-team",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     seen: list[bytes] = []
     deadline = time.monotonic() + 60
@@ -185,8 +183,8 @@ def test_a_group_consumers_commits_are_lowtides_committed_offsets_and_the_group_
     assert sorted(seen) == sorted(b"%d" % i for i in range(80))
     assert {tp.partition for tp in consumer.assignment()} == {0, 1, 2, 3}
     with Admin(kcluster.bootstrap) as lowtide:
-        committed = lowtide.fetch_offsets("team")
-        described = lowtide.describe_groups(["team"])["team"]
+        committed = lowtide.fetch_offsets("kp-team")
+        described = lowtide.describe_groups(["kp-team"])["kp-team"]
     assert {tp[1]: c.offset for tp, c in committed.items()} == {0: 20, 1: 20, 2: 20, 3: 20}
     assert described.state == "Stable" and described.protocol_type == "consumer" and len(described.members) == 1
     consumer.close()
@@ -210,7 +208,7 @@ def _kafka_call(address: str, api_key: int, version: int, body) -> object:
 @pytest.mark.parametrize("version", [0, 2])
 def test_a_partition_named_twice_in_one_delete_records_is_deleted_to_its_last_offset_and_answered_once(
         kcluster, admin, version):
-    topic = f"deleted-twice-v{version}"
+    topic = f"kp-deleted-twice-v{version}"
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])
     producer = KafkaProducer(bootstrap_servers=kcluster.kafka_bootstrap, acks="all")
     for i in range(40):
