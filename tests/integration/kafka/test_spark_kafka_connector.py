@@ -22,9 +22,7 @@ import pytest
 
 from lowtide.client import Admin
 from lowtide.client.admin import OffsetSpec
-from lowtide.localcluster import ClusterConfig
 from tests.integration import support as s
-from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.kafka_tools import require_java, spark_kafka_jars
 
 TOPIC, PARTITIONS, ROWS = "spark-kafka", 3, 600
@@ -64,9 +62,9 @@ SPARK_SIDE = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def kcluster(request, tmp_path_factory):
-    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-kafka"), replicas=3,
-                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG)))
+def kcluster(shared_cluster):
+    """The worker's shared cluster: these tests fault nothing and write only their own topic."""
+    return shared_cluster
 
 
 @pytest.fixture(scope="module")
