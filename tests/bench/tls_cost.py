@@ -35,12 +35,21 @@ one connection at a time, alternating plaintext and TLS, each channel with its o
 so none reuses a connection; with the CPU per connection of that replica (``/proc``, 10 ms ticks:
 averaged over many connections) and of this process. The same call on an open channel, alternating
 too, is the per-call reference: first call minus it is the connection's cost.
+
+Kafka clients (full runs, when ``make kafka-tools`` installed it): Kafka's own ProducerPerformance
+(``kafka-producer-perf-test``, the producer settings of idempotence.py, 1 KiB records) through the
+front door's Kafka listener, PLAINTEXT on the plaintext cluster against SSL on the TLS cluster
+(client certificate in a PEM keystore, KIP-651), alternating ABBA, 3 rounds each on fresh RF 3
+topics: MB/s, p99 and the cluster's CPU per GiB over the tool's whole run (the JVM's own CPU,
+start-up and JIT included, is in the params: it does not scale with the bytes). A quick run skips it.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
+import subprocess
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
@@ -50,7 +59,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.bench import workers
+from tests.bench import idempotence, workers
 from tests.bench.common import (
     Bench,
     Figure,
@@ -251,6 +260,80 @@ def _start_clusters(stack: ExitStack, data_dir: Path) -> dict[str, Bench]:
     return benches
 
 
+# ---------------------------------------------------------------------------------- Kafka clients
+
+KAFKA_ROUNDS = 3
+KAFKA_RECORDS = 200_000
+
+
+def _kafka_props(bench: Bench, mode: str, work: Path) -> tuple[str, Path]:
+    """(bootstrap, --producer.config file) for ``mode``'s Kafka listener on ``bench``'s cluster."""
+    props = work / f"kafka-{mode}.properties"
+    lines = {**idempotence.PRODUCER_PROPS, "enable.idempotence": "true"}
+    if mode == "tls":
+        tls = bench.tls
+        assert tls is not None and tls.cert is not None and tls.key is not None and tls.ca is not None
+        keystore = work / "admin-keystore.pem"  # Java's PEM keystore: the PKCS#8 key, then the certificate
+        keystore.write_bytes(tls.key.read_bytes() + tls.cert.read_bytes())
+        lines.update({"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls.ca),
+                      "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)})
+        bootstrap = bench.cluster.kafka_bootstrap_for("SSL")
+    else:
+        bootstrap = bench.cluster.kafka_bootstrap_for("PLAINTEXT")
+    if not bootstrap:
+        raise RuntimeError(f"the {mode} cluster has no {'SSL' if mode == 'tls' else 'PLAINTEXT'} Kafka listener")
+    props.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    return bootstrap, props
+
+
+def _kafka_run(bench: Bench, bootstrap: str, props: Path, topic: str, records: int) -> dict[str, Any]:
+    argv = [str(idempotence.TOOL), "--topic", topic, "--num-records", str(records), "--record-size",
+            str(idempotence.RECORD), "--throughput", "-1", "--producer.config", str(props),
+            "--producer-props", f"bootstrap.servers={bootstrap}"]
+    pids = _cluster_pids(bench)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = cpu_snapshot(pids)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    after = cpu_snapshot(pids)
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    found = idempotence.SUMMARY.findall(done.stdout)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"kafka-producer-perf-test exited {done.returncode}: {done.stdout[-800:]} "
+                           f"{done.stderr[-800:]}")
+    sent, rate, _mbs, _avg, _max, p50, _p95, p99 = found[-1]
+    if int(sent) != records:
+        raise RuntimeError(f"kafka-producer-perf-test acknowledged {sent} of {records} records")
+    nbytes = records * idempotence.RECORD
+    jvm_s = (children_after.ru_utime - children.ru_utime) + (children_after.ru_stime - children.ru_stime)
+    cpu = cpu_per_unit(before, after, nbytes / GiB)
+    return {"mbs": float(rate) * idempotence.RECORD / 1e6, "p50_ms": float(p50), "p99_ms": float(p99),
+            "cluster_cpu_s_gib": cpu["sum"] / 1000 if cpu else None, "jvm_cpu_s": jvm_s,
+            "cluster_cpu_per_process_s_gib": {n: ms / 1000 for n, ms in cpu.items() if n != "sum"},
+            "jvm_cpu_s_gib": jvm_s / (nbytes / GiB)}
+
+
+def _kafka(benches: dict[str, Bench], work: Path) -> dict[str, list[dict[str, Any]]]:
+    work.mkdir(parents=True, exist_ok=True)
+    setup = {m: _kafka_props(b, m, work) for m, b in benches.items()}
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+    for index in range(-1, KAFKA_ROUNDS):  # round -1: unmeasured (listeners, the JVM jars in the page cache)
+        for mode in MODES if index % 2 == 0 else MODES[::-1]:
+            bench = benches[mode]
+            topic = f"bench-tls-kafka-{mode}-{'warm' if index < 0 else index}"
+            settle_disk()
+            bench.create_topic(topic, PARTITIONS, 3)
+            try:
+                got = _kafka_run(bench, *setup[mode], topic, 20_000 if index < 0 else KAFKA_RECORDS)
+            finally:
+                bench.delete_topic(topic)
+            if index >= 0:
+                runs[mode].append(got)
+            say(f"tls: Kafka ProducerPerformance {'warm-up' if index < 0 else f'round {index + 1}'} "
+                f"{'SSL' if mode == 'tls' else 'PLAINTEXT'}: {got['mbs']:.1f} MB/s, p99 {got['p99_ms']:.0f} ms, "
+                f"cluster CPU {got['cluster_cpu_s_gib'] or float('nan'):.2f} s/GiB, JVM {got['jvm_cpu_s']:.1f} s")
+    return runs
+
+
 # ---------------------------------------------------------------------------------------- figures
 
 def _spread(values: list[float]) -> str:
@@ -309,6 +392,34 @@ def _cpu_cost(op: str, label: str, rounds: dict[str, list[dict[str, Any]]], para
     return figs
 
 
+def _kafka_figures(kafka: dict[str, list[dict[str, Any]]] | None, error: str,
+                   common: dict[str, Any]) -> list[Figure]:
+    label = "TLS bench: Kafka ProducerPerformance, RF 3 acks=all, PLAINTEXT vs SSL listener"
+    if kafka is None:
+        return [Figure(key="tls_kafka_perf_mbs_tls", name=label, value=None, unit="MB/s", status="info",
+                       note=error)]
+    params = {"tool": "kafka-producer-perf-test", "records": KAFKA_RECORDS, "record_bytes": idempotence.RECORD,
+              "partitions": PARTITIONS, "producer": {**idempotence.PRODUCER_PROPS, "enable.idempotence": "true"},
+              "rounds_per_mode": KAFKA_ROUNDS, "order": "ABBA after an unmeasured round",
+              "runs": kafka, "load_average_1m": common.get("load_average_1m")}
+    figs = _pair("tls_kafka_perf_mbs", label, "MB/s", {m: [r["mbs"] for r in kafka[m]] for m in MODES}, params)
+    figs += _pair("tls_kafka_perf_p99_ms", f"{label}: p99", "ms", {m: [r["p99_ms"] for r in kafka[m]] for m in MODES},
+                  {"see": "tls_kafka_perf_mbs_tls"})
+    cpu = {m: [r["cluster_cpu_s_gib"] for r in kafka[m] if r["cluster_cpu_s_gib"] is not None] for m in MODES}
+    figs += _pair("tls_kafka_perf_cluster_cpu_s_gib", f"{label}: cluster CPU per GiB", "CPU s/GiB", cpu,
+                  {"see": "tls_kafka_perf_mbs_tls",
+                   "jvm_cpu_s_gib_median": {m: statistics.median(r["jvm_cpu_s_gib"] for r in kafka[m]) for m in MODES}})
+    if all(cpu.values()):
+        plain, tls = statistics.median(cpu["plaintext"]), statistics.median(cpu["tls"])
+        figs.append(Figure(key="tls_kafka_perf_cluster_cpu_cost_s_gib",
+                           name=f"{label}: cost of SSL, cluster CPU per GiB (SSL − PLAINTEXT)", value=tls - plain,
+                           unit="CPU s/GiB", ratio=(tls - plain) / plain if plain else None,
+                           ratio_of="PLAINTEXT cluster CPU per GiB",
+                           note=f"= {(tls - plain) / plain * 100:+.0f} % of PLAINTEXT's {plain:.2f}" if plain else "",
+                           params={"see": "tls_kafka_perf_mbs_tls"}))
+    return figs
+
+
 def tls_figures(data_dir: Path, pool: Executor, *, quick: bool, processes: int, threads: int) -> list[Figure]:
     rounds_per_mode = 1 if quick else 5
     warmup_s, duration_s = (1.0, 2.0) if quick else (2.0, 8.0)
@@ -326,6 +437,18 @@ def tls_figures(data_dir: Path, pool: Executor, *, quick: bool, processes: int, 
             order = MODES if index % 2 == 0 else MODES[::-1]
             for mode in order:
                 rounds[mode].append(_round(benches[mode], pool, mode, index, **load))
+        kafka: dict[str, list[dict[str, Any]]] | None = None
+        kafka_error = ""
+        if quick:
+            kafka_error = "skipped in a quick run"
+        elif not idempotence.TOOL.exists():
+            kafka_error = f"{idempotence.TOOL} is missing: run 'make kafka-tools'"
+        else:
+            try:
+                kafka = _kafka(benches, data_dir / "kafka")
+            except Exception as exc:  # noqa: BLE001 - the gRPC figures stand without it
+                kafka_error = f"error: {exc!r}"[:300]
+                say(f"tls: Kafka clients failed: {exc!r}")
     common = {"rf": 3, "acks": -1, "batch_bytes": BATCH_BYTES, "record_bytes": RECORD_SIZE, "partitions": PARTITIONS,
               "processes": processes, "threads_per_process": threads, "warmup_s": warmup_s, "duration_s": duration_s,
               "rounds_per_mode": rounds_per_mode, "order": "ABBA, plaintext first",
@@ -346,6 +469,7 @@ def tls_figures(data_dir: Path, pool: Executor, *, quick: bool, processes: int, 
     figs += _pair("tls_consume_mbs", label_c, "MB/s", {m: [r["consume"]["mbs"] for r in rounds[m]] for m in MODES},
                   consume_params)
     figs += _cpu_cost("consume", label_c, rounds, consume_params)
+    figs += _kafka_figures(kafka, kafka_error, common)
     conn_params = {"connections_per_mode": connections, "to": "replica 0", "alternating": True}
     for mode in MODES:
         c = conns[mode]
