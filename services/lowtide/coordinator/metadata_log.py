@@ -105,7 +105,7 @@ class MetadataLog:
                 raise LeaderNotAvailable(f"no live replica to host {METADATA_TOPIC}") from None
             rf = min(MAX_REPLICATION_FACTOR, len(live))
             assignment = assign_replicas(broker_ids=live, partitions=self.shards, replication_factor=rf,
-                                         start=self.shard % len(live))
+                                         start=self.shard % len(live), racks=self.store.broker_racks())
             try:
                 info = self.store.create_topic(name=METADATA_TOPIC, partitions=self.shards, replication_factor=rf,
                                                config=dict(METADATA_TOPIC_CONFIG), assignment=assignment)

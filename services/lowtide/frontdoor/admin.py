@@ -133,7 +133,7 @@ class TopicAdmin:
         if request.name in self._store.topics():
             raise TopicAlreadyExists(f"topic '{request.name}' already exists")
         assignment = assign_replicas(broker_ids=live, partitions=request.partitions, replication_factor=rf,
-                                     start=self._rng.randrange(len(live)))
+                                     start=self._rng.randrange(len(live)), racks=self._store.broker_racks())
         if validate_only:
             return None
         return self._store.create_topic(name=request.name, partitions=request.partitions, replication_factor=rf,

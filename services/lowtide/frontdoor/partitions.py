@@ -112,7 +112,7 @@ class PartitionCreator:
                 raise InvalidReplicationFactor(f"replication factor {rf} of '{topic.name}' is larger than the "
                                                f"{len(live)} live brokers")
             return assign_replicas(broker_ids=live, partitions=added, replication_factor=rf,
-                                   start=self._rng.randrange(len(live)))
+                                   start=self._rng.randrange(len(live)), racks=self._store.broker_racks())
         if len(request.assignments) != added:
             raise InvalidReplicaAssignment(f"Increasing the number of partitions by {added} but "
                                            f"{len(request.assignments)} assignments provided.")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import redis as redis_lib
 
@@ -116,9 +116,17 @@ def validate_topic_name(name: str) -> None:
 
 
 def assign_replicas(*, broker_ids: Iterable[int], partitions: int, replication_factor: int,
-                    start: int = 0) -> list[list[int]]:
-    """Round-robin placement (Kafka's rack-unaware assignment without the shift): partition p's
-    replicas are brokers start+p, start+p+1, ...; the first is the preferred leader."""
+                    start: int = 0, racks: Mapping[int, str] | None = None) -> list[list[int]]:
+    """Round-robin placement: partition p's replicas start at broker start+p; the first is the
+    preferred leader, so leaders spread evenly.
+
+    Rack-aware when every broker has a rack (``racks``, the replicas' ``--rack``), as Kafka's
+    rack-aware assignment: the brokers are listed alternating racks (a0, b0, c0, a1, b1, ...), and
+    each partition takes, walking that list from its start, first one broker of each rack it has
+    no replica on yet, then any broker it lacks. So the replicas of a partition span
+    min(replication factor, racks) racks, and a rack's outage takes at most
+    ceil(RF / racks) of them. Brokers without a rack (some or all): rack-unaware, as plain Kafka
+    clusters are."""
     brokers = sorted(broker_ids)
     if replication_factor < 1 or replication_factor > len(brokers):
         raise InvalidReplicationFactor(
@@ -126,7 +134,25 @@ def assign_replicas(*, broker_ids: Iterable[int], partitions: int, replication_f
     if partitions < 1:
         raise InvalidPartitions(f"number of partitions must be >= 1, got {partitions}")
     n = len(brokers)
-    return [[brokers[(start + p + i) % n] for i in range(replication_factor)] for p in range(partitions)]
+    if not racks or not all(racks.get(b) for b in brokers) or len({racks[b] for b in brokers}) < 2:
+        return [[brokers[(start + p + i) % n] for i in range(replication_factor)] for p in range(partitions)]
+    by_rack: dict[str, list[int]] = {}
+    for b in brokers:
+        by_rack.setdefault(racks[b], []).append(b)
+    columns = [by_rack[r] for r in sorted(by_rack)]
+    arranged = [column[i] for i in range(max(map(len, columns))) for column in columns if i < len(column)]
+    out = []
+    for p in range(partitions):
+        order = [arranged[(start + p + i) % n] for i in range(n)]
+        chosen: list[int] = []
+        for b in order:  # one per rack first
+            if len(chosen) < replication_factor and racks[b] not in {racks[c] for c in chosen}:
+                chosen.append(b)
+        for b in order:  # then any broker not chosen yet
+            if len(chosen) < replication_factor and b not in chosen:
+                chosen.append(b)
+        out.append(chosen)
+    return out
 
 
 class MetadataStore:
@@ -162,6 +188,10 @@ class MetadataStore:
 
     def brokers(self) -> dict[int, BrokerInfo]:
         return {int(k): BrokerInfo.from_json(v) for k, v in self.redis.hgetall(BROKERS).items()}
+
+    def broker_racks(self) -> dict[int, str]:
+        """Broker id -> its ``--rack`` ("" for none), for rack-aware placement."""
+        return {b: info.rack for b, info in self.brokers().items()}
 
     def live_broker_ids(self, candidates: Iterable[int] | None = None) -> set[int]:
         ids = sorted(candidates if candidates is not None else self.brokers())

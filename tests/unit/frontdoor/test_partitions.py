@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -20,6 +21,7 @@ from lowtide.errors import (
 from lowtide.frontdoor.admin import TopicAdmin
 from lowtide.frontdoor.partitions import PartitionCreator
 from lowtide.messages.admin import PartitionsRequest, TopicRequest
+from lowtide.metadata.model import BrokerInfo
 from tests.unit.frontdoor.harness import kill_broker, register_broker
 
 
@@ -139,3 +141,18 @@ def test_a_concurrent_change_of_the_topic_record_is_not_overwritten(store, topic
     assert store.add_partitions(expected=raw, topic=topic, assignment=[[1, 2]]) is None
     states = store.partition_states("orders")
     assert len(states) == 3 and states[2].replicas == (0, 1)
+
+
+def test_topics_and_new_partitions_spread_over_racks_when_brokers_have_them(store):
+    racks = {0: "zone-a", 1: "zone-a", 2: "zone-b", 3: "zone-b"}
+    for b, rack in racks.items():
+        store.register_broker(BrokerInfo(id=b, host="127.0.0.1", port=1, rack=rack), incarnation=uuid.uuid4().hex,
+                              session_timeout_ms=60_000)
+    pool = ThreadPoolExecutor(1)
+    admin = TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
+                       replicas=ReplicaClient(), pool=pool, rng=random.Random(1))
+    admin.create_topic(TopicRequest(name="zoned", partitions=4, replication_factor=2))
+    grow(store, 8, name="zoned")
+    pool.shutdown()
+    for state in store.partition_states("zoned"):
+        assert {racks[b] for b in state.replicas} == {"zone-a", "zone-b"}, state
