@@ -41,15 +41,16 @@ def produce_batches(cluster, topic: str, n: int, *, leader: int, acks: int = -1,
     return acked
 
 
-def test_followers_replicate_over_one_stream_per_leader_and_no_unary_fetch(cluster):
-    s.create_topic(cluster, "streamed", partitions=1, rf=3)
-    leader = s.leader_of(cluster, "streamed")
-    acked = produce_batches(cluster, "streamed", 20, leader=leader)
+def test_followers_replicate_over_one_stream_per_leader_and_no_unary_fetch(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "rs-streamed", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "rs-streamed")
+    acked = produce_batches(cluster, "rs-streamed", 20, leader=leader)
     for follower in (b for b in (0, 1, 2) if b != leader):
         s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1, what=f"one stream from follower {follower}")
         assert rounds(cluster, leader, follower, "stream") > 0
         assert rounds(cluster, leader, follower, "fetch") == 0
-        s.wait_until(lambda f=follower: s.describe(cluster, f, "streamed").log_end_offset == len(acked),
+        s.wait_until(lambda f=follower: s.describe(cluster, f, "rs-streamed").log_end_offset == len(acked),
                      what=f"follower {follower} has every record")
 
 
@@ -144,11 +145,12 @@ def test_a_stopped_follower_costs_the_leader_no_memory_and_catches_up_when_resum
     assert s.produce(cluster, "slow", [b"after"], acks=-1, timeout_ms=10000, leader=leader).error_code == 0
 
 
-def test_a_replicate_stream_refuses_a_consumer_request(cluster):
-    s.create_topic(cluster, "notforconsumers", partitions=1, rf=3)
-    leader = s.leader_of(cluster, "notforconsumers")
+def test_a_replicate_stream_refuses_a_consumer_request(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "rs-notforconsumers", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "rs-notforconsumers")
     request = replica_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, partitions=[
-        replica_pb2.FetchPartition(topic="notforconsumers", partition=0, fetch_offset=0)])
+        replica_pb2.FetchPartition(topic="rs-notforconsumers", partition=0, fetch_offset=0)])
     with pytest.raises(grpc.RpcError) as err:
         next(iter(s.replica(cluster, leader).Replicate(iter([request]), timeout=10)))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
