@@ -57,20 +57,21 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
     assert (ok.error_code, ok.low_watermark) == (0, 8)
 
 
-def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_failure(cluster, tmp_path):
-    s.create_topic(cluster, "cli", partitions=2, rf=3)
+def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_failure(shared_cluster, tmp_path):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "authz-cli", partitions=2, rf=3)
     for p in (0, 1):
-        assert s.produce(cluster, "cli", [b"x"] * 10, partition=p).error_code == 0
+        assert s.produce(cluster, "authz-cli", [b"x"] * 10, partition=p).error_code == 0
     spec = tmp_path / "d.json"
-    spec.write_text('{"partitions":[{"topic":"cli","partition":0,"offset":4},'
-                    '{"topic":"cli","partition":1,"offset":-1}],"version":1}')
+    spec.write_text('{"partitions":[{"topic":"authz-cli","partition":0,"offset":4},'
+                    '{"topic":"authz-cli","partition":1,"offset":-1}],"version":1}')
     proc = s.lowtide_cli("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file", str(spec))
     assert proc.returncode == 0, proc.stderr
-    assert "partition: cli-0\tlow_watermark: 4" in proc.stdout
-    assert "partition: cli-1\tlow_watermark: 10" in proc.stdout
+    assert "partition: authz-cli-0\tlow_watermark: 4" in proc.stdout
+    assert "partition: authz-cli-1\tlow_watermark: 10" in proc.stdout
 
     bad = tmp_path / "bad.json"
-    bad.write_text('{"partitions":[{"topic":"cli","partition":0,"offset":99}],"version":1}')
+    bad.write_text('{"partitions":[{"topic":"authz-cli","partition":0,"offset":99}],"version":1}')
     out = s.cli_json("delete-records", "--bootstrap-server", cluster.bootstrap, "--offset-json-file", str(bad),
                      ok=False)
     assert out["partitions"][0]["error"] == "OFFSET_OUT_OF_RANGE"
@@ -82,7 +83,7 @@ def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_fail
     assert proc.returncode != 0
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "INVALID_REQUEST" and str(broken) in err["message"]
-    assert s.describe(cluster, s.leader_of(cluster, "cli"), "cli").log_start_offset == 4
+    assert s.describe(cluster, s.leader_of(cluster, "authz-cli"), "authz-cli").log_start_offset == 4
 
 
 def test_with_auth_on_anonymous_callers_see_no_topic_and_users_only_topics_they_may_describe(
