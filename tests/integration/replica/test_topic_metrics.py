@@ -15,20 +15,21 @@ def produced_series(cluster: LocalCluster, topic: str) -> list[str]:
             if s.metric(cluster, f"replica-{b}", "lowtide_produce_bytes_total", topic=topic) > 0]
 
 
-def test_a_deleted_topics_counters_leave_every_replicas_metrics(cluster: LocalCluster) -> None:
-    s.create_topic(cluster, "gone-soon", partitions=3)
-    s.create_topic(cluster, "stays", partitions=1)
+def test_a_deleted_topics_counters_leave_every_replicas_metrics(shared_cluster) -> None:
+    cluster = shared_cluster  # faults nothing; its topics are its own
+    s.create_topic(cluster, "tm-gone-soon", partitions=3)
+    s.create_topic(cluster, "tm-stays", partitions=1)
     for p in range(3):
-        s.produce(cluster, "gone-soon", [b"x" * 100] * 10, partition=p)
-    s.produce(cluster, "stays", [b"y" * 100] * 10)
-    s.fetch(cluster, "gone-soon", 0)
+        s.produce(cluster, "tm-gone-soon", [b"x" * 100] * 10, partition=p)
+    s.produce(cluster, "tm-stays", [b"y" * 100] * 10)
+    s.fetch(cluster, "tm-gone-soon", 0)
     # three partitions with RF 3: every replica leads one, so every replica counted produce bytes
-    assert produced_series(cluster, "gone-soon") == ["replica-0", "replica-1", "replica-2"]
+    assert produced_series(cluster, "tm-gone-soon") == ["replica-0", "replica-1", "replica-2"]
 
-    Admin(cluster.bootstrap).delete_topic("gone-soon")
+    Admin(cluster.bootstrap).delete_topic("tm-gone-soon")
 
-    s.wait_until(lambda: produced_series(cluster, "gone-soon") == [], what="gone-soon's series removed")
+    s.wait_until(lambda: produced_series(cluster, "tm-gone-soon") == [], what="tm-gone-soon's series removed")
     for b in range(3):
-        assert s.metric(cluster, f"replica-{b}", "lowtide_fetch_bytes_total", topic="gone-soon") == 0
+        assert s.metric(cluster, f"replica-{b}", "lowtide_fetch_bytes_total", topic="tm-gone-soon") == 0
     # the other topic's series stay
-    assert produced_series(cluster, "stays") != []
+    assert produced_series(cluster, "tm-stays") != []
