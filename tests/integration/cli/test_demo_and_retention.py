@@ -57,20 +57,21 @@ def processes_naming(text: str) -> list[str]:
     return found
 
 
-def test_retention_run_skips_partitions_a_group_has_not_committed_and_deletes_below_the_minimum(cluster):
-    s.create_topic(cluster, "inter", partitions=2, rf=3)
+def test_retention_run_skips_partitions_a_group_has_not_committed_and_deletes_below_the_minimum(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic and groups are its own
+    s.create_topic(cluster, "rt-inter", partitions=2, rf=3)
     for p in (0, 1):
-        assert s.produce(cluster, "inter", [b"x"] * 50, partition=p).error_code == 0
+        assert s.produce(cluster, "rt-inter", [b"x"] * 50, partition=p).error_code == 0
     admin = s.admin(cluster)
     from lowtide_pb import admin_pb2
-    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="a", partitions=[
-        admin_pb2.OffsetCommitPartition(topic="inter", partition=0, offset=40),
-        admin_pb2.OffsetCommitPartition(topic="inter", partition=1, offset=50)]))
-    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="b", partitions=[
-        admin_pb2.OffsetCommitPartition(topic="inter", partition=0, offset=25)]))
-    out = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "inter")
+    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="rt-a", partitions=[
+        admin_pb2.OffsetCommitPartition(topic="rt-inter", partition=0, offset=40),
+        admin_pb2.OffsetCommitPartition(topic="rt-inter", partition=1, offset=50)]))
+    admin.OffsetCommit(admin_pb2.OffsetCommitRequest(group_id="rt-b", partitions=[
+        admin_pb2.OffsetCommitPartition(topic="rt-inter", partition=0, offset=25)]))
+    out = s.cli_json("retention", "run", "--bootstrap-server", cluster.bootstrap, "--topic", "rt-inter")
     rows = {r["partition"]: r for r in out["partitions"]}
-    assert sorted(out["groups"]) == ["a", "b"]
+    assert sorted(out["groups"]) == ["rt-a", "rt-b"]
     assert rows[0]["low_watermark"] == 25       # min(40, 25)
     assert "skipped" in rows[1]                 # group b never committed partition 1: delete nothing
-    assert s.describe(cluster, s.leader_of(cluster, "inter", 1), "inter", 1).log_start_offset == 0
+    assert s.describe(cluster, s.leader_of(cluster, "rt-inter", 1), "rt-inter", 1).log_start_offset == 0
