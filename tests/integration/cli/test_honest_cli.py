@@ -98,3 +98,18 @@ def test_the_readme_commands_run_as_written_against_a_fresh_cluster(tmp_path):
     assert "lowtide.v1.Admin" in proc.stdout and '"low_watermark"' in proc.stdout
     assert "Dry run: nothing was deleted." in proc.stdout
 
+
+
+def test_the_readme_tls_commands_run_as_written(tmp_path):
+    if not (REPO_ROOT / ".tools/bin/grpcurl").exists() or not shutil.which("jq"):
+        pytest.skip("grpcurl or jq is not installed (make setup installs them)")
+    text = (REPO_ROOT / "README.md").read_text()
+    [script] = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "--tls" in b]
+    data_dir = tmp_path / "lts"
+    try:
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script.replace("/tmp/lts", str(data_dir))],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+    finally:
+        s.lowtide_cli("cluster", "down", "--data-dir", str(data_dir))
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    assert "lowtide.v1.Admin" in proc.stdout  # grpcurl listed the services over mutual TLS
