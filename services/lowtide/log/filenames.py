@@ -16,6 +16,9 @@ Layout::
                                            (producer_snapshot.py; at each roll and clean shutdown)
         ....deleted                        a segment file waiting for its delayed deletion
         ....tmp                            a file being written crash-safely (removed on open)
+      <topic>-<partition>.<32 hex>-delete/ a partition directory being deleted (renamed first, as
+                                           Kafka does, so a crash mid-delete never leaves a half
+                                           log under the partition's name; swept at start-up)
 
 Base offsets are zero-padded to 20 digits (the width of 2**63 - 1) so that names sort like offsets.
 Topic names may contain '-', so the partition number is whatever follows the LAST '-'.
@@ -108,6 +111,21 @@ def partition_dir_name(topic: str, partition: int) -> str:
     if partition < 0:
         raise ValueError(f"partition must be >= 0, got {partition}")
     return f"{topic}-{partition}"
+
+
+DELETE_DIR_SUFFIX = "-delete"
+
+
+def deleted_partition_dir_name(partition_dir: str, unique: str) -> str:
+    """``orders-3`` -> ``orders-3.<unique>-delete``: what a partition directory is renamed to
+    before its files are removed. Not a partition directory name (it ends in ``-delete``)."""
+    return f"{partition_dir}.{unique}{DELETE_DIR_SUFFIX}"
+
+
+def is_deleted_partition_dir(name: str) -> bool:
+    base, dot, rest = name.rpartition(".")
+    return bool(base) and bool(dot) and rest.endswith(DELETE_DIR_SUFFIX) and \
+        len(rest) == 32 + len(DELETE_DIR_SUFFIX) and all(c in "0123456789abcdef" for c in rest[:32])
 
 
 def parse_partition_dir(name: str) -> tuple[str, int]:

@@ -10,8 +10,10 @@ offset. Invariant kept by every method: first segment base <= LSO <= HW <= LEO.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,8 +28,10 @@ from lowtide.errors import (
     OutOfOrderSequenceNumber,
     RecordListTooLarge,
 )
+from lowtide.log.checkpoint import fsync_directory
 from lowtide.log.compacted_keys import require_keys
 from lowtide.log.file_deleter import DELETER, PendingCall, PendingDelete
+from lowtide.log.filenames import deleted_partition_dir_name
 from lowtide.log.leader_epoch import LeaderEpochCache
 from lowtide.log.log_config import LogConfig
 from lowtide.log.producer_snapshot import ProducerSnapshots, load_producer_state
@@ -760,7 +764,7 @@ class PartitionLog:
                 self._closed = True
                 self._segments.close()
                 self._finish_pending_deletes()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            remove_partition_dir(self._dir)
 
     def describe(self) -> dict:
         """Offsets, size and segments (base_offset, next_offset, size) for status pages and tests."""
@@ -786,3 +790,17 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({self._topic}-{self._partition}, dir={self._dir})"
+
+
+def remove_partition_dir(dir: Path) -> None:
+    """Delete a partition directory so that a crash at any point leaves either the whole log under
+    its name or none of it: rename it to a ``-delete`` name (filenames.py) and fsync the parent,
+    then remove the files. A ``-delete`` directory left by a crash is removed by the replica's
+    sweep (replica/reconcile.py); it is never opened as a log."""
+    try:
+        target = dir.with_name(deleted_partition_dir_name(dir.name, uuid.uuid4().hex))
+        os.rename(dir, target)
+    except FileNotFoundError:
+        return
+    fsync_directory(dir.parent)
+    shutil.rmtree(target, ignore_errors=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 import redis as redis_lib
 
 from lowtide.errors import LowtideError
-from lowtide.log.filenames import parse_partition_dir, partition_dir_name
-from lowtide.log.partition_log import LogConfig, PartitionLog
+from lowtide.log.filenames import is_deleted_partition_dir, parse_partition_dir, partition_dir_name
+from lowtide.log.partition_log import LogConfig, PartitionLog, remove_partition_dir
 from lowtide.messages import TopicPartition
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
@@ -183,6 +183,10 @@ class PartitionReconciler:
         for entry in os.scandir(self.data_dir):
             if not entry.is_dir():
                 continue
+            if is_deleted_partition_dir(entry.name):  # a delete a crash interrupted: finish it
+                log.info("finishing the deletion of a partition directory", extra={"fields": {"dir": entry.path}})
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
             try:
                 tp = parse_partition_dir(entry.name)
             except (ValueError, LowtideError):
@@ -190,7 +194,7 @@ class PartitionReconciler:
             if tp not in hosted:
                 log.info("deleting directory of a partition no longer assigned here",
                          extra={"fields": {"dir": entry.path}})
-                shutil.rmtree(entry.path, ignore_errors=True)
+                remove_partition_dir(Path(entry.path))
 
     # -- loop ------------------------------------------------------------------------------------
     def _run(self) -> None:

@@ -39,3 +39,13 @@ def test_leftover_files_are_deleted_and_tmp_names():
     assert filenames.is_leftover_file_name(filenames.deleted_file_name("00000000000000000000.log"))
     assert filenames.is_leftover_file_name(filenames.tmp_file_name(filenames.LOG_START_OFFSET_CHECKPOINT))
     assert not filenames.is_leftover_file_name("00000000000000000000.log")
+
+
+def test_a_partition_directory_being_deleted_has_a_name_no_partition_has():
+    name = filenames.deleted_partition_dir_name("my.orders-3", "0123456789abcdef0123456789abcdef")
+    assert name == "my.orders-3.0123456789abcdef0123456789abcdef-delete"
+    assert filenames.is_deleted_partition_dir(name)
+    with pytest.raises(ValueError):
+        filenames.parse_partition_dir(name)
+    for other in ("orders-3", "orders-delete", "orders-3.tmp-delete", "orders.0123-delete"):
+        assert not filenames.is_deleted_partition_dir(other), other

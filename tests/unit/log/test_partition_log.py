@@ -616,3 +616,17 @@ def test_a_follower_appends_a_read_only_view_of_a_fetched_message(log):
     fetched = b"\x00" * 7 + encode_batch([b"a"] * 3, base_offset=0, partition_leader_epoch=0)
     log.append_as_follower(memoryview(fetched)[7:])
     assert offsets_of(log.read(0, max_bytes=1 << 20, max_offset=3)) == [0, 1, 2]
+
+
+def test_deleting_a_partition_renames_its_directory_away_before_removing_the_files(tmp_path, monkeypatch):
+    import lowtide.log.partition_log as module
+
+    plog = PartitionLog.open(tmp_path / "orders-0", topic="orders", partition=0, config=LogConfig())
+    plog.append_as_leader(encode_batch([b"x"] * 10), leader_epoch=0)
+    seen: list[list[str]] = []
+    # a crash during the removal of the files: what is left must not be a log named orders-0
+    monkeypatch.setattr(module.shutil, "rmtree", lambda path, **_: seen.append(sorted(os.listdir(tmp_path))))
+    plog.delete()
+    [names] = seen
+    assert "orders-0" not in names and len(names) == 1 and names[0].startswith("orders-0.")
+    assert names[0].endswith("-delete")

@@ -110,3 +110,16 @@ def test_a_checkpoint_read_at_start_counts_only_for_a_log_on_disk_and_only_once(
     store.create_topic(name="orders", partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
     r.reconcile()
     assert [registry.get("orders", p).log.log_end_offset for p in (0, 1)] == [0, 0]
+
+
+def test_a_reconcile_pass_finishes_deletes_a_crash_interrupted_and_removes_unassigned_logs(store, tmp_path):
+    store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    interrupted = tmp_path / "gone-0.0123456789abcdef0123456789abcdef-delete"
+    (interrupted / "x").mkdir(parents=True)
+    unassigned = tmp_path / "old-2"
+    unassigned.mkdir()
+    (unassigned / "00000000000000000000.log").write_bytes(b"")
+    r, registry = reconciler(store, tmp_path, [])
+    r.reconcile()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["orders-0"]
+    assert registry.get("orders", 0) is not None
