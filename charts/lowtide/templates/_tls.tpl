@@ -160,3 +160,9 @@ the admin certificate (CN=admin: User:admin, a super user by default). */}}
 {{- define "lowtide.clientTlsEnv" -}}
 {{- include "lowtide.tlsEnv" (dict "ctx" . "dir" .Values.tls.mountPath) }}
 {{- end }}
+
+{{/* The Kafka listeners' security protocol with TLS on: SSL (the client certificate is the
+identity, kafka.sslClientAuth), or SASL_SSL with auth on (SASL logins, as SASL_PLAINTEXT without TLS). */}}
+{{- define "lowtide.kafkaTlsProtocol" -}}
+{{- ternary "SASL_SSL" "SSL" .Values.auth.enabled }}
+{{- end }}
