@@ -76,7 +76,9 @@ def test_a_batch_over_a_broker_default_the_metadata_does_not_show_is_split_and_r
 def test_produce_with_lz4_and_zstd_reads_back(cluster, codec):
     topic = f"compressed-{codec}"
     s.create_topic(cluster, topic, partitions=1, rf=3, config={"segment.bytes": "262144"})
-    lines = [f"{i:06d} {codec} line with some repeated text text text" for i in range(20_000)]
+    # ~300 KB before compression: several batches only because the topic's half segment (128 KiB, counted
+    # before compression) caps them below the producer's 1 MiB default
+    lines = [f"{i:06d} {codec} line with some repeated text text text" for i in range(5_000)]
     proc = s.lowtide_cli("produce", "--bootstrap-server", cluster.bootstrap, "--topic", topic,
                          "--compression-type", codec, "--output", "json", stdin="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr + proc.stdout
