@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -34,7 +35,7 @@ class BrokerInfo:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> BrokerInfo:
-        return cls(**json.loads(raw))
+        return cls(**_known_fields(cls, json.loads(raw)))
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class TopicInfo:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> TopicInfo:
-        return cls(**json.loads(raw))
+        return cls(**_known_fields(cls, json.loads(raw)))
 
 
 @dataclass(frozen=True)
@@ -90,4 +91,11 @@ class PartitionState:
         doc = json.loads(raw)
         doc["replicas"] = tuple(doc["replicas"])
         doc["isr"] = tuple(doc["isr"])
-        return cls(**doc)
+        return cls(**_known_fields(cls, doc))
+
+
+def _known_fields(cls: type, doc: dict) -> dict:
+    """``doc`` without the keys ``cls`` does not have: a record written by a newer lowtide (a field
+    added since) still reads during a rolling upgrade, as Kafka's tagged fields do."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in doc.items() if k in names}

@@ -49,3 +49,4 @@ def test_impossible_shapes_are_refused():
         assign_replicas(broker_ids=[0, 1], partitions=1, replication_factor=3, racks={0: "a", 1: "b"})
     with pytest.raises(InvalidPartitions):
         assign_replicas(broker_ids=[0, 1], partitions=0, replication_factor=1)
+
