@@ -99,6 +99,21 @@ def translate_store_errors(exc: Exception) -> LowtideError | None:
     return None
 
 
+def start_metrics_server(addr: str, *, tls: ServerTls | None = None):
+    """Prometheus ``/metrics`` on ``addr`` (HTTPS with ``tls``) in a daemon thread; returns the
+    server (``.server_port``, ``.shutdown()``)."""
+    host, port = split_addr(addr)
+    if tls is None:
+        server, _ = start_http_server(port, addr=host)
+        return server
+    server, _ = start_http_server(port, addr=host, certfile=str(tls.config.cert), keyfile=str(tls.config.key))
+    # The listening socket's context makes every accepted connection's: reloaded in place, a
+    # rotated certificate reaches /metrics without a restart, as it reaches the gRPC port.
+    context = server.socket.context
+    tls.watcher.on_change(lambda _pems: context.load_cert_chain(str(tls.config.cert), str(tls.config.key)))
+    return server
+
+
 @dataclass
 class ServiceSpec:
     name: str  # e.g. "replica-0"
@@ -131,15 +146,9 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
         port = server.add_secure_port(grpc_addr, tls.grpc_credentials())
     if port == 0:
         raise SystemExit(f"{spec.name}: cannot listen on {grpc_addr}")
-    m_host, m_port = split_addr(metrics_addr)
-    if metrics_tls:
-        if tls is None:
-            raise SystemExit(f"{spec.name}: --metrics-tls needs --tls-cert and --tls-key")
-        # prometheus_client loads the files once: a rotated certificate reaches /metrics at restart.
-        metrics_server, _ = start_http_server(m_port, addr=m_host, certfile=str(tls.config.cert),
-                                              keyfile=str(tls.config.key))
-    else:
-        metrics_server, _ = start_http_server(m_port, addr=m_host)
+    if metrics_tls and tls is None:
+        raise SystemExit(f"{spec.name}: --metrics-tls needs --tls-cert and --tls-key")
+    metrics_server = start_metrics_server(metrics_addr, tls=tls if metrics_tls else None)
     server.start()
     # Domain start-up (registration, recovery) runs with the port open but health NOT_SERVING,
     # so readiness means "ready", not "listening".

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
+import ssl
+import urllib.request
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from lowtide.common.server import add_flag
+from lowtide.common.server import add_flag, start_metrics_server
 from lowtide.errors import InvalidConfig
 from lowtide.rpc.channels import open_channel
 from lowtide.tls.certs import CertificateAuthority
@@ -186,3 +190,25 @@ def test_mutual_tls_serves_only_clients_with_a_certificate_and_names_them(tls_se
     stranger = CertificateAuthority.create(tmp_path / "stranger").issue("broker-1")
     assert check(address, ClientTls(ca=ca.ca_path, cert=stranger.cert, key=stranger.key)) == grpc.StatusCode.UNAVAILABLE
     assert servicer.principals == ["User:broker-1"]  # the refused ones never reached the servicer
+
+
+def test_metrics_over_https_serve_a_rotated_certificate_to_new_connections(ca, tmp_path):
+    files = ca.issue("svc")
+    tls = ServerTls(ServerTlsConfig(cert=files.cert, key=files.key, ca=files.ca), watch=False)
+    server = start_metrics_server("127.0.0.1:0", tls=tls)
+    try:
+        context = ssl.create_default_context(cafile=str(files.ca))
+
+        def served_serial() -> int:
+            with socket.create_connection(("127.0.0.1", server.server_port), timeout=5) as raw, \
+                    context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+                return x509.load_der_x509_certificate(conn.getpeercert(binary_form=True)).serial_number
+
+        before = served_serial()
+        body = urllib.request.urlopen(f"https://127.0.0.1:{server.server_port}/metrics", context=context).read()
+        assert b"python_info" in body or b"process_" in body
+        ca.issue("svc")  # renewed on disk
+        assert tls.watcher.check()
+        assert served_serial() != before
+    finally:
+        server.shutdown()
