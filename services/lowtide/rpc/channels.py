@@ -3,13 +3,17 @@
 One channel per address (gRPC multiplexes every call over it), one cached stub per (address,
 stub type). A pool dials TLS when it is given a ``ClientTls`` or the process has a default one
 (a server's own certificate, or ``LOWTIDE_TLS_*``; lowtide.tls.config), plaintext otherwise.
+A TLS pool notices renewed certificate files (checked at most once a second): later calls go over
+new channels presenting the new client certificate, calls in flight finish on the old ones.
 ``call`` invokes a unary RPC and turns a failed call back into the ``LowtideError`` it carried
 (``rpc.status``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -31,6 +35,7 @@ CHANNEL_OPTIONS = [
 ]
 
 T = TypeVar("T")
+ROTATION_CHECK_S = 1.0
 
 
 def validate_address(address: str) -> str:
@@ -54,6 +59,9 @@ class ChannelPool:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[tuple[str, type], Any] = {}
+        self._retired: list[grpc.Channel] = []  # channels opened before a certificate renewal
+        self._stamp = _files_stamp(self.tls)
+        self._next_check = time.monotonic() + ROTATION_CHECK_S
 
     def _channel_locked(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
@@ -74,6 +82,8 @@ class ChannelPool:
             channel.close()
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], T]) -> T:
+        if self.tls is not None and time.monotonic() >= self._next_check:
+            self._check_renewal()
         key = (address, stub_type)
         stub = self._stubs.get(key)
         if stub is None:
@@ -82,6 +92,21 @@ class ChannelPool:
                 if stub is None:
                     stub = self._stubs[key] = stub_type(self._channel_locked(address))
         return stub
+
+    def _check_renewal(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next_check:
+                return
+            self._next_check = now + ROTATION_CHECK_S
+            stamp = _files_stamp(self.tls)
+            if stamp == self._stamp:
+                return
+            # A renewed certificate (or CA): new calls dial again and present it. The old channels
+            # stay open for the calls (and streams) in flight on them; closed with the pool.
+            self._stamp = stamp
+            self._retired.extend(self._channels.values())
+            self._channels, self._stubs = {}, {}
 
     def forget(self, address: str) -> None:
         with self._lock:
@@ -94,8 +119,24 @@ class ChannelPool:
     def close(self) -> None:
         with self._lock:
             channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+            channels += self._retired
+            self._retired = []
         for channel in channels:
             channel.close()
+
+
+def _files_stamp(tls: ClientTls | None) -> tuple:
+    """(inode, size, mtime) of the TLS files: what changes when a certificate is renewed."""
+    if tls is None:
+        return ()
+    stamp = []
+    for path in (tls.ca, tls.cert, tls.key):
+        try:
+            st = os.stat(path) if path is not None else None
+            stamp.append((st.st_ino, st.st_size, st.st_mtime_ns) if st else None)
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
 
 
 def open_channel(address: str, tls: ClientTls | None = None) -> grpc.Channel:

@@ -16,9 +16,10 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+import lowtide.rpc.channels as channels_module
 from lowtide.common.server import add_flag, start_metrics_server
 from lowtide.errors import InvalidConfig
-from lowtide.rpc.channels import open_channel
+from lowtide.rpc.channels import ChannelPool, open_channel
 from lowtide.tls.certs import CertificateAuthority
 from lowtide.tls.config import (
     CertificateWatcher,
@@ -134,10 +135,13 @@ class _WhoAmI(health.HealthServicer):
         super().__init__()
         self.tls = tls
         self.principals: list[str | None] = []
+        self.certificates: list[bytes] = []
 
     def Check(self, request, context):
         pems = context.auth_context().get("x509_pem_cert")
         self.principals.append(self.tls.mapper.principal_of_pem(pems[0]) if pems else None)
+        if pems:
+            self.certificates.append(pems[0])
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -212,3 +216,22 @@ def test_metrics_over_https_serve_a_rotated_certificate_to_new_connections(ca, t
         assert served_serial() != before
     finally:
         server.shutdown()
+
+
+def test_a_channel_pool_presents_a_renewed_client_certificate_on_later_calls(tls_server, ca, monkeypatch):
+    monkeypatch.setattr(channels_module, "ROTATION_CHECK_S", 0.0)
+    address, servicer = tls_server("required")
+    files = ca.issue("replica-1", common_name="broker-1")
+    pool = ChannelPool(tls=ClientTls(ca=files.ca, cert=files.cert, key=files.key))
+    try:
+        old_stub = pool.stub(address, health_pb2_grpc.HealthStub)
+        old_stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        ca.issue("replica-1", common_name="broker-1")  # renewed: same subject, new key and serial
+        new_stub = pool.stub(address, health_pb2_grpc.HealthStub)
+        assert new_stub is not old_stub
+        new_stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        old_stub.Check(health_pb2.HealthCheckRequest(), timeout=5)  # the old channel still works
+    finally:
+        pool.close()
+    serials = [x509.load_pem_x509_certificate(pem).serial_number for pem in servicer.certificates]
+    assert serials[0] != serials[1] and serials[2] == serials[0]
