@@ -219,13 +219,18 @@ def test_a_wal_file_whose_batches_are_all_deleted_is_removed_after_the_grace_per
 
 
 def wait_for_earliest(cluster, topic: str, want, timeout_s: float = 20.0) -> dict[int, int]:
+    """partition -> earliest offset once ``want`` holds (or at the timeout). Asked in process: a CLI
+    start-up per poll costs a second of CPU, and this polls for seconds."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        got = {p["partition"]: p["offset"] for p in cli(cluster, "offsets", "--topic", topic, "--time",
-                                                          "earliest")[0]["partitions"]}
-        if want(got) or time.monotonic() > deadline:
-            return got
-        time.sleep(0.3)
+    with Admin(cluster.bootstrap) as admin:
+        partitions = [p.partition for p in admin.describe_topics([topic])[topic].partitions]
+        while True:
+            answers = admin.list_offsets({(topic, p): OffsetSpec.EARLIEST for p in partitions})
+            assert all(a.error is None for a in answers.values()), answers
+            got = {p: a.offset for (_, p), a in answers.items()}
+            if want(got) or time.monotonic() > deadline:
+                return got
+            time.sleep(0.3)
 
 
 def test_the_shard_applies_time_and_size_retention_to_diskless_partitions(cluster):
@@ -237,8 +242,9 @@ def test_the_shard_applies_time_and_size_retention_to_diskless_partitions(cluste
         producer.produce_values("disk-ret-time", [b"x" * 100] * 50, partition=0)
         earliest = admin.list_offsets({("disk-ret-time", 0): OffsetSpec.EARLIEST})[("disk-ret-time", 0)]
     assert earliest.error is None and earliest.offset == 0
-    for _ in range(10):  # ten separate batches of ~1 KiB
-        cli(cluster, "produce", "--topic", "disk-ret-size", "--num-records", "10", "--record-size", "100")
+    with Producer(cluster.bootstrap) as producer:  # in process: ten CLI start-ups cost ten seconds of CPU
+        for _ in range(10):  # ten separate batches of ~1 KiB
+            producer.produce_values("disk-ret-size", [b"y" * 100] * 10, partition=0)
     assert wait_for_earliest(cluster, "disk-ret-time", lambda got: got[0] == 50) == {0: 50}  # all expired
     # Size: the newest batches within 3,000 bytes stay (two ~1.2 KiB batches), the older go.
     size = wait_for_earliest(cluster, "disk-ret-size", lambda got: got[0] > 0)
