@@ -32,6 +32,8 @@ USAGE = {
     "kafka-verifiable-producer": "usage: verifiable-producer",
     "kafka-producer-perf-test": "usage: producer-performance",
     "kafka-transactions": "usage: kafka-transactions.sh",
+    "kafka-leader-election": "This tool attempts to elect a new leader for a set of topic partitions.",
+    "kafka-reassign-partitions": "This tool helps to move topic partitions between replicas.",
 }
 # An option each tool's usage must list (the ones lowtide's Kafka tests lean on).
 OPTION = {
@@ -45,6 +47,8 @@ OPTION = {
     "kafka-verifiable-producer": "--producer.config",
     "kafka-producer-perf-test": "--producer-props",
     "kafka-transactions": "--bootstrap-server",
+    "kafka-leader-election": "--election-type",
+    "kafka-reassign-partitions": "--reassignment-json-file",
 }
 # Kafka's own CLI tools (CommandLineUtils): --version, usage on stderr
 CLI_TOOLS = [name for name in KAFKA_TOOL_NAMES if name not in KAFKA_USAGE_ON_STDOUT]
