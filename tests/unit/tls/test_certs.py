@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import stat
-import subprocess
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from lowtide.tls.certs import CertificateAuthority, write_pkcs12
@@ -59,6 +59,7 @@ def test_a_pkcs12_keystore_holds_the_key_the_certificate_and_the_ca(tmp_path):
     ca = CertificateAuthority.create(tmp_path)
     files = ca.issue("client")
     store = write_pkcs12(files, tmp_path / "client.p12", password="changeit")
-    out = subprocess.run(["openssl", "pkcs12", "-in", str(store), "-passin", "pass:changeit", "-nokeys"],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.count("BEGIN CERTIFICATE") == 2 and "CN=client" in out.replace(" = ", "=")
+    key, cert, extra = pkcs12.load_key_and_certificates(store.read_bytes(), b"changeit")
+    assert cert == x509.load_pem_x509_certificate(files.cert.read_bytes())
+    assert extra == [x509.load_pem_x509_certificate(files.ca.read_bytes())]
+    assert key.public_key() == cert.public_key()
