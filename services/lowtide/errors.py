@@ -275,6 +275,16 @@ class GroupMaxSizeReached(LowtideError):
     code, name = 81, "GROUP_MAX_SIZE_REACHED"
 
 
+class NoReassignmentInProgress(LowtideError):
+    # Kafka (KIP-455): a cancel (replicas null) for a partition that is not moving.
+    code, name = 85, "NO_REASSIGNMENT_IN_PROGRESS"
+
+
+class InvalidUpdateVersion(LowtideError):
+    # Kafka's AlterPartition: the leader's partition epoch is stale (the record moved on).
+    code, name = 95, "INVALID_UPDATE_VERSION"
+
+
 class EligibleLeadersNotAvailable(RetriableError):
     # Kafka (KIP-460): no live replica may lead (lowtide never elects outside the ISR).
     code, name = 83, "ELIGIBLE_LEADERS_NOT_AVAILABLE"

@@ -70,7 +70,15 @@ class TopicInfo:
 @dataclass(frozen=True)
 class PartitionState:
     """Leadership of one partition. ``leader_epoch`` bumps on every leader change;
-    ``partition_epoch`` on every change at all (ISR included): writers compare-and-set on it."""
+    ``partition_epoch`` on every change at all (ISR included): writers compare-and-set on it.
+
+    A reassignment in progress (KIP-455, docs/design/reassignment.md) is kept in the same record,
+    as KRaft's ``PartitionRegistration`` keeps it: ``replicas`` is the target followed by the
+    replicas being removed, ``adding_replicas`` are target members not in the original set, and
+    ``removing_replicas`` original members not in the target. Both are empty when nothing moves,
+    and then left out of the JSON, so records of partitions that never moved stay byte-identical
+    to those older lowtide versions write and read.
+    """
 
     topic: str
     partition: int
@@ -79,18 +87,38 @@ class PartitionState:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replica set the partition is moving to (``replicas`` when nothing moves)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replica set before the move began (``replicas`` when nothing moves)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     def to_json(self) -> str:
         doc = asdict(self)
-        doc["replicas"] = list(self.replicas)
-        doc["isr"] = list(self.isr)
+        for name in ("replicas", "isr", "adding_replicas", "removing_replicas"):
+            doc[name] = list(doc[name])
+        for name in ("adding_replicas", "removing_replicas"):
+            if not doc[name]:
+                del doc[name]
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> PartitionState:
         doc = json.loads(raw)
-        doc["replicas"] = tuple(doc["replicas"])
-        doc["isr"] = tuple(doc["isr"])
+        for name in ("replicas", "isr", "adding_replicas", "removing_replicas"):
+            if name in doc:
+                doc[name] = tuple(doc[name])
         return cls(**_known_fields(cls, doc))
 
 

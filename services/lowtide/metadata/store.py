@@ -34,6 +34,7 @@ from lowtide.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidTopic,
+    InvalidUpdateVersion,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -317,7 +318,7 @@ class MetadataStore:
 
     def compare_and_set_partition(self, expected: PartitionState, new: PartitionState) -> bool:
         """Write ``new`` if the stored state still has ``expected.partition_epoch``."""
-        new = PartitionState(**{**new.__dict__, "partition_epoch": expected.partition_epoch + 1})
+        new = dataclasses.replace(new, partition_epoch=expected.partition_epoch + 1)
         r = self._cas(keys=[partitions_key(new.topic), VERSION, METADATA_CHANNEL],
                       args=[str(new.partition), expected.partition_epoch, new.to_json()])
         if r == -1:
@@ -325,18 +326,29 @@ class MetadataStore:
         return r == 1
 
     def update_isr(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
-                   isr: Iterable[int]) -> PartitionState:
-        """A leader changes its ISR (Kafka's AlterPartition). Fenced if leadership moved."""
+                   isr: Iterable[int], expected_partition_epoch: int | None = None) -> PartitionState:
+        """A leader changes its ISR (Kafka's AlterPartition). Fenced if leadership moved.
+
+        ``expected_partition_epoch`` is the partition epoch of the leader's own view; when the
+        stored record moved on since (a reassignment started or finished, KIP-455), the leader's
+        ISR was computed over a replica set that may no longer be the partition's, so the change
+        is refused with INVALID_UPDATE_VERSION and the leader retries after it reconciled (Kafka's
+        AlterPartition does the same). The ISR written never names a broker outside ``replicas``,
+        and every other field (a move in progress) is kept as stored.
+        """
         for _ in range(10):
             cur = self.partition_state(topic, partition)
             if cur.leader != leader or cur.leader_epoch != leader_epoch:
                 raise FencedLeaderEpoch(f"{topic}-{partition}: leader {leader} epoch {leader_epoch} is stale "
                                         f"(now leader {cur.leader} epoch {cur.leader_epoch})")
-            new = PartitionState(topic=topic, partition=partition, leader=leader, leader_epoch=leader_epoch,
-                                 replicas=cur.replicas, isr=tuple(sorted(set(isr))),
-                                 partition_epoch=cur.partition_epoch)
+            if expected_partition_epoch is not None and cur.partition_epoch != expected_partition_epoch:
+                raise InvalidUpdateVersion(
+                    f"{topic}-{partition}: partition epoch {expected_partition_epoch} is stale "
+                    f"(now {cur.partition_epoch})")
+            members = set(cur.replicas)
+            new = dataclasses.replace(cur, isr=tuple(sorted(r for r in set(isr) if r in members)))
             if self.compare_and_set_partition(cur, new):
-                return PartitionState(**{**new.__dict__, "partition_epoch": cur.partition_epoch + 1})
+                return dataclasses.replace(new, partition_epoch=cur.partition_epoch + 1)
         raise FencedLeaderEpoch(f"{topic}-{partition}: ISR update lost too many races")
 
     def version(self) -> int:

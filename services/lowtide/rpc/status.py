@@ -71,6 +71,8 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.PreferredLeaderNotAvailable: _S.UNAVAILABLE,
     e.EligibleLeadersNotAvailable: _S.UNAVAILABLE,
     e.ElectionNotNeeded: _S.FAILED_PRECONDITION,
+    e.NoReassignmentInProgress: _S.FAILED_PRECONDITION,
+    e.InvalidUpdateVersion: _S.FAILED_PRECONDITION,
     e.InvalidConfig: _S.INVALID_ARGUMENT,
     e.InvalidRequest: _S.INVALID_ARGUMENT,
     e.UnsupportedForMessageFormat: _S.INVALID_ARGUMENT,
