@@ -15,6 +15,9 @@ is lost to it):
 Every write is a compare-and-set on the partition epoch, which publishes on the metadata channel so
 the replicas react; losing a race to a leader's own ISR change simply re-evaluates next round.
 
+Each round also finishes partition reassignments whose adding replicas have joined the ISR
+(``frontdoor/reassignments.py:complete_reassignments``, KIP-455).
+
 With a ``LeaderBalancer`` (frontdoor/elections.py) the controller also moves leadership back to
 preferred replicas every ``check_interval_s`` (Kafka's auto.leader.rebalance.enable).
 """
@@ -28,6 +31,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from lowtide.frontdoor.reassignments import complete_reassignments
 from lowtide.leases import Lease
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
@@ -129,6 +133,11 @@ class Controller:
                     "topic": new.topic, "partition": new.partition, "old_leader": state.leader,
                     "leader": new.leader, "leader_epoch": new.leader_epoch, "isr": list(new.isr)}})
                 written.append(replace(new, partition_epoch=state.partition_epoch + 1))
+        moving = [s for s in states.values() if s.reassigning]
+        if moving:
+            # Re-read: an election above may have moved one (its CAS would fail on the stale record).
+            fresh = self._store.all_partition_states() if written else states
+            written += complete_reassignments(self._store, (fresh[k] for k in fresh if fresh[k].reassigning), live)
         if self._balancer is not None and self._balancer.config.enabled and self._clock() >= self._next_balance:
             self._next_balance = self._clock() + self._balancer.config.check_interval_s
             written += self._balancer.run_once(self._store.all_partition_states(), live)

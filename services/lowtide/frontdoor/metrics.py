@@ -4,7 +4,8 @@
     lowtide_cluster_brokers_alive                       brokers with a live session
     lowtide_cluster_partitions{topic}                   partitions per topic
     lowtide_cluster_offline_partitions{topic}           partitions whose leader is none or not alive
-    lowtide_cluster_under_replicated_partitions{topic}  partitions whose ISR is smaller than their replicas
+    lowtide_cluster_under_replicated_partitions{topic}  partitions whose ISR lacks a replica of their
+                                                        (target) replica set
 
 Why here: "offline" is a fact no replica can report about itself (its leader is gone), and the
 front door already reads this metadata for every Metadata call. Every front door reports the same
@@ -64,7 +65,7 @@ class ClusterCollector(Collector):
             under[topic] += 0
             if st.leader < 0 or st.leader not in alive:
                 offline[topic] += 1
-            if len(st.isr) < len(st.replicas):
+            if len(set(st.isr) & set(st.target_replicas)) < len(st.target_replicas):
                 under[topic] += 1
         for name, doc, counts in [
             ("partitions", "Partitions per topic", partitions),

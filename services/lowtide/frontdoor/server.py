@@ -44,6 +44,7 @@ from lowtide.frontdoor.metrics import ClusterCollector
 from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
 from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.partitions import PartitionCreator
+from lowtide.frontdoor.reassignments import PartitionReassigner
 from lowtide.frontdoor.scanner_proxy import add_scanner_proxy
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
@@ -173,6 +174,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
         elections=LeaderElections(store=store, authorizer=authorizer),
+        reassigner=PartitionReassigner(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)

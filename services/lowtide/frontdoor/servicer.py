@@ -21,6 +21,7 @@ from lowtide.frontdoor.elections import ElectionType, LeaderElections
 from lowtide.frontdoor.groups import GroupCoordinator
 from lowtide.frontdoor.membership import GroupMembership
 from lowtide.frontdoor.partitions import PartitionCreator
+from lowtide.frontdoor.reassignments import PartitionReassigner
 from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.transactions import TransactionCoordinator
 from lowtide.messages import TopicPartition
@@ -97,6 +98,7 @@ class FrontDoor:
     configs: TopicConfigAdmin | None = field(default=None)
     partitions: PartitionCreator | None = field(default=None)
     elections: LeaderElections | None = field(default=None)
+    reassigner: PartitionReassigner | None = field(default=None)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -149,6 +151,30 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                      error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
 
+    def AlterPartitionReassignments(self, request, context):  # noqa: N802
+        if self._front.reassigner is None:
+            raise InvalidRequest("this front door cannot reassign partitions")
+        targets = {TopicPartition(p.topic, p.partition): None if p.cancel else tuple(p.replicas)
+                   for p in request.partitions}
+        outcomes = self._front.reassigner.alter(
+            principal=self._principal(context), targets=targets,
+            allow_replication_factor_change=not request.disallow_replication_factor_change)
+        return admin_pb2.AlterPartitionReassignmentsResponse(results=[
+            admin_pb2.ReassignmentResult(topic=o.partition.topic, partition=o.partition.partition,
+                                         error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+            for o in outcomes])
+
+    def ListPartitionReassignments(self, request, context):  # noqa: N802
+        if self._front.reassigner is None:
+            raise InvalidRequest("this front door cannot reassign partitions")
+        states = self._front.reassigner.list(
+            principal=self._principal(context),
+            partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions] or None)
+        return admin_pb2.ListPartitionReassignmentsResponse(reassignments=[
+            admin_pb2.OngoingReassignment(topic=s.topic, partition=s.partition, replicas=list(s.replicas),
+                                          adding_replicas=list(s.adding_replicas),
+                                          removing_replicas=list(s.removing_replicas)) for s in states])
+
     def DeleteTopics(self, request, context):  # noqa: N802
         outcomes = self._front.topics.delete_topics(principal=self._principal(context), names=list(request.names))
         return admin_pb2.DeleteTopicsResponse(topics=[
@@ -175,7 +201,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 diskless=t.info.diskless, topic_id=t.info.topic_id,
                 partitions=[admin_pb2.PartitionMetadata(partition=s.partition, leader=s.leader,
                                                         leader_epoch=s.leader_epoch, replicas=list(s.replicas),
-                                                        isr=list(s.isr)) for s in t.partitions]))
+                                                        isr=list(s.isr), adding_replicas=list(s.adding_replicas),
+                                                        removing_replicas=list(s.removing_replicas))
+                            for s in t.partitions]))
         return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id)
 
     def AlterConfigs(self, request, context):  # noqa: N802
