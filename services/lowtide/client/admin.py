@@ -54,6 +54,23 @@ class UserScramCredentials:
 
 
 @dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition move in progress (Kafka's OngoingPartitionReassignment): ``replicas`` is the
+    target followed by the replicas being removed; ``adding`` joins, ``removing`` leaves once
+    every adding replica is in the ISR."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedOffset:
     offset: int
     metadata: str = ""
@@ -188,6 +205,36 @@ class Admin(PooledClient):
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in (partitions or ())])
         response = self.call("ElectLeaders", request)
         return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.results}
+
+    def alter_partition_reassignments(self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+                                      allow_replication_factor_change: bool = True,
+                                      ) -> dict[tuple[str, int], LowtideError | None]:
+        """Kafka's AlterPartitionReassignments (KIP-455): move each ``(topic, partition)`` to its
+        target replica list (preferred leader first), or cancel its move when the target is None.
+        Answers once the moves are recorded, not finished (``list_partition_reassignments``
+        tells that). Per-partition errors (NO_REASSIGNMENT_IN_PROGRESS, INVALID_REPLICA_ASSIGNMENT,
+        INVALID_REPLICATION_FACTOR, UNKNOWN_TOPIC_OR_PARTITION, ...); a refusal of the whole call
+        (CLUSTER_AUTHORIZATION_FAILED) raises."""
+        request = admin_pb2.AlterPartitionReassignmentsRequest(
+            disallow_replication_factor_change=not allow_replication_factor_change,
+            partitions=[admin_pb2.PartitionReassignment(topic=t, partition=p, replicas=list(target or ()),
+                                                        cancel=target is None)
+                        for (t, p), target in targets.items()])
+        response = self.call("AlterPartitionReassignments", request)
+        return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.results}
+
+    def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None = None,
+                                     ) -> list[OngoingReassignment]:
+        """The moves in progress among ``partitions`` (None: every partition), in the front
+        door's order; a partition not moving is left out."""
+        asked = list(partitions) if partitions is not None else None
+        if asked is not None and not asked:
+            return []  # the RPC reads an empty list as "every partition"
+        response = self.call("ListPartitionReassignments", admin_pb2.ListPartitionReassignmentsRequest(
+            partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in (asked or ())]))
+        return [OngoingReassignment(topic=r.topic, partition=r.partition, replicas=tuple(r.replicas),
+                                    adding=tuple(r.adding_replicas), removing=tuple(r.removing_replicas))
+                for r in response.reassignments]
 
     def delete_topics(self, names: Sequence[str]) -> dict[str, LowtideError | None]:
         response = self.call("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)))
