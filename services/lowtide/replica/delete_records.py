@@ -167,7 +167,11 @@ class DeleteRecordsHandler:
         self.report_low_watermarks(parts)
 
     def report_low_watermarks(self, parts: list[Partition]) -> None:
-        """Publish the low watermarks that changed (one event per change, not per fetch)."""
+        """Publish the low watermarks that changed (one event per change, not per fetch).
+
+        A computed LW of -1 (a counted replica not heard from yet: a follower added by a
+        reassignment, one repositioning at our LSO, a new leadership) is never published: the
+        last published value stays, so what is shown is never lowered either."""
         listener = self.on_low_watermark_change
         if not listener or not parts:
             return
@@ -176,7 +180,7 @@ class DeleteRecordsHandler:
         with self._reported_lock:
             for p in parts:
                 lw = p.low_watermark(live)
-                if self._reported_lw.get(p.key) != lw:
+                if lw >= 0 and self._reported_lw.get(p.key) != lw:
                     self._reported_lw[p.key] = lw
                     changed.append((p.key, lw))
         if changed:

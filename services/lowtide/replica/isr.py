@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import redis as redis_lib
 
-from lowtide.errors import LowtideError
+from lowtide.errors import InvalidUpdateVersion, LowtideError
 from lowtide.metadata.store import MetadataStore
 from lowtide.replica.metrics import ISR_EXPANDS, ISR_SHRINKS
 from lowtide.replica.partition import Partition
@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 class IsrUpdater:
     """Expands and shrinks the ISR of led partitions.
 
-    Contract: ``change`` writes the new ISR under the partition's current leader epoch and returns
-    whether the HW moved; a write the store rejects (stale epoch, Redis down) changes nothing
+    Contract: ``change`` writes the new ISR under the partition's current leader epoch and
+    partition epoch and returns whether the HW moved; a write the store rejects (stale leader or
+    partition epoch, Redis down) changes nothing
     locally and wakes the reconciler (our view of the partition is probably stale; it reconciles
     if the metadata version moved).
     ``shrink_lagging`` drops, from every led partition, the followers that have not caught up
@@ -46,8 +47,19 @@ class IsrUpdater:
     def change(self, p: Partition, isr: Iterable[int]) -> bool:
         """Write ``isr`` for ``p``; returns whether its HW moved."""
         try:
+            # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
+            # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
+            # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
             st = self.store.update_isr(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
-                                       leader_epoch=p.leader_epoch, isr=isr)
+                                       leader_epoch=p.leader_epoch, isr=isr,
+                                       expected_partition_epoch=p.partition_epoch)
+        except InvalidUpdateVersion as exc:
+            # Not an error: our view is behind. The reconciler adopts the new record (its write
+            # moved the metadata version) and the next follower fetch or ISR check, which
+            # recompute the candidate ISR, retries under the new partition epoch.
+            log.info("ISR change refused, reconciling first: %s", exc.message)
+            self.wake_reconciler()
+            return False
         except (LowtideError, redis_lib.RedisError) as exc:
             log.warning("ISR change failed: %s", exc)
             self.wake_reconciler()

@@ -95,7 +95,7 @@ class ReplicaManager:
             saved_log_start_offsets=self.checkpoints.saved_log_start_offsets,
             saved_high_watermarks=self.checkpoints.saved_high_watermarks,
             complete_waiting_deletes=self.deletes.complete_ready, on_reconciled=self.fetchers.sync,
-            on_config_changed=self._topic_config_changed)
+            on_config_changed=self._topic_config_changed, report_low_watermarks=self.deletes.report_low_watermarks)
         self.membership = BrokerMembership(
             config=config, store=store, redis=redis, registry=self.registry,
             on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self.reconcile_trigger.wake)

@@ -25,6 +25,11 @@ from lowtide.log.partition_log import AppendInfo, LogConfig, LogStartOffsetCommi
 from lowtide.metadata.model import PartitionState, TopicInfo
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
+# What ``Partition.apply_state`` returns when this replica still leads under the same epoch but the
+# replica set changed (a reassignment started, completed or was cancelled, or an operator edited
+# ``replicas``): the leader now tracks another set of followers, so the low watermark and the
+# DeleteRecords parked on it must be looked at again.
+REPLICAS_CHANGED = "replicas-changed"
 
 
 @dataclass
@@ -71,15 +76,32 @@ class Partition:
 
     # -- leadership ---------------------------------------------------------------------------
     def apply_state(self, st: PartitionState) -> str | None:
-        """Apply metadata; returns the new role when leadership or epoch changed, else None."""
+        """Apply metadata. Returns the new role when leadership or the leader epoch changed,
+        ``REPLICAS_CHANGED`` when this replica still leads under the same epoch but the set of
+        replicas changed (the followers tracked follow it), else None.
+
+        A record older than the one applied last under the same leader epoch (a reconcile pass
+        that read the store before this leader's own ISR change landed) is ignored: adopting it
+        would roll the ISR back, and the HW computed over a smaller ISR than the one elections
+        use could pass a member's LEO."""
         with self._lock:
             changed = st.leader_epoch != self.leader_epoch or (
                 (st.leader == self.broker_id) != (self.role == LEADER))
+            if not changed and st.partition_epoch < self.partition_epoch:
+                return None
+            replicas_changed = set(st.replicas) != set(self.replicas)
             self.replicas = st.replicas
             self.isr = frozenset(st.isr)
             self.partition_epoch = st.partition_epoch
             if not changed:
-                return None
+                if self.role != LEADER:
+                    return None
+                if replicas_changed:
+                    self._sync_followers()
+                # The ISR may have shrunk under us (a completed reassignment keeps ISR ∩ target):
+                # the store's ISR is the one elections use, so the HW may follow it at once.
+                self._maybe_increment_high_watermark()
+                return REPLICAS_CHANGED if replicas_changed else None
             self.leader_epoch = st.leader_epoch
             self.leader_id = st.leader
             if st.leader == self.broker_id:
@@ -88,10 +110,9 @@ class Partition:
                 # Persisted before the first append of this epoch, so a follower that asks later
                 # learns where the previous epoch ended here (KIP-101).
                 self.log.assign_leader_epoch(st.leader_epoch)
-                t = now_ms()
-                # Kafka resets follower state on becoming leader; ISR members count as caught up now.
-                self.followers = {r: FollowerState(last_caught_up_ms=t if r in self.isr else 0)
-                                  for r in st.replicas if r != self.broker_id}
+                # Kafka resets follower state on becoming leader.
+                self.followers = {}
+                self._sync_followers()
                 # As Kafka's makeLeader: the ISR may be down to this replica (its old leader
                 # failed), so what it holds may already be committed. Without this a follower
                 # elected right after an acks=all append, before its next fetch told it the
@@ -104,6 +125,18 @@ class Partition:
                 # asks it where our latest epoch ends before fetching (see truncate_to_epoch_end).
                 self.truncation_pending = self.role == FOLLOWER
             return self.role
+
+    def _sync_followers(self) -> None:
+        """Leader: track exactly the followers in ``replicas``. A new one starts "not heard
+        from" (-1: it holds the low watermark at -1 while live, so no DeleteRecords is
+        acknowledged without it); ISR members count as caught up now. One gone is forgotten, so
+        it neither counts toward the LW nor can be put back into the ISR by a late fetch."""
+        t = now_ms()
+        wanted = {r for r in self.replicas if r != self.broker_id}
+        for r in wanted - self.followers.keys():
+            self.followers[r] = FollowerState(last_caught_up_ms=t if r in self.isr else 0)
+        for r in self.followers.keys() - wanted:
+            del self.followers[r]
 
     def update_topic(self, topic: TopicInfo, log_config: LogConfig) -> bool:
         """Adopt a changed topic record (AlterConfigs): its config for the paths that read
@@ -152,7 +185,20 @@ class Partition:
 
     # -- leader: follower progress ----------------------------------------------------------
     def update_follower(self, replica_id: int, *, fetch_offset: int, log_start_offset: int) -> tuple[bool, bool]:
-        """Record a follower fetch. Returns (hw_changed, follower_lso_changed)."""
+        """Record a follower fetch. Returns (hw_changed, follower_lso_changed).
+
+        A fetch below this leader's log start offset is answered OFFSET_OUT_OF_RANGE and the
+        follower restarts empty at our LSO (``handle_out_of_range``): whatever it holds now is
+        about to go, so the LSO it reports is recorded as -1 ("not heard from"), never as a
+        number. Without this a fresh replica (an adding one in a reassignment: its log opens at
+        0) reported LSO 0 on its first fetch and the LW computed over it dropped from an
+        acknowledged one to 0 for a round trip, which a DeleteRecords landing then returned.
+        Covered the same way: an adding replica killed before its first answer (its log reopens
+        empty at 0: LEO == LSO == 0 < ours), and a lagging follower a DeleteRecords or retention
+        overtook (its LEO is below our new LSO). The one cost: while such a follower is
+        repositioning (one round trip; every round, if retention keeps outrunning a throttled
+        copy), a DeleteRecords at an offset it already passed waits for it instead of being
+        answered with its stale LSO. An ISR member is never affected: its LEO is >= HW >= LSO."""
         with self._lock:
             if self.role != LEADER or replica_id not in self.followers:
                 return False, False
@@ -166,15 +212,20 @@ class Partition:
             f.leader_leo_at_last_fetch = leo
             f.last_fetch_ms = t
             f.log_end_offset = fetch_offset
+            if fetch_offset < self.log.log_start_offset:
+                log_start_offset = -1
             lso_changed = log_start_offset != f.log_start_offset
             f.log_start_offset = log_start_offset
             return self._maybe_increment_high_watermark(), lso_changed
 
     def isr_expansion_candidate(self, replica_id: int) -> frozenset[int] | None:
-        """The ISR with ``replica_id`` added, if it is out of the ISR and has caught up to the HW."""
+        """The ISR with ``replica_id`` added, if it is one of ``replicas``, out of the ISR and has
+        caught up to the HW (and our LSO)."""
         with self._lock:
             f = self.followers.get(replica_id)
-            if (self.role != LEADER or f is None or replica_id in self.isr
+            # ``replicas`` too, not only ``followers``: a replica removed by a reassignment must
+            # never be made electable again by a fetch of its still in flight.
+            if (self.role != LEADER or f is None or replica_id not in self.replicas or replica_id in self.isr
                     or f.log_end_offset < self.log.high_watermark or f.log_end_offset < 0
                     # An ISR member may be elected; one whose LSO lags ours could then serve
                     # records below a low watermark acknowledged without it
@@ -200,7 +251,8 @@ class Partition:
     def set_isr(self, st: PartitionState) -> bool:
         """Adopt an ISR the metadata store accepted; returns whether the HW moved."""
         with self._lock:
-            if st.leader_epoch != self.leader_epoch:
+            # Another epoch's record, or an older one than applied (a reconcile pass raced us).
+            if st.leader_epoch != self.leader_epoch or st.partition_epoch < self.partition_epoch:
                 return False
             self.isr = frozenset(st.isr)
             self.partition_epoch = st.partition_epoch

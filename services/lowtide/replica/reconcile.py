@@ -80,7 +80,9 @@ class PartitionReconciler:
     contains this broker (of topics that exist), each with the metadata's leader, epoch, replicas
     and ISR; a new partition opens its log with the checkpointed LSO and HW; a removed one has its
     log deleted; a partition whose role or epoch changed, or that was removed, has its waiting
-    DeleteRecords re-checked (``complete_waiting_deletes``: leadership moved, they fail); then
+    DeleteRecords re-checked (``complete_waiting_deletes``: leadership moved, they fail); a
+    partition led here whose replica set changed under the same epoch (a reassignment step) has
+    them re-checked too and its low watermark reported (``report_low_watermarks``); then
     ``on_reconciled`` runs (the fetchers follow the new leaders) and every parked request wakes.
     A metadata read failure leaves everything as it was.
 
@@ -94,7 +96,8 @@ class PartitionReconciler:
                  saved_high_watermarks: Mapping[TopicPartition, int],
                  complete_waiting_deletes: Callable[[Iterable[TopicPartition]], None],
                  on_reconciled: Callable[[], None],
-                 on_config_changed: Callable[[list[Partition]], None] | None = None) -> None:
+                 on_config_changed: Callable[[list[Partition]], None] | None = None,
+                 report_low_watermarks: Callable[[list[Partition]], None] | None = None) -> None:
         self.config, self.broker_id, self.data_dir = config, config.broker_id, Path(config.data_dir)
         self.store, self.registry, self.trigger = store, registry, trigger
         # What the last run checkpointed: the LSO and HW a partition's log reopens with (own
@@ -102,6 +105,7 @@ class PartitionReconciler:
         self._saved_lso, self._saved_hw = dict(saved_log_start_offsets), dict(saved_high_watermarks)
         self._complete_waiting_deletes, self._on_reconciled = complete_waiting_deletes, on_reconciled
         self._on_config_changed = on_config_changed
+        self._report_low_watermarks = report_low_watermarks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -137,6 +141,16 @@ class PartitionReconciler:
             log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,
                                                           "leader_epoch": p.leader_epoch, "leader": p.leader_id}})
             self._complete_waiting_deletes([p.key])
+        if changes.resized:
+            # A replica joined or left a partition led here (a reassignment step): a DeleteRecords
+            # whose only holdout was a removed replica completes now rather than at its timeout,
+            # and the LW published follows the new set (until an added replica reports, it
+            # computes -1, which is never published).
+            log.info("replica set changed", extra={"fields": {
+                "partitions": sorted(f"{p.topic}-{p.partition}" for p in changes.resized)}})
+            self._complete_waiting_deletes([p.key for p in changes.resized])
+            if self._report_low_watermarks is not None:
+                self._report_low_watermarks(changes.resized)
         self._adopt_topic_configs(topics)
         self._on_reconciled()
         self.registry.notify()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from lowtide.errors import UnknownTopicOrPartition
 from lowtide.messages import TopicPartition
 from lowtide.metadata.model import PartitionState
-from lowtide.replica.partition import FOLLOWER, LEADER, Partition
+from lowtide.replica.partition import FOLLOWER, LEADER, REPLICAS_CHANGED, Partition
 
 
 class Waiters:
@@ -66,11 +66,14 @@ class Waiters:
 @dataclass
 class AssignmentChanges:
     """What ``PartitionRegistry.apply_assignment`` changed: partitions whose role or leader epoch
-    changed (with the new role), and partitions no longer assigned here (already unhosted; their
-    logs are still open, for the caller to delete)."""
+    changed (with the new role), partitions led here whose replica set changed under the same
+    epoch (``resized``: a reassignment step; the leader tracks other followers now), and
+    partitions no longer assigned here (already unhosted; their logs are still open, for the
+    caller to delete)."""
 
     became: list[tuple[Partition, str]] = field(default_factory=list)
     removed: list[Partition] = field(default_factory=list)
+    resized: list[Partition] = field(default_factory=list)
 
 
 class PartitionRegistry:
@@ -139,7 +142,9 @@ class PartitionRegistry:
                 if p is None:
                     p = self._parts[tp] = open_partition(tp)
                 role = p.apply_state(st)
-                if role:
+                if role == REPLICAS_CHANGED:
+                    changes.resized.append(p)
+                elif role:
                     changes.became.append((p, role))
             gone = [tp for tp in self._parts if tp not in states]
             changes.removed = [self._parts.pop(tp) for tp in gone]
