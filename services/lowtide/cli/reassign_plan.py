@@ -65,7 +65,8 @@ def count_moves(before: Mapping[TopicPartition, Sequence[int]], after: Mapping[T
     return sum(len(set(after[tp]) - set(before.get(tp, ()))) for tp in after)
 
 
-def changed(before: Mapping[TopicPartition, Sequence[int]], after: Mapping[TopicPartition, Sequence[int]]) -> Assignment:
+def changed(before: Mapping[TopicPartition, Sequence[int]],
+            after: Mapping[TopicPartition, Sequence[int]]) -> Assignment:
     """The partitions whose replica list (order included: the preferred leader) differs."""
     return {tp: tuple(r) for tp, r in after.items() if tuple(before.get(tp, ())) != tuple(r)}
 
@@ -230,7 +231,8 @@ def plan_drain(*, current: Mapping[TopicPartition, Sequence[int]], broker: int, 
     return out
 
 
-def brokers_load(assignment: Mapping[TopicPartition, Sequence[int]], brokers: Iterable[int]) -> dict[int, tuple[int, int]]:
+def brokers_load(assignment: Mapping[TopicPartition, Sequence[int]],
+                 brokers: Iterable[int]) -> dict[int, tuple[int, int]]:
     """Per broker: (replicas, preferred leaderships) under ``assignment``."""
     replicas: Counter[int] = Counter({b: 0 for b in brokers})
     leaders: Counter[int] = Counter({b: 0 for b in brokers})
