@@ -112,7 +112,7 @@ def partition_dir(cluster, broker_id: int) -> Path:
 def segments_wholly_below(cluster, broker_id: int, low_watermark: int) -> list[int]:
     """Base offsets of segments that end at or below ``low_watermark`` (the next one starts there)."""
     bases = s.segment_files(cluster, broker_id, TOPIC)
-    return [b for b, nxt in zip(bases, bases[1:]) if nxt <= low_watermark]
+    return [b for b, nxt in zip(bases, bases[1:], strict=False) if nxt <= low_watermark]
 
 
 def test_a_partition_moves_to_new_replicas_under_load_with_the_leader_and_the_adding_replica_killed(cluster_factory):
