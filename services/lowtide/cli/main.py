@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "lowtide.cli.cluster_cmd",
     "lowtide.cli.serve_cmd",
     "lowtide.cli.topics_cmd",
+    "lowtide.cli.reassign_cmd",
     "lowtide.cli.data_cmd",
     "lowtide.cli.delete_records_cmd",
     "lowtide.cli.acls_cmd",

@@ -3,9 +3,10 @@
 --partitions).
 
 JSON output: create -> {"topic", "partitions", "replication_factor"}; describe -> {"topics": [{name,
-partitions: [{partition, leader, leader_epoch, replicas, isr}], config, replication_factor,
-diskless}]}; list -> {"topics": [names]}; alter -> {"topic", "config": {k: v}, "validate_only"}
-(the config after the change), or with only --partitions {"topic", "partitions", "validate_only"};
+partitions: [{partition, leader, leader_epoch, replicas, isr, adding_replicas, removing_replicas}],
+config, replication_factor, diskless}]} (adding/removing: a reassignment in progress, lowtide
+reassign); list -> {"topics": [names]}; alter -> {"topic", "config": {k: v}, "validate_only"} (the
+config after the change), or with only --partitions {"topic", "partitions", "validate_only"};
 delete -> {"topic", "deleted": true}.
 """
 
@@ -15,8 +16,10 @@ import argparse
 
 from lowtide.cli.client_args import add_connection_flags, build_admin
 from lowtide.cli.output import CliError, emit
+from lowtide.client import Admin
+from lowtide.client.admin import OngoingReassignment
 from lowtide.client.metadata import TopicMetadata
-from lowtide.errors import TopicAlreadyExists
+from lowtide.errors import ClusterAuthorizationFailed, TopicAlreadyExists
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -110,7 +113,10 @@ def parse_replica_assignment(text: str | None) -> list[list[int]]:
                                                      f"got {text!r}") from None
 
 
-def render_topic(meta: TopicMetadata) -> str:
+Moves = dict[tuple[str, int], OngoingReassignment]
+
+
+def render_topic(meta: TopicMetadata, moves: Moves | None = None) -> str:
     configs = ",".join(f"{k}={v}" for k, v in sorted(meta.config.items()))
     lines = [f"Topic: {meta.name}\tTopicId: {meta.topic_id}\tPartitionCount: {len(meta.partitions)}\t"
              f"ReplicationFactor: {meta.replication_factor}\tDiskless: {str(meta.diskless).lower()}\t"
@@ -119,7 +125,32 @@ def render_topic(meta: TopicMetadata) -> str:
         lines.append(f"\tTopic: {meta.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
                      f"LeaderEpoch: {p.leader_epoch}\tReplicas: {','.join(map(str, p.replicas))}\t"
                      f"Isr: {','.join(map(str, p.isr))}")
+        move = (moves or {}).get((meta.name, p.partition))
+        # As kafka-topics --describe: shown only while the partition moves.
+        if move is not None and move.adding:
+            lines[-1] += f"\tAdding Replicas: {','.join(map(str, move.adding))}"
+        if move is not None and move.removing:
+            lines[-1] += f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
     return "\n".join(lines)
+
+
+def read_moves(admin: Admin, topics: list[TopicMetadata]) -> Moves:
+    """The reassignments in progress among ``topics``' partitions. Listing them needs DESCRIBE on
+    the CLUSTER (Kafka's rule): a caller allowed only the topics sees no moves rather than no topics."""
+    asked = [(t.name, p.partition) for t in topics if t.error is None for p in t.partitions]
+    try:
+        return {(o.topic, o.partition): o for o in admin.list_partition_reassignments(asked)}
+    except ClusterAuthorizationFailed:
+        return {}
+
+
+def topic_doc(meta: TopicMetadata, moves: Moves) -> dict:
+    doc = meta.as_dict()
+    for p in doc["partitions"]:
+        move = moves.get((meta.name, p["partition"]))
+        p["adding_replicas"] = list(move.adding) if move else []
+        p["removing_replicas"] = list(move.removing) if move else []
+    return doc
 
 
 def run_create(args: argparse.Namespace) -> int:
@@ -142,8 +173,9 @@ def run_create(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     with build_admin(args) as admin:
         snapshot = admin.describe_cluster(args.topic)
-    topics = [snapshot.topic(name) for name in (args.topic or sorted(snapshot.topics))]
-    emit(args, {"topics": [t.as_dict() for t in topics]}, "\n".join(render_topic(t) for t in topics))
+        topics = [snapshot.topic(name) for name in (args.topic or sorted(snapshot.topics))]
+        moves = read_moves(admin, topics)
+    emit(args, {"topics": [topic_doc(t, moves) for t in topics]}, "\n".join(render_topic(t, moves) for t in topics))
     return 0
 
 

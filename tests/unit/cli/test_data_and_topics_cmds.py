@@ -55,7 +55,9 @@ def test_topics_create_describe_list_delete_json_shapes(cluster, capsys):
     topic = docs[0]["topics"][0]
     assert topic["name"] == "orders" and topic["config"] == {"retention.ms": "1000"} and not topic["diskless"]
     first = topic["partitions"][0]  # placed on one of the two live replicas
-    assert set(first) == {"partition", "leader", "leader_epoch", "replicas", "isr"}
+    assert set(first) == {"partition", "leader", "leader_epoch", "replicas", "isr", "adding_replicas",
+                          "removing_replicas"}
+    assert (first["adding_replicas"], first["removing_replicas"]) == ([], [])  # nothing moves
     assert (first["partition"], first["leader_epoch"]) == (0, 0) and first["replicas"] in ([0], [1])
     assert first["leader"] == first["replicas"][0] and first["isr"] == first["replicas"]
     code, docs = run_json(capsys, "topics", "list", "--bootstrap-server", address)
