@@ -12,6 +12,11 @@ Fault kinds:
                      often outlasts the session timeout, so the controller elects a new leader).
 ``redis_restart``    redis-server stopped (SIGTERM: its AOF is flushed) and started again on the
                      same port with the same data directory.
+``reassign``         partition reassignment (KIP-455): a partition of the workload topic moves off
+                     one of its replicas (the leader as likely as any: leadership is handed over in
+                     the completing write, and the removed replica deletes its copy), then back onto
+                     it (a fresh copy from the leader's log start offset, joining the ISR when
+                     caught up). Later faults may hit the copy while it runs.
 
 Diskless runs (``DISKLESS_FAULT_KINDS``) add the coordinator shards, whose state is their metadata
 log on the replicas (the replica faults above, aimed at the leaders of ``__diskless_metadata``):
@@ -42,13 +47,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
+
 from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
+from lowtide.rpc.channels import open_channel
+from lowtide_pb import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger("chaos.nemesis")
 
-FAULT_KINDS = ("kill_restart", "pause_resume", "pause_leader", "leader_pause_follower_restart", "redis_restart")
-DISKLESS_FAULT_KINDS = (*FAULT_KINDS, "coordinator_kill_restart", "coordinator_pause")
+FAULT_KINDS = ("kill_restart", "pause_resume", "pause_leader", "leader_pause_follower_restart", "redis_restart",
+               "reassign")
+# Diskless topics have no replicas to move: their faults are the replica faults on the shards'
+# metadata log plus the shards themselves.
+DISKLESS_FAULT_KINDS = (*FAULT_KINDS[:-1], "coordinator_kill_restart", "coordinator_pause")
 
 
 @dataclass
@@ -73,6 +85,8 @@ class Nemesis:
     faults: list[Fault] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
     stopped: set[str] = field(default_factory=set)
+    # partition -> its replica set before a ``reassign`` fault; heal() puts every one back.
+    moved: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _begin(self, kind: str, target: str, duration_s: float, detail: str = "") -> Fault:
@@ -156,8 +170,39 @@ class Nemesis:
         self._end(fault)
         return fault
 
+    def reassign(self, topic: str, partition: int, replicas: tuple[int, ...]) -> None:
+        """AlterPartitionReassignments to ``replicas`` (retried while Redis or the front door are
+        settling after an earlier fault)."""
+        tls = self.cluster.client_tls
+        stub = admin_pb2_grpc.AdminStub(open_channel(self.cluster.bootstrap, tls))
+        request = admin_pb2.AlterPartitionReassignmentsRequest(partitions=[admin_pb2.PartitionReassignment(
+            topic=topic, partition=partition, replicas=list(replicas))])
+        last: object = None
+        for _ in range(20):
+            try:
+                result = stub.AlterPartitionReassignments(request, timeout=10).results[0]
+                if result.error_code == 0:
+                    return
+                last = f"{result.error_code} {result.error_message}"
+            except grpc.RpcError as exc:
+                last = exc
+            time.sleep(0.5)
+        raise RuntimeError(f"reassigning {topic}-{partition} to {list(replicas)} failed: {last}")
+
+    def move_away_and_back(self, topic: str, partition: int, original: tuple[int, ...], removed: int,
+                           away_s: float, *, sleep: Callable[[float], object] = time.sleep) -> Fault:
+        fault = self._begin("reassign", f"{topic}-{partition}", away_s,
+                            f"(off replica-{removed} and back, from {list(original)})")
+        self.moved.setdefault((topic, partition), original)
+        self.reassign(topic, partition, tuple(r for r in original if r != removed))
+        sleep(away_s)
+        self.reassign(topic, partition, original)
+        self._end(fault)
+        return fault
+
     def heal(self) -> None:
-        """Resume every paused process and start every stopped one (redis first)."""
+        """Resume every paused process and start every stopped one (redis first); put every moved
+        partition back on its replica set (the copy finishes while the run settles)."""
         for name in sorted(self.paused):
             try:
                 self.resume(name)
@@ -169,6 +214,8 @@ class Nemesis:
             if not self.cluster.is_running(name):
                 self.start(name)
             self.stopped.discard(name)
+        for (topic, partition), original in sorted(self.moved.items()):
+            self.reassign(topic, partition, original)
 
     def counts(self) -> Counter[str]:
         return Counter(f.kind for f in self.faults)
@@ -206,6 +253,18 @@ class RandomNemesis:
             store.redis.close()
         return f"replica-{leader}" if leader >= 0 else None
 
+    def _replicas_of(self, partition: int) -> tuple[int, ...]:
+        """The partition's target replica set (a move an earlier fault began counts as done)."""
+        if (self.topic, partition) in self.nemesis.moved:
+            return self.nemesis.moved[(self.topic, partition)]
+        store = MetadataStore.from_url(self.nemesis.cluster.redis_url)
+        try:
+            return store.partition_state(self.topic, partition).target_replicas
+        except Exception:  # noqa: BLE001 - redis hiccup: no move this time
+            return ()
+        finally:
+            store.redis.close()
+
     def step(self, stop_event: threading.Event) -> Fault:
         rng = self.rng
         kind = rng.choice(self.kinds)
@@ -223,6 +282,13 @@ class RandomNemesis:
             target = self._leader_of(partition) or rng.choice(self._replicas())
             return self.nemesis.pause_resume(target, duration, sleep=sleep, kind="pause_leader",
                                              detail=f"(leader of {self.topic}-{partition})")
+        if kind == "reassign":
+            partition = rng.randrange(self.partitions)
+            original = self._replicas_of(partition)
+            if len(original) < 2:
+                return self.nemesis.pause_resume(rng.choice(self._replicas()), duration, sleep=sleep)
+            return self.nemesis.move_away_and_back(self.topic, partition, original, rng.choice(original),
+                                                   rng.uniform(0.5, 5.0), sleep=sleep)
         if kind == "leader_pause_follower_restart":
             partition = rng.randrange(self.partitions)
             leader = self._leader_of(partition) or rng.choice(self._replicas())

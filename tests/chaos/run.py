@@ -111,8 +111,8 @@ def _settle(env: ChaosEnv, partitions: int, replicas: int, say: Callable[[str], 
     try:
         wait_until(lambda: len(env.live_brokers()) == replicas, timeout_s=30, what="every replica live")
         for topic, p in replicated:
-            wait_until(lambda t=topic, p=p: env.leader(t, p) >= 0 and len(env.state(t, p).isr) == replicas,
-                       timeout_s=30, what=f"{topic}-{p} led with a full ISR")
+            wait_until(lambda t=topic, p=p: env.leader(t, p) >= 0 and len(env.state(t, p).isr) == replicas
+                       and not env.state(t, p).reassigning, timeout_s=30, what=f"{topic}-{p} led with a full ISR")
         if diskless:
             wait_until(lambda: env.diskless_served(DISKLESS_TOPIC, partitions),
                        timeout_s=60, what=f"every {DISKLESS_TOPIC} partition served by its shard")
