@@ -102,25 +102,33 @@ prometheus.io/scheme: https
 
 {{/* Scheduling and security settings shared by the lowtide pods. */}}
 {{- define "lowtide.podCommon" -}}
-serviceAccountName: {{ include "lowtide.serviceAccountName" . }}
-automountServiceAccountToken: {{ eq .Values.leases.backend "kubernetes" }}
-{{- with .Values.imagePullSecrets }}
+{{ include "lowtide.podCommonWith" (dict "ctx" . "apiToken" (eq .Values.leases.backend "kubernetes")) }}
+{{- end }}
+
+{{/* The same, with the ServiceAccount token mounted when "apiToken" (pods that call the
+Kubernetes API: Leases, or the replicas' rack and drain-on-scale-down reads); call with
+(dict "ctx" $ "apiToken" BOOL). */}}
+{{- define "lowtide.podCommonWith" -}}
+{{- $v := .ctx.Values -}}
+serviceAccountName: {{ include "lowtide.serviceAccountName" .ctx }}
+automountServiceAccountToken: {{ .apiToken }}
+{{- with $v.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.podSecurityContext }}
+{{- with $v.podSecurityContext }}
 securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $v.affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
