@@ -88,11 +88,14 @@ exec lowtide drain --broker "$ordinal" --timeout {{ int $d.timeoutSeconds }}
 {{- end }}
 
 {{/* The pre-upgrade scale-down check (templates/scale-down-check.yaml), from `lowtide topics
-list/describe` JSON: diskless topics are left out (their data is in the object store, their
-"replicas" are gateways). Refused: a new count below a topic's replication factor (the partitions
-could never be fully replicated again), and more than one removed broker still holding replicas
-(each removed pod drains itself onto "the other live brokers", which would include the other pods
-being removed). The reason goes to the log and the pod's termination message. */}}
+list/describe` JSON (where replicas are) and `lowtide rebalance --plan` JSON (its "brokers" are the
+live ones); diskless topics are left out (their data is in the object store, their "replicas" are
+gateways). Refused: a new count below a topic's replication factor (the partitions could never be
+fully replicated again); a removed broker that holds replicas when more than one live broker is
+removed (a removed pod drains itself onto "the other live brokers", least loaded first, which would
+be the empty brokers being removed too); fewer live brokers staying than a partition on the removed
+broker has replicas (its drain would refuse, and the pod would go with its replicas). The reason
+goes to the log and the pod's termination message. */}}
 {{- define "lowtide.scaleDownCheckScript" -}}
 import json, os, subprocess, sys, time
 new, old = int(os.environ["NEW_REPLICAS"]), int(os.environ["OLD_REPLICAS"])
@@ -112,17 +115,18 @@ def lowtide(*args):
     if p.returncode:
         raise RuntimeError(f"lowtide {' '.join(args[:2])}: {(p.stdout + p.stderr).strip()[-500:]}")
     return json.loads(p.stdout)
-for attempt in range(8):  # the front door restarting, a topic deleted between the two calls: again
+for attempt in range(8):  # the front door restarting, a topic deleted between the calls: again
     try:
         names = lowtide("topics", "list", "--include-internal")["topics"]
         topics = lowtide("topics", "describe", *[a for n in names for a in ("--topic", n)])["topics"] if names else []
+        live = sorted(b["broker"] for b in lowtide("rebalance", "--plan")["brokers"])
         break
-    except (RuntimeError, ValueError, KeyError) as exc:
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         error = exc
         time.sleep(5)
 else:
-    refuse(f"cannot read the cluster's topics, so cannot tell whether the scale-down is safe: {error}")
-rf, holders, stray = {}, {}, {}
+    refuse(f"cannot read the cluster's topics and brokers, so cannot tell whether the scale-down is safe: {error}")
+rf, holders, stray, held = {}, {}, {}, {}
 for t in topics:
     if t.get("diskless"):
         continue
@@ -133,25 +137,36 @@ for t in topics:
             if b >= new:
                 into = stray if old and b >= old else holders
                 into[b] = into.get(b, 0) + 1
-removed = f"{old} -> {new}" if old else f"-> {new}"
-print(f"scale-down check: replicas {removed}; {len(rf)} topics, largest replication factor "
-      f"{max(rf.values(), default=0)}; replicas held by removed brokers: {holders or 'none'}", flush=True)
+                held.setdefault(b, {})[t["name"]] = max(held.get(b, {}).get(t["name"], 0), len(p["replicas"]))
+staying = [b for b in live if b < new]
+leaving = sorted({b for b in live if b >= new} | set(holders))
+print(f"scale-down check: replicas {f'{old} -> {new}' if old else f'-> {new}'}; live brokers {live}; "
+      f"{len(rf)} topics, largest replication factor {max(rf.values(), default=0)}; partitions on removed "
+      f"brokers: {holders or 'none'}", flush=True)
 if stray:
     print(f"scale-down check: warning: partitions list brokers without a pod ({stray}); "
-          "move them with lowtide reassign or lowtide drain --broker K", flush=True)
+          "move them with lowtide drain --broker K", flush=True)
 above = sorted((r, n) for n, r in rf.items() if r > new)
 if above:
     shown = ", ".join(f"{n} (RF {r})" for r, n in above[-10:][::-1])
     refuse(f"replica.replicas={new} is below the replication factor of {len(above)} topic(s): {shown}; "
            f"their partitions could never be fully replicated again. Keep at least {above[-1][0]} replicas, "
            "or lower those topics' replication factor first (lowtide reassign).")
-if len(holders) > 1:
-    refuse(f"brokers {sorted(holders)} still hold replicas (partitions per broker: {holders}). A removed "
-           "pod drains itself onto the brokers that stay live, which would include the others being "
-           f"removed: scale down one broker at a time (--set replica.replicas={max(holders)} first).")
+if holders and len(leaving) > 1:
+    refuse(f"brokers {leaving} would be removed at once and {sorted(holders)} still hold replicas "
+           f"(partitions per broker: {holders}). A removed pod drains itself onto the other live brokers, "
+           "which would include the others being removed: scale down one broker at a time "
+           f"(--set replica.replicas={max(leaving)} first).")
 if holders and not drain:
-    refuse(f"broker {next(iter(holders))} still holds {sum(holders.values())} partition replica(s) and "
-           "replica.drainOnScaleDown is off: run lowtide drain --broker "
-           f"{next(iter(holders))} first, or turn drainOnScaleDown on.")
+    k = next(iter(holders))
+    refuse(f"broker {k} still holds {holders[k]} partition replica(s) and replica.drainOnScaleDown is off: "
+           f"run lowtide drain --broker {k} first, or turn drainOnScaleDown on.")
+for k in holders:
+    short = {n: r for n, r in held[k].items() if r > len(staying)}
+    if short:
+        refuse(f"broker {k} holds replicas of {', '.join(f'{n} (RF {r})' for n, r in sorted(short.items()))} but "
+               f"only {len(staying)} live broker(s) would stay ({staying}; brokers below {new} that are not live: "
+               f"{[b for b in range(new) if b not in live]}): its drain could not place them. Bring those "
+               "brokers back first.")
 print("scale-down check: ok" + (f": broker {next(iter(holders))} drains itself in its preStop hook" if holders else ""))
 {{- end }}
