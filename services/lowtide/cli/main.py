@@ -20,7 +20,6 @@ import grpc
 from lowtide.cli.output import CliError, emit_error
 from lowtide.common.procs import MissingToolError
 from lowtide.errors import LowtideError
-from lowtide.localcluster import ClusterError
 from lowtide.rpc.status import error_from_rpc
 
 # Each module exposes register(subparsers) and sets args.func(args) -> int exit code.
@@ -38,6 +37,29 @@ COMMAND_MODULES = [
     "lowtide.cli.orphans_cmd",
     "lowtide.cli.demo_cmd",
 ]
+# The top-level commands each module registers. A command line naming one imports only its module:
+# the service processes (`lowtide serve ...`) and every CLI call in scripts and tests start without
+# importing the Kafka listener, the local-cluster supervisor and the servers of the other commands
+# (about half a second of CPU per start). tests/unit/cli/test_main.py keeps this table in step
+# with what the modules register.
+COMMANDS = {
+    "cluster": "lowtide.cli.cluster_cmd",
+    "serve": "lowtide.cli.serve_cmd",
+    "topics": "lowtide.cli.topics_cmd",
+    "reassign": "lowtide.cli.reassign_cmd",
+    "drain": "lowtide.cli.reassign_cmd",
+    "rebalance": "lowtide.cli.reassign_cmd",
+    "produce": "lowtide.cli.data_cmd",
+    "consume": "lowtide.cli.data_cmd",
+    "offsets": "lowtide.cli.data_cmd",
+    "delete-records": "lowtide.cli.delete_records_cmd",
+    "acls": "lowtide.cli.acls_cmd",
+    "scram": "lowtide.cli.scram_cmd",
+    "groups": "lowtide.cli.groups_cmd",
+    "retention": "lowtide.cli.retention_cmd",
+    "orphans": "lowtide.cli.orphans_cmd",
+    "demo": "lowtide.cli.demo_cmd",
+}
 # argparse's convention for a bad command line, kept so scripts can tell it from a failed request.
 USAGE_EXIT_CODE = 2
 
@@ -71,11 +93,15 @@ def package_version() -> str:
         return "unknown (package metadata not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or (given a command line naming a known command) of that one
+    command's module only: see ``COMMANDS``."""
     parser = CliArgumentParser(prog="lowtide", description="lowtide: logs that delete data correctly")
     parser.add_argument("--version", action="version", version=f"lowtide {package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
+    command = next((a for a in argv or () if not a.startswith("-")), None)
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -104,7 +130,7 @@ def requested_output(argv: Sequence[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except UsageError as err:
@@ -122,15 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         return emit_error(args, CliError.from_lowtide(err))
     except grpc.RpcError as err:  # a command that called a stub directly: the same table as clients
         return emit_error(args, CliError.from_lowtide(error_from_rpc(err)))
-    except ClusterError as err:  # cluster commands and the demo: their own Kafka-style code names
-        return emit_error(args, CliError(err.code, err.message))
     except MissingToolError as err:
         return emit_error(args, CliError("MISSING_TOOL", str(err)))
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug: keep the traceback for the report, and the contract for callers
+    except Exception as exc:
+        cluster_error = _loaded_cluster_error()
+        if cluster_error is not None and isinstance(exc, cluster_error):
+            # cluster commands and the demo: their own Kafka-style code names
+            return emit_error(args, CliError(exc.code, exc.message))
+        # a bug: keep the traceback for the report, and the contract for callers
         traceback.print_exc(file=sys.stderr)
         return emit_error(args, CliError("UNKNOWN_SERVER_ERROR", f"{type(exc).__name__}: {exc}"))
+
+
+def _loaded_cluster_error() -> type[Exception] | None:
+    """``ClusterError`` if the local-cluster supervisor was imported (only then can it be raised)."""
+    module = sys.modules.get("lowtide.localcluster.cluster")
+    return getattr(module, "ClusterError", None)
 
 
 if __name__ == "__main__":
