@@ -58,6 +58,18 @@ def _group_list(value: str) -> None:
         raise ValueError("must be a comma-separated list of group ids with no empty entries")
 
 
+def _throttled_replicas(value: str) -> None:
+    # Kafka's ThrottledReplicaListValidator: "*" alone, or partition:broker entries (may be empty).
+    entries = [e.strip() for e in value.split(",")]
+    if entries == ["*"] or entries == [""]:
+        return
+    for entry in entries:
+        partition, sep, broker = entry.partition(":")
+        if not (sep and partition.strip().isdigit() and broker.strip().isdigit()):
+            raise ValueError("must be * or a comma-separated list of partition:broker entries (e.g. 0:1,0:2), "
+                             f"not {entry!r}")
+
+
 TOPIC_CONFIG_VALIDATORS: Mapping[str, Callable[[str], None]] = {
     "cleanup.policy": _one_of(CLEANUP_POLICIES),
     "compression.type": _one_of(COMPRESSION_TYPES),
@@ -88,7 +100,15 @@ TOPIC_CONFIG_VALIDATORS: Mapping[str, Callable[[str], None]] = {
     "consumed.retention.mode": _one_of(frozenset({"all", "any"})),
     # A group with no commit on the topic for this long stops holding data back; -1 = never.
     "consumed.retention.group.inactive.ms": _integer(minimum=-1),
+    # KIP-73: the replicas the broker's leader / follower throttle rates apply to (replica/quota.py).
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "follower.replication.throttled.replicas": _throttled_replicas,
 }
+
+
+# Lists stored without spaces, as replicas parse them ("compact, delete" is "compact,delete").
+_SPACELESS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
+                        "follower.replication.throttled.replicas"})
 
 
 def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
@@ -103,12 +123,13 @@ def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
             check(value)
         except ValueError as exc:
             raise InvalidConfig(f"invalid value {value!r} for topic config '{key}': {exc}") from None
-        out[key] = value.replace(" ", "") if key == "cleanup.policy" else value
+        out[key] = value.replace(" ", "") if key in _SPACELESS else value
     return out
 
 
 # Kafka's LIST-typed topic configs (and lowtide's list of groups): the ones APPEND and SUBTRACT apply to.
-LIST_CONFIGS = frozenset({"cleanup.policy", "consumed.retention.groups"})
+LIST_CONFIGS = frozenset({"cleanup.policy", "consumed.retention.groups", "leader.replication.throttled.replicas",
+                          "follower.replication.throttled.replicas"})
 
 # What a diskless topic acts on: its coordinator shard runs time/size retention by cleanup.policy
 # delete, and its produce path checks max.message.bytes. Segments, compaction, ISR and KIP-68

@@ -7,10 +7,19 @@ ones; ``--under-min-isr-partitions`` needs min.insync.replicas to be there). Bot
 the front door's Admin.AlterConfigs: the incremental one op by op, the legacy one with ``replace``
 (Kafka's whole-set semantics: keys not given return to their defaults).
 
-Brokers: lowtide's broker settings are static (each replica's flags at start), so DescribeConfigs
-for a broker (its id, or "" for the cluster default) lists a fixed set of Kafka broker keys with
-lowtide's defaults, read-only, as DEFAULT_CONFIG; altering one is POLICY_VIOLATION naming what to
-change instead. Other resource types (loggers, groups, client metrics) are INVALID_REQUEST.
+Brokers: lowtide's broker settings are static (each replica's flags at start), except the KIP-73
+replication throttle rates (``leader.replication.throttled.rate``,
+``follower.replication.throttled.rate``), which are dynamic per broker id or cluster-wide (resource
+name "" = the default). DescribeConfigs for a broker lists a fixed set of Kafka broker keys with
+lowtide's defaults, read-only, as DEFAULT_CONFIG, plus the throttle keys: DYNAMIC_BROKER_CONFIG
+when set on that broker, DYNAMIC_DEFAULT_BROKER_CONFIG when set cluster-wide, else DEFAULT_CONFIG
+(unlimited, Kafka's Long.MAX_VALUE); it needs DESCRIBE_CONFIGS on the CLUSTER. Both alter APIs
+accept SET/DELETE of the throttle rates, and DELETE of
+``replica.alter.log.dirs.io.max.bytes.per.second`` as a no-op (``kafka-reassign-partitions
+--verify`` clears all three), through the front door's Admin.AlterConfigs with the resource named
+``broker:<id>`` (``frontdoor/config_admin.py``: ALTER_CONFIGS on the CLUSTER); any other broker
+key is POLICY_VIOLATION naming what to change instead. Other resource types (loggers, groups,
+client metrics) are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -21,14 +30,20 @@ from typing import Any
 from lowtide.kafka.apis_admin import kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code
-from lowtide.metadata.config_defaults import BROKER_SYNONYMS, TOPIC_CONFIG_DEFAULTS, broker_config_defaults
+from lowtide.metadata.config_defaults import (
+    BROKER_SYNONYMS,
+    DYNAMIC_BROKER_CONFIG_DEFAULTS,
+    TOPIC_CONFIG_DEFAULTS,
+    broker_config_defaults,
+    broker_resource,
+)
 from lowtide_pb import admin_pb2
 
 ALTER_CONFIGS_KEY, DESCRIBE_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 32, 44
 # Kafka's ConfigResource.Type and ConfigEntry.ConfigSource numbers.
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
-UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION = 3, 44
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 # -- DescribeConfigs -------------------------------------------------------------------------
@@ -56,12 +71,46 @@ def _topic_entries(call: Call, body: Any, config: Mapping[str, str], keys: set[s
     return tuple(out)
 
 
+def _broker_entries(call: Call, body: Any, *, own: Mapping[str, str], default: Mapping[str, str],
+                    is_default: bool, live_brokers: int, keys: set[str] | None) -> tuple:
+    """A broker's (or with ``is_default`` the cluster default's) entries: the static keys, then
+    the dynamic ones with the source of their value and Kafka's synonym order (broker, default,
+    built-in)."""
+    out = [_entry(call, body, k, v, DEFAULT_CONFIG, read_only=True, synonyms=[(k, v, DEFAULT_CONFIG)])
+           for k, v in sorted(broker_config_defaults(live_brokers=live_brokers).items())
+           if keys is None or k in keys]
+    for k, builtin in sorted(DYNAMIC_BROKER_CONFIG_DEFAULTS.items()):
+        if keys is not None and k not in keys:
+            continue
+        layers = [] if is_default or k not in own else [(k, own[k], DYNAMIC_BROKER_CONFIG)]
+        if k in default:
+            layers.append((k, default[k], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        layers.append((k, builtin, DEFAULT_CONFIG))
+        _, value, source = layers[0]
+        out.append(_entry(call, body, k, value, source, read_only=False, synonyms=layers))
+    return tuple(out)
+
+
+def _dynamic_broker_configs(call: Call, names: set[str]) -> dict[str, tuple[int, str | None, dict[str, str]]]:
+    """Broker name ("" = default) -> (error code, message, its dynamic configs), read back from
+    the front door (Admin.AlterConfigs, validate_only with no ops: DESCRIBE_CONFIGS on the CLUSTER)."""
+    ordered = sorted(names | {""})
+    request = admin_pb2.AlterConfigsRequest(validate_only=True, resources=[
+        admin_pb2.AlterConfigsResource(topic=broker_resource(n)) for n in ordered])
+    answers = call.admin("AlterConfigs", request).results
+    return {n: (a.error_code, a.error_message or None, dict(a.config)) for n, a in zip(ordered, answers, strict=True)}
+
+
 def describe_configs(call: Call, body: Any) -> Any:
     """Topic and broker configs (module doc); per-resource errors, in request order."""
     names = [r.resource_name for r in body.resources if r.resource_type == RESOURCE_TOPIC]
     meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names or ["\0none"]))
     topics = {t.name: t for t in meta.topics} if names else {}
     brokers = kafka_brokers(meta)
+    known = {str(b.id) for b in brokers}
+    wanted = {r.resource_name for r in body.resources if r.resource_type == RESOURCE_BROKER
+              and (not r.resource_name or r.resource_name in known)}
+    dynamic = _dynamic_broker_configs(call, wanted) if wanted else {}
     results = []
     for r in body.resources:
         code, message, configs = 0, None, ()
@@ -74,15 +123,16 @@ def describe_configs(call: Call, body: Any) -> Any:
             else:
                 configs = _topic_entries(call, body, t.config, keys)
         elif r.resource_type == RESOURCE_BROKER:
-            known = {str(b.id) for b in brokers}
             if r.resource_name and r.resource_name not in known:
                 code, message = INVALID_REQUEST, (f"unknown broker id {r.resource_name!r} (brokers: "
                                                   f"{', '.join(sorted(known)) or 'none'}; '' = cluster default)")
             else:
-                configs = tuple(_entry(call, body, k, v, DEFAULT_CONFIG, read_only=True,
-                                       synonyms=[(k, v, DEFAULT_CONFIG)])
-                                for k, v in sorted(broker_config_defaults(live_brokers=len(brokers)).items())
-                                if keys is None or k in keys)
+                own_code, own_message, own = dynamic[r.resource_name]
+                default_code, default_message, default = dynamic[""]
+                code, message = (own_code, own_message) if own_code else (default_code, default_message)
+                if not code:
+                    configs = _broker_entries(call, body, own=own, default=default, is_default=not r.resource_name,
+                                              live_brokers=len(brokers), keys=keys)
         else:
             code, message = INVALID_REQUEST, (f"lowtide describes topic (2) and broker (4) configs, not resource "
                                               f"type {r.resource_type}")
@@ -93,18 +143,16 @@ def describe_configs(call: Call, body: Any) -> Any:
 
 # -- IncrementalAlterConfigs / AlterConfigs --------------------------------------------------
 def _refusal(resource_type: int) -> tuple[int, str]:
-    if resource_type == RESOURCE_BROKER:
-        return POLICY_VIOLATION, ("lowtide's broker configs are static (each replica's --config flags at start) "
-                                  "and cannot be altered; alter the topic's config instead")
-    return INVALID_REQUEST, f"lowtide alters topic (2) configs only, not resource type {resource_type}"
+    return INVALID_REQUEST, f"lowtide alters topic (2) and broker (4) configs only, not resource type {resource_type}"
 
 
 def _alter(call: Call, body: Any, *, replace: bool) -> Any:
     request = admin_pb2.AlterConfigsRequest(validate_only=bool(body.validate_only))
     for r in body.resources:
-        if r.resource_type != RESOURCE_TOPIC:
+        if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
             continue
-        resource = request.resources.add(topic=r.resource_name, replace=replace)
+        name = r.resource_name if r.resource_type == RESOURCE_TOPIC else broker_resource(r.resource_name)
+        resource = request.resources.add(topic=name, replace=replace)
         for c in r.configs:
             op = resource.ops.add(key=c.name, op=admin_pb2.CONFIG_SET if replace else c.config_operation)
             if c.value is not None:
@@ -112,8 +160,8 @@ def _alter(call: Call, body: Any, *, replace: bool) -> Any:
     answers = iter(call.admin("AlterConfigs", request).results if request.resources else ())
     responses = []
     for r in body.resources:
-        if r.resource_type == RESOURCE_TOPIC:
-            a = next(answers)  # one result per topic resource, in order
+        if r.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER):
+            a = next(answers)  # one result per topic or broker resource, in order
             code, message = a.error_code, a.error_message or None
         else:
             code, message = _refusal(r.resource_type)
@@ -124,12 +172,14 @@ def _alter(call: Call, body: Any, *, replace: bool) -> Any:
 
 
 def incremental_alter_configs(call: Call, body: Any) -> Any:
-    """Kafka's SET/DELETE/APPEND/SUBTRACT ops on topic configs (module doc)."""
+    """Kafka's SET/DELETE/APPEND/SUBTRACT ops on topic configs, SET/DELETE on the dynamic broker
+    configs (module doc)."""
     return _alter(call, body, replace=False)
 
 
 def alter_configs(call: Call, body: Any) -> Any:
-    """The legacy whole-set AlterConfigs: the given entries become the topic's config."""
+    """The legacy whole-set AlterConfigs: the given entries become the topic's (or the broker's
+    dynamic) config."""
     return _alter(call, body, replace=True)
 
 

@@ -43,6 +43,10 @@ TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {
     "consumed.retention.groups": "",
     "consumed.retention.mode": "all",
     "consumed.retention.group.inactive.ms": "-1",
+    # KIP-73 replication throttles: which replicas of the topic the broker rates apply to
+    # ("*" or "partition:broker,..."; empty = none), read by replica/quota.py.
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 # The broker-level key Kafka derives each topic key's default from (its synonym).
@@ -96,3 +100,32 @@ def broker_config_defaults(*, live_brokers: int) -> dict[str, str]:
     configs.update(BROKER_ONLY_DEFAULTS)
     configs["default.replication.factor"] = str(max(1, min(DEFAULT_MAX_REPLICATION_FACTOR, live_brokers)))
     return configs
+
+
+# -- dynamic broker configs (KIP-73 throttle rates) ---------------------------------------------
+# The only broker keys that change at run time: set per broker id or cluster-wide (the default,
+# Kafka's resource name ""), stored in Redis (MetadataStore.broker_configs), read by each replica's
+# quota watcher (replica/quota.py). Bytes per second; unset = unlimited (Kafka's Long.MAX_VALUE).
+LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
+FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
+# Kafka's tool deletes this one on --verify; lowtide has one data directory per broker (no
+# log-dir moves), so deleting it is accepted and does nothing, and setting it is refused.
+ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+DYNAMIC_BROKER_CONFIGS = frozenset({LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE})
+DYNAMIC_BROKER_CONFIG_DEFAULTS: Mapping[str, str] = {
+    LEADER_THROTTLED_RATE: LONG_MAX, FOLLOWER_THROTTLED_RATE: LONG_MAX, ALTER_LOG_DIRS_RATE: LONG_MAX}
+
+# Admin.AlterConfigs names topics; a broker resource (Kafka's ConfigResource type BROKER) is
+# named "broker:<id>", and "broker:" is the cluster-wide default. ":" is no topic name character,
+# so the two can never collide.
+BROKER_RESOURCE_PREFIX = "broker:"
+
+
+def broker_resource(broker: str) -> str:
+    """The AlterConfigs resource name of broker ``broker`` (its id, or "" for the default)."""
+    return BROKER_RESOURCE_PREFIX + broker
+
+
+def parse_broker_resource(name: str) -> str | None:
+    """The broker ("" = default) an AlterConfigs resource name refers to, or None for a topic."""
+    return name[len(BROKER_RESOURCE_PREFIX):] if name.startswith(BROKER_RESOURCE_PREFIX) else None

@@ -14,6 +14,8 @@ Key layout::
     lowtide:metadata:version        INT    INCR on every topic/partition change
     lowtide:controller              STRING owner of the controller role, PX lease
     lowtide:cluster_id              STRING random id set once by the first reader (Metadata)
+    lowtide:broker_configs          HASH   broker id ("" = cluster default) -> JSON of its dynamic
+                                           configs (KIP-73 throttle rates); a change bumps the version
     channel lowtide:events:metadata        version number, published after every change
 
 A broker is *live* while its ``alive`` key exists (Kafka: a broker with a live session).
@@ -371,9 +373,63 @@ class MetadataStore:
             return True
         return False
 
+    # -- dynamic broker configs (KIP-73 throttle rates) ---------------------------------------
+    # Region owned by the throttle work (docs/design/reassignment.md section 6); its key and Lua
+    # script are at the end of the module.
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """Every stored dynamic broker config: broker id as a string ("" = the cluster default)
+        -> its keys; brokers with none are absent."""
+        return {k.decode(): json.loads(v) for k, v in self.redis.hgetall(BROKER_CONFIGS).items()}
+
+    def broker_config(self, broker: str) -> dict[str, str]:
+        """The dynamic configs set on ``broker`` itself ("" = the cluster default); {} for none."""
+        raw = self.redis.hget(BROKER_CONFIGS, broker)
+        return dict(json.loads(raw)) if raw else {}
+
+    def effective_broker_config(self, broker_id: int) -> dict[str, str]:
+        """What applies to ``broker_id``: the cluster default overridden by its own keys (one
+        round trip; a replica reads this on every metadata event)."""
+        default, own = self.redis.hmget(BROKER_CONFIGS, ["", str(broker_id)])
+        return {**(json.loads(default) if default else {}), **(json.loads(own) if own else {})}
+
+    def update_broker_config(self, broker: str, change: Callable[[dict[str, str]], dict[str, str]], *,
+                             dry_run: bool = False) -> dict[str, str]:
+        """Set ``broker``'s dynamic configs ("" = the cluster default) to ``change(current)``;
+        returns them as written. A compare-and-set on the stored entry, retried when another
+        writer got in between (``change`` is called again); an empty result removes the entry. The
+        write bumps the metadata version and publishes it, so replicas re-read their rates.
+        ``change`` may raise (nothing is written); ``dry_run`` computes without writing."""
+        script = self.redis.register_script(_CAS_BROKER_CONFIG)
+        for _ in range(20):
+            raw = self.redis.hget(BROKER_CONFIGS, broker)
+            current = dict(json.loads(raw)) if raw else {}
+            updated = dict(change(dict(current)))
+            if dry_run or updated == current:
+                return updated
+            encoded = json.dumps(updated, sort_keys=True) if updated else ""
+            if script(keys=[BROKER_CONFIGS, VERSION, METADATA_CHANNEL], args=[broker, raw or "", encoded]):
+                return updated
+        raise RequestTimedOut(f"broker config {broker or '<default>'!s}: changed under too many concurrent writers; "
+                              "retry")
+
 
 def decode_event(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+# -- dynamic broker configs (KIP-73 throttle rates; MetadataStore.broker_configs) ----------------
+BROKER_CONFIGS = "lowtide:broker_configs"
+
+# Replace one broker's entry if it is still what the caller read ("" = absent); an empty new value
+# removes it; bump the version; publish.
+_CAS_BROKER_CONFIG = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if (cur or '') ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+local v = redis.call('INCR', KEYS[2])
+redis.call('PUBLISH', KEYS[3], v)
+return 1
+"""
 
 
 __all__ = ["MetadataStore", "assign_replicas", "validate_topic_name", "METADATA_CHANNEL", "json"]
