@@ -12,6 +12,11 @@ Each request carries, per partition, the fetch offset (our LEO) and our log star
 the HW and LSO (a log makes a new LSO durable in its log start offset file before taking it, so
 an acknowledged low watermark survives a crash of this replica), and fetch again at once — the
 next request is what tells the leader our new LSO.
+
+Replication throttle (KIP-73, ``quota.py``): a partition whose follower list names this broker,
+while this broker is outside its ISR, asks for at most what the follower bucket holds and is
+charged what came back; with the bucket empty it is left out of the round (and the round's long
+poll is cut to the refill, or with nothing else to fetch the thread sleeps until then).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from lowtide.messages import TopicPartition
 from lowtide.messages.replica import EpochQuery, FetchedPartition, FetchPosition
 from lowtide.metadata.model import BrokerInfo
 from lowtide.replica.partition import FOLLOWER, Partition
+from lowtide.replica.quota import FOLLOWER as FOLLOWER_DIRECTION
+from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.rpc.channels import ChannelPool
 
@@ -67,8 +74,9 @@ class FetcherThread:
 
     def __init__(self, *, registry: PartitionRegistry, client: ReplicaClient, config: FetcherConfig,
                  leader_id: int, lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
-                 request_reconcile: Callable[[], None]) -> None:
+                 request_reconcile: Callable[[], None], quotas: ReplicationQuotas | None = None) -> None:
         self.registry, self.client, self.config, self.leader_id = registry, client, config, leader_id
+        self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=config.replica_id)
         self._lookup_brokers, self._request_reconcile = lookup_brokers, request_reconcile
         self._stop = threading.Event()
         self._address = ""
@@ -100,12 +108,14 @@ class FetcherThread:
         if stream is not None:
             stream.close()
 
-    def _fetch_round(self, address: str, positions: list[FetchPosition]) -> list[FetchedPartition]:
+    def _fetch_round(self, address: str, positions: list[FetchPosition], *,
+                     max_wait_ms: int | None = None) -> list[FetchedPartition]:
         cfg = self.config
+        wait_ms = cfg.max_wait_ms if max_wait_ms is None else max_wait_ms
         if cfg.transport != "stream":
-            return self.client.fetch(address, positions, replica_id=cfg.replica_id, max_wait_ms=cfg.max_wait_ms,
+            return self.client.fetch(address, positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms,
                                      min_bytes=1, max_bytes=cfg.max_bytes,
-                                     deadline_s=cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
+                                     deadline_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
         stream = self._stream
         if stream is None or stream.finished or self._stream_address != address:
             self._close_stream()
@@ -113,9 +123,9 @@ class FetcherThread:
             self._stream_address = address
             if self._stop.is_set():  # stop() ran before this stream existed
                 stream.cancel()
-        self._round_deadline = time.monotonic() + cfg.max_wait_ms / 1000 + CALL_DEADLINE_MARGIN_S
+        self._round_deadline = time.monotonic() + wait_ms / 1000 + CALL_DEADLINE_MARGIN_S
         try:
-            return stream.fetch(positions, replica_id=cfg.replica_id, max_wait_ms=cfg.max_wait_ms, min_bytes=1,
+            return stream.fetch(positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms, min_bytes=1,
                                 max_bytes=cfg.max_bytes)
         finally:
             self._round_deadline = 0.0
@@ -164,11 +174,13 @@ class FetcherThread:
                 if not parts:
                     self._stop.wait(RETRY_BACKOFF_S)
                     continue
-            positions = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.log.log_end_offset,
-                                       log_start_offset=p.log.log_start_offset, max_bytes=cfg.max_bytes,
-                                       current_leader_epoch=p.leader_epoch) for p in parts]
+            positions, throttled, refill_s = self._positions(parts)
+            if not positions:  # everything is held back by the throttle
+                self._stop.wait(refill_s)
+                continue
             try:
-                fetched = self._fetch_round(address, positions)
+                fetched = self._fetch_round(address, positions, max_wait_ms=min(
+                    cfg.max_wait_ms, max(1, int(refill_s * 1000))) if refill_s else None)
             except LowtideError as exc:
                 self._stale = True
                 self._close_stream()
@@ -176,7 +188,31 @@ class FetcherThread:
                     log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
                     self._stop.wait(RETRY_BACKOFF_S)
                 continue
-            self._apply(fetched)
+            self._apply(fetched, throttled=throttled)
+
+    def _positions(self, parts: list[Partition]) -> tuple[list[FetchPosition], set[TopicPartition], float]:
+        """This round's requests: (positions, the throttled partitions among them, seconds until
+        the follower bucket refills when it held a partition back, else 0)."""
+        cfg, quotas = self.config, self.quotas
+        positions: list[FetchPosition] = []
+        throttled: set[TopicPartition] = set()
+        allowed: int | None = None  # the bucket is read once per round, then shared out
+        refill_s = 0.0
+        for p in parts:
+            max_bytes = cfg.max_bytes
+            if quotas.follower_throttled(p):
+                if allowed is None:
+                    allowed = quotas.follower.available()
+                if allowed <= 0:
+                    refill_s = max(quotas.follower.wait_s(), MIN_WAIT_S)
+                    continue
+                max_bytes = min(max_bytes, allowed)
+                allowed -= max_bytes
+                throttled.add(p.key)
+            positions.append(FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.log.log_end_offset,
+                                           log_start_offset=p.log.log_start_offset, max_bytes=max_bytes,
+                                           current_leader_epoch=p.leader_epoch))
+        return positions, throttled, refill_s
 
     def _truncate_by_epoch(self, address: str, parts: list[Partition]) -> None:
         """KIP-101/KIP-279: ask the leader where our latest epoch ends and truncate there (never
@@ -216,7 +252,7 @@ class FetcherThread:
         if refresh:
             self._request_reconcile()
 
-    def _apply(self, fetched: list[FetchedPartition]) -> None:
+    def _apply(self, fetched: list[FetchedPartition], *, throttled: set[TopicPartition] | None = None) -> None:
         lso_changed = appended = refresh = False
         touched = []
         # The LSOs this answer raises are flushed once, together, and taken before the next fetch
@@ -228,6 +264,8 @@ class FetcherThread:
                 continue
             touched.append((r.topic, r.partition))
             err = r.error
+            if throttled and err is None and (r.topic, r.partition) in throttled:
+                self.quotas.charge(FOLLOWER_DIRECTION, len(r.records))  # what came, possibly into debt
             try:
                 if err is None:
                     a, l_changed = p.apply_fetched(records=r.records, leader_hw=r.high_watermark,
@@ -280,9 +318,12 @@ class FetcherManager:
 
     def __init__(self, *, registry: PartitionRegistry, config: FetcherConfig,
                  lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
-                 request_reconcile: Callable[[], None], call_metadata: tuple[tuple[str, str], ...] = ()) -> None:
+                 request_reconcile: Callable[[], None], call_metadata: tuple[tuple[str, str], ...] = (),
+                 quotas: ReplicationQuotas | None = None) -> None:
         self.registry = registry
         self.config = config
+        # One follower bucket for every fetcher thread of this broker (KIP-73: per broker, not per leader).
+        self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=config.replica_id)
         self._lookup_brokers = lookup_brokers
         self._request_reconcile = request_reconcile
         self._channels = ChannelPool()
@@ -308,7 +349,8 @@ class FetcherManager:
         with self._lock:
             for lid in leaders - set(self._threads):
                 t = FetcherThread(registry=self.registry, client=self.client, config=self.config, leader_id=lid,
-                                  lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile)
+                                  lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile,
+                                  quotas=self.quotas)
                 self._threads[lid] = t
                 t.start()
             for lid in set(self._threads) - leaders:

@@ -48,6 +48,7 @@ from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.membership import BrokerMembership
 from lowtide.replica.offsets_reader import ConsumerOffsetsReader
 from lowtide.replica.partition import Partition
+from lowtide.replica.quota import QuotaConfigWatcher, ReplicationQuotas
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.replica.requests import ProduceResult, ProducersResult, ReplicaRequests
@@ -83,13 +84,16 @@ class ReplicaManager:
         self.deletes = DeleteRecordsHandler(registry=self.registry, purgatory=self.delete_purgatory)
         self.reconcile_trigger = ReconcileTrigger()
         self.isr = IsrUpdater(store=store, registry=self.registry, wake_reconciler=self.reconcile_trigger.wake)
+        # KIP-73 replication throttles: one pair of buckets shared by the leader and follower paths.
+        self.quotas = ReplicationQuotas(broker_id=self.broker_id)
+        self.quota_watcher = QuotaConfigWatcher(store=store, quotas=self.quotas)
         self.fetchers = FetcherManager(
             registry=self.registry,
             config=FetcherConfig(replica_id=self.broker_id, max_wait_ms=config.replica_fetch_wait_max_ms,
                                  max_bytes=config.replica_fetch_max_bytes,
                                  transport=config.replication_transport),
             lookup_brokers=store.brokers, request_reconcile=self.reconcile_trigger.force,
-            call_metadata=tuple(token_file_metadata(config.token_file)))
+            call_metadata=tuple(token_file_metadata(config.token_file)), quotas=self.quotas)
         self.reconciler = PartitionReconciler(
             config=config, store=store, registry=self.registry, trigger=self.reconcile_trigger,
             saved_log_start_offsets=self.checkpoints.saved_log_start_offsets,
@@ -98,10 +102,10 @@ class ReplicaManager:
             on_config_changed=self._topic_config_changed, report_low_watermarks=self.deletes.report_low_watermarks)
         self.membership = BrokerMembership(
             config=config, store=store, redis=redis, registry=self.registry,
-            on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self.reconcile_trigger.wake)
+            on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self._metadata_changed)
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
                                         min_insync_replicas=config.min_insync_replicas,
-                                        fetch_limits=config.fetch_limits)
+                                        fetch_limits=config.fetch_limits, quotas=self.quotas)
         # KIP-68 broker side: group offsets read straight from __consumer_offsets' leaders.
         self.offsets_client = ReplicaClient(metadata=token_file_metadata(config.token_file))
         self.consumed_retention = ConsumedRetention(
@@ -116,6 +120,7 @@ class ReplicaManager:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self.membership.register()
+        self.quota_watcher.start()  # the rates apply from the first fetch
         self.delete_purgatory.start()
         self.reconciler.reconcile()
         self.membership.start()
@@ -127,6 +132,7 @@ class ReplicaManager:
     def stop(self) -> None:
         """Clean shutdown: stop fetching, checkpoint LSO and HW, close logs, leave the cluster."""
         self.membership.stop()
+        self.quota_watcher.stop()
         self.reconciler.stop()
         self.housekeeping.stop()
         self.cleaner.stop()  # before the logs close: a pass in progress gives up and tidies up
@@ -138,6 +144,10 @@ class ReplicaManager:
         self.registry.close_logs()
         self.offsets_client.close()
         self.membership.unregister()
+
+    def _metadata_changed(self) -> None:
+        self.reconcile_trigger.wake()
+        self.quota_watcher.wake()  # a throttle rate change publishes a metadata event too
 
     def _recheck_led_partitions(self) -> None:
         # The live set moved. A broker leaving leaves the ISR first (it stops counting toward the

@@ -40,6 +40,9 @@ Counted on the request path (one labelled child per follower, cached per stream)
     lowtide_isr_expands_total{topic}                      ISR changes this leader made that added replicas
     lowtide_consumed_retention_inactive_groups_total{topic,group}  groups that stopped holding back consumed
                                                           retention (consumed_retention.py)
+    lowtide_replication_throttled_bytes_total{direction}  bytes replicated through a KIP-73 throttle
+                                                          (leader: sent, follower: fetched; quota.py)
+    lowtide_replication_throttle_rate_bytes{direction}    the throttle rate in force, bytes/s (-1: unlimited)
 
 Every series labelled by topic is removed once the replica hosts none of the topic's partitions
 (``forget_topic``, called by reconcile when a topic is deleted or moves away).
@@ -84,6 +87,24 @@ def count_fetched_bytes(topic: str, kind: str, size: int) -> None:
     if child is None:
         child = _fetch_children[(topic, kind)] = FETCH_BYTES.labels(topic, kind)
     child.inc(size)
+
+
+THROTTLED_BYTES = Counter("lowtide_replication_throttled_bytes",
+                          "Bytes replicated through a replication throttle (KIP-73), by direction", ["direction"])
+THROTTLE_RATE = Gauge("lowtide_replication_throttle_rate_bytes",
+                      "Replication throttle rate in force (bytes/s, -1 = unlimited), by direction", ["direction"])
+_throttled_children: dict[str, Counter] = {}
+
+
+def count_throttled_bytes(direction: str, size: int) -> None:
+    child = _throttled_children.get(direction)
+    if child is None:
+        child = _throttled_children[direction] = THROTTLED_BYTES.labels(direction)
+    child.inc(size)
+
+
+def set_replication_throttle_rate(direction: str, rate: int | None) -> None:
+    THROTTLE_RATE.labels(direction).set(-1 if rate is None else rate)
 
 
 ISR_SHRINKS = Counter("lowtide_isr_shrinks", "ISR changes made by this leader that removed replicas", ["topic"])

@@ -5,6 +5,11 @@ fetches (follower LEO/LSO, HW, ISR expansion, low watermark).
 A parked fetch wakes on new data, on an HW change *and* on an LSO change: the LSO wake-up is what
 lets DeleteRecords finish in a few round trips on an idle partition (KIP-107; Kafka only tells a
 parked follower when its long poll ends).
+
+Replication throttle (KIP-73, ``quota.py``): a follower fetch of a partition whose leader list names
+this broker, by a replica outside the ISR, reads at most what the leader bucket holds and is
+charged what it got; with the bucket empty that partition gets no records this round, and a
+parked fetch waits at most until the bucket refills.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.parking import FetchLimits, ParkingLot
 from lowtide.replica.partition import LEADER, Partition
+from lowtide.replica.quota import LEADER as LEADER_DIRECTION
+from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import PartitionRegistry
 
 # One produced partition: where its records landed, or why they did not.
@@ -75,9 +82,12 @@ class ReplicaRequests:
     """
 
     def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
-                 min_insync_replicas: int, fetch_limits: FetchLimits = FetchLimits()) -> None:
+                 min_insync_replicas: int, fetch_limits: FetchLimits = FetchLimits(),
+                 quotas: ReplicationQuotas | None = None) -> None:
         self.registry, self.isr, self.deletes = registry, isr, deletes
         self.min_insync_replicas = min_insync_replicas
+        # Shared with the follower fetchers (one pair of buckets per broker); none given: unlimited.
+        self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=registry.broker_id)
         self.parking = ParkingLot(fetch_limits)
         self._stop = threading.Event()
 
@@ -204,8 +214,9 @@ class ReplicaRequests:
                     on_cancel(lambda: (cancelled.set(), wake.set()))
                 while True:
                     wake.clear()  # before reading: a change during the read makes the wait return at once
-                    outcomes, size, now = self._read(items, follower=follower, max_bytes=max_bytes,
-                                                     committed=not follower and isolation_level == READ_COMMITTED)
+                    outcomes, size, now, refill_s = self._read(
+                        items, follower=follower, max_bytes=max_bytes, replica_id=replica_id,
+                        committed=not follower and isolation_level == READ_COMMITTED)
                     if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
                             or cancelled.is_set()):
                         return outcomes
@@ -214,17 +225,23 @@ class ReplicaRequests:
                         if not self.parking.try_park(peer):
                             return outcomes
                         parked = True
-                    wake.wait(max(0.0, deadline - time.monotonic()))
+                    # A partition held back by the throttle is read again once the bucket refilled,
+                    # not after the whole long poll (that would cut the rate below the configured one).
+                    wait_s = max(0.0, deadline - time.monotonic())
+                    wake.wait(min(wait_s, refill_s) if refill_s else wait_s)
         finally:
             if parked:
                 self.parking.leave(peer)
 
-    def _read(self, items: list[FetchPosition], *, follower: bool, max_bytes: int,
-              committed: bool = False) -> tuple[list[FetchedPartition], int, bool]:
-        """Read every item once: (outcomes, bytes read, whether to answer without waiting)."""
+    def _read(self, items: list[FetchPosition], *, follower: bool, max_bytes: int, replica_id: int = -1,
+              committed: bool = False) -> tuple[list[FetchedPartition], int, bool, float]:
+        """Read every item once: (outcomes, bytes read, whether to answer without waiting, seconds
+        until the throttle lets a partition it held back be read; 0 = none held back)."""
         outcomes: list[FetchedPartition] = []
         size = 0
         wake = False
+        refill_s = 0.0
+        quotas = self.quotas
         budget = max_bytes if max_bytes > 0 else DEFAULT_RESPONSE_MAX_BYTES
         for it in items:
             # The offsets go with an error too: a follower told OFFSET_OUT_OF_RANGE truncates or
@@ -241,9 +258,17 @@ class ReplicaRequests:
                 # Until something was read the response budget does not apply (as in Kafka), so a
                 # batch larger than max_bytes still makes progress.
                 limit = min(partition_max, budget) if size else partition_max
+                throttled = follower and quotas.leader_throttled(p, replica_id)
+                if throttled:
+                    allowed = quotas.leader.available()
+                    if allowed <= 0:
+                        refill_s = max(quotas.leader.wait_s(), MIN_WAIT_S)
+                    limit = min(limit, allowed)
                 stable = plog.last_stable_offset if committed else -1
                 bound = leo if follower else (stable if committed else hw)
                 records = plog.read(it.fetch_offset, max_bytes=limit, max_offset=bound) if limit > 0 else b""
+                if throttled:
+                    quotas.charge(LEADER_DIRECTION, len(records))  # at least one batch: may go into debt
                 size += len(records)
                 budget -= len(records)
                 aborted: tuple[tuple[int, int], ...] = ()
@@ -261,7 +286,7 @@ class ReplicaRequests:
                 outcomes.append(FetchedPartition(topic=it.topic, partition=it.partition, error=err, high_watermark=hw,
                                                  log_start_offset=lso, log_end_offset=leo, leader_epoch=epoch))
                 wake = True
-        return outcomes, size, wake
+        return outcomes, size, wake, refill_s
 
     def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> None:
         changed: list[TopicPartition] = []
