@@ -48,9 +48,13 @@ over a single label), localhost and 127.0.0.1 (the probes, port-forwards). */}}
 {{- $certs := list }}
 {{- $local := list "localhost" }}
 {{- $ips := list "127.0.0.1" }}
-{{- /* replicas: one certificate each, CN=broker-N */}}
+{{- /* replicas: one certificate each, CN=broker-N. On a scale-down the removed pods still run
+(their preStop drains them, for minutes) after the upgrade, so the certificates of the ordinals the
+running StatefulSet has (lookup) are kept until a later upgrade: deleting one would take the files
+from under a draining pod (its optional projected source, templates/replica.yaml). */}}
 {{- $headless := include "lowtide.replicaHeadless" . }}
-{{- range $i := until (int .Values.replica.replicas) }}
+{{- $running := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "lowtide.replicaName" .) }}
+{{- range $i := until (max (int .Values.replica.replicas) (int (dig "spec" "replicas" 0 $running)) | int) }}
 {{- $dns := list }}
 {{- range $s := $suffixes }}
 {{- $dns = concat $dns (list (printf "%s-%d.%s%s" (include "lowtide.replicaName" $) $i $headless $s) (printf "%s%s" $headless $s)) }}
