@@ -16,7 +16,15 @@
 #                  (`kubectl create job --from=cronjob/...`) moves the low watermark to the group's offsets
 #   6. rotation    a renewed front door certificate written into its Secret is served without a restart
 #   7. upgrade     helm upgrade (a changed value rolls the front door; the certificates stay the
-#                  same), then helm uninstall: no pod left, volumes released and deleted
+#                  same)
+#   8. scale       (issue 31) the node labelled with a zone before the install: every broker
+#                  registered that zone as its rack (chart rackAwareness); helm upgrade to 4
+#                  replicas (the running ones not restarted), `lowtide rebalance --execute --wait`
+#                  moves replicas onto broker 3; a restart of pod 3 does not drain it; a scale-down
+#                  to 2 is refused by the chart's pre-upgrade check (RF 3) and changes nothing; helm
+#                  upgrade to 3: pod 3's preStop drains it (`lowtide drain --broker 3`) before it
+#                  goes; records produced before, during and after all read back
+#   9. uninstall   helm uninstall: no pod left, volumes released and deleted
 # Each phase's duration is printed and written to $LOWTIDE_K8S_HOME/run/phases.txt.
 # Assumes the cluster is up (make k8s-up); `make k8s-test` runs build, up, this and down.
 set -euo pipefail
@@ -124,6 +132,9 @@ done
 kubectl delete namespace "$dry" --wait=false >/dev/null
 echo "manifests ok: default and full values"
 k get ns "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
+# the zone the replica pods take as their rack (chart rackAwareness: an init container reads it)
+ZONE=lowtide-zone-a
+kubectl label node --all --overwrite "topology.kubernetes.io/zone=$ZONE" >/dev/null
 
 phase "helm install"
 helm install "$REL" "$repo/charts/lowtide" -n "$NS" -f "$here/values-harness.yaml" \
@@ -285,6 +296,119 @@ done
 echo "certificates and Redis password unchanged by the upgrade"
 upgraded_start=$(offsets earliest)
 [ "$upgraded_start" = "$start_after" ] || fail "log start offsets $start_after -> $upgraded_start across the upgrade"
+
+phase "scale 3 -> 4, rebalance"
+# Records with known values (r1, r2, ...) produced with acks=all before the scale-up, between the
+# rebalance and the scale-down, and after it: every one must read back at the end.
+SCALE_TOPIC=k8s-scale
+produce_range() {  # produce_range FROM TO: values rFROM..rTO into $SCALE_TOPIC, acks=all
+  local i
+  for i in $(seq 5); do
+    seq "$1" "$2" | sed 's/^/r/' | k exec -i "$(pod_of frontdoor)" -- lowtide produce --topic "$SCALE_TOPIC" \
+      --acks all --bootstrap-server localhost:9090 >/dev/null && return 0
+    sleep 2  # a retry may duplicate records: the read-back compares the sets
+  done
+  return 1
+}
+read_back() {  # every value rFROM..rTO is in the topic (all partitions, from the earliest offset)
+  local want got p
+  want=$(seq "$1" "$2" | sed 's/^/r/' | sort -u)
+  got=$(for p in 0 1 2; do
+          lt consume --topic "$SCALE_TOPIC" --partition "$p" --offset earliest --timeout-ms 3000
+        done | sort -u)
+  missing=$(comm -23 <(echo "$want") <(echo "$got") | wc -l)
+  [ "$missing" = 0 ] || { echo "missing: $(comm -23 <(echo "$want") <(echo "$got") | head -n 5 | tr '\n' ' ')" >&2; return 1; }
+  echo "read back r$1..r$2: all $(echo "$want" | wc -l) acknowledged records ($(echo "$got" | wc -l) distinct values read)"
+}
+# the lowtide CLI once, not retried (a retry of a started reassignment would be refused as moving)
+lt_once() { k exec "$(pod_of frontdoor)" -- lowtide "$@" --bootstrap-server localhost:9090; }
+# partitions (internal topics too) whose replica list names broker $1
+held_by() {
+  local names
+  names=$(lt topics list --include-internal --output json | jq -r '.topics[] | "--topic", .')
+  # shellcheck disable=SC2086
+  lt topics describe $names --output json \
+    | jq --argjson b "$1" '[.topics[] | select(.diskless | not) | .partitions[] | select(.replicas | index($b))] | length'
+}
+brokers_json() {  # live brokers and their racks, as the front door knows them
+  k exec -i "$(pod_of frontdoor)" -- python - <<'PY'
+import json
+from lowtide.client import Admin
+with Admin("localhost:9090") as admin:
+    snap = admin.describe_cluster([])
+print(json.dumps({str(b): m.rack for b, m in sorted(snap.brokers.items()) if m.live}))
+PY
+}
+lt topics create --topic "$SCALE_TOPIC" --partitions 3 --replication-factor 3 >/dev/null
+produce_range 1 2000 || fail "produce r1..r2000"
+replica_uids() { k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=replica" -o json \
+                   | jq -r '[.items[] | select(.metadata.deletionTimestamp == null) | "\(.metadata.name)=\(.metadata.uid)"] | sort | join(" ")'; }
+uids_before=$(replica_uids)
+helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set replica.replicas=4 \
+  --wait --timeout 5m >/dev/null || fail "helm upgrade to 4 replicas"
+k wait pod "$REL-lowtide-replica-3" --for=condition=Ready --timeout=180s >/dev/null || fail "replica 3 not Ready"
+# the running replicas' pod template did not change (certificates listed up to replica.maxReplicas)
+for entry in $uids_before; do
+  grep -qw -- "$entry" <<<"$(replica_uids)" || fail "scaling up restarted ${entry%%=*}"
+done
+echo "replica 3 Ready; replicas 0-2 not restarted by the scale-up"
+for _ in $(seq 60); do
+  racks=$(brokers_json); [ "$(jq length <<<"$racks")" = 4 ] && break; sleep 1
+done
+echo "live brokers and racks: $racks"
+[ "$(jq length <<<"$racks")" = 4 ] || fail "4 live brokers expected after the scale-up: $racks"
+[ "$(jq -r --arg z "$ZONE" '[.[] | select(. != $z)] | length' <<<"$racks")" = 0 ] \
+  || fail "every broker's rack should be the node's zone $ZONE: $racks"
+k logs "$REL-lowtide-replica-3" -c rack
+lt_once rebalance --execute --wait --timeout 300 >"$K8S_RUN/rebalance.out" || { cat "$K8S_RUN/rebalance.out" >&2; fail "lowtide rebalance --execute --wait"; }
+tail -n 3 "$K8S_RUN/rebalance.out"
+on3=$(held_by 3)
+echo "broker 3 holds $on3 partition replicas after the rebalance"
+[ "$on3" -gt 0 ] || fail "the rebalance moved nothing onto broker 3"
+
+phase "restart of pod 3: no drain"
+# preStop reads the StatefulSet (4 replicas): ordinal 3 stays, so a plain restart must not drain
+old_uid=$(k get pod "$REL-lowtide-replica-3" -o jsonpath='{.metadata.uid}')
+k delete pod "$REL-lowtide-replica-3" --wait=true >/dev/null
+for _ in $(seq 240); do
+  uid=$(k get pod "$REL-lowtide-replica-3" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
+  [ -n "$uid" ] && [ "$uid" != "$old_uid" ] && break; sleep 0.5
+done
+k wait pod "$REL-lowtide-replica-3" --for=condition=Ready --timeout=180s >/dev/null || fail "replica 3 did not come back"
+[ "$(held_by 3)" = "$on3" ] || fail "a restart of pod 3 changed what broker 3 holds ($on3 -> $(held_by 3)): it drained"
+echo "pod 3 restarted; broker 3 still holds its $on3 partition replicas"
+produce_range 2001 4000 || fail "produce r2001..r4000 on 4 brokers"
+read_back 1 4000 || fail "records missing on 4 brokers"
+
+phase "scale-down refused below RF"
+# 2 replicas < the topics' replication factor 3: the pre-upgrade check Job fails, nothing changes
+if helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set replica.replicas=2 \
+     --wait --timeout 3m >"$K8S_RUN/refused.out" 2>&1; then
+  fail "helm upgrade to 2 replicas was accepted"
+fi
+grep -i hook "$K8S_RUN/refused.out" | head -n 2
+k logs "job/$REL-lowtide-scale-down-check" | tail -n 2
+k logs "job/$REL-lowtide-scale-down-check" | grep -q "REFUSED: replica.replicas=2 is below the replication factor" \
+  || fail "the scale-down check did not give the replication factor as its reason"
+[ "$(k get statefulset "$REL-lowtide-replica" -o jsonpath='{.spec.replicas}')" = 4 ] \
+  || fail "the refused upgrade changed the StatefulSet"
+
+phase "drain (preStop) + scale 4 -> 3"
+# pod 3 is removed by the scale-down: its preStop runs lowtide drain --broker 3 before it stops
+helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set replica.replicas=3 \
+  --wait --timeout 10m >/dev/null || fail "helm upgrade to 3 replicas"
+k wait pod "$REL-lowtide-replica-3" --for=delete --timeout=720s >/dev/null 2>&1 || fail "pod 3 still there"
+left=$(held_by 3)
+[ "$left" = 0 ] || fail "broker 3 still holds $left partition replicas after its pod went"
+# the drain command itself agrees (exit 0 only when the broker holds no replica)
+lt_once drain --broker 3 --timeout 60 || fail "lowtide drain --broker 3 after the scale-down"
+for _ in $(seq 120); do
+  full=$(lt topics describe --output json | jq '[.topics[].partitions[] | select((.isr | length) < (.replicas | length))] | length')
+  [ "$full" = 0 ] && break; sleep 0.5
+done
+[ "$full" = 0 ] || fail "$full partitions under-replicated after the scale-down"
+produce_range 4001 5000 || fail "produce r4001..r5000 on 3 brokers"
+read_back 1 5000 || fail "records missing after the drain and scale-down"
 
 phase "helm uninstall"
 helm uninstall "$REL" -n "$NS" --wait --timeout 5m >/dev/null || fail "helm uninstall"
