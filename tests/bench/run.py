@@ -6,7 +6,8 @@ the log cleaner's MB/s and log recovery time (in process), then one local cluste
 front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
 1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions; then sections
-with clusters of their own (diskless, orphans, tls: plaintext against TLS). The cluster and the ceiling's
+with clusters of their own (diskless, orphans, tls: plaintext against TLS, reassign: partition copies
+with and without a throttle). The cluster and the ceiling's
 processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
@@ -31,6 +32,7 @@ from tests.bench import diskless as bench_diskless
 from tests.bench import idempotence as bench_idempotence
 from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
+from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
 from tests.bench import spark as bench_spark
@@ -40,7 +42,7 @@ from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
-            "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls")
+            "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -226,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                      lambda: bench_tls.tls_figures(data_dir / "tls", pool, quick=quick, processes=processes,
                                                    threads=threads),
                      "tls_produce_cpu_cost_s_gib", "cost of TLS, produce CPU per GiB", "CPU s/GiB")
+        if "reassign" in only:  # issue 31: a 4-replica cluster of its own, copies with and without a throttle
+            _section("reassign", figures,
+                     lambda: bench_reassign.reassign_figures(data_dir / "reassign", quick=quick,
+                                                             disk_write_mbs=disk_write),
+                     "reassign_copy_mbs", "reassignment copy rate", "MB/s")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:
