@@ -64,6 +64,8 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.partition_epoch = -1
         self.followers: dict[int, FollowerState] = {}
+        # Leader: the highest low watermark computed in this leadership (see low_watermark).
+        self._lw_floor = -1
         # Follower: set when this replica starts following a leader (a new epoch, or a restart);
         # until the leader has said where our latest epoch ends (OffsetForLeaderEpoch) we neither
         # truncate nor fetch (KIP-101: truncating to our own HW could drop acknowledged records).
@@ -110,8 +112,10 @@ class Partition:
                 # Persisted before the first append of this epoch, so a follower that asks later
                 # learns where the previous epoch ended here (KIP-101).
                 self.log.assign_leader_epoch(st.leader_epoch)
-                # Kafka resets follower state on becoming leader.
+                # Kafka resets follower state on becoming leader (and a new leadership starts
+                # its LW afresh: the previous leader's acknowledgements are not known here).
                 self.followers = {}
+                self._lw_floor = -1
                 self._sync_followers()
                 # As Kafka's makeLeader: the ISR may be down to this replica (its old leader
                 # failed), so what it holds may already be committed. Without this a follower
@@ -279,7 +283,15 @@ class Partition:
 
         The ISR is counted even when a member's session has lapsed: election picks from the ISR,
         so a replica left out of an acknowledged LW must be out of the ISR first (the leader
-        shrinks the ISR as soon as a member is no longer live; see IsrUpdater.drop_dead)."""
+        shrinks the ISR as soon as a member is no longer live; see IsrUpdater.drop_dead).
+
+        Never lower than a value it returned before in this leadership: -1 instead. A replica
+        that stopped counting (its broker's session lapsed, out of the ISR) while the LW rose
+        past its LSO, and counts again when it comes back, still reports its old LSO until its
+        first fetch answer moves it up; returning that would lower an LW a DeleteRecords may
+        already have acknowledged (and one answered meanwhile would say so). Until it catches
+        up (a round trip or two: a live follower adopts the leader's LSO from every answer) the
+        LW is unknown, as for a replica not heard from."""
         with self._lock:
             if self.role != LEADER:
                 return -1
@@ -289,6 +301,9 @@ class Partition:
                     continue
                 f = self.followers.get(r)
                 lw = min(lw, f.log_start_offset if f else -1)
+            if lw < self._lw_floor:
+                return -1
+            self._lw_floor = lw
             return lw
 
     # -- leader: DeleteRecords ---------------------------------------------------------------

@@ -134,6 +134,27 @@ def test_a_lagging_follower_overtaken_by_a_delete_counts_as_not_heard_from_until
     assert r.leader.low_watermark(frozenset({0, 1, 2})) == 15
 
 
+def test_a_follower_back_from_the_dead_with_an_old_log_start_offset_never_lowers_the_low_watermark(replicas):
+    # Broker 2 dies: it leaves the live set and the ISR, and the LW rises past it.
+    replicas.shrink_isr((0, 1))
+    replicas.leader.delete_records_before(15)
+    replicas.replicate(1)
+    assert replicas.leader.low_watermark(frozenset({0, 1})) == 15
+    assert replicas.leader.followers[2].log_start_offset == 0  # what it said before it died
+
+    # Back (live again) with its old log: it holds 0..14 until its first answer moves it up.
+    assert replicas.leader.low_watermark(frozenset({0, 1, 2})) == -1
+    replicas.fetch_once(2)  # it reports 0 once more, then adopts 15 from the answer
+    assert replicas.leader.low_watermark(frozenset({0, 1, 2})) == -1
+    replicas.fetch_once(2)
+    assert replicas.leader.low_watermark(frozenset({0, 1, 2})) == 15
+
+    # A new leadership starts afresh: nothing it acknowledged yet.
+    replicas.elect(1, leader_epoch=2)
+    replicas.replicate(0, 2)
+    assert replicas.by_broker[1].low_watermark(frozenset({0, 1, 2})) == 15
+
+
 def test_a_removed_replica_is_forgotten_and_never_put_back_into_the_isr(replicas):
     replicas.shrink_isr((0, 1))
 
