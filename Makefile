@@ -150,7 +150,8 @@ docs: $(PIP_STAMP) $(PB_STAMP)
 # helm lint --strict and helm template with default and with full values (charts/lowtide/ci); the
 # values schema must refuse a wrong value and take an all-digit image tag (skaffold's short git SHA
 # can be one, and helm --set makes it an integer); TLS on by default (rediss://, no kubelet gRPC
-# probes), off on request, refused without a certificate source, cert-manager Certificates; the Prometheus Operator kinds render when their API is there.
+# probes), off on request, refused without a certificate source, cert-manager Certificates; the Prometheus Operator kinds render when their API is there;
+# the replicas' rack from the node (off on request), their drain on scale-down (off on request) and the pre-upgrade scale-down check.
 # (make k8s-test also validates every rendered manifest against a real apiserver.)
 chart-lint:
 	@if command -v helm >/dev/null; then \
@@ -171,6 +172,11 @@ chart-lint:
 	    --show-only templates/observability.yaml | grep -q 'kind: PrometheusRule' && \
 	  helm template lt $$c --api-versions monitoring.coreos.com/v1/ServiceMonitor \
 	    --show-only templates/observability.yaml | grep -q 'kind: ServiceMonitor' && \
+	  helm template lt $$c | grep -q -- '--rack "$$(cat /etc/lowtide/rack/rack)"' && \
+	  helm template lt $$c | grep -q 'exec lowtide drain --broker "$$ordinal"' && \
+	  ! helm template lt $$c --set rackAwareness.enabled=false | grep -Eq 'kind: ClusterRole$$|--rack' && \
+	  ! helm template lt $$c --set replica.drainOnScaleDown.enabled=false | grep -q 'preStop' && \
+	  helm template lt $$c --is-upgrade --show-only templates/scale-down-check.yaml | grep -q 'helm.sh/hook: pre-upgrade' && \
 	  echo "chart-lint: charts/lowtide ok (default and full values)"; \
 	else echo "chart-lint: helm not found (make tools builds it), skipped"; fi
 
