@@ -131,7 +131,12 @@ def test_describe_configs_of_a_broker_lists_lowtides_defaults(confluent):
     assert values["min.insync.replicas"] == "1" and values["auto.create.topics.enable"] == "false"
     assert values["default.replication.factor"] == "3" and values["num.partitions"] == "1"
     assert values["log.retention.ms"] == "604800000" and values["log.cleanup.policy"] == "delete"
-    assert all(e.source == ConfigSource.DEFAULT_CONFIG.value and e.is_read_only for e in entries.values())
+    assert all(e.source == ConfigSource.DEFAULT_CONFIG.value for e in entries.values())
+    # Static but for the KIP-73 throttle rates (dynamic, unset here: unlimited).
+    dynamic = {"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+               "replica.alter.log.dirs.io.max.bytes.per.second"}
+    assert {k for k, e in entries.items() if not e.is_read_only} == dynamic
+    assert values["leader.replication.throttled.rate"] == str(2**63 - 1)
 
 
 # -- kafka-python: the legacy AlterConfigs ----------------------------------------------------------
