@@ -72,8 +72,11 @@ ordinal=${HOSTNAME##*-}
 want=$(python -c '
 import sys
 from kubernetes import client, config
-config.load_incluster_config()
-print(client.AppsV1Api().read_namespaced_stateful_set(sys.argv[1], sys.argv[2], _request_timeout=15).spec.replicas)
+try:
+    config.load_incluster_config()
+    print(client.AppsV1Api().read_namespaced_stateful_set(sys.argv[1], sys.argv[2], _request_timeout=15).spec.replicas)
+except Exception as exc:
+    sys.exit(f"HTTP {exc.status} {exc.reason}" if hasattr(exc, "status") else repr(exc)[:300])
 ' {{ include "lowtide.replicaName" . | quote }} "$POD_NAMESPACE" 2>/tmp/prestop.err) || want=
 case $want in
   ''|*[!0-9]*)
