@@ -9,11 +9,12 @@ middle and restarted, and so is the adding replica (broker 3). Afterwards:
   nothing below an acknowledged low watermark is served, the LW never went down;
 * the move finished: replicas {1,2,3}, nothing moving, every one of them in the ISR;
 * on disk, no replica of {1,2,3} keeps a segment wholly below the low watermark, broker 3's log
-  never started below the leader's log start offset at the time it joined, and broker 0 holds no
-  copy (its directory is gone).
+  never started below the batch holding the leader's log start offset at the time it joined, and
+  broker 0 holds no copy (its directory is gone).
 
 The move is kept "in the middle" without relying on timing: broker 3 is down when it starts, so the
-move cannot finish before broker 3 runs and catches up.
+move cannot finish before broker 3 runs and catches up, and while it copies, a replication throttle
+(KIP-73) below the produce rate keeps it from catching up until the throttle is lifted.
 """
 
 from __future__ import annotations
@@ -105,6 +106,22 @@ def reassign(cluster, target: tuple[int, ...]) -> None:
     assert resp.results[0].error_code == 0, resp
 
 
+def throttle(cluster, rate: int | None) -> None:
+    """Every broker's replication throttled to ``rate`` bytes/s for this topic (None: lifted)."""
+    def op(key: str, value: str | None) -> admin_pb2.ConfigOp:
+        return (admin_pb2.ConfigOp(key=key, op=admin_pb2.CONFIG_DELETE) if value is None
+                else admin_pb2.ConfigOp(key=key, op=admin_pb2.CONFIG_SET, value=value))
+    rate_value, replicas_value = (None, None) if rate is None else (str(rate), "*")
+    resp = s.admin(cluster).AlterConfigs(admin_pb2.AlterConfigsRequest(resources=[
+        admin_pb2.AlterConfigsResource(topic="broker:", ops=[
+            op("leader.replication.throttled.rate", rate_value),
+            op("follower.replication.throttled.rate", rate_value)]),
+        admin_pb2.AlterConfigsResource(topic=TOPIC, ops=[
+            op("leader.replication.throttled.replicas", replicas_value),
+            op("follower.replication.throttled.replicas", replicas_value)])]))
+    assert [r.error_code for r in resp.results] == [0, 0], resp
+
+
 def partition_dir(cluster, broker_id: int) -> Path:
     return Path(cluster.service(f"replica-{broker_id}").data_dir) / f"{TOPIC}-0"
 
@@ -142,17 +159,28 @@ def test_a_partition_moves_to_new_replicas_under_load_with_the_leader_and_the_ad
     cluster.start_service("replica-0")
     assert delete_half(cluster, history) > 0  # broker 3 is down and out of the ISR: it does not hold this up
 
-    # The adding replica starts, copies from the leader's log start offset, and dies mid-copy.
+    # The adding replica starts, copies from the leader's log start offset (throttled below the
+    # produce rate, so it cannot catch up), and dies mid-copy.
+    throttle(cluster, 200_000)
     lso_when_joining = s.describe(cluster, s.leader_of(cluster, TOPIC), TOPIC).log_start_offset
     cluster.start_service("replica-3")
-    s.wait_until(lambda: s.describe(cluster, 3, TOPIC).log_end_offset > lso_when_joining, timeout_s=30,
+    s.wait_until(lambda: s.describe(cluster, 3, TOPIC).log_end_offset > lso_when_joining + 2 * BATCH, timeout_s=30,
                  what="broker 3 copying")
+    # Its log starts at the leader's LSO; when the LSO falls inside a batch, the file starts at that
+    # batch's base offset (batches are written whole, as on the leader, and as Kafka's followers
+    # do), while the LSO it keeps and reports is the leader's.
     first_base_on_3 = s.segment_files(cluster, 3, TOPIC)[0]
-    assert first_base_on_3 >= lso_when_joining, "broker 3 wrote records below the leader's log start offset"
+    assert first_base_on_3 > lso_when_joining - BATCH, "broker 3 wrote records below the leader's log start offset"
+    assert s.describe(cluster, 3, TOPIC).log_start_offset >= lso_when_joining
+    st = s.store(cluster).partition_state(TOPIC, 0)
+    assert st.reassigning and 3 not in st.isr, f"the copy was to be under way: {st}"
     cluster.kill("replica-3", signal.SIGKILL)
     assert delete_half(cluster, history) > 0
     cluster.start_service("replica-3")
+    s.wait_until(lambda: s.describe(cluster, 3, TOPIC).log_end_offset > 0, what="broker 3 copying again")
+    assert s.store(cluster).partition_state(TOPIC, 0).reassigning
     assert delete_half(cluster, history) > 0  # with 3 live again, this waits for its LSO too
+    throttle(cluster, None)
 
     def finished() -> bool:
         st = s.store(cluster).partition_state(TOPIC, 0)
