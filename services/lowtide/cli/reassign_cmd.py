@@ -436,8 +436,14 @@ def run_plan(args: argparse.Namespace) -> int:
     return emit_plan(args, current=targets, proposed=proposed, brokers=brokers)
 
 
-def emit_plan(args: argparse.Namespace, *, current: Assignment, proposed: Assignment, brokers: Sequence[int]) -> int:
-    before, after = brokers_load(current, brokers), brokers_load({**current, **proposed}, brokers)
+def emit_plan(args: argparse.Namespace, *, current: Assignment, proposed: Assignment, brokers: Sequence[int],
+              whole: Assignment | None = None) -> int:
+    """Print a proposal; the per-broker counts are over ``whole`` (default ``current``) before and
+    after it, so a rebalance shows the cluster's load, not only the moving partitions'."""
+    whole = current if whole is None else whole
+    # Brokers that lose every replica (not in the list) are shown too, with their counts going to 0.
+    shown = sorted(set(brokers) | {b for r in whole.values() for b in r})
+    before, after = brokers_load(whole, shown), brokers_load({**whole, **proposed}, shown)
     doc = {"current": reassignment_doc(current), "proposed": reassignment_doc(proposed),
            "moves": count_moves(current, proposed),
            "brokers": [{"broker": b, "replicas": before[b][0], "leaders": before[b][1],
@@ -565,7 +571,8 @@ def run_rebalance(args: argparse.Namespace) -> int:
         racks = {b: snapshot.brokers[b].rack for b in live}
         moves = changed(targets, plan_moves(current=targets, brokers=live, racks=racks))
         if args.plan:
-            return emit_plan(args, current={tp: targets[tp] for tp in moves}, proposed=moves, brokers=live)
+            return emit_plan(args, current={tp: targets[tp] for tp in moves}, proposed=moves, brokers=live,
+                             whole=targets)
         if not moves:
             emit(args, {"current": reassignment_doc({}), "started": [], "throttle": args.throttle, "completed": True},
                  "The cluster is balanced: nothing to move.")
