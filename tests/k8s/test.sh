@@ -353,13 +353,14 @@ for entry in $uids_before; do
 done
 echo "replica 3 Ready; replicas 0-2 not restarted by the scale-up"
 for _ in $(seq 60); do
-  racks=$(brokers_json); [ "$(jq length <<<"$racks")" = 4 ] && break; sleep 1
+  racks=$(brokers_json) || racks='{}'
+  [ "$(jq length <<<"$racks")" = 4 ] && break; sleep 1
 done
 echo "live brokers and racks: $racks"
 [ "$(jq length <<<"$racks")" = 4 ] || fail "4 live brokers expected after the scale-up: $racks"
 [ "$(jq -r --arg z "$ZONE" '[.[] | select(. != $z)] | length' <<<"$racks")" = 0 ] \
   || fail "every broker's rack should be the node's zone $ZONE: $racks"
-k logs "$REL-lowtide-replica-3" -c rack
+k logs "$REL-lowtide-replica-3" -c rack || true
 lt_once rebalance --execute --wait --timeout 300 >"$K8S_RUN/rebalance.out" || { cat "$K8S_RUN/rebalance.out" >&2; fail "lowtide rebalance --execute --wait"; }
 tail -n 3 "$K8S_RUN/rebalance.out"
 on3=$(held_by 3)
@@ -369,7 +370,12 @@ echo "broker 3 holds $on3 partition replicas after the rebalance"
 phase "restart of pod 3: no drain"
 # preStop reads the StatefulSet (4 replicas): ordinal 3 stays, so a plain restart must not drain
 old_uid=$(k get pod "$REL-lowtide-replica-3" -o jsonpath='{.metadata.uid}')
+k logs -f "$REL-lowtide-replica-3" -c replica >"$K8S_RUN/logs/replica-3-restart.log" 2>&1 &
+logs_pid=$!
 k delete pod "$REL-lowtide-replica-3" --wait=true >/dev/null
+kill "$logs_pid" 2>/dev/null || true
+# (the hook's words, when it may write to the container's log; what broker 3 holds is the proof)
+grep '^preStop' "$K8S_RUN/logs/replica-3-restart.log" || true
 for _ in $(seq 240); do
   uid=$(k get pod "$REL-lowtide-replica-3" -o jsonpath='{.metadata.uid}' 2>/dev/null || true)
   [ -n "$uid" ] && [ "$uid" != "$old_uid" ] && break; sleep 0.5
@@ -386,8 +392,8 @@ if helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set repl
      --wait --timeout 3m >"$K8S_RUN/refused.out" 2>&1; then
   fail "helm upgrade to 2 replicas was accepted"
 fi
-grep -i hook "$K8S_RUN/refused.out" | head -n 2
-k logs "job/$REL-lowtide-scale-down-check" | tail -n 2
+grep -i hook "$K8S_RUN/refused.out" | head -n 2 || true
+k logs "job/$REL-lowtide-scale-down-check" | tail -n 2 || true
 k logs "job/$REL-lowtide-scale-down-check" | grep -q "REFUSED: replica.replicas=2 is below the replication factor" \
   || fail "the scale-down check did not give the replication factor as its reason"
 [ "$(k get statefulset "$REL-lowtide-replica" -o jsonpath='{.spec.replicas}')" = 4 ] \
@@ -395,11 +401,18 @@ k logs "job/$REL-lowtide-scale-down-check" | grep -q "REFUSED: replica.replicas=
 
 phase "drain (preStop) + scale 4 -> 3"
 # pod 3 is removed by the scale-down: its preStop runs lowtide drain --broker 3 before it stops
+# (the hook writes to the container's log, which goes with the pod: followed from here)
+k logs -f "$REL-lowtide-replica-3" -c replica >"$K8S_RUN/logs/replica-3.log" 2>&1 &
+logs_pid=$!
 helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set replica.replicas=3 \
   --wait --timeout 10m >/dev/null || fail "helm upgrade to 3 replicas"
-k wait pod "$REL-lowtide-replica-3" --for=delete --timeout=720s >/dev/null 2>&1 || fail "pod 3 still there"
+for _ in $(seq 720); do k get pod "$REL-lowtide-replica-3" >/dev/null 2>&1 || break; sleep 1; done
+! k get pod "$REL-lowtide-replica-3" >/dev/null 2>&1 || fail "pod 3 still there 12 min after the scale-down"
+kill "$logs_pid" 2>/dev/null || true
+grep -E '^preStop|^drain|holds no replica' "$K8S_RUN/logs/replica-3.log" | cut -c1-200 | head -n 6 || true
+# nothing else moves replicas off broker 3 here: empty means its preStop drained it
 left=$(held_by 3)
-[ "$left" = 0 ] || fail "broker 3 still holds $left partition replicas after its pod went"
+[ "$left" = 0 ] || fail "broker 3 still holds $left partition replicas after its pod went (its preStop did not drain it)"
 # the drain command itself agrees (exit 0 only when the broker holds no replica)
 lt_once drain --broker 3 --timeout 60 || fail "lowtide drain --broker 3 after the scale-down"
 for _ in $(seq 120); do
