@@ -18,6 +18,7 @@ from lowtide.replica.fetcher import FetcherConfig, FetcherThread
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.quota import (
     UNLIMITED,
+    QuotaConfigWatcher,
     ReplicationQuotas,
     ThrottledReplicas,
     TokenBucket,
@@ -27,6 +28,7 @@ from lowtide.replica.quota import (
 )
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.replica.requests import ReplicaRequests
+from tests.waiting import wait_until
 
 MB = 1_000_000
 
@@ -265,3 +267,21 @@ def test_the_fetcher_caps_and_then_leaves_out_a_throttled_partition_but_not_an_i
         assert [p.max_bytes for p in positions] == [1 << 20] and throttled == set()
     finally:
         client.close()
+
+
+# -- the rates from the store ---------------------------------------------------------------------
+def test_the_watcher_applies_the_cluster_default_overridden_by_the_brokers_own_rate(store):
+    store.update_broker_config("", lambda c: {**c, "leader.replication.throttled.rate": "500",
+                                              "follower.replication.throttled.rate": "700"})
+    store.update_broker_config("3", lambda c: {**c, "leader.replication.throttled.rate": "900"})
+    quotas = ReplicationQuotas(broker_id=3)
+    watcher = QuotaConfigWatcher(store=store, quotas=quotas, reload_s=60.0)
+    watcher.start()
+    try:
+        assert (quotas.leader.rate, quotas.follower.rate) == (900, 700)  # read before start returns
+        store.update_broker_config("", lambda c: {})
+        watcher.wake()  # what the metadata event listener does
+        wait_until(lambda: quotas.follower.rate is None, timeout_s=5, what="the default rate gone")
+        assert quotas.leader.rate == 900
+    finally:
+        watcher.stop()
