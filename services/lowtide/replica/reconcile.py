@@ -129,6 +129,16 @@ class PartitionReconciler:
             log.warning("metadata unavailable: %s", exc)
             return
         mine = {tp: st for tp, st in states.items() if self.broker_id in st.replicas and tp[0] in topics}
+        # A topic deleted and created again under its name between two passes: the partition
+        # hosted is the old topic's (another topic id). Reused, it kept the old records, and its
+        # partition epoch, which the new record's (0 again) is below, so apply_state would take
+        # the new record for a stale one. Unhost it now (its log is deleted as any unassigned
+        # one) and open the new topic's on the next pass, forced.
+        recreated = {tp for tp in mine if (hosted := self.registry.find(*tp)) is not None
+                     and hosted.topic_info.topic_id != topics[tp[0]].topic_id}
+        if recreated:
+            mine = {tp: st for tp, st in mine.items() if tp not in recreated}
+            self.trigger.force()
         changes = self.registry.apply_assignment(mine, open_partition=lambda tp: self._open(topics[tp[0]], tp))
         for p in changes.removed:
             log.info("removing partition", extra={"fields": {"topic": p.topic, "partition": p.partition}})

@@ -314,3 +314,22 @@ def test_a_removed_leaders_parked_acks_all_produce_answers_not_leader_or_followe
     assert isinstance(outcome, NotLeaderOrFollower)
     assert b.registry.find(*TP) is None
     assert not (tmp_path / "broker-0" / f"{TOPIC}-0").exists()
+
+
+def test_a_topic_created_again_between_two_passes_is_opened_afresh_and_its_isr_changes_go_through(broker0):
+    b = broker0
+    b.produce(5)
+    assert b.isr.change(b.leader, {0, 1}) is False and b.leader.partition_epoch == 1
+    old_id = b.leader.topic_info.topic_id
+    b.store.delete_topic(TOPIC)
+    b.store.create_topic(name=TOPIC, partitions=1, replication_factor=3, config={"segment.bytes": "400"},
+                         assignment=[[0, 1, 2]])
+
+    b.reconciler.reconcile()  # the old topic's partition goes, with its log
+    assert b.registry.find(*TP) is None and b.reconciler.trigger.forced
+    b.reconciler.reconcile()  # the next (forced) pass opens the new one
+
+    assert b.leader.topic_info.topic_id != old_id
+    assert (b.leader.log.log_end_offset, b.leader.partition_epoch, b.leader.isr) == (0, 0, {0, 1, 2})
+    b.isr.change(b.leader, {0, 2})
+    assert b.store.partition_state(*TP).isr == (0, 2) and b.wakes == []
