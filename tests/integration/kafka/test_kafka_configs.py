@@ -203,6 +203,28 @@ def test_kafka_configs_describes_a_broker(kcluster):
     assert any(line.startswith("auto.create.topics.enable=false ") for line in lines), out
 
 
+def test_kafka_configs_sets_and_deletes_a_brokers_throttle_rate(kcluster):
+    """KIP-73: the throttle rates are lowtide's dynamic broker configs (per broker and cluster-wide)."""
+    bootstrap = kcluster.kafka_bootstrap
+    ok(tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-name", "1", "--add-config", "leader.replication.throttled.rate=1000000"))
+    ok(tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-default", "--add-config", "follower.replication.throttled.rate=2000000"))
+    assert s.store(kcluster).effective_broker_config(1) == {"leader.replication.throttled.rate": "1000000",
+                                                            "follower.replication.throttled.rate": "2000000"}
+    out = ok(tool("kafka-configs", "--bootstrap-server", bootstrap, "--describe", "--entity-type", "brokers",
+                  "--entity-name", "1"))
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[0] == "Dynamic configs for broker 1 are:"
+    assert any(line.startswith("leader.replication.throttled.rate=1000000 ")
+               and "DYNAMIC_BROKER_CONFIG:leader.replication.throttled.rate=1000000" in line for line in lines), out
+    ok(tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-name", "1", "--delete-config", "leader.replication.throttled.rate"))
+    ok(tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "brokers",
+            "--entity-default", "--delete-config", "follower.replication.throttled.rate"))
+    assert s.store(kcluster).broker_configs() == {}
+
+
 def test_kafka_topics_reports_partitions_under_min_isr_from_the_altered_topic_config(kcluster):
     bootstrap = kcluster.kafka_bootstrap
     s.create_topic(kcluster, "minisr", partitions=1, rf=3)
