@@ -121,7 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_move_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S",
                         help="cap the copy rate per broker (KIP-73 throttle); verify removes it")
-    parser.add_argument("--wait", action="store_true", help="show progress until the moves are done")
+    parser.add_argument("--wait", action="store_true",
+                        help="show progress until the moves are done (rebalance: then elect the preferred leaders)")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="with --wait: give up then")
     parser.add_argument("--preserve-throttles", action="store_true",
                         help="with --wait: leave the throttle configs in place when done")
@@ -397,8 +398,10 @@ def wait_for(args: argparse.Namespace, admin: Admin, *, targets: Assignment, tim
 
 
 def execute_moves(args: argparse.Namespace, admin: Admin, *, moves: Assignment, current: Assignment,
-                  label: str, allow_replication_factor_change: bool = True) -> int:
-    """Shared by execute, rebalance --execute: rollback JSON, start, optionally wait."""
+                  label: str, allow_replication_factor_change: bool = True, elect: bool = False) -> int:
+    """Shared by execute, rebalance --execute: rollback JSON, start, optionally wait. ``elect``:
+    once waited for, move leadership to the new preferred leaders (else the controller's leader
+    balance does it within its check interval)."""
     rollback = {tp: current[tp] for tp in moves}
     text = ["Current partition replica assignment", "", to_json(reassignment_doc(rollback)), "",
             "Save this to use as the --reassignment-json-file option during rollback"]
@@ -415,9 +418,20 @@ def execute_moves(args: argparse.Namespace, admin: Admin, *, moves: Assignment, 
         if args.throttle is not None and not args.preserve_throttles:
             clear_throttles(args, admin, topics={t for t, _ in moves}, snapshot=snapshot)
         text.append(f"Reassignment of {len(moves)} partition(s) is completed.")
+        if elect:
+            elect_preferred(args, admin, moves)
     emit(args, {"current": reassignment_doc(rollback), "started": [f"{t}-{p}" for t, p in started],
                 "throttle": args.throttle, "completed": completed}, "\n".join(text))
     return 0
+
+
+def elect_preferred(args: argparse.Namespace, admin: Admin, partitions: Iterable[TopicPartition]) -> None:
+    """Preferred elections for ``partitions``; a failure is reported, not fatal (the moves are done
+    and the controller's leader balance retries)."""
+    results = admin.elect_leaders(election_type="preferred", partitions=sorted(partitions))
+    failed = {tp: e for tp, e in results.items() if e is not None and e.name != "ELECTION_NOT_NEEDED"}
+    for (t, p), e in sorted(failed.items()):
+        progress(args, f"warning: preferred leader election for {t}-{p} failed: {e.name}: {e.message}")
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -441,13 +455,14 @@ def emit_plan(args: argparse.Namespace, *, current: Assignment, proposed: Assign
     """Print a proposal; the per-broker counts are over ``whole`` (default ``current``) before and
     after it, so a rebalance shows the cluster's load, not only the moving partitions'."""
     whole = current if whole is None else whole
-    # Brokers that lose every replica (not in the list) are shown too, with their counts going to 0.
-    shown = sorted(set(brokers) | {b for r in whole.values() for b in r})
+    # The brokers placed on, and those the moves take replicas off (their counts going down); the
+    # chart's scale-down check reads the live brokers from rebalance --plan's list.
+    shown = sorted(set(brokers) | {b for r in current.values() for b in r})
     before, after = brokers_load(whole, shown), brokers_load({**whole, **proposed}, shown)
     doc = {"current": reassignment_doc(current), "proposed": reassignment_doc(proposed),
            "moves": count_moves(current, proposed),
            "brokers": [{"broker": b, "replicas": before[b][0], "leaders": before[b][1],
-                        "replicas_after": after[b][0], "leaders_after": after[b][1]} for b in sorted(before)]}
+                        "replicas_after": after[b][0], "leaders_after": after[b][1]} for b in shown]}
     text = ["Current partition replica assignment", to_json(reassignment_doc(current)), "",
             "Proposed partition reassignment configuration", to_json(reassignment_doc(proposed))]
     emit(args, doc, "\n".join(text))
@@ -569,7 +584,15 @@ def run_rebalance(args: argparse.Namespace) -> int:
         targets = targets_of(current, ongoing)
         live = sorted(b for b, meta in snapshot.brokers.items() if meta.live)
         racks = {b: snapshot.brokers[b].rack for b in live}
-        moves = changed(targets, plan_moves(current=targets, brokers=live, racks=racks))
+        # A partition with a replica on a broker that is down is left alone: the broker may only be
+        # restarting, and moving its replicas away is a drain's decision (lowtide drain), not a
+        # rebalance's. Its live replicas still count in the per-broker load.
+        down = {tp: r for tp, r in targets.items() if any(b not in live for b in r)}
+        if down:
+            progress(args, f"rebalance: leaving {len(down)} partition(s) alone, with replicas on brokers that are "
+                           f"down ({','.join(map(str, sorted({b for r in down.values() for b in r} - set(live))))})")
+        movable = {tp: r for tp, r in targets.items() if tp not in down}
+        moves = changed(movable, plan_moves(current=movable, brokers=live, racks=racks, load=targets))
         if args.plan:
             return emit_plan(args, current={tp: targets[tp] for tp in moves}, proposed=moves, brokers=live,
                              whole=targets)
@@ -577,4 +600,4 @@ def run_rebalance(args: argparse.Namespace) -> int:
             emit(args, {"current": reassignment_doc({}), "started": [], "throttle": args.throttle, "completed": True},
                  "The cluster is balanced: nothing to move.")
             return 0
-        return execute_moves(args, admin, moves=moves, current=current, label="rebalance")
+        return execute_moves(args, admin, moves=moves, current=current, label="rebalance", elect=True)

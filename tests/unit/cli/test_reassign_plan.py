@@ -109,3 +109,10 @@ def test_a_drain_that_would_leave_a_topic_under_its_replication_factor_is_refuse
 def test_a_plan_with_fewer_brokers_than_replicas_is_refused():
     with pytest.raises(InvalidReplicationFactor, match="orders-0 has 3 replicas but only 2 brokers"):
         plan_moves(current=layout("orders", [[0, 1, 2]]), brokers=[0, 1])
+
+
+def test_the_rest_of_the_clusters_load_steers_where_replicas_go():
+    # Broker 0 already carries other partitions: a new placement avoids it.
+    others = layout("busy", [[0], [0], [0]])
+    plan = plan_moves(current=layout("orders", [[5]]), brokers=[0, 1], load={**others, **layout("orders", [[5]])})
+    assert plan == {("orders", 0): (1,)}
