@@ -87,7 +87,9 @@ def settled_on(cluster: LocalCluster, replicas: tuple[int, ...]) -> bool:
 
 def test_an_adding_replica_starts_at_the_log_start_offset_and_holds_delete_records_until_it_reports_it(
         cluster_factory):
-    cluster = cluster_factory(replicas=4, coordinators=0)
+    # A long session: broker 3, paused, must stay live however slow the machine (nothing here waits
+    # for a session to lapse).
+    cluster = cluster_factory(replicas=4, coordinators=0, session_timeout_ms=15_000)
     # Placed on {0,1,2}, led by broker 0 (the broker the move removes): written straight into the
     # store, since CreateTopics places replicas from a random start.
     s.store(cluster).create_topic(name=TOPIC, partitions=1, replication_factor=3,
@@ -126,7 +128,7 @@ def test_an_adding_replica_starts_at_the_log_start_offset_and_holds_delete_recor
         deleting.start()
         s.wait_until(lambda: s.describe(cluster, 0, TOPIC).log_start_offset == SECOND_DELETE,
                      what="the leader's log start offset raised")
-        time.sleep(1.0)  # well under the session timeout: broker 3 stays live throughout
+        time.sleep(1.0)  # broker 3 stays live throughout (session_timeout_ms above)
         assert deleting.is_alive(), f"acknowledged without broker 3: {deleted}"
     finally:
         resumed_at = time.monotonic()
