@@ -1,9 +1,10 @@
 """KIP-73 replication throttle on real processes (2 replicas, a front door, a real redis-server):
-a follower that was stopped while ~5 MB were produced catches up at the leader's
-``leader.replication.throttled.rate`` (set cluster-wide through Admin.AlterConfigs, the topic's
-``leader.replication.throttled.replicas`` = ``*``), within 10 %; with the rate deleted the same
-copy is several times faster. The follower is out of the ISR while it copies (the throttle
-applies only then) and joins it once caught up.
+a follower that was stopped while ~4 MB were produced catches up at 1 MB/s within 10 %, first
+under the leader's ``leader.replication.throttled.rate`` (set cluster-wide through
+Admin.AlterConfigs, the topic's ``leader.replication.throttled.replicas`` = ``*``), then under its
+own broker's ``follower.replication.throttled.rate`` (the topic's follower list naming its
+replica); with no rate the same copy is several times faster. The follower is out of the ISR while
+it copies (the throttle applies only then) and joins it once caught up.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from tests.integration import support as s
 
 TOPIC = "throttled"
 RATE = 1_000_000  # bytes/s
-BATCHES, RECORDS, VALUE_BYTES = 50, 100, 1000  # ~5 MB per phase
+BATCHES, RECORDS, VALUE_BYTES = 40, 100, 1000  # ~4 MB per phase
 LEADER_RATE, LEADER_LIST = "leader.replication.throttled.rate", "leader.replication.throttled.replicas"
+FOLLOWER_RATE, FOLLOWER_LIST = "follower.replication.throttled.rate", "follower.replication.throttled.replicas"
 
 
 def alter(cluster, resource: str, key: str, value: str | None) -> None:
@@ -66,19 +68,11 @@ def first_at(samples: list[tuple[float, int]], offset: int) -> float:
     return next(t for t, leo in samples if leo >= offset)
 
 
-def test_a_catching_up_follower_copies_at_the_leaders_throttle_rate(cluster_factory):
-    cluster = cluster_factory(replicas=2)
-    s.create_topic(cluster, TOPIC, partitions=1, rf=2, config={"segment.bytes": str(1 << 20)})
-    leader = s.leader_of(cluster, TOPIC)
-    follower = 1 - leader
-
-    alter(cluster, TOPIC, LEADER_LIST, "*")
-    alter(cluster, "broker:", LEADER_RATE, str(RATE))  # the cluster-wide default
-    s.wait_until(lambda: s.metric(cluster, f"replica-{leader}", "lowtide_replication_throttle_rate_bytes",
-                                  direction="leader") == RATE, what="the leader's throttle rate in force")
-
-    # -- throttled ---------------------------------------------------------------------------------
-    start_leo, end_leo = produce_while_stopped(cluster, leader=leader, follower=follower, phase=1)
+def throttled_copy(cluster, *, leader: int, follower: int, phase: int, direction: str) -> float:
+    """One phase's copy under a throttle of ``RATE`` on ``direction``'s side: checks the steady
+    rate, the time the copy took, that the follower joins the ISR after and that the throttled
+    side counted the bytes. Returns the seconds from the restart to caught up."""
+    start_leo, end_leo = produce_while_stopped(cluster, leader=leader, follower=follower, phase=phase)
     log_bytes = s.describe(cluster, leader, TOPIC).size_bytes
     copy_bytes = log_bytes * (end_leo - start_leo) / end_leo
     samples = catch_up(cluster, follower=follower, start_leo=start_leo, end_leo=end_leo)
@@ -86,33 +80,61 @@ def test_a_catching_up_follower_copies_at_the_leaders_throttle_rate(cluster_fact
     from_offset = start_leo + int(0.3 * (end_leo - start_leo))
     steady_s = first_at(samples, end_leo) - first_at(samples, from_offset)
     measured = copy_bytes * 0.7 / steady_s
-    # The whole copy: an idle bucket holds its capacity (1 MiB here, one max batch), which the first
-    # read takes at once; everything after it comes at the rate. The copy may start while the
-    # restarted follower is still starting up, before the samples begin: count from the first
-    # sample once the burst is spent.
+    # The whole copy: an idle bucket holds at most its capacity (1 MiB here, one max batch), which
+    # the first read takes at once; everything after it comes at the rate. The copy may start
+    # while the restarted follower is still starting up, before the samples begin: count from the
+    # first sample once the burst is spent.
     burst = 1 << 20
     bytes_per_offset = copy_bytes / (end_leo - start_leo)
     counted_from = max(start_leo + int(burst / bytes_per_offset), samples[1][1])
     copy_s = first_at(samples, end_leo) - first_at(samples, counted_from)
     counted_bytes = (end_leo - counted_from) * bytes_per_offset
     expected_s = counted_bytes / RATE
-    throttled_s = first_at(samples, end_leo) - samples[0][0]
-    print(f"throttled copy: {copy_bytes / 1e6:.2f} MB, steady rate {measured / 1e6:.3f} MB/s "
+    since_restart_s = first_at(samples, end_leo) - samples[0][0]
+    print(f"{direction} throttle: {copy_bytes / 1e6:.2f} MB, steady rate {measured / 1e6:.3f} MB/s "
           f"(target {RATE / 1e6:.3f}), {copy_s:.2f} s for the {counted_bytes / 1e6:.2f} MB after the burst "
-          f"(expected {expected_s:.2f} s), "
-          f"{throttled_s:.2f} s after the restart")
+          f"(expected {expected_s:.2f} s), {since_restart_s:.2f} s after the restart")
     assert abs(measured - RATE) / RATE < 0.10, measured
     assert abs(copy_s - expected_s) / expected_s < 0.10, (copy_s, expected_s)
     s.wait_until(lambda: isr(cluster) == tuple(sorted((leader, follower))), what="the caught-up follower in the ISR")
-    sent = s.metric(cluster, f"replica-{leader}", "lowtide_replication_throttled_bytes_total", direction="leader")
-    assert copy_bytes * 0.95 <= sent <= copy_bytes * 1.05, (sent, copy_bytes)
+    counted_on = leader if direction == "leader" else follower
+    throttled = s.metric(cluster, f"replica-{counted_on}", "lowtide_replication_throttled_bytes_total",
+                         direction=direction)
+    if direction == "follower":  # the follower restarted: its counter holds this copy only
+        assert copy_bytes * 0.95 <= throttled <= copy_bytes * 1.05, (throttled, copy_bytes)
+    else:
+        assert throttled >= copy_bytes * 0.95, (throttled, copy_bytes)
+    return since_restart_s
 
-    # -- the rate deleted: unthrottled ---------------------------------------------------------------
+
+def rate_in_force(cluster, broker: int, direction: str) -> float:
+    return s.metric(cluster, f"replica-{broker}", "lowtide_replication_throttle_rate_bytes", direction=direction)
+
+
+def test_a_catching_up_follower_copies_at_the_throttle_rate_and_much_faster_without(cluster_factory):
+    cluster = cluster_factory(replicas=2)
+    s.create_topic(cluster, TOPIC, partitions=1, rf=2, config={"segment.bytes": str(1 << 20)})
+    leader = s.leader_of(cluster, TOPIC)
+    follower = 1 - leader
+
+    # -- the leader's side: the cluster-wide default rate, every replica of the topic listed ----------
+    alter(cluster, TOPIC, LEADER_LIST, "*")
+    alter(cluster, "broker:", LEADER_RATE, str(RATE))
+    s.wait_until(lambda: rate_in_force(cluster, leader, "leader") == RATE, what="the leader's rate in force")
+    throttled_s = throttled_copy(cluster, leader=leader, follower=follower, phase=1, direction="leader")
+
+    # -- the follower's side: its own broker's rate, its replica listed --------------------------------
     alter(cluster, "broker:", LEADER_RATE, None)
-    s.wait_until(lambda: s.metric(cluster, f"replica-{leader}", "lowtide_replication_throttle_rate_bytes",
-                                  direction="leader") == -1, what="the leader unthrottled")
-    start_leo, end_leo = produce_while_stopped(cluster, leader=leader, follower=follower, phase=2)
+    alter(cluster, f"broker:{follower}", FOLLOWER_RATE, str(RATE))
+    alter(cluster, TOPIC, FOLLOWER_LIST, f"0:{follower}")
+    s.wait_until(lambda: rate_in_force(cluster, leader, "leader") == -1, what="the leader unthrottled")
+    throttled_copy(cluster, leader=leader, follower=follower, phase=2, direction="follower")
+
+    # -- no rate: unthrottled ---------------------------------------------------------------------------
+    alter(cluster, f"broker:{follower}", FOLLOWER_RATE, None)
+    start_leo, end_leo = produce_while_stopped(cluster, leader=leader, follower=follower, phase=3)
     samples = catch_up(cluster, follower=follower, start_leo=start_leo, end_leo=end_leo)
     free_s = first_at(samples, end_leo) - samples[0][0]
     print(f"unthrottled copy of the same size: {free_s:.2f} s after the restart (throttled {throttled_s:.2f} s)")
+    assert rate_in_force(cluster, follower, "follower") == -1
     assert free_s < throttled_s / 3, (free_s, throttled_s)
