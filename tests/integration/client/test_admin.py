@@ -13,7 +13,7 @@ from tests.integration import support as s
 
 
 def test_list_offsets_right_after_a_kill_9_of_the_leader_answers_from_the_next_leader(cluster_factory):
-    cluster = cluster_factory(session_timeout_ms=2000)
+    cluster = cluster_factory(session_timeout_ms=2000, coordinators=0)
     s.create_topic(cluster, "moving", partitions=1, rf=3)
     with Producer(cluster.bootstrap) as producer:
         producer.produce_values("moving", [str(i).encode() for i in range(25)], partition=0)

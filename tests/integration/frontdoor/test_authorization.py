@@ -13,7 +13,7 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
         cluster_factory, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("admin-secret User:admin\nalice-secret User:alice\n")
-    cluster = cluster_factory(auth_enabled=True, tokens_file=tokens, super_users="User:admin")
+    cluster = cluster_factory(auth_enabled=True, tokens_file=tokens, super_users="User:admin", coordinators=0)
     admin_cfg = tmp_path / "admin.properties"
     admin_cfg.write_text("lowtide.auth.token=admin-secret\n")
     alice_cfg = tmp_path / "alice.properties"
@@ -88,7 +88,7 @@ def test_delete_records_tool_prints_low_watermarks_and_exits_nonzero_on_any_fail
 
 def test_with_auth_on_anonymous_callers_see_no_topic_and_users_only_topics_they_may_describe(
         cluster_factory, tmp_path):
-    cluster = cluster_factory(auth_enabled=True)  # no tokens file: `up` generates an admin identity
+    cluster = cluster_factory(auth_enabled=True, coordinators=0)  # no tokens file: `up` generates an admin identity
     admin_cfg = cluster.state.auth["admin_command_config"]
     for topic in ("visible", "listed-by-prefix", "hidden"):
         s.cli_json("topics", "create", "--bootstrap-server", cluster.bootstrap, "--topic", topic,

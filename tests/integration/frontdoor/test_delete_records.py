@@ -97,7 +97,7 @@ def test_a_stopped_follower_times_the_request_out_while_live_and_is_ignored_once
         cluster_factory):
     # Kafka's rule: the low watermark counts replicas on *live* brokers. A SIGSTOPped follower stays
     # live until its session (3 s here) expires; then it no longer holds deletion back.
-    cluster = cluster_factory(session_timeout_ms=3000)
+    cluster = cluster_factory(session_timeout_ms=3000, coordinators=0)
     s.create_topic(cluster, "slow", partitions=1, rf=3)
     fill(cluster, "slow", batches=5)
     leader = s.leader_of(cluster, "slow")
@@ -170,7 +170,8 @@ def test_an_acknowledged_low_watermark_survives_kill_9_of_every_replica_before_a
     # checkpoint is pushed out of reach, so only the per-partition log-start-offset file can keep it.
     from tests.integration.conftest import DEFAULT_REPLICA_CONFIG
 
-    cluster = cluster_factory(config={**DEFAULT_REPLICA_CONFIG, "log.checkpoint.interval.ms": "3600000"})
+    cluster = cluster_factory(coordinators=0,
+                              config={**DEFAULT_REPLICA_CONFIG, "log.checkpoint.interval.ms": "3600000"})
     s.create_topic(cluster, "durable", partitions=1, rf=3)
     total = fill(cluster, "durable", batches=10)
     target = total - 7  # inside the active segment: no segment file is deleted to hint at it

@@ -20,7 +20,7 @@ TOPIC = "balanced"
 @pytest.fixture
 def balance_cluster(cluster_factory):
     # Balance off to start with: the test decides when leaders move back.
-    return cluster_factory(session_timeout_ms=2000, extra_env={
+    return cluster_factory(session_timeout_ms=2000, coordinators=0, extra_env={
         "LOWTIDE_AUTO_LEADER_REBALANCE_ENABLE": "false", "LOWTIDE_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS": "1"})
 
 

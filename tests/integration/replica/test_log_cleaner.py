@@ -60,7 +60,7 @@ def cleaner_counter(cluster: LocalCluster, broker_id: int, name: str) -> float:
 
 def test_a_compacted_topic_keeps_each_keys_latest_value_and_loses_a_tombstone_soon_after_its_horizon(
         cluster_factory):
-    cluster = cluster_factory(config={**DEFAULT_REPLICA_CONFIG, "log.cleaner.backoff.ms": "500"})
+    cluster = cluster_factory(config={**DEFAULT_REPLICA_CONFIG, "log.cleaner.backoff.ms": "500"}, coordinators=0)
     retention_ms = 4000
     s.create_topic(cluster, "compacted", partitions=1, rf=3, config={
         "cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "1000",
@@ -106,7 +106,7 @@ def test_a_compacted_topic_keeps_each_keys_latest_value_and_loses_a_tombstone_so
 def test_a_replica_killed_in_the_middle_of_a_cleaning_pass_restarts_with_every_latest_value_at_its_offset(
         cluster_factory):
     # A throttled cleaner (100 KB/s), so one pass over ~600 KB takes seconds and the kill lands in it.
-    cluster = cluster_factory(config={**DEFAULT_REPLICA_CONFIG, "log.cleaner.backoff.ms": "300",
+    cluster = cluster_factory(coordinators=0, config={**DEFAULT_REPLICA_CONFIG, "log.cleaner.backoff.ms": "300",
                                       "log.cleaner.io.max.bytes.per.second": "100000"})
     s.create_topic(cluster, "kv", partitions=1, rf=3, config={"cleanup.policy": "compact", "segment.bytes": "65536"})
     leader = s.leader_of(cluster, "kv")

@@ -55,7 +55,7 @@ def test_followers_replicate_over_one_stream_per_leader_and_no_unary_fetch(share
 
 
 def test_the_unary_fetch_transport_still_replicates_when_chosen(cluster_factory):
-    cluster = cluster_factory(extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "fetch"})
+    cluster = cluster_factory(coordinators=0, extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "fetch"})
     s.create_topic(cluster, "unary", partitions=1, rf=3)
     leader = s.leader_of(cluster, "unary")
     acked = produce_batches(cluster, "unary", 10, leader=leader)
