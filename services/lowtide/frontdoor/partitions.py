@@ -24,6 +24,7 @@ from lowtide.errors import (
     LowtideError,
     RequestTimedOut,
     TopicAuthorizationFailed,
+    UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.messages.admin import PartitionsRequest, TopicOutcome
@@ -104,8 +105,17 @@ class PartitionCreator:
             raise InvalidPartitions(f"{request.count} partitions is more than the {MAX_PARTITIONS} a topic may have")
         return request.count - topic.partitions
 
+    def _replication_factor(self, topic: TopicInfo) -> int:
+        """Partition 0's replica count, as Kafka's controller takes it: a reassignment may have
+        changed the topic's replication factor since it was created (``TopicInfo`` keeps the one it
+        was created with), and new partitions should match the existing ones."""
+        try:
+            return len(self._store.partition_state(topic.name, 0).target_replicas) or topic.replication_factor
+        except UnknownTopicOrPartition:
+            return topic.replication_factor
+
     def _assignment(self, topic: TopicInfo, request: PartitionsRequest, added: int) -> list[list[int]]:
-        rf = topic.replication_factor
+        rf = self._replication_factor(topic)
         if not request.assignments:
             live = sorted(self._store.live_broker_ids())
             if rf > len(live):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -156,3 +157,11 @@ def test_topics_and_new_partitions_spread_over_racks_when_brokers_have_them(stor
     pool.shutdown()
     for state in store.partition_states("zoned"):
         assert {racks[b] for b in state.replicas} == {"zone-a", "zone-b"}, state
+
+
+def test_new_partitions_take_the_replication_factor_a_reassignment_gave_partition_0(store, topics):
+    # Kafka's controller takes the replica count of partition 0, not the one the topic was created with.
+    cur = store.partition_state("orders", 0)
+    assert store.compare_and_set_partition(cur, replace(cur, replicas=(0, 1, 2), isr=(0, 1, 2)))
+    states = grow(store, 3)
+    assert len(states[2].replicas) == 3
