@@ -41,12 +41,15 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import grpc
+
 from lowtide.cli.client_args import add_connection_flags, build_admin
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.cli.reassign_plan import Assignment, brokers_load, changed, count_moves, plan_drain, plan_moves
 from lowtide.client import Admin
 from lowtide.client.admin import OngoingReassignment
 from lowtide.client.metadata import ClusterSnapshot
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import LowtideError, error_or_none
 from lowtide_pb import admin_pb2
 
@@ -573,6 +576,29 @@ def run_drain(args: argparse.Namespace) -> int:
     return 0
 
 
+def partition_sizes(args: argparse.Namespace, admin: Admin, snapshot: ClusterSnapshot,
+                    live: Sequence[int]) -> dict[tuple[str, int], int]:
+    """Bytes per partition (the largest copy any live broker reports: DescribeLogs), so a rebalance
+    evens bytes as well as counts. A broker that does not answer (down, or the caller may not
+    describe its logs) leaves its partitions at their other copies' size; none answering at all
+    plans by count only, said on stderr."""
+    sizes: dict[tuple[str, int], int] = {}
+    replicas = ReplicaClient(channels=admin.channels, metadata=admin.metadata)
+    failed = []
+    for b in live:
+        meta = snapshot.brokers[b]
+        try:
+            for info in replicas.describe_logs(f"{meta.host}:{meta.port}", timeout_s=10).logs:
+                key = (info.topic, info.partition)
+                sizes[key] = max(sizes.get(key, 0), info.size_bytes)
+        except (LowtideError, grpc.RpcError) as exc:
+            failed.append(f"{b} ({exc})")
+    if failed:
+        progress(args, f"rebalance: no partition sizes from broker(s) {', '.join(failed)}"
+                       + ("; planning by replica counts only" if not sizes else ""))
+    return sizes
+
+
 def run_rebalance(args: argparse.Namespace) -> int:
     with build_admin(args) as admin:
         snapshot, current = read_cluster(admin)
@@ -592,7 +618,8 @@ def run_rebalance(args: argparse.Namespace) -> int:
             progress(args, f"rebalance: leaving {len(down)} partition(s) alone, with replicas on brokers that are "
                            f"down ({','.join(map(str, sorted({b for r in down.values() for b in r} - set(live))))})")
         movable = {tp: r for tp, r in targets.items() if tp not in down}
-        moves = changed(movable, plan_moves(current=movable, brokers=live, racks=racks, load=targets))
+        sizes = partition_sizes(args, admin, snapshot, live)
+        moves = changed(movable, plan_moves(current=movable, brokers=live, racks=racks, load=targets, sizes=sizes))
         if args.plan:
             return emit_plan(args, current={tp: targets[tp] for tp in moves}, proposed=moves, brokers=live,
                              whole=targets)

@@ -12,12 +12,16 @@ almost everything) is only what a partition with no usable replica left gets, in
 Steps (``plan_moves``): keep each partition's replicas that are on an eligible broker and do not
 break the rack rule, fill the gaps with the least-loaded brokers the rule allows, then, when
 balancing, swap replicas from the most to the least loaded broker (preferring swaps that undo or
-redirect a move already planned) until no broker holds more than one replica above another, and
-finally reorder replicas so preferred leaders are even as well (a reorder copies nothing).
+redirect a move already planned) until no broker holds more than one replica above another; given
+partition sizes, exchange replicas of a bigger and a smaller partition between the brokers holding
+the most and the fewest bytes (replica counts stay as they are) until the bytes are within
+``BYTES_TOLERANCE`` of the mean or no exchange narrows the gap; finally reorder replicas so
+preferred leaders are even as well (a reorder copies nothing).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +30,9 @@ from lowtide.errors import InvalidReplicationFactor
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, tuple[int, ...]]
+# Bytes per broker are even enough when the fullest and the emptiest differ by at most this share
+# of the mean: closer than that, each exchange copies a partition for little gain.
+BYTES_TOLERANCE = 0.10
 
 
 class _Racks:
@@ -73,12 +80,14 @@ def changed(before: Mapping[TopicPartition, Sequence[int]],
 
 def plan_moves(*, current: Mapping[TopicPartition, Sequence[int]], brokers: Iterable[int],
                racks: Mapping[int, str] | None = None, balance: bool = True,
-               load: Mapping[TopicPartition, Sequence[int]] | None = None) -> Assignment:
+               load: Mapping[TopicPartition, Sequence[int]] | None = None,
+               sizes: Mapping[TopicPartition, int] | None = None) -> Assignment:
     """New replica lists for the partitions of ``current`` (replication factors kept), all on
     ``brokers``. ``balance`` evens replicas and preferred leaders per broker; without it only the
     replicas that must move (not on ``brokers``, or breaking the rack rule) move. ``load`` is the
     assignment the per-broker counts are taken over (default ``current``; pass the whole cluster's
-    to fill the least-loaded brokers of the cluster rather than of these partitions). Raises
+    to fill the least-loaded brokers of the cluster rather than of these partitions). ``sizes``
+    (bytes per partition) also evens the bytes per broker when balancing. Raises
     InvalidReplicationFactor when a partition has more replicas than there are brokers."""
     eligible = sorted(set(brokers))
     rule = _Racks(eligible, racks)
@@ -119,6 +128,8 @@ def plan_moves(*, current: Mapping[TopicPartition, Sequence[int]], brokers: Iter
         planned[tp] = [b for b in row if b is not None]
     if balance:
         _even_replicas(planned, current, counts, rule)
+        if sizes:
+            _even_bytes(planned, counts, sizes, rule)
         _even_leaders(planned, current, eligible)
     return {tp: tuple(r) for tp, r in planned.items()}
 
@@ -166,6 +177,67 @@ def _find_swap(planned: dict[TopicPartition, list[int]], current: Mapping[TopicP
             if cost < 0:
                 break
     return (best[1], hi, lo) if best else None
+
+
+def _even_bytes(planned: dict[TopicPartition, list[int]], counts: Counter[int],
+                sizes: Mapping[TopicPartition, int], rule: _Racks) -> None:
+    """Narrow the bytes gap between the fullest and the emptiest broker, one step at a time: move
+    one replica from the fullest to the emptiest when the fullest also holds more replicas, else
+    exchange a replica of a bigger partition on the fullest for one of a smaller partition on the
+    emptiest; each step picks the size (difference) closest to half the gap, so the two end up as
+    close as the partitions allow. The replica spread stays within one."""
+    held: dict[int, int] = {b: 0 for b in counts}
+    for tp, row in planned.items():
+        for b in row:
+            held[b] += sizes.get(tp, 0)
+    for _ in range(len(planned) * 2 + 1):
+        lo, hi = min(held, key=lambda b: (held[b], b)), max(held, key=lambda b: (held[b], -b))
+        gap = held[hi] - held[lo]
+        mean = sum(held.values()) / len(held) if held else 0
+        if mean <= 0 or gap <= BYTES_TOLERANCE * mean:
+            return
+        step = _best_bytes_step(planned, counts, sizes, rule, hi=hi, lo=lo, gap=gap)
+        if step is None:
+            return
+        a, b, delta = step
+        planned[a][planned[a].index(hi)] = lo
+        if b is not None:
+            planned[b][planned[b].index(lo)] = hi
+        else:
+            counts[hi] -= 1
+            counts[lo] += 1
+        held[hi] -= delta
+        held[lo] += delta
+
+
+def _best_bytes_step(planned: dict[TopicPartition, list[int]], counts: Counter[int],
+                     sizes: Mapping[TopicPartition, int], rule: _Racks, *, hi: int, lo: int,
+                     gap: int) -> tuple[TopicPartition, TopicPartition | None, int] | None:
+    """(partition moving hi -> lo, partition moving lo -> hi or None, bytes moved net) whose net
+    is closest to gap / 2 and in (0, gap): the only steps that narrow the gap."""
+    def movable(src: int, dst: int) -> list[tuple[int, TopicPartition]]:
+        out = []
+        for tp, row in planned.items():
+            if src in row and dst not in row and rule.valid([dst if x == src else x for x in row], len(row)):
+                out.append((sizes.get(tp, 0), tp))
+        return sorted(out)
+
+    down, up = movable(hi, lo), movable(lo, hi)
+    best: tuple[float, TopicPartition, TopicPartition | None, int] | None = None
+    if counts[hi] > counts[lo]:
+        for size, tp in down:
+            if 0 < size < gap and (best is None or abs(gap / 2 - size) < best[0]):
+                best = (abs(gap / 2 - size), tp, None, size)
+    up_sizes = [size for size, _ in up]
+    for size, tp in down:
+        # the partner whose size makes the net closest to gap / 2
+        i = bisect.bisect_left(up_sizes, size - gap / 2)
+        for j in (i - 1, i):
+            if 0 <= j < len(up):
+                net = size - up[j][0]
+                if 0 < net < gap and (best is None or abs(gap / 2 - net) < best[0]):
+                    best = (abs(gap / 2 - net), tp, up[j][1], net)
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def _even_leaders(planned: dict[TopicPartition, list[int]], current: Mapping[TopicPartition, Sequence[int]],

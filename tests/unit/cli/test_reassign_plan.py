@@ -116,3 +116,36 @@ def test_the_rest_of_the_clusters_load_steers_where_replicas_go():
     others = layout("busy", [[0], [0], [0]])
     plan = plan_moves(current=layout("orders", [[5]]), brokers=[0, 1], load={**others, **layout("orders", [[5]])})
     assert plan == {("orders", 0): (1,)}
+
+
+def test_given_partition_sizes_a_rebalance_evens_bytes_per_broker_and_keeps_replica_counts_even():
+    from lowtide.cli.reassign_plan import BYTES_TOLERANCE, plan_moves
+
+    # Four brokers with three replicas each, but every big partition sits on brokers 0 and 1.
+    current = {("big", 0): (0, 1), ("big", 1): (1, 0), ("big", 2): (0, 1),
+               ("small", 0): (2, 3), ("small", 1): (3, 2), ("small", 2): (2, 3)}
+    sizes = {("big", p): 900 for p in range(3)} | {("small", p): 100 for p in range(3)}
+    plan = plan_moves(current=current, brokers=[0, 1, 2, 3], sizes=sizes)
+
+    def per_broker(assignment, weight):
+        out = dict.fromkeys(range(4), 0)
+        for tp, row in assignment.items():
+            for b in row:
+                out[b] += weight(tp)
+        return out
+
+    held = per_broker(plan, lambda tp: sizes[tp])
+    replicas = per_broker(plan, lambda tp: 1)
+    before = per_broker(current, lambda tp: sizes[tp])
+    assert max(before.values()) - min(before.values()) == 2400
+    mean = sum(held.values()) / 4
+    assert max(held.values()) - min(held.values()) <= max(BYTES_TOLERANCE * mean, 800), held
+    assert max(replicas.values()) - min(replicas.values()) <= 1
+    assert all(len(set(row)) == len(row) == 2 for row in plan.values())
+
+
+def test_without_sizes_a_rebalance_of_even_counts_moves_nothing():
+    from lowtide.cli.reassign_plan import changed, plan_moves
+
+    current = {("big", 0): (0, 1), ("small", 0): (2, 3)}
+    assert changed(current, plan_moves(current=current, brokers=[0, 1, 2, 3])) == {}
