@@ -105,6 +105,12 @@ def test_kafka_reassign_partitions_generates_executes_with_a_throttle_verifies_l
     listed = reassign_tool(cluster, "--list")
     assert "Current partition reassignments:" in listed, listed
     assert f"{TOPIC}-1: " in listed and f"adding: {absent}." in listed, listed
+    # kafka-topics --describe shows the move too (it asks ListPartitionReassignments).
+    described = subprocess.run([str(kafka_tool("kafka-topics")), "--bootstrap-server", cluster.kafka_bootstrap,
+                                "--describe", "--topic", TOPIC], capture_output=True, text=True, timeout=120)
+    assert described.returncode == 0, described.stderr[-2000:]
+    moving_line = next(line for line in described.stdout.splitlines() if "Partition: 1" in line)
+    assert f"Adding Replicas: {absent}" in moving_line, described.stdout
     still = reassign_tool(cluster, "--verify", "--reassignment-json-file", str(stuck), ok=False)
     assert f"Reassignment of partition {TOPIC}-1 is still in progress." in still, still
     assert "Clearing" not in still, still  # throttles stay while a move is in progress
