@@ -76,6 +76,12 @@ EXPECTED_S = {
     "tests/integration/kafka/test_kafka_auth.py": 45,
     "tests/integration/coordinator/test_shard_garbage.py": 45,
     "tests/integration/replica/test_replication.py": 40,
+    # issue 31 (measured alone, at load averages of 2 to 10)
+    "tests/integration/replica/test_reassignment_faults.py": 45,
+    "tests/integration/replica/test_replication_throttle.py": 40,
+    "tests/integration/cli/test_reassign_cli.py": 35,
+    "tests/integration/kafka/test_kafka_reassign_tool.py": 30,
+    "tests/integration/replica/test_reassignment.py": 25,
 }
 EXPECTED_INTEGRATION_S = 20
 
