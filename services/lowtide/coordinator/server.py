@@ -7,7 +7,9 @@ registers its address in ``lowtide:coordinators`` and only then answers requests
 NOT_COORDINATOR without the lease, else COORDINATOR_LOAD_IN_PROGRESS; both retriable). The topic is
 created on the first write, so a cluster that never uses diskless topics has no metadata partitions.
 State lives in ``--data-dir``: ``state.sqlite`` and
-``snapshots/``. With ``--auth-enabled`` every call needs CLUSTER_ACTION on the CLUSTER, and
+``snapshots/``; each snapshot is also put in the object store (``coordinator.snapshot_store``) before
+the log below it is deleted, so a shard started on an empty ``--data-dir`` restores from there.
+With ``--auth-enabled`` every call needs CLUSTER_ACTION on the CLUSTER, and
 ``--token-file`` is this coordinator's own token for the replicas and the other shards it calls.
 """
 
@@ -33,6 +35,7 @@ from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
 from lowtide.coordinator.retention import RetentionPass
 from lowtide.coordinator.service import ShardConfig, ShardService
 from lowtide.coordinator.servicer import CoordinatorServicer
+from lowtide.coordinator.snapshot_store import SnapshotStore
 from lowtide.coordinator.snapshots import SnapshotPolicy
 from lowtide.errors import CoordinatorNotAvailable, error_or_none
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
@@ -138,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         appends_in_flight=args.appends_in_flight, applier=args.applier,
         snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
         file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
-    lifetime = FileLifetime(store=open_object_store(args.object_store), grace_ms=args.file_delete_grace_ms,
+    object_store = open_object_store(args.object_store)
+    lifetime = FileLifetime(store=object_store, grace_ms=args.file_delete_grace_ms,
                             hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
                             knows_file=build_knows_file(redis=redis, channels=channels, metadata=metadata),
                             claim_after_ms=args.file_claim_after_ms,
@@ -155,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
     retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
                               interval_ms=args.retention_check_interval_ms)
     shard = ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis,
-                         retention=retention)
+                         retention=retention, snapshot_store=SnapshotStore(store=object_store, shard=args.shard,
+                                                                           keep=config.snapshot.keep))
     REGISTRY.register(CoordinatorCollector(shard))
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
     servicer = CoordinatorServicer(shard, access=access, observe_commit=commit_seconds.observe)

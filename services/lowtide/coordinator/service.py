@@ -89,6 +89,7 @@ from lowtide.coordinator.leadership import ShardAddress, register_shard
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
 from lowtide.coordinator.records import MetadataRecord, encode_record
+from lowtide.coordinator.snapshot_store import SnapshotStore
 from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.errors import (
@@ -193,12 +194,16 @@ class ShardService:
     """
 
     def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: Lease,
-                 lifetime: FileLifetime | None = None, redis=None, retention=None) -> None:
+                 lifetime: FileLifetime | None = None, redis=None, retention=None,
+                 snapshot_store: SnapshotStore | None = None) -> None:
         if not 1 <= config.appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
             raise InvalidConfig(f"appends in flight must be 1 to {MAX_APPENDS_IN_FLIGHT}, "
                                 f"got {config.appends_in_flight}")
         self.config = config
         self.retention = retention  # coordinator.retention.RetentionPass: time/size retention
+        # Snapshots also in the object store (coordinator.snapshot_store): the log below a snapshot
+        # is deleted only once it is there, and an empty disk restores from it.
+        self.snapshot_store = snapshot_store
         self.log = metadata_log
         self.lease = lease
         self.lifetime = lifetime
@@ -727,8 +732,13 @@ class ShardService:
 
     def _restore_newest_snapshot(self) -> None:
         """The log starts past our applied offset (truncated below a snapshot): the newest local
-        snapshot must cover the gap, or this shard cannot be rebuilt here."""
+        snapshot (or, newer, the object store's: an empty disk) must cover the gap, or this shard
+        cannot be rebuilt here."""
         newest = latest_snapshot(self.snapshot_dir)
+        if self.snapshot_store is not None:
+            newest = self.snapshot_store.fetch_newer(
+                directory=self.snapshot_dir, than=max(snapshot_offset(newest) if newest else -1,
+                                                      self.state.applied_offset)) or newest
         if newest is None or snapshot_offset(newest) <= self.state.applied_offset:
             raise OffsetOutOfRange(f"the metadata log of shard {self.config.shard} starts past applied offset "
                                    f"{self.state.applied_offset} and no newer snapshot is in {self.snapshot_dir}")
@@ -738,6 +748,7 @@ class ShardService:
             self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard,
                                           background_checkpoints=True)
             self.core = CoordinatorCore(self.state)
+        self.last_snapshot_offset = max(self.last_snapshot_offset, snapshot_offset(newest))
         self._open_applier()
         log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
                                                           "applied_offset": self.state.applied_offset}})
@@ -752,15 +763,21 @@ class ShardService:
         self.take_snapshot()
 
     def take_snapshot(self) -> Path:
-        """Snapshot the state (SQLite backup API), then remove the log entries it covers."""
+        """Snapshot the state (SQLite backup API), put it in the object store, and only then remove
+        the log entries it covers: until it is in the store, a lost disk needs them. A failed
+        upload raises (the shard loop retries: the policy is still due) and truncates nothing."""
         with self._lock:
             path = self.state.snapshot(self.snapshot_dir)
         offset = snapshot_offset(path)
+        if self.snapshot_store is not None:
+            self.snapshot_store.upload(path)
         self.last_snapshot_offset = offset
         self.last_snapshot_time = time.time()
         self._last_snapshot_mono = time.monotonic()
         low = self.log.delete_below(offset + 1)
         prune_snapshots(self.snapshot_dir, keep=self.config.snapshot.keep)
+        if self.snapshot_store is not None:
+            self.snapshot_store.prune()
         log.info("snapshot taken", extra={"fields": {"path": str(path), "offset": offset, "log_start": low}})
         return path
 
