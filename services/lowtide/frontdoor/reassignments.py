@@ -90,15 +90,13 @@ def start_reassignment(state: PartitionState, target: Sequence[int], live: set[i
     replicas = target + removing
     # Replicas that were adding for an earlier target and are not in this one leave the ISR with it.
     isr = tuple(r for r in state.isr if r in replicas)
-    leader, epoch = state.leader, state.leader_epoch
-    if leader not in replicas:
-        # Only possible when the leader was an adding replica of the earlier target: hand over.
-        leader = _first_eligible(replicas, isr, live)
-        if leader < 0:
-            raise EligibleLeadersNotAvailable(
-                f"{state.topic}-{state.partition}: the leader {state.leader} is not in the new target and no other "
-                f"replica of {list(replicas)} is live and in the ISR {list(state.isr)}")
-        epoch += 1
+    # The leader leaves only when it was an adding replica of the earlier target: hand over.
+    leadership = _leadership_within(state, replicas, isr, live)
+    if leadership is None:
+        raise EligibleLeadersNotAvailable(
+            f"{state.topic}-{state.partition}: the leader {state.leader} is not in the new target and no other "
+            f"replica of {list(replicas)} is live and in the ISR {list(state.isr)}")
+    leader, epoch = leadership
     if adding == () and removing == ():
         # The new target is the original set (maybe reordered): a move back is a cancel.
         return replace(state, replicas=target, isr=isr, leader=leader, leader_epoch=epoch,
@@ -116,15 +114,13 @@ def complete_reassignment(state: PartitionState, live: set[int]) -> PartitionSta
         return None
     target = state.target_replicas
     isr = tuple(r for r in state.isr if r in target)
-    leader, epoch = state.leader, state.leader_epoch
-    if leader not in target or leader not in live:
-        # Leadership moves in the same write (KRaft's PartitionChangeBuilder): the old leader sees a
-        # new epoch, its parked acks=all produces answer NOT_LEADER_OR_FOLLOWER and the client
-        # retries at the new leader, which holds every acknowledged record (an ISR member).
-        leader = _first_eligible(target, isr, live)
-        if leader < 0:
-            return None
-        epoch += 1
+    # Leadership moves in the same write (KRaft's PartitionChangeBuilder): the old leader sees a
+    # new epoch, its parked acks=all produces answer NOT_LEADER_OR_FOLLOWER and the client
+    # retries at the new leader, which holds every acknowledged record (an ISR member).
+    leadership = _leadership_within(state, target, isr, live, keep_only_if_live=True)
+    if leadership is None:
+        return None
+    leader, epoch = leadership
     return replace(state, replicas=target, isr=isr, leader=leader, leader_epoch=epoch,
                    adding_replicas=(), removing_replicas=())
 
@@ -135,20 +131,25 @@ def cancel_reassignment(state: PartitionState, live: set[int]) -> PartitionState
         raise NoReassignmentInProgress(f"{state.topic}-{state.partition} has no reassignment in progress")
     original = state.original_replicas
     isr = tuple(r for r in state.isr if r in original)
-    leader, epoch = state.leader, state.leader_epoch
-    if leader not in original:
-        leader = _first_eligible(original, isr, live)
-        if leader < 0:
-            raise EligibleLeadersNotAvailable(
-                f"{state.topic}-{state.partition}: cannot cancel, the leader {state.leader} is an adding replica "
-                f"and no original replica of {list(original)} is live and in the ISR {list(state.isr)}")
-        epoch += 1
+    leadership = _leadership_within(state, original, isr, live)
+    if leadership is None:
+        raise EligibleLeadersNotAvailable(
+            f"{state.topic}-{state.partition}: cannot cancel, the leader {state.leader} is an adding replica "
+            f"and no original replica of {list(original)} is live and in the ISR {list(state.isr)}")
+    leader, epoch = leadership
     return replace(state, replicas=original, isr=isr, leader=leader, leader_epoch=epoch,
                    adding_replicas=(), removing_replicas=())
 
 
-def _first_eligible(replicas: Sequence[int], isr: Sequence[int], live: set[int]) -> int:
-    return next((r for r in replicas if r in isr and r in live), -1)
+def _leadership_within(state: PartitionState, replicas: Sequence[int], isr: Sequence[int], live: set[int], *,
+                       keep_only_if_live: bool = False) -> tuple[int, int] | None:
+    """(leader, leader epoch) once ``replicas`` is the replica set: the current leader when it is
+    one of them (and live, with ``keep_only_if_live``), else the first of them that is live and in
+    ``isr`` with the epoch bumped; None when there is none."""
+    if state.leader in replicas and (state.leader in live or not keep_only_if_live):
+        return state.leader, state.leader_epoch
+    leader = next((r for r in replicas if r in isr and r in live), -1)
+    return None if leader < 0 else (leader, state.leader_epoch + 1)
 
 
 @dataclass(frozen=True, slots=True)
