@@ -1,0 +1,134 @@
+"""A coordinator shard whose whole data directory is lost (a new pod, a deleted volume) comes back
+from the object store (issue 32): snapshots taken and the metadata log deleted below them, the
+shard stopped, its data directory removed, started again: it restores the newest snapshot from the
+store plus the log tail, and its tables equal the ones before, row for row. Real processes, on the
+local object store and on S3 (moto's server process)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from lowtide.coordinator.snapshot_store import SnapshotStore
+from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.objectstore import open_object_store
+from lowtide.objectstore.s3 import S3Config, S3ObjectStore
+from tests import s3server
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.coordinator.dc import (
+    call_retrying,
+    commit_request,
+    create_partitions,
+    delete_records,
+    find_batches,
+    metadata_log,
+    new_topic_id,
+    rebuilt_state,
+    served_state,
+    shard_stub,
+)
+
+pytestmark = pytest.mark.integration
+
+SNAPSHOT_EVERY = 25  # records
+PARTITIONS = 3
+AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def settled_state(cluster: LocalCluster, tmp: Path) -> dict:
+    """The served tables once two reads a moment apart agree (no snapshot or worker step running)."""
+    last = None
+    for _ in range(50):
+        now = served_state(cluster, 0, tmp)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.3)
+    raise AssertionError("the coordinator's state never settled")
+
+
+def commit_files(stub, tid: bytes, first: int, count: int) -> None:
+    for n in range(first, first + count):
+        reply = call_retrying(stub.CommitFile, commit_request(f"wal/restore-{n}", tid, partition=n % PARTITIONS,
+                                                              batches=3, records=2, producer_id=500 + n % PARTITIONS,
+                                                              epoch=0, first_sequence=(n // PARTITIONS) * 6))
+        assert all(b.error_code == 0 for b in reply.batches), reply
+
+
+def lose_the_disk_and_restart(cluster: LocalCluster, tmp_path: Path) -> None:
+    """The whole scenario; ``cluster`` has one coordinator shard snapshotting every 25 records."""
+    store = SnapshotStore(store=open_object_store(cluster.object_store_url, instrumented=False), shard=0, keep=2)
+    stub = shard_stub(cluster, 0)
+    tid = new_topic_id()
+    create_partitions(stub, tid, "restore", list(range(PARTITIONS)))
+    commit_files(stub, tid, 0, 3 * SNAPSHOT_EVERY)
+    assert delete_records(stub, tid, 1, 4).error_code == 0
+    # Wait for a snapshot past all that, in the store, and the log deleted below it.
+    deadline = time.monotonic() + 30
+    while (newest := store.newest()) is None or newest.offset < 2 * SNAPSHOT_EVERY:
+        assert time.monotonic() < deadline, f"no snapshot in the object store: {store.list()}"
+        time.sleep(0.2)
+    log = metadata_log(cluster, 0)
+    try:
+        deadline = time.monotonic() + 30
+        while (start := log.read(store.newest().offset + 1).log_start_offset) == 0:
+            assert time.monotonic() < deadline, "the metadata log below the snapshot was never deleted"
+            time.sleep(0.2)
+    finally:
+        log.replicas.close()
+        log.store.redis.close()
+    assert start > 0
+    commit_files(stub, tid, 3 * SNAPSHOT_EVERY, 7)  # the tail after the newest snapshot
+    before = settled_state(cluster, tmp_path)
+    reads_before = [find_batches(stub, tid, p, 0) for p in range(PARTITIONS)]
+    assert before["batches"] and before["producers"] and before["files"]
+    assert len(store.list()) <= 2, f"old snapshots were not pruned from the store: {store.list()}"
+
+    data_dir = Path(cluster.service("coordinator-0").data_dir)
+    cluster.stop_service("coordinator-0")
+    shutil.rmtree(data_dir)
+    cluster.start_service("coordinator-0")
+
+    after = settled_state(cluster, tmp_path)
+    assert after == before
+    restored = latest_snapshot(data_dir / "snapshots")
+    assert restored is not None and snapshot_offset(restored) == store.newest().offset >= start - 1
+    # The same as a rebuild from that snapshot plus the log, and the same answers.
+    assert after == rebuilt_state(cluster, 0, tmp_path, from_snapshot=True)
+    stub = shard_stub(cluster, 0)
+    assert [find_batches(stub, tid, p, 0) for p in range(PARTITIONS)] == reads_before
+    # And it goes on: commits, and the next snapshot lands in the store.
+    commit_files(stub, tid, 3 * SNAPSHOT_EVERY + 7, SNAPSHOT_EVERY)
+    deadline = time.monotonic() + 30
+    while store.newest().offset <= snapshot_offset(restored):
+        assert time.monotonic() < deadline, "no snapshot after the restore"
+        time.sleep(0.2)
+
+
+def test_a_shard_whose_data_directory_is_lost_restores_from_the_local_object_store(cluster_factory, tmp_path):
+    cluster = cluster_factory(coordinators=1, extra_env={"LOWTIDE_SNAPSHOT_INTERVAL_RECORDS": str(SNAPSHOT_EVERY)})
+    lose_the_disk_and_restart(cluster, tmp_path)
+
+
+@pytest.fixture
+def s3_cluster(request, tmp_path_factory):
+    if not s3server.is_available():
+        pytest.skip(s3server.MISSING)
+    with s3server.moto_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        S3ObjectStore(S3Config(bucket="lowtide-snapshots", endpoint_url=endpoint, access_key_id="testing",
+                               secret_access_key="testing")).create_bucket()
+        config = ClusterConfig(data_dir=tmp_path_factory.mktemp("s3cluster"), replicas=3, coordinators=1,
+                               orphan_scanners=0, replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                               object_store=f"s3://lowtide-snapshots/cluster-a?endpoint={endpoint}",
+                               extra_env={**AWS, "LOWTIDE_SNAPSHOT_INTERVAL_RECORDS": str(SNAPSHOT_EVERY)})
+        yield from running_cluster(request, config)
+
+
+def test_a_shard_whose_data_directory_is_lost_restores_from_s3(s3_cluster, tmp_path, monkeypatch):
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)  # this process's own S3 client (the store checks below)
+    lose_the_disk_and_restart(s3_cluster, tmp_path)
