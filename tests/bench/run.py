@@ -6,9 +6,9 @@ the log cleaner's MB/s and log recovery time (in process), then one local cluste
 front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a busy partition, disk
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
 1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions; then sections
-with clusters of their own (diskless, orphans, tls: plaintext against TLS, reassign: partition copies
-with and without a throttle). The cluster and the ceiling's
-processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
+with clusters of their own (diskless, orphans, snapshot: a coordinator shard restored onto an
+empty disk, tls: plaintext against TLS, reassign: partition copies with and without a throttle).
+The cluster and the ceiling's processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
 
@@ -35,6 +35,7 @@ from tests.bench import orphans as bench_orphans
 from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
+from tests.bench import snapshot as bench_snapshot
 from tests.bench import spark as bench_spark
 from tests.bench import tls_cost as bench_tls
 from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle_disk
@@ -42,7 +43,8 @@ from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
-            "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign")
+            "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
+            "snapshot")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -223,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")
+        if "snapshot" in only:  # issue 32: a coordinator shard restored from the object store onto an empty disk
+            _section("snapshot", figures, lambda: bench_snapshot.snapshot_figures(data_dir / "snapshot", quick=quick),
+                     "snapshot_restore_e2e_s", "snapshot restore onto an empty disk, 100,000 batches", "s")
         if "tls" in only:  # issue 33: two clusters of its own, plaintext and TLS, loaded in alternation
             _section("tls", figures,
                      lambda: bench_tls.tls_figures(data_dir / "tls", pool, quick=quick, processes=processes,

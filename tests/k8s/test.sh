@@ -12,6 +12,9 @@
 #                  are refused (the chart runs with TLS on, its default)
 #   4. restart     a replica pod deleted: the StatefulSet brings it back on its volume, with its
 #                  data and the log start offset intact
+#      coordinator (issue 32; only with K8S_COORDINATOR_RESTORE=1 until it has passed once) a
+#                  coordinator shard's pod deleted together with its PVC comes back on a new volume
+#                  from the object store's snapshot plus the log tail: the same tables, row for row
 #   5. spark       a group consumes part of the topic; the retention caller CronJob triggered once
 #                  (`kubectl create job --from=cronjob/...`) moves the low watermark to the group's offsets
 #   6. rotation    a renewed front door certificate written into its Secret is served without a restart
@@ -223,6 +226,96 @@ after_start=$(offsets earliest) after_end=$(offsets latest)
 k exec "$victim" -- sh -c 'ls /var/lib/lowtide' | head -n 5
 n=$(lt consume --topic "$TOPIC" --partition 0 --offset 100 --max-records 800 --output json | jq -s 'length')
 [ "$n" = 800 ] || fail "read $n records of partition 0 from offset 100 after the restart, wanted 800"
+
+phase "coordinator pod deleted with its volume"
+# Issue 32: a coordinator shard's pod deleted together with its PersistentVolumeClaim comes back on
+# an empty volume from the snapshots in the object store plus the metadata log tail, with the same
+# tables, row for row.
+# Written without a run yet: on only with K8S_COORDINATOR_RESTORE=1 until it has passed once.
+if [ "${K8S_COORDINATOR_RESTORE:-0}" = 1 ]; then
+  DTOPIC=k8s-diskless
+  coord_state() {  # coord_state POD -> "<sha256 of every table's rows> <applied offset> <rows>"
+    k exec -i "$1" -- python - <<'PY'
+import hashlib, json, sqlite3
+from lowtide.coordinator.state import CoordinatorState
+src = sqlite3.connect("file:/var/lib/lowtide/state.sqlite?mode=ro", uri=True)
+dst = sqlite3.connect("/tmp/state-copy.sqlite")
+src.backup(dst)
+src.close()
+dst.close()
+state = CoordinatorState("/tmp/state-copy.sqlite", coordinator_id=0)
+tables = state.dump()
+state.close()
+blob = json.dumps(tables, default=lambda v: v.hex()).encode()
+print(hashlib.sha256(blob).hexdigest(), tables["applied"][0][1], sum(len(rows) for rows in tables.values()))
+PY
+  }
+  stored_snapshot() {  # stored_snapshot POD -> offset of its shard's newest snapshot in the object store, -1: none
+    k exec -i "$1" -- python - <<'PY'
+import os
+from lowtide.coordinator.snapshot_store import SnapshotStore
+from lowtide.objectstore import open_object_store
+shard = int(os.environ["HOSTNAME"].rsplit("-", 1)[1])
+store = open_object_store(os.environ["LOWTIDE_OBJECT_STORE"], instrumented=False)
+newest = SnapshotStore(store=store, shard=shard, keep=2).newest()
+print(newest.offset if newest else -1)
+PY
+  }
+  # snapshots every 10 metadata records (the default is 10,000): a rolling restart, disks kept
+  k set env "statefulset/$REL-lowtide-coordinator" LOWTIDE_SNAPSHOT_INTERVAL_RECORDS=10 >/dev/null
+  k rollout status "statefulset/$REL-lowtide-coordinator" --timeout=300s >/dev/null \
+    || fail "the coordinator shards did not roll with LOWTIDE_SNAPSHOT_INTERVAL_RECORDS=10"
+  lt topics create --topic "$DTOPIC" --partitions 4 --diskless >/dev/null
+  for _ in $(seq 30); do lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null; done
+  # the shard holding the most: its newest snapshot must be in the store, the log deleted below it
+  cpod="" best=-1
+  for p in $(k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=coordinator" \
+               -o jsonpath='{.items[*].metadata.name}'); do
+    applied=$(coord_state "$p" | cut -d' ' -f2)
+    [ "$applied" -gt "$best" ] && cpod=$p best=$applied
+  done
+  [ "$best" -ge 10 ] || fail "no coordinator shard applied 10 metadata records (best $best)"
+  for _ in $(seq 120); do
+    stored=$(stored_snapshot "$cpod"); [ "$stored" -ge 0 ] && break; sleep 0.5
+  done
+  [ "$stored" -ge 0 ] || fail "$cpod: no snapshot in the object store"
+  lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null  # a log tail after it
+  before="" now=""
+  for _ in $(seq 60); do  # quiet: two reads a moment apart agree
+    now=$(coord_state "$cpod"); [ "$now" = "$before" ] && break; before=$now; sleep 1
+  done
+  [ "$now" = "$before" ] || fail "$cpod: the state never settled"
+  echo "$cpod before: $before (tables sha256, applied offset, rows); newest stored snapshot at $stored"
+  pvc="data-$cpod"
+  old_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}')
+  k delete pvc "$pvc" --wait=false >/dev/null
+  k delete pod "$cpod" --wait=true >/dev/null
+  # The StatefulSet recreates the pod at once; one made while the old claim was still terminating
+  # waits for a claim that is gone, and only a new pod gets a new claim from the template.
+  new_pv=""
+  for _ in $(seq 240); do
+    new_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}' 2>/dev/null || true)
+    [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] && break
+    if ! k get pvc "$pvc" >/dev/null 2>&1 \
+       && [ "$(k get pod "$cpod" -o jsonpath='{.status.phase}' 2>/dev/null)" = Pending ]; then
+      k delete pod "$cpod" --wait=false >/dev/null 2>&1 || true
+    fi
+    sleep 0.5
+  done
+  [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] || fail "$pvc: no new volume (was $old_pv, now '$new_pv')"
+  k wait pod "$cpod" --for=condition=Ready --timeout=180s >/dev/null || fail "$cpod did not come back"
+  after=""
+  for _ in $(seq 120); do
+    after=$(coord_state "$cpod" 2>/dev/null || true); [ "$after" = "$before" ] && break; sleep 1
+  done
+  echo "$cpod after:  $after (volume $old_pv -> $new_pv)"
+  [ "$after" = "$before" ] || fail "$cpod on a new volume: tables $after, before $before"
+  k logs "$cpod" > "$K8S_RUN/logs/$cpod-restored.log" 2>&1 || true
+  grep -q "downloaded a snapshot from the object store" "$K8S_RUN/logs/$cpod-restored.log" \
+    || fail "$cpod came back without downloading a snapshot"
+else
+  echo "skipped (K8S_COORDINATOR_RESTORE=1 runs it)"
+fi
 
 phase "Spark retention CronJob"
 lt consume --topic "$TOPIC" --group "$GROUP" --max-records 1500 >/dev/null
