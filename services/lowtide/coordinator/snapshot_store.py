@@ -29,7 +29,8 @@ broke its atomicity, a copy tool) is refused naming its key, never restored.
 Restore (``fetch_newer``): the newest manifest above the local newest snapshot; its object is read
 in ranges into ``<data-dir>/snapshots/snapshot-<offset>.sqlite.tmp`` (fsynced), checked (size and
 sha256 against the manifest, SQLite ``PRAGMA integrity_check``, the tables and columns of this
-version's schema, ``applied.metadata_offset`` equal to the offset in the key) and only then renamed
+version's schema or an older one's missing only tables added since, ``applied.metadata_offset``
+equal to the offset in the key) and only then renamed
 to ``snapshot-<offset>.sqlite`` (directory fsynced), so the local restore path
 (``state.restore_snapshot``) takes it like one written here. Only the newest is tried: the metadata
 log is deleted up to it (see below), so an older one could not be completed from the log anyway.
@@ -146,7 +147,8 @@ def _expected_columns() -> dict[str, list[str]]:
 
 def verify_database(path: Path, *, offset: int, key: str) -> None:
     """SnapshotCorrupt (naming ``key``) unless ``path`` is an intact SQLite database of this
-    version's schema whose applied offset is ``offset``."""
+    version's schema (or an older one's, missing only tables added since) whose applied offset is
+    ``offset``."""
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
@@ -156,8 +158,14 @@ def verify_database(path: Path, *, offset: int, key: str) -> None:
         if problems != ["ok"]:
             raise SnapshotCorrupt(f"snapshot {key}: SQLite integrity check failed: {'; '.join(problems)}")
         have, want = _schema_columns(db), _expected_columns()
-        if have != want:
-            raise SnapshotCorrupt(f"snapshot {key}: its tables {have} are not this version's {want}")
+        # A table this version added is missing from an older version's snapshot: opening it
+        # creates the table empty (state.SCHEMA is CREATE ... IF NOT EXISTS), as for an older local
+        # state, and that is the state an older log gives. A table or column this version does not
+        # know (a newer version's snapshot) or a changed one cannot be read right: refused.
+        foreign = sorted(t for t in have if want.get(t) != have[t])
+        if foreign or "applied" not in have:
+            raise SnapshotCorrupt(f"snapshot {key}: its tables {have} are not this version's {want} "
+                                  f"(differing: {foreign or ['applied missing']})")
         row = db.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()
         if row is None or row[0] != offset:
             raise SnapshotCorrupt(f"snapshot {key}: its applied offset is {row and row[0]}, its name says {offset}")
