@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from lowtide.common.logs import JsonFormatter, configure_logging
-from lowtide.coordinator.records import MetadataRecord, decode_record
+from lowtide.coordinator.records import MetadataRecord, decode_entry
 from lowtide.coordinator.state import CacheChanges, CoordinatorState
 from lowtide.errors import KafkaStorageError, RequestTimedOut
 
@@ -67,7 +67,7 @@ class ApplyResult(NamedTuple):
 
 class Applier(Protocol):
     def apply(self, entries: Sequence[tuple[bytes, int]], *, records: Sequence[MetadataRecord] | None = None,
-              contiguous: bool = False) -> ApplyResult: ...
+              epochs: Sequence[int] | None = None, contiguous: bool = False) -> ApplyResult: ...
 
     def alive(self) -> bool: ...
 
@@ -88,9 +88,10 @@ class ApplyWorker:
         self._checkpointer.start()
 
     def apply(self, entries: Sequence[tuple[bytes, int]], *, records: Sequence[MetadataRecord] | None = None,
-              contiguous: bool = False) -> ApplyResult:
+              epochs: Sequence[int] | None = None, contiguous: bool = False) -> ApplyResult:
         """Apply ``entries`` (record values at their metadata offsets, log order) in one
-        transaction; ``records`` are their decoded values when the caller has them. With
+        transaction; ``records`` are their decoded values when the caller has them, with their
+        coordinator ``epochs`` (else each value's epoch is read from it). With
         ``contiguous`` the first new offset must follow the applied one: a group behind a failed
         apply must not leave a hole in the state."""
         state = self.state
@@ -100,8 +101,11 @@ class ApplyWorker:
             if fresh and fresh[0] != applied + 1:
                 raise RequestTimedOut(f"coordinator {state.coordinator_id}: metadata offsets from {fresh[0]} follow "
                                       f"a failed apply (applied {applied})")
-        decoded = list(records) if records is not None else [decode_record(v) for v, _ in entries]
-        count = state.apply_all(zip(decoded, (o for _, o in entries), strict=True))
+        if records is not None:
+            count = state.apply_all(zip(records, (o for _, o in entries), epochs or [0] * len(entries), strict=True))
+        else:
+            count = state.apply_all((record, offset, value_epoch) for (value_epoch, record), (_, offset)
+                                    in zip(map(decode_entry, (v for v, _ in entries)), entries, strict=True))
         changes = state.take_cache_changes()
         self._applied.set()
         try:
@@ -141,9 +145,9 @@ class ThreadApplier:
         self._lock = threading.Lock()
 
     def apply(self, entries: Sequence[tuple[bytes, int]], *, records: Sequence[MetadataRecord] | None = None,
-              contiguous: bool = False) -> ApplyResult:
+              epochs: Sequence[int] | None = None, contiguous: bool = False) -> ApplyResult:
         with self._lock:
-            return self._worker.apply(entries, records=records, contiguous=contiguous)
+            return self._worker.apply(entries, records=records, epochs=epochs, contiguous=contiguous)
 
     def alive(self) -> bool:
         return True
@@ -206,7 +210,8 @@ class ProcessApplier:
         return reply
 
     def apply(self, entries: Sequence[tuple[bytes, int]], *, records: Sequence[MetadataRecord] | None = None,
-              contiguous: bool = False) -> ApplyResult:
+              epochs: Sequence[int] | None = None, contiguous: bool = False) -> ApplyResult:
+        # ``records`` and ``epochs`` stay here: the child decodes the values, epochs included.
         with self._lock:
             try:
                 _write_frame(self._proc.stdin, ("apply", list(entries), contiguous))

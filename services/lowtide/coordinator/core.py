@@ -162,17 +162,18 @@ class CoordinatorCore:
         self.clock = clock
 
     # ---- applying ------------------------------------------------------------------------------
-    def apply(self, record: MetadataRecord, offset: int) -> bool:
+    def apply(self, record: MetadataRecord, offset: int, *, epoch: int = 0) -> bool:
         """Apply a replicated record; if it is the oldest pending one, it stops being pending."""
-        applied = self.state.apply(record, offset)
+        applied = self.state.apply(record, offset, epoch=epoch)
         self._leave_pending([record])
         return applied
 
-    def apply_all(self, records: Sequence[tuple[MetadataRecord, int]]) -> int:
+    def apply_all(self, records: Sequence[tuple[MetadataRecord, int] | tuple[MetadataRecord, int, int]]) -> int:
         """Apply replicated records (log order) in one SQLite transaction; those that were the
-        oldest pending ones stop being pending. Returns how many were new to the state."""
+        oldest pending ones stop being pending. Returns how many were new to the state. Each is
+        ``(record, offset[, coordinator epoch])`` (``CoordinatorState.apply_all``)."""
         applied = self.state.apply_all(records)
-        self._leave_pending([record for record, _ in records])
+        self._leave_pending([item[0] for item in records])
         return applied
 
     def applied_elsewhere(self, records: Sequence[MetadataRecord], changes: CacheChanges) -> None:

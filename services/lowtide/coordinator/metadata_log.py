@@ -14,6 +14,16 @@ record values are ``coordinator.records`` values, keys null; concurrent requests
 the leader in one Produce, consecutive in the log. Appends are acks=all, so an acknowledged batch
 is below the high watermark and survives any single replica's loss.
 
+Fencing (docs/design/diskless.md#fencing-by-epoch): the batches' producer id and epoch are the
+shard's writer id for its coordinator epoch (``writer_id``): one producer id, whose Kafka producer
+epoch is the coordinator epoch. The replica's producer state refuses a batch whose producer epoch
+is below the id's current one (INVALID_PRODUCER_EPOCH, Kafka's producer fencing, checked for a
+coordinator's appends too), so once a successor's EpochStarted is in the log no append of a lower
+epoch lands, whatever the deposed process believes about its lease. An epoch has 15 bits in the
+batch: every 32,768 epochs the producer id moves on, and across that one boundary the conditional
+append on the log end (below) is what fences. The topic's ``producer.id.expiration.ms`` is set
+past any pause, so the replicas never forget the id's epoch.
+
 Thread-safety: ``MetadataLog`` is used by the shard's appender, loader and snapshot threads at
 once; it holds no per-call state besides a cached leader address (a plain attribute swap).
 """
@@ -43,11 +53,22 @@ log = logging.getLogger(__name__)
 METADATA_TOPIC = "__diskless_metadata"
 # Replicated like Kafka's internal topics; never deleted by time or size: only DeleteRecords below
 # a snapshot removes entries.
-METADATA_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+# The writer id's epoch must outlive any pause of a deposed shard: 100 years, not Kafka's 1 day.
+METADATA_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                         "producer.id.expiration.ms": str(100 * 365 * 86_400_000)}
+# The shards' writer ids: a range of producer ids no idempotent Kafka producer is given (the front
+# door hands those out from 0 up), one per 32,768 coordinator epochs.
+WRITER_ID_BASE = 1 << 61
+EPOCHS_PER_WRITER_ID = 1 << 15
 MAX_REPLICATION_FACTOR = 3
 FETCH_MAX_BYTES = 8 << 20
 # Produce answers that mean "nothing was appended": safe to send the same batches again.
 NOT_WRITTEN = (LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition, NotEnoughReplicas)
+
+
+def writer_id(epoch: int) -> tuple[int, int]:
+    """(producer id, producer epoch) of the batches a shard appends in coordinator ``epoch``."""
+    return WRITER_ID_BASE + epoch // EPOCHS_PER_WRITER_ID, epoch % EPOCHS_PER_WRITER_ID
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,11 @@
 
 Binary, big-endian (Kafka's byte order); every record is one record value (the key is null)::
 
-    +---------+------+----------------+
-    | version | type | body ...       |      version int8 = 0; type int8 (below)
-    +---------+------+----------------+
+    version 1 (written):
+    +---------+------+-------------------+----------------+
+    | version | type | coordinator_epoch | body ...       |   version int8 = 1; type int8 (below);
+    +---------+------+-------------------+----------------+   coordinator_epoch int32 >= 0
+    version 0 (read only, before epochs): version int8 = 0 | type int8 | body; its epoch reads as 0
     string = int16 N | N bytes UTF-8          uuid = 16 bytes (Kafka's Uuid: high long, low long)
 
     type 1 PartitionCreated  topic_id uuid | name string | partition_index int32
@@ -23,6 +25,15 @@ Binary, big-endian (Kafka's byte order); every record is one record value (the k
     type 5 FileHandedOver    object_key string | owner_count int32 | owner_id int32 * owner_count
                              | to_owner_index int32 | at_ms int64
     type 6 FileDeleted       object_key string
+    type 7 EpochStarted      owner string | at_ms int64   (the first record of every leadership)
+
+``coordinator_epoch``: the epoch of the shard leadership that wrote the record
+(docs/design/diskless.md#fencing-by-epoch): one more than any before, taken from Redis with the lease
+(``leadership.take_epoch``), and opened in the log by an EpochStarted record before the leader
+answers anything. Every applier keeps the highest epoch it has applied and skips a record with a
+lower one (a zombie's append that landed after its successor's EpochStarted): the state stays a
+function of the log. The batches carrying the records are fenced at the replica too, by Kafka's
+producer-epoch rule (``metadata_log`` and the shard's writer id).
 
 Differences from KIP-1164's records, and why:
 
@@ -32,6 +43,8 @@ Differences from KIP-1164's records, and why:
 * Every record that changes a time-dependent column carries the time (``committed_at_ms``,
   ``deleted_at_ms``, ``at_ms``): the SQLite state must be a pure function of the records, so a
   state rebuilt from the log equals, row for row, the one built while serving.
+* Type 7 and the epoch are not in the KIP either: they are how a deposed (paused) shard is fenced
+  without a time assumption, as KRaft's LeaderChangeMessage opens a term.
 * Types 5 and 6 are not in the KIP. The KIP changes a file's owner in local state only, but the
   receiving owner must still know it owns the file after a restart, and the row of a deleted file
   must go away on every replica of the shard: both are therefore records of the receiving shard.
@@ -50,9 +63,12 @@ from typing import ClassVar, NamedTuple
 
 from lowtide.errors import CorruptMessage
 
-FORMAT_VERSION = 0
+FORMAT_VERSION = 1
+MAX_EPOCH = 0x7FFFFFFF
 
 _HEAD = struct.Struct(">bb")
+_HEAD_V1 = struct.Struct(">bbi")
+_EPOCH_TAIL = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -139,10 +155,22 @@ class FileDeleted:
     object_key: str
 
 
+@dataclass(frozen=True, slots=True)
+class EpochStarted:
+    """The first record of a leadership: its ``coordinator_epoch`` (in the header) fences every
+    lower one. ``owner`` (the process) and ``at_ms`` are for people reading the log; no table
+    keeps them."""
+
+    TYPE: ClassVar[int] = 7
+    owner: str
+    at_ms: int
+
+
 # ``CommittedBatch._make`` minus its Python frame: one per batch of every file decoded.
 _new_batch = partial(tuple.__new__, CommittedBatch)
 
-MetadataRecord = PartitionCreated | TopicDeleted | FileCommitted | RecordsDeleted | FileHandedOver | FileDeleted
+MetadataRecord = (PartitionCreated | TopicDeleted | FileCommitted | RecordsDeleted | FileHandedOver | FileDeleted
+                  | EpochStarted)
 
 
 def _string(value: str) -> bytes:
@@ -162,9 +190,12 @@ def _uuid(value: bytes) -> bytes:
     return value
 
 
-def encode_record(record: MetadataRecord) -> bytes:
-    """The record value bytes of ``record`` (layout in the module docstring)."""
-    head = _HEAD.pack(FORMAT_VERSION, record.TYPE)
+def encode_record(record: MetadataRecord, *, epoch: int = 0) -> bytes:
+    """The record value bytes of ``record`` written in coordinator ``epoch`` (layout in the module
+    docstring)."""
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"coordinator epoch {epoch} out of range")
+    head = _HEAD_V1.pack(FORMAT_VERSION, record.TYPE, epoch)
     if isinstance(record, FileCommitted):
         parts = [head, _string(record.object_key),
                  _FILE_HEAD.pack(record.object_format, record.file_size, record.uploader_broker_id,
@@ -187,6 +218,8 @@ def encode_record(record: MetadataRecord) -> bytes:
                 + _HANDOVER_TAIL.pack(record.to_owner_index, record.at_ms))
     if isinstance(record, FileDeleted):
         return head + _string(record.object_key)
+    if isinstance(record, EpochStarted):
+        return head + _string(record.owner) + _EPOCH_TAIL.pack(record.at_ms)
     raise TypeError(f"not a metadata record: {record!r}")
 
 
@@ -223,10 +256,23 @@ class _Reader:
 
 def decode_record(data: bytes) -> MetadataRecord:
     """The record a value holds; CORRUPT_MESSAGE if it is not one this module writes."""
+    return decode_entry(data)[1]
+
+
+def decode_entry(data: bytes) -> tuple[int, MetadataRecord]:
+    """(coordinator epoch, record) of a value; CORRUPT_MESSAGE if it is not one this module
+    writes. A version 0 value (written before epochs) has epoch 0."""
     r = _Reader(data)
     version, kind = r.unpack(_HEAD)
-    if version != FORMAT_VERSION:
-        raise CorruptMessage(f"metadata record format version {version} (this build reads {FORMAT_VERSION})")
+    if version == FORMAT_VERSION:
+        r.pos = 0
+        _version, _kind, epoch = r.unpack(_HEAD_V1)
+        if epoch < 0:
+            raise CorruptMessage(f"metadata record coordinator epoch {epoch}")
+    elif version == 0:
+        epoch = 0
+    else:
+        raise CorruptMessage(f"metadata record format version {version} (this build reads 0 and {FORMAT_VERSION})")
     record: MetadataRecord
     if kind == FileCommitted.TYPE:
         key = r.string()
@@ -256,8 +302,12 @@ def decode_record(data: bytes) -> MetadataRecord:
         record = FileHandedOver(key, owners, to_index, at_ms)
     elif kind == FileDeleted.TYPE:
         record = FileDeleted(r.string())
+    elif kind == EpochStarted.TYPE:
+        owner = r.string()
+        (at_ms,) = r.unpack(_EPOCH_TAIL)
+        record = EpochStarted(owner, at_ms)
     else:
         raise CorruptMessage(f"unknown metadata record type {kind}")
     if r.pos != len(r.data):
         raise CorruptMessage(f"{len(r.data) - r.pos} trailing bytes after a metadata record of type {kind}")
-    return record
+    return epoch, record

@@ -46,17 +46,29 @@ back) does the same; a replicated group behind it is failed too, as applying it 
 the applied offsets, and the reload applies it from the log. Groups replicated before a failure
 are still applied and answered: they are in the log.
 
-Fencing: one writer per shard is the Redis lease (``coordinator.leadership``); the appender checks
-the lease is still valid (renewed within lease - margin) before each Produce. A process paused
-past the margin between that check and its Produce is stopped by the replica instead: every append
-is conditional (replica.proto ``expected_log_end_offset``) on the log ending where this shard's
-state plus its appends in flight end, and on the log's last batch being one of this term's (each
-load picks a new random writer id, the batches' producer id). A successor's load moves the log end
-past what the deposed writer expects, or its own appends follow, so the deposed writer's next
-append is refused and appends nothing; and a successor's append that a deposed one overtook is
-refused in turn, so it reloads and checks against what was really appended. The same condition
-keeps two appends in flight in order: the second lands only right after the first. Refused
-because the replica took them in the other order, it is sent again once the first landed.
+Fencing (docs/design/diskless.md#fencing-by-epoch): one writer per shard is the Redis lease
+(``coordinator.leadership``); the appender checks the lease is still valid (renewed within lease -
+margin) before each Produce. That is a time assumption, so the log itself fences too. Each load is
+a new leadership with a new **coordinator epoch** (``leadership.take_epoch``: INCR in Redis while
+holding the lease, above any epoch in the log), which every record and batch carries; before it
+answers anything the load appends an EpochStarted record, conditional on the log ending where its
+state does. From then on a deposed writer cannot append: its batches' producer epoch is below the
+writer id's current one (INVALID_PRODUCER_EPOCH at the replica, Kafka's producer fencing), and every
+append is also conditional (replica.proto ``expected_log_end_offset``) on the log ending where this
+shard's state plus its appends in flight end, after a batch of its writer id. A deposed writer's
+refused append answers NOT_COORDINATOR and the process steps down; a successor's marker or append
+that a deposed one overtook is refused in turn, so it reloads and checks against what was really
+appended; and should a stale-epoch record be in the log anyway, every applier skips it
+(``CoordinatorState.apply_all``). The same condition keeps two appends in flight in order: the
+second lands only right after the first. Refused because the replica took them in the other order,
+it is sent again once the first landed. Reads are fenced by the lease's clock (CLOCK_MONOTONIC,
+which runs on through a SIGSTOP) and, from the first refused append, by the epoch.
+
+Warm standby (``ShardConfig.standby``): while it does not lead, the shard follows the metadata log
+into its own SQLite copy (``_follow``: long-polling fetches from its applied offset, through its
+applier), answers FindBatches from it to callers that ask for a standby answer (``read_standby``,
+with how fresh it is), and contends for the lease every 100 ms once it has seen a leader, so a
+killed leader's shard is taken over one lease expiry after the kill, with a few records to load.
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
@@ -68,7 +80,6 @@ checkpoints the WAL.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 import weakref
@@ -85,16 +96,17 @@ from prometheus_client import Histogram
 from lowtide.clock import now_ms
 from lowtide.coordinator.applier import PROCESS, Applier, open_applier
 from lowtide.coordinator.core import CoordinatorCore, Decision
-from lowtide.coordinator.leadership import ShardAddress, register_shard
+from lowtide.coordinator.leadership import ShardAddress, ShardLease, register_shard, take_epoch
 from lowtide.coordinator.lifetime import FileLifetime
-from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
-from lowtide.coordinator.records import MetadataRecord, encode_record
+from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog, writer_id
+from lowtide.coordinator.records import EpochStarted, MetadataRecord, encode_record
 from lowtide.coordinator.snapshot_store import SnapshotStore
 from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.errors import (
     CoordinatorLoadInProgress,
     InvalidConfig,
+    InvalidProducerEpoch,
     KafkaStorageError,
     LowtideError,
     NotCoordinator,
@@ -146,6 +158,8 @@ class ShardConfig:
     file_delete_grace_ms: int = 60_000
     lifetime_interval_ms: int = 1_000
     applier: str = PROCESS             # where records are applied: coordinator.applier
+    standby: bool = False              # follow the log while not leading (a warm standby)
+    follow_wait_ms: int = 100          # a standby's long-poll fetch of the log tail
 
 
 class _Waiter:
@@ -174,6 +188,7 @@ class _Group:
     values: list[bytes] = field(default_factory=list)  # their records' values, in log order
     expected: int = -1                     # the log end offset its conditional append expects
     producer_id: int = -1                  # the shard's writer id of the term it was checked in
+    epoch: int = 0                         # that term's coordinator epoch
     appended: Future | None = None         # the Produce: -> base offset of the first record
     finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
 
@@ -239,6 +254,13 @@ class ShardService:
         # (set by each load, under the shard lock): see ``_append``.
         self._next_offset = 0
         self._producer_id = -1
+        self._epoch = 0  # this leadership's coordinator epoch (set by each load)
+        # A standby's follow: when it last reached the high watermark, and that watermark.
+        self._followed_at: float | None = None
+        self._followed_hw = -1
+        # A standby contends for the lease only once it has seen a leader: at a cluster's start it
+        # leaves each shard to its own process.
+        self._seen_leader = False
         self._replicated_ready = threading.Condition(threading.Lock())
         # Bumped whenever the pending records are dropped: a group checked before must not be sent.
         self._pipeline_epoch = 0
@@ -406,6 +428,7 @@ class ShardService:
                     if records:
                         # Taken with the epoch check, under the lock: a load resets both.
                         group.expected, group.producer_id = self._next_offset, self._producer_id
+                        group.epoch = self._epoch
                         self._next_offset += records
                         send = group
                     else:
@@ -513,16 +536,18 @@ class ShardService:
 
     @staticmethod
     def _encode(group: _Group) -> bytes:
-        """One batch per decision with records, under this term's writer id (epoch 0); keeps the
-        records' values for the applier."""
+        """One batch per decision with records, under this term's writer id and coordinator epoch
+        (metadata_log.writer_id); keeps the records' values for the applier."""
         now = now_ms()
         batches = []
+        producer_id, producer_epoch = writer_id(group.epoch)
+        epoch = group.epoch
         for waiter in group.waiters:
             if waiter.records:
-                values = [encode_record(r) for r in waiter.records]
+                values = [encode_record(r, epoch=epoch) for r in waiter.records]
                 group.values.extend(values)
-                batches.append(encode_batch(values, timestamp_ms=now, producer_id=group.producer_id,
-                                            producer_epoch=0))
+                batches.append(encode_batch(values, timestamp_ms=now, producer_id=producer_id,
+                                            producer_epoch=producer_epoch))
         return b"".join(batches)
 
     def _append(self, group: _Group, previous: Future | None) -> int:
@@ -542,22 +567,32 @@ class ShardService:
             self._topic_ready = True
         began = time.perf_counter()
         try:
-            base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
-                                   expected_end_offset=group.expected)
-        except OutOfOrderSequenceNumber:
-            if previous is None:
-                raise
-            previous.result()  # raises if the one before failed: then so does this one
-            if not self.lease.valid():
-                raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed") from None
-            base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
-                                   expected_end_offset=group.expected)
+            try:
+                base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
+                                       expected_end_offset=group.expected)
+            except OutOfOrderSequenceNumber:
+                if previous is None:
+                    raise
+                previous.result()  # raises if the one before failed: then so does this one
+                if not self.lease.valid():
+                    raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed") from None
+                base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
+                                       expected_end_offset=group.expected)
+        except InvalidProducerEpoch as exc:
+            raise self._fenced(group.epoch, exc) from None
         APPEND_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
         APPEND_DECISIONS.labels(str(self.config.shard)).observe(sum(1 for w in group.waiters if w.records))
         if base != group.expected:
             raise KafkaStorageError(f"{METADATA_TOPIC}-{self.config.shard}: a conditional append expecting the log "
                                     f"end at {group.expected} was given base offset {base}")
         return base
+
+    def _fenced(self, epoch: int, exc: BaseException) -> NotCoordinator:
+        """A replica refused our epoch: a newer leadership opened its epoch in the log."""
+        error = NotCoordinator(f"coordinator {self.config.shard}: epoch {epoch} is fenced by a newer leader of the "
+                               f"shard ({exc})")
+        error.fenced = True  # type: ignore[attr-defined]  # _fail_pipeline steps down instead of reloading
+        return error
 
     def _apply(self, groups: list[_Group]) -> bool:
         """Apply replicated groups in one transaction, then answer their requests; False if the
@@ -566,11 +601,13 @@ class ShardService:
         groups' records until the lock is taken again, and until then it is what checks read."""
         entries: list[tuple[bytes, int]] = []
         records: list[MetadataRecord] = []
+        epochs: list[int] = []
         for group in groups:
             if group.appended is not None:
                 offset = group.appended.result()
                 for waiter in group.waiters:  # exactly what _encode wrote, in its order
                     records.extend(waiter.records)
+                epochs.extend([group.epoch] * len(group.values))
                 entries.extend(zip(group.values, range(offset, offset + len(group.values)), strict=True))
         with self._apply_lock:
             result = None
@@ -580,7 +617,7 @@ class ShardService:
                     if applier is None:
                         raise NotCoordinator(f"coordinator {self.config.shard} has no applier (reloading)")
                     began = time.perf_counter()
-                    result = applier.apply(entries, records=records, contiguous=True)
+                    result = applier.apply(entries, records=records, epochs=epochs, contiguous=True)
                     APPLY_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
             except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
                 self._fail_pipeline(exc, groups, "applying metadata records failed")
@@ -604,7 +641,15 @@ class ShardService:
                 if group is not None:
                     group.fail(error)
             self._drop_pipeline(error)
-            if self.status == LEADER:
+            if getattr(exc, "fenced", False):
+                # A newer leadership is in the log: ours is over whatever the lease thread last
+                # saw. It loads again only if it really holds the lease (a renewal that succeeds).
+                if self.status != FOLLOWER:
+                    log.warning("fenced by a newer coordinator epoch; stepping down",
+                                extra={"fields": {"shard": self.config.shard, "epoch": self._epoch}})
+                    self.status, self.status_detail = FOLLOWER, f"fenced: {exc}"
+                    self._generation += 1
+            elif self.status == LEADER:
                 self.status, self.status_detail = LOADING, f"reloading: {what}"
                 self._generation += 1
         self._wake.set()
@@ -627,10 +672,15 @@ class ShardService:
 
     # ---- leadership ----------------------------------------------------------------------------
     def _lease_loop(self) -> None:
-        interval = self.config.lease_ms / 3 / 1000
+        renew_every = self.config.lease_ms / 3 / 1000
+        # Not holding it: ask often, so a killed leader's lease is taken soon after it expires.
+        contend_every = min(renew_every, 0.1)
         while not self._stop.is_set():
             try:
-                held = self.lease.acquire_or_renew()
+                if self._may_contend():
+                    held = self.lease.acquire_or_renew()
+                else:
+                    held = False
             except Exception as exc:  # noqa: BLE001 - Redis outage: the lease lapses on its own
                 log.warning("lease renewal failed", extra={"fields": {"error": str(exc)}})
                 held = self.lease.valid()
@@ -644,7 +694,16 @@ class ShardService:
                     log.warning("lost the shard lease", extra={"fields": {"shard": self.config.shard}})
                     self.status, self.status_detail = FOLLOWER, "lease lost"
                     self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} lost its lease"))
-            self._stop.wait(interval)
+            self._stop.wait(renew_every if held else contend_every)
+
+    def _may_contend(self) -> bool:
+        """A standby contends once it has seen another process hold the lease: at a cluster's start
+        each shard's own process takes it (and tests find it there)."""
+        if not self.config.standby or self._seen_leader or not isinstance(self.lease, ShardLease):
+            return True
+        holder = self.lease.holder()
+        self._seen_leader = holder is not None and holder != self.lease.owner
+        return False
 
     def _shard_loop(self) -> None:
         backoff = 0.1
@@ -660,6 +719,9 @@ class ShardService:
                     if self.retention is not None:
                         self.retention.run_due(self)
                     backoff = 0.1
+                elif self.config.standby and self._follow():
+                    backoff = 0.1
+                    continue  # the fetch waited (long poll): fetch again at once
             except Exception as exc:  # noqa: BLE001 - retried forever with backoff
                 self.status_detail = f"{type(exc).__name__}: {exc}"
                 log.warning("shard task failed; retrying", extra={"fields": {"error": self.status_detail,
@@ -690,6 +752,9 @@ class ShardService:
         elif self.state.applied_offset >= 0:
             raise KafkaStorageError(f"{METADATA_TOPIC} does not exist but the state of shard {self.config.shard} "
                                     f"has applied it up to offset {self.state.applied_offset}: refusing to serve")
+        if self.status != LOADING or self._generation != generation:
+            return
+        epoch = self._open_epoch()
         with self._lock:
             if self.status != LOADING or self._generation != generation:
                 return
@@ -697,17 +762,88 @@ class ShardService:
             # there is not coming back, so no read may wait for it.
             self._applied_through = self.state.applied_offset
             self._acked_through = min(self._acked_through, self._applied_through)
-            # The log ends where the state does (read to its settled end above); an append that
-            # is not this term's own first must follow one of this term's batches.
+            # The log ends where the state does (read to its settled end above, our EpochStarted
+            # last); an append must follow one of this term's batches.
             self._next_offset = self.state.applied_offset + 1
-            self._producer_id = secrets.randbits(62)
+            self._epoch = epoch
+            self._producer_id = writer_id(epoch)[0]
             self.status, self.status_detail = LEADER, "serving"
         if self.redis is not None:
             register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,
                                                     metrics=self.config.metrics_url, owner=self.config.owner))
         log.info("leading the shard", extra={"fields": {
-            "shard": self.config.shard, "applied_offset": self.state.applied_offset, "records_read": applied,
+            "shard": self.config.shard, "epoch": epoch, "applied_offset": self.state.applied_offset,
+            "records_read": applied,
             "load_seconds": round(time.monotonic() - started, 3)}})
+
+    def _open_epoch(self) -> int:
+        """Take this leadership's coordinator epoch and open it in the log (an EpochStarted record,
+        conditional on the log ending where our state does), then apply it: from here on no append
+        of an older epoch lands, and none that landed before is missing from our state. Without
+        the metadata topic yet (nothing was ever written) the term's first append, conditional on
+        the log's end, opens it. Raises NOT_COORDINATOR if the lease is no longer ours or a newer
+        epoch is in the log, OUT_OF_ORDER_SEQUENCE_NUMBER if another append came first (the shard
+        loop then loads again)."""
+        floor = self.state.coordinator_epoch
+        if self.redis is not None:
+            epoch = take_epoch(self.redis, shard=self.config.shard, owner=self.config.owner, floor=floor,
+                               check_lease=isinstance(self.lease, ShardLease))
+        else:
+            epoch = floor + 1  # no Redis (tests): the conditional append below still arbitrates
+        if epoch < 0 or not self.lease.valid():
+            with self._lock:
+                if self.status == LOADING:
+                    self.status, self.status_detail = FOLLOWER, "lost the lease while loading"
+                    self._generation += 1
+            raise NotCoordinator(f"coordinator {self.config.shard} lost its lease while loading")
+        if not self._topic_ready:
+            return epoch
+        producer_id, producer_epoch = writer_id(epoch)
+        marker = encode_batch([encode_record(EpochStarted(self.config.owner, now_ms()), epoch=epoch)],
+                              timestamp_ms=now_ms(), producer_id=producer_id, producer_epoch=producer_epoch)
+        try:
+            self.log.append(marker, timeout_ms=self.config.append_timeout_ms,
+                            expected_end_offset=self.state.applied_offset + 1)
+        except InvalidProducerEpoch as exc:
+            raise self._fenced(epoch, exc) from None
+        self._catch_up()
+        if self.state.coordinator_epoch != epoch:
+            raise NotCoordinator(f"coordinator {self.config.shard}: epoch {epoch} was not the newest in the log "
+                                 f"after opening it ({self.state.coordinator_epoch})")
+        return epoch
+
+    def _follow(self) -> bool:
+        """A standby's step: apply what the log holds past our applied offset (one long-polling
+        fetch); True if the fetch ran (and waited), False if there is no log yet."""
+        if not self._topic_ready:
+            if not self.log.topic_exists():
+                return False
+            self._topic_ready = True
+        self._open_applier()
+        try:
+            got = self.log.read(self.state.applied_offset + 1, max_wait_ms=self.config.follow_wait_ms)
+        except OffsetOutOfRange:
+            self._restore_newest_snapshot()  # the log below was deleted: a snapshot covers it
+            return True
+        if got.entries:
+            self._apply_loaded([(e.value, e.offset) for e in got.entries])
+        if self.state.applied_offset + 1 >= got.high_watermark:
+            self._followed_at, self._followed_hw = time.monotonic(), got.high_watermark
+        return True
+
+    def read_standby(self, fn: Callable[[CoordinatorCore], Any]) -> tuple[Any, dict[str, int]]:
+        """A warm standby's answer: ``fn(core)`` on its own copy, which may be behind the leader,
+        and how fresh it is: ``applied_offset``, the ``high_watermark`` it last caught up with and
+        ``lag_ms`` since then. NOT_COORDINATOR unless this shard is a following standby that has
+        caught up at least once. Never the leader's answer: only a caller that asked for a
+        standby's gets it (servicer)."""
+        with self._lock:
+            if not self.config.standby or self.status != FOLLOWER or self._followed_at is None:
+                raise NotCoordinator(f"this process is not a caught-up standby of coordinator shard "
+                                     f"{self.config.shard}")
+            fresh = {"applied_offset": self.state.applied_offset, "high_watermark": self._followed_hw,
+                     "lag_ms": int((time.monotonic() - self._followed_at) * 1000)}
+            return fn(self.core), fresh
 
     def _catch_up(self) -> int:
         count = 0

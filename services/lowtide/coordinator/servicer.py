@@ -13,7 +13,7 @@ import time
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.coordinator.service import ShardService
-from lowtide.errors import InvalidRequest, RequestTimedOut
+from lowtide.errors import InvalidRequest, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
@@ -22,6 +22,9 @@ from lowtide_pb import coordinator_pb2_grpc
 # frame and length check (the values are built right here, all 14): one per batch of every file.
 _new = tuple.__new__
 CommitBatch = m.CommitBatch
+# Request metadata of a caller that takes a warm standby's FindBatches answer (and its freshness:
+# trailing metadata lowtide-standby-applied-offset, -high-watermark, -lag-ms).
+STANDBY_READ = "lowtide-read-standby"
 
 
 def _err(obj) -> dict:
@@ -138,7 +141,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
                     m.FindBatchesPartition(partition_index=p.partition_index, offset=p.offset,
                                            max_partition_fetch_bytes=p.max_partition_fetch_bytes)
                     for p in t.partitions]) for t in request.topics])
-        resp = self.shard.read(lambda core: core.find_batches(req))
+        resp = self._find_batches(req, context)
         return pb.DisklessFindBatchesResponse(topics=[
             pb.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=[
                 pb.DisklessFindBatchesPartitionResponse(
@@ -150,6 +153,20 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
                             log_append_timestamp=b.log_append_timestamp, batch_max_timestamp=b.batch_max_timestamp,
                             timestamp_type=b.timestamp_type) for b in p.batches])
                 for p in t.partitions]) for t in resp.topics])
+
+    def _find_batches(self, req: m.FindBatchesRequest, context) -> m.FindBatchesResponse:
+        """The leader's answer; or, from a warm standby and only to a caller whose metadata asks
+        for one (``lowtide-read-standby: 1``), the standby's, with its freshness in the trailing
+        metadata. A broker never asks: it must not take a stale copy for the leader's answer."""
+        try:
+            return self.shard.read(lambda core: core.find_batches(req))
+        except NotCoordinator:
+            if not self.shard.config.standby or (STANDBY_READ, "1") not in tuple(context.invocation_metadata() or ()):
+                raise
+        resp, fresh = self.shard.read_standby(lambda core: core.find_batches(req))
+        context.set_trailing_metadata(tuple((f"lowtide-standby-{k.replace('_', '-')}", str(v))
+                                            for k, v in fresh.items()))
+        return resp
 
     def DescribeFiles(self, request, context):
         self._authorize(context)

@@ -4,6 +4,8 @@ materialises the shard's metadata log ``__diskless_metadata-k`` (records: coordi
 Tables (one database per shard)::
 
     applied     (id = 0, metadata_offset)           offset of the last applied metadata record
+    epoch       (id = 0, coordinator_epoch)         the highest coordinator epoch applied: a record
+                                                    with a lower one (a fenced zombie's) is skipped
     partitions  partition_key PK | topic_id | topic_name | partition_index | log_start_offset
                 | high_watermark | max_timestamp | max_timestamp_offset      UNIQUE(topic_id, index)
     files       file_id PK AUTOINCREMENT | object_key UNIQUE | object_format | size
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lowtide.coordinator.records import (
+    EpochStarted,
     FileCommitted,
     FileDeleted,
     FileHandedOver,
@@ -68,6 +71,11 @@ CREATE TABLE IF NOT EXISTS applied (
     metadata_offset INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO applied (id, metadata_offset) VALUES (0, -1);
+CREATE TABLE IF NOT EXISTS epoch (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    coordinator_epoch INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO epoch (id, coordinator_epoch) VALUES (0, 0);
 CREATE TABLE IF NOT EXISTS partitions (
     partition_key INTEGER PRIMARY KEY,
     topic_id BLOB NOT NULL,
@@ -124,7 +132,7 @@ CREATE TABLE IF NOT EXISTS producers (
 ) WITHOUT ROWID;
 """
 
-TABLES = ("applied", "partitions", "files", "batches", "producers", "sqlite_sequence")
+TABLES = ("applied", "epoch", "partitions", "files", "batches", "producers", "sqlite_sequence")
 MAX_PRODUCER_BATCHES = 5
 PRODUCER_ENTRY = struct.Struct(">iiqqq")
 SNAPSHOT_PREFIX = "snapshot-"
@@ -316,24 +324,41 @@ class CoordinatorState:
         """Offset of the last applied metadata record (-1: none)."""
         return self.db.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
 
-    def apply(self, record: MetadataRecord, offset: int) -> bool:
-        """Apply one record at metadata ``offset``; False if that offset was applied already."""
-        return self.apply_all([(record, offset)]) == 1
+    @property
+    def coordinator_epoch(self) -> int:
+        """The highest coordinator epoch of an applied record (0: none, or only version 0 ones)."""
+        return self.db.execute("SELECT coordinator_epoch FROM epoch WHERE id = 0").fetchone()[0]
 
-    def apply_all(self, records: Iterable[tuple[MetadataRecord, int]]) -> int:
-        """Apply records (in offset order) in one transaction; returns how many were new."""
+    def apply(self, record: MetadataRecord, offset: int, *, epoch: int = 0) -> bool:
+        """Apply one record at metadata ``offset``; False if that offset was applied already."""
+        return self.apply_all([(record, offset, epoch)]) == 1
+
+    def apply_all(self, records: Iterable[tuple[MetadataRecord, int] | tuple[MetadataRecord, int, int]]) -> int:
+        """Apply records (in offset order) in one transaction; returns how many were new. Each is
+        ``(record, offset, coordinator epoch)`` (a pair: epoch 0). A record whose epoch is below the
+        highest applied one is skipped, its offset counted as applied: a deposed leader's append
+        that landed after its successor's EpochStarted changes nothing (records.py), on every copy
+        that applies the log, so the state stays a function of the log."""
         cur = self.db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             last = cur.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
+            current = start_epoch = cur.execute("SELECT coordinator_epoch FROM epoch WHERE id = 0").fetchone()[0]
             applied = 0
-            for record, offset in records:
+            for item in records:
+                record, offset = item[0], item[1]
                 if offset <= last:
                     continue
-                self._apply_one(cur, record)
+                epoch = item[2] if len(item) > 2 else 0
                 last = offset
                 applied += 1
+                if epoch < current:
+                    continue  # fenced: written by a leadership older than one already applied
+                current = epoch
+                self._apply_one(cur, record)
             cur.execute("UPDATE applied SET metadata_offset = ? WHERE id = 0", (last,))
+            if current != start_epoch:
+                cur.execute("UPDATE epoch SET coordinator_epoch = ? WHERE id = 0", (current,))
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
@@ -415,6 +440,8 @@ class CoordinatorState:
         elif isinstance(record, FileDeleted):
             cur.execute("DELETE FROM files WHERE object_key = ? AND live_batches = 0 AND state = 'deletable'",
                         (record.object_key,))
+        elif isinstance(record, EpochStarted):
+            pass  # its epoch (apply_all) is all it changes
         else:
             raise TypeError(f"not a metadata record: {record!r}")
 

@@ -15,7 +15,7 @@ import grpc
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.metadata_log import MetadataLog
-from lowtide.coordinator.records import decode_record
+from lowtide.coordinator.records import decode_entry
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot
 from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
@@ -145,7 +145,9 @@ def rebuilt_state(cluster: LocalCluster, shard: int, tmp: Path, *, from_snapshot
         start = state.applied_offset + 1
         read = log.read(start)
         assert read.log_start_offset <= start, f"the log starts at {read.log_start_offset}, past {start}"
-        state.apply_all((decode_record(e.value), e.offset) for e in log.read_to_end(start))
+        # Epochs included: a fenced leader's record in the log is skipped, as the shard skips it.
+        state.apply_all((record, e.offset, epoch) for e in log.read_to_end(start)
+                        for epoch, record in [decode_entry(e.value)])
         return state.dump()
     finally:
         state.close()

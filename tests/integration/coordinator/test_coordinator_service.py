@@ -15,7 +15,7 @@ import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.common.procs import find_free_port
-from lowtide.coordinator.leadership import read_shards
+from lowtide.coordinator.leadership import epoch_key, read_shards
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
 from lowtide.localcluster import ClusterConfig
 from lowtide.objectstore import open_object_store
@@ -121,7 +121,7 @@ def test_a_retried_commit_is_a_duplicate_with_the_original_offsets_and_changes_n
     assert list_offset(dc, tid, 0, -1).offset == 12
 
 
-def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_before_it_assigns_offsets_again(
+def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_and_its_stale_epoch_is_ignored(
         dc_cluster, tmp_path):
     dc = shard_stub(dc_cluster, 0)
     tid = new_topic_id()
@@ -130,27 +130,35 @@ def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_before_it_ass
     assert [b.assigned_base_offset for b in first.batches] == [0, 10]
 
     # A coordinator that lost the lease without noticing yet appends what its own check decided,
-    # offsets 20..29 of the partition, under its own writer id, straight to __diskless_metadata-0.
+    # offsets 20..29 of the partition, under a writer id of its own and the epoch it led in (one
+    # below the serving leader's), straight to __diskless_metadata-0 (the replica takes it: a
+    # writer id the replica has not seen before is not fenced there).
+    client = redis.Redis.from_url(dc_cluster.redis_url)
+    try:
+        epoch = int(client.get(epoch_key(0)))
+    finally:
+        client.close()
     deposed = FileCommitted(object_key="wal/fence-deposed", object_format=1, file_size=100, uploader_broker_id=0,
                             committed_at_ms=time.time_ns() // 1_000_000, owner_ids=(0,),
                             batches=(CommittedBatch(tid, 0, 2, 0, 100, 20, 29, 0, 1_000, 0, -1, -1, -1, -1),))
     log = metadata_log(dc_cluster, 0)
     try:
-        log.append(encode_batch([encode_record(deposed)], timestamp_ms=0, producer_id=424242, producer_epoch=0))
+        log.append(encode_batch([encode_record(deposed, epoch=epoch - 1)], timestamp_ms=0, producer_id=424242,
+                                producer_epoch=0))
     finally:
         log.replicas.close()
         log.store.redis.close()
 
     # The shard's next append expects the log to end after its own last batch: refused, so the
-    # request fails retriably and the shard reads the log again, the deposed record included,
-    # instead of giving offsets 20.. a second time.
+    # request fails retriably and the shard reads the log again. The deposed record is in the log
+    # but older than the shard's epoch: every applier skips it, so its offsets 20.. are given again.
     with pytest.raises(grpc.RpcError) as refused:
         dc.CommitFile(commit_request("wal/fence-2", tid, batches=1, records=5), timeout=10)
     assert kafka_name(refused.value) in RETRIABLE
     retried = call_retrying(dc.CommitFile, commit_request("wal/fence-2", tid, batches=1, records=5))
-    assert [(b.error_code, b.assigned_base_offset) for b in retried.batches] == [(0, 30)]
+    assert [(b.error_code, b.assigned_base_offset) for b in retried.batches] == [(0, 20)]
     assert [(b.object_key, b.base_offset) for b in find_batches(dc, tid, 0, 0).batches] == [
-        ("wal/fence-1", 0), ("wal/fence-1", 10), ("wal/fence-deposed", 20), ("wal/fence-2", 30)]
+        ("wal/fence-1", 0), ("wal/fence-1", 10), ("wal/fence-2", 20)]
     assert served_state(dc_cluster, 0, tmp_path) == rebuilt_state(dc_cluster, 0, tmp_path)
 
 
