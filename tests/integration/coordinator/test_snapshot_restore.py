@@ -114,6 +114,44 @@ def test_a_shard_whose_data_directory_is_lost_restores_from_the_local_object_sto
     lose_the_disk_and_restart(cluster, tmp_path)
 
 
+def test_the_log_is_not_deleted_below_a_snapshot_the_object_store_does_not_have(cluster_factory, tmp_path):
+    """The order that keeps a lost disk from losing state: upload, then DeleteRecords. With the
+    store refusing the upload (a file where the ``_coordinator/`` directory must be: a real put
+    failing), snapshots are taken locally but the metadata log keeps its start at 0; once the store
+    takes them, the log is deleted below the one uploaded."""
+    cluster = cluster_factory(coordinators=1, extra_env={"LOWTIDE_SNAPSHOT_INTERVAL_RECORDS": str(SNAPSHOT_EVERY)})
+    root = Path(cluster.object_store_url.removeprefix("file://"))
+    blocker = root / "_coordinator"
+    blocker.write_bytes(b"not a directory")
+    store = SnapshotStore(store=open_object_store(cluster.object_store_url, instrumented=False), shard=0, keep=2)
+    stub = shard_stub(cluster, 0)
+    tid = new_topic_id()
+    create_partitions(stub, tid, "blocked", list(range(PARTITIONS)))
+    commit_files(stub, tid, 0, 2 * SNAPSHOT_EVERY)
+    snapshots = Path(cluster.service("coordinator-0").data_dir) / "snapshots"
+    deadline = time.monotonic() + 30
+    while latest_snapshot(snapshots) is None:
+        assert time.monotonic() < deadline, "no local snapshot was taken"
+        time.sleep(0.2)
+    time.sleep(2.0)  # retries of the upload (and, were the order wrong, the deletion) happen meanwhile
+    log = metadata_log(cluster, 0)
+    try:
+        assert log.read(0).log_start_offset == 0, "the log was deleted below a snapshot the store never took"
+        blocker.unlink()
+        deadline = time.monotonic() + 60
+        while (newest := store.newest()) is None:
+            assert time.monotonic() < deadline, "the snapshot never reached the store once it could"
+            time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        while (start := log.read(newest.offset + 1).log_start_offset) == 0:
+            assert time.monotonic() < deadline, "the log was not deleted once the snapshot was in the store"
+            time.sleep(0.2)
+        assert start <= store.newest().offset + 1
+    finally:
+        log.replicas.close()
+        log.store.redis.close()
+
+
 @pytest.fixture
 def s3_cluster(request, tmp_path_factory):
     if not s3server.is_available():
