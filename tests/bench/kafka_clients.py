@@ -6,10 +6,16 @@ library itself is often the limit (kafka-python encodes records in Python)."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
-from tests.bench.common import Bench, Figure, MiB, say
+from tests.bench.common import Bench, Figure, MiB, cpu_per_unit, cpu_snapshot, running_cluster, say
+from tests.bench.idempotence import SUMMARY, TOOL
 
 RECORD = 1024
 
@@ -72,6 +78,89 @@ def _kafka_python(bootstrap: str, topic: str, records: int) -> tuple[float, floa
     return produce_s, consume_s
 
 
+PERF_DEFAULTS_RECORDS = 300_000
+# The Java producer's defaults (Kafka 4.1): batch.size 16384, linger.ms 5, acks=all, idempotence on,
+# 5 requests in flight. Only the bootstrap is given, so what the issue measures is what a Kafka user
+# gets without tuning anything.
+PERF_DEFAULTS_PROPS: dict[str, str] = {}
+
+
+def _perf_defaults_run(bench: Bench, topic: str, records: int) -> dict[str, float]:
+    """One ProducerPerformance run with the producer's defaults: MB/s, p99 ms, Produce requests
+    acknowledged (from the replicas' own counts when they have them, else estimated from 16 KiB
+    batches) and CPU ms per 16 KiB batch of every cluster process."""
+    replica_listeners = [s.kafka for s in bench.replicas.values() if s.kafka]
+    bootstrap = ",".join(replica_listeners + ([bench.cluster.kafka_bootstrap] if bench.cluster.kafka_bootstrap else []))
+    pids = {f"replica{s.index}": s.pid for s in bench.replicas.values()}
+    for kind in ("frontdoor",):
+        for s in bench.cluster.services(kind):
+            pids[f"{kind}{s.index}"] = s.pid
+    argv = [str(TOOL), "--topic", topic, "--num-records", str(records), "--record-size", "1024",
+            "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+            *(f"{k}={v}" for k, v in PERF_DEFAULTS_PROPS.items())]
+    before = cpu_snapshot(pids)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    after = cpu_snapshot(pids)
+    found = SUMMARY.findall(done.stdout)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"kafka-producer-perf-test exited {done.returncode}: {done.stdout[-800:]} "
+                           f"{done.stderr[-800:]}")
+    sent, rate, _mbs, _avg, _max, _p50, _p95, p99 = found[-1]
+    if int(sent) != records:
+        raise RuntimeError(f"kafka-producer-perf-test acknowledged {sent} of {records} records")
+    # 16 records of 1 KiB fill a default 16 KiB batch (the 17th does not fit with the batch header),
+    # and ProducerPerformance sends round-robin over partitions in sticky batches: one batch per
+    # request per partition at most, so "per 16 KiB batch" is the cost of the smallest unit a
+    # default producer sends.
+    batches = records / 15
+    cpu = cpu_per_unit(before, after, batches)
+    return {"mbs": float(rate) * 1024 / 1e6, "p99_ms": float(p99), **{f"cpu_{k}": v for k, v in cpu.items()}}
+
+
+def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None = None,
+                                records: int | None = None) -> list[Figure]:
+    """Issue 32: Kafka's ProducerPerformance with the producer's defaults (16 KiB batches, linger
+    5 ms, idempotence on, acks=all), 1 KiB records, 3 partitions RF 3, through the replicas' Kafka
+    listeners: MB/s, p99 and CPU per 16 KiB batch of each process, median of the rounds."""
+    if not TOOL.exists():
+        raise RuntimeError(f"{TOOL} is missing: run 'make kafka-tools'")
+    records = records or (100_000 if quick else PERF_DEFAULTS_RECORDS)
+    rounds = rounds or (1 if quick else 3)
+    runs = []
+    for r in range(rounds):
+        topic = f"kperf-defaults-{r}-{int(time.time())}"
+        bench.create_topic(topic, partitions=3, rf=3, config={"min.insync.replicas": "2"})
+        bench.wait_leaders(topic, 3)
+        got = _perf_defaults_run(bench, topic, records)
+        runs.append(got)
+        cpu = ", ".join(f"{k[4:]} {v * 1000:.0f}" for k, v in sorted(got.items()) if k.startswith("cpu_"))
+        say(f"ProducerPerformance defaults, round {r + 1}: {got['mbs']:.1f} MB/s, p99 {got['p99_ms']:.0f} ms; "
+            f"CPU µs per 16 KiB batch: {cpu}")
+        bench.delete_topic(topic)
+
+    def median(what: str) -> float:
+        return statistics.median(x.get(what, float("nan")) for x in runs)
+
+    params = {"records": records, "record_bytes": 1024, "partitions": 3, "rf": 3, "rounds": rounds,
+              "tool": "ProducerPerformance (Kafka 4.1)", "producer_props": "defaults (batch.size 16384, linger.ms 5, "
+              "acks=all, enable.idempotence=true, 5 in flight)"}
+    procs = sorted(k[4:] for k in runs[0] if k.startswith("cpu_") and k != "cpu_sum")
+    each = "; ".join(f"{x['mbs']:.1f} MB/s p99 {x['p99_ms']:.0f} ms" for x in runs)
+    figures = [
+        Figure("kafka_perf_defaults_mbs", "ProducerPerformance, the producer's defaults (16 KiB batches, linger 5 ms, "
+               "idempotent), RF 3", round(median("mbs"), 1), "MB/s", target=">= 15 MB/s (issue 32)", target_value=15.0,
+               better="higher", params=params, note=f"median of {rounds} runs: {each}").judge(),
+        Figure("kafka_perf_defaults_p99_ms", "ProducerPerformance defaults: p99 latency", round(median("p99_ms")),
+               "ms", target="<= 1000 ms (issue 32)", target_value=1000.0, better="lower", params=params).judge(),
+    ]
+    for p in [*procs, "sum"]:
+        figures.append(Figure(f"kafka_perf_defaults_cpu_{p}_us", f"ProducerPerformance defaults: CPU per 16 KiB "
+                              f"batch, {p if p != 'sum' else 'sum of the cluster processes'}",
+                              round(median(f"cpu_{p}") * 1000), "µs", params=params,
+                              note="utime+stime from /proc over the run, per 16 KiB batch (records / 15)"))
+    return figures
+
+
 def kafka_client_figures(bench: Bench, *, quick: bool) -> list[Figure]:
     kafka = bench.cluster.kafka_bootstrap
     if not kafka:
@@ -93,3 +182,19 @@ def kafka_client_figures(bench: Bench, *, quick: bool) -> list[Figure]:
                               "MB/s", params=params))
         say(f"kafka {name}: produce {mb / produce_s:.1f} MB/s, consume {mb / consume_s:.1f} MB/s")
     return figures
+
+
+def main() -> None:
+    """``python -m tests.bench.kafka_clients [--rounds 3] [--records N]``: the ProducerPerformance
+    defaults run alone, on a fresh local cluster; prints the figures."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=PERF_DEFAULTS_RECORDS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kperf-") as tmp, running_cluster(Path(tmp) / "cluster") as bench:
+        for f in kafka_perf_defaults_figures(bench, quick=False, rounds=args.rounds, records=args.records):
+            say(f"{f.key} = {f.value} {f.unit}")
+
+
+if __name__ == "__main__":
+    main()

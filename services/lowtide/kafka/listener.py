@@ -1,11 +1,16 @@
 """The Kafka protocol listener: an asyncio TCP server in its own thread, next to a service's gRPC port.
 
-Per connection, as Kafka's network layer does: read one frame, hand it to the dispatcher on a
-worker thread (the handlers block: a Produce with acks=all waits for the ISR, a Fetch long-polls),
-write the answer, then read the next frame. One request per connection at a time keeps answers in
-request order (clients pipeline up to ``max.in.flight`` requests; they simply queue in the socket)
-and bounds memory to one frame per connection. A frame over ``max_request_bytes`` is refused
-before it is read; a frame that does not parse closes only its own connection.
+Per connection: read a frame, hand it to the dispatcher on a worker thread (the handlers block: a
+Produce with acks=all waits for the ISR, a Fetch long-polls), and write the answers in request
+order. Requests run one after the other, as in Kafka's network layer, with one exception: a
+Produce lets the connection's next Produce start once its appends are done
+(``lowtide.replica.ordering``), so a producer's pipelined requests (``max.in.flight``, 5 by
+default) wait for the followers together, and a replication round carries all of them instead of
+one 16 KiB request each. Appends still happen in request order; any other request starts only
+once every request before it has finished. At most ``max_in_flight`` requests per connection are
+read ahead of their answers, which bounds memory per connection. A frame over
+``max_request_bytes`` is refused before it is read; a frame that does not parse closes only its
+own connection (after the answers to the requests before it).
 
 A listener has a name and a security protocol, as Kafka's ``listeners`` do (kafka/server.py):
 ``SSL`` and ``SASL_SSL`` listeners are given an ``ssl.SSLContext`` and do the TLS handshake before
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
+from lowtide.replica import ordering
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,10 @@ CONNECTIONS = Gauge("lowtide_kafka_connections", "Open connections to the Kafka 
 BAD_FRAMES = Counter("lowtide_kafka_bad_frames_total",
                      "Kafka protocol connections closed for a frame that cannot be served", ["reason"])
 _SIZE = struct.Struct(">i")
+PRODUCE_KEY = 0
+# Requests read ahead of their answers per connection: Kafka clients keep at most
+# max.in.flight.requests.per.connection (5 by default) outstanding.
+DEFAULT_MAX_IN_FLIGHT = 8
 
 
 @dataclass(eq=False)
@@ -96,8 +106,10 @@ class KafkaListener:
     def __init__(self, *, host: str, port: int, dispatch: Dispatcher,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, workers: int = 64, name: str = "kafka",
                  listener_name: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
-                 ssl_context: ssl.SSLContext | None = None, ssl_handshake_timeout_s: float = 10.0) -> None:
+                 ssl_context: ssl.SSLContext | None = None, ssl_handshake_timeout_s: float = 10.0,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self.host, self.port = host, port
+        self._max_in_flight = max(1, max_in_flight)
         self.listener_name, self.protocol = listener_name, protocol
         self._ssl = ssl_context
         self._handshake_timeout_s = ssl_handshake_timeout_s
@@ -165,6 +177,11 @@ class KafkaListener:
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout=grace_s)
 
+    def _run(self, conn: Connection, head: RequestHead, payload: bytes, on_release: Callable[[], None]) -> bytes | None:
+        """On a worker thread: one request, with its ordering point (``ordering.release``)."""
+        with ordering.serving(on_release):
+            return self._dispatch(conn, head, payload)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         tls = writer.get_extra_info("ssl_object")
@@ -174,6 +191,14 @@ class KafkaListener:
         self._conns.add(conn)
         CONNECTIONS.inc()
         loop = asyncio.get_running_loop()
+        # The answers in request order (None: no more requests); ``slots`` bounds the requests
+        # read and not yet answered.
+        answers: asyncio.Queue[asyncio.Future | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(self._max_in_flight)
+        writing = loop.create_task(self._write_answers(conn, writer, answers, slots, asyncio.current_task()))
+        unfinished: set[asyncio.Future] = set()  # requests dispatched and not finished
+        gate: asyncio.Future | None = None  # the previous request's ordering point
+        gate_produce = False  # ... and whether that request was a Produce
         try:
             while not conn.closed.is_set():
                 try:
@@ -191,23 +216,82 @@ class KafkaListener:
                     BAD_FRAMES.labels("truncated").inc()
                     return
                 head = RequestHead.parse(payload)
-                try:
-                    answer = await loop.run_in_executor(self._pool, self._dispatch, conn, head, payload)
-                except FrameError as exc:
-                    BAD_FRAMES.labels("unreadable").inc()
-                    log.warning("closing %s: %s", conn.peer, exc)
-                    return
-                except RuntimeError:  # the pool is shut down: we are stopping
-                    return
-                if answer is not None:
-                    writer.write(answer)
-                    await writer.drain()
+                await slots.acquire()
+                produce = head.api_key == PRODUCE_KEY
+                if produce and gate_produce and gate is not None:
+                    await gate  # the previous Produce's appends are done
+                elif unfinished:
+                    await asyncio.wait(set(unfinished))  # everything before it has finished
+                gate = loop.create_future()
+                gate_produce = produce
+                answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
+                                              _opener(loop, gate))
+                unfinished.add(answer)
+                answer.add_done_callback(_finished(unfinished, gate))
+                answers.put_nowait(answer)
         except ConnectionError:
+            return
+        except RuntimeError:  # the pool is shut down: we are stopping
             return
         except Exception:  # a bug must close one connection, never the listener
             log.exception("kafka connection %s failed", conn.peer)
         finally:
+            # The answers to what was read go out first (a client may half-close after its
+            # last request), unless the writer is what ended the connection.
+            answers.put_nowait(None)
+            if asyncio.current_task() is not writing and not writing.done():
+                try:
+                    await writing
+                except BaseException:  # noqa: BLE001 - the connection ends whatever the writer did
+                    pass
             self._conns.discard(conn)
             CONNECTIONS.dec()
             conn.close()
             writer.close()
+
+    async def _write_answers(self, conn: Connection, writer: asyncio.StreamWriter,
+                             answers: asyncio.Queue[asyncio.Future | None], slots: asyncio.Semaphore,
+                             reading: asyncio.Task | None) -> None:
+        """Write each answer in request order; a request that cannot be served (or a write that
+        fails) ends the connection: the reader is cancelled and nothing after it is answered."""
+        try:
+            while True:
+                pending = await answers.get()
+                if pending is None:
+                    return  # the reader ended the connection and closes it
+                try:
+                    answer = await pending
+                finally:
+                    slots.release()
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+        except FrameError as exc:
+            BAD_FRAMES.labels("unreadable").inc()
+            log.warning("closing %s: %s", conn.peer, exc)
+        except (ConnectionError, RuntimeError):  # the peer went away, or the pool is shut down
+            pass
+        except Exception:  # a bug must close one connection, never the listener
+            log.exception("kafka connection %s failed", conn.peer)
+        conn.close()
+        writer.close()
+        if reading is not None and not reading.done():
+            reading.cancel()
+
+
+def _opener(loop: asyncio.AbstractEventLoop, gate: asyncio.Future) -> Callable[[], None]:
+    """The release callback of one request (called on its worker thread): opens ``gate``."""
+    return lambda: loop.call_soon_threadsafe(_open, gate)
+
+
+def _open(gate: asyncio.Future) -> None:
+    if not gate.done():
+        gate.set_result(None)
+
+
+def _finished(unfinished: set[asyncio.Future], gate: asyncio.Future) -> Callable[[asyncio.Future], None]:
+    def done(answer: asyncio.Future) -> None:
+        unfinished.discard(answer)
+        _open(gate)  # a request that never released opens its gate when it ends
+
+    return done

@@ -42,6 +42,7 @@ from lowtide.messages.replica import (
 )
 from lowtide.record import iter_batches
 from lowtide.record.control import build_marker_batch
+from lowtide.replica import ordering
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.parking import FetchLimits, ParkingLot
@@ -118,6 +119,9 @@ class ReplicaRequests:
             except LowtideError as err:
                 results.append((topic, partition, err))
         self.registry.notify(keys)
+        # The appends are what a connection's requests must do in order: the next Produce of the
+        # same Kafka connection may append while this one waits for the HW (ordering.py).
+        ordering.release()
         if acks == -1:
             self._await_high_watermark(results, timeout_ms)
         return results

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
@@ -16,6 +17,7 @@ from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
 from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
+from lowtide.replica import ordering
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
@@ -161,8 +163,11 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         epochs = {(p.topic, p.partition): _epoch(p) for p in classic if p.HasField("current_leader_epoch")}
         expected = {(p.topic, p.partition): p.expected_log_end_offset for p in classic
                     if p.HasField("expected_log_end_offset")}
-        results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
-                                       leader_epochs=epochs, expected_end_offsets=expected) if items else []
+        # With diskless partitions too, the request's appends are not done when the classic ones
+        # are: the next request of a Kafka connection starts only after the diskless ones too.
+        with ordering.held() if len(classic) != len(kinds) else nullcontext():
+            results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
+                                           leader_epochs=epochs, expected_end_offsets=expected) if items else []
         out = []
         for topic, partition, info in results:
             code, msg = _err(info)
