@@ -5,10 +5,11 @@ Files (``state.CoordinatorState.snapshot`` writes them crash-safely: .tmp, fsync
     <data-dir>/snapshots/snapshot-<20-digit applied metadata offset>.sqlite
 
 A snapshot is a self-contained SQLite database (SQLite's backup API) of the state after applying
-every record up to and including that offset; after one is written, the metadata partition's
-entries below offset + 1 are deleted (DeleteRecords), so the newest snapshot plus the log tail is
-always the whole state. The newest ``keep`` snapshots stay; older ones and half-written .tmp files
-are removed.
+every record up to and including that offset. After one is written it is put in the object store
+(``coordinator.snapshot_store``: its key layout and manifest), and only once it is there are the
+metadata partition's entries below offset + 1 deleted (DeleteRecords), so the newest stored snapshot
+plus the log tail is always the whole state, even when the data directory is lost. The newest
+``keep`` snapshots stay, here and in the store; older ones and half-written .tmp files are removed.
 """
 
 from __future__ import annotations
