@@ -9,6 +9,13 @@ created on the first write, so a cluster that never uses diskless topics has no 
 State lives in ``--data-dir``: ``state.sqlite`` and
 ``snapshots/``; each snapshot is also put in the object store (``coordinator.snapshot_store``) before
 the log below it is deleted, so a shard started on an empty ``--data-dir`` restores from there.
+With ``--standby-shards J,L`` the process is also the warm standby of shards J and L
+(docs/design/diskless.md#warm-standby): each follows its metadata log into
+``--data-dir``/``standby-J/``, is served on a gRPC port of its own (``--standby-grpc-host``, an
+ephemeral port, listed in Redis under ``lowtide:coordinator:J:standbys``; after a takeover the
+shard registry points there), answers FindBatches from its copy to a caller asking for a standby's
+answer, and takes the shard over once its leader's lease expires. Standbys apply on a thread (no
+applier process each) and have no scrape-time gauges of their own.
 With ``--auth-enabled`` every call needs CLUSTER_ACTION on the CLUSTER, and
 ``--token-file`` is this coordinator's own token for the replicas and the other shards it calls.
 """
@@ -18,17 +25,19 @@ from __future__ import annotations
 import argparse
 import logging
 import uuid
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import redis as redis_lib
 from prometheus_client import REGISTRY
 
 from lowtide.client.diskless_files import describe_files
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap
-from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
-from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS
-from lowtide.coordinator.leadership import ShardLease, read_shards
+from lowtide.common.server import SERVER_OPTIONS, add_auth_flags, add_common_flags, add_flag, translate_store_errors
+from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS, THREAD
+from lowtide.coordinator.leadership import ShardLease, read_shards, register_standby, unregister_standby
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
@@ -42,6 +51,8 @@ from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.rpc.channels import ChannelPool, call
+from lowtide.rpc.interceptor import ErrorInterceptor
+from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide_pb import coordinator_pb2, coordinator_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -56,6 +67,17 @@ def _applier_kind(value: str) -> str:
     return value
 
 
+def _shard_list(value: str) -> list[int]:
+    try:
+        shards = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--standby-shards takes shard numbers separated by commas, got {value!r}") \
+            from None
+    if any(k < 0 for k in shards):
+        raise argparse.ArgumentTypeError(f"--standby-shards: a shard is >= 0, got {value!r}")
+    return shards
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_flags(parser, grpc_port=DEFAULT_GRPC_PORT)
     add_flag(parser, "--shard", type=int, required=True, help="the coordinator shard (metadata partition) served")
@@ -65,7 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--data-dir", required=True, help="directory of the SQLite state and its snapshots")
     add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
     add_flag(parser, "--object-store", default=None, help="object store URL of the WAL files (file:///dir, s3://...)")
-    add_flag(parser, "--lease-ms", type=int, default=6000, help="shard leader lease in Redis")
+    add_flag(parser, "--lease-ms", type=int, default=6000,
+             help="shard leader lease in Redis; a killed leader's shard is taken over about this long after the kill")
+    add_flag(parser, "--standby-shards", type=_shard_list, default=[],
+             help="also be the warm standby of these shards (comma-separated): follow their metadata logs, answer "
+                  "FindBatches asked of a standby, take over when their leader's lease expires")
+    add_flag(parser, "--standby-grpc-host", default="0.0.0.0",
+             help="host the standby shards' gRPC ports (one ephemeral port each) listen on")
     add_flag(parser, "--append-timeout-ms", type=int, default=10000, help="acks=all wait of a metadata append")
     add_flag(parser, "--appends-in-flight", type=int, default=2,
              help="metadata log appends in flight at once (1-5); each is conditional on the log end, so they land "
@@ -134,42 +162,98 @@ def run(args: argparse.Namespace) -> int:
                                          connections.channels)
     replicas = ReplicaClient(channels=channels, metadata=metadata)
     owner = f"{name}-{uuid.uuid4().hex[:12]}"
-    config = ShardConfig(
-        shard=args.shard, shards=max(args.shards, args.shard + 1), data_dir=Path(args.data_dir), owner=owner,
-        advertised_grpc=boot.advertised_grpc, metrics_url=boot.metrics_url,
-        lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6), append_timeout_ms=args.append_timeout_ms,
-        appends_in_flight=args.appends_in_flight, applier=args.applier,
-        snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
-        file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
     object_store = open_object_store(args.object_store)
-    lifetime = FileLifetime(store=object_store, grace_ms=args.file_delete_grace_ms,
-                            hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
-                            knows_file=build_knows_file(redis=redis, channels=channels, metadata=metadata),
-                            claim_after_ms=args.file_claim_after_ms,
-                            interval_ms=args.file_lifetime_interval_ms)
-    metadata_log = MetadataLog(shard=args.shard, shards=config.shards, store=MetadataStore(redis=redis),
-                               replicas=replicas, request_timeout_ms=args.append_timeout_ms)
-    if args.lease_backend == "kubernetes":
-        lease = kubernetes_lease(args, role=f"coordinator-{args.shard}", owner=owner, lease_ms=config.lease_ms,
-                                 margin_ms=config.lease_margin_ms)
-    else:
-        lease = ShardLease(redis=redis, shard=args.shard, owner=owner, lease_ms=config.lease_ms,
-                           margin_ms=config.lease_margin_ms)
     store = MetadataStore(redis=redis)
-    retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
-                              interval_ms=args.retention_check_interval_ms)
-    shard = ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis,
-                         retention=retention, snapshot_store=SnapshotStore(store=object_store, shard=args.shard,
-                                                                           keep=config.snapshot.keep))
+    standby_shards = [k for k in args.standby_shards if k != args.shard]
+    shards = max(args.shards, args.shard + 1, *(k + 1 for k in standby_shards))
+
+    def build_shard(index: int, *, data_dir: Path, advertised_grpc: str, standby: bool) -> ShardService:
+        config = ShardConfig(
+            shard=index, shards=shards, data_dir=data_dir, owner=owner,
+            advertised_grpc=advertised_grpc, metrics_url=boot.metrics_url,
+            lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6),
+            append_timeout_ms=args.append_timeout_ms, appends_in_flight=args.appends_in_flight,
+            # A standby applies on a thread: no applier process per standby shard.
+            applier=THREAD if standby else args.applier, standby=standby,
+            snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
+            file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
+        lifetime = FileLifetime(store=object_store, grace_ms=args.file_delete_grace_ms,
+                                hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
+                                knows_file=build_knows_file(redis=redis, channels=channels, metadata=metadata),
+                                claim_after_ms=args.file_claim_after_ms,
+                                interval_ms=args.file_lifetime_interval_ms)
+        metadata_log = MetadataLog(shard=index, shards=config.shards, store=MetadataStore(redis=redis),
+                                   replicas=replicas, request_timeout_ms=args.append_timeout_ms)
+        if args.lease_backend == "kubernetes":
+            lease = kubernetes_lease(args, role=f"coordinator-{index}", owner=owner, lease_ms=config.lease_ms,
+                                     margin_ms=config.lease_margin_ms)
+        else:
+            lease = ShardLease(redis=redis, shard=index, owner=owner, lease_ms=config.lease_ms,
+                               margin_ms=config.lease_margin_ms)
+        retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
+                                  interval_ms=args.retention_check_interval_ms)
+        return ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis,
+                            retention=retention, snapshot_store=SnapshotStore(store=object_store, shard=index,
+                                                                              keep=config.snapshot.keep))
+
+    shard = build_shard(args.shard, data_dir=Path(args.data_dir), advertised_grpc=boot.advertised_grpc, standby=False)
     REGISTRY.register(CoordinatorCollector(shard))
+    standbys = [_StandbyShard(index=k, args=args, tls=boot.tls) for k in standby_shards]
+    for standby in standbys:
+        standby.service = build_shard(standby.index, data_dir=Path(args.data_dir) / f"standby-{standby.index}",
+                                      advertised_grpc=standby.advertised, standby=True)
+        standby.serve(CoordinatorServicer(standby.service, access=access))
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
     servicer = CoordinatorServicer(shard, access=access, observe_commit=commit_seconds.observe)
 
     def register(server) -> None:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, server)
 
+    def start() -> None:
+        shard.start()
+        for standby in standbys:
+            standby.service.start()
+            register_standby(redis, shard=standby.index, owner=owner, grpc=standby.advertised)
+            log.info("standing by", extra={"fields": {"shard": standby.index, "grpc": standby.advertised}})
+
     def on_stop() -> None:
+        for standby in standbys:
+            standby.stop()
+            try:
+                unregister_standby(redis, shard=standby.index, owner=owner)
+            except Exception:  # noqa: BLE001 - Redis may be gone at shutdown; the entry is only a hint
+                log.debug("could not unregister a standby", exc_info=True)
         shard.stop()
         replicas.close()  # the channel pool and Redis are closed by the bootstrap
 
-    return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=shard.start)
+    return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=start)
+
+
+class _StandbyShard:
+    """A standby shard's gRPC server: a port of its own, so that once it leads, the shard registry
+    can point brokers at it with no change to their requests (which do not name a shard).
+    The port is bound at construction (the shard's config advertises it), served from ``serve``."""
+
+    def __init__(self, *, index: int, args: argparse.Namespace, tls) -> None:
+        self.index = index
+        self.service: ShardService | None = None
+        self._grace = args.grace_seconds
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=args.max_workers, thread_name_prefix=f"grpc-standby-{index}"),
+            interceptors=[MetricsInterceptor(), ErrorInterceptor(translate=translate_store_errors)],
+            options=SERVER_OPTIONS)
+        address = f"{args.standby_grpc_host}:0"
+        port = self._server.add_insecure_port(address) if tls is None else \
+            self._server.add_secure_port(address, tls.grpc_credentials())
+        if port == 0:
+            raise SystemExit(f"coordinator standby of shard {index}: cannot listen on {address}")
+        self.advertised = f"{args.advertised_host}:{port}"
+
+    def serve(self, servicer: CoordinatorServicer) -> None:
+        coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, self._server)
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(self._grace).wait(self._grace + 1)
+        if self.service is not None:
+            self.service.stop()

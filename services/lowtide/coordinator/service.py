@@ -637,10 +637,7 @@ class ShardService:
             f"coordinator {self.config.shard}: {what}: {type(exc).__name__}: {exc}")
         log.warning(f"{what}; reloading", extra={"fields": {"error": str(exc)}})
         with self._lock:
-            for group in groups:
-                if group is not None:
-                    group.fail(error)
-            self._drop_pipeline(error)
+            # The status first: a request failed below may look at it as soon as it is answered.
             if getattr(exc, "fenced", False):
                 # A newer leadership is in the log: ours is over whatever the lease thread last
                 # saw. It loads again only if it really holds the lease (a renewal that succeeds).
@@ -652,6 +649,10 @@ class ShardService:
             elif self.status == LEADER:
                 self.status, self.status_detail = LOADING, f"reloading: {what}"
                 self._generation += 1
+            for group in groups:
+                if group is not None:
+                    group.fail(error)
+            self._drop_pipeline(error)
         self._wake.set()
 
     def _drop_pipeline(self, error: LowtideError) -> None:

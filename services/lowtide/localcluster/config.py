@@ -88,6 +88,11 @@ class ClusterConfig:
     # made by ``up``; "required" client auth makes calls between services mutual TLS.
     tls: bool = False
     tls_client_auth: str = "required"
+    # Each coordinator process also the warm standby of every other shard (docs/design/diskless.md
+    # #warm-standby), with a 1.5 s lease so a killed shard is taken over within 2 s. Off by default:
+    # no process is added, but each standby follows another shard's log (and each shard then may be
+    # led from another process's port after a failure).
+    coordinator_standbys: bool = False
 
     def __post_init__(self) -> None:
         # Children run with cwd=data_dir and the path lands in cluster.json: make it absolute.
@@ -158,6 +163,7 @@ class ClusterConfig:
             "prometheus_scrape_interval": self.prometheus_scrape_interval,
             "prometheus_rule_for": self.prometheus_rule_for, "object_store": self.object_store,
             "tls": self.tls, "tls_client_auth": self.tls_client_auth,
+            "coordinator_standbys": self.coordinator_standbys,
         }
 
     @classmethod

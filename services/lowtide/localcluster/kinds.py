@@ -162,10 +162,17 @@ def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
     return ["--name", f"frontdoor-{ctx.index}"] if "--name" in supported_flags(FRONTDOOR_MODULE) else []
 
 
+# With standbys: the lease a takeover waits out after a kill -9 (the server's default is 6 s).
+STANDBY_LEASE_MS = 1500
+
+
 def _coordinator_flags(ctx: InstanceContext) -> list[str]:
     flags = ["--shard", str(ctx.index), "--data-dir", str(ctx.data_dir)]
     if "--shards" in supported_flags(COORDINATOR_MODULE):
         flags += ["--shards", str(ctx.config.coordinators)]
+    others = [str(k) for k in range(ctx.config.coordinators) if k != ctx.index]
+    if ctx.config.coordinator_standbys and others:
+        flags += ["--standby-shards", ",".join(others), "--lease-ms", str(STANDBY_LEASE_MS)]
     return flags
 
 

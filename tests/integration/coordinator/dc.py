@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import redis as redis_lib
 
 from lowtide.client.replica import ReplicaClient
+from lowtide.coordinator.leadership import read_shards
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.records import decode_entry
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot
@@ -102,13 +104,29 @@ def describe_files(stub, keys: list[str]) -> pb.DisklessDescribeFilesResponse:
 
 
 # ---- the two states ---------------------------------------------------------------------------------
+def leader_state_file(cluster: LocalCluster, shard: int) -> tuple[str, Path]:
+    """The gRPC address and SQLite file of the process leading ``shard`` (the shard registry says
+    which): coordinator-K's own for shard K, or, after a warm standby in coordinator-P took it
+    over, coordinator-P's ``standby-K`` copy. Without standbys: always coordinator-K's."""
+    own = cluster.service(f"coordinator-{shard}")
+    client = redis_lib.Redis.from_url(cluster.redis_url)
+    try:
+        leader = read_shards(client).get(shard)
+    finally:
+        client.close()
+    if leader is None or leader.grpc == own.grpc or not leader.owner.startswith("coordinator-"):
+        return own.grpc, Path(own.data_dir) / "state.sqlite"
+    process = leader.owner.split("-")[1]  # owner ids are "coordinator-<its --shard>-<random>"
+    return leader.grpc, Path(cluster.service(f"coordinator-{process}").data_dir) / f"standby-{shard}" / "state.sqlite"
+
+
 def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list[tuple]]:
     """The running shard's tables, row for row (a consistent copy made with SQLite's backup API),
     once every answered request is applied: the shard answers a request when the metadata log has
     its records and applies them to SQLite right after, and a read through it waits for that."""
-    with grpc.insecure_channel(cluster.service(f"coordinator-{shard}").grpc) as channel:
+    address, source = leader_state_file(cluster, shard)
+    with grpc.insecure_channel(address) as channel:
         describe_files(coordinator_pb2_grpc.DisklessCoordinatorStub(channel), [])
-    source = Path(cluster.service(f"coordinator-{shard}").data_dir) / "state.sqlite"
     copy = tmp / f"served-{shard}-{time.monotonic_ns()}.sqlite"
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     dst = sqlite3.connect(copy)
