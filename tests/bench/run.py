@@ -37,6 +37,7 @@ from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
 from tests.bench import snapshot as bench_snapshot
 from tests.bench import spark as bench_spark
+from tests.bench import standby as bench_standby
 from tests.bench import tls_cost as bench_tls
 from tests.bench.common import Figure, MiB, failed, running_cluster, say, settle_disk
 
@@ -44,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot")
+            "snapshot", "standby")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -228,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         if "snapshot" in only:  # issue 32: a coordinator shard restored from the object store onto an empty disk
             _section("snapshot", figures, lambda: bench_snapshot.snapshot_figures(data_dir / "snapshot", quick=quick),
                      "snapshot_restore_e2e_s", "snapshot restore onto an empty disk, 100,000 batches", "s")
+        if "standby" in only:  # issue 32: a cluster of its own, coordinators standing by for each other
+            _section("standby", figures, lambda: bench_standby.standby_figures(data_dir / "standby", quick=quick),
+                     "standby_takeover_s", "warm standby takeover after kill -9, first CommitFile answered", "s")
         if "tls" in only:  # issue 33: two clusters of its own, plaintext and TLS, loaded in alternation
             _section("tls", figures,
                      lambda: bench_tls.tls_figures(data_dir / "tls", pool, quick=quick, processes=processes,

@@ -39,13 +39,15 @@ def redis_available() -> bool:
 def start_cluster(data_dir: Path, *, replicas: int = 3, replica_config: dict[str, str] | None = None,
                   session_timeout_ms: int = SESSION_TIMEOUT_MS, auth_enabled: bool = False,
                   extra_env: dict[str, str] | None = None,
-                  register: Callable[[LocalCluster], None] | None = None) -> LocalCluster:
+                  register: Callable[[LocalCluster], None] | None = None,
+                  coordinator_standbys: bool = False) -> LocalCluster:
     """A running local cluster (detached). ``register`` sees it before ``up`` so a caller can stop
-    a half-started one."""
+    a half-started one. ``coordinator_standbys``: each coordinator process the warm standby of the
+    other shards (a paused or killed shard is taken over, and a paused one wakes as a zombie)."""
     config = ClusterConfig(data_dir=data_dir, replicas=replicas, frontdoors=1,
                            replica_config={**BASE_REPLICA_CONFIG, **(replica_config or {})},
                            auth_enabled=auth_enabled, session_timeout_ms=session_timeout_ms,
-                           extra_env=dict(extra_env or {}))
+                           extra_env=dict(extra_env or {}), coordinator_standbys=coordinator_standbys)
     cluster = LocalCluster(config)
     if register is not None:
         register(cluster)

@@ -25,8 +25,10 @@ log on the replicas (the replica faults above, aimed at the leaders of ``__diskl
                      kill -9 of a diskless coordinator shard (its SQLite applier child sees EOF and
                      exits), then started again: it rebuilds from its snapshot and metadata log.
 ``coordinator_pause``
-                     SIGSTOP of a shard; a long pause lets its leader lease lapse, and on SIGCONT
-                     it must notice it no longer leads before it appends anything.
+                     SIGSTOP of a shard; a long pause lets its leader lease lapse (1.5 s: the chaos
+                     cluster's coordinators are warm standbys of each other's shards, so the other
+                     process takes the shard over), and on SIGCONT it is a zombie: fenced by the
+                     coordinator epoch, it must change neither the metadata log nor any answer.
 
 Slow disk is not injected: it needs root and a block-device delay (dm-delay) or a FUSE layer under a
 replica's data directory, neither of which a local cluster on a shared machine can count on.

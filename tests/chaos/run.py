@@ -170,7 +170,9 @@ def run_chaos(*, minutes: float, seed: int, data_dir: Path | None = None, partit
     topic = DISKLESS_TOPIC if diskless else TOPIC
     say(f"chaos: seed {seed}, {minutes:g} min, {'diskless' if diskless else 'classic'} topic, cluster in {data_dir}")
     try:
-        cluster = start_cluster(data_dir, register=clusters.append)
+        # Diskless: the coordinators stand by for each other's shards, so a coordinator_pause past
+        # the 1.5 s lease is a takeover, and the woken shard a zombie the epoch must fence.
+        cluster = start_cluster(data_dir, register=clusters.append, coordinator_standbys=diskless)
         env = ChaosEnv(cluster)
         nemesis = Nemesis(cluster, say=say)
         if diskless:
