@@ -60,6 +60,11 @@ ProducersResult = tuple[str, int, list[ProducerDescription] | LowtideError]
 DEFAULT_RESPONSE_MAX_BYTES = 50 * 1024 * 1024
 
 
+def _appended(key: TopicPartition) -> tuple[str, int, str]:
+    """The wake-up key of appends to ``key`` (follower fetches wait on it besides ``key``)."""
+    return (key[0], key[1], "appended")
+
+
 class ReplicaRequests:
     """Produce, Fetch and ListOffsets against the hosted partitions.
 
@@ -107,18 +112,23 @@ class ReplicaRequests:
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcks(f"acks must be 0, 1 or -1 (all), got {acks}")
         results: list[ProduceResult] = []
-        keys = [(t, p) for t, p, _ in items]
+        appended: list[TopicPartition] = []
+        hw_moved: list[TopicPartition] = []
         for topic, partition, records in items:
             try:
                 p = self.registry.get(topic, partition)
                 min_isr = int(p.topic_info.config.get("min.insync.replicas", self.min_insync_replicas))
+                hw = p.log.high_watermark
                 info = p.append_as_leader(records, acks=acks, min_insync_replicas=min_isr,
                                           current_leader_epoch=epochs.get((topic, partition), -1),
                                           expected_end_offset=expected.get((topic, partition), -1))
                 results.append((topic, partition, info))
+                appended.append((topic, partition))
+                if p.log.high_watermark != hw:  # an ISR of one: the append itself moved the HW
+                    hw_moved.append((topic, partition))
             except LowtideError as err:
                 results.append((topic, partition, err))
-        self.registry.notify(keys)
+        self._notify_appended(appended, hw_moved)
         # The appends are what a connection's requests must do in order: the next Produce of the
         # same Kafka connection may append while this one waits for the HW (ordering.py).
         ordering.release()
@@ -152,6 +162,7 @@ class ReplicaRequests:
             out.append((marker.producer_id, results))
             everything.extend(results)
         self.registry.notify(keys)
+        self.registry.notify([_appended(k) for k in keys])
         self._await_high_watermark(everything, timeout_ms)
         # _await_high_watermark replaced entries of ``everything`` in place: copy them back.
         position = 0
@@ -159,6 +170,17 @@ class ReplicaRequests:
             results[:] = everything[position:position + len(results)]
             position += len(results)
         return out
+
+    def _notify_appended(self, appended: list[TopicPartition], hw_moved: list[TopicPartition]) -> None:
+        """Wake what an append concerns: the follower fetches parked on those partitions (they
+        read up to the LEO), and everything parked on a partition whose HW the append moved.
+        The acks=all requests waiting on the partition wait for its HW, which an append into an
+        ISR of several does not move: waking each of them on every append of a pipelining
+        producer cost a thread wake-up per waiting request per append."""
+        if appended:
+            self.registry.notify([_appended(k) for k in appended])
+        if hw_moved:
+            self.registry.notify(hw_moved)
 
     def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000
@@ -213,7 +235,10 @@ class ReplicaRequests:
         cancelled = threading.Event()
         parked = False
         try:
-            with self.registry.waiting([(it.topic, it.partition) for it in items]) as wake:
+            keys: list = [(it.topic, it.partition) for it in items]
+            if follower:  # and on appends, which move the LEO but not the HW (_notify_appended)
+                keys += [_appended(k) for k in keys]
+            with self.registry.waiting(keys) as wake:
                 if on_cancel is not None:
                     on_cancel(lambda: (cancelled.set(), wake.set()))
                 while True:
