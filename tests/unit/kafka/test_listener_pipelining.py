@@ -1,0 +1,128 @@
+"""The Kafka listener's per-connection ordering (kafka/listener.py, replica/ordering.py): a Produce
+lets the next Produce of its connection start once it released its ordering point (its appends),
+any other request waits for everything before it, and the answers go back in request order
+whatever order the requests finish in."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from lowtide.kafka.listener import Connection, KafkaListener
+from lowtide.kafka.protocol import RequestHead
+from lowtide.replica import ordering
+
+PRODUCE, METADATA = 0, 3
+
+
+class Recorder:
+    """A dispatcher whose requests block until the test lets them finish: records when each
+    started, and (for a Produce carrying ``release`` in its body) releases its ordering point
+    first, as the produce path does after its appends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: list[int] = []
+        self.finish = {i: threading.Event() for i in range(10)}
+        self.started_event = {i: threading.Event() for i in range(10)}
+
+    def __call__(self, conn: Connection, head: RequestHead, payload: bytes) -> bytes:
+        cid = head.correlation_id
+        with self.lock:
+            self.started.append(cid)
+        if head.api_key == PRODUCE and payload.endswith(b"release"):
+            ordering.release()
+        self.started_event[cid].set()
+        assert self.finish[cid].wait(10)
+        body = struct.pack(">i", cid)
+        return struct.pack(">i", len(body)) + body
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Recorder, socket.socket]]:
+    recorder = Recorder()
+    listener = KafkaListener(host="127.0.0.1", port=0, dispatch=recorder, name="pipelining-test")
+    port = listener.start()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        yield recorder, sock
+    finally:
+        for e in recorder.finish.values():
+            e.set()
+        sock.close()
+        listener.stop()
+
+
+def _send(sock: socket.socket, api_key: int, cid: int, body: bytes = b"") -> None:
+    payload = struct.pack(">hhih", api_key, 0, cid, -1) + body
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+
+def _answers(sock: socket.socket, n: int) -> list[int]:
+    got = []
+    buf = b""
+    while len(got) < n:
+        chunk = sock.recv(4096)
+        assert chunk, "the listener closed the connection"
+        buf += chunk
+        while len(buf) >= 8:
+            (size,) = struct.unpack_from(">i", buf)
+            got.append(struct.unpack_from(">i", buf, 4)[0])
+            buf = buf[4 + size:]
+    return got
+
+
+def test_a_released_produce_lets_the_next_produce_start_and_answers_keep_request_order(served):
+    recorder, sock = served
+    _send(sock, PRODUCE, 0, b"release")
+    _send(sock, PRODUCE, 1, b"release")
+    _send(sock, PRODUCE, 2)  # never releases: the next request waits for its end
+    _send(sock, PRODUCE, 3)
+    # 0 released after its "appends": 1 starts while 0 still waits (for its HW), then 2
+    assert recorder.started_event[2].wait(5)
+    assert recorder.started == [0, 1, 2]
+    assert not recorder.started_event[3].wait(0.3), "3 started before 2 ended or released"
+    # finishing out of order: 2 first, then 1 and 0; the answers still come in request order
+    recorder.finish[2].set()
+    assert recorder.started_event[3].wait(5)
+    recorder.finish[3].set()
+    recorder.finish[1].set()
+    recorder.finish[0].set()
+    assert _answers(sock, 4) == [0, 1, 2, 3]
+
+
+def test_any_other_request_waits_for_every_request_before_it(served):
+    recorder, sock = served
+    _send(sock, PRODUCE, 0, b"release")
+    _send(sock, PRODUCE, 1, b"release")
+    _send(sock, METADATA, 2)
+    _send(sock, PRODUCE, 3, b"release")
+    assert recorder.started_event[1].wait(5)
+    # both produces released, neither finished: Metadata must not start
+    assert not recorder.started_event[2].wait(0.3)
+    recorder.finish[1].set()
+    assert not recorder.started_event[2].wait(0.3), "Metadata started before the Produce before it ended"
+    recorder.finish[0].set()
+    assert recorder.started_event[2].wait(5)
+    # a Produce after a request other than Produce waits for that request's end
+    assert not recorder.started_event[3].wait(0.3)
+    recorder.finish[2].set()
+    recorder.finish[3].set()
+    assert _answers(sock, 4) == [0, 1, 2, 3]
+    assert recorder.started == [0, 1, 2, 3]
+
+
+def test_release_outside_a_listener_request_and_a_held_release_do_nothing():
+    ordering.release()  # a gRPC call: no ordering point installed
+    calls = []
+    with ordering.serving(lambda: calls.append("released")):
+        with ordering.held():
+            ordering.release()
+        assert calls == []
+        ordering.release()
+        ordering.release()
+    assert calls == ["released"]

@@ -1,0 +1,73 @@
+"""What a produce wakes (requests.py ``_notify_appended``): a follower fetch parked on the partition
+(it reads up to the LEO, which the append moved), not what waits for the partition's HW (acks=all
+requests, consumers) while the append leaves the HW where it was; an append into an ISR of one
+moves the HW and wakes those too. Real partition logs and a real DeleteRecords handler, no
+server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis as redis_lib
+
+from lowtide.messages.replica import FetchPosition
+from lowtide.purgatory import Purgatory
+from lowtide.record import encode_batch
+from lowtide.replica.delete_records import DeleteRecordsHandler
+from lowtide.replica.registry import PartitionRegistry
+from lowtide.replica.requests import ReplicaRequests
+from tests.unit.replica.conftest import BROKERS, TOPIC
+
+KEY = (TOPIC, 0)
+
+
+@pytest.fixture
+def purgatory(redis_url):
+    client = redis_lib.Redis.from_url(redis_url)
+    p = Purgatory(name="DeleteRecords", redis=client, owner="replica-0")
+    p.start()
+    yield p
+    p.close()
+    client.close()
+
+
+def requests_for(replicas, purgatory) -> ReplicaRequests:
+    registry = PartitionRegistry(broker_id=0)
+    registry.apply_assignment({replicas.leader.key: replicas.state}, open_partition=lambda tp: replicas.leader)
+    registry.update_live_brokers(BROKERS)
+    return ReplicaRequests(registry=registry, isr=None, deletes=DeleteRecordsHandler(registry=registry,
+                                                                                     purgatory=purgatory),
+                           min_insync_replicas=1)
+
+
+def test_an_append_wakes_the_parked_follower_fetch_but_not_what_waits_for_the_hw(replicas, purgatory):
+    requests = requests_for(replicas, purgatory)
+    leo = replicas.leader.log.log_end_offset
+    fetched: list = []
+    fetch = threading.Thread(target=lambda: fetched.append(requests.fetch(
+        [FetchPosition(topic=TOPIC, partition=0, fetch_offset=leo, log_start_offset=0)], replica_id=1,
+        max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20)), daemon=True)
+    fetch.start()
+    time.sleep(0.2)  # parked: nothing past the LEO yet
+    assert not fetched
+    with requests.registry.waiting([KEY]) as hw_waiter:
+        began = time.monotonic()
+        [(_, _, info)] = requests.produce([(TOPIC, 0, encode_batch([b"v"] * 3))], acks=1, timeout_ms=1000)
+        fetch.join(10)
+        assert fetched and fetched[0][0].records, "the follower fetch was not woken by the append"
+        assert time.monotonic() - began < 10
+        assert info.base_offset == leo
+        # ISR of three and no follower has the batch yet: the HW did not move, nothing to wake
+        assert replicas.leader.log.high_watermark == leo
+        assert not hw_waiter.is_set()
+
+
+def test_an_append_that_moves_the_hw_wakes_what_waits_for_it(make_replicas, purgatory):
+    replicas = make_replicas(isr=(0,))  # an ISR of one: the leader's append is the HW
+    requests = requests_for(replicas, purgatory)
+    with requests.registry.waiting([KEY]) as hw_waiter:
+        [(_, _, info)] = requests.produce([(TOPIC, 0, encode_batch([b"v"] * 3))], acks=1, timeout_ms=1000)
+        assert replicas.leader.log.high_watermark == info.last_offset + 1
+        assert hw_waiter.is_set()
