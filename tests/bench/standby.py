@@ -85,7 +85,9 @@ class _Shard:
                     timeout=5, metadata=[(STANDBY_READ, "1")])
             except grpc.RpcError:
                 continue  # the leader's own process (not standing by now), or a killed one
-            return int(dict(call.trailing_metadata())["lowtide-standby-lag-ms"])
+            lag = dict(call.trailing_metadata()).get("lowtide-standby-lag-ms")
+            if lag is not None:  # None: that standby leads the shard now (it answered as the leader)
+                return int(lag)
         return None
 
     def close(self) -> None:

@@ -167,14 +167,15 @@ def run(args: argparse.Namespace) -> int:
     standby_shards = [k for k in args.standby_shards if k != args.shard]
     shards = max(args.shards, args.shard + 1, *(k + 1 for k in standby_shards))
 
-    def build_shard(index: int, *, data_dir: Path, advertised_grpc: str, standby: bool) -> ShardService:
+    def build_shard(index: int, *, data_dir: Path, advertised_grpc: str, standby: bool,
+                    follow: bool = False) -> ShardService:
         config = ShardConfig(
             shard=index, shards=shards, data_dir=data_dir, owner=owner,
             advertised_grpc=advertised_grpc, metrics_url=boot.metrics_url,
             lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6),
             append_timeout_ms=args.append_timeout_ms, appends_in_flight=args.appends_in_flight,
             # A standby applies on a thread: no applier process per standby shard.
-            applier=THREAD if standby else args.applier, standby=standby,
+            applier=THREAD if standby else args.applier, standby=standby, follow=follow,
             snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
             file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
         lifetime = FileLifetime(store=object_store, grace_ms=args.file_delete_grace_ms,
@@ -196,7 +197,10 @@ def run(args: argparse.Namespace) -> int:
                             retention=retention, snapshot_store=SnapshotStore(store=object_store, shard=index,
                                                                               keep=config.snapshot.keep))
 
-    shard = build_shard(args.shard, data_dir=Path(args.data_dir), advertised_grpc=boot.advertised_grpc, standby=False)
+    # With standbys, the shard's own process follows its log too while another leads it (after this
+    # process was paused or restarted), so taking it back is as quick as a standby's takeover.
+    shard = build_shard(args.shard, data_dir=Path(args.data_dir), advertised_grpc=boot.advertised_grpc, standby=False,
+                        follow=bool(standby_shards))
     REGISTRY.register(CoordinatorCollector(shard))
     standbys = [_StandbyShard(index=k, args=args, tls=boot.tls) for k in standby_shards]
     for standby in standbys:

@@ -64,7 +64,8 @@ second lands only right after the first. Refused because the replica took them i
 it is sent again once the first landed. Reads are fenced by the lease's clock (CLOCK_MONOTONIC,
 which runs on through a SIGSTOP) and, from the first refused append, by the epoch.
 
-Warm standby (``ShardConfig.standby``): while it does not lead, the shard follows the metadata log
+Warm standby (``ShardConfig.standby``; ``follow`` alone keeps the following, for a shard's own
+process that lost it): while it does not lead, the shard follows the metadata log
 into its own SQLite copy (``_follow``: long-polling fetches from its applied offset, through its
 applier), answers FindBatches from it to callers that ask for a standby answer (``read_standby``,
 with how fresh it is), and contends for the lease every 100 ms once it has seen a leader, so a
@@ -158,7 +159,8 @@ class ShardConfig:
     file_delete_grace_ms: int = 60_000
     lifetime_interval_ms: int = 1_000
     applier: str = PROCESS             # where records are applied: coordinator.applier
-    standby: bool = False              # follow the log while not leading (a warm standby)
+    standby: bool = False              # a warm standby: follows, serves standby reads, defers to the shard's own
+    follow: bool = False               # follow the log while not leading (a standby always does)
     follow_wait_ms: int = 100          # a standby's long-poll fetch of the log tail
 
 
@@ -720,7 +722,7 @@ class ShardService:
                     if self.retention is not None:
                         self.retention.run_due(self)
                     backoff = 0.1
-                elif self.config.standby and self._follow():
+                elif (self.config.standby or self.config.follow) and self._follow():
                     backoff = 0.1
                     continue  # the fetch waited (long poll): fetch again at once
             except Exception as exc:  # noqa: BLE001 - retried forever with backoff
