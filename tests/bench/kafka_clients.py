@@ -2,7 +2,13 @@
 clients: confluent-kafka (librdkafka, C) and kafka-python (pure Python). acks=all, idempotent, RF 3,
 3 partitions, 1 KiB records; consume reads the same bytes back from offset 0. Compare with the gRPC
 path's ``produce_mbs``/``consume_mbs`` and the machine ceilings in the same report: the client
-library itself is often the limit (kafka-python encodes records in Python)."""
+library itself is often the limit (kafka-python encodes records in Python).
+
+Then (issue 32) Kafka's own ``ProducerPerformance`` with the Java producer's defaults (16 KiB
+batches, linger 5 ms, acks=all, idempotence on, 5 requests in flight), 300,000 records of 1 KiB, 3
+partitions RF 3, through the replicas' Kafka listeners: MB/s, p99 and the CPU time (utime + stime
+from /proc) of every cluster process per 16 KiB batch, median of 3 runs on fresh topics. Alone, on
+a fresh local cluster: ``python -m tests.bench.kafka_clients [--rounds 3] [--records 300000]``."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.bench.common import Bench, Figure, MiB, cpu_per_unit, cpu_snapshot, running_cluster, say
@@ -98,9 +105,11 @@ def _perf_defaults_run(bench: Bench, topic: str, records: int) -> dict[str, floa
     argv = [str(TOOL), "--topic", topic, "--num-records", str(records), "--record-size", "1024",
             "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
             *(f"{k}={v}" for k, v in PERF_DEFAULTS_PROPS.items())]
+    rounds0 = _replication_rounds(bench)
     before = cpu_snapshot(pids)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     after = cpu_snapshot(pids)
+    rounds = _replication_rounds(bench) - rounds0
     found = SUMMARY.findall(done.stdout)
     if done.returncode != 0 or not found:
         raise RuntimeError(f"kafka-producer-perf-test exited {done.returncode}: {done.stdout[-800:]} "
@@ -114,7 +123,23 @@ def _perf_defaults_run(bench: Bench, topic: str, records: int) -> dict[str, floa
     # default producer sends.
     batches = records / 15
     cpu = cpu_per_unit(before, after, batches)
-    return {"mbs": float(rate) * 1024 / 1e6, "p99_ms": float(p99), **{f"cpu_{k}": v for k, v in cpu.items()}}
+    return {"mbs": float(rate) * 1024 / 1e6, "p99_ms": float(p99), "rounds_per_batch": rounds / batches,
+            **{f"cpu_{k}": v for k, v in cpu.items()}}
+
+
+def _replication_rounds(bench: Bench) -> float:
+    """Follower fetch rounds the replicas answered so far (``lowtide_replication_rounds``), summed;
+    NaN when a replica's metrics cannot be read."""
+    total = 0.0
+    for s in bench.replicas.values():
+        try:
+            with urllib.request.urlopen(s.metrics_url, timeout=10) as answer:
+                text = answer.read().decode()
+        except (OSError, ValueError):
+            return float("nan")
+        total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith("lowtide_replication_rounds_total{"))
+    return total
 
 
 def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None = None,
@@ -135,7 +160,7 @@ def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None
         runs.append(got)
         cpu = ", ".join(f"{k[4:]} {v * 1000:.0f}" for k, v in sorted(got.items()) if k.startswith("cpu_"))
         say(f"ProducerPerformance defaults, round {r + 1}: {got['mbs']:.1f} MB/s, p99 {got['p99_ms']:.0f} ms; "
-            f"CPU µs per 16 KiB batch: {cpu}")
+            f"CPU µs per 16 KiB batch: {cpu}; replication rounds per batch {got['rounds_per_batch']:.2f}")
         bench.delete_topic(topic)
 
     def median(what: str) -> float:
@@ -153,6 +178,10 @@ def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None
         Figure("kafka_perf_defaults_p99_ms", "ProducerPerformance defaults: p99 latency", round(median("p99_ms")),
                "ms", target="<= 1000 ms (issue 32)", target_value=1000.0, better="lower", params=params).judge(),
     ]
+    figures.append(Figure("kafka_perf_defaults_replication_rounds_per_batch", "ProducerPerformance defaults: "
+                          "follower fetch rounds per 16 KiB batch (both followers)",
+                          round(median("rounds_per_batch"), 2), "rounds", params=params,
+                          note="2 when every batch has a round of its own per follower"))
     for p in [*procs, "sum"]:
         figures.append(Figure(f"kafka_perf_defaults_cpu_{p}_us", f"ProducerPerformance defaults: CPU per 16 KiB "
                               f"batch, {p if p != 'sum' else 'sum of the cluster processes'}",
@@ -181,6 +210,11 @@ def kafka_client_figures(bench: Bench, *, quick: bool) -> list[Figure]:
         figures.append(Figure(f"kafka_{key}_consume_mbs", f"Kafka listener consume, {name}", round(mb / consume_s, 1),
                               "MB/s", params=params))
         say(f"kafka {name}: produce {mb / produce_s:.1f} MB/s, consume {mb / consume_s:.1f} MB/s")
+    # Issue 32: Kafka's own producer benchmark with the producer's defaults (needs make kafka-tools).
+    if TOOL.exists():
+        figures += kafka_perf_defaults_figures(bench, quick=quick)
+    else:
+        say(f"kafka: {TOOL} is missing ('make kafka-tools'): no ProducerPerformance defaults figures")
     return figures
 
 
