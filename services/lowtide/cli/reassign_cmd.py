@@ -50,8 +50,7 @@ from lowtide.client import Admin
 from lowtide.client.admin import OngoingReassignment
 from lowtide.client.metadata import ClusterSnapshot
 from lowtide.client.replica import ReplicaClient
-from lowtide.errors import LowtideError, error_or_none
-from lowtide_pb import admin_pb2
+from lowtide.errors import LowtideError
 
 TopicPartition = tuple[str, int]
 
@@ -60,7 +59,6 @@ FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 LEADER_THROTTLED_RATE = "leader.replication.throttled.rate"
 FOLLOWER_THROTTLED_RATE = "follower.replication.throttled.rate"
 ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
-BROKER_RESOURCE_PREFIX = "broker:"  # Admin.AlterConfigs' name of a broker resource (config_defaults)
 WAIT_POLL_S = 0.5
 PROGRESS_EVERY_S = 5.0
 MISMATCH_GRACE_S = 3.0
@@ -275,17 +273,6 @@ def status_line(tp: TopicPartition, status: str, *, target: Sequence[int], curre
 
 
 # -- throttles ---------------------------------------------------------------------------------
-def alter_broker_configs(admin: Admin, ops_by_broker: Mapping[str, Sequence[admin_pb2.ConfigOp]]) -> None:
-    """Admin.AlterConfigs on BROKER resources (named ``broker:<id>``); raises the first error."""
-    response = admin.call("AlterConfigs", admin_pb2.AlterConfigsRequest(resources=[
-        admin_pb2.AlterConfigsResource(topic=BROKER_RESOURCE_PREFIX + b, ops=list(ops))
-        for b, ops in ops_by_broker.items()]))
-    for r in response.results:
-        error = error_or_none(r.error_code, r.error_message)
-        if error is not None:
-            raise error
-
-
 def throttled_replicas(moves: Assignment, current: Assignment) -> dict[str, dict[str, str]]:
     """Per topic, the two throttled-replica lists Kafka's tool writes: the leader side lists the
     partitions' current replicas (those that may lead the copy), the follower side the adding ones."""
@@ -305,9 +292,9 @@ def set_throttles(args: argparse.Namespace, admin: Admin, *, rate: int, moves: A
     for topic, config in throttled_replicas(moves, current).items():
         admin.alter_topic_config(topic, set_config=config)
     brokers = sorted({b for tp, target in moves.items() for b in (*target, *current.get(tp, ()))})
-    alter_broker_configs(admin, {str(b): [
-        admin_pb2.ConfigOp(key=k, op=admin_pb2.CONFIG_SET, value=str(rate))
-        for k in (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE)] for b in brokers})
+    for b in brokers:
+        admin.alter_broker_config(b, set_config=dict.fromkeys((LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE),
+                                                              str(rate)))
     progress(args, f"The inter-broker throttle limit was set to {rate} B/s on brokers "
                    f"{','.join(map(str, brokers))}")
 
@@ -326,18 +313,16 @@ def clear_throttles(args: argparse.Namespace, admin: Admin, *, topics: Iterable[
             admin.alter_topic_config(topic, delete_config=keys)
             progress(args, f"Clearing topic-level throttles on topic {topic}")
             cleared = True
-    brokers = sorted(snapshot.brokers)
     try:
-        # A validate-only resource with no ops reads the broker's dynamic configs back.
-        response = admin.call("AlterConfigs", admin_pb2.AlterConfigsRequest(validate_only=True, resources=[
-            admin_pb2.AlterConfigsResource(topic=BROKER_RESOURCE_PREFIX + str(b)) for b in brokers]))
+        configs = admin.describe_broker_configs(sorted(snapshot.brokers))
     except LowtideError:
         return cleared  # broker configs are not served: no rate can be set
-    throttled = [b for b, r in zip(brokers, response.results, strict=False)
-                 if not r.error_code and any(r.config.get(k) for k in (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE))]
+    throttled = [b for b, config in sorted(configs.items())
+                 if any(config.get(k) for k in (LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE))]
     if throttled:
-        alter_broker_configs(admin, {str(b): [admin_pb2.ConfigOp(key=k, op=admin_pb2.CONFIG_DELETE) for k in (
-            LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE, ALTER_LOG_DIRS_RATE)] for b in throttled})
+        for b in throttled:
+            admin.alter_broker_config(b, delete_config=(LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
+                                                         ALTER_LOG_DIRS_RATE))
         progress(args, f"Clearing broker-level throttles on brokers {','.join(map(str, throttled))}")
         cleared = True
     return cleared

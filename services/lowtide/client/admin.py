@@ -17,7 +17,7 @@ from lowtide.client.metadata import (
 )
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.messages import TopicPartition
-from lowtide.messages.admin import GroupListing
+from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, GroupListing
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
@@ -288,6 +288,26 @@ class Admin(PooledClient):
         if error is not None:
             raise error
         return dict(result.config)
+
+    def alter_broker_config(self, broker: int | None, *, set_config: Mapping[str, str] | None = None,
+                            delete_config: Iterable[str] = (), validate_only: bool = False) -> dict[str, str]:
+        """Change one broker's dynamic configs (the KIP-73 replication throttle rates; ``broker``
+        None = the cluster-wide default), Kafka's IncrementalAlterConfigs on a BROKER resource:
+        Admin.AlterConfigs on the resource named ``broker:<id>`` (``broker:`` for the default; no
+        topic name has a colon). Returns the broker's dynamic configs after the change (with no
+        change and ``validate_only``: as they are), or raises (POLICY_VIOLATION for a static key,
+        CLUSTER_AUTHORIZATION_FAILED, ...)."""
+        return self.alter_topic_config(f"{BROKER_RESOURCE_PREFIX}{'' if broker is None else broker}",
+                                       set_config=set_config, delete_config=delete_config,
+                                       validate_only=validate_only)
+
+    def describe_broker_configs(self, brokers: Iterable[int]) -> dict[int, dict[str, str]]:
+        """The dynamic configs set on each of ``brokers`` (an empty dict when none); a broker the
+        front door refuses to describe (unknown id, no DESCRIBE_CONFIGS) is left out."""
+        ids = list(brokers)
+        response = self.call("AlterConfigs", admin_pb2.AlterConfigsRequest(validate_only=True, resources=[
+            admin_pb2.AlterConfigsResource(topic=f"{BROKER_RESOURCE_PREFIX}{b}") for b in ids]))
+        return {b: dict(r.config) for b, r in zip(ids, response.results, strict=True) if not r.error_code}
 
     # -- offsets and deletion ----------------------------------------------------------------
     def list_offsets(self, queries: Mapping[TopicPartition, int], *, isolation_level: int = 0,

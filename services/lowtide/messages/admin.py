@@ -73,6 +73,12 @@ class ConfigOpType(enum.IntEnum):
     SUBTRACT = 3
 
 
+# Admin.AlterConfigs names topics; a broker resource (Kafka's ConfigResource type BROKER) is named
+# "broker:<id>", and "broker:" is the cluster-wide default. ":" is no topic name character, so the
+# two can never collide (the front door: lowtide.metadata.config_defaults; the client: Admin).
+BROKER_RESOURCE_PREFIX = "broker:"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigOp:
     """One change to one key; ``value`` is required for SET, APPEND and SUBTRACT. ``op`` may be

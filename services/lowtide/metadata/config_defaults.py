@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from lowtide.messages.admin import BROKER_RESOURCE_PREFIX
+
 LONG_MAX = str(2**63 - 1)
 
 # Topic key -> its default.
@@ -116,9 +118,8 @@ DYNAMIC_BROKER_CONFIG_DEFAULTS: Mapping[str, str] = {
     LEADER_THROTTLED_RATE: LONG_MAX, FOLLOWER_THROTTLED_RATE: LONG_MAX, ALTER_LOG_DIRS_RATE: LONG_MAX}
 
 # Admin.AlterConfigs names topics; a broker resource (Kafka's ConfigResource type BROKER) is
-# named "broker:<id>", and "broker:" is the cluster-wide default. ":" is no topic name character,
-# so the two can never collide.
-BROKER_RESOURCE_PREFIX = "broker:"
+# named "broker:<id>", and "broker:" is the cluster-wide default (lowtide.messages.admin, which the
+# client shares).
 
 
 def broker_resource(broker: str) -> str:
