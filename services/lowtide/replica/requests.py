@@ -4,7 +4,11 @@ fetches (follower LEO/LSO, HW, ISR expansion, low watermark).
 
 A parked fetch wakes on new data, on an HW change *and* on an LSO change: the LSO wake-up is what
 lets DeleteRecords finish in a few round trips on an idle partition (KIP-107; Kafka only tells a
-parked follower when its long poll ends).
+parked follower when its long poll ends). Which wake-ups reach whom is narrowed where a wake-up
+could only end in parking again: an append that leaves the HW where it is wakes the follower
+fetches only (they read up to the LEO), and an HW move made by a follower's fetch wakes the
+acks=all requests and consumer fetches only (a follower needs new records to return); each woken
+thread cost a switch per append or round when a producer pipelines small requests (issue 32).
 
 Replication throttle (KIP-73, ``quota.py``): a follower fetch of a partition whose leader list names
 this broker, by a replica outside the ISR, reads at most what the leader bucket holds and is
@@ -63,6 +67,12 @@ DEFAULT_RESPONSE_MAX_BYTES = 50 * 1024 * 1024
 def _appended(key: TopicPartition) -> tuple[str, int, str]:
     """The wake-up key of appends to ``key`` (follower fetches wait on it besides ``key``)."""
     return (key[0], key[1], "appended")
+
+
+def _hw_moved(key: TopicPartition) -> tuple[str, int, str]:
+    """The wake-up key of HW moves made by follower fetches (acks=all requests and consumer
+    fetches wait on it besides ``key``)."""
+    return (key[0], key[1], "hw")
 
 
 class ReplicaRequests:
@@ -184,7 +194,8 @@ class ReplicaRequests:
 
     def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000
-        with self.registry.waiting([(t, p) for t, p, _ in results]) as wake:
+        keys = [(t, p) for t, p, _ in results]
+        with self.registry.waiting(keys + [_hw_moved(k) for k in keys]) as wake:
             self._await_loop(results, timeout_ms, deadline, wake)
 
     def _await_loop(self, results: list[ProduceResult], timeout_ms: int, deadline: float,
@@ -236,8 +247,10 @@ class ReplicaRequests:
         parked = False
         try:
             keys: list = [(it.topic, it.partition) for it in items]
-            if follower:  # and on appends, which move the LEO but not the HW (_notify_appended)
-                keys += [_appended(k) for k in keys]
+            # A follower fetch also wakes on appends, which move the LEO but not the HW
+            # (_notify_appended); a consumer's on HW moves made by follower fetches
+            # (_record_follower_fetch), which a follower fetch would only wake for to park again.
+            keys += [_appended(k) if follower else _hw_moved(k) for k in keys]
             with self.registry.waiting(keys) as wake:
                 if on_cancel is not None:
                     on_cancel(lambda: (cancelled.set(), wake.set()))
@@ -334,7 +347,9 @@ class ReplicaRequests:
             if hw_changed:
                 changed.append(p.key)
         if changed:
-            self.registry.notify(changed)
+            # The HW moved: what waits for it (acks=all requests, consumer fetches) wakes; the
+            # followers' parked fetches do not (without new records they would park again).
+            self.registry.notify([_hw_moved(k) for k in changed])
         self.deletes.recheck_low_watermarks(lso_moved)
 
     # -- offset for leader epoch -----------------------------------------------------------------

@@ -71,3 +71,29 @@ def test_an_append_that_moves_the_hw_wakes_what_waits_for_it(make_replicas, purg
         [(_, _, info)] = requests.produce([(TOPIC, 0, encode_batch([b"v"] * 3))], acks=1, timeout_ms=1000)
         assert replicas.leader.log.high_watermark == info.last_offset + 1
         assert hw_waiter.is_set()
+
+
+def test_an_acks_all_produce_returns_once_the_followers_fetches_move_the_hw_past_it(replicas, purgatory):
+    requests = requests_for(replicas, purgatory)
+    leo = replicas.leader.log.log_end_offset
+    out: list = []
+    produce = threading.Thread(target=lambda: out.append(requests.produce(
+        [(TOPIC, 0, encode_batch([b"v"] * 3))], acks=-1, timeout_ms=30_000)), daemon=True)
+    produce.start()
+    deadline = time.monotonic() + 10
+    while replicas.leader.log.log_end_offset == leo and time.monotonic() < deadline:
+        time.sleep(0.01)
+    new_leo = replicas.leader.log.log_end_offset
+    assert new_leo == leo + 3
+    time.sleep(0.1)  # the produce is waiting for the HW now
+    assert not out
+    began = time.monotonic()
+    for broker in (1, 2):  # each follower reports it has everything: the second one moves the HW
+        requests.fetch([FetchPosition(topic=TOPIC, partition=0, fetch_offset=new_leo, log_start_offset=0)],
+                       replica_id=broker, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+    produce.join(10)
+    assert out, "the acks=all produce was not woken by the HW move"
+    assert time.monotonic() - began < 10
+    [(_, _, info)] = out[0]
+    assert info.base_offset == leo
+    assert replicas.leader.log.high_watermark == new_leo
