@@ -279,6 +279,10 @@ class ShardService:
         self.last_snapshot_offset = snapshot_offset(newest) if newest else -1
         self.last_snapshot_time = newest.stat().st_mtime if newest else None
         self._last_snapshot_mono = time.monotonic()
+        # A snapshot taken here but not yet in the object store (a store outage), and when to retry.
+        self._unuploaded: Path | None = None
+        self._upload_backoff_s = 0.0
+        self._upload_retry_at = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -894,6 +898,8 @@ class ShardService:
 
     # ---- snapshots -------------------------------------------------------------------------------
     def _maybe_snapshot(self) -> None:
+        if self._unuploaded is not None and time.monotonic() >= self._upload_retry_at:
+            self._publish_snapshot(self._unuploaded)
         policy = self.config.snapshot
         applied = self.state.applied_offset
         if not policy.is_due(applied=applied, last_offset=self.last_snapshot_offset,
@@ -904,21 +910,38 @@ class ShardService:
     def take_snapshot(self) -> Path:
         """Snapshot the state (SQLite backup API), put it in the object store, and only then remove
         the log entries it covers: until it is in the store, a lost disk needs them. A failed
-        upload raises (the shard loop retries: the policy is still due) and truncates nothing."""
+        upload truncates nothing and is retried with backoff (``_maybe_snapshot``), without a new
+        snapshot each time and without holding up file lifetimes and retention meanwhile."""
         with self._lock:
             path = self.state.snapshot(self.snapshot_dir)
-        offset = snapshot_offset(path)
-        if self.snapshot_store is not None:
-            self.snapshot_store.upload(path)
-        self.last_snapshot_offset = offset
+        self.last_snapshot_offset = snapshot_offset(path)
         self.last_snapshot_time = time.time()
         self._last_snapshot_mono = time.monotonic()
+        self._publish_snapshot(path)
+        return path
+
+    def _publish_snapshot(self, path: Path) -> bool:
+        """Upload ``path`` (when there is a store), then delete the log below it and prune; returns
+        whether that happened. A newer snapshot replaces an older one still waiting for the store."""
+        offset = snapshot_offset(path)
+        if self.snapshot_store is not None:
+            try:
+                self.snapshot_store.upload(path)
+            except Exception as exc:  # noqa: BLE001 - a store outage: keep serving, retry later
+                self._unuploaded = path
+                self._upload_backoff_s = min(30.0, max(0.5, self._upload_backoff_s * 2))
+                self._upload_retry_at = time.monotonic() + self._upload_backoff_s
+                log.warning("snapshot not in the object store yet; the log is kept below it", extra={"fields": {
+                    "path": str(path), "offset": offset, "error": f"{type(exc).__name__}: {exc}",
+                    "retry_in_s": self._upload_backoff_s}})
+                return False
+        self._unuploaded, self._upload_backoff_s = None, 0.0
         low = self.log.delete_below(offset + 1)
         prune_snapshots(self.snapshot_dir, keep=self.config.snapshot.keep)
         if self.snapshot_store is not None:
             self.snapshot_store.prune()
         log.info("snapshot taken", extra={"fields": {"path": str(path), "offset": offset, "log_start": low}})
-        return path
+        return True
 
     # ---- numbers for metrics ---------------------------------------------------------------------
     def gauges(self) -> dict[str, Any]:
