@@ -195,7 +195,7 @@ class KafkaListener:
         # read and not yet answered.
         answers: asyncio.Queue[asyncio.Future | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self._max_in_flight)
-        writing = loop.create_task(self._write_answers(conn, writer, answers, slots, asyncio.current_task()))
+        writing = loop.create_task(self._write_answers(conn, writer, answers, slots))
         unfinished: set[asyncio.Future] = set()  # requests dispatched and not finished
         gate: asyncio.Future | None = None  # the previous request's ordering point
         gate_produce = False  # ... and whether that request was a Produce
@@ -217,11 +217,15 @@ class KafkaListener:
                     return
                 head = RequestHead.parse(payload)
                 await slots.acquire()
+                if conn.closed.is_set():
+                    return
                 produce = head.api_key == PRODUCE_KEY
                 if produce and gate_produce and gate is not None:
                     await gate  # the previous Produce's appends are done
                 elif unfinished:
                     await asyncio.wait(set(unfinished))  # everything before it has finished
+                if conn.closed.is_set():  # a request before it closed the connection (a failed login)
+                    return
                 gate = loop.create_future()
                 gate_produce = produce
                 answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
@@ -239,7 +243,7 @@ class KafkaListener:
             # The answers to what was read go out first (a client may half-close after its
             # last request), unless the writer is what ended the connection.
             answers.put_nowait(None)
-            if asyncio.current_task() is not writing and not writing.done():
+            if not writing.done():
                 try:
                     await writing
                 except BaseException:  # noqa: BLE001 - the connection ends whatever the writer did
@@ -250,10 +254,10 @@ class KafkaListener:
             writer.close()
 
     async def _write_answers(self, conn: Connection, writer: asyncio.StreamWriter,
-                             answers: asyncio.Queue[asyncio.Future | None], slots: asyncio.Semaphore,
-                             reading: asyncio.Task | None) -> None:
+                             answers: asyncio.Queue[asyncio.Future | None], slots: asyncio.Semaphore) -> None:
         """Write each answer in request order; a request that cannot be served (or a write that
-        fails) ends the connection: the reader is cancelled and nothing after it is answered."""
+        fails, or a request that closed its connection) ends the connection: nothing after it is
+        answered."""
         try:
             while True:
                 pending = await answers.get()
@@ -266,6 +270,8 @@ class KafkaListener:
                 if answer is not None:
                     writer.write(answer)
                     await writer.drain()
+                if conn.closed.is_set():
+                    break  # the request closed its connection (a failed login): answered, now closed
         except FrameError as exc:
             BAD_FRAMES.labels("unreadable").inc()
             log.warning("closing %s: %s", conn.peer, exc)
@@ -275,8 +281,10 @@ class KafkaListener:
             log.exception("kafka connection %s failed", conn.peer)
         conn.close()
         writer.close()
-        if reading is not None and not reading.done():
-            reading.cancel()
+        # The reader stops at its next step (a read from the closed transport, or the check of
+        # ``conn.closed`` after its ordering waits); a reader waiting for a slot gets one.
+        for _ in range(self._max_in_flight):
+            slots.release()
 
 
 def _opener(loop: asyncio.AbstractEventLoop, gate: asyncio.Future) -> Callable[[], None]:

@@ -126,3 +126,29 @@ def test_release_outside_a_listener_request_and_a_held_release_do_nothing():
         ordering.release()
         ordering.release()
     assert calls == ["released"]
+
+
+def test_a_request_that_closes_its_connection_is_answered_then_the_connection_closes():
+    # A failed login (apis_sasl._refuse) closes the connection from its handler: the answer is still
+    # written, then the listener closes, though the client sent nothing more.
+    def dispatch(conn: Connection, head: RequestHead, payload: bytes) -> bytes:
+        if head.correlation_id == 1:
+            conn.close()
+        body = struct.pack(">i", head.correlation_id)
+        return struct.pack(">i", len(body)) + body
+
+    listener = KafkaListener(host="127.0.0.1", port=0, dispatch=dispatch, name="closing-test")
+    port = listener.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            _send(sock, METADATA, 0)
+            assert _answers(sock, 1) == [0]
+            _send(sock, METADATA, 1)
+            _send(sock, METADATA, 2)  # after the closing request: never served
+            assert _answers(sock, 1) == [1]
+            try:  # closed with request 2's bytes unread: a reset, or an orderly close
+                assert sock.recv(4096) == b"", "the connection stayed open"
+            except ConnectionResetError:
+                pass
+    finally:
+        listener.stop()
