@@ -4,7 +4,7 @@ Per connection: read a frame, hand it to the dispatcher on a worker thread (the 
 Produce with acks=all waits for the ISR, a Fetch long-polls), and write the answers in request
 order. Requests run one after the other, as in Kafka's network layer, with one exception: a
 Produce lets the connection's next Produce start once its appends are done
-(``lowtide.replica.ordering``), so a producer's pipelined requests (``max.in.flight``, 5 by
+(``lowtide.common.ordering``), so a producer's pipelined requests (``max.in.flight``, 5 by
 default) wait for the followers together, and a replication round carries all of them instead of
 one 16 KiB request each. Appends still happen in request order; any other request starts only
 once every request before it has finished. At most ``max_in_flight`` requests per connection are
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge
 
+from lowtide.common import ordering
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
-from lowtide.replica import ordering
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from lowtide.clock import now_ms
+from lowtide.common import ordering
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -46,7 +47,6 @@ from lowtide.messages.replica import (
 )
 from lowtide.record import iter_batches
 from lowtide.record.control import build_marker_batch
-from lowtide.replica import ordering
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.parking import FetchLimits, ParkingLot

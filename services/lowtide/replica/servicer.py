@@ -13,11 +13,11 @@ from contextlib import nullcontext
 
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
+from lowtide.common import ordering
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
 from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
-from lowtide.replica import ordering
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,

@@ -1,4 +1,4 @@
-"""The Kafka listener's per-connection ordering (kafka/listener.py, replica/ordering.py): a Produce
+"""The Kafka listener's per-connection ordering (kafka/listener.py, common/ordering.py): a Produce
 lets the next Produce of its connection start once it released its ordering point (its appends),
 any other request waits for everything before it, and the answers go back in request order
 whatever order the requests finish in."""
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from lowtide.common import ordering
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import RequestHead
-from lowtide.replica import ordering
 
 PRODUCE, METADATA = 0, 3
 
