@@ -29,6 +29,7 @@ from tests.bench import ceiling, delete, physical, produce, report, soak, worker
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
 from tests.bench import diskless as bench_diskless
+from tests.bench import diskless_scaling as bench_diskless_scaling
 from tests.bench import idempotence as bench_idempotence
 from tests.bench import kafka_clients as bench_kafka
 from tests.bench import orphans as bench_orphans
@@ -45,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby")
+            "snapshot", "standby", "diskless_scaling")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -223,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         if "diskless" in only:  # its own cluster: two coordinator shards (the main one has none)
             _section("diskless", figures, lambda: bench_diskless.diskless_figures(data_dir / "diskless", quick=quick),
                      "dc_commitfile_batches_s", "DC CommitFile batches/s per shard", "batches/s")
+        if "diskless_scaling" in only:  # issue 32: its own cluster; diskless at 1-64 producers next to classic
+            _section("diskless_scaling", figures,
+                     lambda: bench_diskless_scaling.diskless_scaling_figures(data_dir / "diskless_scaling",
+                                                                             quick=quick),
+                     "dscale_diskless_16_mbs", "diskless produce, 16 producers", "MB/s")
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")
