@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis as redis_lib
 
 from lowtide.errors import OffsetOutOfRange
 from lowtide.log.partition_log import AppendInfo, LogConfig, PartitionLog
 from lowtide.metadata.model import PartitionState, TopicInfo
+from lowtide.purgatory import Purgatory
 from lowtide.record import encode_batch
 from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -151,10 +153,25 @@ def replicas(make_replicas) -> Replicas:
     return r
 
 
-@pytest.fixture
-def registry(replicas) -> PartitionRegistry:
+def leader_registry(replicas) -> PartitionRegistry:
     """Broker 0's registry hosting the leader of ``replicas``; every broker live."""
     reg = PartitionRegistry(broker_id=0)
     reg.apply_assignment({replicas.leader.key: replicas.state}, open_partition=lambda tp: replicas.leader)
     reg.update_live_brokers(BROKERS)
     return reg
+
+
+@pytest.fixture
+def registry(replicas) -> PartitionRegistry:
+    return leader_registry(replicas)
+
+
+@pytest.fixture
+def purgatory(redis_url) -> Iterator[Purgatory]:
+    """A started DeleteRecords purgatory on the session's real Redis."""
+    client = redis_lib.Redis.from_url(redis_url)
+    p = Purgatory(name="DeleteRecords", redis=client, owner="replica-0")
+    p.start()
+    yield p
+    p.close()
+    client.close()

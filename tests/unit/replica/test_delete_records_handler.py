@@ -3,32 +3,16 @@ redis-server, real partition logs, no replica server."""
 
 from __future__ import annotations
 
-import pytest
-import redis as redis_lib
-
 from lowtide.errors import KafkaStorageError
 from lowtide.log.start_offset_file import StartOffsetSyncGroup
 from lowtide.messages.replica import DeleteRecordsResult
-from lowtide.purgatory import Purgatory
 from lowtide.replica.delete_records import DeleteRecordsHandler
 from lowtide.replica.registry import PartitionRegistry
-from tests.unit.replica.conftest import BROKERS, TOPIC
-
-
-@pytest.fixture
-def purgatory(redis_url):
-    client = redis_lib.Redis.from_url(redis_url)
-    p = Purgatory(name="DeleteRecords", redis=client, owner="replica-0")
-    p.start()
-    yield p
-    p.close()
-    client.close()
+from tests.unit.replica.conftest import TOPIC, leader_registry
 
 
 def handler_for(replicas, purgatory) -> DeleteRecordsHandler:
-    registry = PartitionRegistry(broker_id=0)
-    registry.apply_assignment({replicas.leader.key: replicas.state}, open_partition=lambda tp: replicas.leader)
-    registry.update_live_brokers(BROKERS)
+    registry = leader_registry(replicas)
     return DeleteRecordsHandler(registry=registry, purgatory=purgatory)
 
 

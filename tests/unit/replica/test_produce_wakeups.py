@@ -9,34 +9,17 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-import redis as redis_lib
-
 from lowtide.messages.replica import FetchPosition
-from lowtide.purgatory import Purgatory
 from lowtide.record import encode_batch
 from lowtide.replica.delete_records import DeleteRecordsHandler
-from lowtide.replica.registry import PartitionRegistry
 from lowtide.replica.requests import ReplicaRequests
-from tests.unit.replica.conftest import BROKERS, TOPIC
+from tests.unit.replica.conftest import TOPIC, leader_registry
 
 KEY = (TOPIC, 0)
 
 
-@pytest.fixture
-def purgatory(redis_url):
-    client = redis_lib.Redis.from_url(redis_url)
-    p = Purgatory(name="DeleteRecords", redis=client, owner="replica-0")
-    p.start()
-    yield p
-    p.close()
-    client.close()
-
-
 def requests_for(replicas, purgatory) -> ReplicaRequests:
-    registry = PartitionRegistry(broker_id=0)
-    registry.apply_assignment({replicas.leader.key: replicas.state}, open_partition=lambda tp: replicas.leader)
-    registry.update_live_brokers(BROKERS)
+    registry = leader_registry(replicas)
     return ReplicaRequests(registry=registry, isr=None, deletes=DeleteRecordsHandler(registry=registry,
                                                                                      purgatory=purgatory),
                            min_insync_replicas=1)
