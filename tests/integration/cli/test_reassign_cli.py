@@ -41,7 +41,7 @@ def assignment(cluster) -> dict[int, tuple[int, ...]]:
 
 
 def test_reassign_execute_verify_cancel_drain_and_rebalance_on_a_running_cluster(cluster_factory, tmp_path):
-    cluster = cluster_factory(replicas=4)
+    cluster = cluster_factory(replicas=4, coordinators=0)
     s.create_topic(cluster, TOPIC, partitions=PARTITIONS, rf=2)
     for p in range(PARTITIONS):  # small acks=all batches, so a throttled copy takes one at a time
         for first in range(0, PER_PARTITION, PER_BATCH):

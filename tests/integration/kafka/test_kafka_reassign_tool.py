@@ -59,7 +59,7 @@ def verify_until_completed(cluster, path: Path, partition: str, *, timeout_s: fl
 
 def test_kafka_reassign_partitions_generates_executes_with_a_throttle_verifies_lists_and_cancels(
         cluster_factory, tmp_path):
-    cluster = cluster_factory(replicas=4)
+    cluster = cluster_factory(replicas=4, coordinators=0)
     s.create_topic(cluster, TOPIC, partitions=2, rf=3)
     store = s.store(cluster)
     for p in range(2):  # many small batches (acks=all), so a throttled copy takes one at a time

@@ -112,7 +112,7 @@ def rate_in_force(cluster, broker: int, direction: str) -> float:
 
 
 def test_a_catching_up_follower_copies_at_the_throttle_rate_and_much_faster_without(cluster_factory):
-    cluster = cluster_factory(replicas=2)
+    cluster = cluster_factory(replicas=2, coordinators=0)
     s.create_topic(cluster, TOPIC, partitions=1, rf=2, config={"segment.bytes": str(1 << 20)})
     leader = s.leader_of(cluster, TOPIC)
     follower = 1 - leader
