@@ -6,17 +6,10 @@ from __future__ import annotations
 import pytest
 
 from lowtide.errors import OutOfOrderSequenceNumber
-from lowtide.log.partition_log import LogConfig, PartitionLog
+from lowtide.log.partition_log import PartitionLog
 from lowtide.record import decode_batches, encode_batch
 
 WRITER, OTHER = 7001, 7002
-
-
-@pytest.fixture
-def log(tmp_path):
-    partition_log = PartitionLog.open(tmp_path / "meta-0", topic="meta", partition=0, config=LogConfig())
-    yield partition_log
-    partition_log.close()
 
 
 def batch(values: list[bytes], producer_id: int = WRITER) -> bytes:

@@ -7,17 +7,9 @@ from __future__ import annotations
 import pytest
 
 from lowtide.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
-from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.record import encode_batch
 
 WRITER, OTHER = 7001, 7002
-
-
-@pytest.fixture
-def log(tmp_path):
-    partition_log = PartitionLog.open(tmp_path / "meta-0", topic="meta", partition=0, config=LogConfig())
-    yield partition_log
-    partition_log.close()
 
 
 def batch(value: bytes, *, producer_id: int = WRITER, epoch: int) -> bytes:
