@@ -142,6 +142,18 @@ def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list
         state.close()
 
 
+
+def settled_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list[tuple]]:
+    """The served tables once two reads a moment apart agree (no snapshot or worker step running)."""
+    last = None
+    for _ in range(50):
+        now = served_state(cluster, shard, tmp)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.3)
+    raise AssertionError("the coordinator's state never settled")
+
 def metadata_log(cluster: LocalCluster, shard: int) -> MetadataLog:
     return MetadataLog(shard=shard, shards=shard + 1, store=MetadataStore.from_url(cluster.redis_url),
                        replicas=ReplicaClient())

@@ -21,7 +21,7 @@ from tests.integration.coordinator.dc import (
     metadata_log,
     new_topic_id,
     rebuilt_state,
-    served_state,
+    settled_state,
     shard_stub,
 )
 
@@ -99,23 +99,13 @@ def assert_every_acknowledged_batch_reads_back(cluster, tid: bytes, writers: lis
         assert found.high_watermark == len(writer.acked) * BATCHES * RECORDS  # no gap, nothing twice
 
 
-def wait_quiet(cluster, tmp_path: Path) -> dict:
-    """The served state once two reads a moment apart agree (no snapshot or worker step running)."""
-    last = None
-    for _ in range(50):
-        now = served_state(cluster, 0, tmp_path)
-        if now == last:
-            return now
-        last = now
-        time.sleep(0.3)
-    raise AssertionError("the coordinator's state never settled")
 
 
 def test_after_a_kill_9_during_commits_the_state_equals_a_rebuild_from_the_metadata_log(cluster_factory, tmp_path):
     cluster = cluster_factory(coordinators=1, extra_env={"LOWTIDE_LEASE_MS": "2000"})
     tid, writers = stream_commits_and_kill(cluster, seconds=2.0)
 
-    served = wait_quiet(cluster, tmp_path)
+    served = settled_state(cluster, 0, tmp_path)
     assert served["batches"] and served["producers"]
     assert served == rebuilt_state(cluster, 0, tmp_path)
     assert_every_acknowledged_batch_reads_back(cluster, tid, writers)
@@ -127,7 +117,7 @@ def test_after_snapshots_and_log_truncation_a_kill_9_restart_equals_snapshot_plu
                                                          "LOWTIDE_SNAPSHOT_INTERVAL_RECORDS": "25"})
     tid, writers = stream_commits_and_kill(cluster, seconds=2.0)
 
-    served = wait_quiet(cluster, tmp_path)
+    served = settled_state(cluster, 0, tmp_path)
     snapshots = Path(cluster.service("coordinator-0").data_dir) / "snapshots"
     newest = latest_snapshot(snapshots)
     assert newest is not None

@@ -28,7 +28,7 @@ from tests.integration.coordinator.dc import (
     metadata_log,
     new_topic_id,
     rebuilt_state,
-    served_state,
+    settled_state,
     shard_stub,
 )
 
@@ -49,16 +49,6 @@ def data_tables(state: dict) -> dict:
     return {table: rows for table, rows in state.items() if table not in TERM_TABLES}
 
 
-def settled_state(cluster: LocalCluster, tmp: Path) -> dict:
-    """The served tables once two reads a moment apart agree (no snapshot or worker step running)."""
-    last = None
-    for _ in range(50):
-        now = served_state(cluster, 0, tmp)
-        if now == last:
-            return now
-        last = now
-        time.sleep(0.3)
-    raise AssertionError("the coordinator's state never settled")
 
 
 def commit_files(stub, tid: bytes, first: int, count: int) -> None:
@@ -93,7 +83,7 @@ def lose_the_disk_and_restart(cluster: LocalCluster, tmp_path: Path) -> None:
         log.store.redis.close()
     assert start > 0
     commit_files(stub, tid, 3 * SNAPSHOT_EVERY, 7)  # the tail after the newest snapshot
-    before = settled_state(cluster, tmp_path)
+    before = settled_state(cluster, 0, tmp_path)
     reads_before = [find_batches(stub, tid, p, 0) for p in range(PARTITIONS)]
     assert before["batches"] and before["producers"] and before["files"]
     assert len(store.list()) <= 2, f"old snapshots were not pruned from the store: {store.list()}"
@@ -103,7 +93,7 @@ def lose_the_disk_and_restart(cluster: LocalCluster, tmp_path: Path) -> None:
     shutil.rmtree(data_dir)
     cluster.start_service("coordinator-0")
 
-    after = settled_state(cluster, tmp_path)
+    after = settled_state(cluster, 0, tmp_path)
     assert data_tables(after) == data_tables(before)
     assert after["applied"][0][1] >= before["applied"][0][1]
     restored = latest_snapshot(data_dir / "snapshots")
