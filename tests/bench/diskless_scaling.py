@@ -22,7 +22,7 @@ from lowtide.client import Admin
 from lowtide.client.replica import ReplicaClient
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.localcluster import ClusterConfig, LocalCluster
-from tests.bench.common import Figure, KiB, build_batch, cpu_per_unit, cpu_snapshot, percentile, say
+from tests.bench.common import Bench, Figure, KiB, build_batch, cpu_per_unit, cpu_snapshot, percentile, say
 
 REQUEST_BYTES = 256 * KiB
 PARTITIONS = 6
@@ -104,7 +104,11 @@ def diskless_scaling_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         admin.create_topic("bench-dscale-diskless", partitions=PARTITIONS, diskless=True)
         admin.create_topic("bench-dscale-classic", partitions=PARTITIONS, replication_factor=3)
         admin.close()
-        time.sleep(3)  # a just-created partition's metadata may name a leader before it hosts the log
+        # A just-created partition's metadata may name a leader before it hosts the log: wait until
+        # every replica of the classic topic hosts it (the diskless one lives with the shards).
+        bench = Bench(cluster)
+        bench.wait_replicated("bench-dscale-classic")
+        bench.close()
         _run(cluster, "bench-dscale-classic", 4, 1.0)  # warm-up: connections, leaders known
         _run(cluster, "bench-dscale-diskless", 4, 1.0)
         runs["classic"] = _run(cluster, "bench-dscale-classic", CLASSIC_PRODUCERS, seconds)

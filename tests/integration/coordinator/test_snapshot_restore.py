@@ -134,7 +134,13 @@ def test_the_log_is_not_deleted_below_a_snapshot_the_object_store_does_not_have(
     while latest_snapshot(snapshots) is None:
         assert time.monotonic() < deadline, "no local snapshot was taken"
         time.sleep(0.2)
-    time.sleep(2.0)  # retries of the upload (and, were the order wrong, the deletion) happen meanwhile
+    # Two refused uploads (each logged by the shard, retried with backoff): were the order wrong,
+    # the log would be deleted by now.
+    shard_log = Path(cluster.service("coordinator-0").log)
+    deadline = time.monotonic() + 30
+    while shard_log.read_text(errors="replace").count("snapshot not in the object store yet") < 2:
+        assert time.monotonic() < deadline, "the shard never retried the refused upload"
+        time.sleep(0.2)
     log = metadata_log(cluster, 0)
     try:
         assert log.read(0).log_start_offset == 0, "the log was deleted below a snapshot the store never took"
