@@ -180,17 +180,23 @@ def test_a_database_whose_offset_differs_from_its_name_is_refused(shard, store, 
         stored.fetch_newer(directory=tmp_path / "pod", than=-1)
 
 
-def test_a_database_of_another_schema_is_refused(shard, store, tmp_path):
+def upload_altered(shard, store, tmp_path, sql: str) -> tuple[SnapshotStore, object]:
+    """A snapshot of ``shard`` changed by ``sql`` in a copy (a valid SQLite file, so the manifest's
+    hash matches), uploaded: the store and its manifest."""
     (path,) = snapshots_of(shard, tmp_path, rounds=1)
-    other = tmp_path / "other" / path.name
-    other.parent.mkdir()
-    other.write_bytes(path.read_bytes())
-    db = sqlite3.connect(other)
-    db.execute("ALTER TABLE batches ADD COLUMN future_column INTEGER")
+    altered = tmp_path / "altered" / path.name
+    altered.parent.mkdir()
+    altered.write_bytes(path.read_bytes())
+    db = sqlite3.connect(altered)
+    db.execute(sql)
     db.commit()
     db.close()
     stored = SnapshotStore(store=store, shard=0, keep=2)
-    manifest = stored.upload(other)
+    return stored, stored.upload(altered)
+
+
+def test_a_database_of_another_schema_is_refused(shard, store, tmp_path):
+    stored, manifest = upload_altered(shard, store, tmp_path, "ALTER TABLE batches ADD COLUMN future_column INTEGER")
     with pytest.raises(SnapshotCorrupt, match=f"{manifest.object_key}.*not this version"):
         stored.fetch_newer(directory=tmp_path / "pod", than=-1)
 
@@ -266,15 +272,6 @@ def test_an_older_versions_snapshot_without_a_table_added_since_is_taken(shard, 
 
 
 def test_a_snapshot_without_the_applied_table_is_refused(shard, store, tmp_path):
-    (path,) = snapshots_of(shard, tmp_path, rounds=1)
-    broken = tmp_path / "broken" / path.name
-    broken.parent.mkdir()
-    broken.write_bytes(path.read_bytes())
-    db = sqlite3.connect(broken)
-    db.execute("DROP TABLE applied")
-    db.commit()
-    db.close()
-    stored = SnapshotStore(store=store, shard=0, keep=2)
-    manifest = stored.upload(broken)
+    stored, manifest = upload_altered(shard, store, tmp_path, "DROP TABLE applied")
     with pytest.raises(SnapshotCorrupt, match=manifest.object_key):
         stored.fetch_newer(directory=tmp_path / "pod", than=-1)
