@@ -2,24 +2,44 @@
 
 Flow of one Produce of a diskless partition::
 
-    request thread   validate the batches (as on classic topics), append them to the open buffer,
-                     wait for the item's outcome (up to the request's timeout)
-    flusher thread   closes the buffer diskless.commit.interval.ms (250) after its first batch, or
-                     at once when it holds diskless.buffer.max.bytes (8 MiB); hands the file to
-                     the upload pool (uploads overlap) and to the committer queue, in order
-    committer thread per file, in flush order: wait for its upload; CommitFile to every shard
+    request thread   validate the batches (as on classic topics); under one lock, append every
+                     item of the request to the open file and close it at once when fewer than
+                     ``files_in_flight`` (2) files are between close and answer, or when it holds
+                     diskless.buffer.max.bytes (8 MiB); wait for the items' outcomes (up to the
+                     request's timeout)
+    upload pool      joins a closed file's batches into one object and puts it (uploads overlap)
+    committer thread per file, in close order: wait for its upload; CommitFile to every shard
                      concerned in parallel (each gets only its own batches; the owner list is
                      those shards, randomly permuted); resolve every item with its assigned base
                      offset or its error (idempotence errors included) -- only now is a
-                     producer answered
+                     producer answered; then the file's slot is free: close the open file if it
+                     holds anything
+    flusher thread   closes the open file diskless.commit.interval.ms (250) after its first
+                     batch, however many files are in flight: the longest a batch lingers
 
-Files commit in flush order so an idempotent producer's consecutive requests reach its shard in
-sequence order even when they went into different files. A file no shard can have recorded
-(every shard's call failed before it could append: no registered leader, or a non-retriable
-rejection) is deleted on the spot; after an uncertain failure (timeout, leader change) the file
-is left: if a shard recorded it, the shard owns it; if none did, the orphan scanner removes it.
-Batches stay bytes from end to end: validation is ``validate_batches`` (C record walk), layout is
-a list of byte strings joined once.
+Why close on a free slot (group commit), not on a timer: a producer is answered only once its
+file commits, and a file costs one upload and one CommitFile per shard whatever it holds. Closed
+only by the interval (or at 8 MiB), a file made every producer with one request in flight wait a
+whole interval per request, however idle the broker: 16 closed-loop producers of 256 KiB reached
+0.13 x classic produce. Closing as soon as a slot is free makes an idle broker's latency one
+upload plus one commit; under load, batches gather in the open file while the files in flight
+upload and commit, so a file grows with the load and the cost per byte falls with it -- as
+Kafka's producer lingers only while its max.in.flight requests are under way. Two slots, not one,
+so the next file uploads while the previous one commits; more would only cut the same bytes into
+more, smaller files, since commits run one file at a time (below). A file reaching
+diskless.buffer.max.bytes closes even with no slot free (a file's size stays bounded; the
+producers' requests in flight bound the memory), and the interval bounds the linger when commits
+are slow.
+
+Files commit in close order so an idempotent producer's consecutive requests reach its shard in
+sequence order even when they went into different files; a request's items are added under one
+lock so that its partitions' batches stay in one file (a request is not split into files, one per
+item, by the free slots). A file no shard can have recorded (every shard's call failed before it
+could append: no registered leader, or a non-retriable rejection) is deleted on the spot; after
+an uncertain failure (timeout, leader change) the file is left: if a shard recorded it, the shard
+owns it; if none did, the orphan scanner removes it. Batches stay bytes from end to end:
+validation is ``validate_batches`` (C record walk), layout is a list of byte strings joined once,
+in the upload thread (not under the lock the request threads take).
 """
 
 from __future__ import annotations
@@ -57,11 +77,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 1048588
 @dataclass(frozen=True, kw_only=True)
 class DisklessConfig:
     """A broker's diskless settings (Kafka-style names in the flags: diskless.commit.interval.ms,
-    diskless.buffer.max.bytes)."""
+    diskless.buffer.max.bytes). ``files_in_flight``: files closed and not yet answered before the
+    open file waits for a slot (see the module doc)."""
 
     broker_id: int
     commit_interval_ms: int = 250
     buffer_max_bytes: int = 8 * 1024 * 1024
+    files_in_flight: int = 2
     commit_timeout_s: float = 30.0
     upload_threads: int = 2
     cache_max_bytes: int = 64 * 1024 * 1024
@@ -77,6 +99,21 @@ class DisklessAppend:
     log_append_time: int = -1
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferState:
+    """What the produce buffer holds now, and why its files closed so far (for tests and gauges).
+
+    ``closed``: files closed per reason -- "slot" (a slot was free), "size" (buffer.max.bytes),
+    "interval" (commit.interval.ms), "stop"; ``items_closed``: produce items in those files.
+    """
+
+    files_in_flight: int
+    buffered_items: int
+    buffered_bytes: int
+    closed: dict[str, int]
+    items_closed: int
+
+
 @dataclass(eq=False)
 class _Item:
     """One produced (topic, partition, batches) waiting in a file."""
@@ -85,7 +122,8 @@ class _Item:
     partition: int
     shard: int
     headers: list[BatchHeader]
-    position: int                       # byte offset of its first batch in the file
+    records: bytes
+    position: int = -1                  # byte offset of its first batch in the file
     outcome: DisklessAppend | LowtideError | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -97,7 +135,7 @@ class _File:
     items: list[_Item] = field(default_factory=list)
     opened: float = field(default_factory=time.monotonic)
     upload: Future | None = None
-    data: bytes = b""                   # the file's bytes once closed (kept for the fetch cache)
+    data: bytes = b""                   # the file's bytes once uploaded (kept for the fetch cache)
 
 
 CommittedListener = Callable[[str, list[tuple[str, int, int, int, bytes]]], None]
@@ -115,14 +153,20 @@ class DisklessProducer:
 
     def __init__(self, *, config: DisklessConfig, store: ObjectStore, coordinators: DisklessCoordinatorClient,
                  on_committed: CommittedListener | None = None) -> None:
+        if config.files_in_flight < 1:
+            raise ValueError(f"files_in_flight must be at least 1, got {config.files_in_flight}")
         self.config = config
         self.store = store
         self.coordinators = coordinators
         self.on_committed = on_committed
+        # One lock for the open file, the count in flight and the committer's queue: a close takes
+        # the file, counts it and queues it in one step, so the queue order is the close order.
         self._lock = threading.Condition()
         self._open: _File | None = None
+        self._in_flight = 0
         self._queue: deque[_File] = deque()
-        self._queue_cv = threading.Condition()
+        self._closed = {"slot": 0, "size": 0, "interval": 0, "stop": 0}
+        self._items_closed = 0
         self._stop = threading.Event()
         self._uploads = ThreadPoolExecutor(max_workers=config.upload_threads, thread_name_prefix="diskless-upload")
         self._commits = ThreadPoolExecutor(max_workers=4, thread_name_prefix="diskless-commit")
@@ -134,16 +178,20 @@ class DisklessProducer:
     def stop(self) -> None:
         """Flush what is buffered, finish the queued commits (bounded), then stop."""
         with self._lock:
-            self._close_open_locked()
-        self._stop.set()
-        with self._lock:
+            self._close_open_locked("stop")
+            self._stop.set()
             self._lock.notify_all()
-        with self._queue_cv:
-            self._queue_cv.notify_all()
         for thread in self._threads:
             thread.join(timeout=self.config.commit_timeout_s)
         self._uploads.shutdown(wait=False, cancel_futures=True)
         self._commits.shutdown(wait=False, cancel_futures=True)
+
+    def buffer_state(self) -> BufferState:
+        with self._lock:
+            file = self._open
+            return BufferState(files_in_flight=self._in_flight, buffered_items=len(file.items) if file else 0,
+                               buffered_bytes=file.builder.size if file else 0, closed=dict(self._closed),
+                               items_closed=self._items_closed)
 
     # ---- request side ------------------------------------------------------------------------
     def produce(self, items: Sequence[tuple[TopicInfo, int, bytes]], *,
@@ -151,9 +199,15 @@ class DisklessProducer:
         out: list[DisklessAppend | LowtideError | _Item] = []
         for info, partition, records in items:
             try:
-                out.append(self._enqueue(info, partition, records))
+                out.append(self._validate(info, partition, records))
             except LowtideError as exc:
                 out.append(exc)
+        accepted = [entry for entry in out if isinstance(entry, _Item)]
+        if accepted:
+            try:
+                self._enqueue(accepted)
+            except LowtideError as exc:
+                out = [exc if isinstance(entry, _Item) else entry for entry in out]
         deadline = time.monotonic() + max(1, timeout_ms) / 1000
         results: list[DisklessAppend | LowtideError] = []
         for entry in out:
@@ -167,7 +221,7 @@ class DisklessProducer:
                 results.append(entry.outcome)
         return results
 
-    def _enqueue(self, info: TopicInfo, partition: int, records: bytes) -> _Item:
+    def _validate(self, info: TopicInfo, partition: int, records: bytes) -> _Item:
         shard = shard_of(info, partition)
         headers = validate_batches(records)
         if any(h.is_control for h in headers):
@@ -179,30 +233,41 @@ class DisklessProducer:
             if h.size_in_bytes > limit:
                 raise MessageTooLarge(f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes {limit} "
                                       f"of {info.name}-{partition}")
-        if self._stop.is_set():
-            raise KafkaStorageError("this broker is shutting down")
-        with self._lock:
-            if self._open is None:
-                self._open = _File(key=new_object_key())
-                self._lock.notify_all()
-            file = self._open
-            item = _Item(info=info, partition=partition, shard=shard, headers=headers,
-                         position=file.builder.add(records))
-            file.items.append(item)
-            if file.builder.size >= self.config.buffer_max_bytes:
-                self._close_open_locked()
-        return item
+        return _Item(info=info, partition=partition, shard=shard, headers=headers, records=records)
 
-    # ---- flusher -------------------------------------------------------------------------------
-    def _close_open_locked(self) -> None:
+    def _enqueue(self, items: list[_Item]) -> None:
+        with self._lock:
+            # Checked under the lock stop() closes under: no item joins a file after the last close.
+            if self._stop.is_set():
+                raise KafkaStorageError("this broker is shutting down")
+            for item in items:
+                if self._open is None:
+                    self._open = _File(key=new_object_key())
+                    self._lock.notify_all()  # the flusher times the new file's interval
+                file = self._open
+                item.position = file.builder.add(item.records)
+                file.items.append(item)
+                if file.builder.size >= self.config.buffer_max_bytes:
+                    self._close_open_locked("size")
+            if self._in_flight < self.config.files_in_flight:
+                self._close_open_locked("slot")
+
+    # ---- closing files ---------------------------------------------------------------------------
+    def _close_open_locked(self, reason: str) -> None:
         file, self._open = self._open, None
         if file is None or not file.items:
             return
-        file.data = file.builder.build()
-        file.upload = self._uploads.submit(self.store.put, file.key, file.data)
-        with self._queue_cv:
-            self._queue.append(file)
-            self._queue_cv.notify_all()
+        self._in_flight += 1
+        self._closed[reason] += 1
+        self._items_closed += len(file.items)
+        file.upload = self._uploads.submit(self._upload, file)
+        self._queue.append(file)
+        self._lock.notify_all()
+
+    def _upload(self, file: _File) -> None:
+        data = file.builder.build()
+        self.store.put(file.key, data)
+        file.data = data  # read by the committer after upload.result(): the future orders it
 
     def _flush_loop(self) -> None:
         interval = self.config.commit_interval_ms / 1000
@@ -217,14 +282,14 @@ class DisklessProducer:
                     self._lock.wait(left)
                     continue
                 if self._open is file:
-                    self._close_open_locked()
+                    self._close_open_locked("interval")
 
     # ---- committer -------------------------------------------------------------------------------
     def _commit_loop(self) -> None:
         while True:
-            with self._queue_cv:
+            with self._lock:
                 while not self._queue and not self._stop.is_set():
-                    self._queue_cv.wait(0.5)
+                    self._lock.wait(0.5)
                 if not self._queue:
                     return
                 file = self._queue.popleft()
@@ -233,6 +298,11 @@ class DisklessProducer:
             except Exception as exc:  # noqa: BLE001 - never leave a producer waiting
                 log.exception("diskless commit failed")
                 self._resolve_all(file, KafkaStorageError(f"commit of {file.key} failed: {exc}"))
+            with self._lock:
+                # The file's slot is free: what gathered meanwhile goes now, as one file.
+                self._in_flight -= 1
+                if self._in_flight < self.config.files_in_flight:
+                    self._close_open_locked("slot")
 
     def _resolve_all(self, file: _File, error: LowtideError) -> None:
         for item in file.items:
