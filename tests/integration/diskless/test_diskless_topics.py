@@ -21,12 +21,17 @@ from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 GRACE_MS = 2000
+# The brokers' diskless.commit.interval.ms, far above any test's produce timeout: a WAL file closes
+# as soon as one of the broker's upload/commit slots is free (lowtide.diskless.produce), so no test
+# here waits for it, and a file that did would show as a timed-out produce.
+COMMIT_INTERVAL_MS = 60_000
 
 
 @pytest.fixture(scope="module")
 def cluster(request, tmp_path_factory):
     config = ClusterConfig(data_dir=tmp_path_factory.mktemp("diskless"), replicas=3,
-                           replica_config=dict(DEFAULT_REPLICA_CONFIG),
+                           replica_config={**DEFAULT_REPLICA_CONFIG,
+                                           "diskless.commit.interval.ms": str(COMMIT_INTERVAL_MS)},
                            extra_env={"LOWTIDE_FILE_DELETE_GRACE_MS": str(GRACE_MS),
                                       "LOWTIDE_FILE_LIFETIME_INTERVAL_MS": "200",
                                       "LOWTIDE_RETENTION_CHECK_INTERVAL_MS": "300"})
@@ -166,6 +171,22 @@ def test_an_idempotent_producer_is_deduplicated_fenced_and_kept_in_sequence_over
         assert latest["partitions"][0]["offset"] == 9  # 3 + 3 + 3: nothing else was appended
     finally:
         client.close()
+
+
+def test_a_lone_producer_is_answered_after_one_upload_and_commit_not_after_the_commit_interval(cluster):
+    cli(cluster, "topics", "create", "--topic", "disk-lone", "--partitions", "1", "--diskless")
+    client = ReplicaClient()
+    try:
+        began = time.monotonic()
+        for i, address in enumerate(cluster.service(f"replica-{r}").grpc for r in (0, 1, 2, 0, 1, 2)):
+            [answer] = client.produce(address, [("disk-lone", 0, encode_batch([b"x" * 100]))], acks=-1,
+                                      timeout_ms=20_000, deadline_s=25)
+            assert (answer.error, answer.base_offset) == (None, i)
+        took = time.monotonic() - began
+    finally:
+        client.close()
+    # Six requests one after the other, each its broker's only one: six intervals would be 6 min.
+    assert took < 15, took
 
 
 def test_a_conditional_append_lands_only_at_the_expected_log_end_and_is_refused_on_a_diskless_topic(cluster):
