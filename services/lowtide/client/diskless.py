@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
-from lowtide.errors import CoordinatorNotAvailable, LowtideError, error_or_none
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, UnknownServerError, error_or_none
+from lowtide.messages.commit_wire import pack_batches, unpack_results
 from lowtide.messages.coordinator import BatchToCommit, CommitResult, FoundBatch, FoundPartition, PartitionAnswer
 from lowtide.rpc.channels import ChannelPool, PooledClient, call
 from lowtide_pb import coordinator_pb2 as pb
@@ -24,6 +26,9 @@ from lowtide_pb import coordinator_pb2_grpc
 # (shard, refresh) -> "host:port" of its leader, or None when none is registered.
 ShardLookup = Callable[[int, bool], str | None]
 WRITE_AHEAD_MULTI_SEGMENT = 1
+RECORD_BATCH_MAGIC = 2
+# A result without an error: built from its unpacked row with no Python-level frame (one per batch).
+_new_result = partial(tuple.__new__, CommitResult)
 
 
 class DisklessCoordinatorClient(PooledClient):
@@ -80,21 +85,22 @@ class DisklessCoordinatorClient(PooledClient):
     def commit_file(self, shard: int, *, object_key: str, file_size: int, owner_ids: Sequence[int],
                     batches: Sequence[BatchToCommit], uploader_broker_id: int,
                     timeout_s: float = 30.0) -> list[CommitResult]:
-        """One result per batch, in order."""
+        """One result per batch, in order. Sent column-wise (``lowtide.messages.commit_wire``)."""
         request = pb.DisklessCommitFileRequest(
             object_key=object_key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=file_size,
-            owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000))
-        add = request.batches.add  # built in place: a list of messages would be copied into the field
-        for b in batches:
-            add(magic=2, topic_id=b.topic_id, partition_index=b.partition, byte_offset=b.byte_offset, size=b.size,
-                base_offset=b.base_offset, last_offset=b.last_offset, batch_max_timestamp=b.max_timestamp,
-                timestamp_type=b.timestamp_type, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                base_sequence=b.base_sequence, last_sequence=b.last_sequence)
+            owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000),
+            packed_batches=pack_batches(
+                (RECORD_BATCH_MAGIC, i, b.topic_id, b.partition, b.byte_offset, b.size, b.base_offset, b.last_offset,
+                 b.max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence,
+                 b.last_sequence) for i, b in enumerate(batches)))
         reply = self._call(shard, "CommitFile", request, timeout_s)
-        # Positional, and error_or_none only for an error: one result per batch of the file.
-        return [CommitResult(error_or_none(r.error_code, r.error_message) if r.error_code else None,
-                             r.assigned_base_offset, r.log_append_time, r.log_start_offset, r.is_duplicate)
-                for r in reply.batches]
+        messages = {m.index: m.message for m in reply.error_messages}
+        results = [_new_result((None, base, append_time, lso, duplicate == 1)) if not code else
+                   CommitResult(error_or_none(code, messages.get(i, "")), base, append_time, lso, duplicate == 1)
+                   for i, (code, base, append_time, lso, duplicate) in enumerate(unpack_results(reply.packed_results))]
+        if len(results) != len(batches):  # e.g. a shard that predates packed_batches saw no batches
+            raise UnknownServerError(f"CommitFile answered {len(results)} results for {len(batches)} batches")
+        return results
 
     def find_batches(self, shard: int, positions: Sequence[tuple[bytes, int, int, int]], *, fetch_max_bytes: int,
                      max_batches_per_partition: int = 1000, timeout_s: float = 10.0) -> list[FoundPartition]:

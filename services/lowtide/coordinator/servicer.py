@@ -9,12 +9,14 @@ Thread-safety: stateless apart from its collaborators, which are thread-safe.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.coordinator.service import ShardService
 from lowtide.errors import InvalidRequest, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
+from lowtide.messages.commit_wire import pack_results, unpack_batches
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
@@ -22,6 +24,7 @@ from lowtide_pb import coordinator_pb2_grpc
 # frame and length check (the values are built right here, all 14): one per batch of every file.
 _new = tuple.__new__
 CommitBatch = m.CommitBatch
+_new_batch = partial(_new, CommitBatch)
 # Request metadata of a caller that takes a warm standby's FindBatches answer (and its freshness:
 # trailing metadata lowtide-standby-applied-offset, -high-watermark, -lag-ms).
 STANDBY_READ = "lowtide-read-standby"
@@ -71,18 +74,28 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             # scanner already judged (its grace period counts on no commit outliving its deadline).
             raise RequestTimedOut("the CommitFile call's deadline passed before it was processed")
         started = time.perf_counter()
+        packed = bool(request.packed_batches)
+        if packed and request.batches:
+            raise InvalidRequest("a CommitFile sets batches or packed_batches, not both")
+        # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file. Packed, they
+        # come straight from struct.iter_unpack (lowtide.messages.commit_wire).
+        batches = list(map(_new_batch, unpack_batches(request.packed_batches))) if packed else [
+            _new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
+                               b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
+                               b.producer_epoch, b.base_sequence, b.last_sequence))
+            for b in request.batches]
         req = m.CommitFileRequest(
             object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
             owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
-            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS,
-            # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file.
-            batches=[_new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset,
-                                        b.size, b.base_offset, b.last_offset, b.batch_max_timestamp,
-                                        b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence,
-                                        b.last_sequence))
-                     for b in request.batches])
+            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, batches=batches)
         resp = self.shard.mutate(lambda core: core.commit_file(req), timeout_ms=req.timeout_ms)
         self.observe_commit(time.perf_counter() - started)
+        if packed:
+            return pb.DisklessCommitFileResponse(
+                packed_results=pack_results((code, base, append_time, lso, duplicate)
+                                            for code, _message, base, append_time, lso, duplicate in resp.batches),
+                error_messages=[pb.DisklessIndexedMessage(index=i, message=r[1])
+                                for i, r in enumerate(resp.batches) if r[1] is not None])
         reply = pb.DisklessCommitFileResponse()
         add = reply.batches.add  # built in place: a list of messages would be copied into the field
         for code, message, base, append_time, lso, duplicate in resp.batches:

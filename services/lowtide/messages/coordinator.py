@@ -318,8 +318,8 @@ class BatchToCommit:
     last_sequence: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class CommitResult:
+class CommitResult(NamedTuple):
+    # A NamedTuple, as CommitBatch: one per batch of every file, built from packed rows.
     error: LowtideError | None = None
     base_offset: int = -1
     log_append_time: int = -1

@@ -18,6 +18,7 @@ from lowtide.common.procs import find_free_port
 from lowtide.coordinator.leadership import epoch_key, read_shards
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
 from lowtide.localcluster import ClusterConfig
+from lowtide.messages.commit_wire import pack_batches, unpack_results
 from lowtide.objectstore import open_object_store
 from lowtide.record import encode_batch
 from lowtide_pb import common_pb2, coordinator_pb2_grpc
@@ -83,6 +84,38 @@ def test_a_file_committed_to_a_shard_is_found_listed_and_deleted_through_it(dc_c
     below = find_batches(dc, tid, 0, 10)
     assert below.error_code == 1  # OFFSET_OUT_OF_RANGE
     assert list_offset(dc, tid, 1, -1).offset == 0
+
+
+def test_a_packed_commit_gets_the_offsets_a_listed_one_would_and_its_errors_by_index(dc_cluster):
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    create_partitions(dc, tid, "packed", [0])
+    listed = commit_request("wal/packed-1", tid, batches=2, records=10).batches
+    rows = [(b.magic, i, b.topic_id, b.partition_index, b.byte_offset, b.size, b.base_offset, b.last_offset,
+             b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence,
+             b.last_sequence) for i, b in enumerate(listed)]
+    rows.append(rows[0][:3] + (7,) + rows[0][4:])  # a partition this shard does not have
+    packed = pb.DisklessCommitFileRequest(object_key="wal/packed-1", object_format=1, file_size=300, owner_ids=[0],
+                                          uploader_broker_id=0, packed_batches=pack_batches(rows))
+
+    reply = call_retrying(dc.CommitFile, packed)
+    assert not reply.batches
+    assert [(code, base) for code, base, *_ in unpack_results(reply.packed_results)] == [(0, 0), (0, 10), (3, -1)]
+    assert [m.index for m in reply.error_messages] == [2] and "partition 7" in reply.error_messages[0].message
+    after = call_retrying(dc.CommitFile, commit_request("wal/packed-2", tid, records=5))
+    assert after.batches[0].assigned_base_offset == 20
+
+    both = pb.DisklessCommitFileRequest(object_key="wal/packed-3", object_format=1, file_size=300, owner_ids=[0],
+                                        uploader_broker_id=0, packed_batches=pack_batches(rows[:1]), batches=listed[:1])
+    with pytest.raises(grpc.RpcError) as refused:
+        call_retrying(dc.CommitFile, both)
+    assert kafka_name(refused.value) == "INVALID_REQUEST"
+    cut = pb.DisklessCommitFileRequest(object_key="wal/packed-4", object_format=1, file_size=300, owner_ids=[0],
+                                       uploader_broker_id=0, packed_batches=pack_batches(rows[:1])[:-1])
+    with pytest.raises(grpc.RpcError) as refused:
+        call_retrying(dc.CommitFile, cut)
+    assert kafka_name(refused.value) == "INVALID_REQUEST"
+    assert list_offset(dc, tid, 0, -1).offset == 25
 
 
 def test_a_retried_commit_is_a_duplicate_with_the_original_offsets_and_changes_nothing(dc_cluster, tmp_path):
