@@ -4,19 +4,25 @@ read back in a batch, compared with what lowtide itself says (ListOffsets), also
 DeleteRecords.
 
 The Spark side is plain PySpark in local mode with ``spark.jars`` = the connector: no lowtide code,
-no lowtide data source. It runs in a child Python process (``SPARK_SIDE`` below), one per step,
-because ``spark.jars`` only counts when a JVM starts and a pytest process may already have started
-its Spark JVM without them (tests/integration/spark/ does, in-process). The child prints its rows
-as one JSON line; this side checks them.
+no lowtide data source. It runs in a child Python process (``SPARK_SIDE`` below), because
+``spark.jars`` only counts when a JVM starts and a pytest process may already have started its Spark
+JVM without them (tests/integration/spark/ does, in-process). One child, one JVM (a JVM start is
+seconds of CPU) serves the module: it writes and reads, then reads again each time this side asks
+(a line on its stdin), after this side has deleted records. It prints the rows of each read as one
+JSON line; this side checks them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,9 +34,10 @@ from tests.kafka_tools import require_java, spark_kafka_jars
 TOPIC, PARTITIONS, ROWS = "spark-kafka", 3, 600
 SPARK_TIMEOUT_S = 300
 
-# The Spark side: argv[1] is a JSON job {"jars", "bootstrap", "topic", "write": [[key, value], ...]
-# or null, "read": {option: value} or null}; prints "ROWS <json>" with the rows read as
-# [key, value, topic, partition, offset].
+# The Spark side: argv[1] is a JSON job {"jars", "bootstrap", "topic", "write": [[key, value], ...],
+# "read": {option: value}}; it writes, reads, and prints "ROWS <json>" with the rows read as
+# [key, value, topic, partition, offset]; then reads again (a new batch query, planned anew) and
+# prints its rows for every line "read" on its stdin, until stdin closes.
 SPARK_SIDE = textwrap.dedent("""
     import json, sys
     from pyspark.sql import SparkSession
@@ -42,23 +49,82 @@ SPARK_SIDE = textwrap.dedent("""
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+
+    def read():
+        reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
+                  .option("subscribe", job["topic"]))
+        for key, value in job["read"].items():
+            reader = reader.option(key, value)
+        rows = [[bytes(r.key).decode() if r.key is not None else None, bytes(r.value).decode(), r.topic,
+                 r.partition, r.offset] for r in reader.load().collect()]
+        print("ROWS " + json.dumps(rows), flush=True)
+
     try:
-        if job["write"] is not None:
-            df = spark.createDataFrame([(k.encode(), v.encode()) for k, v in job["write"]],
-                                       "key binary, value binary")
-            (df.write.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
-             .option("topic", job["topic"]).save())
-        if job["read"] is not None:
-            reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
-                      .option("subscribe", job["topic"]))
-            for key, value in job["read"].items():
-                reader = reader.option(key, value)
-            rows = [[bytes(r.key).decode() if r.key is not None else None, bytes(r.value).decode(), r.topic,
-                     r.partition, r.offset] for r in reader.load().collect()]
-            print("ROWS " + json.dumps(rows), flush=True)
+        df = spark.createDataFrame([(k.encode(), v.encode()) for k, v in job["write"]], "key binary, value binary")
+        (df.write.format("kafka").option("kafka.bootstrap.servers", job["bootstrap"])
+         .option("topic", job["topic"]).save())
+        read()
+        for line in sys.stdin:
+            if line.strip() == "read":
+                read()
     finally:
         spark.stop()
 """)
+
+Row = tuple[str | None, str, str, int, int]
+
+
+class SparkSide:
+    """The child process running SPARK_SIDE; ``rows()`` is the next read's rows."""
+
+    def __init__(self, cluster, *, write: list[tuple[str, str]], read: dict[str, str], log_dir) -> None:
+        require_java()
+        job = {"jars": ",".join(str(j) for j in spark_kafka_jars()), "bootstrap": cluster.kafka_bootstrap,
+               "topic": TOPIC, "write": write, "read": read}
+        self.stderr_path = log_dir / "spark-side.stderr"
+        self._stderr = self.stderr_path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-c", SPARK_SIDE, json.dumps(job)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+                                     env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, name="spark-side-stdout", daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _failure(self, what: str) -> str:
+        self._stderr.flush()
+        return f"{what}; Spark side stderr:\n{self.stderr_path.read_text()[-6000:]}"
+
+    def rows(self) -> list[Row]:
+        deadline = time.monotonic() + SPARK_TIMEOUT_S
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(self._failure(f"no rows within {SPARK_TIMEOUT_S} s")) from None
+            if line is None:
+                raise AssertionError(self._failure(f"Spark side exited {self.proc.wait()} before its rows"))
+            if line.startswith("ROWS "):
+                return [tuple(r) for r in json.loads(line.removeprefix("ROWS "))]
+
+    def read_again(self) -> list[Row]:
+        self.proc.stdin.write("read\n")
+        self.proc.stdin.flush()
+        return self.rows()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            code = self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            code = self.proc.wait()
+        finally:
+            self._stderr.close()
+        assert code == 0, self._failure(f"Spark side exited {code}")
 
 
 @pytest.fixture(scope="module")
@@ -71,22 +137,6 @@ def kcluster(shared_cluster):
 def lowtide_admin(kcluster):
     with Admin(kcluster.bootstrap) as admin:
         yield admin
-
-
-def spark_job(cluster, *, write: list[tuple[str, str]] | None = None,
-              read: dict[str, str] | None = None) -> list[tuple[str | None, str, str, int, int]]:
-    require_java()
-    job = {"jars": ",".join(str(j) for j in spark_kafka_jars()), "bootstrap": cluster.kafka_bootstrap,
-           "topic": TOPIC, "write": write, "read": read}
-    result = subprocess.run([sys.executable, "-c", SPARK_SIDE, json.dumps(job)], capture_output=True, text=True,
-                            timeout=SPARK_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    assert result.returncode == 0, f"Spark side exited {result.returncode}:\n{result.stderr[-6000:]}"
-    if read is None:
-        return []
-    line = next((ln for ln in result.stdout.splitlines() if ln.startswith("ROWS ")), None)
-    assert line is not None, result.stdout[-3000:] + result.stderr[-3000:]
-    return [tuple(r) for r in json.loads(line.removeprefix("ROWS "))]
 
 
 def offsets(admin: Admin, spec: int) -> dict[int, int]:
@@ -104,12 +154,23 @@ WRITTEN = [(f"key-{i % 50}", f"value-{i}") for i in range(ROWS)]
 
 
 @pytest.fixture(scope="module")
-def written_and_read(kcluster, lowtide_admin):
-    """A Spark write of WRITTEN, then, in the same session, a batch read of everything."""
+def spark_side(kcluster, lowtide_admin, tmp_path_factory) -> Iterator[SparkSide]:
+    """The Spark side, once it wrote WRITTEN and read everything back in the same session."""
     lowtide_admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
     s.wait_until(lambda: all(p.leader >= 0 for p in lowtide_admin.describe_topics([TOPIC])[TOPIC].partitions),
                  what=f"leaders for {TOPIC}")
-    return spark_job(kcluster, write=WRITTEN, read=EVERYTHING)
+    side = SparkSide(kcluster, write=WRITTEN, read=EVERYTHING, log_dir=tmp_path_factory.mktemp("spark-kafka"))
+    try:
+        side.written_and_read = side.rows()
+        yield side
+    finally:
+        side.close()
+
+
+@pytest.fixture(scope="module")
+def written_and_read(spark_side) -> list[Row]:
+    """The rows of the Spark side's read of everything after its write of WRITTEN."""
+    return spark_side.written_and_read
 
 
 def test_a_spark_kafka_write_is_read_back_by_a_spark_kafka_batch_read_with_the_same_rows(written_and_read):
@@ -138,14 +199,14 @@ def test_spark_kafka_writes_put_every_record_of_a_key_in_one_partition(written_a
 
 
 def test_after_lowtide_delete_records_a_spark_batch_read_from_earliest_starts_at_the_low_watermark(
-        kcluster, written_and_read, lowtide_admin):
+        spark_side, written_and_read, lowtide_admin):
     latest = offsets(lowtide_admin, OffsetSpec.LATEST)
     low = {p: end // 3 for p, end in latest.items()}
     assert all(k > 0 for k in low.values()), latest
     results = lowtide_admin.delete_records({(TOPIC, p): k for p, k in low.items()})
     assert {tp[1]: r.low_watermark for tp, r in results.items()} == low
     assert offsets(lowtide_admin, OffsetSpec.EARLIEST) == low
-    rows = spark_job(kcluster, read=EVERYTHING)
+    rows = spark_side.read_again()  # a new batch query: it resolves "earliest" anew
     per_partition: dict[int, list[int]] = {}
     for _, _, _, partition, offset in rows:
         per_partition.setdefault(partition, []).append(offset)
