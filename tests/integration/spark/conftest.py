@@ -1,16 +1,14 @@
-"""One real local cluster and one real local-mode SparkSession per test module (both are slow to
-start); every test uses its own topics. Spark needs Java 17+: a missing ``java`` skips, naming it
+"""The worker's shared local cluster and one real local-mode SparkSession per test module (both are
+slow to start); every test uses its own topics. Spark needs Java 17+: a missing ``java`` skips, naming it
 (CI installs it)."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 
 import pytest
 
-from lowtide.localcluster import ClusterConfig, LocalCluster
-from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, print_log_tails, require_redis_server
+from lowtide.localcluster import LocalCluster
 
 
 def require_java() -> None:
@@ -19,18 +17,11 @@ def require_java() -> None:
 
 
 @pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    require_redis_server()
-    cluster = LocalCluster(ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-cluster"), replicas=3,
-                                         replica_config=dict(DEFAULT_REPLICA_CONFIG)))
-    try:
-        cluster.up(detach=True)
-        yield cluster
-    except BaseException:
-        print_log_tails(cluster)
-        raise
-    finally:
-        cluster.down(timeout_s=10.0)
+def spark_cluster(shared_cluster: LocalCluster) -> LocalCluster:
+    """The worker's shared cluster (tests/integration/conftest.py, the same configuration: 3 replicas,
+    DEFAULT_REPLICA_CONFIG): these tests stop, kill and reconfigure nothing and only use topics and
+    groups named for themselves, so they need no cluster start of their own (seconds of CPU each)."""
+    return shared_cluster
 
 
 @pytest.fixture(scope="module")

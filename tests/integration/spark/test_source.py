@@ -1,14 +1,20 @@
-"""The "lowtide" PySpark data source on real PySpark (local mode) against a real local cluster."""
+"""The "lowtide" PySpark data source on real PySpark (local mode) against a real local cluster, and
+on an auth-enabled one: credentials given as an option reach every call (front door and replicas,
+driver and executors); without them nothing is read or written. Both share the module's one Spark
+session (a JVM start is seconds of CPU)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from lowtide.client import Admin, Producer
+from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.record import decode_batches
 from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
 KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
@@ -36,9 +42,9 @@ def _opts(cluster) -> dict[str, str]:
 
 
 def test_a_batch_read_returns_every_produced_record_once_with_the_kafka_source_schema(spark, spark_cluster, admin):
-    _create(admin, "batch-read")
-    _produce(spark_cluster.bootstrap, "batch-read", 3000)
-    df = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "batch-read").load()
+    _create(admin, "src-batch-read")
+    _produce(spark_cluster.bootstrap, "src-batch-read", 3000)
+    df = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-batch-read").load()
     assert df.columns == KAFKA_COLUMNS
     assert df.rdd.getNumPartitions() >= 3  # at least one Spark partition per topic partition
     rows = df.collect()
@@ -46,7 +52,7 @@ def test_a_batch_read_returns_every_produced_record_once_with_the_kafka_source_s
     assert {bytes(r.key) for r in rows} == {f"k{i}".encode() for i in range(3000)}
     per_partition: dict[int, list[int]] = {}
     for r in rows:
-        assert r.topic == "batch-read" and r.timestampType == 0 and r.timestamp is not None
+        assert r.topic == "src-batch-read" and r.timestampType == 0 and r.timestamp is not None
         per_partition.setdefault(r.partition, []).append(r.offset)
     for p, offsets in per_partition.items():
         assert sorted(offsets) == list(range(len(offsets))), f"partition {p} has gaps or repeats"
@@ -54,24 +60,24 @@ def test_a_batch_read_returns_every_produced_record_once_with_the_kafka_source_s
 
 def test_starting_and_ending_offsets_as_json_select_exactly_that_range_and_min_partitions_splits_it(
         spark, spark_cluster, admin):
-    _create(admin, "ranges", partitions=1)
-    _produce(spark_cluster.bootstrap, "ranges", 500, partition=0)
-    df = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "ranges")
-          .option("startingOffsets", json.dumps({"ranges": {"0": 100}}))
-          .option("endingOffsets", json.dumps({"ranges": {"0": 400}}))
+    _create(admin, "src-ranges", partitions=1)
+    _produce(spark_cluster.bootstrap, "src-ranges", 500, partition=0)
+    df = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-ranges")
+          .option("startingOffsets", json.dumps({"src-ranges": {"0": 100}}))
+          .option("endingOffsets", json.dumps({"src-ranges": {"0": 400}}))
           .option("minPartitions", "4").load())
     assert df.rdd.getNumPartitions() == 4
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(100, 400))
 
 
 def test_a_write_then_read_round_trip_keeps_keys_values_headers_and_explicit_partitions(spark, spark_cluster, admin):
-    _create(admin, "round-trip")
+    _create(admin, "src-round-trip")
     rows = [(f"key{i}".encode() if i % 5 else None, f"value{i}".encode(), i % 3,
              [("h", f"{i}".encode()), ("n", None)]) for i in range(1000)]
     df = spark.createDataFrame(rows, "key binary, value binary, partition int, "
                                      "headers array<struct<key: string, value: binary>>")
-    df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "round-trip").mode("append").save()
-    back = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "round-trip")
+    df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "src-round-trip").mode("append").save()
+    back = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-round-trip")
             .option("includeHeaders", "true").load().collect())
     assert len(back) == 1000
     got = {bytes(r.value): r for r in back}
@@ -85,10 +91,11 @@ def test_a_write_then_read_round_trip_keeps_keys_values_headers_and_explicit_par
 def test_a_write_without_partitions_spreads_unkeyed_rows_and_hashes_keys_as_kafka_does(spark, spark_cluster, admin):
     from lowtide.client.partitioner import partition_for_key
 
-    _create(admin, "routed")
+    _create(admin, "src-routed")
     keyed = spark.createDataFrame([(f"user-{i}", f"event-{i}") for i in range(300)], "key string, value string")
-    keyed.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "routed").mode("append").save()
-    back = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "routed").load().collect()
+    keyed.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "src-routed").mode("append").save()
+    back = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-routed")
+            .load().collect())
     assert len(back) == 300
     for r in back:
         assert r.partition == partition_for_key(bytes(r.key), 3)
@@ -97,24 +104,24 @@ def test_a_write_without_partitions_spreads_unkeyed_rows_and_hashes_keys_as_kafk
 def test_a_write_that_names_a_missing_topic_fails_the_task_with_the_kafka_error(spark, spark_cluster):
     df = spark.createDataFrame([("x",)], "value string")
     with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION|does not exist"):
-        df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "no-such-topic") \
+        df.write.format("lowtide").options(**_opts(spark_cluster)).option("topic", "src-no-such-topic") \
             .mode("append").save()
 
 
 def test_subscribe_pattern_reads_every_matching_topic_and_no_other(spark, spark_cluster, admin):
-    for name in ("metrics-a", "metrics-b", "other"):
+    for name in ("src-metrics-a", "src-metrics-b", "src-other"):
         _create(admin, name, partitions=2)
         _produce(spark_cluster.bootstrap, name, 100, prefix=name)
     df = (spark.read.format("lowtide").options(**_opts(spark_cluster))
-          .option("subscribePattern", "metrics-.*").load())
+          .option("subscribePattern", "src-metrics-.*").load())
     counts = {r.topic: r["count"] for r in df.groupBy("topic").count().collect()}
-    assert counts == {"metrics-a": 100, "metrics-b": 100}
+    assert counts == {"src-metrics-a": 100, "src-metrics-b": 100}
 
 
 def test_a_streaming_read_with_available_now_and_max_offsets_per_trigger_delivers_everything_in_bounded_batches(
         spark, spark_cluster, admin, tmp_path):
-    _create(admin, "stream", partitions=2)
-    _produce(spark_cluster.bootstrap, "stream", 1000)
+    _create(admin, "src-stream", partitions=2)
+    _produce(spark_cluster.bootstrap, "src-stream", 1000)
     seen: list[tuple[int, int]] = []
     sizes: list[int] = []
 
@@ -123,9 +130,9 @@ def test_a_streaming_read_with_available_now_and_max_offsets_per_trigger_deliver
         sizes.append(len(got))
         seen.extend(got)
 
-    query = (spark.readStream.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "stream")
+    query = (spark.readStream.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-stream")
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "300")
-             .option("lowtide.group.id", "spark-stream").load()
+             .option("lowtide.group.id", "src-spark-stream").load()
              .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
@@ -133,9 +140,9 @@ def test_a_streaming_read_with_available_now_and_max_offsets_per_trigger_deliver
     assert len(seen) == 1000 and len(set(seen)) == 1000
     assert max(sizes) <= 300 and len([n for n in sizes if n]) >= 4
     # The group's committed offsets are where the query stopped: the end of what it read.
-    committed = admin.fetch_offsets("spark-stream", [("stream", 0), ("stream", 1)])
+    committed = admin.fetch_offsets("src-spark-stream", [("src-stream", 0), ("src-stream", 1)])
     ends = {p: 1 + max(o for q, o in seen if q == p) for p in (0, 1)}
-    assert {p: committed[("stream", p)].offset for p in (0, 1)} == ends
+    assert {p: committed[("src-stream", p)].offset for p in (0, 1)} == ends
 
 
 def _stream_with_delete(spark, cluster, admin, topic: str, *, fail: bool, tmp_path) -> tuple[list[int], object]:
@@ -163,41 +170,41 @@ def _stream_with_delete(spark, cluster, admin, topic: str, *, fail: bool, tmp_pa
 
 def test_records_deleted_under_a_streaming_read_fail_the_query_naming_partition_and_offsets(
         spark, spark_cluster, admin, tmp_path):
-    seen, error = _stream_with_delete(spark, spark_cluster, admin, "loss-fails", fail=True, tmp_path=tmp_path)
+    seen, error = _stream_with_delete(spark, spark_cluster, admin, "src-loss-fails", fail=True, tmp_path=tmp_path)
     assert error is not None
-    assert "loss-fails-0" in str(error) and "offsets 50..199" in str(error) and "failOnDataLoss" in str(error)
+    assert "src-loss-fails-0" in str(error) and "offsets 50..199" in str(error) and "failOnDataLoss" in str(error)
     assert seen == list(range(50))
 
 
 def test_records_deleted_under_a_streaming_read_are_skipped_with_fail_on_data_loss_false(
         spark, spark_cluster, admin, tmp_path):
-    seen, error = _stream_with_delete(spark, spark_cluster, admin, "loss-skips", fail=False, tmp_path=tmp_path)
+    seen, error = _stream_with_delete(spark, spark_cluster, admin, "src-loss-skips", fail=False, tmp_path=tmp_path)
     assert error is None
     assert seen == list(range(50)) + list(range(200, 300))
 
 
 def test_a_batch_read_from_deleted_offsets_fails_or_starts_at_the_log_start_offset(spark, spark_cluster, admin):
-    _create(admin, "deleted-start", partitions=1)
-    _produce(spark_cluster.bootstrap, "deleted-start", 100, partition=0)
-    assert admin.delete_records({("deleted-start", 0): 60})[("deleted-start", 0)].error is None
-    reader = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "deleted-start")
-              .option("startingOffsets", json.dumps({"deleted-start": {"0": 10}})))
-    with pytest.raises(Exception, match=r"deleted-start-0 at offsets 10\.\.59"):
+    _create(admin, "src-deleted-start", partitions=1)
+    _produce(spark_cluster.bootstrap, "src-deleted-start", 100, partition=0)
+    assert admin.delete_records({("src-deleted-start", 0): 60})[("src-deleted-start", 0)].error is None
+    reader = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-deleted-start")
+              .option("startingOffsets", json.dumps({"src-deleted-start": {"0": 10}})))
+    with pytest.raises(Exception, match=r"src-deleted-start-0 at offsets 10\.\.59"):
         reader.load().collect()
     offsets = [r.offset for r in reader.option("failOnDataLoss", "false").load().select("offset").collect()]
     assert sorted(offsets) == list(range(60, 100))
 
 
 def test_what_the_writer_stores_is_ordinary_record_batches_any_client_decodes(spark, spark_cluster, admin):
-    _create(admin, "plain", partitions=1)
+    _create(admin, "src-plain", partitions=1)
     spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string").write.format("lowtide") \
-        .options(**_opts(spark_cluster)).option("topic", "plain").mode("append").save()
-    leader = s.leader_of(spark_cluster, "plain")
+        .options(**_opts(spark_cluster)).option("topic", "src-plain").mode("append").save()
+    leader = s.leader_of(spark_cluster, "src-plain")
     r = s.replica(spark_cluster, leader)
     from lowtide_pb import replica_pb2
 
     resp = r.Fetch(replica_pb2.FetchRequest(replica_id=-1, max_bytes=1 << 20, partitions=[
-        replica_pb2.FetchPartition(topic="plain", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]))
+        replica_pb2.FetchPartition(topic="src-plain", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]))
     values = [rec.value for _, recs in decode_batches(resp.partitions[0].records) for rec in recs]
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(50))
 
@@ -206,23 +213,54 @@ def test_a_diskless_topic_is_written_and_read_through_the_source_unchanged_with_
         spark, spark_cluster, admin):
     # Nothing Spark-side knows the kind of topic: the source's metadata, ListOffsets, Fetch and
     # Produce reach the replicas, which serve diskless partitions from the coordinator shards.
-    admin.create_topic("disk-spark", partitions=3, diskless=True)
-    _produce(spark_cluster.bootstrap, "disk-spark", 900)
+    admin.create_topic("src-disk-spark", partitions=3, diskless=True)
+    _produce(spark_cluster.bootstrap, "src-disk-spark", 900)
     rows = [(f"key{i}".encode(), f"written{i}".encode(), i % 3) for i in range(300)]
     spark.createDataFrame(rows, "key binary, value binary, partition int").write.format("lowtide") \
-        .options(**_opts(spark_cluster)).option("topic", "disk-spark").mode("append").save()
-    back = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "disk-spark").load()
+        .options(**_opts(spark_cluster)).option("topic", "src-disk-spark").mode("append").save()
+    back = spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-disk-spark").load()
     got = back.collect()
     assert sorted(bytes(r.value) for r in got) == sorted(
         [f"v{i}".encode() for i in range(900)] + [f"written{i}".encode() for i in range(300)])
     per_partition: dict[int, list[int]] = {}
     for r in got:
         per_partition.setdefault(r.partition, []).append(r.offset)
-    ends = admin.list_offsets({("disk-spark", p): -1 for p in range(3)})
+    ends = admin.list_offsets({("src-disk-spark", p): -1 for p in range(3)})
     for p in range(3):
-        assert sorted(per_partition.get(p, [])) == list(range(ends[("disk-spark", p)].offset))
+        assert sorted(per_partition.get(p, [])) == list(range(ends[("src-disk-spark", p)].offset))
     # A range read: what startingOffsets names, on diskless partitions too.
-    ranged = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "disk-spark")
-              .option("startingOffsets", json.dumps({"disk-spark": {"0": 10, "1": 0, "2": 0}}))
-              .option("endingOffsets", json.dumps({"disk-spark": {"0": 20, "1": 0, "2": 0}})).load().collect())
+    ranged = (spark.read.format("lowtide").options(**_opts(spark_cluster)).option("subscribe", "src-disk-spark")
+              .option("startingOffsets", json.dumps({"src-disk-spark": {"0": 10, "1": 0, "2": 0}}))
+              .option("endingOffsets", json.dumps({"src-disk-spark": {"0": 20, "1": 0, "2": 0}})).load().collect())
     assert sorted(r.offset for r in ranged) == list(range(10, 20)) and {r.partition for r in ranged} == {0}
+
+
+# ------------------------------------------------------------------ an auth-enabled cluster
+
+
+@pytest.fixture(scope="module")
+def auth_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("spark-auth"), replicas=3,
+                                         replica_config=dict(DEFAULT_REPLICA_CONFIG), auth_enabled=True))
+
+
+def test_a_token_option_lets_a_spark_job_write_and_read_and_no_token_gets_nothing(spark, auth_cluster, tmp_path):
+    metadata = s.auth_metadata(auth_cluster)
+    token = dict(metadata)["authorization"].removeprefix("Bearer ")
+    with Admin(auth_cluster.bootstrap, metadata=metadata) as admin:
+        admin.create_topic("secured", partitions=2, replication_factor=3)
+    config = tmp_path / "client.properties"
+    config.write_text(f"lowtide.auth.token={token}\n")
+    opts = {"bootstrap.servers": auth_cluster.bootstrap}
+
+    spark.createDataFrame([(f"v{i}",) for i in range(200)], "value string").write.format("lowtide") \
+        .options(**opts).option("lowtide.auth.token", token).option("topic", "secured").mode("append").save()
+    rows = (spark.read.format("lowtide").options(**opts).option("lowtide.command.config", str(config))
+            .option("subscribe", "secured").load().collect())
+    assert sorted(bytes(r.value) for r in rows) == sorted(f"v{i}".encode() for i in range(200))
+
+    with pytest.raises(Exception, match="TopicAuthorizationFailed|not authorized|does not exist"):
+        spark.read.format("lowtide").options(**opts).option("subscribe", "secured").load().collect()
+    with pytest.raises(Exception, match="TopicAuthorizationFailed|not authorized"):
+        spark.createDataFrame([("x",)], "value string").write.format("lowtide").options(**opts) \
+            .option("topic", "secured").mode("append").save()
