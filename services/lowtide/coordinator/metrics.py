@@ -11,7 +11,7 @@
     lowtide_coordinator_leader{shard}                    1 while this process leads the shard
     lowtide_coordinator_append_duration_seconds{shard}   histogram: one acks=all metadata append
     lowtide_coordinator_append_decisions{shard}          histogram: requests carried per append
-                                                         (the last two defined in coordinator.service)
+                                                         (the last two defined in coordinator.pipeline)
 
 The gauges are read at scrape time from the shard (a few indexed SQLite queries under its lock).
 """

@@ -9,8 +9,9 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
                     records become pending); while fewer than ``appends_in_flight`` (2) Produces
                     are under way, send the next group (every decision checked meanwhile, one batch
                     each) in one acks=all Produce, conditional on the log end it expects
-    appenders:      the Produces in flight (an executor thread each: retries and leader moves);
-                    as they succeed, hand the groups to the applier in log order and answer them
+    appenders:      the Produces in flight (an executor thread each, coordinator.pipeline: retries
+                    and leader moves); as they succeed, hand the groups to the applier in log order
+                    and answer them
     applier thread: apply every replicated group in one SQLite transaction at the offsets the
                     leader gave, through the applier process (coordinator.applier), outside the
                     shard lock; then, under it, mirror the applier's cached rows, drop the
@@ -64,12 +65,9 @@ second lands only right after the first. Refused because the replica took them i
 it is sent again once the first landed. Reads are fenced by the lease's clock (CLOCK_MONOTONIC,
 which runs on through a SIGSTOP) and, from the first refused append, by the epoch.
 
-Warm standby (``ShardConfig.standby``; ``follow`` alone keeps the following, for a shard's own
-process that lost it): while it does not lead, the shard follows the metadata log
-into its own SQLite copy (``_follow``: long-polling fetches from its applied offset, through its
-applier), answers FindBatches from it to callers that ask for a standby answer (``read_standby``,
-with how fresh it is), and contends for the lease every 100 ms once it has seen a leader, so a
-killed leader's shard is taken over one lease expiry after the kill, with a few records to load.
+Warm standby (``ShardConfig.standby``/``follow``: following the log while not leading, standby
+reads, when a standby contends for the lease): coordinator.standby. Snapshots (when, and the object
+store before the log below one is deleted): coordinator.snapshot_publisher.
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
@@ -100,9 +98,12 @@ from lowtide.coordinator.core import CoordinatorCore, Decision
 from lowtide.coordinator.leadership import ShardAddress, ShardLease, register_shard, take_epoch
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog, writer_id
+from lowtide.coordinator.pipeline import Group, LogAppender, Waiter
 from lowtide.coordinator.records import EpochStarted, MetadataRecord, encode_record
+from lowtide.coordinator.snapshot_publisher import SnapshotPublisher
 from lowtide.coordinator.snapshot_store import SnapshotStore
-from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
+from lowtide.coordinator.snapshots import SnapshotPolicy
+from lowtide.coordinator.standby import StandbyFollower
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.errors import (
     CoordinatorLoadInProgress,
@@ -112,7 +113,6 @@ from lowtide.errors import (
     LowtideError,
     NotCoordinator,
     OffsetOutOfRange,
-    OutOfOrderSequenceNumber,
     RequestTimedOut,
 )
 from lowtide.leases import Lease
@@ -131,15 +131,9 @@ MAX_DECISIONS_PER_APPEND = 512
 MAX_APPENDS_IN_FLIGHT = 5
 # Records per apply while loading (one transaction each).
 LOAD_CHUNK = 1000
-APPEND_DURATION = Histogram(
-    "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
-    ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
 APPLY_DURATION = Histogram(
     "lowtide_coordinator_apply_duration_seconds", "One SQLite transaction applying one appended group", ["shard"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0))
-APPEND_DECISIONS = Histogram(
-    "lowtide_coordinator_append_decisions", "Decisions (requests) carried by one metadata log append", ["shard"],
-    buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,42 +156,6 @@ class ShardConfig:
     standby: bool = False              # a warm standby: follows, serves standby reads, defers to the shard's own
     follow: bool = False               # follow the log while not leading (a standby always does)
     follow_wait_ms: int = 100          # a standby's long-poll fetch of the log tail
-
-
-class _Waiter:
-    """A queued request: its check (None for a barrier), then its outcome, and the waiting thread."""
-
-    __slots__ = ("check", "records", "response", "error", "done")
-
-    def __init__(self, check: Callable[[CoordinatorCore], Decision] | None) -> None:
-        self.check = check
-        self.records: list[MetadataRecord] = []
-        self.response: Any = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-
-@dataclass(slots=True, weakref_slot=True)
-class _Group:
-    """The requests taken by the writer at once: one Produce, then one apply."""
-
-    waiters: list[_Waiter]
-    data: bytes = b""                      # their records' batches, one per decision with records
-    values: list[bytes] = field(default_factory=list)  # their records' values, in log order
-    expected: int = -1                     # the log end offset its conditional append expects
-    producer_id: int = -1                  # the shard's writer id of the term it was checked in
-    epoch: int = 0                         # that term's coordinator epoch
-    appended: Future | None = None         # the Produce: -> base offset of the first record
-    finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
-
-    def fail(self, error: BaseException) -> None:
-        for waiter in self.waiters:
-            if not waiter.done.is_set():
-                waiter.fail(error)
 
 
 class ShardService:
@@ -223,6 +181,8 @@ class ShardService:
         self.snapshot_store = snapshot_store
         self.log = metadata_log
         self.lease = lease
+        self.log_appender = LogAppender(shard=config.shard, metadata_log=metadata_log, lease=lease,
+                                        append_timeout_ms=config.append_timeout_ms)
         self.lifetime = lifetime
         self.redis = redis
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +202,6 @@ class ShardService:
         # Bumped whenever the shard must (re)load: a load promotes to leader only if no newer
         # reason to reload came up while it read the log.
         self._generation = 0
-        self._topic_ready = False
         self._lock = threading.Condition(threading.RLock())
         # The writer's inbox: guards ``_queue`` and wakes the writer. Not the shard lock, which the
         # writer holds through checks and applies: a request thread only queues, never waits on it.
@@ -250,19 +209,13 @@ class ShardService:
         self._inbox = threading.Condition(threading.Lock())
         # Replicated groups in log order, for the applier thread; and the groups whose Produce was
         # sent, in log order, until they are handed to it (both guarded by ``_replicated_ready``).
-        self._replicated: deque[_Group] = deque()
-        self._flights: deque[_Group] = deque()
+        self._replicated: deque[Group] = deque()
+        self._flights: deque[Group] = deque()
         # The log end offset the next append expects, and this term's writer id in the batches
-        # (set by each load, under the shard lock): see ``_append``.
+        # (set by each load, under the shard lock): see ``LogAppender.append``.
         self._next_offset = 0
         self._producer_id = -1
         self._epoch = 0  # this leadership's coordinator epoch (set by each load)
-        # A standby's follow: when it last reached the high watermark, and that watermark.
-        self._followed_at: float | None = None
-        self._followed_hw = -1
-        # A standby contends for the lease only once it has seen a leader: at a cluster's start it
-        # leaves each shard to its own process.
-        self._seen_leader = False
         self._replicated_ready = threading.Condition(threading.Lock())
         # Bumped whenever the pending records are dropped: a group checked before must not be sent.
         self._pipeline_epoch = 0
@@ -270,19 +223,21 @@ class ShardService:
         # answers) and the last applied (under the shard lock). A read waits until applied >= acked.
         self._acked_through = -1
         self._applied_through = -1
-        self._queue: deque[_Waiter] = deque()
+        self._queue: deque[Waiter] = deque()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._appender: ThreadPoolExecutor | None = None
-        newest = latest_snapshot(self.snapshot_dir)
-        self.last_snapshot_offset = snapshot_offset(newest) if newest else -1
-        self.last_snapshot_time = newest.stat().st_mtime if newest else None
-        self._last_snapshot_mono = time.monotonic()
-        # A snapshot taken here but not yet in the object store (a store outage), and when to retry.
-        self._unuploaded: Path | None = None
-        self._upload_backoff_s = 0.0
-        self._upload_retry_at = 0.0
+        self.snapshots = SnapshotPublisher(
+            snapshot_dir=self.snapshot_dir, policy=config.snapshot, metadata_log=metadata_log,
+            snapshot_store=snapshot_store, applied_offset=lambda: self.state.applied_offset,
+            write_snapshot=self._write_snapshot)
+        # While not leading: following the log (a standby, or ``follow``), standby reads.
+        self.standby = StandbyFollower(
+            shard=config.shard, metadata_log=metadata_log, lease=lease, standby=config.standby,
+            follow_wait_ms=config.follow_wait_ms, ready=self._ready_to_follow,
+            applied_offset=lambda: self.state.applied_offset, apply=self._apply_loaded,
+            restore=self._restore_newest_snapshot)
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -342,13 +297,13 @@ class ShardService:
 
     def mutate(self, check: Callable[[CoordinatorCore], Decision], *, timeout_ms: int | None = None) -> Any:
         """``check(core)`` runs on the writer thread, under the shard lock."""
-        return self._enqueue(_Waiter(check), timeout_ms)
+        return self._enqueue(Waiter(check), timeout_ms)
 
     def read_after_barrier(self, fn: Callable[[CoordinatorCore], Any], *, timeout_ms: int | None = None) -> Any:
-        self._enqueue(_Waiter(None), timeout_ms)
+        self._enqueue(Waiter(None), timeout_ms)
         return self.read(fn)
 
-    def _enqueue(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
+    def _enqueue(self, waiter: Waiter, timeout_ms: int | None) -> Any:
         self._check_serving()  # fail fast; the writer checks again under the shard lock
         with self._inbox:
             self._queue.append(waiter)
@@ -374,7 +329,7 @@ class ShardService:
             self._lock.wait(min(remaining, 0.5))
             self._check_serving()  # a failed apply reloads the shard: the read is then retried
 
-    def _await(self, waiter: _Waiter, timeout_ms: int | None) -> Any:
+    def _await(self, waiter: Waiter, timeout_ms: int | None) -> Any:
         limit = min(timeout_ms or self.config.request_timeout_ms, self.config.request_timeout_ms) / 1000
         if not waiter.done.wait(limit):
             # Still in the pipeline: it may yet be applied. A retry is safe (CommitFile is
@@ -386,9 +341,9 @@ class ShardService:
 
     # ---- the writer ----------------------------------------------------------------------------
     def _write_loop(self) -> None:
-        checked: list[_Waiter] = []        # checked (records pending), not sent yet
+        checked: list[Waiter] = []         # checked (records pending), not sent yet
         checked_epoch = 0                  # the pipeline epoch they were checked in
-        in_flight: deque[_Group] = deque()  # sent, their Produce under way or not yet taken back
+        in_flight: deque[Group] = deque()  # sent, their Produce under way or not yet taken back
         while not self._stop.is_set():
             with self._inbox:
                 # Sleep only with nothing to do: no new request, nothing checked that could be
@@ -399,12 +354,12 @@ class ShardService:
                         in_flight and in_flight[0].finished):
                     self._inbox.wait(0.5)
                 taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
-            send: _Group | None = None
-            to_apply: list[_Group] = []
+            send: Group | None = None
+            to_apply: list[Group] = []
             with self._lock:
                 if self._stop.is_set():
                     stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
-                    for group in (_Group(waiters=checked), *in_flight, _Group(waiters=taken)):
+                    for group in (Group(waiters=checked), *in_flight, Group(waiters=taken)):
                         group.fail(stopping)
                     return
                 if taken:
@@ -417,18 +372,18 @@ class ShardService:
                         in_flight[0].appended.result()  # raises what the append raised; else handed over
                         in_flight.popleft()
                 except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                    failed = [*in_flight, _Group(waiters=checked)]
+                    failed = [*in_flight, Group(waiters=checked)]
                     checked, in_flight = [], deque()
                     self._fail_pipeline(exc, failed, "metadata log append failed")
                     continue
                 if checked and checked_epoch != self._pipeline_epoch:
                     # Checked against pending records that were dropped since (a failed append
                     # or apply, a lost lease): they must not reach the log.
-                    _Group(waiters=checked).fail(RequestTimedOut(
+                    Group(waiters=checked).fail(RequestTimedOut(
                         f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
                     checked = []
                 if len(in_flight) < self.config.appends_in_flight and checked:
-                    group, checked = _Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
+                    group, checked = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
                     records = sum(len(w.records) for w in group.waiters)
                     if records:
@@ -442,11 +397,11 @@ class ShardService:
                         to_apply.append(group)  # barriers, refusals: answered after what is before them
             if send is not None:
                 try:
-                    send.data = self._encode(send)
+                    send.data = self.log_appender.encode(send)
                     previous = in_flight[-1].appended if in_flight else None
                     with self._replicated_ready:
                         self._flights.append(send)
-                    send.appended = self._appender.submit(self._append, send, previous)
+                    send.appended = self._appender.submit(self.log_appender.append, send, previous)
                     # A weak reference: the group holds the future and the future its callbacks,
                     # so a strong one is a cycle that only the cyclic GC frees, and with it every
                     # object of the group's requests (~350 per 100-batch file): under load that
@@ -478,12 +433,12 @@ class ShardService:
                 groups = list(self._replicated)
                 self._replicated.clear()
             if self._stop.is_set():
-                _Group(waiters=[w for g in groups for w in g.waiters]).fail(
+                Group(waiters=[w for g in groups for w in g.waiters]).fail(
                     NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
                 return
             self._apply(groups)
 
-    def _appended(self, group_ref: weakref.ref[_Group], future: Future) -> None:
+    def _appended(self, group_ref: weakref.ref[Group], future: Future) -> None:
         """On the appender, as a Produce ends: hand every group at the head of the flights whose
         Produce succeeded (or that had nothing to send) to the applier, in log order, and answer
         their requests; stop at one still under way or failed (the writer fails the pipeline).
@@ -495,7 +450,7 @@ class ShardService:
         with self._replicated_ready:
             if group is not None:
                 group.finished = True
-            handed: list[_Group] = []
+            handed: list[Group] = []
             flights = self._flights
             while flights and flights[0].finished:
                 head = flights[0]
@@ -519,7 +474,7 @@ class ShardService:
         with self._inbox:
             self._inbox.notify_all()
 
-    def _check(self, taken: list[_Waiter]) -> None:
+    def _check(self, taken: list[Waiter]) -> None:
         """Under the lock: check each request in queue order (its records become pending)."""
         serving = None
         try:
@@ -540,67 +495,7 @@ class ShardService:
             waiter.records = list(decision.records)
             waiter.response = decision.response
 
-    @staticmethod
-    def _encode(group: _Group) -> bytes:
-        """One batch per decision with records, under this term's writer id and coordinator epoch
-        (metadata_log.writer_id); keeps the records' values for the applier."""
-        now = now_ms()
-        batches = []
-        producer_id, producer_epoch = writer_id(group.epoch)
-        epoch = group.epoch
-        for waiter in group.waiters:
-            if waiter.records:
-                values = [encode_record(r, epoch=epoch) for r in waiter.records]
-                group.values.extend(values)
-                batches.append(encode_batch(values, timestamp_ms=now, producer_id=producer_id,
-                                            producer_epoch=producer_epoch))
-        return b"".join(batches)
-
-    def _append(self, group: _Group, previous: Future | None) -> int:
-        """On an appender thread: one acks=all Produce, conditional on the log ending at
-        ``group.expected`` after a batch of this term's writer id; the base offset of its first
-        record. The condition is what fences a deposed coordinator (a successor's load moved the
-        log end, and its appends are under another id) and what keeps two appends in flight in
-        order: the second is refused unless the first landed just before it. Refused because the
-        first was still on its way (the replica took them in the other order), it is sent again
-        once the first succeeded; any other refusal fails the pipeline and the shard reloads."""
-        if not self.lease.valid():
-            raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed")
-        if not self._topic_ready:
-            # Created on the first write, not at start: a cluster that never uses diskless
-            # topics gets no metadata partitions (and a start never waits for replicas).
-            self.log.ensure_topic()
-            self._topic_ready = True
-        began = time.perf_counter()
-        try:
-            try:
-                base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
-                                       expected_end_offset=group.expected)
-            except OutOfOrderSequenceNumber:
-                if previous is None:
-                    raise
-                previous.result()  # raises if the one before failed: then so does this one
-                if not self.lease.valid():
-                    raise NotCoordinator(f"coordinator {self.config.shard}: the leader lease lapsed") from None
-                base = self.log.append(group.data, timeout_ms=self.config.append_timeout_ms,
-                                       expected_end_offset=group.expected)
-        except InvalidProducerEpoch as exc:
-            raise self._fenced(group.epoch, exc) from None
-        APPEND_DURATION.labels(str(self.config.shard)).observe(time.perf_counter() - began)
-        APPEND_DECISIONS.labels(str(self.config.shard)).observe(sum(1 for w in group.waiters if w.records))
-        if base != group.expected:
-            raise KafkaStorageError(f"{METADATA_TOPIC}-{self.config.shard}: a conditional append expecting the log "
-                                    f"end at {group.expected} was given base offset {base}")
-        return base
-
-    def _fenced(self, epoch: int, exc: BaseException) -> NotCoordinator:
-        """A replica refused our epoch: a newer leadership opened its epoch in the log."""
-        error = NotCoordinator(f"coordinator {self.config.shard}: epoch {epoch} is fenced by a newer leader of the "
-                               f"shard ({exc})")
-        error.fenced = True  # type: ignore[attr-defined]  # _fail_pipeline steps down instead of reloading
-        return error
-
-    def _apply(self, groups: list[_Group]) -> bool:
+    def _apply(self, groups: list[Group]) -> bool:
         """Apply replicated groups in one transaction, then answer their requests; False if the
         apply failed (the shard then reloads). The applier works outside the shard lock, so the
         writer checks and sends the next groups meanwhile; the pending overlay still holds these
@@ -611,7 +506,7 @@ class ShardService:
         for group in groups:
             if group.appended is not None:
                 offset = group.appended.result()
-                for waiter in group.waiters:  # exactly what _encode wrote, in its order
+                for waiter in group.waiters:  # exactly what LogAppender.encode wrote, in order
                     records.extend(waiter.records)
                 epochs.extend([group.epoch] * len(group.values))
                 entries.extend(zip(group.values, range(offset, offset + len(group.values)), strict=True))
@@ -638,7 +533,7 @@ class ShardService:
                         waiter.done.set()  # barriers; requests with records were answered when replicated
         return True
 
-    def _fail_pipeline(self, exc: BaseException, groups: list[_Group | None], what: str) -> None:
+    def _fail_pipeline(self, exc: BaseException, groups: list[Group | None], what: str) -> None:
         error = exc if isinstance(exc, LowtideError) and exc.retriable else RequestTimedOut(
             f"coordinator {self.config.shard}: {what}: {type(exc).__name__}: {exc}")
         log.warning(f"{what}; reloading", extra={"fields": {"error": str(exc)}})
@@ -684,7 +579,7 @@ class ShardService:
         contend_every = min(renew_every, 0.1)
         while not self._stop.is_set():
             try:
-                if self._may_contend():
+                if self.standby.may_contend():
                     held = self.lease.acquire_or_renew()
                 else:
                     held = False
@@ -703,15 +598,6 @@ class ShardService:
                     self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} lost its lease"))
             self._stop.wait(renew_every if held else contend_every)
 
-    def _may_contend(self) -> bool:
-        """A standby contends once it has seen another process hold the lease: at a cluster's start
-        each shard's own process takes it (and tests find it there)."""
-        if not self.config.standby or self._seen_leader or not isinstance(self.lease, ShardLease):
-            return True
-        holder = self.lease.holder()
-        self._seen_leader = holder is not None and holder != self.lease.owner
-        return False
-
     def _shard_loop(self) -> None:
         backoff = 0.1
         while not self._stop.is_set():
@@ -720,13 +606,13 @@ class ShardService:
                     self._load()
                     backoff = 0.1
                 elif self.status == LEADER:
-                    self._maybe_snapshot()
+                    self.snapshots.maybe_snapshot()
                     if self.lifetime is not None:
                         self.lifetime.run_due(self)
                     if self.retention is not None:
                         self.retention.run_due(self)
                     backoff = 0.1
-                elif (self.config.standby or self.config.follow) and self._follow():
+                elif (self.config.standby or self.config.follow) and self.standby.follow():
                     backoff = 0.1
                     continue  # the fetch waited (long poll): fetch again at once
             except Exception as exc:  # noqa: BLE001 - retried forever with backoff
@@ -750,7 +636,7 @@ class ShardService:
             self.state.drop_caches()
         self._open_applier()  # a new one if it died
         if self.log.topic_exists():
-            self._topic_ready = True
+            self.log_appender.topic_ready = True
             try:
                 applied = self._catch_up()
             except OffsetOutOfRange:
@@ -803,7 +689,7 @@ class ShardService:
                     self.status, self.status_detail = FOLLOWER, "lost the lease while loading"
                     self._generation += 1
             raise NotCoordinator(f"coordinator {self.config.shard} lost its lease while loading")
-        if not self._topic_ready:
+        if not self.log_appender.topic_ready:
             return epoch
         producer_id, producer_epoch = writer_id(epoch)
         marker = encode_batch([encode_record(EpochStarted(self.config.owner, now_ms()), epoch=epoch)],
@@ -812,45 +698,27 @@ class ShardService:
             self.log.append(marker, timeout_ms=self.config.append_timeout_ms,
                             expected_end_offset=self.state.applied_offset + 1)
         except InvalidProducerEpoch as exc:
-            raise self._fenced(epoch, exc) from None
+            raise self.log_appender.fenced(epoch, exc) from None
         self._catch_up()
         if self.state.coordinator_epoch != epoch:
             raise NotCoordinator(f"coordinator {self.config.shard}: epoch {epoch} was not the newest in the log "
                                  f"after opening it ({self.state.coordinator_epoch})")
         return epoch
 
-    def _follow(self) -> bool:
-        """A standby's step: apply what the log holds past our applied offset (one long-polling
-        fetch); True if the fetch ran (and waited), False if there is no log yet."""
-        if not self._topic_ready:
+    def _ready_to_follow(self) -> bool:
+        """Before a standby's fetch (``StandbyFollower.follow``): False while the metadata topic
+        does not exist; else an applier is open (a new one if it died)."""
+        if not self.log_appender.topic_ready:
             if not self.log.topic_exists():
                 return False
-            self._topic_ready = True
+            self.log_appender.topic_ready = True
         self._open_applier()
-        try:
-            got = self.log.read(self.state.applied_offset + 1, max_wait_ms=self.config.follow_wait_ms)
-        except OffsetOutOfRange:
-            self._restore_newest_snapshot()  # the log below was deleted: a snapshot covers it
-            return True
-        if got.entries:
-            self._apply_loaded([(e.value, e.offset) for e in got.entries])
-        if self.state.applied_offset + 1 >= got.high_watermark:
-            self._followed_at, self._followed_hw = time.monotonic(), got.high_watermark
         return True
 
     def read_standby(self, fn: Callable[[CoordinatorCore], Any]) -> tuple[Any, dict[str, int]]:
-        """A warm standby's answer: ``fn(core)`` on its own copy, which may be behind the leader,
-        and how fresh it is: ``applied_offset``, the ``high_watermark`` it last caught up with and
-        ``lag_ms`` since then. NOT_COORDINATOR unless this shard is a following standby that has
-        caught up at least once. Never the leader's answer: only a caller that asked for a
-        standby's gets it (servicer)."""
+        """A warm standby's answer and how fresh it is (``StandbyFollower.read``)."""
         with self._lock:
-            if not self.config.standby or self.status != FOLLOWER or self._followed_at is None:
-                raise NotCoordinator(f"this process is not a caught-up standby of coordinator shard "
-                                     f"{self.config.shard}")
-            fresh = {"applied_offset": self.state.applied_offset, "high_watermark": self._followed_hw,
-                     "lag_ms": int((time.monotonic() - self._followed_at) * 1000)}
-            return fn(self.core), fresh
+            return self.standby.read(fn, core=self.core, following=self.status == FOLLOWER)
 
     def _catch_up(self) -> int:
         count = 0
@@ -891,57 +759,16 @@ class ShardService:
             self.state = restore_snapshot(newest, self.db_path, coordinator_id=self.config.shard,
                                           background_checkpoints=True)
             self.core = CoordinatorCore(self.state)
-        self.last_snapshot_offset = max(self.last_snapshot_offset, snapshot_offset(newest))
+        self.snapshots.restored(newest)
         self._open_applier()
         log.info("restored a snapshot", extra={"fields": {"snapshot": str(newest),
                                                           "applied_offset": self.state.applied_offset}})
 
     # ---- snapshots -------------------------------------------------------------------------------
-    def _maybe_snapshot(self) -> None:
-        if self._unuploaded is not None and time.monotonic() >= self._upload_retry_at:
-            self._publish_snapshot(self._unuploaded)
-        policy = self.config.snapshot
-        applied = self.state.applied_offset
-        if not policy.is_due(applied=applied, last_offset=self.last_snapshot_offset,
-                             seconds_since=time.monotonic() - self._last_snapshot_mono):
-            return
-        self.take_snapshot()
-
-    def take_snapshot(self) -> Path:
-        """Snapshot the state (SQLite backup API), put it in the object store, and only then remove
-        the log entries it covers: until it is in the store, a lost disk needs them. A failed
-        upload truncates nothing and is retried with backoff (``_maybe_snapshot``), without a new
-        snapshot each time and without holding up file lifetimes and retention meanwhile."""
+    def _write_snapshot(self, directory: Path) -> Path:
+        """A local snapshot of the state, for ``self.snapshots`` (coordinator.snapshot_publisher)."""
         with self._lock:
-            path = self.state.snapshot(self.snapshot_dir)
-        self.last_snapshot_offset = snapshot_offset(path)
-        self.last_snapshot_time = time.time()
-        self._last_snapshot_mono = time.monotonic()
-        self._publish_snapshot(path)
-        return path
-
-    def _publish_snapshot(self, path: Path) -> bool:
-        """Upload ``path`` (when there is a store), then delete the log below it and prune; returns
-        whether that happened. A newer snapshot replaces an older one still waiting for the store."""
-        offset = snapshot_offset(path)
-        if self.snapshot_store is not None:
-            try:
-                self.snapshot_store.upload(path)
-            except Exception as exc:  # noqa: BLE001 - a store outage: keep serving, retry later
-                self._unuploaded = path
-                self._upload_backoff_s = min(30.0, max(0.5, self._upload_backoff_s * 2))
-                self._upload_retry_at = time.monotonic() + self._upload_backoff_s
-                log.warning("snapshot not in the object store yet; the log is kept below it", extra={"fields": {
-                    "path": str(path), "offset": offset, "error": f"{type(exc).__name__}: {exc}",
-                    "retry_in_s": self._upload_backoff_s}})
-                return False
-        self._unuploaded, self._upload_backoff_s = None, 0.0
-        low = self.log.delete_below(offset + 1)
-        prune_snapshots(self.snapshot_dir, keep=self.config.snapshot.keep)
-        if self.snapshot_store is not None:
-            self.snapshot_store.prune()
-        log.info("snapshot taken", extra={"fields": {"path": str(path), "offset": offset, "log_start": low}})
-        return True
+            return self.state.snapshot(directory)
 
     # ---- numbers for metrics ---------------------------------------------------------------------
     def gauges(self) -> dict[str, Any]:
@@ -949,4 +776,4 @@ class ShardService:
         with self._lock:
             return {"status": self.status, "applied_offset": self.state.applied_offset,
                     "pending_records": self.core.pending.pending_count, "batches": self.state.count_batches(),
-                    "files": self.state.count_files_by_state(), "snapshot_time": self.last_snapshot_time}
+                    "files": self.state.count_files_by_state(), "snapshot_time": self.snapshots.last_time}

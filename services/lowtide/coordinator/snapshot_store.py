@@ -35,7 +35,7 @@ to ``snapshot-<offset>.sqlite`` (directory fsynced), so the local restore path
 (``state.restore_snapshot``) takes it like one written here. Only the newest is tried: the metadata
 log is deleted up to it (see below), so an older one could not be completed from the log anyway.
 
-Ordering with the log truncation (coordinator/service.py ``take_snapshot``): local snapshot, then
+Ordering with the log truncation (coordinator/snapshot_publisher.py ``SnapshotPublisher.take``): local snapshot, then
 ``upload`` returns once the manifest is put (durable in the store), and only then DeleteRecords on
 ``__diskless_metadata-K`` below offset + 1. A crash or a store outage in between leaves the log
 whole, so a lost disk never loses state. ``prune`` then keeps the newest ``keep`` manifests: it

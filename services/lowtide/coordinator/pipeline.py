@@ -1,0 +1,156 @@
+"""A coordinator shard's mutation pipeline (coordinator.service draws it): its units, a queued
+request (``Waiter``) and the requests sent in one Produce (``Group``), and the appends of groups to
+the shard's metadata log (``LogAppender``).
+
+An append is one acks=all Produce of one batch per decision with records, under the term's writer
+id and coordinator epoch (metadata_log.writer_id), conditional on the log ending where the shard's
+state plus its appends in flight end, after a batch of that writer id (replica.proto
+``expected_log_end_offset``): that condition fences a deposed coordinator and keeps two appends in
+flight in order (docs/design/diskless.md#fencing-by-epoch).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Histogram
+
+from lowtide.clock import now_ms
+from lowtide.coordinator.core import CoordinatorCore, Decision
+from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog, writer_id
+from lowtide.coordinator.records import MetadataRecord, encode_record
+from lowtide.errors import InvalidProducerEpoch, KafkaStorageError, NotCoordinator, OutOfOrderSequenceNumber
+from lowtide.leases import Lease
+from lowtide.record import encode_batch
+
+APPEND_DURATION = Histogram(
+    "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
+    ["shard"], buckets=(0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0))
+APPEND_DECISIONS = Histogram(
+    "lowtide_coordinator_append_decisions", "Decisions (requests) carried by one metadata log append", ["shard"],
+    buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512))
+
+
+class Waiter:
+    """A queued request: its check (None for a barrier), then its outcome, and the waiting thread."""
+
+    __slots__ = ("check", "records", "response", "error", "done")
+
+    def __init__(self, check: Callable[[CoordinatorCore], Decision] | None) -> None:
+        self.check = check
+        self.records: list[MetadataRecord] = []
+        self.response: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+@dataclass(slots=True, weakref_slot=True)
+class Group:
+    """The requests taken by the writer at once: one Produce, then one apply."""
+
+    waiters: list[Waiter]
+    data: bytes = b""                      # their records' batches, one per decision with records
+    values: list[bytes] = field(default_factory=list)  # their records' values, in log order
+    expected: int = -1                     # the log end offset its conditional append expects
+    producer_id: int = -1                  # the shard's writer id of the term it was checked in
+    epoch: int = 0                         # that term's coordinator epoch
+    appended: Future | None = None         # the Produce: -> base offset of the first record
+    finished: bool = False                 # the Produce ended (and, if it succeeded, the applier has it)
+
+    def fail(self, error: BaseException) -> None:
+        for waiter in self.waiters:
+            if not waiter.done.is_set():
+                waiter.fail(error)
+
+
+class LogAppender:
+    """Shard ``shard``'s appends to ``metadata_log`` while it holds ``lease``.
+
+    Contract: ``encode(group)`` returns the group's batches (one per decision with records) and
+    fills ``group.values``; ``append(group, previous)`` sends them (``group.data``) in one
+    conditional acks=all Produce and returns the base offset of the first record, raising
+    NOT_COORDINATOR (the lease lapsed, or ``fenced``: a newer epoch is in the log) or whatever the
+    append raised; ``fenced(epoch, exc)`` is the error for a refused epoch. ``topic_ready`` says
+    the metadata topic is known to exist (it is never deleted): the first append creates it if it
+    was not, and the shard sets it when it finds the topic (a load, a standby's follow).
+
+    Thread-safety: ``append`` runs on the shard's appender threads, several at once (one per
+    append in flight); it reads the lease and appends, and sets ``topic_ready`` (a flag only ever
+    set to True; creating the topic is idempotent). ``encode`` and ``fenced`` keep no state.
+    """
+
+    def __init__(self, *, shard: int, metadata_log: MetadataLog, lease: Lease, append_timeout_ms: int) -> None:
+        self.shard = shard
+        self.log = metadata_log
+        self.lease = lease
+        self.append_timeout_ms = append_timeout_ms
+        self.topic_ready = False
+
+    @staticmethod
+    def encode(group: Group) -> bytes:
+        """One batch per decision with records, under this term's writer id and coordinator epoch
+        (metadata_log.writer_id); keeps the records' values for the applier."""
+        now = now_ms()
+        batches = []
+        producer_id, producer_epoch = writer_id(group.epoch)
+        epoch = group.epoch
+        for waiter in group.waiters:
+            if waiter.records:
+                values = [encode_record(r, epoch=epoch) for r in waiter.records]
+                group.values.extend(values)
+                batches.append(encode_batch(values, timestamp_ms=now, producer_id=producer_id,
+                                            producer_epoch=producer_epoch))
+        return b"".join(batches)
+
+    def append(self, group: Group, previous: Future | None) -> int:
+        """On an appender thread: one acks=all Produce, conditional on the log ending at
+        ``group.expected`` after a batch of this term's writer id; the base offset of its first
+        record. The condition is what fences a deposed coordinator (a successor's load moved the
+        log end, and its appends are under another id) and what keeps two appends in flight in
+        order: the second is refused unless the first landed just before it. Refused because the
+        first was still on its way (the replica took them in the other order), it is sent again
+        once the first succeeded; any other refusal fails the pipeline and the shard reloads."""
+        if not self.lease.valid():
+            raise NotCoordinator(f"coordinator {self.shard}: the leader lease lapsed")
+        if not self.topic_ready:
+            # Created on the first write, not at start: a cluster that never uses diskless
+            # topics gets no metadata partitions (and a start never waits for replicas).
+            self.log.ensure_topic()
+            self.topic_ready = True
+        began = time.perf_counter()
+        try:
+            try:
+                base = self.log.append(group.data, timeout_ms=self.append_timeout_ms,
+                                       expected_end_offset=group.expected)
+            except OutOfOrderSequenceNumber:
+                if previous is None:
+                    raise
+                previous.result()  # raises if the one before failed: then so does this one
+                if not self.lease.valid():
+                    raise NotCoordinator(f"coordinator {self.shard}: the leader lease lapsed") from None
+                base = self.log.append(group.data, timeout_ms=self.append_timeout_ms,
+                                       expected_end_offset=group.expected)
+        except InvalidProducerEpoch as exc:
+            raise self.fenced(group.epoch, exc) from None
+        APPEND_DURATION.labels(str(self.shard)).observe(time.perf_counter() - began)
+        APPEND_DECISIONS.labels(str(self.shard)).observe(sum(1 for w in group.waiters if w.records))
+        if base != group.expected:
+            raise KafkaStorageError(f"{METADATA_TOPIC}-{self.shard}: a conditional append expecting the log "
+                                    f"end at {group.expected} was given base offset {base}")
+        return base
+
+    def fenced(self, epoch: int, exc: BaseException) -> NotCoordinator:
+        """A replica refused our epoch: a newer leadership opened its epoch in the log."""
+        error = NotCoordinator(f"coordinator {self.shard}: epoch {epoch} is fenced by a newer leader of the "
+                               f"shard ({exc})")
+        error.fenced = True  # type: ignore[attr-defined]  # ShardService._fail_pipeline steps down, not reloads
+        return error
