@@ -3,6 +3,10 @@
 Checks the cluster.json contract (docs/operations.md#clusterjson), health and metrics endpoints, down/up reuse of data
 directories and ports, single-process control (kill/stop/start/pause/resume), startup failure
 cleanup, and the real `lowtide cluster` CLI in detached and foreground modes.
+
+A cluster start is seconds of CPU: the checks that only look read the worker's shared cluster (the
+``cluster`` configuration); the single-process control and the down/up reuse share one 2-replica
+cluster, down/up last.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -23,7 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.localcluster import KINDS, ClusterConfig, ClusterError, LocalCluster, ServiceKind
 from lowtide.localcluster.config import is_module_available
-from tests.integration.conftest import require_redis_server
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, require_redis_server, running_cluster
 
 CLI = [sys.executable, "-m", "lowtide.cli.main"]
 BUILT_KINDS = {k.kind for k in KINDS if k.is_available()}
@@ -67,7 +72,16 @@ def assert_all_stopped(doc: dict) -> None:
         assert not is_listening(service["grpc"]), f"{service['name']} still listening on {service['grpc']}"
 
 
-def test_up_writes_cluster_json_with_live_healthy_services(cluster: LocalCluster) -> None:
+@pytest.fixture(scope="module")
+def two_replicas(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 2-replica cluster for the tests that kill, stop, pause and restart its services: single-process
+    control first, then down and up again (the module's last use of it)."""
+    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("two-replicas"), replicas=2,
+                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG)))
+
+
+def test_up_writes_cluster_json_with_live_healthy_services(shared_cluster: LocalCluster) -> None:
+    cluster = shared_cluster  # looks only
     doc = json.loads((cluster.data_dir / "cluster.json").read_text())
     assert doc == cluster.to_json()
     kinds = {s["kind"] for s in doc["services"]}
@@ -105,39 +119,8 @@ def test_up_writes_cluster_json_with_live_healthy_services(cluster: LocalCluster
         assert replica["argv"][replica["argv"].index("--replica-lag-time-max-ms") + 1] == "3000"
 
 
-def test_status_down_and_up_again_reuse_data_dirs_ids_and_ports(cluster_factory) -> None:
-    cluster = cluster_factory(replicas=2)
-    status = cluster.status()
-    assert status["healthy"] and status["state"] == "running"
-    assert all(s["alive"] and s["health"] == "SERVING" for s in status["services"])
-
-    before = cluster.to_json()
-    marker = Path(cluster.service("replica-1").data_dir) / "kept-across-restart"
-    marker.write_text("x")
-
-    report = cluster.down()
-    assert {r["result"] for r in report["services"]} <= {"stopped", "killed"}
-    assert [r["name"] for r in report["services"]][-1] == "redis", "redis must stop last"
-    assert_all_stopped(before)
-    assert not cluster.status()["healthy"]
-    assert json.loads((cluster.data_dir / "cluster.json").read_text())["state"] == "stopped"
-    assert cluster.down()["services"][0]["result"] == "not running", "down must be idempotent"
-
-    again = LocalCluster.load(cluster.data_dir)
-    after = again.up(detach=True)
-    try:
-        assert marker.read_text() == "x"
-        old = {s["name"]: s for s in before["services"]}
-        for service in after["services"]:
-            assert service["data_dir"] == old[service["name"]]["data_dir"]
-            assert service["argv"] == old[service["name"]]["argv"], "same ids, ports and flags"
-            assert service["pid"] != old[service["name"]]["pid"]
-        assert again.status()["healthy"]
-    finally:
-        again.down()
-
-
-def test_up_refuses_a_directory_with_a_running_cluster(cluster: LocalCluster) -> None:
+def test_up_refuses_a_directory_with_a_running_cluster(shared_cluster: LocalCluster) -> None:
+    cluster = shared_cluster  # the refused up must leave it as it was
     second = LocalCluster(ClusterConfig(data_dir=cluster.data_dir, replicas=1))
     with pytest.raises(ClusterError) as info:
         second.up(detach=True)
@@ -146,8 +129,8 @@ def test_up_refuses_a_directory_with_a_running_cluster(cluster: LocalCluster) ->
     assert cluster.status()["healthy"], "the refused up must not disturb the running cluster"
 
 
-def test_kill_start_stop_pause_resume_one_service(cluster_factory) -> None:
-    cluster = cluster_factory(replicas=2)
+def test_kill_start_stop_pause_resume_one_service(two_replicas: LocalCluster) -> None:
+    cluster = two_replicas
     victim = cluster.service("replica-1")
     old_pid, address = victim.pid, victim.grpc
 
@@ -184,6 +167,38 @@ def test_kill_start_stop_pause_resume_one_service(cluster_factory) -> None:
     cluster.start_service("redis")
     assert set(redis_lib.Redis.from_url(cluster.redis_url).hkeys("lowtide:brokers")) == brokers_before == {b"0", b"1"}
     cluster.wait_until_healthy(timeout_s=15)
+
+
+def test_status_down_and_up_again_reuse_data_dirs_ids_and_ports(two_replicas: LocalCluster) -> None:
+    cluster = two_replicas  # the module's last test of it: it stays down
+    status = cluster.status()
+    assert status["healthy"] and status["state"] == "running"
+    assert all(s["alive"] and s["health"] == "SERVING" for s in status["services"])
+
+    before = cluster.to_json()
+    marker = Path(cluster.service("replica-1").data_dir) / "kept-across-restart"
+    marker.write_text("x")
+
+    report = cluster.down()
+    assert {r["result"] for r in report["services"]} <= {"stopped", "killed"}
+    assert [r["name"] for r in report["services"]][-1] == "redis", "redis must stop last"
+    assert_all_stopped(before)
+    assert not cluster.status()["healthy"]
+    assert json.loads((cluster.data_dir / "cluster.json").read_text())["state"] == "stopped"
+    assert cluster.down()["services"][0]["result"] == "not running", "down must be idempotent"
+
+    again = LocalCluster.load(cluster.data_dir)
+    after = again.up(detach=True)
+    try:
+        assert marker.read_text() == "x"
+        old = {s["name"]: s for s in before["services"]}
+        for service in after["services"]:
+            assert service["data_dir"] == old[service["name"]]["data_dir"]
+            assert service["argv"] == old[service["name"]]["argv"], "same ids, ports and flags"
+            assert service["pid"] != old[service["name"]]["pid"]
+        assert again.status()["healthy"]
+    finally:
+        again.down()
 
 
 def test_failed_start_stops_everything_and_reports_the_log_tail(tmp_path: Path) -> None:
