@@ -4,7 +4,7 @@ Flow of one Produce of a diskless partition::
 
     request thread   validate the batches (as on classic topics); under one lock, append every
                      item of the request to the open file and close it at once when fewer than
-                     ``files_in_flight`` (2) files are between close and answer, or when it holds
+                     ``files_in_flight`` (1) files are between close and answer, or when it holds
                      diskless.buffer.max.bytes (8 MiB); wait for the items' outcomes (up to the
                      request's timeout)
     upload pool      joins a closed file's batches into one object and puts it (uploads overlap)
@@ -17,19 +17,21 @@ Flow of one Produce of a diskless partition::
     flusher thread   closes the open file diskless.commit.interval.ms (250) after its first
                      batch, however many files are in flight: the longest a batch lingers
 
-Why close on a free slot (group commit), not on a timer: a producer is answered only once its
-file commits, and a file costs one upload and one CommitFile per shard whatever it holds. Closed
-only by the interval (or at 8 MiB), a file made every producer with one request in flight wait a
-whole interval per request, however idle the broker: 16 closed-loop producers of 256 KiB reached
-0.13 x classic produce. Closing as soon as a slot is free makes an idle broker's latency one
-upload plus one commit; under load, batches gather in the open file while the files in flight
-upload and commit, so a file grows with the load and the cost per byte falls with it -- as
-Kafka's producer lingers only while its max.in.flight requests are under way. Two slots, not one,
-so the next file uploads while the previous one commits; more would only cut the same bytes into
-more, smaller files, since commits run one file at a time (below). A file reaching
-diskless.buffer.max.bytes closes even with no slot free (a file's size stays bounded; the
-producers' requests in flight bound the memory), and the interval bounds the linger when commits
-are slow.
+Why close on a free slot (group commit), not on a timer: a producer is answered only once its file
+commits, and a file costs one upload and one CommitFile per shard whatever it holds. Closed only by
+the interval (or at 8 MiB), a file made every producer with one request in flight wait a whole
+interval per request, however idle the broker: 16 closed-loop producers of 256 KiB reached 0.13 x
+classic produce. Closing as soon as a slot is free makes an idle broker's latency one upload plus
+one commit; under load, batches gather in the open file while the files in flight upload and
+commit, so a file grows with the load and the cost per byte falls with it -- as Kafka's producer
+lingers only while its max.in.flight requests are under way. One slot by default: each file costs
+CPU (the CommitFile, the shard's metadata-log append, the applies) and on the 2-core bench machine
+CPU is what runs out, so fewer, larger files win; with 2 slots the next file uploads while the
+previous one commits, but the same bytes go in twice as many files and 16 closed-loop producers got
+22-53 MB/s against 43-62 with one (tests/bench/diskless_scaling.py, same runs). Raise it where the
+object store's latency, not CPU, bounds a broker (S3). A file reaching diskless.buffer.max.bytes
+closes even with no slot free (a file's size stays bounded; the producers' requests in flight bound
+the memory), and the interval bounds the linger when commits are slow.
 
 Files commit in close order so an idempotent producer's consecutive requests reach its shard in
 sequence order even when they went into different files; a request's items are added under one
@@ -83,7 +85,7 @@ class DisklessConfig:
     broker_id: int
     commit_interval_ms: int = 250
     buffer_max_bytes: int = 8 * 1024 * 1024
-    files_in_flight: int = 2
+    files_in_flight: int = 1
     commit_timeout_s: float = 30.0
     upload_threads: int = 2
     cache_max_bytes: int = 64 * 1024 * 1024
