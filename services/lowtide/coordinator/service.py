@@ -8,7 +8,8 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
     writer thread:  take every queued request; shard lock: run each check -> Decision (its
                     records become pending); while fewer than ``appends_in_flight`` (2) Produces
                     are under way, send the next group (every decision checked meanwhile, one batch
-                    each) in one acks=all Produce, conditional on the log end it expects
+                    each) in one acks=all Produce, conditional on the log end it expects; the
+                    second in flight only after ``append_linger_ms`` (pipeline.seconds_until_send)
     appenders:      the Produces in flight (an executor thread each, coordinator.pipeline: retries
                     and leader moves); as they succeed, hand the groups to the applier in log order
                     and answer them
@@ -98,7 +99,7 @@ from lowtide.coordinator.core import CoordinatorCore, Decision
 from lowtide.coordinator.leadership import ShardAddress, ShardLease, register_shard, take_epoch
 from lowtide.coordinator.lifetime import FileLifetime
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog, writer_id
-from lowtide.coordinator.pipeline import Group, LogAppender, Waiter
+from lowtide.coordinator.pipeline import Group, LogAppender, Waiter, seconds_until_send
 from lowtide.coordinator.records import EpochStarted, MetadataRecord, encode_record
 from lowtide.coordinator.snapshot_publisher import SnapshotPublisher
 from lowtide.coordinator.snapshot_store import SnapshotStore
@@ -148,6 +149,7 @@ class ShardConfig:
     lease_margin_ms: int = 1_000
     append_timeout_ms: int = 10_000
     appends_in_flight: int = 2
+    append_linger_ms: int = 5         # a request's wait for company before a second append (seconds_until_send)
     request_timeout_ms: int = 30_000
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     file_delete_grace_ms: int = 60_000
@@ -171,6 +173,8 @@ class ShardService:
     def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: Lease,
                  lifetime: FileLifetime | None = None, redis=None, retention=None,
                  snapshot_store: SnapshotStore | None = None) -> None:
+        if not 0 <= config.append_linger_ms <= 1000:
+            raise InvalidConfig(f"append linger must be 0 to 1000 ms, got {config.append_linger_ms}")
         if not 1 <= config.appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
             raise InvalidConfig(f"appends in flight must be 1 to {MAX_APPENDS_IN_FLIGHT}, "
                                 f"got {config.appends_in_flight}")
@@ -340,6 +344,11 @@ class ShardService:
         return waiter.response
 
     # ---- the writer ----------------------------------------------------------------------------
+    def _linger_left(self, checked: list[Waiter], in_flight: deque[Group]) -> float:
+        return seconds_until_send(oldest_queued_at=checked[0].queued_at if checked else None,
+                                  in_flight=len(in_flight), max_in_flight=self.config.appends_in_flight,
+                                  linger_s=self.config.append_linger_ms / 1000, now=time.monotonic())
+
     def _write_loop(self) -> None:
         checked: list[Waiter] = []         # checked (records pending), not sent yet
         checked_epoch = 0                  # the pipeline epoch they were checked in
@@ -350,9 +359,11 @@ class ShardService:
                 # sent, no Produce finished. A Produce's done callback notifies under this lock,
                 # so it cannot slip between the test and the wait.
                 while not self._stop.is_set() and not self._queue and not (
-                        len(in_flight) < self.config.appends_in_flight and checked) and not (
                         in_flight and in_flight[0].finished):
-                    self._inbox.wait(0.5)
+                    linger = self._linger_left(checked, in_flight)
+                    if linger <= 0:
+                        break
+                    self._inbox.wait(linger)
                 taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
             send: Group | None = None
             to_apply: list[Group] = []
@@ -382,7 +393,7 @@ class ShardService:
                     Group(waiters=checked).fail(RequestTimedOut(
                         f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
                     checked = []
-                if len(in_flight) < self.config.appends_in_flight and checked:
+                if checked and self._linger_left(checked, in_flight) <= 0:
                     group, checked = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
                     records = sum(len(w.records) for w in group.waiters)

@@ -26,11 +26,12 @@ def replicas_only(request, tmp_path_factory):
 
 
 @pytest.fixture
-def shard(replicas_only, tmp_path):
+def shard(request, replicas_only, tmp_path):
     redis = redis_lib.Redis.from_url(replicas_only.redis_url)
     channels = ChannelPool()
+    # Parametrize ``shard`` indirectly with a dict to change ShardConfig fields.
     config = ShardConfig(shard=0, shards=1, data_dir=tmp_path / "shard-0", owner=f"test-{uuid.uuid4().hex[:8]}",
-                         advertised_grpc="127.0.0.1:1")
+                         advertised_grpc="127.0.0.1:1", **getattr(request, "param", {}))
     service = ShardService(
         config=config, lease=ShardLease(redis=redis, shard=0, owner=config.owner, lease_ms=6000, margin_ms=1000),
         metadata_log=MetadataLog(shard=0, shards=1, store=MetadataStore(redis=redis),

@@ -11,6 +11,7 @@ import redis
 
 from lowtide.common.procs import find_free_port, start_redis
 from lowtide.coordinator.leadership import ShardAddress, ShardLease, leader_key, read_shards, register_shard
+from lowtide.coordinator.pipeline import seconds_until_send
 from lowtide.coordinator.records import decode_record, encode_record
 from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
 from lowtide.coordinator.state import latest_snapshot, snapshot_offset
@@ -114,3 +115,16 @@ def test_the_registry_gives_each_shards_latest_address(redis_client):
     register_shard(redis_client, ShardAddress(shard=1, grpc="h:4", metrics="", owner="z"))
     shards = read_shards(redis_client)
     assert [(s.shard, s.grpc, s.owner) for s in shards.values()] == [(0, "h:3", "y"), (1, "h:4", "z")]
+
+
+def test_the_first_append_goes_at_once_and_a_second_waits_for_the_linger_or_the_first():
+    def until(*, queued_at, in_flight, now):
+        return seconds_until_send(oldest_queued_at=queued_at, in_flight=in_flight, max_in_flight=2,
+                                  linger_s=0.005, now=now)
+
+    assert until(queued_at=100.0, in_flight=0, now=100.0) == 0.0  # idle: no linger
+    assert until(queued_at=100.0, in_flight=1, now=100.002) == pytest.approx(0.003)
+    assert until(queued_at=100.0, in_flight=1, now=100.005) == 0.0
+    assert until(queued_at=100.0, in_flight=1, now=101.0) == 0.0
+    assert until(queued_at=100.0, in_flight=2, now=101.0) == 0.5  # both slots taken: re-check later
+    assert until(queued_at=None, in_flight=0, now=100.0) == 0.5  # nothing to send
