@@ -86,6 +86,8 @@ class DisklessConfig:
     commit_interval_ms: int = 250
     buffer_max_bytes: int = 8 * 1024 * 1024
     files_in_flight: int = 1
+    # Below the replica's gRPC handler threads (--max-workers, 64): see DisklessProducer.produce.
+    max_waiting_requests: int = 48
     commit_timeout_s: float = 30.0
     upload_threads: int = 2
     cache_max_bytes: int = 64 * 1024 * 1024
@@ -110,6 +112,8 @@ class BufferState:
     """
 
     files_in_flight: int
+    waiting_requests: int
+    refused_requests: int
     buffered_items: int
     buffered_bytes: int
     closed: dict[str, int]
@@ -148,8 +152,10 @@ class DisklessProducer:
 
     Contract: ``produce(items, timeout_ms)`` returns one ``DisklessAppend | LowtideError`` per item,
     in order, once the item's file is committed (or REQUEST_TIMED_OUT after ``timeout_ms``: it may
-    still commit). ``on_committed(object_key, [(topic, partition, position, size, data)])`` is told
-    of the bytes of every accepted batch (the fetch cache and parked fetches use it).
+    still commit); while ``max_waiting_requests`` calls are waiting, a further one is refused at
+    once with KAFKA_STORAGE_ERROR (retriable), nothing of it written.
+    ``on_committed(object_key, [(topic, partition, position, size, data)])`` is told of the bytes
+    of every accepted batch (the fetch cache and parked fetches use it).
     Thread-safety: ``produce`` may be called from any number of threads; ``stop`` once.
     """
 
@@ -166,6 +172,8 @@ class DisklessProducer:
         self._lock = threading.Condition()
         self._open: _File | None = None
         self._in_flight = 0
+        self._waiting = 0                # produce calls waiting for their items' files
+        self._refused = 0
         self._queue: deque[_File] = deque()
         self._closed = {"slot": 0, "size": 0, "interval": 0, "stop": 0}
         self._items_closed = 0
@@ -191,7 +199,8 @@ class DisklessProducer:
     def buffer_state(self) -> BufferState:
         with self._lock:
             file = self._open
-            return BufferState(files_in_flight=self._in_flight, buffered_items=len(file.items) if file else 0,
+            return BufferState(files_in_flight=self._in_flight, waiting_requests=self._waiting,
+                               refused_requests=self._refused, buffered_items=len(file.items) if file else 0,
                                buffered_bytes=file.builder.size if file else 0, closed=dict(self._closed),
                                items_closed=self._items_closed)
 
@@ -205,11 +214,21 @@ class DisklessProducer:
             except LowtideError as exc:
                 out.append(exc)
         accepted = [entry for entry in out if isinstance(entry, _Item)]
-        if accepted:
-            try:
-                self._enqueue(accepted)
-            except LowtideError as exc:
-                out = [exc if isinstance(entry, _Item) else entry for entry in out]
+        if not accepted:
+            return [entry for entry in out if not isinstance(entry, _Item)]  # errors only
+        try:
+            self._enqueue(accepted)
+        except LowtideError as exc:
+            return [exc if isinstance(entry, _Item) else entry for entry in out]
+        try:
+            return self._await(out, timeout_ms=timeout_ms)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    @staticmethod
+    def _await(out: list[DisklessAppend | LowtideError | _Item], *,
+               timeout_ms: int) -> list[DisklessAppend | LowtideError]:
         deadline = time.monotonic() + max(1, timeout_ms) / 1000
         results: list[DisklessAppend | LowtideError] = []
         for entry in out:
@@ -242,6 +261,17 @@ class DisklessProducer:
             # Checked under the lock stop() closes under: no item joins a file after the last close.
             if self._stop.is_set():
                 raise KafkaStorageError("this broker is shutting down")
+            # A waiting request holds one of the replica's gRPC handler threads until its file
+            # commits, and the commit waits for the shard's metadata-log append, a Produce to some
+            # replica that needs a handler thread there. Were every thread of that replica taken
+            # by waiting diskless produces (closed-loop producers drift to the slowest broker),
+            # nothing would commit until the requests timed out (30 s). So beyond the bound a
+            # request is refused at once, retriably; nothing of it was written.
+            if self._waiting >= self.config.max_waiting_requests:
+                self._refused += 1
+                raise KafkaStorageError(f"{self._waiting} produce requests are already waiting for diskless "
+                                        f"commits on this broker; retry")
+            self._waiting += 1
             for item in items:
                 if self._open is None:
                     self._open = _File(key=new_object_key())

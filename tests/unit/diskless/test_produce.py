@@ -209,3 +209,24 @@ def test_stop_commits_the_files_in_flight_and_what_is_buffered_then_refuses_prod
     assert [b.result()[0].base_offset for b in (first, buffered)] == [0, 1]
     [refused] = producer.produce([(topic, 0, records())], timeout_ms=1000)
     assert isinstance(refused, LowtideError) and "shutting down" in str(refused)
+
+
+def test_beyond_the_waiting_bound_a_request_is_refused_at_once_retriably_and_nothing_of_it_is_written(
+        shards, store, start_producer):
+    # Waiting requests hold the replica's gRPC handler threads, which the commits they wait for
+    # also need (the shard's metadata-log append): the bound keeps some free.
+    producer = start_producer(max_waiting_requests=2)
+    topic = shards.create_topic("t", partitions=1)
+    store.gate.clear()
+    waiting = [Background(producer, [(topic, 0, records())]) for _ in range(2)]
+    wait_until(lambda: producer.buffer_state().waiting_requests == 2, what="two requests waiting")
+    began = time.monotonic()
+    [refused] = producer.produce([(topic, 0, records(5))], timeout_ms=20_000)
+    assert isinstance(refused, LowtideError) and refused.retriable and time.monotonic() - began < 5
+    state = producer.buffer_state()
+    assert state.refused_requests == 1 and state.items_closed + state.buffered_items == 2
+    store.gate.set()
+    assert sorted(b.result()[0].base_offset for b in waiting) == [0, 1]
+    [accepted] = producer.produce([(topic, 0, records())], timeout_ms=20_000)
+    assert accepted.base_offset == 2  # the refused request's 5 records took no offsets
+    assert producer.buffer_state().waiting_requests == 0
