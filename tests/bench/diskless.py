@@ -156,6 +156,12 @@ def _machine_ticks() -> tuple[int, int, int]:
     return sum(fields[:8]), fields[3] + fields[4], fields[7]
 
 
+def _busy_pct(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
+    """Share of all cores' time busy (not idle, iowait or steal) between two ``_machine_ticks``."""
+    total, idle, steal = (a - b for a, b in zip(after, before, strict=True))
+    return 100.0 * (total - idle - steal) / max(1, total)
+
+
 def _children(pid: int) -> list[int]:
     """The child processes of ``pid`` (/proc/PID/task/TID/children); none if it is gone."""
     found = []
@@ -242,9 +248,33 @@ def _produce_consume(cluster: LocalCluster, *, total_bytes: int) -> tuple[float,
 
 
 # Files/s offered below the target's 200 (25 = 2,500 batches/s, 150 = 15,000).
-SWEEP_RATES = (25, 50, 100, 150)
+SWEEP_RATES = (25, 50, 100, 150, 250, 300)
+# The issue-32 judgement: the p99 at the highest offered rate that keeps the machine this busy.
+BUSY_LIMIT_PCT = 60.0
 # Concurrent committers of the flat-out runs (brokers, each with one commit in flight).
 COMMITTERS = (4, 8, 16)
+
+
+def _p99_within_busy_limit(sweep: dict[int, tuple[list[float], float]]) -> Figure:
+    """The p99 at the highest offered rate whose run kept the machine <= BUSY_LIMIT_PCT busy
+    (load generator included), that rate beside it: a p99 on a machine mostly busy is its queue."""
+    fitting = [rate for rate, (_lat, busy) in sweep.items() if busy <= BUSY_LIMIT_PCT]
+    by_rate = ", ".join(f"{rate} files/s {busy:.0f} %" for rate, (_lat, busy) in sorted(sweep.items()))
+    if not fitting:
+        return Figure(key="dc_commitfile_p99_within_busy_limit_ms",
+                      name=f"DC CommitFile p99 at the highest rate keeping the machine <= {BUSY_LIMIT_PCT:.0f} % busy",
+                      value=None, unit="ms", target="p99 <= 20 ms", target_value=20, better="lower",
+                      note=f"no offered rate kept the machine that idle ({by_rate})", status="falls short")
+    rate = max(fitting)
+    lat, busy = sweep[rate]
+    return Figure(key="dc_commitfile_p99_within_busy_limit_ms",
+                  name=f"DC CommitFile p99 at the highest rate keeping the machine <= {BUSY_LIMIT_PCT:.0f} % busy",
+                  value=percentile(lat, 99) * 1e3, unit="ms", target="p99 <= 20 ms", target_value=20, better="lower",
+                  note=f"{rate * BATCHES_PER_FILE:,} batches/s offered ({rate} files/s of 100 batches, open loop), "
+                       f"machine {busy:.0f} % busy, p50 {percentile(lat, 50) * 1e3:.1f} ms; busy share by offered "
+                       f"rate: {by_rate}",
+                  params={"rate_files_s": rate, "batches_s": rate * BATCHES_PER_FILE, "busy_pct": busy,
+                          "p50_ms": percentile(lat, 50) * 1e3}).judge()
 
 
 def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
@@ -266,8 +296,12 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         paced, cpu, busy_pct, steal_pct = _cpu_per_file(cluster, lambda: _commit_paced(
             client, topic_id, rate_files_s=200, files=400 if quick else 2000))
         # Lighter offered loads: where the p99 target holds on this machine, and how it grows.
-        sweep = {rate_s: _commit_paced(client, topic_id, rate_files_s=rate_s, files=rate_s * (2 if quick else 10))
-                 for rate_s in SWEEP_RATES}
+        sweep = {}  # rate -> (latencies, machine busy %)
+        for rate_s in SWEEP_RATES:
+            ticks_before = _machine_ticks()
+            lat = _commit_paced(client, topic_id, rate_files_s=rate_s, files=rate_s * (2 if quick else 10))
+            sweep[rate_s] = (lat, _busy_pct(ticks_before, _machine_ticks()))
+        sweep[200] = (paced, busy_pct)
         floor = _floor_paced(rate_files_s=200, files=400 if quick else 2000)
         finds = _find_bench(client, topic_id, lookups=300 if quick else 2000, files=files)
         produce_mbs, consume_mbs, produced = _produce_consume(cluster, total_bytes=(64 if quick else 256) * MiB)
@@ -303,16 +337,18 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         *(Figure(key=f"dc_commitfile_p99_at_{rate_s}_files_ms",
                  name=f"DC CommitFile p99, 100-batch file, {rate_s * BATCHES_PER_FILE:,} batches/s offered",
                  value=percentile(lat, 99) * 1e3, unit="ms",
-                 note=f"p50 {percentile(lat, 50) * 1e3:.1f} ms; open loop at {rate_s} files/s, as above",
+                 note=f"p50 {percentile(lat, 50) * 1e3:.1f} ms; open loop at {rate_s} files/s, as above; machine "
+                      f"{_busy:.0f} % busy",
                  params={"p50_ms": percentile(lat, 50) * 1e3, "files": len(lat), "rate_files_s": rate_s}).judge()
-          for rate_s, lat in sweep.items()),
+          for rate_s, (lat, _busy) in sorted(sweep.items()) if rate_s != 200),
+        _p99_within_busy_limit(sweep),
         Figure(key="dc_commitfile_saturated_p99_ms", name="DC CommitFile p99, 100-batch file, flat out",
                value=p99, unit="ms",
                note=f"p50 {p50:.1f} ms, {best} committers: closed loop at the throughput above, so by Little's "
                     f"law p50 ~ {best} files / throughput; {over}",
                params={"p50_ms": p50, "committers": best}).judge(),
         Figure(key="dc_commitfile_cpu_ms_per_file", name="DC CommitFile at 200 files/s: CPU per file, every process",
-               value=cpu["sum"], unit="ms",
+               value=cpu["sum"], unit="ms", target="<= 3 ms (issue 32)", target_value=3, better="lower",
                note="utime + stime per 100-batch file over the 200 files/s window, summed over the cluster's "
                     "processes and the load generator: "
                     + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items() if name != "sum")

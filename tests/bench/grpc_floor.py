@@ -16,6 +16,7 @@ import argparse
 
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, serve
+from lowtide.messages.commit_wire import pack_results, unpack_batches
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
@@ -26,6 +27,9 @@ class FloorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
     """CommitFile without a shard: every batch read once, every result built as the real one is."""
 
     def CommitFile(self, request, context):
+        if request.packed_batches:  # what DisklessCoordinatorClient sends: read and answer column-wise
+            return pb.DisklessCommitFileResponse(packed_results=pack_results(
+                (0, row[6], -1, 0, False) for row in unpack_batches(request.packed_batches)))
         reply = pb.DisklessCommitFileResponse()
         add = reply.batches.add
         for b in request.batches:
