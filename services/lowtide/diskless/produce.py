@@ -2,12 +2,14 @@
 
 Flow of one Produce of a diskless partition::
 
-    request thread   validate the batches (as on classic topics); under one lock, append every
-                     item of the request to the open file and close it at once when fewer than
-                     ``files_in_flight`` (1) files are between close and answer, or when it holds
-                     diskless.buffer.max.bytes (8 MiB); wait for the items' outcomes (up to the
-                     request's timeout)
-    upload pool      joins a closed file's batches into one object and puts it (uploads overlap)
+    request thread   validate the batches (as on classic topics); refuse the request while
+                     ``max_waiting_requests`` (48) others wait (see ``_enqueue``); under one
+                     lock, append every item of the request to the open file and close it at
+                     once when fewer than ``files_in_flight`` (1) files are between close and
+                     answer, or when it holds diskless.buffer.max.bytes (8 MiB); wait for the
+                     items' outcomes (up to the request's timeout)
+    upload pool      joins a closed file's batches into one object and puts it (a file closed
+                     by size or interval uploads while the one ahead of it still does)
     committer thread per file, in close order: wait for its upload; CommitFile to every shard
                      concerned in parallel (each gets only its own batches; the owner list is
                      those shards, randomly permuted); resolve every item with its assigned base
@@ -108,7 +110,9 @@ class BufferState:
     """What the produce buffer holds now, and why its files closed so far (for tests and gauges).
 
     ``closed``: files closed per reason -- "slot" (a slot was free), "size" (buffer.max.bytes),
-    "interval" (commit.interval.ms), "stop"; ``items_closed``: produce items in those files.
+    "interval" (commit.interval.ms), "stop"; ``items_closed``: produce items in those files;
+    ``waiting_requests``: produce calls waiting for their files now; ``refused_requests``: calls
+    refused so far because ``max_waiting_requests`` were waiting.
     """
 
     files_in_flight: int
