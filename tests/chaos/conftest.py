@@ -1,6 +1,8 @@
 """Fixtures of the chaos suite: ``chaos_cluster(...)`` starts a local cluster of real processes
 (redis-server, 3 replicas, a front door) with a 3 s session timeout and a 3 s ISR lag limit;
-every cluster is stopped at the end of the test, and the service logs are printed when it failed."""
+every cluster is stopped at the end of the test, and the service logs are printed when it failed.
+``default_chaos_cluster`` is ``chaos_cluster()``'s (cluster, env) for a whole module, for the tests
+that fault nothing but redis-server and use topics of their own."""
 
 from __future__ import annotations
 
@@ -45,3 +47,25 @@ def chaos_cluster(request: pytest.FixtureRequest,
         if failed:
             print(log_tails(cluster))
         cluster.down(timeout_s=10.0)
+
+
+@pytest.fixture(scope="module")
+def default_chaos_cluster(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, ChaosEnv]]:
+    """``chaos_cluster()`` (the default configuration) for every test of a module that asks for it."""
+    if not redis_available():
+        pytest.skip("redis-server is not installed (apt-get install redis-server; `make setup` does it)")
+    made: list[LocalCluster] = []
+    failed_before = request.session.testsfailed
+    env: ChaosEnv | None = None
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("chaos-shared"), register=made.append)
+        env = ChaosEnv(cluster)
+        yield cluster, env
+    finally:
+        if env is not None:
+            env.close()
+        for cluster in made:
+            if request.session.testsfailed > failed_before:
+                print(log_tails(cluster))
+            cluster.down(timeout_s=10.0)

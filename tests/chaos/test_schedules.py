@@ -1,4 +1,7 @@
-"""Named, deterministic fault schedules: one per finding of issue 9, each on a fresh local cluster.
+"""Named, deterministic fault schedules: one per finding of issue 9, each on a fresh local cluster,
+but for findings 3, 4 and 7: they fault no replica and use topics of their own, so they share one
+cluster of the default configuration (a cluster start is seconds of CPU), in that order, last in the
+module, as finding 7 stops and restarts its redis-server.
 
 Each schedule drives real processes (kill -9, SIGSTOP/SIGCONT, redis-server stop/start) into the
 situation a finding describes and then checks the invariant the finding broke (docs/design/invariants.md),
@@ -205,106 +208,6 @@ def test_acknowledged_delete_is_never_undone(chaos_cluster):
         f"stopped and {f} restarted; leaders seen: {leaders_seen} ({probes} probes):\n{fmt_violations(violations)}")
 
 
-# ---------------------------------------------------------------------------------- finding 3
-
-
-def _recrc(batch: bytearray) -> bytes:
-    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
-    return bytes(batch)
-
-
-def lying_count_batch() -> bytes:
-    """Two records whose header claims 2**31-1 (record count and last offset delta agree, the CRC
-    is recomputed): only the records themselves can tell."""
-    b = bytearray(encode_batch([encode_value("liar-0"), encode_value("liar-1")]))
-    struct.pack_into(">i", b, 23, 2**31 - 2)  # LastOffsetDelta
-    struct.pack_into(">i", b, 57, 2**31 - 1)  # RecordCount
-    return _recrc(b)
-
-
-def lying_count_only_batch() -> bytes:
-    b = bytearray(encode_batch([encode_value("liar-0"), encode_value("liar-1")]))
-    struct.pack_into(">i", b, 57, 2**31 - 1)
-    return _recrc(b)
-
-
-def gzip_lie_batch() -> bytes:
-    """The gzip codec bit over an uncompressed body, CRC recomputed."""
-    b = bytearray(encode_batch([encode_value("gz-0"), encode_value("gz-1")]))
-    attrs = struct.unpack_from(">h", b, 21)[0]
-    struct.pack_into(">h", b, 21, attrs | 1)
-    return _recrc(b)
-
-
-def test_lying_batch_is_rejected_and_changes_nothing(chaos_cluster):
-    cluster, env = chaos_cluster()
-    history = History()
-    checks = SoftChecks()
-    cases = {"count": lying_count_batch(), "count-only": lying_count_only_batch(), "gzip": gzip_lie_batch()}
-    for case, forged in cases.items():
-        topic = f"lie-{case}"
-        env.create_topic(topic)
-        good = produce_batches(env, history, topic, batches=1, per_batch=5)
-        leader = env.leader(topic)
-        before = env.describe(leader, topic)
-        try:
-            [res] = env.replicas.produce(env.address(leader), [(topic, 0, forged)], acks=-1, timeout_ms=5000,
-                                         deadline_s=10)
-            err, outcome = res.error, (f"error {res.error.name}: {res.error.message}" if res.error
-                                       else f"success at base offset {res.base_offset}")
-        except LowtideError as exc:
-            err, outcome = exc, f"call failed {exc.name}: {exc.message}"
-        checks.expect(err is not None and err.name in ("CORRUPT_MESSAGE", "INVALID_RECORD"),
-                      f"[{case}] Produce of a forged batch straight to leader {leader}: expected CORRUPT_MESSAGE "
-                      f"or INVALID_RECORD, got {outcome}")
-        after = env.describe(leader, topic)
-        checks.expect((after.high_watermark, after.log_end_offset) == (before.high_watermark, before.log_end_offset),
-                      f"[{case}] HW/LEO moved from {before.high_watermark}/{before.log_end_offset} to "
-                      f"{after.high_watermark}/{after.log_end_offset}")
-        values: list[bytes | None] = []
-        problem = ""
-        consumer = Consumer(cluster.bootstrap, max_wait_ms=200)
-        try:
-            consumer.assign([(topic, 0)])
-            consumer.seek((topic, 0), 0)
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and len(values) < good + 2:
-                values += [r.value for r in consumer.poll(max_records=100)]
-                if len(values) >= good and consumer.position((topic, 0)) >= env.describe(leader, topic).high_watermark:
-                    break
-        except Exception as exc:  # noqa: BLE001 - the consumer choking on stored garbage is the finding
-            problem = f" (consumer failed: {type(exc).__name__}: {exc})"
-        finally:
-            consumer.close()
-        want = [encode_value(f"{topic}-{i}", pad=100) for i in range(good)]
-        checks.expect(values == want and not problem,
-                      f"[{case}] a consumer from offset 0 read {len(values)} records "
-                      f"{[decode_id(v) for v in values[:8]]}, expected the {good} earlier ones{problem}")
-    checks.verify()
-
-
-# ---------------------------------------------------------------------------------- finding 4
-
-
-def test_delete_records_to_zero_answers_zero(chaos_cluster):
-    cluster, env = chaos_cluster()
-    history = History()
-    checks = SoftChecks()
-    env.create_topic("zero", partitions=3)
-    produce_batches(env, history, "zero", batches=1, per_batch=10, partition=2)
-    for partition, offset, what in ((0, 0, "offset 0 on a fresh partition"), (1, -1, "offset -1 on an empty one"),
-                                    (2, 0, "offset 0 on a partition holding 10 records")):
-        tp = ("zero", partition)
-        try:
-            res = env.admin.delete_records({tp: offset}, timeout_ms=5000)[tp]
-            outcome = (res.error.name if res.error else None, res.low_watermark)
-        except LowtideError as exc:
-            outcome = (f"call failed {exc.name}: {exc.message}", None)
-        checks.expect(outcome == (None, 0), f"DeleteRecords {what}: expected success with low watermark 0, "
-                                            f"got {outcome}")
-    checks.verify()
-
-
 # ---------------------------------------------------------------------------------- finding 5
 
 
@@ -501,11 +404,111 @@ def test_replica_port_requires_authentication(chaos_cluster):
     checks.verify()
 
 
+# ---------------------------------------------------------------------------------- finding 3
+
+
+def _recrc(batch: bytearray) -> bytes:
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def lying_count_batch() -> bytes:
+    """Two records whose header claims 2**31-1 (record count and last offset delta agree, the CRC
+    is recomputed): only the records themselves can tell."""
+    b = bytearray(encode_batch([encode_value("liar-0"), encode_value("liar-1")]))
+    struct.pack_into(">i", b, 23, 2**31 - 2)  # LastOffsetDelta
+    struct.pack_into(">i", b, 57, 2**31 - 1)  # RecordCount
+    return _recrc(b)
+
+
+def lying_count_only_batch() -> bytes:
+    b = bytearray(encode_batch([encode_value("liar-0"), encode_value("liar-1")]))
+    struct.pack_into(">i", b, 57, 2**31 - 1)
+    return _recrc(b)
+
+
+def gzip_lie_batch() -> bytes:
+    """The gzip codec bit over an uncompressed body, CRC recomputed."""
+    b = bytearray(encode_batch([encode_value("gz-0"), encode_value("gz-1")]))
+    attrs = struct.unpack_from(">h", b, 21)[0]
+    struct.pack_into(">h", b, 21, attrs | 1)
+    return _recrc(b)
+
+
+def test_lying_batch_is_rejected_and_changes_nothing(default_chaos_cluster):
+    cluster, env = default_chaos_cluster
+    history = History()
+    checks = SoftChecks()
+    cases = {"count": lying_count_batch(), "count-only": lying_count_only_batch(), "gzip": gzip_lie_batch()}
+    for case, forged in cases.items():
+        topic = f"lie-{case}"
+        env.create_topic(topic)
+        good = produce_batches(env, history, topic, batches=1, per_batch=5)
+        leader = env.leader(topic)
+        before = env.describe(leader, topic)
+        try:
+            [res] = env.replicas.produce(env.address(leader), [(topic, 0, forged)], acks=-1, timeout_ms=5000,
+                                         deadline_s=10)
+            err, outcome = res.error, (f"error {res.error.name}: {res.error.message}" if res.error
+                                       else f"success at base offset {res.base_offset}")
+        except LowtideError as exc:
+            err, outcome = exc, f"call failed {exc.name}: {exc.message}"
+        checks.expect(err is not None and err.name in ("CORRUPT_MESSAGE", "INVALID_RECORD"),
+                      f"[{case}] Produce of a forged batch straight to leader {leader}: expected CORRUPT_MESSAGE "
+                      f"or INVALID_RECORD, got {outcome}")
+        after = env.describe(leader, topic)
+        checks.expect((after.high_watermark, after.log_end_offset) == (before.high_watermark, before.log_end_offset),
+                      f"[{case}] HW/LEO moved from {before.high_watermark}/{before.log_end_offset} to "
+                      f"{after.high_watermark}/{after.log_end_offset}")
+        values: list[bytes | None] = []
+        problem = ""
+        consumer = Consumer(cluster.bootstrap, max_wait_ms=200)
+        try:
+            consumer.assign([(topic, 0)])
+            consumer.seek((topic, 0), 0)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and len(values) < good + 2:
+                values += [r.value for r in consumer.poll(max_records=100)]
+                if len(values) >= good and consumer.position((topic, 0)) >= env.describe(leader, topic).high_watermark:
+                    break
+        except Exception as exc:  # noqa: BLE001 - the consumer choking on stored garbage is the finding
+            problem = f" (consumer failed: {type(exc).__name__}: {exc})"
+        finally:
+            consumer.close()
+        want = [encode_value(f"{topic}-{i}", pad=100) for i in range(good)]
+        checks.expect(values == want and not problem,
+                      f"[{case}] a consumer from offset 0 read {len(values)} records "
+                      f"{[decode_id(v) for v in values[:8]]}, expected the {good} earlier ones{problem}")
+    checks.verify()
+
+
+# ---------------------------------------------------------------------------------- finding 4
+
+
+def test_delete_records_to_zero_answers_zero(default_chaos_cluster):
+    cluster, env = default_chaos_cluster
+    history = History()
+    checks = SoftChecks()
+    env.create_topic("zero", partitions=3)
+    produce_batches(env, history, "zero", batches=1, per_batch=10, partition=2)
+    for partition, offset, what in ((0, 0, "offset 0 on a fresh partition"), (1, -1, "offset -1 on an empty one"),
+                                    (2, 0, "offset 0 on a partition holding 10 records")):
+        tp = ("zero", partition)
+        try:
+            res = env.admin.delete_records({tp: offset}, timeout_ms=5000)[tp]
+            outcome = (res.error.name if res.error else None, res.low_watermark)
+        except LowtideError as exc:
+            outcome = (f"call failed {exc.name}: {exc.message}", None)
+        checks.expect(outcome == (None, 0), f"DeleteRecords {what}: expected success with low watermark 0, "
+                                            f"got {outcome}")
+    checks.verify()
+
+
 # ---------------------------------------------------------------------------------- finding 7
 
 
-def test_redis_outage_gives_retriable_typed_errors(chaos_cluster):
-    cluster, env = chaos_cluster()
+def test_redis_outage_gives_retriable_typed_errors(default_chaos_cluster):
+    cluster, env = default_chaos_cluster  # the last test of the module: redis-server is stopped and restarted
     history = History()
     env.create_topic("r7")
     produce_batches(env, history, "r7", batches=2)
