@@ -12,9 +12,10 @@
 #                  are refused (the chart runs with TLS on, its default)
 #   4. restart     a replica pod deleted: the StatefulSet brings it back on its volume, with its
 #                  data and the log start offset intact
-#      coordinator (issue 32; only with K8S_COORDINATOR_RESTORE=1 until it has passed once) a
-#                  coordinator shard's pod deleted together with its PVC comes back on a new volume
-#                  from the object store's snapshot plus the log tail: the same tables, row for row
+#      coordinator (issue 32) a diskless topic produced to; the coordinator shard that applied the
+#                  most, settled with a log tail after its newest snapshot in the object store, has
+#                  its pod deleted together with its PVC: it comes back on a new, empty volume from
+#                  that snapshot plus the log tail, with the same SQLite tables, row for row
 #   5. spark       a group consumes part of the topic; the retention caller CronJob triggered once
 #                  (`kubectl create job --from=cronjob/...`) moves the low watermark to the group's offsets
 #   6. rotation    a renewed front door certificate written into its Secret is served without a restart
@@ -229,32 +230,41 @@ n=$(lt consume --topic "$TOPIC" --partition 0 --offset 100 --max-records 800 --o
 
 phase "coordinator pod deleted with its volume"
 # Issue 32: a coordinator shard's pod deleted together with its PersistentVolumeClaim comes back on
-# an empty volume from the snapshots in the object store plus the metadata log tail, with the same
-# tables, row for row.
-# Written without a run yet: on only with K8S_COORDINATOR_RESTORE=1 until it has passed once.
-if [ "${K8S_COORDINATOR_RESTORE:-0}" = 1 ]; then
-  DTOPIC=k8s-diskless
-  # coord_state POD -> "<sha256 of the tables' rows> <applied offset> <rows>"; the applied offset and
-  # the epoch are left out of the hash: a new leadership term appends its own record
-  coord_state() {
-    k exec -i "$1" -- python - <<'PY'
-import hashlib, json, sqlite3
+# a new, empty volume from the newest snapshot in the object store plus the metadata log tail after
+# it, with the same tables, row for row. (values-harness.yaml: a snapshot every 10 metadata
+# records, so a few produces make some and leave a tail.)
+DTOPIC=k8s-diskless
+# coord_rows POD FILE: every row of the shard's SQLite tables (CoordinatorState.dump, in primary key
+# order), one JSON line per row ["table", col1, ...], into FILE, read from a consistent copy (SQLite
+# backup API) of the live file; prints "<applied offset> <epoch>". Those two are left out of FILE: a
+# new leadership term appends its own EpochStarted record.
+coord_rows() {
+  k exec -i "$1" -- python - >"$2.tmp" <<'PY' || return 1
+import json, shutil, sqlite3, tempfile
 from lowtide.coordinator.state import CoordinatorState
+tmp = tempfile.mkdtemp(dir="/tmp")
 src = sqlite3.connect("file:/var/lib/lowtide/state.sqlite?mode=ro", uri=True)
-dst = sqlite3.connect("/tmp/state-copy.sqlite")
+dst = sqlite3.connect(f"{tmp}/copy.sqlite")
 src.backup(dst)
 src.close()
 dst.close()
-state = CoordinatorState("/tmp/state-copy.sqlite", coordinator_id=0)
+state = CoordinatorState(f"{tmp}/copy.sqlite", coordinator_id=0)
 tables = state.dump()
 state.close()
-data = {t: rows for t, rows in tables.items() if t not in ("applied", "epoch")}
-blob = json.dumps(data, default=lambda v: v.hex()).encode()
-print(hashlib.sha256(blob).hexdigest(), tables["applied"][0][1], sum(len(rows) for rows in data.values()))
+shutil.rmtree(tmp)
+print(tables["applied"][0][1], tables["epoch"][0][1])
+for table, rows in tables.items():
+    if table not in ("applied", "epoch"):
+        for row in rows:
+            print(json.dumps([table, *row], default=lambda v: v.hex()))
 PY
-  }
-  stored_snapshot() {  # stored_snapshot POD -> offset of its shard's newest snapshot in the object store, -1: none
-    k exec -i "$1" -- python - <<'PY'
+  head -n 1 "$2.tmp"
+  tail -n +2 "$2.tmp" >"$2"
+  rm -f "$2.tmp"
+}
+row_counts() { jq -r '.[0]' "$1" | sort | uniq -c | awk '{printf "%s%s=%s", s, $2, $1; s=" "}'; }
+stored_snapshot() {  # stored_snapshot POD -> offset of its shard's newest snapshot in the object store, -1: none
+  k exec -i "$1" -- python - <<'PY'
 import os
 from lowtide.coordinator.snapshot_store import SnapshotStore
 from lowtide.objectstore import open_object_store
@@ -263,63 +273,84 @@ store = open_object_store(os.environ["LOWTIDE_OBJECT_STORE"], instrumented=False
 newest = SnapshotStore(store=store, shard=shard, keep=2).newest()
 print(newest.offset if newest else -1)
 PY
-  }
-  # snapshots every 10 metadata records (the default is 10,000): a rolling restart, disks kept
-  k set env "statefulset/$REL-lowtide-coordinator" LOWTIDE_SNAPSHOT_INTERVAL_RECORDS=10 >/dev/null
-  k rollout status "statefulset/$REL-lowtide-coordinator" --timeout=300s >/dev/null \
-    || fail "the coordinator shards did not roll with LOWTIDE_SNAPSHOT_INTERVAL_RECORDS=10"
-  lt topics create --topic "$DTOPIC" --partitions 4 --diskless >/dev/null
-  for _ in $(seq 30); do lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null; done
-  # the shard holding the most: its newest snapshot must be in the store, the log deleted below it
-  cpod="" best=-1
-  for p in $(k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=coordinator" \
-               -o jsonpath='{.items[*].metadata.name}'); do
-    applied=$(coord_state "$p" | cut -d' ' -f2)
-    [ "$applied" -gt "$best" ] && cpod=$p best=$applied
+}
+rows_dir=$K8S_RUN/coordinator-rows
+rm -rf "$rows_dir" && mkdir -p "$rows_dir"
+lt topics create --topic "$DTOPIC" --partitions 4 --diskless >/dev/null
+for _ in $(seq 15); do lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null; done
+# the shard that applied the most
+cpod="" best=-1
+for p in $(k get pods -l "app.kubernetes.io/instance=$REL,app.kubernetes.io/component=coordinator" \
+             -o jsonpath='{.items[*].metadata.name}'); do
+  applied=$(coord_rows "$p" "$rows_dir/$p.rows" | cut -d' ' -f1)
+  echo "$p: applied offset $applied; $(row_counts "$rows_dir/$p.rows")"
+  [ "$applied" -gt "$best" ] && cpod=$p best=$applied
+done
+[ "$best" -ge 10 ] || fail "no coordinator shard applied 10 metadata records (best $best)"
+# Settled, with a snapshot in the store and a log tail after it: produce more until the newest
+# stored snapshot is below the applied offset (then the log after it is all the restore has for
+# the last records), two reads a moment apart agreeing (nothing in flight).
+before_rows=$rows_dir/before.rows
+head="" stored=-1
+for _ in $(seq 10); do
+  lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null
+  prev=""
+  for _ in $(seq 30); do
+    sleep 1
+    head=$(coord_rows "$cpod" "$before_rows") || fail "$cpod: its tables could not be read"
+    [ "$head" = "$prev" ] && cmp -s "$before_rows" "$before_rows.prev" && break
+    prev=$head; cp "$before_rows" "$before_rows.prev"
   done
-  [ "$best" -ge 10 ] || fail "no coordinator shard applied 10 metadata records (best $best)"
-  for _ in $(seq 120); do
-    stored=$(stored_snapshot "$cpod"); [ "$stored" -ge 0 ] && break; sleep 0.5
-  done
-  [ "$stored" -ge 0 ] || fail "$cpod: no snapshot in the object store"
-  lt produce --topic "$DTOPIC" --num-records 10 --record-size 100 >/dev/null  # a log tail after it
-  before="" now=""
-  for _ in $(seq 60); do  # quiet: two reads a moment apart agree
-    now=$(coord_state "$cpod"); [ "$now" = "$before" ] && break; before=$now; sleep 1
-  done
-  [ "$now" = "$before" ] || fail "$cpod: the state never settled"
-  echo "$cpod before: $before (tables sha256, applied offset, rows); newest stored snapshot at $stored"
-  pvc="data-$cpod"
-  old_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}')
-  k delete pvc "$pvc" --wait=false >/dev/null
-  k delete pod "$cpod" --wait=true >/dev/null
-  # The StatefulSet recreates the pod at once; one made while the old claim was still terminating
-  # waits for a claim that is gone, and only a new pod gets a new claim from the template.
-  new_pv=""
-  for _ in $(seq 240); do
-    new_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}' 2>/dev/null || true)
-    [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] && break
-    if ! k get pvc "$pvc" >/dev/null 2>&1 \
-       && [ "$(k get pod "$cpod" -o jsonpath='{.status.phase}' 2>/dev/null)" = Pending ]; then
-      k delete pod "$cpod" --wait=false >/dev/null 2>&1 || true
-    fi
-    sleep 0.5
-  done
-  [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] || fail "$pvc: no new volume (was $old_pv, now '$new_pv')"
-  k wait pod "$cpod" --for=condition=Ready --timeout=180s >/dev/null || fail "$cpod did not come back"
-  after=""
-  for _ in $(seq 120); do
-    after=$(coord_state "$cpod" 2>/dev/null || true)
-    [ "${after%% *}" = "${before%% *}" ] && break; sleep 1
-  done
-  echo "$cpod after:  $after (volume $old_pv -> $new_pv)"
-  [ "${after%% *}" = "${before%% *}" ] || fail "$cpod on a new volume: tables $after, before $before"
-  k logs "$cpod" > "$K8S_RUN/logs/$cpod-restored.log" 2>&1 || true
-  grep -q "downloaded a snapshot from the object store" "$K8S_RUN/logs/$cpod-restored.log" \
-    || fail "$cpod came back without downloading a snapshot"
-else
-  echo "skipped (K8S_COORDINATOR_RESTORE=1 runs it)"
+  [ "$head" = "$prev" ] || fail "$cpod: the state never settled"
+  stored=$(stored_snapshot "$cpod") || fail "$cpod: the object store's snapshots could not be listed"
+  [ "$stored" -ge 0 ] && [ "$stored" -lt "${head%% *}" ] && break
+done
+applied_before=${head%% *}
+[ "$stored" -ge 0 ] || fail "$cpod: no snapshot in the object store"
+[ "$stored" -lt "$applied_before" ] || fail "$cpod: no log tail after the newest stored snapshot ($stored, applied $applied_before)"
+# not a vacuous comparison: the shard holds the diskless topic's partitions and its batches
+grep -q "^\[\"partitions\", [0-9]*, \"[0-9a-f]*\", \"$DTOPIC\"" "$before_rows" || fail "$cpod holds no partition of $DTOPIC"
+grep -q '^\["batches"' "$before_rows" || fail "$cpod holds no batch"
+echo "$cpod before: applied offset $applied_before, newest stored snapshot at $stored" \
+     "(a log tail of $((applied_before - stored)) records); $(wc -l <"$before_rows") rows: $(row_counts "$before_rows")"
+pvc="data-$cpod"
+old_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}')
+k delete pvc "$pvc" --wait=false >/dev/null
+k delete pod "$cpod" --wait=true >/dev/null
+# The StatefulSet recreates the pod at once; one made while the old claim was still terminating
+# waits for a claim that is gone, and only a new pod gets a new claim from the template.
+new_pv=""
+for _ in $(seq 240); do
+  new_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}' 2>/dev/null || true)
+  [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] && break
+  if ! k get pvc "$pvc" >/dev/null 2>&1 \
+     && [ "$(k get pod "$cpod" -o jsonpath='{.status.phase}' 2>/dev/null)" = Pending ]; then
+    k delete pod "$cpod" --wait=false >/dev/null 2>&1 || true
+  fi
+  sleep 0.5
+done
+[ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] || fail "$pvc: no new volume (was $old_pv, now '$new_pv')"
+k wait pod "$cpod" --for=condition=Ready --timeout=180s >/dev/null || fail "$cpod did not come back"
+after_rows=$rows_dir/after.rows
+after=""
+: >"$after_rows"
+for _ in $(seq 60); do
+  after=$(coord_rows "$cpod" "$after_rows" 2>/dev/null) && cmp -s "$before_rows" "$after_rows" && break
+  sleep 1
+done
+echo "$cpod after:  applied offset ${after%% *}, volume $old_pv -> $new_pv;" \
+     "$(wc -l <"$after_rows") rows: $(row_counts "$after_rows")"
+if ! cmp -s "$before_rows" "$after_rows"; then
+  { diff "$before_rows" "$after_rows" || true; } | cut -c1-300 | head -n 20 >&2
+  fail "$cpod on a new volume: its tables differ from before the deletion (rows in $rows_dir)"
 fi
+echo "$cpod: the same $(wc -l <"$after_rows") rows, row for row"
+k logs "$cpod" > "$K8S_RUN/logs/$cpod-restored.log" 2>&1 || true
+downloaded=$(grep -F '"msg": "downloaded a snapshot from the object store"' "$K8S_RUN/logs/$cpod-restored.log" \
+  | jq -r .offset | tail -n 1 || true)
+[ "$downloaded" = "$stored" ] \
+  || fail "$cpod came back without downloading the newest stored snapshot ($stored; downloaded: '${downloaded}')"
+echo "$cpod downloaded the snapshot at $downloaded and applied the log from $((downloaded + 1))"
 
 phase "Spark retention CronJob"
 lt consume --topic "$TOPIC" --group "$GROUP" --max-records 1500 >/dev/null
