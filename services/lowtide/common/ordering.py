@@ -16,12 +16,21 @@ callback installed (a gRPC call) ``release()`` does nothing. ``held()`` suspends
 request whose appends are not all done when the classic produce path returns from them (a Produce
 that also writes diskless partitions, appended after the classic ones).
 
-Thread-safety: the state is per thread.
+Appends on the way (issue 32): the listener counts the Produce requests it has read and whose
+appends are not done yet, and their pace (``ProduceArrivals``, one per process: ``ARRIVALS``).
+A leader's follower fetch woken by an append looks at them (``next_append_due``): while another
+Produce is about to append, or is due soon at the pace Produce requests have been arriving,
+answering now would give the next append a replication round of its own (replica/requests.py,
+the replication linger).
+
+Thread-safety: the ordering point is per thread; the count of appends on the way is process-wide
+and thread-safe.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -56,3 +65,49 @@ def held() -> Iterator[None]:
         yield
     finally:
         _state.release = callback
+
+
+class ProduceArrivals:
+    """Produce requests on their way to an append, and the pace at which they arrive.
+
+    Contract: ``expect_append`` when a Produce is read whose appends are not done yet, matched by
+    one ``appended`` when they are (or the request ended without them); ``next_append_due`` says
+    when the next append is due. Thread-safety: thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._expected = 0
+        self._last_arrival = 0.0  # time.monotonic() of the latest expect_append
+        self._gap = -1.0  # seconds between the two latest (-1: fewer than two so far)
+
+    def expect_append(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._expected += 1
+            if self._last_arrival:
+                self._gap = now - self._last_arrival
+            self._last_arrival = now
+
+    def appended(self) -> None:
+        with self._lock:
+            self._expected = max(0, self._expected - 1)
+
+    @property
+    def on_the_way(self) -> int:
+        """Produce requests counted and not yet appended."""
+        return self._expected
+
+    def next_append_due(self) -> float | None:
+        """When the next append is due (``time.monotonic()``): now while a Produce read is not yet
+        appended; else the latest arrival plus the gap before it (producers sending at a steady
+        pace); None before two arrivals."""
+        with self._lock:
+            if self._expected:
+                return time.monotonic()
+            return self._last_arrival + self._gap if self._gap >= 0 else None
+
+
+# The process's Produce requests on their way: counted by the Kafka listener, read by the leader's
+# follower fetches (replica/requests.py).
+ARRIVALS = ProduceArrivals()

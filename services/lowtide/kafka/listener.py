@@ -177,10 +177,28 @@ class KafkaListener:
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout=grace_s)
 
-    def _run(self, conn: Connection, head: RequestHead, payload: bytes, on_release: Callable[[], None]) -> bytes | None:
-        """On a worker thread: one request, with its ordering point (``ordering.release``)."""
-        with ordering.serving(on_release):
-            return self._dispatch(conn, head, payload)
+    def _run(self, conn: Connection, head: RequestHead, payload: bytes, on_release: Callable[[], None],
+             counted: bool = False) -> bytes | None:
+        """On a worker thread: one request, with its ordering point (``ordering.release``). A
+        Produce ``counted`` as an append on the way (``ordering.ARRIVALS``) stops counting at
+        its ordering point, or when it ends without reaching one."""
+        if not counted:
+            with ordering.serving(on_release):
+                return self._dispatch(conn, head, payload)
+        pending = [True]
+
+        def release() -> None:
+            if pending[0]:
+                pending[0] = False
+                ordering.ARRIVALS.appended()
+            on_release()
+
+        try:
+            with ordering.serving(release):
+                return self._dispatch(conn, head, payload)
+        finally:
+            if pending[0]:
+                ordering.ARRIVALS.appended()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
@@ -220,16 +238,24 @@ class KafkaListener:
                 if conn.closed.is_set():
                     return
                 produce = head.api_key == PRODUCE_KEY
-                if produce and gate_produce and gate is not None:
-                    await gate  # the previous Produce's appends are done
-                elif unfinished:
-                    await asyncio.wait(set(unfinished))  # everything before it has finished
-                if conn.closed.is_set():  # a request before it closed the connection (a failed login)
-                    return
-                gate = loop.create_future()
-                gate_produce = produce
-                answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
-                                              _opener(loop, gate))
+                if produce:
+                    ordering.ARRIVALS.expect_append()  # from here until its appends are done (_run)
+                dispatched = False
+                try:
+                    if produce and gate_produce and gate is not None:
+                        await gate  # the previous Produce's appends are done
+                    elif unfinished:
+                        await asyncio.wait(set(unfinished))  # everything before it has finished
+                    if conn.closed.is_set():  # a request before it closed the connection (a failed login)
+                        return
+                    gate = loop.create_future()
+                    gate_produce = produce
+                    answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
+                                                  _opener(loop, gate), produce)
+                    dispatched = True
+                finally:
+                    if produce and not dispatched:
+                        ordering.ARRIVALS.appended()
                 unfinished.add(answer)
                 answer.add_done_callback(_finished(unfinished, gate))
                 answers.put_nowait(answer)

@@ -31,6 +31,8 @@ class ReplicaConfig:
     # "stream": one Replicate stream per follower-leader pair; "fetch": a unary Fetch per round
     # (the fallback, and what docs/design/kip-107-delete-records.md's transport comparison measures against).
     replication_transport: str = "stream"
+    # How long a woken follower fetch may wait for Produce requests about to append (requests.py).
+    replication_linger_ms: int = 5
     # HW/LSO checkpoint period; LSO is also checkpointed on every change (see manager).
     checkpoint_interval_ms: int = 5000
     retention_check_interval_ms: int = 5000

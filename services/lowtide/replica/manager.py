@@ -105,7 +105,8 @@ class ReplicaManager:
             on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self._metadata_changed)
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
                                         min_insync_replicas=config.min_insync_replicas,
-                                        fetch_limits=config.fetch_limits, quotas=self.quotas)
+                                        fetch_limits=config.fetch_limits, quotas=self.quotas,
+                                        replication_linger_ms=config.replication_linger_ms)
         # KIP-68 broker side: group offsets read straight from __consumer_offsets' leaders.
         self.offsets_client = ReplicaClient(metadata=token_file_metadata(config.token_file))
         self.consumed_retention = ConsumedRetention(

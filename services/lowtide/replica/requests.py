@@ -10,6 +10,17 @@ fetches only (they read up to the LEO), and an HW move made by a follower's fetc
 acks=all requests and consumer fetches only (a follower needs new records to return); each woken
 thread cost a switch per append or round when a producer pipelines small requests (issue 32).
 
+Replication linger (issue 32): a follower fetch that parked and was woken by an append holding
+less than ``LINGER_BYTES`` waits up to ``replication_linger_ms`` (flag ``--replication-linger-ms``)
+for more, but only while another Produce is on its way: read by the Kafka listener and not yet
+appended, or due within the linger at the pace Produce requests have been arriving
+(``ordering.ARRIVALS``); it answers once none is (an expected one 1 ms late ends it). A producer
+pipelining small requests (Kafka's defaults: 16 KiB batches, 5 in flight) then gets one round for
+several requests instead of one each, where a round costs both ends more CPU than the append it
+carries; an idle partition, a lone request or a coordinator's metadata append (over gRPC, not
+counted) is answered at once, as before. What an acks=all answer waits for is unchanged; it can
+wait up to the linger longer.
+
 Replication throttle (KIP-73, ``quota.py``): a follower fetch of a partition whose leader list names
 this broker, by a replica outside the ISR, reads at most what the leader bucket holds and is
 charged what it got; with the bucket empty that partition gets no records this round, and a
@@ -58,6 +69,11 @@ from lowtide.replica.registry import PartitionRegistry
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+# A woken follower fetch holding at least this much answers at once, linger or not: the round is
+# already worth its cost (a 1 MiB produce never waits for the next one).
+LINGER_BYTES = 64 * 1024
+# How late an expected Produce may be before a lingering follower fetch stops waiting for it.
+LINGER_SLACK_S = 0.001
 # One described partition: its active producers, or why it has none to tell (not hosted, not led).
 ProducersResult = tuple[str, int, list[ProducerDescription] | LowtideError]
 # Response budget when the request sets no max_bytes.
@@ -99,8 +115,11 @@ class ReplicaRequests:
 
     def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
                  min_insync_replicas: int, fetch_limits: FetchLimits = FetchLimits(),
-                 quotas: ReplicationQuotas | None = None) -> None:
+                 quotas: ReplicationQuotas | None = None, replication_linger_ms: int = 0,
+                 arrivals: ordering.ProduceArrivals = ordering.ARRIVALS) -> None:
         self.registry, self.isr, self.deletes = registry, isr, deletes
+        self.arrivals = arrivals
+        self.linger_s = max(0, replication_linger_ms) / 1000
         self.min_insync_replicas = min_insync_replicas
         # Shared with the follower fetchers (one pair of buckets per broker); none given: unlimited.
         self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=registry.broker_id)
@@ -244,7 +263,8 @@ class ReplicaRequests:
             max_bytes = min(max_bytes or limits.max_bytes, limits.max_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000
         cancelled = threading.Event()
-        parked = False
+        parked = woken = False
+        linger_until = 0.0
         try:
             keys: list = [(it.topic, it.partition) for it in items]
             # A follower fetch also wakes on appends, which move the LEO but not the HW
@@ -261,6 +281,16 @@ class ReplicaRequests:
                         committed=not follower and isolation_level == READ_COMMITTED)
                     if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
                             or cancelled.is_set()):
+                        if woken and follower and not now and 0 < size < LINGER_BYTES and self.linger_s > 0:
+                            # Parked, then woken by an append: the replication linger (module doc).
+                            at = time.monotonic()
+                            linger_until = linger_until or at + self.linger_s
+                            due = self.arrivals.next_append_due()
+                            if (due is not None and at - LINGER_SLACK_S <= due < linger_until
+                                    and not (self._stop.is_set() or cancelled.is_set())):
+                                # Woken by the append, or at the due time plus slack to look again.
+                                wake.wait(min(linger_until, max(due, at) + LINGER_SLACK_S) - at)
+                                continue
                         return outcomes
                     if not follower and not parked:
                         # No free parking slot: answer now with what there is (never refuse).
@@ -271,6 +301,7 @@ class ReplicaRequests:
                     # not after the whole long poll (that would cut the rate below the configured one).
                     wait_s = max(0.0, deadline - time.monotonic())
                     wake.wait(min(wait_s, refill_s) if refill_s else wait_s)
+                    woken = True
         finally:
             if parked:
                 self.parking.leave(peer)

@@ -78,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
     add_flag(parser, "--replication-transport", default="stream",
              help="how followers fetch: stream (one Replicate stream per leader) | fetch (unary Fetch calls)")
+    add_flag(parser, "--replication-linger-ms", type=int, default=ReplicaConfig.replication_linger_ms,
+             help="how long a leader holds a woken follower fetch (under 64 KiB) while Kafka Produce requests "
+                  "are about to append, so they share one replication round (0 = never)")
     add_flag(parser, "--fetch-max-wait-ms", type=int, default=FetchLimits.max_wait_ms,
              help="cap on any fetch's long-poll wait")
     add_flag(parser, "--fetch-max-bytes", type=int, default=FetchLimits.max_bytes,
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
-        replication_transport=args.replication_transport,
+        replication_transport=args.replication_transport, replication_linger_ms=args.replication_linger_ms,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
         producer_id_expiration_check_interval_ms=args.producer_id_expiration_check_interval_ms,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -93,6 +94,33 @@ def test_a_released_produce_lets_the_next_produce_start_and_answers_keep_request
     recorder.finish[1].set()
     recorder.finish[0].set()
     assert _answers(sock, 4) == [0, 1, 2, 3]
+
+
+def test_a_produce_counts_as_on_its_way_from_its_read_until_its_appends_are_done(served):
+    recorder, sock = served
+    before = ordering.ARRIVALS.on_the_way
+    _send(sock, PRODUCE, 0)  # never releases: counted until it ends
+    _send(sock, PRODUCE, 1, b"release")  # read, waits for 0's end, then counted until its release
+    _send(sock, METADATA, 2)  # not a Produce: never counted
+    assert recorder.started_event[0].wait(5)
+    assert _wait_for(lambda: ordering.ARRIVALS.on_the_way == before + 2)
+    recorder.finish[0].set()
+    assert recorder.started_event[1].wait(5)
+    assert _wait_for(lambda: ordering.ARRIVALS.on_the_way == before), "the released Produce is still counted"
+    recorder.finish[1].set()
+    assert recorder.started_event[2].wait(5)
+    assert ordering.ARRIVALS.on_the_way == before
+    recorder.finish[2].set()
+    assert _answers(sock, 3) == [0, 1, 2]
+
+
+def _wait_for(check, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_any_other_request_waits_for_every_request_before_it(served):
