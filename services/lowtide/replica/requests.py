@@ -7,8 +7,9 @@ lets DeleteRecords finish in a few round trips on an idle partition (KIP-107; Ka
 parked follower when its long poll ends). Which wake-ups reach whom is narrowed where a wake-up
 could only end in parking again: an append that leaves the HW where it is wakes the follower
 fetches only (they read up to the LEO), and an HW move made by a follower's fetch wakes the
-acks=all requests and consumer fetches only (a follower needs new records to return); each woken
-thread cost a switch per append or round when a producer pipelines small requests (issue 32).
+consumer fetches and the acks=all requests whose last offset it passed, nothing else (a follower
+needs new records to return, an acks=all request a higher HW); each woken thread cost a switch
+per append or round when a producer pipelines small requests (issue 32).
 
 Replication linger (issue 32): a follower fetch that parked and was woken by an append holding
 less than ``LINGER_BYTES`` waits up to ``replication_linger_ms`` (flag ``--replication-linger-ms``)
@@ -64,7 +65,7 @@ from lowtide.replica.parking import FetchLimits, ParkingLot
 from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.quota import LEADER as LEADER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
-from lowtide.replica.registry import PartitionRegistry
+from lowtide.replica.registry import OffsetWaiters, PartitionRegistry
 
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
@@ -86,8 +87,8 @@ def _appended(key: TopicPartition) -> tuple[str, int, str]:
 
 
 def _hw_moved(key: TopicPartition) -> tuple[str, int, str]:
-    """The wake-up key of HW moves made by follower fetches (acks=all requests and consumer
-    fetches wait on it besides ``key``)."""
+    """The wake-up key of HW moves made by follower fetches (consumer fetches wait on it besides
+    ``key``; acks=all requests wait in ``OffsetWaiters`` for the HW to pass their offset)."""
     return (key[0], key[1], "hw")
 
 
@@ -124,6 +125,7 @@ class ReplicaRequests:
         # Shared with the follower fetchers (one pair of buckets per broker); none given: unlimited.
         self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=registry.broker_id)
         self.parking = ParkingLot(fetch_limits)
+        self._hw_waiters = OffsetWaiters()
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -214,7 +216,10 @@ class ReplicaRequests:
     def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
         deadline = time.monotonic() + max(timeout_ms, 1) / 1000
         keys = [(t, p) for t, p, _ in results]
-        with self.registry.waiting(keys + [_hw_moved(k) for k in keys]) as wake:
+        # Woken by what changes the partition (leadership, the ISR, stopping) and by an HW move
+        # made by a follower fetch only once it passed this request's last offset.
+        offsets = [((t, p), info.last_offset) for t, p, info in results if not isinstance(info, LowtideError)]
+        with self.registry.waiting(keys) as wake, self._hw_waiters.waiting(offsets, wake):
             self._await_loop(results, timeout_ms, deadline, wake)
 
     def _await_loop(self, results: list[ProduceResult], timeout_ms: int, deadline: float,
@@ -362,7 +367,7 @@ class ReplicaRequests:
         return outcomes, size, wake, refill_s
 
     def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> None:
-        changed: list[TopicPartition] = []
+        changed: list[Partition] = []
         lso_moved: list[Partition] = []
         for it in items:
             p = self.registry.find(it.topic, it.partition)
@@ -376,11 +381,14 @@ class ReplicaRequests:
             if lso_changed:
                 lso_moved.append(p)
             if hw_changed:
-                changed.append(p.key)
+                changed.append(p)
         if changed:
-            # The HW moved: what waits for it (acks=all requests, consumer fetches) wakes; the
-            # followers' parked fetches do not (without new records they would park again).
-            self.registry.notify([_hw_moved(k) for k in changed])
+            # The HW moved: what waits for it (acks=all requests it passed, consumer fetches)
+            # wakes; the followers' parked fetches do not (without new records they would park
+            # again), nor acks=all requests it has not passed yet.
+            self.registry.notify([_hw_moved(p.key) for p in changed])
+            for p in changed:
+                self._hw_waiters.passed(p.key, p.log.high_watermark)
         self.deletes.recheck_low_watermarks(lso_moved)
 
     # -- offset for leader epoch -----------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from lowtide.errors import UnknownTopicOrPartition
 from lowtide.metadata.model import PartitionState
 from lowtide.replica.partition import FOLLOWER, LEADER
-from lowtide.replica.registry import PartitionRegistry
+from lowtide.replica.registry import OffsetWaiters, PartitionRegistry
 
 
 def test_get_raises_unknown_topic_or_partition_for_a_partition_not_hosted(registry):
@@ -77,3 +79,21 @@ def test_notify_wakes_only_the_waiters_of_the_partitions_that_changed():
         on_b_or_c.clear()
         registry.notify()
         assert (on_a.is_set(), on_b_or_c.is_set()) == (True, True)
+
+
+def test_an_hw_move_wakes_only_the_offset_waiters_it_passed_and_none_after_their_block():
+    waiters = OffsetWaiters()
+    first, second, other = threading.Event(), threading.Event(), threading.Event()
+    with waiters.waiting([(("t", 0), 9)], first), waiters.waiting([(("t", 0), 19)], second), \
+            waiters.waiting([(("t", 1), 0)], other):
+        waiters.passed(("t", 0), 10)  # offset 9 is below the HW now; 19 is not
+        assert first.is_set() and not second.is_set() and not other.is_set()
+        waiters.passed(("t", 0), 19)  # the HW must pass the offset, not reach it
+        assert not second.is_set()
+        waiters.passed(("t", 0), 20)
+        assert second.is_set() and not other.is_set()
+    late = threading.Event()
+    with waiters.waiting([(("t", 0), 30)], late):
+        pass
+    waiters.passed(("t", 0), 100)
+    assert not late.is_set(), "a waiter was woken after its block ended"
