@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 
 
 def wait_for_redis(redis: redis_lib.Redis, *, timeout_s: float, service: str) -> None:
-    """Return once ``redis`` answers PING; raise the last connection error after ``timeout_s``.
+    """Return once ``redis`` answers PING and has loaded its dataset (a restarted server answers
+    PING while it loads its AOF, and -LOADING to reads); raise the last connection error after
+    ``timeout_s``.
 
     Retries only connection errors and timeouts (a refused AUTH, say, fails at once). Logs one
     line when it starts waiting and one when Redis answers.
@@ -27,6 +29,8 @@ def wait_for_redis(redis: redis_lib.Redis, *, timeout_s: float, service: str) ->
     while True:
         try:
             redis.ping()
+            if redis.info("persistence").get("loading"):
+                raise redis_lib.BusyLoadingError("Redis is loading the dataset in memory")
         except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
             if time.monotonic() + delay > deadline:
                 raise

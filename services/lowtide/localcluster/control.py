@@ -144,8 +144,16 @@ def check_grpc_health(address: str, *, timeout_s: float = 1.0, tls: ClientTls | 
 def check_redis_health(url: str, *, timeout_s: float = 1.0) -> str:
     client = redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:
-        return SERVING if client.ping() else UNREACHABLE
+        if not client.ping():
+            return UNREACHABLE
+        # A restarted redis-server answers PING while it still loads its AOF, and -LOADING to
+        # everything that reads data: serving only once it has loaded.
+        return UNREACHABLE if _loading(client) else SERVING
     except redis_lib.RedisError:
         return UNREACHABLE
     finally:
         client.close()
+
+
+def _loading(client: redis_lib.Redis) -> bool:
+    return bool(client.info("persistence").get("loading"))
