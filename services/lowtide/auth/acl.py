@@ -335,6 +335,19 @@ class Authorizer:
         if not self._enabled or principal in self._super_users:
             return True
         self._refresh_if_due()
+        decision = self._decide_memo(principal, operation, resource_type, resource_name)
+        if not decision and self._refresh_lock.locked():
+            # Another thread is reloading (a due check found the version changed, or Redis is
+            # slow): a denial waits for the reload instead of coming from the previous snapshot,
+            # so an ACL granted before the interval passed is not refused by a request that merely
+            # raced the thread reloading it. Allowed requests never wait.
+            with self._refresh_lock:
+                pass
+            decision = self._decide_memo(principal, operation, resource_type, resource_name)
+        return decision
+
+    def _decide_memo(self, principal: str, operation: AclOperation, resource_type: ResourceType,
+                     resource_name: str) -> bool:
         memo = self._memo  # read the reference once: a reload swaps in a new dict
         key = (principal, operation, resource_type, resource_name)
         decision = memo.get(key)

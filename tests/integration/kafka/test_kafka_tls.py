@@ -15,6 +15,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from lowtide.tls.certs import CertFiles, CertificateAuthority
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.kafka_tools import kafka_tool
+
+# Longer than the replicas' authorizer check interval (Authorizer refresh_interval_s, 0.2 s).
+ACL_REFRESH_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -63,15 +67,18 @@ def tcluster(request, tmp_path_factory):
 
 
 def grant(tc: TlsCluster, principal: str, resource: tuple[str, str], *operations: str) -> None:
-    """ACLs through the Admin service as User:admin (the cluster's admin certificate). Tests grant
-    before they create their topic: the replicas re-read changed ACLs within 0.2 s, and creating a
-    topic (which waits until every replica hosts it) takes longer."""
+    """ACLs through the Admin service as User:admin (the cluster's admin certificate), in force on
+    every replica when this returns: a replica's authorizer checks the ACL version at most every
+    0.2 s (auth/acl.py), so a request within 0.2 s of the grant may still be judged by the ACLs
+    before it. Creating the topic afterwards was assumed to take longer; on an idle machine it
+    did not always."""
     kind, name = resource
     with Admin(tc.cluster.bootstrap, tls=tc.cluster.client_tls) as admin:
         errors = admin.create_acls([AclBinding(principal=principal, resource_type=kind.upper(), resource_name=name,
                                                pattern_type="LITERAL", operation=operation.upper(),
                                                permission="ALLOW") for operation in operations])
     assert errors == [None] * len(operations), errors
+    time.sleep(ACL_REFRESH_S)
 
 
 def kafka_python_ssl(tc: TlsCluster, files: CertFiles | None) -> dict:

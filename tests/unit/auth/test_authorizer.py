@@ -163,6 +163,36 @@ def test_the_cache_serves_decisions_until_the_refresh_interval_passes(store, aut
     assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
 
 
+def test_a_request_denied_while_another_thread_reloads_waits_for_the_reload(store, authorizer, clock):
+    # A slow reload (Redis under load) must not let a request racing it be refused from the
+    # previous snapshot an ACL granted since then: the denial waits for the reload.
+    assert not can(authorizer, ALICE, Op.WRITE, TOPIC, "orders")
+    store.add([acl(ALICE, TOPIC, "orders", Op.WRITE)])
+    clock.now += 0.25
+    reloading, finish = threading.Event(), threading.Event()
+    original = store.snapshot
+
+    def slow_snapshot():
+        reloading.set()
+        assert finish.wait(10)
+        return original()
+
+    store.snapshot = slow_snapshot  # type: ignore[method-assign]
+    answers: dict[str, bool] = {}
+    reloader = threading.Thread(target=lambda: answers.update(reloader=can(authorizer, ALICE, Op.WRITE, TOPIC,
+                                                                           "orders")))
+    reloader.start()
+    assert reloading.wait(10)
+    racer = threading.Thread(target=lambda: answers.update(racer=can(authorizer, ALICE, Op.WRITE, TOPIC, "orders")))
+    racer.start()
+    racer.join(0.3)
+    assert "racer" not in answers, "the racing request was answered from the snapshot being replaced"
+    finish.set()
+    reloader.join(10)
+    racer.join(10)
+    assert answers == {"reloader": True, "racer": True}
+
+
 def test_a_version_bump_invalidates_the_cache_in_every_authorizer(store, redis_client, clock):
     first = Authorizer(store=store, enabled=True, clock=clock)
     second = Authorizer(store=AclStore(redis=redis_client), enabled=True, clock=clock)
