@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -378,7 +378,10 @@ def read_partition(env: ChaosEnv, topic: str, partition: int, acked_end: int,
 
 def run_kafka_idempotence(*, minutes: float, seed: int, data_dir: Path | None = None, rate: int = 400,
                           clients: tuple[str, ...] = CLIENTS, say: Callable[[str], None] = print,
-                          keep_data: bool = False, tool: Path = VERIFIABLE_PRODUCER) -> KafkaRunResult:
+                          keep_data: bool = False, tool: Path = VERIFIABLE_PRODUCER,
+                          enough: Callable[[Mapping[str, int]], bool] | None = None) -> KafkaRunResult:
+    """``minutes`` of faults; with ``enough``, also until it holds for the fault counts so far (at
+    most twice as long again): on a loaded machine a fault takes longer to heal and fewer fit."""
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     t0 = time.monotonic()
     own_dir = data_dir is None
@@ -417,6 +420,10 @@ def run_kafka_idempotence(*, minutes: float, seed: int, data_dir: Path | None = 
         thread = threading.Thread(target=random_nemesis.run, args=(stop,), name="nemesis", daemon=True)
         thread.start()
         stop.wait(minutes * 60)
+        if enough is not None:
+            more_until = time.monotonic() + 2 * minutes * 60
+            while not enough(nemesis.counts()) and time.monotonic() < more_until:
+                time.sleep(0.5)
         stop.set()
         thread.join(60)
         say("kafka idempotence: healing")
