@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -160,3 +161,13 @@ def metric(cluster: LocalCluster, service: str, sample: str, **labels: str) -> f
             if found.name == sample and labels.items() <= found.labels.items():
                 return float(found.value)
     return 0.0
+
+
+# Longer than a service's ACL check interval (auth/acl.py Authorizer refresh_interval_s, 0.2 s).
+ACL_CHECK_INTERVAL_S = 0.25
+
+
+def wait_acls_in_force() -> None:
+    """After an ACL change: every service's authorizer checks the ACL version at most every 0.2 s,
+    so a request within that time of the change may still be judged by the ACLs before it."""
+    time.sleep(ACL_CHECK_INTERVAL_S)

@@ -119,11 +119,18 @@ def test_after_snapshots_and_log_truncation_a_kill_9_restart_equals_snapshot_plu
 
     served = settled_state(cluster, 0, tmp_path)
     snapshots = Path(cluster.service("coordinator-0").data_dir) / "snapshots"
-    newest = latest_snapshot(snapshots)
-    assert newest is not None
     log = metadata_log(cluster, 0)
     try:
-        start = log.read(snapshot_offset(newest) + 1).log_start_offset
+        # The log below a snapshot is deleted after the snapshot is taken (and stored), not with
+        # it: the newest snapshot may be a moment ahead of the deletion.
+        deadline = time.monotonic() + 30
+        while True:
+            newest = latest_snapshot(snapshots)
+            assert newest is not None
+            start = log.read(snapshot_offset(newest) + 1).log_start_offset
+            if start == snapshot_offset(newest) + 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         log.replicas.close()
     assert start == snapshot_offset(newest) + 1, "the metadata log below the newest snapshot was not deleted"

@@ -46,6 +46,7 @@ def test_delete_records_needs_delete_on_the_topic_and_splits_authorised_from_una
                      what=f"{topic} writable")
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:alice", "--operation", "delete", "--topic", "granted")
+    s.wait_acls_in_force()
 
     spec = tmp_path / "delete.json"
     spec.write_text(json.dumps({"version": 1, "partitions": [
@@ -118,6 +119,7 @@ def test_with_auth_on_anonymous_callers_see_no_topic_and_users_only_topics_they_
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", admin_cfg,
                "--principal", "User:carol", "--operation", "describe", "--topic", "listed-",
                "--resource-pattern-type", "prefixed")
+    s.wait_acls_in_force()
     add_token(s.store(cluster).redis, token="carol-token", principal="User:carol")
     carol = [("authorization", "Bearer carol-token")]
     stub = s.admin(cluster)

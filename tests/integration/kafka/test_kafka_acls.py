@@ -285,6 +285,7 @@ def test_describe_producers_needs_read_on_the_topic_and_abort_cluster_action(sec
     admin_cfg.write_text(f"lowtide.auth.token={ADMIN_TOKEN}\n")
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:erin", "--operation", "read", "--topic", TXN_TOPIC)
+    s.wait_acls_in_force()
     s.wait_until(lambda: not leader.DescribeProducers(ask, metadata=ERIN, timeout=20).partitions[0].error_code,
                  what="erin's READ on the topic in force")
     [allowed] = leader.DescribeProducers(ask, metadata=ERIN, timeout=20).partitions

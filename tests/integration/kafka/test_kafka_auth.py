@@ -66,6 +66,7 @@ def test_with_auth_on_every_api_needs_a_sasl_identity_and_acls_decide_as_on_grpc
     admin_cfg.write_text("lowtide.auth.token=admin-secret\n")
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:alice", "--operation", "describe", "--topic", "guarded")
+    s.wait_acls_in_force()
     alice = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000, **_sasl("alice", "alice-secret"))
     s.wait_until(lambda: "guarded" in alice.list_topics(), what="alice sees the topic")
     with pytest.raises(TopicAuthorizationFailedError):
@@ -77,6 +78,7 @@ def test_with_auth_on_every_api_needs_a_sasl_identity_and_acls_decide_as_on_grpc
     # granted DELETE on the topic (the same ACL the gRPC path checks), her delete goes through
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:alice", "--operation", "delete", "--topic", "guarded")
+    s.wait_acls_in_force()
     results: list = []
     s.wait_until(lambda: results.append(_try_delete(alice, "guarded", 5)) or results[-1] is not None,
                  what="alice's delete allowed")
@@ -121,6 +123,7 @@ def test_with_auth_on_internal_topics_refuse_every_clients_produce_whatever_the_
     admin_cfg.write_text("lowtide.auth.token=admin-secret\n")
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(admin_cfg),
                "--principal", "User:alice", "--operation", "all", "--topic", OFFSETS_TOPIC)
+    s.wait_acls_in_force()
     partition = partition_for_group("payroll", partitions=s.store(cluster).topic(OFFSETS_TOPIC).partitions)
     key = encode_offset_key(OffsetKey("payroll", "ledger", 0))
     value = encode_offset_value(OffsetValue(offset=0, metadata="", commit_timestamp=0))

@@ -110,6 +110,7 @@ def set_password(cluster, user: str, password: str) -> None:
 def grant(cluster, principal: str, operation: str, *resource: str) -> None:
     s.cli_json("acls", "add", "--bootstrap-server", cluster.bootstrap, "--command-config", str(cluster.admin_cfg),
                "--principal", principal, "--operation", operation, *resource)
+    s.wait_acls_in_force()
 
 
 def create_topic(cluster, name: str, partitions: int = 1) -> None:
