@@ -29,7 +29,7 @@ def wait_for_redis(redis: redis_lib.Redis, *, timeout_s: float, service: str) ->
     while True:
         try:
             redis.ping()
-            if redis.info("persistence").get("loading"):
+            if redis_loading(redis):
                 raise redis_lib.BusyLoadingError("Redis is loading the dataset in memory")
         except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
             if time.monotonic() + delay > deadline:
@@ -44,3 +44,9 @@ def wait_for_redis(redis: redis_lib.Redis, *, timeout_s: float, service: str) ->
             if waited:
                 log.info("Redis is up", extra={"fields": {"service": service}})
             return
+
+
+def redis_loading(redis: redis_lib.Redis) -> bool:
+    """Whether a reachable Redis is still loading its dataset (a restarted server answers PING
+    meanwhile, and -LOADING to reads)."""
+    return bool(redis.info("persistence").get("loading"))

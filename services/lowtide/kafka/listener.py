@@ -185,11 +185,12 @@ class KafkaListener:
         if not counted:
             with ordering.serving(on_release):
                 return self._dispatch(conn, head, payload)
-        pending = [True]
+        counting = True  # release() and the finally run on this thread
 
         def release() -> None:
-            if pending[0]:
-                pending[0] = False
+            nonlocal counting
+            if counting:
+                counting = False
                 ordering.ARRIVALS.appended()
             on_release()
 
@@ -197,7 +198,7 @@ class KafkaListener:
             with ordering.serving(release):
                 return self._dispatch(conn, head, payload)
         finally:
-            if pending[0]:
+            if counting:
                 ordering.ARRIVALS.appended()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -18,6 +18,7 @@ import grpc
 import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lowtide.common.startup import redis_loading
 from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ClientTls
 
@@ -148,12 +149,8 @@ def check_redis_health(url: str, *, timeout_s: float = 1.0) -> str:
             return UNREACHABLE
         # A restarted redis-server answers PING while it still loads its AOF, and -LOADING to
         # everything that reads data: serving only once it has loaded.
-        return UNREACHABLE if _loading(client) else SERVING
+        return UNREACHABLE if redis_loading(client) else SERVING
     except redis_lib.RedisError:
         return UNREACHABLE
     finally:
         client.close()
-
-
-def _loading(client: redis_lib.Redis) -> bool:
-    return bool(client.info("persistence").get("loading"))

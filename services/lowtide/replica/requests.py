@@ -286,15 +286,12 @@ class ReplicaRequests:
                         committed=not follower and isolation_level == READ_COMMITTED)
                     if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
                             or cancelled.is_set()):
-                        if woken and follower and not now and 0 < size < LINGER_BYTES and self.linger_s > 0:
+                        if woken and follower and not now and not (self._stop.is_set() or cancelled.is_set()):
                             # Parked, then woken by an append: the replication linger (module doc).
-                            at = time.monotonic()
-                            linger_until = linger_until or at + self.linger_s
-                            due = self.arrivals.next_append_due()
-                            if (due is not None and at - LINGER_SLACK_S <= due < linger_until
-                                    and not (self._stop.is_set() or cancelled.is_set())):
-                                # Woken by the append, or at the due time plus slack to look again.
-                                wake.wait(min(linger_until, max(due, at) + LINGER_SLACK_S) - at)
+                            linger_until = linger_until or time.monotonic() + self.linger_s
+                            pause_s = self._linger_s(size, linger_until)
+                            if pause_s > 0:
+                                wake.wait(pause_s)  # woken by the next append, or look again after it
                                 continue
                         return outcomes
                     if not follower and not parked:
@@ -310,6 +307,18 @@ class ReplicaRequests:
         finally:
             if parked:
                 self.parking.leave(peer)
+
+    def _linger_s(self, size: int, until: float) -> float:
+        """How long a woken follower fetch holding ``size`` bytes waits for the next append
+        (module doc, replication linger); 0: answer now. Past the due time of an expected
+        Produce by more than ``LINGER_SLACK_S``, or past ``until``, it answers."""
+        if not 0 < size < LINGER_BYTES or self.linger_s <= 0:
+            return 0.0
+        at = time.monotonic()
+        due = self.arrivals.next_append_due()
+        if due is None or not at - LINGER_SLACK_S <= due < until:
+            return 0.0
+        return min(until, max(due, at) + LINGER_SLACK_S) - at
 
     def _read(self, items: list[FetchPosition], *, follower: bool, max_bytes: int, replica_id: int = -1,
               committed: bool = False) -> tuple[list[FetchedPartition], int, bool, float]:
