@@ -9,6 +9,7 @@ import pytest
 import redis as redis_lib
 
 from lowtide.common.procs import PORT_RANGE_ENV, start_redis
+from tests import cpu_report
 
 # Each pytest-xdist worker ("gw0", "gw1", ...) picks ports from its own range, below the kernel's
 # ephemeral range: parallel workers never race for a port (lowtide.common.procs.find_free_port).
@@ -30,6 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # order of pytest_collection_modifyitems below is the one wanted; keep it.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    cpu_report.register(config)  # opt-in: LOWTIDE_TEST_CPU_OUT (tests/cpu_report.py)
 
 
 # Seconds each of the longest modules took in make test's parallel suite on the 2-core CI machine

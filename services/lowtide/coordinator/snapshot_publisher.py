@@ -8,7 +8,9 @@ pruned, here and in the store: until it is in the store, a lost disk needs them.
 (a store outage) truncates nothing and is retried by ``maybe_snapshot`` with backoff (0.5 s,
 doubling up to 30 s), without a new snapshot each time and without holding up the shard thread's
 other work (file lifetimes, retention) meanwhile; a newer snapshot replaces an older one still
-waiting for the store.
+waiting for the store. The newest snapshot found at start-up is published again (its upload skipped
+when the store has it): a kill between a snapshot and the truncation after it would otherwise keep
+the log below it until the next snapshot, which an idle shard may never take.
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ class SnapshotPublisher:
         self.last_offset = snapshot_offset(newest) if newest else -1
         self.last_time = newest.stat().st_mtime if newest else None
         self._last_mono = time.monotonic()
-        # A snapshot taken here but not yet in the object store (a store outage), and when to retry.
-        self._unuploaded: Path | None = None
+        # A snapshot taken here but not yet published (a store outage, or found at start-up: module
+        # docstring), and when to retry.
+        self._unuploaded: Path | None = newest
+        self._found_at_start = newest
         self._upload_backoff_s = 0.0
         self._upload_retry_at = 0.0
 
@@ -88,7 +92,8 @@ class SnapshotPublisher:
         offset = snapshot_offset(path)
         if self.snapshot_store is not None:
             try:
-                self.snapshot_store.upload(path)
+                if path != self._found_at_start or not self.snapshot_store.has(offset):
+                    self.snapshot_store.upload(path)
             except Exception as exc:  # noqa: BLE001 - a store outage: keep serving, retry later
                 self._unuploaded = path
                 self._upload_backoff_s = min(30.0, max(0.5, self._upload_backoff_s * 2))

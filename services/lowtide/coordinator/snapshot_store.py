@@ -223,6 +223,10 @@ class SnapshotStore:
         """The complete snapshots in the store, oldest first."""
         return self._listing()[0]
 
+    def has(self, offset: int) -> bool:
+        """Whether a complete snapshot at ``offset`` (its manifest) is in the store."""
+        return any(s.offset == offset for s in self.list())
+
     def newest(self) -> StoredSnapshot | None:
         found = self.list()
         return found[-1] if found else None
