@@ -32,6 +32,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
     cpu_report.register(config)  # opt-in: LOWTIDE_TEST_CPU_OUT (tests/cpu_report.py)
+    use_short_lived_spark_jvms()
+
+
+# Every Spark JVM the suite starts (pytest's own sessions, spark-jobs/*.py and the demo as child
+# processes, plain PySpark in test_spark_kafka_connector) lives for seconds to a minute on tiny data:
+# HotSpot's C2 compiler and G1's threads spend CPU that never pays back. C1 only and the serial GC cut
+# a session's start and first queries from 16-19 to 10 CPU-s (measured alone); Kafka's tools here
+# run the same way (scripts/kafka_tools.sh). Through Spark's own knobs, not lowtide's code: users'
+# jobs keep the JVM's defaults. PYSPARK_SUBMIT_ARGS is how PySpark passes spark-submit arguments to
+# the JVM it launches; spark.driver.defaultJavaOptions goes before lowtide's extraJavaOptions (log4j);
+# SPARK_LAUNCHER_OPTS is for the short launcher JVM that builds the driver's command line.
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def use_short_lived_spark_jvms() -> None:
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS",
+                          f'--conf "spark.driver.defaultJavaOptions={SHORT_LIVED_JVM}" pyspark-shell')
+    os.environ.setdefault("SPARK_LAUNCHER_OPTS", SHORT_LIVED_JVM)
 
 
 # Seconds each of the longest modules took in make test's parallel suite on the 2-core CI machine
