@@ -33,6 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
     cpu_report.register(config)  # opt-in: LOWTIDE_TEST_CPU_OUT (tests/cpu_report.py)
     use_short_lived_spark_jvms()
+    # Local clusters' services are forks of one interpreter that imported them: a cluster start costs
+    # 3 CPU-s instead of 13, and the suite starts about eighty (lowtide/localcluster/forkserver.py).
+    os.environ.setdefault("LOWTIDE_LOCALCLUSTER_FORK", "1")
 
 
 # Every Spark JVM the suite starts (pytest's own sessions, spark-jobs/*.py and the demo as child

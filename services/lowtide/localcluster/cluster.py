@@ -40,7 +40,7 @@ from lowtide.auth.identity import (
     write_command_config,
 )
 from lowtide.common.procs import find_free_port, start_redis
-from lowtide.localcluster import control
+from lowtide.localcluster import control, forkserver
 from lowtide.localcluster.config import ClusterConfig
 from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind, supported_flags
 from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
@@ -481,8 +481,14 @@ class LocalCluster:
             log.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {entry.name}: "
                       f"{' '.join(entry.argv)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(entry.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=self.data_dir, env=self._child_env(), start_new_session=True)
+            args = forkserver.service_args(entry.argv) if forkserver.fork_requested() else None
+            if args is None:
+                proc = subprocess.Popen(entry.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=self.data_dir, env=self._child_env(), start_new_session=True)
+        if args is not None:  # a fork of an interpreter that imported the services (localcluster.forkserver)
+            self._procs.pop(entry.name, None)
+            entry.pid = forkserver.shared().spawn(args, env=self._child_env(), cwd=self.data_dir, log=log_path)
+            return
         self._procs[entry.name] = proc
         entry.pid = proc.pid
 
