@@ -58,7 +58,10 @@ def is_pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone (reaped) since the kill(0)
+        return False
     return not stat or stat.rpartition(")")[2].split()[0] != "Z"
 
 

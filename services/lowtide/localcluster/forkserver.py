@@ -166,10 +166,12 @@ def _become_service(request: dict, replies: BinaryIO, requests: BinaryIO) -> Non
 
         setproctitle.setproctitle(" ".join(argv))
         sys.argv = [MAIN_MODULE, *request["argv"]]
-        from lowtide.cli.main import main as cli_main
+        # By name, as ``python -m`` finds it: the server launches the CLI (cli imports localcluster,
+        # not the other way round); the module is already imported (PRELOAD).
+        import importlib
 
         try:
-            code = cli_main(request["argv"])
+            code = importlib.import_module(MAIN_MODULE).main(request["argv"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
