@@ -73,24 +73,33 @@ def test_a_compacted_topic_keeps_each_keys_latest_value_and_loses_a_tombstone_so
     assert s.produce(cluster, "compacted", [b"no key"]).error_code == 87  # INVALID_RECORD: compacted topics need keys
     # Nothing is produced from here on: the topic is idle.
 
+    # The three replicas are watched together: each keeps the tombstones for delete.retention.ms
+    # (4 s) after its own pass, and a replica that compacted while another was still awaited must
+    # not have dropped them before it is looked at.
     horizons: dict[int, int] = {}
-    for broker in (0, 1, 2):
-        def tombstones_kept_with_their_horizon(broker: int = broker) -> bool:
-            batches = batches_on_disk(cluster, broker, "compacted")
-            records = [r for _, rs in batches for r in rs]
-            [(header, kept)] = [(h, rs) for h, rs in batches if any(r.value is None for r in rs)]
-            assert header.has_delete_horizon and header.base_offset == tombstone.base_offset
-            assert [(r.offset, r.key) for r in kept] == [(tombstone.base_offset, b"key-3"),
-                                                       (tombstone.base_offset + 1, b"key-7")]
-            # Their original (produce-time) timestamps, not the horizon set by a later pass:
-            pass_time = header.delete_horizon_ms - retention_ms
-            assert all(before_tombstones - 1000 <= r.timestamp <= pass_time for r in kept)
-            assert pass_time <= time.time() * 1000
-            assert {r.key: (r.offset, r.value) for r in records if r.value is not None} == expected
-            assert len(records) == len(expected) + 2  # every superseded value is gone
-            horizons[broker] = header.delete_horizon_ms
-            return True
-        s.wait_until(tombstones_kept_with_their_horizon, timeout_s=30, what=f"replica {broker} compacted")
+
+    def tombstones_kept_with_their_horizon(broker: int) -> bool:
+        batches = batches_on_disk(cluster, broker, "compacted")
+        records = [r for _, rs in batches for r in rs]
+        with_tombstones = [(h, rs) for h, rs in batches if any(r.value is None for r in rs)]
+        if len(with_tombstones) != 1 or not with_tombstones[0][0].has_delete_horizon:
+            return False  # not compacted yet (or, if it never shows, the pass was missed: the wait fails)
+        [(header, kept)] = with_tombstones
+        assert header.base_offset == tombstone.base_offset
+        assert [(r.offset, r.key) for r in kept] == [(tombstone.base_offset, b"key-3"),
+                                                   (tombstone.base_offset + 1, b"key-7")]
+        # Their original (produce-time) timestamps, not the horizon set by a later pass:
+        pass_time = header.delete_horizon_ms - retention_ms
+        assert all(before_tombstones - 1000 <= r.timestamp <= pass_time for r in kept)
+        assert pass_time <= time.time() * 1000
+        if {r.key: (r.offset, r.value) for r in records if r.value is not None} != expected \
+                or len(records) != len(expected) + 2:  # every superseded value gone
+            return False  # a pass kept the tombstones while older segments wait for the next one
+        horizons[broker] = header.delete_horizon_ms
+        return True
+
+    s.wait_until(lambda: all(b in horizons or tombstones_kept_with_their_horizon(b) for b in (0, 1, 2)),
+                 timeout_s=45, interval_s=0.1, what="every replica compacted, keeping the tombstones with a horizon")
 
     for broker in (0, 1, 2):
         s.wait_until(lambda broker=broker: [r.key for r in records_on_disk(cluster, broker, "compacted")
