@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +120,23 @@ class Copier:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
 
+    def remaining(self) -> int | None:
+        """Records its current run still has to copy (its last JSON status line), 0 once done."""
+        if self.done:
+            return 0
+        log = self.logs / f"copier-{self.partition}-{self.starts}.log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(lines):
+            if line.startswith("{") and '"remaining"' in line:
+                try:
+                    return int(json.loads(line)["remaining"])
+                except (ValueError, KeyError):
+                    continue
+        return None
+
 
 def finished(log: Path) -> bool:
     """The copier printed ShutdownComplete with nothing remaining (its JSON status lines)."""
@@ -131,9 +149,19 @@ def finished(log: Path) -> bool:
 class Nemesis:
     """Every ``interval_s``: kill -9 (and restart) or SIGSTOP (and resume) a leader of an output
     partition, of the group's offsets partition or of a copier's transaction-state partition, or
-    kill -9 and restart the front door or redis-server."""
+    kill -9 and restart the front door or redis-server.
 
-    def __init__(self, cluster: LocalCluster, *, seed: int, interval_s: float = 2.0) -> None:
+    With ``progress`` (a count that grows as the copiers copy), a fault also waits until the
+    copiers moved on since the last one healed (at most ``PROGRESS_WAIT_S``): each fault costs a
+    copier seconds (an aborted transaction, a rejoin), and once restarts took about a second the
+    faults came so close together that a copier could not finish in time, whatever it did right."""
+
+    PROGRESS_WAIT_S = 20.0
+
+    def __init__(self, cluster: LocalCluster, *, seed: int, interval_s: float = 2.0,
+                 progress: Callable[[], int] | None = None) -> None:
+        self.progress = progress
+        self._mark: int | None = None
         self.cluster = cluster
         self.seed = seed
         self.rng = random.Random(seed)
@@ -160,10 +188,22 @@ class Nemesis:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            self._await_progress()
+            if self._stop.is_set():
+                return
             try:
                 self._one_fault()
             except Exception as exc:  # noqa: BLE001 - a fault that could not be injected is reported
                 self.problems.append(f"{type(exc).__name__}: {exc}")
+            if self.progress is not None:
+                self._mark = self.progress()
+
+    def _await_progress(self) -> None:
+        if self.progress is None or self._mark is None:
+            return
+        until = time.monotonic() + self.PROGRESS_WAIT_S
+        while self.progress() <= self._mark and time.monotonic() < until and not self._stop.wait(0.2):
+            pass
 
     def _one_fault(self) -> None:
         kind = self.rng.choice(["kill-leader", "kill-leader", "pause-leader", "kill-frontdoor", "kill-redis"])
@@ -260,7 +300,12 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
     # there for the nemesis to aim at.
     s.wait_until(lambda: {OFFSETS_TOPIC, TXN_STATE_TOPIC} <= set(s.store(cluster).topics()), timeout_s=60,
                  what="the copiers' first transactions")
-    nemesis = Nemesis(cluster, seed=seed, interval_s=fault_interval_s)
+    total = records_per_partition * PARTITIONS
+
+    def copied() -> int:
+        return total - sum(records_per_partition if (r := c.remaining()) is None else r for c in copiers)
+
+    nemesis = Nemesis(cluster, seed=seed, interval_s=fault_interval_s, progress=copied)
     nemesis.start()
     try:
         for t in threads:
