@@ -485,12 +485,12 @@ class LocalCluster:
             if args is None:
                 proc = subprocess.Popen(entry.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=self.data_dir, env=self._child_env(), start_new_session=True)
-        if args is not None:  # a fork of an interpreter that imported the services (localcluster.forkserver)
-            self._procs.pop(entry.name, None)
-            entry.pid = forkserver.shared().spawn(args, env=self._child_env(), cwd=self.data_dir, log=log_path)
-            return
-        self._procs[entry.name] = proc
-        entry.pid = proc.pid
+                self._procs[entry.name] = proc
+                entry.pid = proc.pid
+                return
+        # A fork of an interpreter that imported the services (localcluster.forkserver): no Popen.
+        self._procs.pop(entry.name, None)
+        entry.pid = forkserver.shared().spawn(args, env=self._child_env(), cwd=self.data_dir, log=log_path)
 
     def _start_redis(self, entry: ServiceEntry, say: Progress) -> None:
         say(f"starting redis-server on {entry.grpc}...")

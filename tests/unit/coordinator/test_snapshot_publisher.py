@@ -15,7 +15,12 @@ from tests.unit.coordinator.test_rebuild import serve_a_mixed_workload
 
 
 class TruncationLog:
-    """The one MetadataLog call a publisher makes, recorded: the offsets it deleted below."""
+    """The one MetadataLog call a publisher makes, recorded: the offsets it deleted below.
+
+    A stand-in for the replicated metadata log because the state under test, a kill landing between
+    a snapshot and its truncation, cannot be produced on demand with real processes;
+    tests/integration/coordinator/test_coordinator_crash.py checks the truncation on a real cluster
+    after a kill -9 wherever it lands."""
 
     def __init__(self) -> None:
         self.deleted_below: list[int] = []
