@@ -149,6 +149,15 @@ class AccessControl:
         assert self._authenticator is not None  # checked in __init__
         return self._authenticator.authenticate_context(context)
 
+    def authenticate_peer(self, metadata: Iterable[tuple[str, str | bytes]] | None,
+                          certificate_der: bytes | None) -> str:
+        """``authenticate_call`` for a plain-socket peer (lowtide.rpc.framed): its HELLO's
+        metadata, and its TLS client certificate (DER) if it presented one."""
+        if not self._enabled:
+            return ANONYMOUS_PRINCIPAL
+        assert self._authenticator is not None  # checked in __init__
+        return self._authenticator.authenticate_peer(metadata, certificate_der)
+
     def allows(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         if not self._enabled:
             return True

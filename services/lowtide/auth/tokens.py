@@ -144,6 +144,15 @@ class Authenticator:
                 certificate = self._certificates.principal_of_pem(pems[0])
         return self.authenticate(context.invocation_metadata(), certificate_principal=certificate)
 
+    def authenticate_peer(self, metadata: Iterable[tuple[str, str | bytes]] | None,
+                          certificate_der: bytes | None) -> str:
+        """The caller on a plain socket (the replication listener): its bearer token in
+        ``metadata``, else (mutual TLS) its certificate (DER, from the TLS handshake)."""
+        certificate = None
+        if self._certificates is not None and certificate_der:
+            certificate = self._certificates.principal_of_der(certificate_der)
+        return self.authenticate(metadata, certificate_principal=certificate)
+
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None, *,
                      certificate_principal: str | None = None) -> str:
         """The caller's principal from gRPC invocation metadata (see class contract)."""

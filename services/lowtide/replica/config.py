@@ -28,9 +28,12 @@ class ReplicaConfig:
     # How long a follower's fetch parks at the leader when there is nothing new.
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 8 * 1024 * 1024
-    # "stream": one Replicate stream per follower-leader pair; "fetch": a unary Fetch per round
-    # (the fallback, and what docs/design/kip-107-delete-records.md's transport comparison measures against).
-    replication_transport: str = "stream"
+    # "socket": one connection per follower-leader pair to the leader's replication listener
+    # (the Replicate stream where a leader advertises none); "stream": one Replicate stream per
+    # pair; "fetch": a unary Fetch per round (docs/design/kip-107-delete-records.md#replication-transport).
+    replication_transport: str = "socket"
+    # This broker's replication listener port (lowtide.replica.replication_listener); 0 = none.
+    replication_port: int = 0
     # How long a woken follower fetch may wait for Produce requests about to append (requests.py).
     replication_linger_ms: int = 5
     # HW/LSO checkpoint period; LSO is also checkpointed on every change (see manager).

@@ -1,9 +1,11 @@
 """Follower fetchers: one thread per leader broker, fetching every partition this replica
 follows from that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread).
 
-Transport: by default every round travels on one long-lived ``Replicate`` stream per
-follower-leader pair (the same request and answer as a Fetch, without a new call per round);
-``transport="fetch"`` uses a unary Fetch per round. A stream has no deadline of its own, so a
+Transport: by default (``transport="socket"``) every round travels on one long-lived connection
+to the leader's replication listener (lowtide.replica.replication_listener: the same request and
+answer as a Fetch, framed on a TCP or TLS socket, no gRPC), or, when the leader advertises no
+replication port, on one long-lived ``Replicate`` stream per follower-leader pair (``"stream"``
+always uses the stream); ``transport="fetch"`` uses a unary Fetch per round. A stream has no deadline of its own, so a
 watchdog cancels a round that outlives the leader's long poll by ``CALL_DEADLINE_MARGIN_S`` (a
 hung leader), exactly as the unary call's deadline would.
 
@@ -27,8 +29,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lowtide.client.replica import ReplicaClient, ReplicationStream
-from lowtide.errors import LowtideError, OffsetOutOfRange
+from lowtide.client.replica import ReplicaClient, ReplicationStream, SocketReplicationStream
+from lowtide.errors import LowtideError, NetworkException, OffsetOutOfRange
 from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import EpochQuery, FetchedPartition, FetchPosition
@@ -46,6 +48,8 @@ ADDRESS_TTL_S = 5.0
 # The call's own deadline beyond the leader's long poll: room for a slow leader under load.
 CALL_DEADLINE_MARGIN_S = 10.0
 WATCHDOG_TICK_S = 0.5
+# After a leader's replication listener could not be reached, how long its Replicate stream is used.
+SOCKET_RETRY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class FetcherConfig:
     replica_id: int
     max_wait_ms: int
     max_bytes: int
-    transport: str = "stream"  # stream | fetch (see module doc)
+    transport: str = "socket"  # socket | stream | fetch (see module doc)
 
 
 class FetcherThread:
@@ -82,8 +86,10 @@ class FetcherThread:
         self._address = ""
         self._stale = True
         self._resolved_at = 0.0
-        self._stream: ReplicationStream | None = None
+        self._stream: ReplicationStream | SocketReplicationStream | None = None
         self._stream_address = ""
+        self._replication_address = ""  # the leader's replication listener, if it advertises one
+        self._socket_retry_at = 0.0
         self._round_deadline = 0.0
         self.thread = threading.Thread(target=self._run, name=f"fetcher-{leader_id}", daemon=True)
 
@@ -112,14 +118,27 @@ class FetcherThread:
                      max_wait_ms: int | None = None) -> list[FetchedPartition]:
         cfg = self.config
         wait_ms = cfg.max_wait_ms if max_wait_ms is None else max_wait_ms
-        if cfg.transport != "stream":
+        if cfg.transport == "fetch":
             return self.client.fetch(address, positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms,
                                      min_bytes=1, max_bytes=cfg.max_bytes,
                                      deadline_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
         stream = self._stream
+        if cfg.transport == "socket" and self._replication_address:
+            address = self._replication_address  # the leader's replication listener
         if stream is None or stream.finished or self._stream_address != address:
             self._close_stream()
-            stream = self._stream = self.client.open_replication(address)
+            if address == self._replication_address:
+                try:
+                    stream = self._stream = self.client.open_replication_socket(address)
+                except NetworkException:
+                    # Unreachable (a firewall, a port not exposed): the gRPC stream for a while.
+                    log.warning("replication listener of leader %s at %s unreachable; using the Replicate stream "
+                                "for %.0f s", self.leader_id, address, SOCKET_RETRY_S)
+                    self._socket_retry_at = time.monotonic() + SOCKET_RETRY_S
+                    self._replication_address = ""
+                    raise
+            else:
+                stream = self._stream = self.client.open_replication(address)
             self._stream_address = address
             if self._stop.is_set():  # stop() ran before this stream existed
                 stream.cancel()
@@ -145,6 +164,8 @@ class FetcherThread:
                 # The leader moved: its old channel would only ever fail (or reach someone else).
                 self.client.channels.forget(self._address)
             self._address = broker.address
+        self._replication_address = (f"{broker.host}:{broker.replication_port}"
+                                     if broker.replication_port and now >= self._socket_retry_at else "")
         return self._address
 
     def _run(self) -> None:

@@ -79,7 +79,8 @@ class BrokerMembership:
     def _broker_info(self) -> BrokerInfo:
         return BrokerInfo(id=self.broker_id, host=self.config.advertised_host, port=self.config.grpc_port,
                           rack=self.config.rack, metrics=self.config.metrics_url,
-                          kafka_port=self.config.kafka_port, kafka_listeners=dict(self.config.kafka_listeners))
+                          kafka_port=self.config.kafka_port, kafka_listeners=dict(self.config.kafka_listeners),
+                          replication_port=self.config.replication_port)
 
     # -- live brokers ----------------------------------------------------------------------------
     def refresh_live_brokers(self) -> None:

@@ -18,7 +18,7 @@ from lowtide.auth.access import parse_super_users
 from lowtide.auth.scram_store import build_scram_login
 from lowtide.auth.tokens import end_session, mint_session
 from lowtide.common.bootstrap import ServerBootstrap
-from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, split_addr
 from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
@@ -33,6 +33,8 @@ from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.registration import add_replica_service
+from lowtide.replica.replication_listener import TRANSPORT as REPLICATION_TRANSPORT
+from lowtide.replica.replication_listener import ReplicationListener
 from lowtide.replica.servicer import ReplicaServicer
 from lowtide_pb import admin_pb2_grpc, replica_pb2
 
@@ -76,7 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
-    add_flag(parser, "--replication-transport", default="stream",
+    add_flag(parser, "--replication-listener", default="auto",
+             help="where followers fetch from this broker without gRPC (lowtide.replica.replication_listener): "
+                  "HOST:PORT, 'auto' (the gRPC listen host, a free port, advertised in the broker's registration) "
+                  "or 'off'")
+    add_flag(parser, "--replication-transport", default="socket",
              help="how followers fetch: stream (one Replicate stream per leader) | fetch (unary Fetch calls)")
     add_flag(parser, "--replication-linger-ms", type=int, default=ReplicaConfig.replication_linger_ms,
              help="how long a leader holds a woken follower fetch (under 64 KiB) while Kafka Produce requests "
@@ -126,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
         kafka.start()
         kafka_port = kafka.advertised_port(args.advertised_host)
         kafka_listeners = kafka.advertised(args.advertised_host)
+    replication = _replication_listener(args, name=name, tls=boot.tls)
     config = ReplicaConfig(
+        replication_port=replication.bind() if replication is not None else 0,
         broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
         grpc_port=boot.grpc_port, kafka_port=kafka_port, kafka_listeners=kafka_listeners, rack=args.rack,
         metrics_url=boot.metrics_url,
@@ -145,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
         super_users=parse_super_users(args.super_users),
         # With mutual TLS the broker's certificate is its identity (its token would be refused).
         token_file=Path(args.token_file) if args.token_file and not (boot.tls and boot.tls.mutual) else None)
-    if config.replication_transport not in ("stream", "fetch"):
-        raise SystemExit(f"{name}: --replication-transport must be stream or fetch, "
+    if config.replication_transport not in ("socket", "stream", "fetch"):
+        raise SystemExit(f"{name}: --replication-transport must be socket, stream or fetch, "
                          f"got {config.replication_transport!r}")
     boot.require_token_file(f"the token of User:broker-{args.id}, which this broker presents when it fetches "
                             "from leaders")
@@ -184,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
         add_replica_service(servicer, server)
 
     def on_stop() -> None:
+        if replication is not None:
+            replication.stop()
         if kafka is not None:
             kafka.stop()
             frontdoor.close()
@@ -194,9 +204,27 @@ def run(args: argparse.Namespace) -> int:
     def start() -> None:
         wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
         manager.start()
+        if replication is not None:
+            replication.start(serve_round=lambda request, principal, **kw: servicer.replicate_round(
+                request, principal, transport=REPLICATION_TRANSPORT, **kw),
+                authenticate=access.authenticate_peer, draining=lambda: servicer.draining)
 
     return boot.serve(service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                       register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)
+
+
+def _replication_listener(args: argparse.Namespace, *, name: str, tls) -> ReplicationListener | None:
+    value = args.replication_listener.strip()
+    if value == "off":
+        return None
+    if value == "auto":
+        host, port = split_addr(args.grpc_addr)[0], 0
+    else:
+        try:
+            host, port = split_addr(value)
+        except ValueError:
+            raise SystemExit(f"{name}: --replication-listener must be HOST:PORT, auto or off, got {value!r}") from None
+    return ReplicationListener(host=host.strip("[]"), port=port, tls=tls, name=name)
 
 
 def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:

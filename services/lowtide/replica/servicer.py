@@ -246,6 +246,21 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             if follower >= 0:
                 REPLICATION_STREAMS.labels(str(follower)).dec()
 
+    def replicate_round(self, request, principal: str, *, peer: str, on_cancel,
+                        transport: str) -> replica_pb2.FetchResponse:
+        """One follower fetch off another transport (lowtide.replica.replication_listener):
+        checked and answered exactly as a round of ``Replicate``."""
+        if request.replica_id < 0:
+            raise InvalidRequest("the replication listener carries follower fetches: replica_id must be >= 0, "
+                                 f"got {request.replica_id}; consumers use Fetch")
+        response = self._fetch(request, principal, peer=peer, on_cancel=on_cancel)
+        REPLICATION_ROUNDS.labels(str(request.replica_id), transport).inc()
+        return response
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
     def drain(self) -> None:
         """Shutting down: replication streams end after their current round (followers
         reconnect to whoever leads next) instead of holding the server's grace period."""

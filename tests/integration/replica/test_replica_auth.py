@@ -20,7 +20,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lowtide.auth.acl import AclBinding
 from lowtide.auth.tokens import add_token
 from lowtide.client import Admin, Producer
+from lowtide.client.replica import ReplicaClient
+from lowtide.errors import ClusterAuthorizationFailed, SaslAuthenticationFailed
 from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
 from lowtide_pb import common_pb2, replica_pb2
 from tests.integration import support as s
@@ -219,6 +222,15 @@ def test_a_follower_fetch_is_accepted_only_from_the_broker_whose_replica_id_it_n
             replica_id=follower, max_wait_ms=0, partitions=[replica_pb2.FetchPartition(
                 topic="follow", partition=0, fetch_offset=10, log_start_offset=6)])]), metadata=md, timeout=10)))
 
+    def listen_as_follower(md):
+        port = s.store(cluster).brokers()[leader].replication_port
+        stream = ReplicaClient(metadata=md).open_replication_socket(f"127.0.0.1:{port}")
+        try:
+            return stream.fetch([FetchPosition(topic="follow", partition=0, fetch_offset=10, log_start_offset=6)],
+                                replica_id=follower, max_wait_ms=0)
+        finally:
+            stream.close()
+
     cluster.pause(f"replica-{follower}")  # its own fetches must not move the LW during the test
     try:
         [pending] = s.replica(cluster, leader).DeleteRecords(common_pb2.DeleteRecordsRequest(
@@ -232,6 +244,12 @@ def test_a_follower_fetch_is_accepted_only_from_the_broker_whose_replica_id_it_n
                 refused(lambda m=md, a=attempt: a(m), status=grpc.StatusCode.PERMISSION_DENIED,
                         name="CLUSTER_AUTHORIZATION_FAILED")
                 assert low_watermark() == 0, f"a refused {attempt.__name__} must record nothing"
+            # The same round on the replication listener (no gRPC), authenticated by its HELLO.
+            with pytest.raises(ClusterAuthorizationFailed):
+                listen_as_follower(md)
+            assert low_watermark() == 0, "a refused round on the replication listener must record nothing"
+        with pytest.raises(SaslAuthenticationFailed):
+            listen_as_follower(bearer("not-a-token"))
 
         [answer] = replicate_as_follower(service_token(cluster, f"replica-{follower}")).partitions
         assert answer.error_code == 0

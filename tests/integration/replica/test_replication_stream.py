@@ -1,20 +1,28 @@
-"""The Replicate stream (issue 11) on real processes: followers replicate over one long-lived
-stream per leader; a follower that dies mid-stream reconnects on a new stream, a leader change
-moves the streams to the new leader, and a stopped follower costs the leader no memory (a round
-carries only what the follower asked for, so nothing queues on the leader for it).
+"""Replication's long-lived connections on real processes: followers replicate over one
+connection per leader, to its replication listener (issue 32; lowtide.replica.replication_listener)
+or on a gRPC Replicate stream (issue 11, ``--replication-transport stream``); a follower that dies
+mid-stream reconnects on a new connection, a leader change moves them to the new leader, and a
+stopped follower costs the leader no memory (a round carries only what the follower asked for, so
+nothing queues on the leader for it). The listener refuses what the Replicate stream refuses.
 
 Which transport carried the rounds is read from the leader's /metrics
-(``lowtide_replication_streams``, ``lowtide_replication_rounds_total``).
+(``lowtide_replication_streams`` counts both kinds of connection, ``lowtide_replication_rounds_total``
+has the transport).
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 
 import grpc
 import pytest
 
+from lowtide.client.replica import ReplicaClient
+from lowtide.errors import InvalidRequest
+from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
+from lowtide.rpc.framed import ERROR
 from lowtide_pb import replica_pb2
 from tests.bench.common import rss_bytes
 from tests.integration import support as s
@@ -41,17 +49,50 @@ def produce_batches(cluster, topic: str, n: int, *, leader: int, acks: int = -1,
     return acked
 
 
-def test_followers_replicate_over_one_stream_per_leader_and_no_unary_fetch(shared_cluster):
+def test_followers_replicate_over_one_listener_connection_per_leader_and_no_grpc_round(shared_cluster):
     cluster = shared_cluster  # faults nothing; its topic is its own
     s.create_topic(cluster, "rs-streamed", partitions=1, rf=3)
     leader = s.leader_of(cluster, "rs-streamed")
+    assert s.store(cluster).brokers()[leader].replication_port > 0, "the leader advertises its listener"
     acked = produce_batches(cluster, "rs-streamed", 20, leader=leader)
     for follower in (b for b in (0, 1, 2) if b != leader):
-        s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1, what=f"one stream from follower {follower}")
-        assert rounds(cluster, leader, follower, "stream") > 0
+        s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1,
+                     what=f"one connection from follower {follower}")
+        assert rounds(cluster, leader, follower, "socket") > 0
+        assert rounds(cluster, leader, follower, "stream") == 0
         assert rounds(cluster, leader, follower, "fetch") == 0
         s.wait_until(lambda f=follower: s.describe(cluster, f, "rs-streamed").log_end_offset == len(acked),
                      what=f"follower {follower} has every record")
+
+
+def test_the_replicate_stream_transport_still_replicates_when_chosen(cluster_factory):
+    cluster = cluster_factory(coordinators=0, extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "stream"})
+    s.create_topic(cluster, "streamed", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "streamed")
+    acked = produce_batches(cluster, "streamed", 10, leader=leader)
+    for follower in (b for b in (0, 1, 2) if b != leader):
+        s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1, what=f"one stream from follower {follower}")
+        assert rounds(cluster, leader, follower, "stream") > 0
+        assert rounds(cluster, leader, follower, "socket") == 0
+    assert [v for _, v in s.read_all(cluster, "streamed")] == acked
+
+
+def test_the_replication_listener_refuses_a_consumer_request_and_a_malformed_frame(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "rs-listener-refusals", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "rs-listener-refusals")
+    address = f"127.0.0.1:{s.store(cluster).brokers()[leader].replication_port}"
+    consumer = ReplicaClient().open_replication_socket(address)
+    with pytest.raises(InvalidRequest, match="replica_id must be >= 0"):
+        consumer.fetch([FetchPosition(topic="rs-listener-refusals", partition=0, fetch_offset=0)], replica_id=-1,
+                       max_wait_ms=0)
+    assert consumer.finished
+    consumer.close()
+
+    with socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), timeout=10) as raw:
+        raw.sendall(b"\x00\x00\x00\x05\x09junk")  # kind 9: no such frame
+        reply = raw.recv(4096)
+    assert reply[4] == ERROR and b"unknown frame kind 9" in reply, reply
 
 
 def test_the_unary_fetch_transport_still_replicates_when_chosen(cluster_factory):

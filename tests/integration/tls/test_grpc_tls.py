@@ -14,10 +14,12 @@ from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client import Admin, Consumer, Producer
-from lowtide.errors import NetworkException
+from lowtide.client.replica import ReplicaClient
+from lowtide.errors import ClusterAuthorizationFailed, NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
-from lowtide.rpc.channels import open_channel
+from lowtide.messages.replica import FetchPosition
+from lowtide.rpc.channels import ChannelPool, open_channel
 from lowtide.tls.certs import CertificateAuthority
 from lowtide.tls.config import ClientTls
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
@@ -142,6 +144,38 @@ def test_a_follower_certificate_for_one_broker_cannot_fetch_as_another(tls_clust
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, err.value
     assert err.value.details().startswith("CLUSTER_AUTHORIZATION_FAILED"), err.value.details()
     assert follower_fetch(me).partitions[0].error_code == 0  # the certificate's own broker id is allowed
+
+
+def test_the_replication_listener_speaks_mutual_tls_and_knows_a_follower_by_its_certificate(tls_cluster, ca,
+                                                                                            tmp_path):
+    s.create_topic(tls_cluster, "listener-identity", rf=3, metadata=[])
+    leader = s.leader_of(tls_cluster, "listener-identity")
+    me, other = [b for b in (0, 1, 2) if b != leader]
+    address = f"127.0.0.1:{s.store(tls_cluster).brokers()[leader].replication_port}"
+    files = ca.issue(f"broker-{me}", directory=tmp_path / f"broker-{me}")
+    as_broker = ClientTls(ca=files.ca, cert=files.cert, key=files.key)
+    position = [FetchPosition(topic="listener-identity", partition=0, fetch_offset=0)]
+
+    def round_as(tls: ClientTls | None, replica_id: int):
+        stream = ReplicaClient(channels=ChannelPool(tls=tls or False)).open_replication_socket(address)
+        try:
+            return stream.fetch(position, replica_id=replica_id, max_wait_ms=0)
+        finally:
+            stream.close()
+
+    for stranger in (None, ClientTls(ca=files.ca)):  # plaintext; TLS without a client certificate
+        with pytest.raises(NetworkException):
+            round_as(stranger, me)
+    with pytest.raises(ClusterAuthorizationFailed):
+        round_as(as_broker, other)
+    assert round_as(as_broker, me)[0].error is None  # the certificate's own broker id is allowed
+    # The cluster's own followers replicate on the listener, over mutual TLS.
+    for follower in (me, other):
+        s.wait_until(lambda f=follower: s.metric(tls_cluster, f"replica-{leader}", "lowtide_replication_rounds_total",
+                                                 follower=str(f), transport="socket") > 0,
+                     what=f"follower {follower} fetching on the replication listener")
+        assert s.metric(tls_cluster, f"replica-{leader}", "lowtide_replication_rounds_total",
+                        follower=str(follower), transport="stream") == 0
 
 
 def test_a_broker_token_without_the_broker_certificate_is_refused(tls_cluster):
