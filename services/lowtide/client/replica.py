@@ -14,10 +14,8 @@ NETWORK_EXCEPTION, a passed deadline REQUEST_TIMED_OUT); per-partition errors co
 from __future__ import annotations
 
 import queue
-import socket
-import ssl
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -38,12 +36,13 @@ from lowtide.messages.replica import (
     TxnMarkerResult,
 )
 from lowtide.rpc.channels import PooledClient, call
-from lowtide.rpc.framed import ERROR, HELLO, REQUEST, RESPONSE, FrameReader, decode_error, encode_hello, write_frame
 from lowtide.rpc.messages import delete_results_from_proto
 from lowtide.rpc.status import error_from_rpc
 from lowtide.rpc.wire import split_bytes_field
-from lowtide.tls.config import ClientTls
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
+
+if TYPE_CHECKING:
+    from lowtide.client.framed import SocketReplicationStream
 
 
 def _epoch_or_none(epoch: int) -> int | None:
@@ -100,7 +99,9 @@ class ReplicaClient(PooledClient):
 
     def open_replication_socket(self, address: str, *, connect_timeout_s: float = 5.0) -> SocketReplicationStream:
         """A follower's connection to the leader's replication listener at ``address``
-        (lowtide.replica.replication_listener): ``ReplicationStream``'s contract without gRPC."""
+        (lowtide.rpc.framed_listener): ``ReplicationStream``'s contract without gRPC."""
+        from lowtide.client.framed import SocketReplicationStream  # servers only: not loaded with the client
+
         return SocketReplicationStream(address, tls=self.channels.tls, metadata=self.metadata,
                                        connect_timeout_s=connect_timeout_s)
 
@@ -255,68 +256,3 @@ class ReplicationStream:
         self._requests.put(_END_OF_STREAM)
         self._responses.cancel()
 
-
-class SocketReplicationStream:
-    """``ReplicationStream`` over the leader's replication listener (lowtide.rpc.framed frames on a
-    TCP or TLS connection): ``fetch`` sends one REQUEST and reads its RESPONSE on the calling
-    thread, no thread hand-off. Errors and thread-safety as ``ReplicationStream``: a refused round
-    raises the error the leader sent (it then closes the connection), a broken connection
-    NETWORK_EXCEPTION; ``cancel`` (any thread) shuts the socket down, so a waiting ``fetch``
-    raises at once."""
-
-    def __init__(self, address: str, *, tls: ClientTls | None, metadata: Sequence[tuple[str, str]],
-                 connect_timeout_s: float) -> None:
-        host, _, port = address.rpartition(":")
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=connect_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if tls is not None:
-                sock = tls.ssl_context().wrap_socket(sock, server_hostname=tls.server_name or host)
-            sock.settimeout(None)
-            write_frame(sock, HELLO, encode_hello([(k, v) for k, v in metadata]))
-        except (OSError, ValueError) as exc:
-            raise NetworkException(f"cannot open a replication connection to {address}: {exc}") from None
-        self._sock = sock
-        self._reader = FrameReader(sock)
-        self.address = address
-        self.finished = False
-
-    def fetch(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int = 1,
-              max_bytes: int = 0) -> list[FetchedPartition]:
-        if self.finished:
-            raise NetworkException("the replication connection is finished; open a new one")
-        request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                 max_bytes=max_bytes)
-        try:
-            write_frame(self._sock, REQUEST, request.SerializeToString())
-            frame = self._reader.read()
-        except (OSError, ssl.SSLError) as exc:
-            self.finished = True
-            raise NetworkException(f"replication connection to {self.address}: {exc}") from None
-        except Exception:
-            self.finished = True
-            raise
-        if frame is None:
-            self.finished = True
-            raise NetworkException(f"the leader at {self.address} closed the replication connection")
-        kind, payload = frame
-        if kind == RESPONSE:
-            return _parse_fetch_response(payload)
-        self.finished = True
-        if kind == ERROR:
-            raise decode_error(payload)
-        raise NetworkException(f"the leader at {self.address} sent frame kind {kind} where an answer was due")
-
-    def cancel(self) -> None:
-        self.finished = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.cancel()
-        try:
-            self._sock.close()
-        except OSError:
-            pass

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from lowtide.client.framed import ListenerProducer, ListenerUnreachable
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     LeaderNotAvailable,
@@ -62,6 +63,8 @@ WRITER_ID_BASE = 1 << 61
 EPOCHS_PER_WRITER_ID = 1 << 15
 MAX_REPLICATION_FACTOR = 3
 FETCH_MAX_BYTES = 8 << 20
+# After the leader's replication listener could not be reached, how long appends use gRPC.
+LISTENER_RETRY_S = 30.0
 # Produce answers that mean "nothing was appended": safe to send the same batches again.
 NOT_WRITTEN = (LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition, NotEnoughReplicas)
 
@@ -91,13 +94,18 @@ class MetadataLog:
     """Shard ``shard``'s partition of ``__diskless_metadata``: create, append, read, truncate."""
 
     def __init__(self, *, shard: int, shards: int, store: MetadataStore, replicas: ReplicaClient,
-                 request_timeout_ms: int = 10_000) -> None:
+                 request_timeout_ms: int = 10_000, listener: ListenerProducer | None = None) -> None:
         self.shard = shard
         self.shards = shards
         self.store = store
         self.replicas = replicas
         self.request_timeout_ms = request_timeout_ms
+        # Appends go to the leader's replication listener when it advertises one (a unary gRPC
+        # Produce per append costs both ends ~0.5 ms of CPU: docs/design/diskless.md#cost-per-commit).
+        self.listener = listener
         self._leader: str | None = None
+        self._leader_listener: str | None = None
+        self._listener_retry_at = 0.0
 
     # ---- topic ---------------------------------------------------------------------------------
     def topic_exists(self) -> bool:
@@ -147,7 +155,26 @@ class MetadataLog:
         if broker is None:
             raise LeaderNotAvailable(f"{METADATA_TOPIC}-{self.shard}: leader {state.leader} is not registered")
         self._leader = broker.address
+        self._leader_listener = (f"{broker.host}:{broker.replication_port}" if self.listener is not None and
+                                 broker.replication_port and time.monotonic() >= self._listener_retry_at else None)
         return self._leader
+
+    def _produce(self, address: str, batches: bytes, *, timeout_ms: int, expected_end_offset: int | None):
+        """One acks=all Produce of ``batches`` to the leader at ``address``: on its replication
+        listener if it has one, else (or while the listener is unreachable) over gRPC."""
+        kwargs = dict(acks=-1, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5,
+                      expected_end_offsets=None if expected_end_offset is None else
+                      {(METADATA_TOPIC, self.shard): expected_end_offset}, coordinator_append=True)
+        listener = self._leader_listener
+        if listener is not None and self.listener is not None:
+            try:
+                return self.listener.produce(listener, [(METADATA_TOPIC, self.shard, batches)], **kwargs)[0]
+            except ListenerUnreachable as exc:  # nothing was sent: gRPC for a while
+                log.warning("%s-%d: the leader's replication listener at %s is unreachable (%s); appending over "
+                            "gRPC for %.0f s", METADATA_TOPIC, self.shard, listener, exc, LISTENER_RETRY_S)
+                self._listener_retry_at = time.monotonic() + LISTENER_RETRY_S
+                self._leader_listener = None
+        return self.replicas.produce(address, [(METADATA_TOPIC, self.shard, batches)], **kwargs)[0]
 
     def _with_leader(self, action, *, deadline: float):
         """Run ``action(address)`` against the leader, re-resolving it while leadership moves."""
@@ -187,11 +214,8 @@ class MetadataLog:
                 problem: LowtideError = exc
             else:
                 try:
-                    got = self.replicas.produce(
-                        address, [(METADATA_TOPIC, self.shard, batches)], acks=-1, timeout_ms=timeout_ms,
-                        deadline_s=timeout_ms / 1000 + 5,
-                        expected_end_offsets=None if expected_end_offset is None else
-                        {(METADATA_TOPIC, self.shard): expected_end_offset}, coordinator_append=True)[0]
+                    got = self._produce(address, batches, timeout_ms=timeout_ms,
+                                        expected_end_offset=expected_end_offset)
                 except LowtideError:
                     self._leader = None
                     raise

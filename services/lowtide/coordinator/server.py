@@ -33,6 +33,7 @@ import redis as redis_lib
 from prometheus_client import REGISTRY
 
 from lowtide.client.diskless_files import describe_files
+from lowtide.client.framed import ListenerProducer
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import SERVER_OPTIONS, add_auth_flags, add_common_flags, add_flag, translate_store_errors
@@ -188,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
                                 claim_after_ms=args.file_claim_after_ms,
                                 interval_ms=args.file_lifetime_interval_ms)
         metadata_log = MetadataLog(shard=index, shards=config.shards, store=MetadataStore(redis=redis),
-                                   replicas=replicas, request_timeout_ms=args.append_timeout_ms)
+                                   replicas=replicas, request_timeout_ms=args.append_timeout_ms,
+                                   listener=ListenerProducer(tls=replicas.channels.tls, metadata=replicas.metadata))
         if args.lease_backend == "kubernetes":
             lease = kubernetes_lease(args, role=f"coordinator-{index}", owner=owner, lease_ms=config.lease_ms,
                                      margin_ms=config.lease_margin_ms)

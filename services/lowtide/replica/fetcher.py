@@ -2,7 +2,7 @@
 follows from that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread).
 
 Transport: by default (``transport="socket"``) every round travels on one long-lived connection
-to the leader's replication listener (lowtide.replica.replication_listener: the same request and
+to the leader's replication listener (lowtide.rpc.framed_listener: the same request and
 answer as a Fetch, framed on a TCP or TLS socket, no gRPC), or, when the leader advertises no
 replication port, on one long-lived ``Replicate`` stream per follower-leader pair (``"stream"``
 always uses the stream); ``transport="fetch"`` uses a unary Fetch per round. A stream has no deadline of its own, so a
@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lowtide.client.replica import ReplicaClient, ReplicationStream, SocketReplicationStream
+from lowtide.client.framed import SocketReplicationStream
+from lowtide.client.replica import ReplicaClient, ReplicationStream
 from lowtide.errors import LowtideError, NetworkException, OffsetOutOfRange
 from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.messages import TopicPartition

@@ -33,9 +33,8 @@ from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.registration import add_replica_service
-from lowtide.replica.replication_listener import TRANSPORT as REPLICATION_TRANSPORT
-from lowtide.replica.replication_listener import ReplicationListener
 from lowtide.replica.servicer import ReplicaServicer
+from lowtide.rpc.framed_listener import FramedListener
 from lowtide_pb import admin_pb2_grpc, replica_pb2
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
     add_flag(parser, "--replication-listener", default="auto",
-             help="where followers fetch from this broker without gRPC (lowtide.replica.replication_listener): "
+             help="where followers fetch from this broker and coordinators append to it without gRPC "
+                  "(lowtide.rpc.framed_listener): "
                   "HOST:PORT, 'auto' (the gRPC listen host, a free port, advertised in the broker's registration) "
                   "or 'off'")
     add_flag(parser, "--replication-transport", default="socket",
@@ -205,15 +205,14 @@ def run(args: argparse.Namespace) -> int:
         wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
         manager.start()
         if replication is not None:
-            replication.start(serve_round=lambda request, principal, **kw: servicer.replicate_round(
-                request, principal, transport=REPLICATION_TRANSPORT, **kw),
-                authenticate=access.authenticate_peer, draining=lambda: servicer.draining)
+            replication.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
+                              draining=lambda: servicer.draining)
 
     return boot.serve(service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                       register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)
 
 
-def _replication_listener(args: argparse.Namespace, *, name: str, tls) -> ReplicationListener | None:
+def _replication_listener(args: argparse.Namespace, *, name: str, tls) -> FramedListener | None:
     value = args.replication_listener.strip()
     if value == "off":
         return None
@@ -224,7 +223,7 @@ def _replication_listener(args: argparse.Namespace, *, name: str, tls) -> Replic
             host, port = split_addr(value)
         except ValueError:
             raise SystemExit(f"{name}: --replication-listener must be HOST:PORT, auto or off, got {value!r}") from None
-    return ReplicationListener(host=host.strip("[]"), port=port, tls=tls, name=name)
+    return FramedListener(host=host.strip("[]"), port=port, tls=tls, name=name)
 
 
 def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:

@@ -26,10 +26,13 @@ from lowtide.replica.metrics import (
     count_produced_bytes,
 )
 from lowtide.replica.partition import LEADER
+from lowtide.replica.registration import parse_produce_request
+from lowtide.rpc.framed import PRODUCE
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+FRAMED_TRANSPORT = "socket"  # lowtide_replication_rounds_total{transport} of the replication listener
 
 
 def _epoch(message) -> int:
@@ -141,7 +144,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return [self.diskless.topic(p.topic) for p in partitions]
 
     def Produce(self, request, context):
-        principal = self._principal(context)
+        return self.produce(request, self._principal(context))
+
+    def produce(self, request, principal: str) -> replica_pb2.ProduceResponse:
+        """``Produce`` for an authenticated ``principal`` (the gRPC method, the replication listener)."""
         screened = self.access.screen(principal, request.partitions,
                                       operation=AclOperation.WRITE, topic=_topic,
                                       or_cluster_action=_internal_only(request.partitions))
@@ -246,16 +252,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             if follower >= 0:
                 REPLICATION_STREAMS.labels(str(follower)).dec()
 
-    def replicate_round(self, request, principal: str, *, peer: str, on_cancel,
-                        transport: str) -> replica_pb2.FetchResponse:
-        """One follower fetch off another transport (lowtide.replica.replication_listener):
-        checked and answered exactly as a round of ``Replicate``."""
-        if request.replica_id < 0:
-            raise InvalidRequest("the replication listener carries follower fetches: replica_id must be >= 0, "
-                                 f"got {request.replica_id}; consumers use Fetch")
-        response = self._fetch(request, principal, peer=peer, on_cancel=on_cancel)
-        REPLICATION_ROUNDS.labels(str(request.replica_id), transport).inc()
-        return response
+    def open_framed_session(self, principal: str, peer: str) -> _FramedSession:
+        """The requests of one replication listener connection (lowtide.rpc.framed_listener)."""
+        return _FramedSession(self, principal, peer)
 
     @property
     def draining(self) -> bool:
@@ -425,3 +424,46 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                 low_watermark=p.low_watermark(live) if p.role == LEADER else -1,
                 size_bytes=plog.size_bytes, segments=plog.num_segments, isr=sorted(p.isr), dir=str(plog.dir)))
         return replica_pb2.DescribeLogsResponse(replica_id=self.manager.broker_id, logs=logs)
+
+
+class _FramedSession:
+    """A replication listener connection's requests (lowtide.rpc.framed_listener), each checked
+    and answered exactly as its gRPC method: REQUEST a round of ``Replicate`` (follower fetches
+    only), PRODUCE a ``Produce``. Thread-safety: the connection's thread only."""
+
+    def __init__(self, servicer: ReplicaServicer, principal: str, peer: str) -> None:
+        self.servicer, self.principal, self.peer = servicer, principal, peer
+        self.follower = -1
+
+    def handle(self, kind: int, payload: bytes) -> bytes:
+        if kind == PRODUCE:
+            try:
+                request = parse_produce_request(payload)
+            except Exception as exc:  # WireFormatError, upb's DecodeError: refused as the gRPC port would
+                raise InvalidRequest(f"malformed ProduceRequest: {exc}") from None
+            return self.servicer.produce(request, self.principal).SerializeToString()
+        try:
+            fetch = replica_pb2.FetchRequest.FromString(payload)
+        except Exception as exc:
+            raise InvalidRequest(f"malformed FetchRequest: {exc}") from None
+        if fetch.replica_id < 0:
+            raise InvalidRequest("the replication listener carries follower fetches: replica_id must be >= 0, "
+                                 f"got {fetch.replica_id}; consumers use Fetch")
+        if fetch.replica_id != self.follower:
+            self.close()
+            self.follower = fetch.replica_id
+            REPLICATION_STREAMS.labels(str(self.follower)).inc()
+        # A parked round is not released early when its follower goes away: it ends after its long
+        # poll (at most replica.fetch.wait.max.ms) and the write then fails.
+        response = self.servicer._fetch(fetch, self.principal, peer=self.peer, on_cancel=_ignore_cancel)
+        REPLICATION_ROUNDS.labels(str(fetch.replica_id), FRAMED_TRANSPORT).inc()
+        return response.SerializeToString()
+
+    def close(self) -> None:
+        if self.follower >= 0:
+            REPLICATION_STREAMS.labels(str(self.follower)).dec()
+            self.follower = -1
+
+
+def _ignore_cancel(_callback: Callable[[], None]) -> None:
+    pass

@@ -1,11 +1,12 @@
 """Length-prefixed frames on a plain (or TLS) socket: the wire of the replication listener
-(lowtide.replica.replication_listener), which carries follower fetch rounds without gRPC.
+(lowtide.rpc.framed_listener), which carries follower fetch rounds and coordinator appends
+without gRPC.
 
 Why not gRPC for this one exchange: a follower round is one small request and one answer, all day
 long, on one connection. On this 2-core machine a round on a gRPC stream costs ~520 us of CPU
 (client 300 + server 220: four thread hand-offs per message in grpcio's Python layer), a round on a
-socket ~80 us (``docs/design/kip-107-delete-records.md#replication-transport``); with small
-produce requests and diskless commits every append costs one round per follower.
+socket ~80 us (``docs/design/kip-107-delete-records.md#replication-and-the-low-watermark``); with
+small produce requests and diskless commits every append costs one round per follower.
 
 Frame layout (all integers big-endian)::
 
@@ -18,9 +19,11 @@ Frame layout (all integers big-endian)::
     kind 3  RESPONSE  server -> client: the serialized answer to the last REQUEST
     kind 4  ERROR     server -> client: JSON {"code": <Kafka error code>, "message": str}; the
                       server closes the connection after it
+    kind 5  PRODUCE   client -> server: a serialized replica.proto ProduceRequest (a coordinator's
+                      append to its internal topic); answered by a RESPONSE (ProduceResponse)
 
-Requests and answers alternate: a client sends a REQUEST only after it read the answer to the
-previous one, so no correlation id is needed.
+Requests and answers alternate: a client sends a REQUEST or PRODUCE only after it read the answer
+to the previous one, so no correlation id is needed.
 
 Thread-safety: ``FrameReader`` belongs to one reading thread; ``write_frame`` sends a frame with one
 ``sendall`` (callers writing one socket from several threads serialize themselves).
@@ -35,8 +38,8 @@ from typing import Any
 
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, error_for_code
 
-HELLO, REQUEST, RESPONSE, ERROR = 1, 2, 3, 4
-KINDS = (HELLO, REQUEST, RESPONSE, ERROR)
+HELLO, REQUEST, RESPONSE, ERROR, PRODUCE = 1, 2, 3, 4, 5
+KINDS = (HELLO, REQUEST, RESPONSE, ERROR, PRODUCE)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">IB")
 

@@ -1,5 +1,5 @@
 """Replication's long-lived connections on real processes: followers replicate over one
-connection per leader, to its replication listener (issue 32; lowtide.replica.replication_listener)
+connection per leader, to its replication listener (issue 32; lowtide.rpc.framed_listener)
 or on a gRPC Replicate stream (issue 11, ``--replication-transport stream``); a follower that dies
 mid-stream reconnects on a new connection, a leader change moves them to the new leader, and a
 stopped follower costs the leader no memory (a round carries only what the follower asked for, so
@@ -18,11 +18,13 @@ import socket
 import grpc
 import pytest
 
+from lowtide.client.framed import FramedConnection, ListenerProducer, ListenerUnreachable
 from lowtide.client.replica import ReplicaClient
-from lowtide.errors import InvalidRequest
+from lowtide.common.procs import find_free_port
+from lowtide.errors import InvalidRequest, OutOfOrderSequenceNumber
 from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
-from lowtide.rpc.framed import ERROR
+from lowtide.rpc.framed import ERROR, PRODUCE
 from lowtide_pb import replica_pb2
 from tests.bench.common import rss_bytes
 from tests.integration import support as s
@@ -196,3 +198,37 @@ def test_a_replicate_stream_refuses_a_consumer_request(shared_cluster):
         next(iter(s.replica(cluster, leader).Replicate(iter([request]), timeout=10)))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith("INVALID_REQUEST"), err.value.details()
+
+
+def test_a_produce_on_the_replication_listener_is_answered_and_refused_as_the_grpc_produce(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "rs-listener-produce", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "rs-listener-produce")
+    address = f"127.0.0.1:{s.store(cluster).brokers()[leader].replication_port}"
+    producer = ListenerProducer(tls=None, metadata=[])
+    try:
+        batch = encode_batch([b"a", b"b", b"c"])
+        [first] = producer.produce(address, [("rs-listener-produce", 0, batch)], acks=-1, timeout_ms=10000,
+                                   deadline_s=15)
+        [second] = producer.produce(address, [("rs-listener-produce", 0, batch)], acks=-1, timeout_ms=10000,
+                                    deadline_s=15, expected_end_offsets={("rs-listener-produce", 0): 3})
+        assert (first.error, first.base_offset, second.error, second.base_offset) == (None, 0, None, 3)
+        # Conditional on a log end it does not have: refused, nothing appended (as over gRPC).
+        [stale] = producer.produce(address, [("rs-listener-produce", 0, batch)], acks=-1, timeout_ms=10000,
+                                   deadline_s=15, expected_end_offsets={("rs-listener-produce", 0): 3})
+        assert isinstance(stale.error, OutOfOrderSequenceNumber), stale
+        # An internal topic is written by its coordinators only: a plain Produce is refused.
+        [internal] = producer.produce(address, [("__consumer_offsets", 0, batch)], acks=-1, timeout_ms=10000,
+                                      deadline_s=15)
+        assert internal.error is not None and internal.error.name == "INVALID_TOPIC_EXCEPTION", internal
+        assert [v for _, v in s.read_all(cluster, "rs-listener-produce")] == [b"a", b"b", b"c"] * 2
+        connection = FramedConnection(address, tls=None, metadata=[], connect_timeout_s=5)
+        with pytest.raises(InvalidRequest, match="malformed ProduceRequest"):
+            connection.call(PRODUCE, b"\xff\xff\xff")
+        assert connection.finished
+    finally:
+        producer.close()
+    with pytest.raises(ListenerUnreachable):  # nothing listens there: nothing was sent
+        ListenerProducer(tls=None, metadata=[]).produce(f"127.0.0.1:{find_free_port()}",
+                                                        [("rs-listener-produce", 0, batch)], acks=-1,
+                                                        timeout_ms=1000, deadline_s=5)
