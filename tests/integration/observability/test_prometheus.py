@@ -104,8 +104,14 @@ def scenario(observed: LocalCluster) -> dict:
         wait_until(lambda: alert_state(api, "LowtideLowWatermarkLagStuck") == "firing", timeout_s=30, interval_s=0.5,
                    what="LowtideLowWatermarkLagStuck firing")
         lag_while_stopped = lag_in_prometheus(api)
+        # The ISR panel's shrink: the stopped follower left the ISR (replica.lag.time.max.ms).
+        wait_until(lambda: follower not in store(cluster).partition_state(TOPIC, 0).isr, timeout_s=30,
+                   interval_s=0.5, what="the stopped follower out of the ISR")
     finally:
         cluster.resume(f"replica-{follower}")
+    # ... and its expand, before the last scrapes (on a loaded machine the catch-up can be late).
+    wait_until(lambda: follower in store(cluster).partition_state(TOPIC, 0).isr, timeout_s=30, interval_s=0.5,
+               what="the resumed follower back in the ISR")
     wait_until(lambda: lag_in_prometheus(api) == 0, timeout_s=30, interval_s=0.5,
                what="lag back to 0 after the follower resumed")
     wait_until(lambda: alert_state(api, "LowtideLowWatermarkLagStuck") is None, timeout_s=30, interval_s=0.5,

@@ -67,18 +67,6 @@ def test_followers_replicate_over_one_listener_connection_per_leader_and_no_grpc
                      what=f"follower {follower} has every record")
 
 
-def test_the_replicate_stream_transport_still_replicates_when_chosen(cluster_factory):
-    cluster = cluster_factory(coordinators=0, extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "stream"})
-    s.create_topic(cluster, "streamed", partitions=1, rf=3)
-    leader = s.leader_of(cluster, "streamed")
-    acked = produce_batches(cluster, "streamed", 10, leader=leader)
-    for follower in (b for b in (0, 1, 2) if b != leader):
-        s.wait_until(lambda f=follower: streams(cluster, leader, f) == 1, what=f"one stream from follower {follower}")
-        assert rounds(cluster, leader, follower, "stream") > 0
-        assert rounds(cluster, leader, follower, "socket") == 0
-    assert [v for _, v in s.read_all(cluster, "streamed")] == acked
-
-
 def test_the_replication_listener_refuses_a_consumer_request_and_a_malformed_frame(shared_cluster):
     cluster = shared_cluster  # faults nothing; its topic is its own
     s.create_topic(cluster, "rs-listener-refusals", partitions=1, rf=3)
@@ -97,15 +85,18 @@ def test_the_replication_listener_refuses_a_consumer_request_and_a_malformed_fra
     assert reply[4] == ERROR and b"unknown frame kind 9" in reply, reply
 
 
-def test_the_unary_fetch_transport_still_replicates_when_chosen(cluster_factory):
-    cluster = cluster_factory(coordinators=0, extra_env={"LOWTIDE_REPLICATION_TRANSPORT": "fetch"})
-    s.create_topic(cluster, "unary", partitions=1, rf=3)
-    leader = s.leader_of(cluster, "unary")
-    acked = produce_batches(cluster, "unary", 10, leader=leader)
+@pytest.mark.parametrize(("transport", "open_streams"), [("stream", 1), ("fetch", 0)])
+def test_the_grpc_transports_still_replicate_when_chosen(cluster_factory, transport, open_streams):
+    cluster = cluster_factory(coordinators=0, extra_env={"LOWTIDE_REPLICATION_TRANSPORT": transport})
+    s.create_topic(cluster, "grpc-transport", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "grpc-transport")
+    acked = produce_batches(cluster, "grpc-transport", 10, leader=leader)
     for follower in (b for b in (0, 1, 2) if b != leader):
-        assert rounds(cluster, leader, follower, "fetch") > 0
-        assert streams(cluster, leader, follower) == 0
-    assert [v for _, v in s.read_all(cluster, "unary")] == acked
+        s.wait_until(lambda f=follower: rounds(cluster, leader, f, transport) > 0,
+                     what=f"follower {follower} fetching by {transport}")
+        assert streams(cluster, leader, follower) == open_streams
+        assert rounds(cluster, leader, follower, "socket") == 0
+    assert [v for _, v in s.read_all(cluster, "grpc-transport")] == acked
 
 
 def test_a_follower_killed_mid_stream_comes_back_on_a_new_stream_and_catches_up(cluster):
