@@ -44,23 +44,26 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">IB")
 
 
-def encode_frame(kind: int, payload: bytes) -> bytes:
-    """One frame's bytes (see the module's layout)."""
+def _header(kind: int, payload_bytes: int) -> bytes:
+    """A frame's length and kind, checked (INVALID_REQUEST for an unknown kind or an oversize frame)."""
     if kind not in KINDS:
         raise InvalidRequest(f"unknown frame kind {kind}")
-    if len(payload) + 1 > MAX_FRAME_BYTES:
-        raise InvalidRequest(f"a frame of {len(payload) + 1} bytes is over the {MAX_FRAME_BYTES}-byte limit")
-    return _HEADER.pack(len(payload) + 1, kind) + payload
+    if payload_bytes + 1 > MAX_FRAME_BYTES:
+        raise InvalidRequest(f"a frame of {payload_bytes + 1} bytes is over the {MAX_FRAME_BYTES}-byte limit")
+    return _HEADER.pack(payload_bytes + 1, kind)
+
+
+def encode_frame(kind: int, payload: bytes) -> bytes:
+    """One frame's bytes (see the module's layout)."""
+    return _header(kind, len(payload)) + payload
 
 
 def write_frame(sock: socket.socket, kind: int, payload: bytes) -> None:
+    header = _header(kind, len(payload))
     if len(payload) < 65536:
-        sock.sendall(encode_frame(kind, payload))
+        sock.sendall(header + payload)
     else:  # a large answer: no copy of its payload into a joined buffer
-        encode_frame(kind, b"")  # checks the kind
-        if len(payload) + 1 > MAX_FRAME_BYTES:
-            raise InvalidRequest(f"a frame of {len(payload) + 1} bytes is over the {MAX_FRAME_BYTES}-byte limit")
-        sock.sendall(_HEADER.pack(len(payload) + 1, kind))
+        sock.sendall(header)
         sock.sendall(payload)
 
 
