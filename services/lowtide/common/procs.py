@@ -29,10 +29,29 @@ _next_port: dict[tuple[int, int], int] = {}
 _port_lock = threading.Lock()
 
 
+# Without LOWTIDE_PORT_RANGE (a `lowtide cluster up` from a shell, the contract check) ports come from
+# just below the kernel's ephemeral range too. A port picked inside that range can be handed out by the
+# kernel before our service binds it: a replica's replication listener binds port 0 at start, and every
+# outgoing connection takes an ephemeral port; CI once saw a later replica fail "Failed to bind to
+# address 127.0.0.1:37099" that way. 26000 and up stays clear of the test workers' ranges (tests/conftest.py).
+DEFAULT_PORT_FLOOR = 26_000
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def _default_port_range() -> tuple[int, int] | None:
+    try:
+        with open(EPHEMERAL_RANGE_FILE, encoding="ascii") as f:
+            ephemeral_lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    hi = ephemeral_lo - 1
+    return (DEFAULT_PORT_FLOOR, hi) if hi - DEFAULT_PORT_FLOOR >= 1000 else None
+
+
 def _port_range() -> tuple[int, int] | None:
     spec = os.environ.get(PORT_RANGE_ENV, "").strip()
     if not spec:
-        return None
+        return _default_port_range()
     try:
         lo, hi = (int(part) for part in spec.split("-", 1))
     except ValueError:
@@ -54,10 +73,11 @@ def _bindable(host: str, port: int) -> bool:
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now. Without LOWTIDE_PORT_RANGE the kernel picks one; with it, the
-    next bindable port of the range, walked in turn from a start that depends on the pid (so a test
-    process and the CLI child it starts do not walk the same ports), never the same port twice in a
-    row from one process even before anything binds it."""
+    """A port nothing listens on now: the next bindable port of LOWTIDE_PORT_RANGE (by default the
+    ports just below the kernel's ephemeral range; where there is no room there, the kernel picks),
+    walked in turn from a start that depends on the pid (so a test process and the CLI child it
+    starts do not walk the same ports), never the same port twice in a row from one process even
+    before anything binds it."""
     bounds = _port_range()
     if bounds is None:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
