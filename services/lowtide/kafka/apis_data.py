@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from lowtide.common.steps import Steps
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
@@ -35,7 +36,9 @@ def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
 
 
 # -- Produce ---------------------------------------------------------------------------------
-def produce(call: Call, body: Any) -> Any:
+def produce(call: Call, body: Any) -> Steps[Any]:
+    """Steps (common/steps.py): the listener runs a Produce on its event loop; the acks=all wait
+    for the followers is yielded, not slept on a thread."""
     acks = int(body.acks)
     # Never coordinator_append: a Kafka client's produce to an internal topic is refused by the
     # replica (INVALID_TOPIC_EXCEPTION) whoever it is; lowtide's coordinators write over gRPC.
@@ -47,7 +50,7 @@ def produce(call: Call, body: Any) -> Any:
             topic=p.topic, partition=p.partition, error_code=NotLeaderOrFollower.code, base_offset=-1,
             log_start_offset=-1, log_append_time_ms=-1) for p in request.partitions}
     else:
-        answer = call.replica("Produce", request)
+        answer = yield from call.replica_steps("Produce", request)
         results = {(r.topic, r.partition): r for r in answer.partitions}
     if acks == 0:
         return None  # Kafka sends no response at all for acks=0

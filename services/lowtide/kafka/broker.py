@@ -22,10 +22,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from types import GeneratorType
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
+from lowtide.common.steps import Blocking, Steps, run_blocking
 from lowtide.errors import LowtideError, SaslAuthenticationFailed
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import (
@@ -149,6 +151,18 @@ class Call:
             raise LowtideError("no partitions are hosted here")
         return self.services.replica(method, request, conn=self.conn)
 
+    def replica_steps(self, method: str, request: Any) -> Steps[Any]:
+        """``replica`` as steps (common/steps.py): the servicer's own steps where it has them (an
+        in-process Produce), else the whole call as one ``Blocking`` step."""
+        replica = self.services.replica
+        if replica is None:
+            raise LowtideError("no partitions are hosted here")
+        steps = getattr(replica, "steps", None)
+        found = steps(method, request, conn=self.conn) if steps is not None else None
+        if found is not None:
+            return (yield from found)
+        return (yield Blocking(lambda: replica(method, request, conn=self.conn)))
+
 
 Handler = Callable[[Call, Any], Any]
 
@@ -176,6 +190,11 @@ class KafkaBroker:
             self.apis[API_VERSIONS_KEY] = Api(API_VERSIONS_KEY, "ApiVersions", 0, 4, self._api_versions)
 
     def __call__(self, conn: Connection, head: RequestHead, payload: bytes) -> bytes | None:
+        return run_blocking(self.steps(conn, head, payload))
+
+    def steps(self, conn: Connection, head: RequestHead, payload: bytes) -> Steps[bytes | None]:
+        """One request as steps (common/steps.py): a handler that is a generator (Produce) yields
+        its waits; any other handler runs in the first step."""
         api = self.apis.get(head.api_key)
         name = api.name if api else f"api-{head.api_key}"
         if api is None or not api.min_version <= head.api_version <= api.max_version:
@@ -196,6 +215,8 @@ class KafkaBroker:
                     # KIP-368: past its session a connection may only re-authenticate; Kafka closes it.
                     raise SaslAuthenticationFailed(f"{name} after the SASL session of {conn.principal} ended")
             body = api.handler(call, request.body)
+            if isinstance(body, GeneratorType):
+                body = yield from body
             outcome = "ok"
         except LowtideError as err:
             outcome = err.name

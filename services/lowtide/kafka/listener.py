@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from lowtide.common import ordering
+from lowtide.common.steps import Steps, drive_on_loop
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class Connection:
 # dispatcher(conn, head, payload) -> the response frame, None for no response (acks=0), or
 # raises FrameError to close the connection.
 Dispatcher = Callable[[Connection, RequestHead, bytes], "bytes | None"]
+# The same as steps (common/steps.py), run on the listener's loop; None: use the dispatcher.
+StepsDispatcher = Callable[[Connection, RequestHead, bytes], "Steps[bytes | None] | None"]
 
 
 class KafkaListener:
@@ -107,8 +110,9 @@ class KafkaListener:
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, workers: int = 64, name: str = "kafka",
                  listener_name: str = "PLAINTEXT", protocol: str = "PLAINTEXT",
                  ssl_context: ssl.SSLContext | None = None, ssl_handshake_timeout_s: float = 10.0,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, steps: StepsDispatcher | None = None) -> None:
         self.host, self.port = host, port
+        self._steps = steps
         self._max_in_flight = max(1, max_in_flight)
         self.listener_name, self.protocol = listener_name, protocol
         self._ssl = ssl_context
@@ -201,6 +205,30 @@ class KafkaListener:
             if counting:
                 ordering.ARRIVALS.appended()
 
+    def _drive(self, steps: Steps[bytes | None], answer: asyncio.Future, gate: asyncio.Future,
+               loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: a counted Produce as steps (module doc). Its appends run here, now; its
+        ordering point opens ``gate`` and stops counting it; the answer settles ``answer``."""
+        counting = True
+
+        def release() -> None:
+            nonlocal counting
+            if counting:
+                counting = False
+                ordering.ARRIVALS.appended()
+            _open(gate)
+
+        def done(value: bytes | None, error: BaseException | None) -> None:
+            release()
+            if not answer.done():
+                if error is not None:
+                    answer.set_exception(error)
+                else:
+                    answer.set_result(value)
+
+        drive_on_loop(steps, loop=loop, executor=self._pool, done=done,
+                      around_step=lambda: ordering.serving(release))
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
         tls = writer.get_extra_info("ssl_object")
@@ -251,9 +279,15 @@ class KafkaListener:
                         return
                     gate = loop.create_future()
                     gate_produce = produce
-                    answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
-                                                  _opener(loop, gate), produce)
-                    dispatched = True
+                    steps = self._steps(conn, head, payload) if produce and self._steps is not None else None
+                    if steps is not None:
+                        answer = loop.create_future()
+                        dispatched = True
+                        self._drive(steps, answer, gate, loop)
+                    else:
+                        answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
+                                                      _opener(loop, gate), produce)
+                        dispatched = True
                 finally:
                     if produce and not dispatched:
                         ordering.ARRIVALS.appended()

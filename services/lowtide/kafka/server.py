@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from lowtide.common.server import add_flag
+from lowtide.common.steps import Steps
 from lowtide.errors import InvalidConfig
 from lowtide.kafka import (
     apis_admin,
@@ -195,7 +197,7 @@ class KafkaEndpoint:
         self._broker: KafkaBroker | None = None
         self._ready = threading.Event()
         self.listeners = [
-            KafkaListener(host=spec.host, port=spec.port, dispatch=self._dispatch,
+            KafkaListener(host=spec.host, port=spec.port, dispatch=self._dispatch, steps=self._dispatch_steps,
                           max_request_bytes=max_request_bytes, workers=workers, name=name,
                           listener_name=spec.name, protocol=spec.protocol,
                           ssl_context=tls.ssl_context(client_auth=ssl_client_auth if spec.protocol == "SSL" else "none")
@@ -262,6 +264,16 @@ class KafkaEndpoint:
     def stop(self) -> None:
         for listener in self.listeners:
             listener.stop()
+
+    def _dispatch_steps(self, conn: Connection, head: RequestHead, payload: bytes) -> Steps[bytes | None] | None:
+        """The request as steps for the listener's loop; None until the service is ready (the
+        worker path waits for it)."""
+        if not self._ready.is_set():
+            return None
+        if conn.protocol == "SSL" and (not conn.authenticated or (
+                conn.session_deadline is not None and time.monotonic() >= conn.session_deadline)):
+            return None  # its certificate login may call other services: not on the loop
+        return self._broker.steps(conn, head, payload)
 
     def _dispatch(self, conn: Connection, head: RequestHead, payload: bytes) -> bytes | None:
         if not self._ready.wait(timeout=10):

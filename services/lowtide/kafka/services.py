@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from lowtide.common.steps import Steps
 from lowtide.errors import LowtideError, UnknownServerError
 from lowtide.kafka.listener import Connection
 from lowtide.rpc.channels import ChannelPool, call
@@ -66,6 +67,10 @@ class _Context:
         pass
 
 
+# Servicer methods that also exist as steps, and the name of their steps form.
+_STEPS = {"Produce": "produce_steps_for"}
+
+
 @dataclass(frozen=True)
 class InProcess:
     """Calls ``servicer.<method>(request, context)`` in this process."""
@@ -74,6 +79,12 @@ class InProcess:
 
     def __call__(self, method: str, request: Any, *, conn: Connection, timeout_s: float | None = None) -> Any:
         return getattr(self.servicer, method)(request, _Context(conn))
+
+    def steps(self, method: str, request: Any, *, conn: Connection) -> Steps[Any] | None:
+        """The method as steps (common/steps.py) when the servicer has them (``Produce``:
+        ``produce_steps_for``), else None."""
+        found = getattr(self.servicer, _STEPS.get(method, ""), None)
+        return found(request, _Context(conn)) if found is not None else None
 
 
 class Remote:

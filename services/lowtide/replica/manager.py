@@ -26,6 +26,7 @@ import redis as redis_lib
 from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
+from lowtide.common.steps import Steps
 from lowtide.errors import InvalidConfig
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
@@ -212,6 +213,13 @@ class ReplicaManager:
         """One (topic, partition, AppendInfo | LowtideError) per item."""
         return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
                                      expected_end_offsets=expected_end_offsets)
+
+    def produce_steps(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                      leader_epochs: Mapping[tuple[str, int], int] | None = None,
+                      expected_end_offsets: Mapping[tuple[str, int], int] | None = None) -> Steps[list[ProduceResult]]:
+        """``produce`` as steps (common/steps.py), for a caller on an event loop."""
+        return self.requests.produce_steps(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
+                                           expected_end_offsets=expected_end_offsets)
 
     def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:
         return self.requests.offset_for_leader_epoch(queries)

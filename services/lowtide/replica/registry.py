@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from lowtide.errors import UnknownTopicOrPartition
 from lowtide.messages import TopicPartition
@@ -35,9 +36,11 @@ class Waiters:
         self._by_key: dict[TopicPartition, set[threading.Event]] = {}
 
     @contextmanager
-    def waiting(self, keys: list[TopicPartition]) -> Iterator[threading.Event]:
-        """Register one event under ``keys`` for the duration of the block."""
-        event = threading.Event()
+    def waiting(self, keys: list[TopicPartition], event: Any = None) -> Iterator[Any]:
+        """Register one event under ``keys`` for the duration of the block: ``event`` (anything
+        with ``set()``, e.g. a wake-up that resumes a request on an event loop) or a new
+        ``threading.Event``."""
+        event = event if event is not None else threading.Event()
         with self._lock:
             for k in keys:
                 self._by_key.setdefault(k, set()).add(event)
@@ -222,6 +225,7 @@ class PartitionRegistry:
         """Wake requests parked on these partitions (data, HW, LSO or leadership changed); None = all."""
         self._waiters.notify(keys)
 
-    def waiting(self, keys: list[TopicPartition]) -> AbstractContextManager[threading.Event]:
-        """Context manager: an event set whenever one of ``keys`` is notified."""
-        return self._waiters.waiting(keys)
+    def waiting(self, keys: list[TopicPartition], event: Any = None) -> AbstractContextManager[Any]:
+        """Context manager: an event set whenever one of ``keys`` is notified (``event`` if given,
+        see ``Waiters.waiting``)."""
+        return self._waiters.waiting(keys, event)

@@ -33,9 +33,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 
 from lowtide.clock import now_ms
 from lowtide.common import ordering
+from lowtide.common.steps import Steps, run_blocking, wait_until_done
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -138,6 +140,13 @@ class ReplicaRequests:
         """Returns one (topic, partition, AppendInfo | LowtideError) per item; ``leader_epochs``
         are the producer's views of each partition's leader epoch (fenced when stale);
         ``expected_end_offsets`` make those partitions' appends conditional (replica.proto)."""
+        return run_blocking(self.produce_steps(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
+                                               expected_end_offsets=expected_end_offsets))
+
+    def produce_steps(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                      leader_epochs: Mapping[TopicPartition, int] | None = None,
+                      expected_end_offsets: Mapping[TopicPartition, int] | None = None) -> Steps[list[ProduceResult]]:
+        """``produce`` as steps (common/steps.py): appends, then yields the wait for the HW (acks=all)."""
         epochs = leader_epochs or {}
         expected = expected_end_offsets or {}
         if acks not in (0, 1, -1):
@@ -164,7 +173,7 @@ class ReplicaRequests:
         # same Kafka connection may append while this one waits for the HW (ordering.py).
         ordering.release()
         if acks == -1:
-            self._await_high_watermark(results, timeout_ms)
+            yield HighWatermarkWait(self, results, timeout_ms)
         return results
 
     def write_txn_markers(self, markers: list[TxnMarkerRequest], *,
@@ -214,38 +223,7 @@ class ReplicaRequests:
             self.registry.notify(hw_moved)
 
     def _await_high_watermark(self, results: list[ProduceResult], timeout_ms: int) -> None:
-        deadline = time.monotonic() + max(timeout_ms, 1) / 1000
-        keys = [(t, p) for t, p, _ in results]
-        # Woken by what changes the partition (leadership, the ISR, stopping) and by an HW move
-        # made by a follower fetch only once it passed this request's last offset.
-        offsets = [((t, p), info.last_offset) for t, p, info in results if not isinstance(info, LowtideError)]
-        with self.registry.waiting(keys) as wake, self._hw_waiters.waiting(offsets, wake):
-            self._await_loop(results, timeout_ms, deadline, wake)
-
-    def _await_loop(self, results: list[ProduceResult], timeout_ms: int, deadline: float,
-                    wake: threading.Event) -> None:
-        while True:
-            wake.clear()
-            pending = False
-            for i, (topic, partition, info) in enumerate(results):
-                if isinstance(info, LowtideError):
-                    continue
-                p = self.registry.find(topic, partition)
-                if p is None or p.role != LEADER:
-                    results[i] = (topic, partition, NotLeaderOrFollower(f"leadership of {topic}-{partition} moved"))
-                elif p.log.high_watermark <= info.last_offset:
-                    pending = True
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                for i, (topic, partition, info) in enumerate(results):
-                    if not isinstance(info, LowtideError):
-                        p = self.registry.find(topic, partition)
-                        if p is None or p.log.high_watermark <= info.last_offset:
-                            results[i] = (topic, partition, RequestTimedOut(
-                                f"{topic}-{partition}: not replicated to the ISR within {timeout_ms} ms"))
-                return
-            wake.wait(max(0.0, deadline - time.monotonic()))
+        wait_until_done(HighWatermarkWait(self, results, timeout_ms))
 
     # -- fetch -----------------------------------------------------------------------------------
     def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
@@ -451,3 +429,50 @@ class ReplicaRequests:
         if found is None or found[0] >= plog.high_watermark:
             return -1, -1, p.leader_epoch
         return max(found[0], plog.log_start_offset), found[1], p.leader_epoch
+
+
+class HighWatermarkWait:
+    """An acks=all request waiting until the HW passes each of its appends (a ``Wait``, see
+    common/steps.py). It settles ``results`` in place: an entry whose partition stopped being led
+    here becomes NOT_LEADER_OR_FOLLOWER; at the deadline, one still not replicated becomes
+    REQUEST_TIMED_OUT.
+
+    Woken by what changes the partition (leadership, the ISR, stopping) and by an HW move made by a
+    follower fetch only once it passed this request's last offset (``OffsetWaiters``).
+    Thread-safety: one driver at a time; ``arm``/``disarm`` once each."""
+
+    def __init__(self, requests: ReplicaRequests, results: list[ProduceResult], timeout_ms: int) -> None:
+        self._requests, self.results, self._timeout_ms = requests, results, timeout_ms
+        self.deadline = time.monotonic() + max(timeout_ms, 1) / 1000
+        self._registrations = ExitStack()
+
+    def arm(self, event) -> None:
+        keys = [(t, p) for t, p, _ in self.results]
+        offsets = [((t, p), info.last_offset) for t, p, info in self.results if not isinstance(info, LowtideError)]
+        self._registrations.enter_context(self._requests.registry.waiting(keys, event))
+        self._registrations.enter_context(self._requests._hw_waiters.waiting(offsets, event))
+
+    def disarm(self) -> None:
+        self._registrations.close()
+
+    def check(self) -> bool:
+        registry, results = self._requests.registry, self.results
+        pending = False
+        for i, (topic, partition, info) in enumerate(results):
+            if isinstance(info, LowtideError):
+                continue
+            p = registry.find(topic, partition)
+            if p is None or p.role != LEADER:
+                results[i] = (topic, partition, NotLeaderOrFollower(f"leadership of {topic}-{partition} moved"))
+            elif p.log.high_watermark <= info.last_offset:
+                pending = True
+        return not pending
+
+    def expire(self) -> None:
+        registry, results = self._requests.registry, self.results
+        for i, (topic, partition, info) in enumerate(results):
+            if not isinstance(info, LowtideError):
+                p = registry.find(topic, partition)
+                if p is None or p.log.high_watermark <= info.last_offset:
+                    results[i] = (topic, partition, RequestTimedOut(
+                        f"{topic}-{partition}: not replicated to the ISR within {self._timeout_ms} ms"))

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from lowtide.common import ordering
+from lowtide.common.steps import Blocking, Steps, run_blocking
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
@@ -146,8 +147,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     def Produce(self, request, context):
         return self.produce(request, self._principal(context))
 
+    def produce_steps_for(self, request, context) -> Steps[replica_pb2.ProduceResponse]:
+        """``Produce`` as steps (common/steps.py): the Kafka listener runs it on its event loop."""
+        return self.produce_steps(request, self._principal(context))
+
     def produce(self, request, principal: str) -> replica_pb2.ProduceResponse:
         """``Produce`` for an authenticated ``principal`` (the gRPC method, the replication listener)."""
+        return run_blocking(self.produce_steps(request, principal))
+
+    def produce_steps(self, request, principal: str) -> Steps[replica_pb2.ProduceResponse]:
+        """``produce`` as steps: the appends run in the first step, the acks=all wait is yielded,
+        and a diskless partition's commit is a ``Blocking`` step (it waits for a commit interval)."""
         screened = self.access.screen(principal, request.partitions,
                                       operation=AclOperation.WRITE, topic=_topic,
                                       or_cluster_action=_internal_only(request.partitions))
@@ -172,8 +182,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         # With diskless partitions too, the request's appends are not done when the classic ones
         # are: the next request of a Kafka connection starts only after the diskless ones too.
         with ordering.held() if len(classic) != len(kinds) else nullcontext():
-            results = self.manager.produce(items, acks=request.acks, timeout_ms=request.timeout_ms or 30000,
-                                           leader_epochs=epochs, expected_end_offsets=expected) if items else []
+            results = (yield from self.manager.produce_steps(
+                items, acks=request.acks, timeout_ms=request.timeout_ms or 30000, leader_epochs=epochs,
+                expected_end_offsets=expected)) if items else []
         out = []
         for topic, partition, info in results:
             code, msg = _err(info)
@@ -187,9 +198,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                 r.base_offset = -1
             out.append(r)
         if len(classic) != len(kinds):
-            out = _interleave(kinds, out, self._produce_diskless(
-                [(k, p) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None],
-                timeout_ms=request.timeout_ms or 30000))
+            diskless = [(k, p) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None]
+            timeout_ms = request.timeout_ms or 30000
+            out = _interleave(kinds, out, (yield Blocking(
+                lambda: self._produce_diskless(diskless, timeout_ms=timeout_ms))))
         return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
 
     def _produce_diskless(self, parts, *, timeout_ms: int) -> list:

@@ -4,6 +4,7 @@ the front door routing ListOffsets/DeleteRecords/topic admin to the shards, and 
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from lowtide.objectstore import open_object_store
 from lowtide.record import encode_batch
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.kafka.wire import KafkaConnection, request_module
 
 GRACE_MS = 2000
 # The brokers' diskless.commit.interval.ms, far above any test's produce timeout: a WAL file closes
@@ -326,3 +328,30 @@ def test_kill_9_of_a_replica_mid_produce_loses_no_acknowledged_record(cluster):
         assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {list(missing.items())[:3]}"
     finally:
         cluster.start_service("replica-1")
+
+
+def test_a_kafka_produce_to_a_diskless_topic_is_committed_before_it_is_answered(cluster):
+    # Over the Kafka listener a Produce runs on the listener's loop; a diskless partition's commit
+    # waits for the shard, so it runs as a blocking step on a worker (common/steps.py) and the
+    # classic partition of the same request is appended on the loop.
+    cli(cluster, "topics", "create", "--topic", "kdisk", "--partitions", "1", "--diskless")
+    cli(cluster, "topics", "create", "--topic", "kclassic", "--partitions", "1", "--replication-factor", "3")
+    v3 = request_module(0, 3)
+
+    def partition_data(topic: str, values: list[bytes]):
+        return v3.TopicProduceData(name=topic, partition_data=(
+            v3.PartitionProduceData(index=0, records=encode_batch(values)),))
+
+    leader = s.leader_of(cluster, "kclassic")
+    with KafkaConnection(cluster.service(f"replica-{leader}").kafka) as conn:
+        for round_ in range(2):
+            answer = conn.call(v3.ProduceRequest(
+                transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=20),
+                topic_data=(partition_data("kdisk", [b"d%d" % round_, b"e%d" % round_]),
+                            partition_data("kclassic", [b"c%d" % round_]))))
+            got = {t.name: [(int(p.error_code), int(p.base_offset)) for p in t.partition_responses]
+                   for t in answer.responses}
+            assert got == {"kdisk": [(0, 2 * round_)], "kclassic": [(0, round_)]}
+    latest = cli(cluster, "offsets", "--topic", "kdisk", "--time", "latest")[0]
+    assert latest["partitions"][0]["offset"] == 4
+    assert [value for _, value in s.read_all(cluster, "kclassic")] == [b"c0", b"c1"]

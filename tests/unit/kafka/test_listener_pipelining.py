@@ -14,22 +14,77 @@ from collections.abc import Iterator
 import pytest
 
 from lowtide.common import ordering
+from lowtide.common.steps import Steps
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import RequestHead
 
 PRODUCE, METADATA = 0, 3
 
 
+class Finish:
+    """The test's go-ahead for one request: an event, which also wakes the request's wait when
+    the request runs as steps on the listener's loop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.wake = None  # the armed wait's wake-up (steps)
+
+    def set(self) -> None:
+        self._event.set()
+        if self.wake is not None:
+            self.wake.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s)
+
+
+class FinishWait:
+    """A request's wait for its ``Finish`` (a ``common.steps.Wait``)."""
+
+    def __init__(self, finish: Finish) -> None:
+        self.finish = finish
+        self.deadline = time.monotonic() + 10
+
+    def arm(self, event) -> None:
+        self.finish.wake = event
+
+    def check(self) -> bool:
+        return self.finish.is_set()
+
+    def expire(self) -> None:
+        raise AssertionError("a request waited 10 s for the test")
+
+    def disarm(self) -> None:
+        self.finish.wake = None
+
+
 class Recorder:
     """A dispatcher whose requests block until the test lets them finish: records when each
     started, and (for a Produce carrying ``release`` in its body) releases its ordering point
-    first, as the produce path does after its appends."""
+    first, as the produce path does after its appends. ``steps`` serves a Produce the way the
+    Kafka endpoint does, as steps on the listener's loop that yield their wait."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.started: list[int] = []
-        self.finish = {i: threading.Event() for i in range(10)}
+        self.threads: list[str] = []
+        self.finish = {i: Finish() for i in range(10)}
         self.started_event = {i: threading.Event() for i in range(10)}
+
+    def steps(self, conn: Connection, head: RequestHead, payload: bytes) -> Steps[bytes]:
+        cid = head.correlation_id
+        with self.lock:
+            self.started.append(cid)
+            self.threads.append(threading.current_thread().name)
+        if payload.endswith(b"release"):
+            ordering.release()
+        self.started_event[cid].set()
+        yield FinishWait(self.finish[cid])
+        body = struct.pack(">i", cid)
+        return struct.pack(">i", len(body)) + body
 
     def __call__(self, conn: Connection, head: RequestHead, payload: bytes) -> bytes:
         cid = head.correlation_id
@@ -43,10 +98,12 @@ class Recorder:
         return struct.pack(">i", len(body)) + body
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[Recorder, socket.socket]]:
+@pytest.fixture(params=["produce on a worker", "produce as steps on the loop"])
+def served(request) -> Iterator[tuple[Recorder, socket.socket]]:
     recorder = Recorder()
-    listener = KafkaListener(host="127.0.0.1", port=0, dispatch=recorder, name="pipelining-test")
+    on_loop = request.param.endswith("loop")
+    listener = KafkaListener(host="127.0.0.1", port=0, dispatch=recorder, name="pipelining-test",
+                             steps=recorder.steps if on_loop else None)
     port = listener.start()
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
@@ -94,6 +151,8 @@ def test_a_released_produce_lets_the_next_produce_start_and_answers_keep_request
     recorder.finish[1].set()
     recorder.finish[0].set()
     assert _answers(sock, 4) == [0, 1, 2, 3]
+    if recorder.threads:  # as steps: every Produce ran on the listener's loop, none took a worker
+        assert all(name.endswith("-listener") for name in recorder.threads), recorder.threads
 
 
 def test_a_produce_counts_as_on_its_way_from_its_read_until_its_appends_are_done(served):

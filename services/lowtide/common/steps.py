@@ -1,0 +1,191 @@
+"""Request handlers written once, run either on a thread that may block or on an event loop that
+may not.
+
+Why (issue 32): a Kafka Produce with acks=all spends most of its life waiting for the followers.
+Run on a worker thread, each request cost four thread hand-offs (listener loop -> worker, the
+worker parked on the HW and woken, the answer back to the loop, the ordering point back to the
+loop), and on a 2-core VM a hand-off costs more CPU than the append. Written as a generator the
+same handler runs on the listener's loop: it appends there, *yields* what it must wait for, and
+is resumed by a callback when that is done; nothing parks a thread.
+
+A handler is a generator that yields one of:
+
+- a ``Wait``: a condition others make true (the HW passing an offset). ``arm(event)`` registers a
+  wake-up (anything with ``set()``, called from any thread), ``check()`` says whether it is done,
+  ``expire()`` settles it at ``deadline`` (``time.monotonic()``), ``disarm()`` unregisters.
+  Nothing is sent back: the handler reads the outcome from the object it yielded.
+- a ``Blocking``: a call that may block (a diskless commit); its return value is sent back, its
+  exception thrown in.
+
+and returns its answer. ``run_blocking`` drives one on the calling thread (gRPC methods, the Kafka
+listener's workers); ``drive_on_loop`` drives one on an asyncio loop.
+
+Thread-safety: a handler runs on one thread at a time; ``drive_on_loop`` must be called on the
+loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Generator
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Wait(Protocol):
+    deadline: float
+
+    def arm(self, event: Any) -> None: ...
+
+    def check(self) -> bool: ...
+
+    def expire(self) -> None: ...
+
+    def disarm(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A call that may block; run where blocking is allowed."""
+
+    call: Callable[[], Any]
+
+
+Steps = Generator["Wait | Blocking", Any, T]
+
+
+def run_blocking(steps: Steps[T]) -> T:
+    """Drive ``steps`` on this thread, parking it on each wait."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value
+        value, error = None, None
+        if isinstance(item, Blocking):
+            try:
+                value = item.call()
+            except Exception as exc:  # handed to the handler, as the loop driver does
+                error = exc
+        else:
+            wait_until_done(item)
+
+
+def wait_until_done(wait: Wait) -> None:
+    """Park this thread until ``wait`` is done or expired."""
+    event = threading.Event()
+    wait.arm(event)
+    try:
+        while True:
+            event.clear()  # before checking: a wake-up during the check is not lost
+            if wait.check():
+                return
+            left = wait.deadline - time.monotonic()
+            if left <= 0:
+                wait.expire()
+                return
+            event.wait(left)
+    finally:
+        wait.disarm()
+
+
+class _LoopWake:
+    """A wake-up that schedules a re-check on the loop, at most one pending at a time.
+
+    ``set`` is called from any thread (a follower fetch moving the HW); the flag is cleared before
+    the check runs, so a ``set`` during the check schedules another one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        self._loop, self._callback = loop, callback
+        self._pending = False
+
+    def set(self) -> None:
+        if not self._pending:
+            self._pending = True
+            try:
+                self._loop.call_soon_threadsafe(self._fire)
+            except RuntimeError:  # the loop is closed: its listener stopped, nobody waits for this
+                pass
+
+    def _fire(self) -> None:
+        self._pending = False
+        self._callback()
+
+
+def drive_on_loop(steps: Steps[Any], *, loop: asyncio.AbstractEventLoop, executor: Executor,
+                  done: Callable[[Any, BaseException | None], None],
+                  around_step: Callable[[], Any] | None = None) -> None:
+    """Drive ``steps`` on ``loop`` (called on its thread): each step runs on the loop, a ``Wait``
+    resumes it from a wake-up or its deadline, a ``Blocking`` runs on ``executor``. ``done(answer,
+    error)`` is called once, on the loop. ``around_step()`` returns a context manager entered around
+    each step (the ordering point, ``ordering.serving``)."""
+
+    def step(value: Any = None, error: BaseException | None = None) -> None:
+        try:
+            with around_step() if around_step is not None else _NULL:
+                item = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            done(stop.value, None)
+            return
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, as a worker's future would
+            done(None, exc)
+            return
+        if isinstance(item, Blocking):
+            loop.run_in_executor(executor, item.call).add_done_callback(resume_after)
+        else:
+            _await_on_loop(item, loop, lambda: step())
+
+    def resume_after(future: asyncio.Future) -> None:
+        if future.cancelled():  # the executor shut down: the service is stopping
+            step(None, RuntimeError("stopped while a blocking call was pending"))
+        elif future.exception() is not None:
+            step(None, future.exception())
+        else:
+            step(future.result())
+
+    step()
+
+
+def _await_on_loop(wait: Wait, loop: asyncio.AbstractEventLoop, resume: Callable[[], None]) -> None:
+    finished = False
+    timer: asyncio.TimerHandle | None = None
+
+    def check(at_deadline: bool = False) -> None:
+        nonlocal finished
+        if finished:
+            return
+        if wait.check():
+            pass
+        elif at_deadline or time.monotonic() >= wait.deadline:
+            wait.expire()
+        else:
+            return
+        finished = True
+        wait.disarm()
+        if timer is not None:
+            timer.cancel()
+        resume()
+
+    wait.arm(_LoopWake(loop, check))
+    check()
+    if not finished:
+        # The timer settles it even if the loop's clock fires a hair before time.monotonic() agrees.
+        timer = loop.call_later(max(0.0, wait.deadline - time.monotonic()), check, True)
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _Null()
