@@ -160,6 +160,12 @@ class KafkaListener:
         log.info("kafka listener %s (%s) on %s:%d", self.listener_name, self.protocol, self.host, self.port)
         return self.port
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop serving this listener (after ``start``): other servers of the process
+        may serve on it too (the replication listener, rpc/framed_listener.py)."""
+        return self._loop
+
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting, close every connection (their parked requests are released), then
         let running requests finish for up to ``grace_s``."""

@@ -257,6 +257,11 @@ class KafkaEndpoint:
         """The first listener's advertised port (a broker record's ``kafka_port``)."""
         return int(self.advertised(host)[self.listener.listener_name].rpartition(":")[2])
 
+    @property
+    def loop(self):
+        """The first listener's event loop (after ``start``), for the process's other servers."""
+        return self.listener.loop
+
     def attach(self, broker: KafkaBroker) -> None:
         self._broker = broker
         self._ready.set()

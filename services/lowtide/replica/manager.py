@@ -231,6 +231,14 @@ class ReplicaManager:
                                    max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
                                    on_cancel=on_cancel)
 
+    def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+                    max_bytes: int, peer: str = "", isolation_level: int = 0,
+                    on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
+        """``fetch`` as steps (common/steps.py), for a caller on an event loop."""
+        return self.requests.fetch_steps(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                                         max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
+                                         on_cancel=on_cancel)
+
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
         """KIP-107 on the leader: one ``DeleteRecordsResult`` per item, in request order."""
         return self.deletes.delete_records(items, timeout_ms=timeout_ms)

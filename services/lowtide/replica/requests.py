@@ -237,6 +237,15 @@ class ReplicaRequests:
         registers a callback run when the caller cancels or disconnects (gRPC's
         ``context.add_callback``): a parked fetch then returns at once.
         """
+        return run_blocking(self.fetch_steps(items, replica_id=replica_id, max_wait_ms=max_wait_ms,
+                                             min_bytes=min_bytes, max_bytes=max_bytes, peer=peer,
+                                             isolation_level=isolation_level, on_cancel=on_cancel))
+
+    def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
+                    max_bytes: int, peer: str = "", isolation_level: int = 0,
+                    on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
+        """``fetch`` as steps (common/steps.py): each park is a yielded wait (the replication
+        listener runs follower rounds on its event loop)."""
         follower = replica_id >= 0
         if follower:
             self._record_follower_fetch(replica_id, items)
@@ -254,7 +263,8 @@ class ReplicaRequests:
             # (_notify_appended); a consumer's on HW moves made by follower fetches
             # (_record_follower_fetch), which a follower fetch would only wake for to park again.
             keys += [_appended(k) if follower else _hw_moved(k) for k in keys]
-            with self.registry.waiting(keys) as wake:
+            wake = WakeRelay()
+            with self.registry.waiting(keys, wake):
                 if on_cancel is not None:
                     on_cancel(lambda: (cancelled.set(), wake.set()))
                 while True:
@@ -269,7 +279,7 @@ class ReplicaRequests:
                             linger_until = linger_until or time.monotonic() + self.linger_s
                             pause_s = self._linger_s(size, linger_until)
                             if pause_s > 0:
-                                wake.wait(pause_s)  # woken by the next append, or look again after it
+                                yield wake.until(pause_s)  # woken by the next append, or look again after it
                                 continue
                         return outcomes
                     if not follower and not parked:
@@ -280,7 +290,7 @@ class ReplicaRequests:
                     # A partition held back by the throttle is read again once the bucket refilled,
                     # not after the whole long poll (that would cut the rate below the configured one).
                     wait_s = max(0.0, deadline - time.monotonic())
-                    wake.wait(min(wait_s, refill_s) if refill_s else wait_s)
+                    yield wake.until(min(wait_s, refill_s) if refill_s else wait_s)
                     woken = True
         finally:
             if parked:
@@ -476,3 +486,46 @@ class HighWatermarkWait:
                 if p is None or p.log.high_watermark <= info.last_offset:
                     results[i] = (topic, partition, RequestTimedOut(
                         f"{topic}-{partition}: not replicated to the ISR within {self._timeout_ms} ms"))
+
+
+class WakeRelay:
+    """A parked fetch's wake-up, registered for the whole fetch (``Waiters.waiting``) so that a
+    change landing while the fetch reads is not lost: ``set()`` marks it fired and passes it on
+    to whoever waits now; ``clear()`` before each read; ``until(seconds)`` is the ``Wait`` for
+    one park, done once fired or after ``seconds``. Thread-safety: ``set`` from any thread."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._target = None
+
+    def set(self) -> None:
+        self.fired = True
+        target = self._target
+        if target is not None:
+            target.set()
+
+    def clear(self) -> None:
+        self.fired = False
+
+    def until(self, seconds: float) -> _Park:
+        return _Park(self, time.monotonic() + seconds)
+
+
+class _Park:
+    """One park of a fetch (a ``Wait``): done when its relay fires; its deadline ends it quietly
+    (the fetch reads again and decides)."""
+
+    def __init__(self, relay: WakeRelay, deadline: float) -> None:
+        self.relay, self.deadline = relay, deadline
+
+    def arm(self, event) -> None:
+        self.relay._target = event
+
+    def check(self) -> bool:
+        return self.relay.fired
+
+    def expire(self) -> None:
+        pass
+
+    def disarm(self) -> None:
+        self.relay._target = None

@@ -205,8 +205,10 @@ def run(args: argparse.Namespace) -> int:
         wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
         manager.start()
         if replication is not None:
+            # On the Kafka listener's loop: a Produce's append, the follower rounds it wakes and the
+            # HW move answering it then run on one thread (rpc/framed_listener.py).
             replication.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
-                              draining=lambda: servicer.draining)
+                              draining=lambda: servicer.draining, loop=kafka.loop if kafka is not None else None)
 
     return boot.serve(service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                       register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)

@@ -278,6 +278,10 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self._draining.set()
 
     def _fetch(self, request, principal: str, *, peer: str, on_cancel) -> replica_pb2.FetchResponse:
+        return run_blocking(self._fetch_steps(request, principal, peer=peer, on_cancel=on_cancel))
+
+    def _fetch_steps(self, request, principal: str, *, peer: str, on_cancel) -> Steps[replica_pb2.FetchResponse]:
+        """``Fetch`` as steps: parks are yielded; a diskless read is a ``Blocking`` step."""
         if request.replica_id >= 0:
             # Before anything is read or recorded: a refused follower fetch must not move the
             # follower's LEO/LSO as the leader sees them (HW, ISR, low watermark).
@@ -298,18 +302,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         # when the caller cancels or disconnects, which releases a parked fetch at once. With
         # diskless partitions too, the classic ones are read without waiting and the diskless
         # read waits (unless the classic read found data).
-        outcomes = self.manager.fetch(classic, replica_id=request.replica_id,
-                                      max_wait_ms=0 if diskless else request.max_wait_ms,
-                                      min_bytes=request.min_bytes, max_bytes=request.max_bytes,
-                                      peer=peer, isolation_level=request.isolation_level,
-                                      on_cancel=on_cancel) if classic else []
+        outcomes = (yield from self.manager.fetch_steps(
+            classic, replica_id=request.replica_id, max_wait_ms=0 if diskless else request.max_wait_ms,
+            min_bytes=request.min_bytes, max_bytes=request.max_bytes, peer=peer,
+            isolation_level=request.isolation_level, on_cancel=on_cancel)) if classic else []
         if diskless:
             cancelled = threading.Event()
             on_cancel(cancelled.set)
             found = any(o.records for o in outcomes)
-            outcomes = _interleave(kinds, outcomes, self.diskless.fetch(
+            outcomes = _interleave(kinds, outcomes, (yield Blocking(lambda: self.diskless.fetch(
                 diskless, max_wait_ms=0 if found else request.max_wait_ms, min_bytes=request.min_bytes,
-                max_bytes=request.max_bytes, cancelled=cancelled.is_set))
+                max_bytes=request.max_bytes, cancelled=cancelled.is_set))))
         kind = "follower" if request.replica_id >= 0 else "consumer"
         for o in outcomes:
             if o.records:
@@ -441,19 +444,20 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
 class _FramedSession:
     """A replication listener connection's requests (lowtide.rpc.framed_listener), each checked
     and answered exactly as its gRPC method: REQUEST a round of ``Replicate`` (follower fetches
-    only), PRODUCE a ``Produce``. Thread-safety: the connection's thread only."""
+    only), PRODUCE a ``Produce``. Thread-safety: the listener's loop only."""
 
     def __init__(self, servicer: ReplicaServicer, principal: str, peer: str) -> None:
         self.servicer, self.principal, self.peer = servicer, principal, peer
         self.follower = -1
 
-    def handle(self, kind: int, payload: bytes) -> bytes:
+    def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
+        """One frame's answer as steps (common/steps.py): the listener runs it on its event loop."""
         if kind == PRODUCE:
             try:
                 request = parse_produce_request(payload)
             except Exception as exc:  # WireFormatError, upb's DecodeError: refused as the gRPC port would
                 raise InvalidRequest(f"malformed ProduceRequest: {exc}") from None
-            return self.servicer.produce(request, self.principal).SerializeToString()
+            return (yield from self.servicer.produce_steps(request, self.principal)).SerializeToString()
         try:
             fetch = replica_pb2.FetchRequest.FromString(payload)
         except Exception as exc:
@@ -467,7 +471,8 @@ class _FramedSession:
             REPLICATION_STREAMS.labels(str(self.follower)).inc()
         # A parked round is not released early when its follower goes away: it ends after its long
         # poll (at most replica.fetch.wait.max.ms) and the write then fails.
-        response = self.servicer._fetch(fetch, self.principal, peer=self.peer, on_cancel=_ignore_cancel)
+        response = yield from self.servicer._fetch_steps(fetch, self.principal, peer=self.peer,
+                                                         on_cancel=_ignore_cancel)
         REPLICATION_ROUNDS.labels(str(fetch.replica_id), FRAMED_TRANSPORT).inc()
         return response.SerializeToString()
 

@@ -25,12 +25,14 @@ Frame layout (all integers big-endian)::
 Requests and answers alternate: a client sends a REQUEST or PRODUCE only after it read the answer
 to the previous one, so no correlation id is needed.
 
-Thread-safety: ``FrameReader`` belongs to one reading thread; ``write_frame`` sends a frame with one
-``sendall`` (callers writing one socket from several threads serialize themselves).
+Thread-safety: ``FrameReader`` belongs to one reading thread (``read_frame_async`` to one
+coroutine); ``write_frame`` sends a frame with one ``sendall`` (callers writing one socket from
+several threads serialize themselves).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
@@ -44,7 +46,7 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">IB")
 
 
-def _header(kind: int, payload_bytes: int) -> bytes:
+def frame_header(kind: int, payload_bytes: int) -> bytes:
     """A frame's length and kind, checked (INVALID_REQUEST for an unknown kind or an oversize frame)."""
     if kind not in KINDS:
         raise InvalidRequest(f"unknown frame kind {kind}")
@@ -55,11 +57,11 @@ def _header(kind: int, payload_bytes: int) -> bytes:
 
 def encode_frame(kind: int, payload: bytes) -> bytes:
     """One frame's bytes (see the module's layout)."""
-    return _header(kind, len(payload)) + payload
+    return frame_header(kind, len(payload)) + payload
 
 
 def write_frame(sock: socket.socket, kind: int, payload: bytes) -> None:
-    header = _header(kind, len(payload))
+    header = frame_header(kind, len(payload))
     if len(payload) < 65536:
         sock.sendall(header + payload)
     else:  # a large answer: no copy of its payload into a joined buffer
@@ -97,6 +99,33 @@ def decode_hello(payload: bytes) -> list[tuple[str, str]]:
         raise InvalidRequest(f"malformed HELLO frame: {exc}") from None
 
 
+def check_header(length: int, kind: int) -> None:
+    """INVALID_REQUEST for a frame header no reader may trust (unknown kind, length out of range)."""
+    if kind not in KINDS:
+        raise InvalidRequest(f"unknown frame kind {kind}")
+    if not 1 <= length <= MAX_FRAME_BYTES:
+        raise InvalidRequest(f"frame length {length} is outside 1..{MAX_FRAME_BYTES}")
+
+
+async def read_frame_async(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
+    """``FrameReader.read`` on an asyncio stream: (kind, payload), None at a clean end of stream
+    between frames, NETWORK_EXCEPTION inside one, INVALID_REQUEST for a bad header."""
+    try:
+        header = await reader.readexactly(_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise NetworkException(f"the connection closed inside a frame header ({len(exc.partial)} bytes)") from None
+    length, kind = _HEADER.unpack(header)
+    check_header(length, kind)
+    try:
+        payload = await reader.readexactly(length - 1) if length > 1 else b""
+    except asyncio.IncompleteReadError as exc:
+        raise NetworkException(f"the connection closed inside a frame ({len(exc.partial)} of {length - 1} "
+                               "bytes read)") from None
+    return kind, payload
+
+
 class FrameReader:
     """Reads whole frames from a socket: ``read()`` -> (kind, payload), or None at a clean end of
     stream (the peer closed between frames). A stream ending inside a frame raises
@@ -124,10 +153,7 @@ class FrameReader:
         if header is None:
             return None
         length, kind = _HEADER.unpack(header)
-        if kind not in KINDS:
-            raise InvalidRequest(f"unknown frame kind {kind}")
-        if not 1 <= length <= MAX_FRAME_BYTES:
-            raise InvalidRequest(f"frame length {length} is outside 1..{MAX_FRAME_BYTES}")
+        check_header(length, kind)
         payload = self._read_exactly(length - 1) if length > 1 else b""
         assert payload is not None
         return kind, payload

@@ -16,20 +16,30 @@ commits every append costs one round per follower and, for a coordinator, one un
 With TLS on, the listener speaks TLS with the service's certificate and asks for client
 certificates as the gRPC port does.
 
-Thread-safety: one accept thread and one thread per connection (a follower has one connection per
-leader, a coordinator one per append in flight; at most ``max_connections``); ``stop()`` from any
-thread.
+Threads (issue 32): connections are served on an asyncio event loop, the Kafka listener's when
+the service has one (``start(loop=...)``), else one of the listener's own. A request is a handler
+written as steps (common/steps.py): a follower round that parks, or an acks=all append waiting
+for the HW, yields its wait instead of holding a thread, and is resumed on the loop by what it
+waits for. On the Kafka listener's loop, a producer's append, the follower rounds it wakes and the
+HW move that answers it run on one thread, with no hand-off between threads in between (each cost
+more CPU than the append on a 2-core VM). What may block (authenticating a HELLO, a diskless read)
+runs on a small pool.
+
+Thread-safety: ``bind``/``start``/``stop`` from any thread; everything else on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from lowtide.common.steps import Steps, drive_on_loop
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, UnknownServerError
 from lowtide.rpc.framed import (
     ERROR,
@@ -37,10 +47,11 @@ from lowtide.rpc.framed import (
     PRODUCE,
     REQUEST,
     RESPONSE,
-    FrameReader,
     decode_hello,
     encode_error,
-    write_frame,
+    encode_frame,
+    frame_header,
+    read_frame_async,
 )
 from lowtide.tls.config import ServerTls
 
@@ -48,13 +59,15 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 10.0  # TLS handshake and HELLO: a connection that says nothing is dropped
 MAX_CONNECTIONS = 256
+BLOCKING_WORKERS = 8  # HELLO authentication, diskless reads
 
 
 class FramedSession(Protocol):
     """One connection's requests, as the handler answers them (``open_framed_session``)."""
 
-    def handle(self, kind: int, payload: bytes) -> bytes:
-        """The RESPONSE payload for one REQUEST or PRODUCE frame; raises a LowtideError to refuse."""
+    def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
+        """The RESPONSE payload for one REQUEST or PRODUCE frame, as steps (common/steps.py);
+        raises a LowtideError to refuse."""
 
     def close(self) -> None:
         """The connection ended."""
@@ -64,11 +77,11 @@ class FramedListener:
     """Serves framed requests on ``host:port`` (0: a free port, read ``port`` after ``bind``).
 
     Contract: ``bind()`` opens the port (before the broker registers, so it can advertise it);
-    ``start(open_session, authenticate, draining)`` accepts connections: ``authenticate(metadata,
-    certificate_der)`` names the principal once per connection, ``open_session(principal, peer)``
-    gives the ``FramedSession`` answering its requests, ``draining()`` true ends each connection
-    after its current request (peers reconnect to whoever leads next). ``stop()`` closes the port
-    and every connection.
+    ``start(open_session, authenticate, draining, loop)`` accepts connections on ``loop`` (None: a
+    loop of its own): ``authenticate(metadata, certificate_der)`` names the principal once per
+    connection, ``open_session(principal, peer)`` gives the ``FramedSession`` answering its
+    requests, ``draining()`` true ends each connection after its current request (peers reconnect
+    to whoever leads next). ``stop()`` closes the port and every connection.
     """
 
     def __init__(self, *, host: str, port: int, tls: ServerTls | None, name: str,
@@ -77,12 +90,16 @@ class FramedListener:
         self.max_connections = max_connections
         self._sock: socket.socket | None = None
         self._context: ssl.SSLContext | None = None
-        self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._own_loop: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pool = ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix=f"{name}-framed")
         self._stopped = threading.Event()
 
     def bind(self) -> int:
         sock = socket.create_server((self.host, self.port), reuse_port=False, backlog=64)
+        sock.setblocking(False)
         self._sock = sock
         self.port = sock.getsockname()[1]
         if self.tls is not None:
@@ -91,105 +108,116 @@ class FramedListener:
 
     def start(self, *, open_session: Callable[[str, str], FramedSession],
               authenticate: Callable[[list[tuple[str, str]], bytes | None], str],
-              draining: Callable[[], bool]) -> None:
+              draining: Callable[[], bool], loop: asyncio.AbstractEventLoop | None = None) -> None:
         if self._sock is None:
             raise RuntimeError("bind() before start()")
         self._open_session, self._authenticate, self._draining = open_session, authenticate, draining
-        threading.Thread(target=self._accept_loop, name=f"{self.name}-listener-accept", daemon=True).start()
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            self._own_loop = threading.Thread(target=loop.run_forever, name=f"{self.name}-framed-listener",
+                                              daemon=True)
+            self._own_loop.start()
+        self._loop = loop
+        asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=10)
+
+    async def _listen(self) -> None:
+        tls = {"ssl": self._context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if self._context else {}
+        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1 << 16, **tls)
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            _shutdown(conn)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
 
-    def _accept_loop(self) -> None:
-        assert self._sock is not None
-        while not self._stopped.is_set():
-            try:
-                conn, peer = self._sock.accept()
-            except OSError:
-                if self._stopped.is_set():
-                    return
-                continue
-            with self._lock:
-                if len(self._connections) >= self.max_connections:
-                    log.warning("replication listener: %d connections open; refusing %s", len(self._connections),
-                                peer)
-                    conn.close()
-                    continue
-                self._connections.add(conn)
-            threading.Thread(target=self._serve, args=(conn, peer), name=f"{self.name}-listener-conn",
-                             daemon=True).start()
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            for writer in list(self._writers):
+                writer.close()
 
-    def _serve(self, raw: socket.socket, peer_addr: tuple) -> None:
-        peer = f"ipv4:{peer_addr[0]}:{peer_addr[1]}"
-        conn = raw
-        session: Any = None
         try:
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            raw.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            raw.settimeout(HANDSHAKE_TIMEOUT_S)
-            if self._context is not None:
-                conn = self._context.wrap_socket(raw, server_side=True)
-                with self._lock:
-                    self._connections.discard(raw)
-                    self._connections.add(conn)
-            reader = FrameReader(conn)
-            frame = reader.read()
+            asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=2)
+        except Exception:  # the loop stopped first (its Kafka listener): the port closes with the process
+            log.debug("replication listener: could not close on its loop", exc_info=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._own_loop.join(timeout=2)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_addr = writer.get_extra_info("peername") or ("?", 0)
+        peer = f"ipv4:{peer_addr[0]}:{peer_addr[1]}"
+        if len(self._writers) >= self.max_connections:
+            log.warning("replication listener: %d connections open; refusing %s", len(self._writers), peer)
+            writer.close()
+            return
+        self._writers.add(writer)
+        session: Any = None
+        loop = asyncio.get_running_loop()
+        try:
+            raw = writer.get_extra_info("socket")
+            if raw is not None:
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            frame = await asyncio.wait_for(read_frame_async(reader), HANDSHAKE_TIMEOUT_S)
             if frame is None:
                 return
             kind, payload = frame
             if kind != HELLO:
                 raise InvalidRequest(f"the first frame must be HELLO ({HELLO}), got kind {kind}")
-            certificate = conn.getpeercert(binary_form=True) if isinstance(conn, ssl.SSLSocket) else None
-            principal = self._authenticate(decode_hello(payload), certificate)
+            tls = writer.get_extra_info("ssl_object")
+            certificate = tls.getpeercert(binary_form=True) if tls is not None else None
+            metadata = decode_hello(payload)
+            principal = await loop.run_in_executor(self._pool, self._authenticate, metadata, certificate)
             session = self._open_session(principal, peer)
-            conn.settimeout(None)  # requests park at most their long poll; a silent peer just idles
+            # Requests park at most their long poll; a silent peer just idles.
             while not self._stopped.is_set() and not self._draining():
-                frame = reader.read()
+                frame = await read_frame_async(reader)
                 if frame is None:
                     return
                 kind, payload = frame
                 if kind not in (REQUEST, PRODUCE):
                     raise InvalidRequest(f"expected a REQUEST ({REQUEST}) or PRODUCE ({PRODUCE}) frame, "
                                          f"got kind {kind}")
-                write_frame(conn, RESPONSE, session.handle(kind, payload))
+                answer = await self._answer(loop, session.handle_steps(kind, payload))
+                if len(answer) < 65536:
+                    writer.write(frame_header(RESPONSE, len(answer)) + answer)
+                else:  # a large answer: no copy of its payload into a joined buffer
+                    writer.write(frame_header(RESPONSE, len(answer)))
+                    writer.write(answer)
+                await writer.drain()
         except LowtideError as exc:
-            _send_error(conn, exc)
-        except (OSError, ssl.SSLError, NetworkException):
+            await _send_error(writer, exc)
+        except (TimeoutError, OSError, ssl.SSLError, NetworkException, asyncio.IncompleteReadError):
             pass  # the peer went away (or never finished its handshake): it reconnects
         except Exception as exc:  # a bug: say so to the peer and in the log, keep serving others
             log.exception("replication listener: a request from %s failed", peer)
-            _send_error(conn, UnknownServerError(f"{type(exc).__name__}: {exc}"))
+            await _send_error(writer, UnknownServerError(f"{type(exc).__name__}: {exc}"))
         finally:
             if session is not None:
                 session.close()
-            with self._lock:
-                self._connections.discard(conn)
-                self._connections.discard(raw)
-            _shutdown(conn)
+            self._writers.discard(writer)
+            writer.close()
+
+    def _answer(self, loop: asyncio.AbstractEventLoop, steps: Steps[bytes]) -> asyncio.Future:
+        answer = loop.create_future()
+
+        def done(value: bytes | None, error: BaseException | None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(value)
+
+        drive_on_loop(steps, loop=loop, executor=self._pool, done=done)
+        return answer
 
 
-def _send_error(conn: socket.socket, error: LowtideError) -> None:
+async def _send_error(writer: asyncio.StreamWriter, error: LowtideError) -> None:
     try:
-        write_frame(conn, ERROR, encode_error(error))
-    except OSError:
-        pass
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    try:
-        conn.close()
-    except OSError:
+        writer.write(encode_frame(ERROR, encode_error(error)))
+        await writer.drain()
+    except (OSError, ssl.SSLError, RuntimeError):
         pass
