@@ -15,10 +15,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from lowtide.common.steps import Steps
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
+from lowtide.rpc.steps import Steps
 from lowtide_pb import common_pb2, replica_pb2
 
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -37,7 +37,7 @@ def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
 
 # -- Produce ---------------------------------------------------------------------------------
 def produce(call: Call, body: Any) -> Steps[Any]:
-    """Steps (common/steps.py): the listener runs a Produce on its event loop; the acks=all wait
+    """Steps (rpc/steps.py): the listener runs a Produce on its event loop; the acks=all wait
     for the followers is yielded, not slept on a thread."""
     acks = int(body.acks)
     # Never coordinator_append: a Kafka client's produce to an internal topic is refused by the

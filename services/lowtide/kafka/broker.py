@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
-from lowtide.common.steps import Blocking, Steps, run_blocking
 from lowtide.errors import LowtideError, SaslAuthenticationFailed
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import (
@@ -42,6 +41,7 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
+from lowtide.rpc.steps import Blocking, Steps, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Call:
         return self.services.replica(method, request, conn=self.conn)
 
     def replica_steps(self, method: str, request: Any) -> Steps[Any]:
-        """``replica`` as steps (common/steps.py): the servicer's own steps where it has them (an
+        """``replica`` as steps (rpc/steps.py): the servicer's own steps where it has them (an
         in-process Produce), else the whole call as one ``Blocking`` step."""
         replica = self.services.replica
         if replica is None:
@@ -193,7 +193,7 @@ class KafkaBroker:
         return run_blocking(self.steps(conn, head, payload))
 
     def steps(self, conn: Connection, head: RequestHead, payload: bytes) -> Steps[bytes | None]:
-        """One request as steps (common/steps.py): a handler that is a generator (Produce) yields
+        """One request as steps (rpc/steps.py): a handler that is a generator (Produce) yields
         its waits; any other handler runs in the first step."""
         api = self.apis.get(head.api_key)
         name = api.name if api else f"api-{head.api_key}"

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge
 
 from lowtide.common import ordering
-from lowtide.common.steps import Steps, drive_on_loop
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
+from lowtide.rpc.steps import Steps, drive_on_loop
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Connection:
 # dispatcher(conn, head, payload) -> the response frame, None for no response (acks=0), or
 # raises FrameError to close the connection.
 Dispatcher = Callable[[Connection, RequestHead, bytes], "bytes | None"]
-# The same as steps (common/steps.py), run on the listener's loop; None: use the dispatcher.
+# The same as steps (rpc/steps.py), run on the listener's loop; None: use the dispatcher.
 StepsDispatcher = Callable[[Connection, RequestHead, bytes], "Steps[bytes | None] | None"]
 
 

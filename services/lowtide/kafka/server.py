@@ -44,7 +44,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lowtide.common.server import add_flag
-from lowtide.common.steps import Steps
 from lowtide.errors import InvalidConfig
 from lowtide.kafka import (
     apis_admin,
@@ -61,6 +60,7 @@ from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
 from lowtide.kafka.tls_identity import CertificateLogin, End, Mint
+from lowtide.rpc.steps import Steps
 from lowtide.tls.config import ServerTls
 
 # Kafka's connections.max.reauth.ms is 0 (sessions never end) by default; lowtide's SCRAM sessions

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from lowtide.common.steps import Steps
 from lowtide.errors import LowtideError, UnknownServerError
 from lowtide.kafka.listener import Connection
 from lowtide.rpc.channels import ChannelPool, call
+from lowtide.rpc.steps import Steps
 
 
 class ServiceCaller(Protocol):
@@ -81,7 +81,7 @@ class InProcess:
         return getattr(self.servicer, method)(request, _Context(conn))
 
     def steps(self, method: str, request: Any, *, conn: Connection) -> Steps[Any] | None:
-        """The method as steps (common/steps.py) when the servicer has them (``Produce``:
+        """The method as steps (rpc/steps.py) when the servicer has them (``Produce``:
         ``produce_steps_for``), else None."""
         found = getattr(self.servicer, _STEPS.get(method, ""), None)
         return found(request, _Context(conn)) if found is not None else None

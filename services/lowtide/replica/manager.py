@@ -26,7 +26,6 @@ import redis as redis_lib
 from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.common.steps import Steps
 from lowtide.errors import InvalidConfig
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
@@ -53,6 +52,7 @@ from lowtide.replica.quota import QuotaConfigWatcher, ReplicationQuotas
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.replica.requests import ProduceResult, ProducersResult, ReplicaRequests
+from lowtide.rpc.steps import Steps
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class ReplicaManager:
     def produce_steps(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
                       leader_epochs: Mapping[tuple[str, int], int] | None = None,
                       expected_end_offsets: Mapping[tuple[str, int], int] | None = None) -> Steps[list[ProduceResult]]:
-        """``produce`` as steps (common/steps.py), for a caller on an event loop."""
+        """``produce`` as steps (rpc/steps.py), for a caller on an event loop."""
         return self.requests.produce_steps(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
                                            expected_end_offsets=expected_end_offsets)
 
@@ -234,7 +234,7 @@ class ReplicaManager:
     def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
                     max_bytes: int, peer: str = "", isolation_level: int = 0,
                     on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
-        """``fetch`` as steps (common/steps.py), for a caller on an event loop."""
+        """``fetch`` as steps (rpc/steps.py), for a caller on an event loop."""
         return self.requests.fetch_steps(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                          max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
                                          on_cancel=on_cancel)

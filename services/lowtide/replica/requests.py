@@ -37,7 +37,6 @@ from contextlib import ExitStack
 
 from lowtide.clock import now_ms
 from lowtide.common import ordering
-from lowtide.common.steps import Steps, run_blocking, wait_until_done
 from lowtide.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
@@ -68,6 +67,7 @@ from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.quota import LEADER as LEADER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import OffsetWaiters, PartitionRegistry
+from lowtide.rpc.steps import Steps, run_blocking, wait_until_done
 
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
@@ -146,7 +146,7 @@ class ReplicaRequests:
     def produce_steps(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
                       leader_epochs: Mapping[TopicPartition, int] | None = None,
                       expected_end_offsets: Mapping[TopicPartition, int] | None = None) -> Steps[list[ProduceResult]]:
-        """``produce`` as steps (common/steps.py): appends, then yields the wait for the HW (acks=all)."""
+        """``produce`` as steps (rpc/steps.py): appends, then yields the wait for the HW (acks=all)."""
         epochs = leader_epochs or {}
         expected = expected_end_offsets or {}
         if acks not in (0, 1, -1):
@@ -244,7 +244,7 @@ class ReplicaRequests:
     def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
                     max_bytes: int, peer: str = "", isolation_level: int = 0,
                     on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
-        """``fetch`` as steps (common/steps.py): each park is a yielded wait (the replication
+        """``fetch`` as steps (rpc/steps.py): each park is a yielded wait (the replication
         listener runs follower rounds on its event loop)."""
         follower = replica_id >= 0
         if follower:
@@ -443,7 +443,7 @@ class ReplicaRequests:
 
 class HighWatermarkWait:
     """An acks=all request waiting until the HW passes each of its appends (a ``Wait``, see
-    common/steps.py). It settles ``results`` in place: an entry whose partition stopped being led
+    rpc/steps.py). It settles ``results`` in place: an entry whose partition stopped being led
     here becomes NOT_LEADER_OR_FOLLOWER; at the deadline, one still not replicated becomes
     REQUEST_TIMED_OUT.
 

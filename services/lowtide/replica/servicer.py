@@ -14,7 +14,6 @@ from contextlib import nullcontext
 from lowtide.auth.access import AccessControl, Screened
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from lowtide.common import ordering
-from lowtide.common.steps import Blocking, Steps, run_blocking
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
@@ -30,6 +29,7 @@ from lowtide.replica.partition import LEADER
 from lowtide.replica.registration import parse_produce_request
 from lowtide.rpc.framed import PRODUCE
 from lowtide.rpc.messages import delete_results_to_proto
+from lowtide.rpc.steps import Blocking, Steps, run_blocking
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -148,7 +148,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return self.produce(request, self._principal(context))
 
     def produce_steps_for(self, request, context) -> Steps[replica_pb2.ProduceResponse]:
-        """``Produce`` as steps (common/steps.py): the Kafka listener runs it on its event loop."""
+        """``Produce`` as steps (rpc/steps.py): the Kafka listener runs it on its event loop."""
         return self.produce_steps(request, self._principal(context))
 
     def produce(self, request, principal: str) -> replica_pb2.ProduceResponse:
@@ -451,7 +451,7 @@ class _FramedSession:
         self.follower = -1
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        """One frame's answer as steps (common/steps.py): the listener runs it on its event loop."""
+        """One frame's answer as steps (rpc/steps.py): the listener runs it on its event loop."""
         if kind == PRODUCE:
             try:
                 request = parse_produce_request(payload)

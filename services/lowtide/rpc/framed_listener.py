@@ -18,7 +18,7 @@ certificates as the gRPC port does.
 
 Threads (issue 32): connections are served on an asyncio event loop, the Kafka listener's when
 the service has one (``start(loop=...)``), else one of the listener's own. A request is a handler
-written as steps (common/steps.py): a follower round that parks, or an acks=all append waiting
+written as steps (rpc/steps.py): a follower round that parks, or an acks=all append waiting
 for the HW, yields its wait instead of holding a thread, and is resumed on the loop by what it
 waits for. On the Kafka listener's loop, a producer's append, the follower rounds it wakes and the
 HW move that answers it run on one thread, with no hand-off between threads in between (each cost
@@ -39,7 +39,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from lowtide.common.steps import Steps, drive_on_loop
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, UnknownServerError
 from lowtide.rpc.framed import (
     ERROR,
@@ -53,6 +52,7 @@ from lowtide.rpc.framed import (
     frame_header,
     read_frame_async,
 )
+from lowtide.rpc.steps import Steps, drive_on_loop
 from lowtide.tls.config import ServerTls
 
 log = logging.getLogger(__name__)
@@ -60,13 +60,14 @@ log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 10.0  # TLS handshake and HELLO: a connection that says nothing is dropped
 MAX_CONNECTIONS = 256
 BLOCKING_WORKERS = 8  # HELLO authentication, diskless reads
+WRITE_SLICE_BYTES = 256 * 1024
 
 
 class FramedSession(Protocol):
     """One connection's requests, as the handler answers them (``open_framed_session``)."""
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        """The RESPONSE payload for one REQUEST or PRODUCE frame, as steps (common/steps.py);
+        """The RESPONSE payload for one REQUEST or PRODUCE frame, as steps (rpc/steps.py);
         raises a LowtideError to refuse."""
 
     def close(self) -> None:
@@ -181,12 +182,7 @@ class FramedListener:
                     raise InvalidRequest(f"expected a REQUEST ({REQUEST}) or PRODUCE ({PRODUCE}) frame, "
                                          f"got kind {kind}")
                 answer = await self._answer(loop, session.handle_steps(kind, payload))
-                if len(answer) < 65536:
-                    writer.write(frame_header(RESPONSE, len(answer)) + answer)
-                else:  # a large answer: no copy of its payload into a joined buffer
-                    writer.write(frame_header(RESPONSE, len(answer)))
-                    writer.write(answer)
-                await writer.drain()
+                await _write_frame(writer, RESPONSE, answer)
         except LowtideError as exc:
             await _send_error(writer, exc)
         except (TimeoutError, OSError, ssl.SSLError, NetworkException, asyncio.IncompleteReadError):
@@ -213,6 +209,22 @@ class FramedListener:
 
         drive_on_loop(steps, loop=loop, executor=self._pool, done=done)
         return answer
+
+
+async def _write_frame(writer: asyncio.StreamWriter, kind: int, payload: bytes) -> None:
+    """One frame. A large payload goes in slices, each written once the transport drained the one
+    before: Python 3.11's transport copies what the socket does not take at once into its own
+    buffer, and moves that buffer's rest down after every send (an 8 MiB catch-up answer to a slow
+    follower: another 8 MiB held, and megabytes moved per send)."""
+    if len(payload) < WRITE_SLICE_BYTES:
+        writer.write(frame_header(kind, len(payload)) + payload)
+    else:
+        writer.write(frame_header(kind, len(payload)))
+        view = memoryview(payload)
+        for start in range(0, len(payload), WRITE_SLICE_BYTES):
+            writer.write(view[start:start + WRITE_SLICE_BYTES])
+            await writer.drain()
+    await writer.drain()
 
 
 async def _send_error(writer: asyncio.StreamWriter, error: LowtideError) -> None:

@@ -332,7 +332,7 @@ def test_kill_9_of_a_replica_mid_produce_loses_no_acknowledged_record(cluster):
 
 def test_a_kafka_produce_to_a_diskless_topic_is_committed_before_it_is_answered(cluster):
     # Over the Kafka listener a Produce runs on the listener's loop; a diskless partition's commit
-    # waits for the shard, so it runs as a blocking step on a worker (common/steps.py) and the
+    # waits for the shard, so it runs as a blocking step on a worker (rpc/steps.py) and the
     # classic partition of the same request is appended on the loop.
     cli(cluster, "topics", "create", "--topic", "kdisk", "--partitions", "1", "--diskless")
     cli(cluster, "topics", "create", "--topic", "kclassic", "--partitions", "1", "--replication-factor", "3")

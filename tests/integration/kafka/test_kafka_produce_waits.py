@@ -1,4 +1,4 @@
-"""A Kafka Produce's acks=all wait on the listener's event loop (common/steps.py,
+"""A Kafka Produce's acks=all wait on the listener's event loop (rpc/steps.py,
 docs/design/kip-107-delete-records.md#replication-and-the-low-watermark): answered once the
 followers have the records, REQUEST_TIMED_OUT at its timeout when they cannot get them, and the
 connection keeps serving, in request order, whatever its Produce requests waited for."""

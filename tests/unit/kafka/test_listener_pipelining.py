@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from lowtide.common import ordering
-from lowtide.common.steps import Steps
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import RequestHead
+from lowtide.rpc.steps import Steps
 
 PRODUCE, METADATA = 0, 3
 

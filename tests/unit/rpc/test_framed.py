@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 
@@ -19,6 +20,7 @@ from lowtide.rpc.framed import (
     encode_error,
     encode_frame,
     encode_hello,
+    read_frame_async,
     write_frame,
 )
 
@@ -94,3 +96,32 @@ def test_an_error_frame_carries_the_kafka_error_code_and_message():
     assert isinstance(error, ClusterAuthorizationFailed) and str(error) == "User:alice is not broker 2"
     assert isinstance(decode_error(b"garbage"), NetworkException)
     assert ERROR == 4
+
+
+def read_async(data: bytes) -> list:
+    """Every frame ``read_frame_async`` reads from ``data`` then end of stream; an error ends the list."""
+    async def run() -> list:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        got: list = []
+        try:
+            while (frame := await read_frame_async(reader)) is not None:
+                got.append(frame)
+        except (InvalidRequest, NetworkException) as exc:
+            got.append(exc)
+        return got
+
+    return asyncio.run(run())
+
+
+def test_the_event_loop_reader_reads_the_same_frames_and_refuses_the_same_bad_ones():
+    big = bytes(range(256)) * 1024
+    assert read_async(encode_frame(REQUEST, b"small") + encode_frame(ERROR, big)) == [(REQUEST, b"small"),
+                                                                                    (ERROR, big)]
+    [truncated] = read_async(encode_frame(REQUEST, b"abcdef")[:7])
+    assert isinstance(truncated, NetworkException) and "inside a frame" in str(truncated)
+    [half_header] = read_async(b"\x00\x00")
+    assert isinstance(half_header, NetworkException)
+    [bad] = read_async(b"\x00\x00\x00\x02\x07")
+    assert isinstance(bad, InvalidRequest) and "unknown frame kind 7" in str(bad)

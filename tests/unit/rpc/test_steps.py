@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lowtide.common.steps import Blocking, drive_on_loop, run_blocking
+from lowtide.rpc.steps import Blocking, drive_on_loop, run_blocking
 
 
 class FlagWait:
