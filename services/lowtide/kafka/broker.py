@@ -17,6 +17,7 @@ Answers to requests that are not served, as Kafka gives them:
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -138,8 +139,8 @@ class Call:
     def make(self, entity: str | type, /, **values: Any) -> Any:
         """An entity of this version's response module (``entity`` a class name there, or the
         class), given only the fields this version has (others are dropped)."""
-        cls = getattr(sys.modules[self.response.__module__], entity) if isinstance(entity, str) else entity
-        names = {f.name for f in fields(cls)}
+        cls = _entity(self.response, entity) if isinstance(entity, str) else entity
+        names = _field_names(cls)
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def admin(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
@@ -165,6 +166,17 @@ class Call:
 
 
 Handler = Callable[[Call, Any], Any]
+
+
+@functools.cache
+def _entity(response: type, name: str) -> type:
+    return getattr(sys.modules[response.__module__], name)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """A kio entity's field names (every request builds a few entities: looked up once)."""
+    return frozenset(f.name for f in fields(cls))
 
 
 def _session_ended(conn: Connection) -> bool:
