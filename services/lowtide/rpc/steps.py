@@ -100,17 +100,23 @@ class _LoopWake:
     """A wake-up that schedules a re-check on the loop, at most one pending at a time.
 
     ``set`` is called from any thread (a follower fetch moving the HW); the flag is cleared before
-    the check runs, so a ``set`` during the check schedules another one."""
+    the check runs, so a ``set`` during the check schedules another one. Made on the loop's thread:
+    a ``set`` from that thread (an append or an HW move made on the loop) schedules without waking
+    the loop through its self-pipe (a write and a read per wake-up otherwise)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         self._loop, self._callback = loop, callback
         self._pending = False
+        self._loop_thread = threading.get_ident()
 
     def set(self) -> None:
         if not self._pending:
             self._pending = True
             try:
-                self._loop.call_soon_threadsafe(self._fire)
+                if threading.get_ident() == self._loop_thread:
+                    self._loop.call_soon(self._fire)
+                else:
+                    self._loop.call_soon_threadsafe(self._fire)
             except RuntimeError:  # the loop is closed: its listener stopped, nobody waits for this
                 pass
 
