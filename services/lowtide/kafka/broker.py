@@ -168,6 +168,18 @@ class Call:
 Handler = Callable[[Call, Any], Any]
 
 
+# The metrics' children, looked up once per label set: labels() takes a lock and builds a tuple on
+# every call, twice per request.
+@functools.cache
+def _latency(api: str):
+    return LATENCY.labels(api)
+
+
+@functools.cache
+def _requests(api: str, outcome: str):
+    return REQUESTS.labels(api, outcome)
+
+
 @functools.cache
 def _entity(response: type, name: str) -> type:
     return getattr(sys.modules[response.__module__], name)
@@ -247,8 +259,8 @@ class KafkaBroker:
             if body is None:
                 raise FrameError(f"{name}: {exc}") from exc
         finally:
-            LATENCY.labels(name).observe(time.perf_counter() - started)
-        REQUESTS.labels(name, outcome).inc()
+            _latency(name).observe(time.perf_counter() - started)
+        _requests(name, outcome).inc()
         return None if body is None else encode_response(head, body)
 
     def _unsupported(self, head: RequestHead) -> bytes:

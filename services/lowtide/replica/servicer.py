@@ -175,7 +175,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         kinds = self._diskless_kinds(screened.allowed)
         classic = [p for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
         items = [(p.topic, p.partition, p.records) for p in classic]
-        produced_sizes = {(p.topic, p.partition): len(p.records) for p in screened.allowed}
+        # Sizes from the items: every read of a message's ``records`` copies the bytes.
+        produced_sizes = {(t, part): len(records) for t, part, records in items}
         epochs = {(p.topic, p.partition): _epoch(p) for p in classic if p.HasField("current_leader_epoch")}
         expected = {(p.topic, p.partition): p.expected_log_end_offset for p in classic
                     if p.HasField("expected_log_end_offset")}
@@ -449,6 +450,7 @@ class _FramedSession:
     def __init__(self, servicer: ReplicaServicer, principal: str, peer: str) -> None:
         self.servicer, self.principal, self.peer = servicer, principal, peer
         self.follower = -1
+        self._rounds = None  # the rounds counter's child for this follower
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
         """One frame's answer as steps (rpc/steps.py): the listener runs it on its event loop."""
@@ -469,11 +471,12 @@ class _FramedSession:
             self.close()
             self.follower = fetch.replica_id
             REPLICATION_STREAMS.labels(str(self.follower)).inc()
+            self._rounds = REPLICATION_ROUNDS.labels(str(self.follower), FRAMED_TRANSPORT)
         # A parked round is not released early when its follower goes away: it ends after its long
         # poll (at most replica.fetch.wait.max.ms) and the write then fails.
         response = yield from self.servicer._fetch_steps(fetch, self.principal, peer=self.peer,
                                                          on_cancel=_ignore_cancel)
-        REPLICATION_ROUNDS.labels(str(fetch.replica_id), FRAMED_TRANSPORT).inc()
+        self._rounds.inc()
         return response.SerializeToString()
 
     def close(self) -> None:
