@@ -31,15 +31,13 @@ from lowtide.record.batch import (
     crc32c,
     decode_batch,
     decode_batches,
-    decode_varint,
     encode_batch,
-    encode_uvarint,
-    encode_varint,
     iter_batches,
     read_header,
     validate_batches,
 )
 from lowtide.record.compression import Compression
+from lowtide.record.varint import decode_varint, encode_uvarint, encode_varint
 
 __all__ = [
     "BATCH_HEADER_SIZE",

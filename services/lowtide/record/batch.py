@@ -60,6 +60,7 @@ from lowtide.clock import now_ms
 from lowtide.errors import CorruptMessage, InvalidRecord, LowtideError, UnsupportedForMessageFormat
 from lowtide.record.compression import SUPPORTED, Compression, compress, decompress, describe_unsupported
 from lowtide.record.validate import CORRUPT_MESSAGE, walk_records
+from lowtide.record.varint import decode_varint, encode_varint
 
 MAGIC = 2
 BATCH_HEADER_SIZE = 61
@@ -186,57 +187,6 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-# ---------------------------------------------------------------------------------------------------
-# Varints. Encodings of small unsigned values are precomputed because the producer encodes a length
-# and two deltas per record, and almost all of them are below 2**14.
-
-_VARINT_TABLE_SIZE = 1 << 14
-
-
-def encode_uvarint(value: int) -> bytes:
-    """Unsigned varint (protobuf's and Kafka's unsigned varint): 7 bits a byte, low first."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_UVARINT_TABLE: tuple[bytes, ...] = tuple(encode_uvarint(v) for v in range(_VARINT_TABLE_SIZE))
-
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag varint (varlong) encoding of a signed integer."""
-    z = (value << 1) ^ (value >> 63)
-    if z < _VARINT_TABLE_SIZE:
-        return _UVARINT_TABLE[z]
-    return encode_uvarint(z)
-
-
-def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode a zig-zag varint at ``pos``; return (value, position after it)."""
-    try:
-        b = buf[pos]
-        if b < 0x80:  # fast path: one byte
-            return (b >> 1) ^ -(b & 1), pos + 1
-        result = b & 0x7F
-        shift = 7
-        pos += 1
-        while True:
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise CorruptMessage("varint is longer than 10 bytes")
-    except IndexError:
-        raise CorruptMessage("record data ends inside a varint") from None
-    return (result >> 1) ^ -(result & 1), pos
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -47,12 +47,12 @@ from lowtide.record.batch import (
     NO_TIMESTAMP,
     TIMESTAMP_LOG_APPEND_TIME,
     crc32c,
-    encode_varint,
     iter_batches,
     seal_batch,
 )
 from lowtide.record.compression import Compression, decompress
 from lowtide.record.validate import VARINT_MALFORMED, VARINT_TRUNCATED, read_varint
+from lowtide.record.varint import encode_varint
 
 log = logging.getLogger(__name__)
 

@@ -83,12 +83,11 @@ from lowtide.record import (
     NO_TIMESTAMP,
     TIMESTAMP_LOG_APPEND_TIME,
     BatchHeader,
-    decode_varint,
-    encode_varint,
     read_header,
 )
 from lowtide.record.columns import columnize
 from lowtide.record.compression import compress, decompress
+from lowtide.record.varint import decode_varint, encode_varint
 
 _ALL_OFFSETS = (1 << 63) - 1
 _BIG_ENDIAN = sys.byteorder == "big"
