@@ -305,6 +305,13 @@ class GroupSubscribedToTopic(LowtideError):
     code, name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
+class OffsetNotAvailable(RetriableError):
+    """A new leader whose HW has not yet reached the start of its leader epoch: the offsets it
+    would answer may still move back (Kafka's ``fetchOffsetForTimestamp``); the client retries."""
+
+    code, name = 78, "OFFSET_NOT_AVAILABLE"
+
+
 class FencedLeaderEpoch(InvalidMetadataError):
     code, name = 74, "FENCED_LEADER_EPOCH"
 
