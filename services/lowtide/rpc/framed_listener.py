@@ -183,6 +183,7 @@ class FramedListener:
                                          f"got kind {kind}")
                 answer = await self._answer(loop, session.handle_steps(kind, payload))
                 await _write_frame(writer, RESPONSE, answer)
+                del answer, payload  # not kept while the connection waits for its next request
         except LowtideError as exc:
             await _send_error(writer, exc)
         except (TimeoutError, OSError, ssl.SSLError, NetworkException, asyncio.IncompleteReadError):

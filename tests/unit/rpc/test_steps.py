@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -139,3 +141,29 @@ def test_on_a_loop_an_error_raised_by_the_handler_reaches_done() -> None:
     assert isinstance(error, ValueError)
     with pytest.raises(ValueError, match="bad request"):
         run_blocking(failing())
+
+
+class Answer:
+    """A handler's answer that can be watched with a weak reference."""
+
+
+def test_on_a_loop_nothing_but_the_caller_keeps_a_finished_handlers_answer_alive():
+    # A reference cycle through the driver kept follower answers (megabytes) until the cyclic
+    # collector ran: with it off, the answer must go as soon as the caller drops it.
+    def handler(wait: FlagWait):
+        yield wait
+        yield Blocking(lambda: None)
+        return Answer()
+
+    gc.disable()
+    try:
+        wait = FlagWait(timeout_s=5)
+        woken_after_arming(wait, 0.01)
+        with ThreadPoolExecutor(max_workers=1) as executor:
+            answer, error = drive(handler(wait), executor=executor)
+        assert error is None
+        watched = weakref.ref(answer)
+        del answer
+        assert watched() is None, gc.get_referrers(watched())
+    finally:
+        gc.enable()
