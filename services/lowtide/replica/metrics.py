@@ -122,6 +122,14 @@ def count_inactive_group(topic: str, group: str) -> None:
         INACTIVE_GROUPS.labels(topic, group).inc()
 
 
+def track_isr_changes(topic: str) -> None:
+    """Export the topic's ISR change counters at 0 from its first leadership here: a series that
+    only appeared with its first increment has no earlier sample, so rate() over a window
+    holding that increment shows nothing (the dashboard's ISR panel stayed empty)."""
+    ISR_SHRINKS.labels(topic)
+    ISR_EXPANDS.labels(topic)
+
+
 def forget_topic(topic: str) -> None:
     """Drop the topic's counter series once this replica hosts none of its partitions.
 

@@ -26,7 +26,7 @@ from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.replica import metrics as replica_metrics
 from lowtide.replica.config import ReplicaConfig
-from lowtide.replica.partition import Partition
+from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.registry import PartitionRegistry
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,8 @@ class PartitionReconciler:
             log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,
                                                           "leader_epoch": p.leader_epoch, "leader": p.leader_id}})
             self._complete_waiting_deletes([p.key])
+            if role == LEADER:
+                replica_metrics.track_isr_changes(p.topic)
         if changes.resized:
             # A replica joined or left a partition led here (a reassignment step): a DeleteRecords
             # whose only holdout was a removed replica completes now rather than at its timeout,

@@ -68,7 +68,7 @@ from lowtide.replica.partition import LEADER, Partition
 from lowtide.replica.quota import LEADER as LEADER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import OffsetWaiters, PartitionRegistry
-from lowtide.rpc.steps import Steps, run_blocking, wait_until_done
+from lowtide.rpc.steps import Blocking, Steps, run_blocking, wait_until_done
 
 # One produced partition: where its records landed, or why they did not.
 ProduceResult = tuple[str, int, AppendInfo | LowtideError]
@@ -249,7 +249,7 @@ class ReplicaRequests:
         listener runs follower rounds on its event loop)."""
         follower = replica_id >= 0
         if follower:
-            self._record_follower_fetch(replica_id, items)
+            yield from self._record_follower_fetch(replica_id, items)
         limits = self.parking.limits
         max_wait_ms = min(max(0, max_wait_ms), limits.max_wait_ms)
         if not follower:
@@ -364,7 +364,10 @@ class ReplicaRequests:
                 wake = True
         return outcomes, size, wake, refill_s
 
-    def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> None:
+    def _record_follower_fetch(self, replica_id: int, items: list[FetchPosition]) -> Steps[None]:
+        """Steps: what talks to Redis (an ISR expansion's compare-and-set, the low-watermark
+        events and DeleteRecords completions after an LSO move) is a ``Blocking`` step, so a
+        round served on the event loop never waits for Redis there."""
         changed: list[Partition] = []
         lso_moved: list[Partition] = []
         for it in items:
@@ -375,7 +378,7 @@ class ReplicaRequests:
                                                        log_start_offset=it.log_start_offset)
             new_isr = p.isr_expansion_candidate(replica_id)
             if new_isr is not None:
-                hw_changed |= self.isr.change(p, new_isr)
+                hw_changed |= yield Blocking(lambda p=p, new_isr=new_isr: self.isr.change(p, new_isr))
             if lso_changed:
                 lso_moved.append(p)
             if hw_changed:
@@ -387,7 +390,8 @@ class ReplicaRequests:
             self.registry.notify([_hw_moved(p.key) for p in changed])
             for p in changed:
                 self._hw_waiters.passed(p.key, p.log.high_watermark)
-        self.deletes.recheck_low_watermarks(lso_moved)
+        if lso_moved:
+            yield Blocking(lambda: self.deletes.recheck_low_watermarks(lso_moved))
 
     # -- offset for leader epoch -----------------------------------------------------------------
     def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:

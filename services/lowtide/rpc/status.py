@@ -96,6 +96,7 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.GroupSubscribedToTopic: _S.FAILED_PRECONDITION,
     e.FencedLeaderEpoch: _S.FAILED_PRECONDITION,
     e.UnknownLeaderEpoch: _S.FAILED_PRECONDITION,
+    e.OffsetNotAvailable: _S.UNAVAILABLE,
     e.InvalidRecord: _S.INVALID_ARGUMENT,
     e.UnstableOffsetCommit: _S.UNAVAILABLE,
     e.ProducerFenced: _S.FAILED_PRECONDITION,

@@ -21,8 +21,11 @@ produce_v3 = request_module(0, 3)
 
 @pytest.fixture(scope="module")
 def kcluster(request, tmp_path_factory):
-    yield from running_cluster(request, ClusterConfig(data_dir=tmp_path_factory.mktemp("produce-waits"), replicas=3,
-                                                      replica_config=dict(DEFAULT_REPLICA_CONFIG)))
+    # A long replica.lag.time.max.ms: on a loaded machine a follower slow to start fetching could
+    # otherwise leave the ISR, and an ISR of one acknowledges without waiting for anyone.
+    yield from running_cluster(request, ClusterConfig(
+        data_dir=tmp_path_factory.mktemp("produce-waits"), replicas=3,
+        replica_config={**DEFAULT_REPLICA_CONFIG, "replica.lag.time.max.ms": "60000"}))
 
 
 def produce_request(topic: str, values: list[bytes], *, acks: int = -1, timeout_ms: int = 10_000):
