@@ -32,6 +32,7 @@ from lowtide.replica.partition import FOLLOWER, REPLICAS_CHANGED, Partition
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.replica.requests import ReplicaRequests
+from lowtide.rpc.steps import run_blocking
 from tests.unit.replica.conftest import TOPIC, Replicas
 
 TP = (TOPIC, 0)
@@ -221,8 +222,8 @@ class Broker0:
     def report(self, broker: int) -> None:
         """Broker ``broker``'s follower fetch at the leader's end, fully caught up (LEO and LSO)."""
         log = self.leader.log
-        self.requests._record_follower_fetch(broker, [  # the fetch path's own bookkeeping
-            _position(fetch_offset=log.log_end_offset, log_start_offset=log.log_start_offset)])
+        run_blocking(self.requests._record_follower_fetch(broker, [  # the fetch path's own bookkeeping (steps)
+            _position(fetch_offset=log.log_end_offset, log_start_offset=log.log_start_offset)]))
 
     def close(self) -> None:
         self.requests.stop()
