@@ -37,7 +37,7 @@ from prometheus_client import Counter, Gauge
 
 from lowtide.common import ordering
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
-from lowtide.rpc.steps import Steps, drive_on_loop
+from lowtide.rpc.steps import Steps, drive_to_future
 
 log = logging.getLogger(__name__)
 
@@ -195,45 +195,20 @@ class KafkaListener:
         if not counted:
             with ordering.serving(on_release):
                 return self._dispatch(conn, head, payload)
-        counting = True  # release() and the finally run on this thread
-
-        def release() -> None:
-            nonlocal counting
-            if counting:
-                counting = False
-                ordering.ARRIVALS.appended()
-            on_release()
-
+        append = _CountedAppend(on_release)  # release() and the finally run on this thread
         try:
-            with ordering.serving(release):
+            with ordering.serving(append.release):
                 return self._dispatch(conn, head, payload)
         finally:
-            if counting:
-                ordering.ARRIVALS.appended()
+            append.end()
 
-    def _drive(self, steps: Steps[bytes | None], answer: asyncio.Future, gate: asyncio.Future,
-               loop: asyncio.AbstractEventLoop) -> None:
+    def _drive(self, steps: Steps[bytes | None], gate: asyncio.Future,
+               loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """On the loop: a counted Produce as steps (module doc). Its appends run here, now; its
-        ordering point opens ``gate`` and stops counting it; the answer settles ``answer``."""
-        counting = True
-
-        def release() -> None:
-            nonlocal counting
-            if counting:
-                counting = False
-                ordering.ARRIVALS.appended()
-            _open(gate)
-
-        def done(value: bytes | None, error: BaseException | None) -> None:
-            release()
-            if not answer.done():
-                if error is not None:
-                    answer.set_exception(error)
-                else:
-                    answer.set_result(value)
-
-        drive_on_loop(steps, loop=loop, executor=self._pool, done=done,
-                      around_step=lambda: ordering.serving(release))
+        ordering point opens ``gate`` and stops counting it; returns the future of its answer."""
+        append = _CountedAppend(lambda: _open(gate))
+        return drive_to_future(steps, loop=loop, executor=self._pool,
+                               around_step=lambda: ordering.serving(append.release), before_settle=append.release)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
@@ -287,9 +262,8 @@ class KafkaListener:
                     gate_produce = produce
                     steps = self._steps(conn, head, payload) if produce and self._steps is not None else None
                     if steps is not None:
-                        answer = loop.create_future()
                         dispatched = True
-                        self._drive(steps, answer, gate, loop)
+                        answer = self._drive(steps, gate, loop)
                     else:
                         answer = loop.run_in_executor(self._pool, self._run, conn, head, payload,
                                                       _opener(loop, gate), produce)
@@ -352,6 +326,25 @@ class KafkaListener:
         # ``conn.closed`` after its ordering waits); a reader waiting for a slot gets one.
         for _ in range(self._max_in_flight):
             slots.release()
+
+
+class _CountedAppend:
+    """A Produce counted as an append on the way (``ordering.ARRIVALS``) from its read: ``release``
+    (its ordering point) stops the count once and calls ``on_release``; ``end`` stops the count
+    of a request that ended without reaching its ordering point. Thread-safety: one thread."""
+
+    def __init__(self, on_release: Callable[[], None]) -> None:
+        self._on_release = on_release
+        self._counting = True
+
+    def end(self) -> None:
+        if self._counting:
+            self._counting = False
+            ordering.ARRIVALS.appended()
+
+    def release(self) -> None:
+        self.end()
+        self._on_release()
 
 
 def _opener(loop: asyncio.AbstractEventLoop, gate: asyncio.Future) -> Callable[[], None]:

@@ -52,7 +52,7 @@ from lowtide.rpc.framed import (
     frame_header,
     read_frame_async,
 )
-from lowtide.rpc.steps import Steps, drive_on_loop
+from lowtide.rpc.steps import Steps, drive_to_future
 from lowtide.tls.config import ServerTls
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class FramedListener:
                 if kind not in (REQUEST, PRODUCE):
                     raise InvalidRequest(f"expected a REQUEST ({REQUEST}) or PRODUCE ({PRODUCE}) frame, "
                                          f"got kind {kind}")
-                answer = await self._answer(loop, session.handle_steps(kind, payload))
+                answer = await drive_to_future(session.handle_steps(kind, payload), loop=loop, executor=self._pool)
                 await _write_frame(writer, RESPONSE, answer)
                 del answer, payload  # not kept while the connection waits for its next request
         except LowtideError as exc:
@@ -196,20 +196,6 @@ class FramedListener:
                 session.close()
             self._writers.discard(writer)
             writer.close()
-
-    def _answer(self, loop: asyncio.AbstractEventLoop, steps: Steps[bytes]) -> asyncio.Future:
-        answer = loop.create_future()
-
-        def done(value: bytes | None, error: BaseException | None) -> None:
-            if answer.done():
-                return
-            if error is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(value)
-
-        drive_on_loop(steps, loop=loop, executor=self._pool, done=done)
-        return answer
 
 
 async def _write_frame(writer: asyncio.StreamWriter, kind: int, payload: bytes) -> None:

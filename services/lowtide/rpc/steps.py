@@ -135,6 +135,27 @@ def drive_on_loop(steps: Steps[Any], *, loop: asyncio.AbstractEventLoop, executo
     _LoopDriver(steps, loop=loop, executor=executor, done=done, around_step=around_step).step()
 
 
+def drive_to_future(steps: Steps[T], *, loop: asyncio.AbstractEventLoop, executor: Executor,
+                    around_step: Callable[[], Any] | None = None,
+                    before_settle: Callable[[], None] | None = None) -> asyncio.Future:
+    """``drive_on_loop`` whose answer (or error) settles the returned future; ``before_settle``
+    runs first (a request's ordering point, when it never reached one)."""
+    future = loop.create_future()
+
+    def done(value: Any, error: BaseException | None) -> None:
+        if before_settle is not None:
+            before_settle()
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    drive_on_loop(steps, loop=loop, executor=executor, done=done, around_step=around_step)
+    return future
+
+
 class _LoopDriver:
     """One handler driven on a loop (``drive_on_loop``).
 
