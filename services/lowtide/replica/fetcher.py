@@ -1,5 +1,6 @@
-"""Follower fetchers: one thread per leader broker, fetching every partition this replica
-follows from that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread).
+"""Follower fetchers: one per leader broker, fetching every partition this replica follows from
+that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread). Each runs on the replica's
+Kafka listener loop when it has one (``Fetcher`` says why), else on a thread of its own.
 
 Transport: by default (``transport="socket"``) every round travels on one long-lived connection
 to the leader's replication listener (lowtide.rpc.framed_listener: the same request and
@@ -18,18 +19,21 @@ next request is what tells the leader our new LSO.
 Replication throttle (KIP-73, ``quota.py``): a partition whose follower list names this broker,
 while this broker is outside its ISR, asks for at most what the follower bucket holds and is
 charged what came back; with the bucket empty it is left out of the round (and the round's long
-poll is cut to the refill, or with nothing else to fetch the thread sleeps until then).
+poll is cut to the refill, or with nothing else to fetch the fetcher pauses until then).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from lowtide.client.framed import SocketReplicationStream
+from lowtide.client.framed import LoopFramedConnection, SocketReplicationStream
 from lowtide.client.replica import ReplicaClient, ReplicationStream
 from lowtide.errors import LowtideError, NetworkException, OffsetOutOfRange
 from lowtide.log.partition_log import LogStartOffsetCommit
@@ -41,6 +45,7 @@ from lowtide.replica.quota import FOLLOWER as FOLLOWER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.rpc.channels import ChannelPool
+from lowtide.rpc.steps import Blocking, Steps, drive_on_loop, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,7 @@ CALL_DEADLINE_MARGIN_S = 10.0
 WATCHDOG_TICK_S = 0.5
 # After a leader's replication listener could not be reached, how long its Replicate stream is used.
 SOCKET_RETRY_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,30 @@ class FetcherConfig:
     transport: str = "socket"  # socket | stream | fetch (see module doc)
 
 
-class FetcherThread:
+class _Pause:
+    """A steps ``Wait`` (lowtide.rpc.steps): ``seconds``, or less if the fetcher stops."""
+
+    __slots__ = ("fetcher", "deadline", "event")
+
+    def __init__(self, fetcher: Fetcher, seconds: float) -> None:
+        self.fetcher, self.deadline, self.event = fetcher, time.monotonic() + seconds, None
+
+    def arm(self, event: Any) -> None:
+        self.event = event
+        self.fetcher._wakers.add(event)
+
+    def check(self) -> bool:
+        return self.fetcher.stopping
+
+    def expire(self) -> None:
+        return None
+
+    def disarm(self) -> None:
+        self.fetcher._wakers.discard(self.event)
+        self.event = None
+
+
+class Fetcher:
     """Fetches every partition this replica follows from one leader, until stopped.
 
     Contract: each round sends one Fetch with every partition following ``leader_id``; applies
@@ -73,38 +102,82 @@ class FetcherThread:
     leader unreachable, a deadline passed) marks the leader's address stale and backs off. The
     leader's address is looked up again after a failure or every ``ADDRESS_TTL_S``.
 
-    Thread-safety: owned by FetcherManager; ``stop()`` from any thread. Partitions are changed only
-    through their own (locked) methods.
+    Where it runs: the rounds are written once, as steps (lowtide.rpc.steps). With a ``loop`` (the
+    replica's Kafka listener loop, which also serves this broker's Produce requests and its own
+    followers' rounds) they run there and a round over the leader's replication listener waits on
+    the loop, not on a thread: what may block (the leader's address from Redis, an
+    OffsetForLeaderEpoch call, an LSO flush, a round on the gRPC fallback) runs on ``executor``.
+    Without a loop they run on a thread of their own, which blocks in each of those.
+
+    Thread-safety: owned by FetcherManager; ``stop()`` and ``join()`` from any thread. Partitions
+    are changed only through their own (locked) methods.
     """
 
     def __init__(self, *, registry: PartitionRegistry, client: ReplicaClient, config: FetcherConfig,
                  leader_id: int, lookup_brokers: Callable[[], Mapping[int, BrokerInfo]],
-                 request_reconcile: Callable[[], None], quotas: ReplicationQuotas | None = None) -> None:
+                 request_reconcile: Callable[[], None], quotas: ReplicationQuotas | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None) -> None:
         self.registry, self.client, self.config, self.leader_id = registry, client, config, leader_id
         self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=config.replica_id)
         self._lookup_brokers, self._request_reconcile = lookup_brokers, request_reconcile
-        self._stop = threading.Event()
+        self._loop, self._executor = (loop, executor) if loop is not None and executor is not None else (None, None)
+        self.stopping = False
+        self._wakers: set[Any] = set()  # the wake-ups of pauses in progress (stop sets them)
+        self._finished = threading.Event()
         self._address = ""
         self._stale = True
         self._resolved_at = 0.0
-        self._stream: ReplicationStream | SocketReplicationStream | None = None
+        self._stream: ReplicationStream | SocketReplicationStream | LoopFramedConnection | None = None
         self._stream_address = ""
         self._replication_address = ""  # the leader's replication listener, if it advertises one
         self._socket_retry_at = 0.0
         self._round_deadline = 0.0
-        self.thread = threading.Thread(target=self._run, name=f"fetcher-{leader_id}", daemon=True)
+
+    @property
+    def on_loop(self) -> bool:
+        return self._loop is not None
 
     def start(self) -> None:
-        self.thread.start()
+        if self._loop is None:
+            threading.Thread(target=self._run_on_thread, name=f"fetcher-{self.leader_id}", daemon=True).start()
+        else:
+            self._loop.call_soon_threadsafe(self._start_on_loop)
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stopping = True
+        for event in list(self._wakers):
+            event.set()
         stream = self._stream
         if stream is not None:
             stream.cancel()  # a round parked at the leader ends now, not after its long poll
 
+    def join(self, timeout_s: float) -> None:
+        """Wait for the rounds to end (not when their loop already stopped: they never will)."""
+        loop = self._loop
+        if loop is not None and (loop.is_closed() or not loop.is_running()):
+            return
+        self._finished.wait(timeout_s)
+
+    def _run_on_thread(self) -> None:
+        try:
+            run_blocking(self._rounds())
+        except Exception:  # noqa: BLE001 - a bug: say so, the manager starts a new fetcher on the next sync
+            log.exception("fetcher for leader %s failed", self.leader_id)
+        finally:
+            self._finished.set()
+
+    def _start_on_loop(self) -> None:
+        assert self._loop is not None and self._executor is not None
+        drive_on_loop(self._rounds(), loop=self._loop, executor=self._executor, done=self._ended_on_loop)
+
+    def _ended_on_loop(self, _value: object, error: BaseException | None) -> None:
+        if error is not None and not self.stopping:
+            log.error("fetcher for leader %s failed", self.leader_id, exc_info=error)
+        self._finished.set()
+
     def check_deadline(self, now: float) -> None:
-        """Watchdog: cancel a stream round that outlived its deadline (a hung leader)."""
+        """Watchdog: cancel a blocking stream round that outlived its deadline (a hung leader).
+        A round on the loop has its own deadline."""
         stream, deadline = self._stream, self._round_deadline
         if stream is not None and deadline and now > deadline:
             log.debug("replication round to leader %s passed its deadline; cancelling", self.leader_id)
@@ -115,8 +188,85 @@ class FetcherThread:
         if stream is not None:
             stream.close()
 
+    # -- the rounds, as steps ---------------------------------------------------------------------------
+    def _rounds(self) -> Steps[None]:
+        try:
+            while not self.stopping:
+                yield from self._one_round()
+        finally:
+            self._close_stream()
+
+    def _one_round(self) -> Steps[None]:
+        cfg = self.config
+        parts = self.registry.following(self.leader_id)
+        if not parts:
+            yield _Pause(self, 0.2)
+            return
+        address = self._fresh_address()
+        if address is None:
+            try:
+                address = yield Blocking(self._resolve_leader_address)
+            except Exception as exc:  # noqa: BLE001 - redis hiccup: retry
+                log.warning("cannot resolve leader %s: %s", self.leader_id, exc)
+                address = None
+        if address is None:
+            yield _Pause(self, RETRY_BACKOFF_S)
+            return
+        if any(p.truncation_pending for p in parts):
+            truncating = parts
+            yield Blocking(lambda: self._truncate_by_epoch(address, truncating))
+            parts = [p for p in parts if not p.truncation_pending]
+            if not parts:
+                yield _Pause(self, RETRY_BACKOFF_S)
+                return
+        positions, throttled, refill_s = self._positions(parts)
+        if not positions:  # everything is held back by the throttle
+            yield _Pause(self, refill_s)
+            return
+        wait_ms = min(cfg.max_wait_ms, max(1, int(refill_s * 1000))) if refill_s else cfg.max_wait_ms
+        try:
+            if self._loop is not None and cfg.transport == "socket" and self._replication_address:
+                fetched = yield from self._round_on_loop(positions, wait_ms)
+            else:
+                fetched = yield Blocking(lambda: self._fetch_round(address, positions, max_wait_ms=wait_ms))
+        except LowtideError as exc:
+            self._stale = True
+            self._close_stream()
+            if not self.stopping:
+                log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
+                yield _Pause(self, RETRY_BACKOFF_S)
+            return
+        yield from self._apply(fetched, throttled=throttled)
+
+    def _round_on_loop(self, positions: list[FetchPosition], wait_ms: int) -> Steps[list[FetchedPartition]]:
+        assert self._loop is not None
+        cfg, address, stream = self.config, self._replication_address, self._stream
+        if not isinstance(stream, LoopFramedConnection) or stream.finished or self._stream_address != address:
+            self._close_stream()
+            try:
+                stream = yield from LoopFramedConnection.open_steps(
+                    address, loop=self._loop, tls=self.client.channels.tls, metadata=self.client.metadata,
+                    connect_timeout_s=CONNECT_TIMEOUT_S)
+            except NetworkException:
+                self._listener_unreachable(address)
+                raise
+            self._stream, self._stream_address = stream, address
+            if self.stopping:  # stop() ran before this connection existed
+                stream.cancel()
+        return (yield from stream.fetch_steps(positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms,
+                                              min_bytes=1, max_bytes=cfg.max_bytes,
+                                              timeout_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S))
+
+    def _listener_unreachable(self, address: str) -> None:
+        # Unreachable (a firewall, a port not exposed): the gRPC stream for a while.
+        log.warning("replication listener of leader %s at %s unreachable; using the Replicate stream "
+                    "for %.0f s", self.leader_id, address, SOCKET_RETRY_S)
+        self._socket_retry_at = time.monotonic() + SOCKET_RETRY_S
+        self._replication_address = ""
+
     def _fetch_round(self, address: str, positions: list[FetchPosition], *,
                      max_wait_ms: int | None = None) -> list[FetchedPartition]:
+        """One round on a blocking transport (may block: a thread, or the executor)."""
         cfg = self.config
         wait_ms = cfg.max_wait_ms if max_wait_ms is None else max_wait_ms
         if cfg.transport == "fetch":
@@ -126,22 +276,19 @@ class FetcherThread:
         stream = self._stream
         if cfg.transport == "socket" and self._replication_address:
             address = self._replication_address  # the leader's replication listener
-        if stream is None or stream.finished or self._stream_address != address:
+        if stream is None or stream.finished or self._stream_address != address \
+                or isinstance(stream, LoopFramedConnection):
             self._close_stream()
             if address == self._replication_address:
                 try:
                     stream = self._stream = self.client.open_replication_socket(address)
                 except NetworkException:
-                    # Unreachable (a firewall, a port not exposed): the gRPC stream for a while.
-                    log.warning("replication listener of leader %s at %s unreachable; using the Replicate stream "
-                                "for %.0f s", self.leader_id, address, SOCKET_RETRY_S)
-                    self._socket_retry_at = time.monotonic() + SOCKET_RETRY_S
-                    self._replication_address = ""
+                    self._listener_unreachable(address)
                     raise
             else:
                 stream = self._stream = self.client.open_replication(address)
             self._stream_address = address
-            if self._stop.is_set():  # stop() ran before this stream existed
+            if self.stopping:  # stop() ran before this stream existed
                 stream.cancel()
         self._round_deadline = time.monotonic() + wait_ms / 1000 + CALL_DEADLINE_MARGIN_S
         try:
@@ -150,12 +297,16 @@ class FetcherThread:
         finally:
             self._round_deadline = 0.0
 
-    def _resolve_leader_address(self) -> str | None:
+    def _fresh_address(self) -> str | None:
         # The address is looked up again only after a failed call or every few seconds: a Redis
         # round trip per fetch cost ~8% of a replica's CPU.
-        now = time.monotonic()
-        if self._address and not self._stale and now - self._resolved_at < ADDRESS_TTL_S:
+        if self._address and not self._stale and time.monotonic() - self._resolved_at < ADDRESS_TTL_S:
             return self._address
+        return None
+
+    def _resolve_leader_address(self) -> str | None:
+        """The leader's address from the broker registry (may block: Redis)."""
+        now = time.monotonic()
         self._stale, self._resolved_at = False, now
         broker = self._lookup_brokers().get(self.leader_id)
         if broker is None:
@@ -168,49 +319,6 @@ class FetcherThread:
         self._replication_address = (f"{broker.host}:{broker.replication_port}"
                                      if broker.replication_port and now >= self._socket_retry_at else "")
         return self._address
-
-    def _run(self) -> None:
-        try:
-            self._run_rounds()
-        finally:
-            self._close_stream()
-
-    def _run_rounds(self) -> None:
-        cfg = self.config
-        while not self._stop.is_set():
-            parts = self.registry.following(self.leader_id)
-            if not parts:
-                self._stop.wait(0.2)
-                continue
-            try:
-                address = self._resolve_leader_address()
-            except Exception as exc:  # noqa: BLE001 - redis hiccup: retry
-                log.warning("cannot resolve leader %s: %s", self.leader_id, exc)
-                address = None
-            if address is None:
-                self._stop.wait(RETRY_BACKOFF_S)
-                continue
-            if any(p.truncation_pending for p in parts):
-                self._truncate_by_epoch(address, parts)
-                parts = [p for p in parts if not p.truncation_pending]
-                if not parts:
-                    self._stop.wait(RETRY_BACKOFF_S)
-                    continue
-            positions, throttled, refill_s = self._positions(parts)
-            if not positions:  # everything is held back by the throttle
-                self._stop.wait(refill_s)
-                continue
-            try:
-                fetched = self._fetch_round(address, positions, max_wait_ms=min(
-                    cfg.max_wait_ms, max(1, int(refill_s * 1000))) if refill_s else None)
-            except LowtideError as exc:
-                self._stale = True
-                self._close_stream()
-                if not self._stop.is_set():
-                    log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
-                    self._stop.wait(RETRY_BACKOFF_S)
-                continue
-            self._apply(fetched, throttled=throttled)
 
     def _positions(self, parts: list[Partition]) -> tuple[list[FetchPosition], set[TopicPartition], float]:
         """This round's requests: (positions, the throttled partitions among them, seconds until
@@ -274,17 +382,47 @@ class FetcherThread:
         if refresh:
             self._request_reconcile()
 
-    def _apply(self, fetched: list[FetchedPartition], *, throttled: set[TopicPartition] | None = None) -> None:
-        lso_changed = appended = refresh = False
-        touched = []
-        # The LSOs this answer raises are flushed once, together, and taken before the next fetch
-        # reports them to the leader (one flush per answer, not one per partition).
+    def _apply(self, fetched: list[FetchedPartition], *,
+               throttled: set[TopicPartition] | None = None) -> Steps[None]:
+        """Append what came, adopt HW and LSO. On a loop, an answer with an error (its handling may
+        truncate, which flushes) is applied on the executor, and so is the flush of the LSOs it
+        raised; the appends of a plain answer run here, as a Produce's do on the leader."""
         lso_commit = LogStartOffsetCommit()
+        try:
+            if any(r.error is not None for r in fetched):
+                appended, lso_changed, refresh = yield Blocking(lambda: self._apply_answer(
+                    fetched, throttled=throttled, lso_commit=lso_commit))
+            else:
+                appended, lso_changed, refresh = self._apply_answer(fetched, throttled=throttled,
+                                                                    lso_commit=lso_commit)
+            if len(lso_commit):
+                try:
+                    yield Blocking(lso_commit.commit)
+                except LowtideError as commit_err:  # none of these LSOs moved; the next answer brings them again
+                    log.warning("cannot make the fetched log start offsets durable", extra={"fields": {
+                        "leader": self.leader_id, "error": commit_err.name, "detail": commit_err.message}})
+                    refresh = True
+            else:
+                lso_commit.commit()  # nothing to flush: releases it
+        finally:
+            lso_commit.close()
+        if refresh:
+            self._stale = True
+            self._request_reconcile()
+            yield _Pause(self, RETRY_BACKOFF_S)
+        if appended or lso_changed:
+            self.registry.notify([(r.topic, r.partition) for r in fetched])
+
+    def _apply_answer(self, fetched: list[FetchedPartition], *, throttled: set[TopicPartition] | None,
+                      lso_commit: LogStartOffsetCommit) -> tuple[bool, bool, bool]:
+        """Each partition's part of an answer: (appended, lso_changed, refresh). The LSOs it raises
+        wait in ``lso_commit``, flushed once, together, and taken before the next fetch reports
+        them to the leader (one flush per answer, not one per partition)."""
+        lso_changed = appended = refresh = False
         for r in fetched:
             p = self.registry.find(r.topic, r.partition)
             if p is None:
                 continue
-            touched.append((r.topic, r.partition))
             err = r.error
             if throttled and err is None and (r.topic, r.partition) in throttled:
                 self.quotas.charge(FOLLOWER_DIRECTION, len(r.records))  # what came, possibly into debt
@@ -311,29 +449,17 @@ class FetcherThread:
                     "topic": r.topic, "partition": r.partition, "error": apply_err.name,
                     "detail": apply_err.message}})
                 refresh = True
-        try:
-            lso_commit.commit()
-        except LowtideError as commit_err:  # none of these LSOs moved; the next answer brings them again
-            log.warning("cannot make the fetched log start offsets durable", extra={"fields": {
-                "leader": self.leader_id, "error": commit_err.name, "detail": commit_err.message}})
-            refresh = True
-        finally:
-            lso_commit.close()
-        if refresh:
-            self._stale = True
-            self._request_reconcile()
-            self._stop.wait(RETRY_BACKOFF_S)
-        if appended or lso_changed:
-            self.registry.notify(touched)
+        return appended, lso_changed, refresh
 
 
 class FetcherManager:
-    """Keeps one FetcherThread per leader this replica follows.
+    """Keeps one Fetcher per leader this replica follows.
 
-    Contract: ``sync()`` starts a thread for every leader of a followed partition and stops the
-    threads of leaders no longer followed; every thread shares one ``ReplicaClient`` over one
-    ``ChannelPool`` (one channel per leader address). ``stop()`` stops and joins every thread,
-    then closes the channels.
+    Contract: ``sync()`` starts a fetcher for every leader of a followed partition and stops the
+    fetchers of leaders no longer followed; every fetcher shares one ``ReplicaClient`` over one
+    ``ChannelPool`` (one channel per leader address). After ``run_on(loop)`` (before the first
+    ``sync``) new fetchers of the socket transport run on that loop, their blocking work on a small
+    pool of this manager's. ``stop()`` stops and joins every fetcher, then closes the channels.
 
     Thread-safety: thread-safe (``sync`` runs on the reconcile thread, ``stop`` on shutdown).
     """
@@ -352,11 +478,22 @@ class FetcherManager:
         # call_metadata: this broker's own token (User:broker-<id>); leaders with auth on refuse
         # a follower fetch that does not prove it comes from the replica it names.
         self.client = ReplicaClient(channels=self._channels, metadata=call_metadata)
-        self._threads: dict[int, FetcherThread] = {}
+        self._threads: dict[int, Fetcher] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="fetcher-watchdog", daemon=True)
         self._watchdog.start()
+
+    def run_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the fetchers started from now on ``loop`` (the Kafka listener's): see ``Fetcher``."""
+        if self.config.transport != "socket":
+            return  # the gRPC transports block in every round: a thread each
+        with self._lock:
+            self._loop = loop
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fetcher-blocking")
 
     def _watch(self) -> None:
         while not self._stopped.wait(WATCHDOG_TICK_S):
@@ -370,9 +507,9 @@ class FetcherManager:
         leaders = {p.leader_id for p in self.registry.all() if p.role == FOLLOWER and p.leader_id >= 0}
         with self._lock:
             for lid in leaders - set(self._threads):
-                t = FetcherThread(registry=self.registry, client=self.client, config=self.config, leader_id=lid,
-                                  lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile,
-                                  quotas=self.quotas)
+                t = Fetcher(registry=self.registry, client=self.client, config=self.config, leader_id=lid,
+                            lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile,
+                            quotas=self.quotas, loop=self._loop, executor=self._executor)
                 self._threads[lid] = t
                 t.start()
             for lid in set(self._threads) - leaders:
@@ -386,5 +523,7 @@ class FetcherManager:
             threads = list(self._threads.values())
             self._threads.clear()
         for t in threads:
-            t.thread.join(timeout=2)
+            t.join(timeout_s=2)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         self._channels.close()

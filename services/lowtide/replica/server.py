@@ -203,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
 
     def start() -> None:
         wait_for_redis(redis, timeout_s=args.redis_wait_seconds, service=name)
+        if kafka is not None and kafka.loop is not None:
+            # The follower rounds too: an answer is read and appended by the loop that serves this
+            # broker's Produce requests, without waking a thread per round (replica/fetcher.py).
+            manager.fetchers.run_on(kafka.loop)
         manager.start()
         if replication is not None:
             # On the Kafka listener's loop: a Produce's append, the follower rounds it wakes and the

@@ -1,7 +1,7 @@
 """Replication throttles (KIP-73, replica/quota.py): the token bucket on a fake clock (long-run
 rate, debt, a new limit starting empty), the throttled-replicas parser, and both places the
 buckets apply: the leader's read of a follower fetch (``ReplicaRequests._read``, real partition
-logs) and the follower's request (``FetcherThread._positions``). No server, no network."""
+logs) and the follower's request (``Fetcher._positions``). No server, no network."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lowtide.client.replica import ReplicaClient
 from lowtide.messages.replica import FetchPosition
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.delete_records import DeleteRecordsHandler
-from lowtide.replica.fetcher import FetcherConfig, FetcherThread
+from lowtide.replica.fetcher import Fetcher, FetcherConfig
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.quota import (
     UNLIMITED,
@@ -248,7 +248,7 @@ def test_the_fetcher_caps_and_then_leaves_out_a_throttled_partition_but_not_an_i
     clock.advance(10.0)
     client = ReplicaClient()
     try:
-        fetcher = FetcherThread(registry=registry, client=client,
+        fetcher = Fetcher(registry=registry, client=client,
                                 config=FetcherConfig(replica_id=2, max_wait_ms=500, max_bytes=1 << 20),
                                 leader_id=0, lookup_brokers=dict, request_reconcile=lambda: None, quotas=quotas)
         follower = r.follower(2)
