@@ -16,8 +16,9 @@ import datetime
 from typing import Any
 
 from lowtide.errors import NotLeaderOrFollower
+from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
+from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
 from lowtide.rpc.steps import Steps
 from lowtide_pb import common_pb2, replica_pb2
 
@@ -54,6 +55,10 @@ def produce(call: Call, body: Any) -> Steps[Any]:
         results = {(r.topic, r.partition): r for r in answer.partitions}
     if acks == 0:
         return None  # Kafka sends no response at all for acks=0
+    if produce_codec.MIN_VERSION <= call.version <= produce_codec.MAX_VERSION:
+        return EncodedBody(produce_codec.encode_produce_response(call.version, [
+            (t.name, [_answer(p.index, results.get((t.name, p.index))) for p in t.partition_data])
+            for t in body.topic_data]), flexible=call.version >= produce_codec.FIRST_FLEXIBLE)
     responses = []
     for t in body.topic_data:
         parts = []
@@ -66,6 +71,15 @@ def produce(call: Call, body: Any) -> Steps[Any]:
                 error_message=(r.error_message or None) if r else None))
         responses.append(call.make("TopicProduceResponse", name=t.name, partition_responses=tuple(parts)))
     return call.make(call.response, responses=tuple(responses), throttle_time=NO_THROTTLE, node_endpoints=())
+
+
+def _answer(index: int, r: Any) -> produce_codec.PartitionAnswer:
+    if r is None:
+        return produce_codec.PartitionAnswer(index, int(error_code(-1)), -1, -1, -1, None)
+    code = r.error_code
+    return produce_codec.PartitionAnswer(index, code if code == 0 else int(error_code(code)), r.base_offset,
+                                         r.log_append_time_ms if r.log_append_time_ms >= 0 else -1,
+                                         r.log_start_offset, r.error_message or None)
 
 
 # -- Fetch -----------------------------------------------------------------------------------

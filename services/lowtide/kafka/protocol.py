@@ -40,6 +40,8 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
+_CLASSIC_HEAD = struct.Struct(">ii")  # size, correlation_id
+_FLEXIBLE_HEAD = struct.Struct(">iiB")  # size, correlation_id, no tagged fields
 
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42
@@ -116,8 +118,22 @@ def read_request(payload: bytes, head: RequestHead) -> Request:
     return Request(head=head, client_id=header.client_id, body=body)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body a hot path encoded itself (``kafka/produce_codec.py``), with whether its
+    version is flexible (which decides the response header)."""
+
+    data: bytes
+    flexible: bool
+
+
 def encode_response(head: RequestHead, body: Any) -> bytes:
-    """The whole response frame (size prefix included) answering ``head`` with ``body``."""
+    """The whole response frame (size prefix included) answering ``head`` with ``body`` (a kio
+    entity, or an ``EncodedBody``)."""
+    if isinstance(body, EncodedBody):
+        if body.flexible and head.api_key != API_VERSIONS_KEY:
+            return _FLEXIBLE_HEAD.pack(len(body.data) + 5, head.correlation_id, 0) + body.data
+        return _CLASSIC_HEAD.pack(len(body.data) + 4, head.correlation_id) + body.data
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     buf.write(struct.pack(">i", head.correlation_id))
