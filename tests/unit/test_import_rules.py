@@ -55,7 +55,8 @@ MAY_IMPORT: dict[str, set[str]] = {
                          "kafka", "tls"},
     # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
     # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
-    "kafka": BASE | {"rpc", "common", "metadata", "tls"},
+    # record: only record.varint, the Produce codec's unsigned varints (batches stay bytes).
+    "kafka": BASE | {"rpc", "common", "metadata", "tls", "record"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
     "leases": BASE | {"common"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability", "tls"},

@@ -3,6 +3,8 @@
 Files (``state.CoordinatorState.snapshot`` writes them crash-safely: .tmp, fsync, rename, fsync dir)::
 
     <data-dir>/snapshots/snapshot-<20-digit applied metadata offset>.sqlite
+    <data-dir>/snapshots/snapshot-in-progress.sqlite.tmp   (being written; named once copied,
+                                                           after the offset the copy holds)
 
 A snapshot is a self-contained SQLite database (SQLite's backup API) of the state after applying
 every record up to and including that offset. After one is written it is put in the object store

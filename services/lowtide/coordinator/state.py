@@ -709,15 +709,19 @@ class CoordinatorState:
         crash-safely (.tmp, fsync, rename, fsync dir) and return its path."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        final = directory / f"{SNAPSHOT_PREFIX}{self.applied_offset:020d}{SNAPSHOT_SUFFIX}"
-        tmp = final.with_name(final.name + ".tmp")
+        tmp = directory / f"{SNAPSHOT_PREFIX}in-progress{SNAPSHOT_SUFFIX}.tmp"
         tmp.unlink(missing_ok=True)
         target = sqlite3.connect(tmp)
         try:
             self.db.backup(target)
             target.execute("PRAGMA journal_mode=DELETE")  # a self-contained single file
+            # Named after what the copy holds, read from the copy: the applier (another process
+            # with its own connection) may commit while the backup runs, and the backup then
+            # restarts and takes that commit too, so the offset read before it can be stale.
+            offset = target.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
         finally:
             target.close()
+        final = directory / f"{SNAPSHOT_PREFIX}{offset:020d}{SNAPSHOT_SUFFIX}"
         _fsync_path(tmp)
         os.replace(tmp, final)
         _fsync_path(directory, directory=True)

@@ -31,6 +31,8 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from lowtide.record.varint import encode_uvarint
+
 MIN_VERSION, MAX_VERSION, FIRST_FLEXIBLE = 3, 12, 9
 _CLASSIC_PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _INT16, _INT32, _INT64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -72,23 +74,13 @@ def encode_produce_response(version: int, topics: Sequence[tuple[str, Sequence[P
     return bytes(out)
 
 
-def _uvarint(value: int) -> bytes:
-    # Kafka's unsigned varint (7 bits a byte, low first); lowtide.record.varint is not for kafka/.
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _INT32.pack(n)
+    return encode_uvarint(n + 1) if flexible else _INT32.pack(n)
 
 
 def _string(value: str, flexible: bool) -> bytes:
     data = value.encode()
-    return (_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
+    return (encode_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
 
 
 def _nullable_string(value: str | None, flexible: bool) -> bytes:

@@ -149,7 +149,10 @@ def check_redis_health(url: str, *, timeout_s: float = 1.0) -> str:
             return UNREACHABLE
         # A restarted redis-server answers PING while it still loads its AOF, and -LOADING to
         # everything that reads data: serving only once it has loaded.
-        return UNREACHABLE if redis_loading(client) else SERVING
+        if redis_loading(client):
+            return UNREACHABLE
+        client.dbsize()  # a read: -LOADING (BusyLoadingError) if loading began after the INFO above
+        return SERVING
     except redis_lib.RedisError:
         return UNREACHABLE
     finally:

@@ -4,6 +4,7 @@ real redis-server."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import pytest
@@ -128,3 +129,42 @@ def test_the_first_append_goes_at_once_and_a_second_waits_for_the_linger_or_the_
     assert until(queued_at=100.0, in_flight=1, now=101.0) == 0.0
     assert until(queued_at=100.0, in_flight=2, now=101.0) == 0.5  # both slots taken: re-check later
     assert until(queued_at=None, in_flight=0, now=100.0) == 0.5  # nothing to send
+
+
+
+class _CommitsDuringBackup:
+    """The shard's connection, with another connection's commit landing as a backup starts (the
+    applier is another process with its own connection)."""
+
+    def __init__(self, db: sqlite3.Connection, other: sqlite3.Connection) -> None:
+        self._db, self._other = db, other
+
+    def backup(self, target: sqlite3.Connection, **kwargs) -> None:
+        self._other.execute("UPDATE applied SET metadata_offset = metadata_offset + 5 WHERE id = 0")
+        self._other.commit()
+        self._db.backup(target, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)
+
+
+def test_a_snapshot_is_named_after_the_offset_its_copy_holds_when_another_connection_commits_meanwhile(
+        shard, tmp_path):
+    # Named after the offset read before the copy, it said 63 for a copy holding 64, and a restore
+    # from the object store refused it (SnapshotCorrupt) for good.
+    tid = create_topic(shard, "t")
+    shard.run(shard.core.commit_file(commit("wal/0", [batch(tid)])))
+    before = shard.state.applied_offset
+    other = sqlite3.connect(shard.state.path)
+    real = shard.state.db
+    shard.state.db = _CommitsDuringBackup(real, other)
+    try:
+        path = shard.state.snapshot(tmp_path / "snapshots")
+    finally:
+        shard.state.db = real
+        other.close()
+    copy = sqlite3.connect(path)
+    held = copy.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
+    copy.close()
+    assert held == before + 5 and snapshot_offset(path) == held
+    assert [p.name for p in (tmp_path / "snapshots").iterdir()] == [path.name]  # no .tmp left
