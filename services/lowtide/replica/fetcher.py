@@ -158,13 +158,26 @@ class Fetcher:
             return
         self._finished.wait(timeout_s)
 
+    @property
+    def finished(self) -> bool:
+        """The rounds ended: stopped, or failed (a bug, logged)."""
+        return self._finished.is_set()
+
     def _run_on_thread(self) -> None:
         try:
             run_blocking(self._rounds())
-        except Exception:  # noqa: BLE001 - a bug: say so, the manager starts a new fetcher on the next sync
-            log.exception("fetcher for leader %s failed", self.leader_id)
+        except Exception as exc:  # noqa: BLE001 - a bug: logged, and replaced (_failed)
+            self._failed(exc)
         finally:
             self._finished.set()
+
+    def _failed(self, error: BaseException) -> None:
+        """The rounds raised (a bug): log it and ask for a reconcile, whose ``sync`` starts a new
+        fetcher for this leader; until then this one's partitions do not replicate."""
+        log.error("fetcher for leader %s failed; a new one starts after the next reconcile", self.leader_id,
+                  exc_info=error)
+        self._finished.set()
+        self._request_reconcile()
 
     def _start_on_loop(self) -> None:
         assert self._loop is not None and self._executor is not None
@@ -172,7 +185,7 @@ class Fetcher:
 
     def _ended_on_loop(self, _value: object, error: BaseException | None) -> None:
         if error is not None and not self.stopping:
-            log.error("fetcher for leader %s failed", self.leader_id, exc_info=error)
+            self._failed(error)
         self._finished.set()
 
     def check_deadline(self, now: float) -> None:
@@ -506,6 +519,9 @@ class FetcherManager:
     def sync(self) -> None:
         leaders = {p.leader_id for p in self.registry.all() if p.role == FOLLOWER and p.leader_id >= 0}
         with self._lock:
+            for lid in leaders & set(self._threads):
+                if self._threads[lid].finished:  # it failed (Fetcher._failed): replaced below
+                    del self._threads[lid]
             for lid in leaders - set(self._threads):
                 t = Fetcher(registry=self.registry, client=self.client, config=self.config, leader_id=lid,
                             lookup_brokers=self._lookup_brokers, request_reconcile=self._request_reconcile,
@@ -514,6 +530,11 @@ class FetcherManager:
                 t.start()
             for lid in set(self._threads) - leaders:
                 self._threads.pop(lid).stop()
+
+    def running(self) -> dict[int, Fetcher]:
+        """The fetcher of each followed leader."""
+        with self._lock:
+            return dict(self._threads)
 
     def stop(self) -> None:
         self._stopped.set()
