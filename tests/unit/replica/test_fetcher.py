@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
 from lowtide.replica.fetcher import FetcherConfig, FetcherManager
 from lowtide.replica.registry import PartitionRegistry
+from tests.waiting import wait_until
 
 
 @pytest.fixture(params=["thread", "loop"])
@@ -34,13 +34,6 @@ def manager_on(request, make_replicas):
             loop.call_soon_threadsafe(loop.stop)
 
 
-def wait_for(condition, what: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def test_a_fetcher_that_fails_asks_for_a_reconcile_and_the_next_sync_replaces_it(manager_on, monkeypatch):
     manager, registry, reconciles = manager_on
     real_following = registry.following
@@ -56,11 +49,11 @@ def test_a_fetcher_that_fails_asks_for_a_reconcile_and_the_next_sync_replaces_it
     manager.sync()
     first = manager.running()[0]
     assert reconciles.wait(5), "the failed fetcher asked for no reconcile"
-    wait_for(lambda: first.finished, "the failed fetcher to end")
+    wait_until(lambda: first.finished, what="the failed fetcher to end")
     manager.sync()  # what the reconcile it asked for runs
     second = manager.running()[0]
     assert second is not first
-    wait_for(lambda: len(calls) >= 3, "the new fetcher's rounds")  # no leader address: it pauses and looks again
+    wait_until(lambda: len(calls) >= 3, what="the new fetcher's rounds")  # no leader address: it pauses and looks again
     assert not second.finished
 
 
@@ -71,4 +64,4 @@ def test_stop_ends_every_fetcher_and_a_sync_without_followed_leaders_stops_their
     registry.apply_assignment({}, open_partition=lambda tp: None)
     manager.sync()
     assert manager.running() == {}
-    wait_for(lambda: fetcher.finished, "the fetcher of a leader no longer followed to end")
+    wait_until(lambda: fetcher.finished, what="the fetcher of a leader no longer followed to end")
