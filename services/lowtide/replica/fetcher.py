@@ -483,7 +483,7 @@ class FetcherManager:
                  quotas: ReplicationQuotas | None = None) -> None:
         self.registry = registry
         self.config = config
-        # One follower bucket for every fetcher thread of this broker (KIP-73: per broker, not per leader).
+        # One follower bucket for every fetcher of this broker (KIP-73: per broker, not per leader).
         self.quotas = quotas if quotas is not None else ReplicationQuotas(broker_id=config.replica_id)
         self._lookup_brokers = lookup_brokers
         self._request_reconcile = request_reconcile

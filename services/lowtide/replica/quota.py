@@ -70,7 +70,7 @@ class TokenBucket:
     how long until ``available()`` is positive again. ``set_rate(None)`` removes the limit.
 
     Thread-safety: thread-safe (one lock, a few float operations per call); shared by every
-    fetch handler thread (leader) or every fetcher thread (follower) of one broker.
+    fetch handler (leader) or every fetcher (follower, on a thread or the Kafka listener loop) of one broker.
     """
 
     def __init__(self, *, rate: float | None = None, clock: Callable[[], float] = time.monotonic,
