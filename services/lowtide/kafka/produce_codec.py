@@ -4,8 +4,9 @@ Why not kio's entity writer (lowtide.kafka.protocol): building the response enti
 them cost about 18 us per request on an idle 2-core VM (5.5 + 12.5), this encoder 3 us, on a path
 that costs each replica about 170 us per 16 KiB batch (issue 32,
 docs/testing.md#where-time-goes-per-16-kib-produce-request). The request is still read by kio: its
-reader is faster than a hand-written one was. The layout is small and fixed; tests/unit/kafka/test_produce_codec.py checks it byte for byte against
-kio's writer for every version served.
+reader is faster than a hand-written one was. The layout is small and fixed;
+tests/unit/kafka/test_produce_codec.py checks it byte for byte against kio's writer for every
+version served.
 
 ProduceResponse body, versions 3 to 12 (all integers big-endian)::
 
