@@ -106,7 +106,10 @@ def test_a_stopped_follower_times_the_request_out_while_live_and_is_ignored_once
     try:
         t0 = time.monotonic()
         [res] = s.delete_records(cluster, [("slow", 0, 10)], timeout_ms=300)
-        assert res.error_code == 7, res                         # REQUEST_TIMED_OUT
+        # REQUEST_TIMED_OUT. Seen once answered 0 in a full run (session 30) and never since: if it
+        # recurs, the message says what the leader counted.
+        assert res.error_code == 7, (res, f"took {time.monotonic() - t0:.2f}s",
+                                     s.describe(cluster, leader, "slow"), s.store(cluster).live_broker_ids())
         assert time.monotonic() - t0 < 5
         assert s.describe(cluster, leader, "slow").log_start_offset == 10  # LSO stays advanced
         s.wait_until(lambda: follower not in s.store(cluster).live_broker_ids(), timeout_s=10,
