@@ -15,7 +15,6 @@ import asyncio
 import queue
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from lowtide.messages import TopicPartition
 from lowtide.messages.replica import FetchedPartition, FetchPosition, ProducedPartition
 from lowtide.rpc.framed import (
     ERROR,
+    HEADER,
     HELLO,
     PRODUCE,
     REQUEST,
@@ -46,6 +46,14 @@ from lowtide_pb import replica_pb2
 class ListenerUnreachable(NetworkException):
     """The replication listener could not be connected to: nothing was sent (safe to send the same
     request another way)."""
+
+
+def _refusal(address: str, kind: int, payload: bytes | bytearray) -> LowtideError:
+    """The error an answer frame other than RESPONSE stands for: an ERROR frame's own error, any
+    other kind NETWORK_EXCEPTION (the listener does not speak this protocol)."""
+    if kind == ERROR:
+        return decode_error(bytes(payload))
+    return NetworkException(f"the replication listener at {address} sent frame kind {kind} where an answer was due")
 
 
 class FramedConnection:
@@ -101,10 +109,7 @@ class FramedConnection:
         if answer_kind == RESPONSE:
             return answer
         self.close()
-        if answer_kind == ERROR:
-            raise decode_error(answer)
-        raise NetworkException(f"the replication listener at {self.address} sent frame kind {answer_kind} "
-                               "where an answer was due")
+        raise _refusal(self.address, answer_kind, answer)
 
     def cancel(self) -> None:
         self.finished = True
@@ -149,8 +154,7 @@ class SocketReplicationStream:
         self._connection.close()
 
 
-_FRAME_HEADER = struct.Struct(">IB")  # length:uint32 kind:uint8 (lowtide.rpc.framed)
-_HEADER_BYTES = _FRAME_HEADER.size
+_HEADER_BYTES = HEADER.size
 _SCRATCH_BYTES = 64 * 1024
 
 
@@ -236,10 +240,7 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
         if answer_kind == RESPONSE:
             return body
         self.close()
-        if answer_kind == ERROR:
-            raise decode_error(bytes(body))
-        raise NetworkException(f"the replication listener at {self.address} sent frame kind {answer_kind} "
-                               "where an answer was due")
+        raise _refusal(self.address, answer_kind, body)
 
     def fetch_steps(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int,
                     min_bytes: int = 1, max_bytes: int = 0, timeout_s: float) -> Steps[list[FetchedPartition]]:
@@ -319,7 +320,7 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
         self._have += nbytes
         if self._have < _HEADER_BYTES:
             return
-        length, kind = _FRAME_HEADER.unpack_from(self._scratch)
+        length, kind = HEADER.unpack_from(self._scratch)
         try:
             check_header(length, kind)
         except LowtideError as exc:

@@ -167,7 +167,8 @@ class Fetcher:
         try:
             run_blocking(self._rounds())
         except Exception as exc:  # noqa: BLE001 - a bug: logged, and replaced (_failed)
-            self._failed(exc)
+            if not self.stopping:
+                self._failed(exc)
         finally:
             self._finished.set()
 

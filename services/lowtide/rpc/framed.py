@@ -43,7 +43,7 @@ from lowtide.errors import InvalidRequest, LowtideError, NetworkException, error
 HELLO, REQUEST, RESPONSE, ERROR, PRODUCE = 1, 2, 3, 4, 5
 KINDS = (HELLO, REQUEST, RESPONSE, ERROR, PRODUCE)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
-_HEADER = struct.Struct(">IB")
+HEADER = struct.Struct(">IB")
 
 
 def frame_header(kind: int, payload_bytes: int) -> bytes:
@@ -52,7 +52,7 @@ def frame_header(kind: int, payload_bytes: int) -> bytes:
         raise InvalidRequest(f"unknown frame kind {kind}")
     if payload_bytes + 1 > MAX_FRAME_BYTES:
         raise InvalidRequest(f"a frame of {payload_bytes + 1} bytes is over the {MAX_FRAME_BYTES}-byte limit")
-    return _HEADER.pack(payload_bytes + 1, kind)
+    return HEADER.pack(payload_bytes + 1, kind)
 
 
 def encode_frame(kind: int, payload: bytes) -> bytes:
@@ -111,12 +111,12 @@ async def read_frame_async(reader: asyncio.StreamReader) -> tuple[int, bytes] | 
     """``FrameReader.read`` on an asyncio stream: (kind, payload), None at a clean end of stream
     between frames, NETWORK_EXCEPTION inside one, INVALID_REQUEST for a bad header."""
     try:
-        header = await reader.readexactly(_HEADER.size)
+        header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             return None
         raise NetworkException(f"the connection closed inside a frame header ({len(exc.partial)} bytes)") from None
-    length, kind = _HEADER.unpack(header)
+    length, kind = HEADER.unpack(header)
     check_header(length, kind)
     try:
         payload = await reader.readexactly(length - 1) if length > 1 else b""
@@ -149,10 +149,10 @@ class FrameReader:
         return bytes(buf) if n < 65536 else buf  # type: ignore[return-value]  # both are buffers
 
     def read(self) -> tuple[int, bytes] | None:
-        header = self._read_exactly(_HEADER.size, at_start=True)
+        header = self._read_exactly(HEADER.size, at_start=True)
         if header is None:
             return None
-        length, kind = _HEADER.unpack(header)
+        length, kind = HEADER.unpack(header)
         check_header(length, kind)
         payload = self._read_exactly(length - 1) if length > 1 else b""
         assert payload is not None
