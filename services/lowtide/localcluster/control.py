@@ -48,11 +48,21 @@ def is_pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no procfs: trust kill(0)
-    # Field 3 (after the parenthesised command name) is the state; a zombie has exited already.
-    if stat.rpartition(")")[2].split()[0] == "Z":
+    # Field 3 (after the parenthesised command name) is the state; a zombie has exited already --
+    # unless only its main thread has: a killed multi-threaded process shows its leader as "Z" while
+    # the other threads still exit, and its descriptors (a listening port) close with the last one.
+    # A restart bound in that window failed with EADDRINUSE.
+    if stat.rpartition(")")[2].split()[0] == "Z" and not _has_other_threads(pid):
         reap_if_child(pid)
         return False
     return True
+
+
+def _has_other_threads(pid: int) -> bool:
+    try:
+        return any(tid != str(pid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return False
 
 
 def reap_if_child(pid: int) -> None:

@@ -71,6 +71,58 @@ def test_pid_liveness_and_zombies_are_dead() -> None:
     assert not control.is_pid_alive(child.pid)
 
 
+# The child's main thread ends (pthread_exit) while another thread goes on holding a listening socket:
+# the leader shows as a zombie ("Z") although the process still runs and its files are open. That is
+# the window a SIGKILLed multi-threaded service passes through (its threads exit one by one, the
+# descriptors close with the last); a restart bound in it failed with EADDRINUSE (CI, session 31).
+_MAIN_THREAD_EXITS = """
+import ctypes, socket, sys, threading, time
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+sock.listen()
+print(sock.getsockname()[1], flush=True)
+def hold():
+    sys.stdin.readline()  # until the test closes our stdin
+    sock.close()
+threading.Thread(target=hold).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_process_whose_main_thread_exited_but_whose_other_threads_run_is_alive() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _MAIN_THREAD_EXITS], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        wait_until(lambda: _state_of(child.pid) == "Z", timeout_s=10, interval_s=0.02,
+                   what="the child's main thread to exit")
+        assert control.is_pid_alive(child.pid), "a thread still runs and still holds the port"
+        assert not control.wait_for_exit(child.pid, timeout_s=0.3)
+        assert _port_is_held(port)
+        child.stdin.close()  # the last thread exits
+        assert control.wait_for_exit(child.pid, timeout_s=10)
+        assert not _port_is_held(port)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _state_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def _port_is_held(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def test_ownership_needs_the_address_on_the_command_line() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--grpc-addr", "127.0.0.1:65001"])
     try:
