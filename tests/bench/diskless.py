@@ -284,7 +284,7 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     cluster.up(detach=True)
     redis = redis_lib.Redis.from_url(cluster.redis_url)
     directory = ShardDirectory(redis=redis)
-    client = DisklessCoordinatorClient(lookup=directory.lookup)
+    client = DisklessCoordinatorClient(lookup=directory.lookup, framed_lookup=directory.lookup_framed)
     try:
         files = 100 if quick else 500
         flat = {}  # committers -> (latencies, batches/s)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from lowtide.client.framed import ListenerCaller, ListenerUnreachable
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, UnknownServerError, error_or_none
 from lowtide.messages.commit_wire import pack_batches, unpack_results
 from lowtide.messages.coordinator import BatchToCommit, CommitResult, FoundBatch, FoundPartition, PartitionAnswer
@@ -27,22 +28,61 @@ from lowtide_pb import coordinator_pb2_grpc
 ShardLookup = Callable[[int, bool], str | None]
 WRITE_AHEAD_MULTI_SEGMENT = 1
 RECORD_BATCH_MAGIC = 2
+# After a shard's framed listener could not be connected to, how long its calls go over gRPC.
+LISTENER_RETRY_S = 30.0
 # A result without an error: built from its unpacked row with no Python-level frame (one per batch).
 _new_result = partial(tuple.__new__, CommitResult)
 
 
 class DisklessCoordinatorClient(PooledClient):
     """Calls shard leaders over a ``ChannelPool``; ``metadata`` (bearer token) on every call.
+    With ``framed_lookup`` (where a shard's framed listener is; None: it has none), CommitFile goes
+    there as a CALL frame on a pooled connection instead (docs/design/diskless.md#cost-per-commit):
+    the same request, answer and errors, a fraction of the CPU at both ends. A listener that cannot
+    be connected to (nothing sent) is skipped for ``LISTENER_RETRY_S``, its calls made over gRPC.
 
     Contract: each method calls one shard and returns its answers, raising the whole-call error
     (after retrying the retriable ones until ``timeout_s``). Thread-safety: thread-safe (no
-    per-call state; the pool is thread-safe).
+    per-call state; the pools are thread-safe).
     """
 
     def __init__(self, *, lookup: ShardLookup, channels: ChannelPool | None = None,
-                 metadata: Sequence[tuple[str, str]] = ()) -> None:
+                 metadata: Sequence[tuple[str, str]] = (), framed_lookup: ShardLookup | None = None) -> None:
         super().__init__(channels=channels, metadata=metadata)
         self._lookup = lookup
+        self._framed_lookup = framed_lookup
+        self._caller = ListenerCaller(tls=self.channels.tls, metadata=self.metadata) \
+            if framed_lookup is not None else None
+        self._unreachable: dict[str, float] = {}  # framed address -> monotonic time to try it again
+
+    def close(self) -> None:
+        if self._caller is not None:
+            self._caller.close()
+        super().close()
+
+    def _call_framed(self, shard: int, method: str, request: Any, answer_type: Any, timeout_s: float) -> Any:
+        """``_call`` over the shard's framed listener while it has one (gRPC otherwise)."""
+        assert self._framed_lookup is not None and self._caller is not None
+        deadline = time.monotonic() + timeout_s
+        refresh = False
+        delay = 0.05
+        while True:
+            address = self._framed_lookup(shard, refresh)
+            if address is None or self._unreachable.get(address, 0.0) > time.monotonic():
+                return self._call(shard, method, request, max(0.05, deadline - time.monotonic()))
+            try:
+                left = max(0.05, deadline - time.monotonic())
+                return answer_type.FromString(self._caller.call(address, method, request.SerializeToString(),
+                                                                timeout_s=left))
+            except ListenerUnreachable:
+                self._unreachable[address] = time.monotonic() + LISTENER_RETRY_S
+                continue  # nothing was sent: the next turn goes over gRPC
+            except LowtideError as exc:
+                if not exc.retriable or time.monotonic() + delay >= deadline:
+                    raise
+            refresh = True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def _call(self, shard: int, method: str, request: Any, timeout_s: float) -> Any:
         deadline = time.monotonic() + timeout_s
@@ -93,7 +133,8 @@ class DisklessCoordinatorClient(PooledClient):
                 (RECORD_BATCH_MAGIC, i, b.topic_id, b.partition, b.byte_offset, b.size, b.base_offset, b.last_offset,
                  b.max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence,
                  b.last_sequence) for i, b in enumerate(batches)))
-        reply = self._call(shard, "CommitFile", request, timeout_s)
+        reply = self._call_framed(shard, "CommitFile", request, pb.DisklessCommitFileResponse, timeout_s) \
+            if self._caller is not None else self._call(shard, "CommitFile", request, timeout_s)
         messages = {m.index: m.message for m in reply.error_messages}
         results = [_new_result((None, base, append_time, lso, duplicate == 1)) if not code else
                    CommitResult(error_or_none(code, messages.get(i, "")), base, append_time, lso, duplicate == 1)

@@ -1,7 +1,8 @@
 """Clients of a leader's replication listener (lowtide.rpc.framed_listener): the
 connection both use (``FramedConnection``), a follower's replication rounds
-(``SocketReplicationStream``; ``LoopFramedConnection`` on an event loop) and a coordinator's
-appends to its metadata partition (``ListenerProducer``), without gRPC (lowtide.rpc.framed draws
+(``SocketReplicationStream``; ``LoopFramedConnection`` on an event loop), a coordinator's
+appends to its metadata partition (``ListenerProducer``) and a broker's CommitFile calls to a
+coordinator shard's framed listener (``ListenerCaller``), without gRPC (lowtide.rpc.framed draws
 the frames).
 
 Why a coordinator appends here: each committed diskless file is one acks=all append to
@@ -24,6 +25,7 @@ from lowtide.errors import LowtideError, NetworkException, RequestTimedOut, erro
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import FetchedPartition, FetchPosition, ProducedPartition
 from lowtide.rpc.framed import (
+    CALL,
     ERROR,
     HEADER,
     HELLO,
@@ -33,6 +35,7 @@ from lowtide.rpc.framed import (
     FrameReader,
     check_header,
     decode_error,
+    encode_call,
     encode_frame,
     encode_hello,
     frame_header,
@@ -383,13 +386,9 @@ class FutureWait:
             self._callback = None
 
 
-class ListenerProducer:
-    """Produce requests to leaders' replication listeners, on pooled connections (one per request
-    in flight to an address; an idle one is reused). Same answers and errors as
-    ``ReplicaClient.produce``; a connection that failed is dropped, never reused.
-
-    Thread-safety: every method from any thread.
-    """
+class _ConnectionPool:
+    """Pooled ``FramedConnection``s per address: one per request in flight to it, an idle one
+    reused; a connection that failed is dropped, never reused. Thread-safety: any thread."""
 
     def __init__(self, *, tls: ClientTls | None, metadata: Sequence[tuple[str, str]],
                  connect_timeout_s: float = 5.0) -> None:
@@ -398,25 +397,16 @@ class ListenerProducer:
         self._idle: dict[str, queue.SimpleQueue[FramedConnection]] = {}
         self._closed = False
 
-    def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                deadline_s: float, expected_end_offsets: Mapping[TopicPartition, int] | None = None,
-                coordinator_append: bool = False) -> list[ProducedPartition]:
-        expected = expected_end_offsets or {}
-        request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
-            replica_pb2.ProducePartition(topic=t, partition=p, records=records,
-                                         expected_log_end_offset=expected.get((t, p)))
-            for t, p, records in partitions], coordinator_append=coordinator_append)
+    def _exchange(self, address: str, kind: int, payload: bytes, *, timeout_s: float) -> bytes:
+        """One request on a pooled connection: its answer's payload. ListenerUnreachable when no
+        connection could be opened (nothing was sent); else ``FramedConnection.call``'s errors."""
         try:
             connection = self._take(address)
         except NetworkException as exc:
             raise ListenerUnreachable(str(exc)) from None
-        answer = connection.call(PRODUCE, request.SerializeToString(), timeout_s=deadline_s)
+        answer = connection.call(kind, payload, timeout_s=timeout_s)
         self._give_back(address, connection)
-        response = replica_pb2.ProduceResponse.FromString(answer)
-        return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
-                                  log_start_offset=r.log_start_offset,
-                                  error=error_or_none(r.error_code, r.error_message))
-                for r in response.partitions]
+        return answer
 
     def _take(self, address: str) -> FramedConnection:
         with self._lock:
@@ -439,7 +429,7 @@ class ListenerProducer:
             idle.put(connection)
 
     def forget(self, address: str) -> None:
-        """Close the idle connections to ``address`` (its broker moved or went away)."""
+        """Close the idle connections to ``address`` (its server moved or went away)."""
         with self._lock:
             idle = self._idle.pop(address, None)
         while idle is not None and not idle.empty():
@@ -451,3 +441,40 @@ class ListenerProducer:
             addresses = list(self._idle)
         for address in addresses:
             self.forget(address)
+
+
+class ListenerProducer(_ConnectionPool):
+    """Produce requests to leaders' replication listeners, on pooled connections (one per request
+    in flight to an address; an idle one is reused). Same answers and errors as
+    ``ReplicaClient.produce``; a connection that failed is dropped, never reused.
+
+    Thread-safety: every method from any thread.
+    """
+
+    def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                deadline_s: float, expected_end_offsets: Mapping[TopicPartition, int] | None = None,
+                coordinator_append: bool = False) -> list[ProducedPartition]:
+        expected = expected_end_offsets or {}
+        request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
+            replica_pb2.ProducePartition(topic=t, partition=p, records=records,
+                                         expected_log_end_offset=expected.get((t, p)))
+            for t, p, records in partitions], coordinator_append=coordinator_append)
+        answer = self._exchange(address, PRODUCE, request.SerializeToString(), timeout_s=deadline_s)
+        response = replica_pb2.ProduceResponse.FromString(answer)
+        return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
+                                  log_start_offset=r.log_start_offset,
+                                  error=error_or_none(r.error_code, r.error_message))
+                for r in response.partitions]
+
+
+class ListenerCaller(_ConnectionPool):
+    """Calls of a gRPC service's methods as CALL frames to its framed listener (a coordinator
+    shard's CommitFile, docs/design/diskless.md#cost-per-commit), on pooled connections: the
+    serialized request in, the serialized response out. A refusal raises the error the server
+    sent (as the gRPC method's status would), ListenerUnreachable when nothing was sent.
+
+    Thread-safety: every method from any thread.
+    """
+
+    def call(self, address: str, method: str, request: bytes, *, timeout_s: float) -> bytes:
+        return self._exchange(address, CALL, encode_call(method, request), timeout_s=timeout_s)

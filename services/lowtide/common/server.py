@@ -29,6 +29,7 @@ from prometheus_client import start_http_server
 
 from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.rpc.channels import CHANNEL_OPTIONS
+from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide.tls.config import ServerTls, add_tls_flags
@@ -83,6 +84,24 @@ def add_auth_flags(parser: argparse.ArgumentParser, *, checks: str, own_token: s
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host or "0.0.0.0", int(port)
+
+
+def listener_from_flag(value: str, *, grpc_addr: str, tls: ServerTls | None, name: str,
+                       flag: str) -> FramedListener | None:
+    """The framed listener (lowtide.rpc.framed_listener) a ``--...-listener`` flag asks for: ``off``
+    (None), ``auto`` (the gRPC listen host, a free port) or ``HOST:PORT``; a bad value exits
+    naming ``flag``."""
+    value = value.strip()
+    if value == "off":
+        return None
+    if value == "auto":
+        host, port = split_addr(grpc_addr)[0], 0
+    else:
+        try:
+            host, port = split_addr(value)
+        except ValueError:
+            raise SystemExit(f"{name}: {flag} must be HOST:PORT, auto or off, got {value!r}") from None
+    return FramedListener(host=host.strip("[]"), port=port, tls=tls, name=name)
 
 
 def translate_store_errors(exc: Exception) -> LowtideError | None:

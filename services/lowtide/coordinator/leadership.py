@@ -97,6 +97,7 @@ class ShardAddress:
     metrics: str
     owner: str = ""
     since_ms: int = 0
+    framed: str = ""  # the shard's framed listener (CommitFile as CALL frames); "": none, gRPC only
 
 
 class ShardLease:
@@ -141,9 +142,11 @@ class ShardLease:
 
 
 def register_shard(redis: redis_lib.Redis, address: ShardAddress) -> None:
-    redis.hset(REGISTRY, str(address.shard), json.dumps(
-        {"grpc": address.grpc, "metrics": address.metrics, "owner": address.owner,
-         "since_ms": address.since_ms or now_ms()}, sort_keys=True))
+    doc = {"grpc": address.grpc, "metrics": address.metrics, "owner": address.owner,
+           "since_ms": address.since_ms or now_ms()}
+    if address.framed:
+        doc["framed"] = address.framed
+    redis.hset(REGISTRY, str(address.shard), json.dumps(doc, sort_keys=True))
 
 
 def register_standby(redis: redis_lib.Redis, *, shard: int, owner: str, grpc: str) -> None:
@@ -169,5 +172,6 @@ def read_shards(redis: redis_lib.Redis) -> dict[int, ShardAddress]:
         doc = json.loads(value)
         shard = int(key)
         out[shard] = ShardAddress(shard=shard, grpc=doc["grpc"], metrics=doc.get("metrics", ""),
-                                  owner=doc.get("owner", ""), since_ms=int(doc.get("since_ms", 0)))
+                                  owner=doc.get("owner", ""), since_ms=int(doc.get("since_ms", 0)),
+                                  framed=doc.get("framed", ""))
     return dict(sorted(out.items()))

@@ -37,9 +37,11 @@ APPEND_DECISIONS = Histogram(
 
 
 class Waiter:
-    """A queued request: its check (None for a barrier), then its outcome, and the waiting thread."""
+    """A queued request: its check (None for a barrier), then its outcome; ``done`` is set once
+    it has one, and ``wake.set()`` called if a waiter on an event loop armed one (rpc/steps.py
+    ``Wait``: a framed CommitFile waits without a thread). Thread-safety: finished by any thread."""
 
-    __slots__ = ("check", "records", "response", "error", "done", "queued_at")
+    __slots__ = ("check", "records", "response", "error", "done", "queued_at", "wake")
 
     def __init__(self, check: Callable[[CoordinatorCore], Decision] | None) -> None:
         self.check = check
@@ -48,26 +50,59 @@ class Waiter:
         self.response: Any = None
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.wake: Any = None
+
+    def finish(self) -> None:
+        self.done.set()
+        wake = self.wake
+        if wake is not None:
+            wake.set()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
-        self.done.set()
+        self.finish()
+
+
+class WaiterWait:
+    """A steps ``Wait`` (lowtide.rpc.steps) for a queued request's outcome, until ``deadline``
+    (``time.monotonic()``); at the deadline the request stays queued, as a gRPC caller's would."""
+
+    __slots__ = ("waiter", "deadline")
+
+    def __init__(self, waiter: Waiter, *, deadline: float) -> None:
+        self.waiter, self.deadline = waiter, deadline
+
+    def arm(self, event: Any) -> None:
+        self.waiter.wake = event
+
+    def check(self) -> bool:
+        return self.waiter.done.is_set()
+
+    def expire(self) -> None:
+        pass
+
+    def disarm(self) -> None:
+        self.waiter.wake = None
 
 
 def seconds_until_send(*, oldest_queued_at: float | None, in_flight: int, max_in_flight: int, linger_s: float,
-                       now: float) -> float:
+                       now: float, busy: bool = False) -> float:
     """Seconds until the writer sends the checked requests (the oldest queued at
     ``oldest_queued_at``) as the next append; 0: now; 0.5 (a re-check) with nothing it may send.
 
-    The first append in flight goes at once: an idle shard adds no latency. A further one goes
-    once its oldest request has waited ``linger_s``, or sooner when the append before it lands
-    (the writer then has none in flight): under load, the requests that arrive while an append is
-    under way ride the next one together. Why: each append costs a Produce, a follower fetch round
+    The first append in flight goes at once unless the shard is ``busy``: its oldest request
+    arrived while an append was in flight, or within twice the linger of the request before it
+    (the writer decides). So an idle shard, and requests spaced wider than that, add no latency.
+    A further append, or a busy shard's first, goes once its oldest request has waited
+    ``linger_s``, or sooner when the append before it lands and the shard is not busy: under
+    load, the requests that arrive meanwhile ride one append together, as a Kafka producer's
+    records do within its ``linger.ms``. Why: each append costs a Produce, a follower fetch round
     per replica and an apply whatever it carries, about as much CPU as a 100-batch file's own
-    checks (docs/design/diskless.md#cost-per-commit)."""
+    checks (docs/design/diskless.md#cost-per-commit). The price: one client committing files back
+    to back, faster than one per twice the linger, waits up to the linger on each."""
     if oldest_queued_at is None or in_flight >= max_in_flight:
         return 0.5
-    if in_flight == 0:
+    if in_flight == 0 and not busy:
         return 0.0
     return max(0.0, oldest_queued_at + linger_s - now)
 

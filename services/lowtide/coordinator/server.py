@@ -36,7 +36,14 @@ from lowtide.client.diskless_files import describe_files
 from lowtide.client.framed import ListenerProducer
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap
-from lowtide.common.server import SERVER_OPTIONS, add_auth_flags, add_common_flags, add_flag, translate_store_errors
+from lowtide.common.server import (
+    SERVER_OPTIONS,
+    add_auth_flags,
+    add_common_flags,
+    add_flag,
+    listener_from_flag,
+    translate_store_errors,
+)
 from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS, THREAD
 from lowtide.coordinator.leadership import ShardLease, read_shards, register_standby, unregister_standby
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
@@ -95,13 +102,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "FindBatches asked of a standby, take over when their leader's lease expires")
     add_flag(parser, "--standby-grpc-host", default="0.0.0.0",
              help="host the standby shards' gRPC ports (one ephemeral port each) listen on")
+    add_flag(parser, "--framed-listener", default="auto",
+             help="where brokers send CommitFile without gRPC, as framed calls on a plain TCP/TLS port "
+                  "(lowtide.rpc.framed_listener; cheaper per file): HOST:PORT, 'auto' (the gRPC listen host, a free "
+                  "port, advertised in the shard registry) or 'off' (gRPC only)")
     add_flag(parser, "--append-timeout-ms", type=int, default=10000, help="acks=all wait of a metadata append")
     add_flag(parser, "--appends-in-flight", type=int, default=2,
              help="metadata log appends in flight at once (1-5); each is conditional on the log end, so they land "
                   "in order or not at all")
     add_flag(parser, "--append-linger-ms", type=int, default=5,
-             help="with an append already in flight, a request waits up to this long for others to ride the next "
-                  "append with it (an idle shard appends at once); fewer appends, less CPU per commit")
+             help="with an append in flight, or requests coming within twice this of each other, a request waits "
+                  "up to this long for others to ride the next append with it (an idle shard appends at once); "
+                  "fewer appends, less CPU per commit")
     add_flag(parser, "--applier", type=_applier_kind, default=PROCESS,
              help="where replicated metadata records are applied to the SQLite state: 'process' (a child "
                   "process, so the apply runs beside the shard's checks instead of sharing its GIL) or 'thread'")
@@ -171,11 +183,15 @@ def run(args: argparse.Namespace) -> int:
     standby_shards = [k for k in args.standby_shards if k != args.shard]
     shards = max(args.shards, args.shard + 1, *(k + 1 for k in standby_shards))
 
+    framed = listener_from_flag(args.framed_listener, grpc_addr=args.grpc_addr, tls=boot.tls, name=name,
+                                flag="--framed-listener")
+    advertised_framed = f"{args.advertised_host}:{framed.bind()}" if framed is not None else ""
+
     def build_shard(index: int, *, data_dir: Path, advertised_grpc: str, standby: bool,
-                    follow: bool = False) -> ShardService:
+                    follow: bool = False, advertised_framed: str = "") -> ShardService:
         config = ShardConfig(
             shard=index, shards=shards, data_dir=data_dir, owner=owner,
-            advertised_grpc=advertised_grpc, metrics_url=boot.metrics_url,
+            advertised_grpc=advertised_grpc, advertised_framed=advertised_framed, metrics_url=boot.metrics_url,
             lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6),
             append_timeout_ms=args.append_timeout_ms, appends_in_flight=args.appends_in_flight,
             append_linger_ms=args.append_linger_ms,
@@ -206,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     # With standbys, the shard's own process follows its log too while another leads it (after this
     # process was paused or restarted), so taking it back is as quick as a standby's takeover.
     shard = build_shard(args.shard, data_dir=Path(args.data_dir), advertised_grpc=boot.advertised_grpc, standby=False,
-                        follow=bool(standby_shards))
+                        follow=bool(standby_shards), advertised_framed=advertised_framed)
     REGISTRY.register(CoordinatorCollector(shard))
     standbys = [_StandbyShard(index=k, args=args, tls=boot.tls) for k in standby_shards]
     for standby in standbys:
@@ -220,6 +236,12 @@ def run(args: argparse.Namespace) -> int:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, server)
 
     def start() -> None:
+        if framed is not None:
+            # A loop of its own: a CommitFile is queued for the writer there and answered when its
+            # append lands, with no thread parked per call (coordinator/servicer.py _FramedSession).
+            framed.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
+                         draining=lambda: False)
+            log.info("framed listener", extra={"fields": {"address": advertised_framed}})
         shard.start()
         for standby in standbys:
             standby.service.start()
@@ -227,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
             log.info("standing by", extra={"fields": {"shard": standby.index, "grpc": standby.advertised}})
 
     def on_stop() -> None:
+        if framed is not None:
+            framed.stop()
         for standby in standbys:
             standby.stop()
             try:

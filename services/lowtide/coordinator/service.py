@@ -9,7 +9,8 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
                     records become pending); while fewer than ``appends_in_flight`` (2) Produces
                     are under way, send the next group (every decision checked meanwhile, one batch
                     each) in one acks=all Produce, conditional on the log end it expects; the
-                    second in flight only after ``append_linger_ms`` (pipeline.seconds_until_send)
+                    second in flight, and a busy shard's first, only after ``append_linger_ms``
+                    (pipeline.seconds_until_send)
     appenders:      the Produces in flight (an executor thread each, coordinator.pipeline: retries
                     and leader moves); as they succeed, hand the groups to the applier in log order
                     and answer them
@@ -144,6 +145,7 @@ class ShardConfig:
     data_dir: Path
     owner: str                       # this process's id in the lease
     advertised_grpc: str
+    advertised_framed: str = ""       # the framed listener brokers send CommitFile to ("": none)
     metrics_url: str = ""
     lease_ms: int = 6_000
     lease_margin_ms: int = 1_000
@@ -307,12 +309,26 @@ class ShardService:
         self._enqueue(Waiter(None), timeout_ms)
         return self.read(fn)
 
+    def submit(self, check: Callable[[CoordinatorCore], Decision]) -> Waiter:
+        """Queue ``check`` as ``mutate`` does, without waiting: its outcome is ``outcome(waiter)``
+        once ``waiter.done`` is set (a framed call waits on the loop: pipeline.WaiterWait)."""
+        waiter = Waiter(check)
+        self._queue_waiter(waiter)
+        return waiter
+
+    def outcome(self, waiter: Waiter, timeout_ms: int | None = None) -> Any:
+        """A submitted request's response; its error; REQUEST_TIMED_OUT while it has none."""
+        return self._await(waiter, timeout_ms, block=False)
+
     def _enqueue(self, waiter: Waiter, timeout_ms: int | None) -> Any:
+        self._queue_waiter(waiter)
+        return self._await(waiter, timeout_ms)
+
+    def _queue_waiter(self, waiter: Waiter) -> None:
         self._check_serving()  # fail fast; the writer checks again under the shard lock
         with self._inbox:
             self._queue.append(waiter)
             self._inbox.notify()
-        return self._await(waiter, timeout_ms)
 
     def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
         """``fn(core)`` on the applied state, once every mutation answered so far is applied."""
@@ -333,9 +349,9 @@ class ShardService:
             self._lock.wait(min(remaining, 0.5))
             self._check_serving()  # a failed apply reloads the shard: the read is then retried
 
-    def _await(self, waiter: Waiter, timeout_ms: int | None) -> Any:
+    def _await(self, waiter: Waiter, timeout_ms: int | None, *, block: bool = True) -> Any:
         limit = min(timeout_ms or self.config.request_timeout_ms, self.config.request_timeout_ms) / 1000
-        if not waiter.done.wait(limit):
+        if not (waiter.done.wait(limit) if block else waiter.done.is_set()):
             # Still in the pipeline: it may yet be applied. A retry is safe (CommitFile is
             # idempotent for idempotent producers; DeleteRecords to an offset is).
             raise RequestTimedOut(f"coordinator {self.config.shard}: not replicated within {limit:.1f}s")
@@ -344,15 +360,18 @@ class ShardService:
         return waiter.response
 
     # ---- the writer ----------------------------------------------------------------------------
-    def _linger_left(self, checked: list[Waiter], in_flight: deque[Group]) -> float:
+    def _linger_left(self, checked: list[Waiter], in_flight: deque[Group], busy: bool) -> float:
         return seconds_until_send(oldest_queued_at=checked[0].queued_at if checked else None,
                                   in_flight=len(in_flight), max_in_flight=self.config.appends_in_flight,
-                                  linger_s=self.config.append_linger_ms / 1000, now=time.monotonic())
+                                  linger_s=self.config.append_linger_ms / 1000, now=time.monotonic(), busy=busy)
 
     def _write_loop(self) -> None:
         checked: list[Waiter] = []         # checked (records pending), not sent yet
         checked_epoch = 0                  # the pipeline epoch they were checked in
         in_flight: deque[Group] = deque()  # sent, their Produce under way or not yet taken back
+        busy = False                       # the oldest checked request came with others (seconds_until_send)
+        last_queued_at = -1e9              # when the newest request taken was queued
+        busy_gap_s = 2 * self.config.append_linger_ms / 1000
         while not self._stop.is_set():
             with self._inbox:
                 # Sleep only with nothing to do: no new request, nothing checked that could be
@@ -360,7 +379,7 @@ class ShardService:
                 # so it cannot slip between the test and the wait.
                 while not self._stop.is_set() and not self._queue and not (
                         in_flight and in_flight[0].finished):
-                    linger = self._linger_left(checked, in_flight)
+                    linger = self._linger_left(checked, in_flight, busy)
                     if linger <= 0:
                         break
                     self._inbox.wait(linger)
@@ -373,6 +392,10 @@ class ShardService:
                     for group in (Group(waiters=checked), *in_flight, Group(waiters=taken)):
                         group.fail(stopping)
                     return
+                fresh = bool(taken) and not checked
+                came_close = bool(taken) and taken[0].queued_at - last_queued_at < busy_gap_s
+                if taken:
+                    last_queued_at = taken[-1].queued_at
                 if taken:
                     if not checked:
                         checked_epoch = self._pipeline_epoch
@@ -382,6 +405,10 @@ class ShardService:
                     while in_flight and in_flight[0].finished:
                         in_flight[0].appended.result()  # raises what the append raised; else handed over
                         in_flight.popleft()
+                    if fresh:
+                        # Came while an append was under way, or close behind the request before:
+                        # more are likely to come while it lingers (seconds_until_send).
+                        busy = came_close or bool(in_flight)
                 except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
                     failed = [*in_flight, Group(waiters=checked)]
                     checked, in_flight = [], deque()
@@ -393,7 +420,7 @@ class ShardService:
                     Group(waiters=checked).fail(RequestTimedOut(
                         f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
                     checked = []
-                if checked and self._linger_left(checked, in_flight) <= 0:
+                if checked and self._linger_left(checked, in_flight, busy) <= 0:
                     group, checked = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
                         checked[MAX_DECISIONS_PER_APPEND:]
                     records = sum(len(w.records) for w in group.waiters)
@@ -481,7 +508,7 @@ class ShardService:
             if g.appended is not None:
                 for waiter in g.waiters:
                     if waiter.records:  # barriers wait for the apply of everything before them
-                        waiter.done.set()
+                        waiter.finish()
         with self._inbox:
             self._inbox.notify_all()
 
@@ -541,7 +568,7 @@ class ShardService:
                     self._lock.notify_all()  # readers waiting for an answered mutation
                 for group in groups:
                     for waiter in group.waiters:
-                        waiter.done.set()  # barriers; requests with records were answered when replicated
+                        waiter.finish()  # barriers; requests with records were answered when replicated
         return True
 
     def _fail_pipeline(self, exc: BaseException, groups: list[Group | None], what: str) -> None:
@@ -674,7 +701,8 @@ class ShardService:
             self.status, self.status_detail = LEADER, "serving"
         if self.redis is not None:
             register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,
-                                                    metrics=self.config.metrics_url, owner=self.config.owner))
+                                                    metrics=self.config.metrics_url, owner=self.config.owner,
+                                                    framed=self.config.advertised_framed))
         log.info("leading the shard", extra={"fields": {
             "shard": self.config.shard, "epoch": epoch, "applied_offset": self.state.applied_offset,
             "records_read": applied,

@@ -13,10 +13,13 @@ from functools import partial
 
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
+from lowtide.coordinator.pipeline import WaiterWait
 from lowtide.coordinator.service import ShardService
 from lowtide.errors import InvalidRequest, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
 from lowtide.messages.commit_wire import pack_results, unpack_batches
+from lowtide.rpc.framed import CALL, decode_call
+from lowtide.rpc.steps import Steps
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
@@ -74,38 +77,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             # scanner already judged (its grace period counts on no commit outliving its deadline).
             raise RequestTimedOut("the CommitFile call's deadline passed before it was processed")
         started = time.perf_counter()
-        packed = bool(request.packed_batches)
-        if packed and request.batches:
-            raise InvalidRequest("a CommitFile sets batches or packed_batches, not both")
-        # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file. Packed, they
-        # come straight from struct.iter_unpack (lowtide.messages.commit_wire).
-        batches = list(map(_new_batch, unpack_batches(request.packed_batches))) if packed else [
-            _new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
-                               b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
-                               b.producer_epoch, b.base_sequence, b.last_sequence))
-            for b in request.batches]
-        req = m.CommitFileRequest(
-            object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
-            owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
-            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, batches=batches)
+        req = commit_file_request(request)
         resp = self.shard.mutate(lambda core: core.commit_file(req), timeout_ms=req.timeout_ms)
         self.observe_commit(time.perf_counter() - started)
-        if packed:
-            return pb.DisklessCommitFileResponse(
-                packed_results=pack_results((code, base, append_time, lso, duplicate)
-                                            for code, _message, base, append_time, lso, duplicate in resp.batches),
-                error_messages=[pb.DisklessIndexedMessage(index=i, message=r[1])
-                                for i, r in enumerate(resp.batches) if r[1] is not None])
-        reply = pb.DisklessCommitFileResponse()
-        add = reply.batches.add  # built in place: a list of messages would be copied into the field
-        for code, message, base, append_time, lso, duplicate in resp.batches:
-            if message is None:
-                add(error_code=code, assigned_base_offset=base, log_append_time=append_time, log_start_offset=lso,
-                    is_duplicate=duplicate)
-            else:
-                add(error_code=code, error_message=message, assigned_base_offset=base, log_append_time=append_time,
-                    log_start_offset=lso, is_duplicate=duplicate)
-        return reply
+        return commit_file_reply(resp, packed=bool(request.packed_batches))
+
+    def open_framed_session(self, principal: str, peer: str) -> _FramedSession:
+        """A framed listener connection's calls (lowtide.rpc.framed_listener), from ``principal``."""
+        return _FramedSession(self, principal)
 
     def DeleteRecords(self, request, context):
         self._authorize(context)
@@ -189,3 +168,76 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
         return pb.DisklessDescribeFilesResponse(oldest_file_created_at_ms=resp.oldest_file_created_at_ms, files=[
             pb.DisklessDescribeFileResult(object_key=f.object_key, has_live_batches=f.has_live_batches, known=f.known,
                                           **_err(f)) for f in resp.files])
+
+
+def commit_file_request(request: pb.DisklessCommitFileRequest) -> m.CommitFileRequest:
+    """The shard's request from the protobuf one (gRPC or a framed CALL)."""
+    packed = bool(request.packed_batches)
+    if packed and request.batches:
+        raise InvalidRequest("a CommitFile sets batches or packed_batches, not both")
+    # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file. Packed, they
+    # come straight from struct.iter_unpack (lowtide.messages.commit_wire).
+    batches = list(map(_new_batch, unpack_batches(request.packed_batches))) if packed else [
+        _new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
+                           b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
+                           b.producer_epoch, b.base_sequence, b.last_sequence))
+        for b in request.batches]
+    return m.CommitFileRequest(
+        object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
+        owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
+        timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, batches=batches)
+
+
+def commit_file_reply(resp: m.CommitFileResponse, *, packed: bool) -> pb.DisklessCommitFileResponse:
+    """The protobuf answer, column-wise when the request was (``packed``)."""
+    if packed:
+        return pb.DisklessCommitFileResponse(
+            packed_results=pack_results((code, base, append_time, lso, duplicate)
+                                        for code, _message, base, append_time, lso, duplicate in resp.batches),
+            error_messages=[pb.DisklessIndexedMessage(index=i, message=r[1])
+                            for i, r in enumerate(resp.batches) if r[1] is not None])
+    reply = pb.DisklessCommitFileResponse()
+    add = reply.batches.add  # built in place: a list of messages would be copied into the field
+    for code, message, base, append_time, lso, duplicate in resp.batches:
+        if message is None:
+            add(error_code=code, assigned_base_offset=base, log_append_time=append_time, log_start_offset=lso,
+                is_duplicate=duplicate)
+        else:
+            add(error_code=code, error_message=message, assigned_base_offset=base, log_append_time=append_time,
+                log_start_offset=lso, is_duplicate=duplicate)
+    return reply
+
+
+class _FramedSession:
+    """A framed listener connection's CALL frames (rpc/framed_listener.py), each checked and
+    answered exactly as its gRPC method: only ``CommitFile``, a broker's call on every file
+    (docs/design/diskless.md#cost-per-commit). The call is queued for the shard's writer and its
+    outcome waited for on the listener's loop (pipeline.WaiterWait), no thread parked meanwhile.
+    Thread-safety: the listener's loop only."""
+
+    def __init__(self, servicer: CoordinatorServicer, principal: str) -> None:
+        self.servicer, self.principal = servicer, principal
+
+    def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
+        if kind != CALL:
+            raise InvalidRequest(f"a coordinator shard's framed listener serves CALL frames ({CALL}), got kind {kind}")
+        method, body = decode_call(payload)
+        if method != "CommitFile":
+            raise InvalidRequest(f"{method} is not served on the framed listener; call it over gRPC")
+        servicer = self.servicer
+        servicer.access.require_cluster(self.principal, AclOperation.CLUSTER_ACTION)
+        try:
+            request = pb.DisklessCommitFileRequest.FromString(body)
+        except Exception as exc:  # upb's DecodeError: refused as the gRPC port would
+            raise InvalidRequest(f"malformed DisklessCommitFileRequest: {exc}") from None
+        started = time.perf_counter()
+        req = commit_file_request(request)
+        waiter = servicer.shard.submit(lambda core: core.commit_file(req))
+        limit_ms = min(req.timeout_ms, servicer.shard.config.request_timeout_ms)
+        yield WaiterWait(waiter, deadline=time.monotonic() + limit_ms / 1000)
+        resp = servicer.shard.outcome(waiter, req.timeout_ms)
+        servicer.observe_commit(time.perf_counter() - started)
+        return commit_file_reply(resp, packed=bool(request.packed_batches)).SerializeToString()
+
+    def close(self) -> None:
+        pass

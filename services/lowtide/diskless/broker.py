@@ -43,7 +43,8 @@ class DisklessBroker:
         self.store = open_object_store(object_store_url)
         self.topics = DisklessTopics(store=MetadataStore(redis=redis))
         self.directory = ShardDirectory(redis=redis)
-        self.coordinators = DisklessCoordinatorClient(lookup=self.directory.lookup, metadata=call_metadata)
+        self.coordinators = DisklessCoordinatorClient(lookup=self.directory.lookup, metadata=call_metadata,
+                                                      framed_lookup=self.directory.lookup_framed)
         self.cache = RangeCache(max_bytes=config.cache_max_bytes)
         self.signal = CommitSignal()
         self.producer = DisklessProducer(config=config, store=self.store, coordinators=self.coordinators,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import redis as redis_lib
 
-from lowtide.coordinator.leadership import read_shards
+from lowtide.coordinator.leadership import ShardAddress, read_shards
 from lowtide.errors import UnknownTopicOrPartition
 from lowtide.metadata.model import BrokerInfo, TopicInfo
 from lowtide.metadata.store import MetadataStore
@@ -118,26 +118,35 @@ class ShardDirectory:
     """Where each coordinator shard's leader runs (the ``lowtide:coordinators`` registry in Redis).
 
     ``lookup(shard, refresh)`` is the ``ShardLookup`` of ``DisklessCoordinatorClient``: cached,
-    re-read when asked to refresh (after NOT_COORDINATOR) or when the shard is unknown. ``count()``
-    is the number of shards (highest registered shard + 1). Thread-safe.
+    re-read when asked to refresh (after NOT_COORDINATOR) or when the shard is unknown;
+    ``lookup_framed`` the same for the shard's framed listener (None: it has none). ``count()`` is
+    the number of shards (highest registered shard + 1). Thread-safe.
     """
 
     def __init__(self, *, redis: redis_lib.Redis) -> None:
         self._redis = redis
         self._lock = threading.Lock()
-        self._addresses: dict[int, str] = {}
+        self._addresses: dict[int, ShardAddress] = {}
 
-    def _read(self) -> dict[int, str]:
-        addresses = {k: v.grpc for k, v in read_shards(self._redis).items()}
+    def _read(self) -> dict[int, ShardAddress]:
+        addresses = read_shards(self._redis)
         with self._lock:
             self._addresses = addresses
         return addresses
 
-    def lookup(self, shard: int, refresh: bool = False) -> str | None:
+    def _entry(self, shard: int, refresh: bool) -> ShardAddress | None:
         addresses = self._addresses
         if refresh or shard not in addresses:
             addresses = self._read()
         return addresses.get(shard)
+
+    def lookup(self, shard: int, refresh: bool = False) -> str | None:
+        entry = self._entry(shard, refresh)
+        return entry.grpc if entry is not None else None
+
+    def lookup_framed(self, shard: int, refresh: bool = False) -> str | None:
+        entry = self._entry(shard, refresh)
+        return (entry.framed or None) if entry is not None else None
 
     def count(self) -> int:
         addresses = self._read()

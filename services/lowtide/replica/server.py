@@ -18,7 +18,7 @@ from lowtide.auth.access import parse_super_users
 from lowtide.auth.scram_store import build_scram_login
 from lowtide.auth.tokens import end_session, mint_session
 from lowtide.common.bootstrap import ServerBootstrap
-from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, split_addr
+from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, listener_from_flag
 from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
@@ -34,7 +34,6 @@ from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.registration import add_replica_service
 from lowtide.replica.servicer import ReplicaServicer
-from lowtide.rpc.framed_listener import FramedListener
 from lowtide_pb import admin_pb2_grpc, replica_pb2
 
 log = logging.getLogger(__name__)
@@ -132,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         kafka.start()
         kafka_port = kafka.advertised_port(args.advertised_host)
         kafka_listeners = kafka.advertised(args.advertised_host)
-    replication = _replication_listener(args, name=name, tls=boot.tls)
+    replication = listener_from_flag(args.replication_listener, grpc_addr=args.grpc_addr, tls=boot.tls, name=name,
+                                     flag="--replication-listener")
     config = ReplicaConfig(
         replication_port=replication.bind() if replication is not None else 0,
         broker_id=args.id, data_dir=Path(args.data_dir), advertised_host=args.advertised_host,
@@ -216,20 +216,6 @@ def run(args: argparse.Namespace) -> int:
 
     return boot.serve(service_names=[replica_pb2.DESCRIPTOR.services_by_name["Replica"].full_name],
                       register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)
-
-
-def _replication_listener(args: argparse.Namespace, *, name: str, tls) -> FramedListener | None:
-    value = args.replication_listener.strip()
-    if value == "off":
-        return None
-    if value == "auto":
-        host, port = split_addr(args.grpc_addr)[0], 0
-    else:
-        try:
-            host, port = split_addr(value)
-        except ValueError:
-            raise SystemExit(f"{name}: --replication-listener must be HOST:PORT, auto or off, got {value!r}") from None
-    return FramedListener(host=host.strip("[]"), port=port, tls=tls, name=name)
 
 
 def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:

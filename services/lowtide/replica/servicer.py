@@ -27,7 +27,7 @@ from lowtide.replica.metrics import (
 )
 from lowtide.replica.partition import LEADER
 from lowtide.replica.registration import parse_produce_request
-from lowtide.rpc.framed import PRODUCE
+from lowtide.rpc.framed import PRODUCE, REQUEST
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide.rpc.steps import Blocking, Steps, run_blocking
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
@@ -460,6 +460,9 @@ class _FramedSession:
             except Exception as exc:  # WireFormatError, upb's DecodeError: refused as the gRPC port would
                 raise InvalidRequest(f"malformed ProduceRequest: {exc}") from None
             return (yield from self.servicer.produce_steps(request, self.principal)).SerializeToString()
+        if kind != REQUEST:
+            raise InvalidRequest(f"a replica's replication listener serves no frame of kind {kind} (a CALL is a "
+                                 "coordinator shard's)")
         try:
             fetch = replica_pb2.FetchRequest.FromString(payload)
         except Exception as exc:

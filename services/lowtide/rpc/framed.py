@@ -21,6 +21,9 @@ Frame layout (all integers big-endian)::
                       server closes the connection after it
     kind 5  PRODUCE   client -> server: a serialized replica.proto ProduceRequest (a coordinator's
                       append to its internal topic); answered by a RESPONSE (ProduceResponse)
+    kind 6  CALL      client -> server: method_length:uint8  method:ASCII  request:bytes, a
+                      serialized request of that method of the server's gRPC service (a
+                      coordinator shard's ``CommitFile``); answered by a RESPONSE (its response)
 
 Requests and answers alternate: a client sends a REQUEST or PRODUCE only after it read the answer
 to the previous one, so no correlation id is needed.
@@ -40,8 +43,8 @@ from typing import Any
 
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, error_for_code
 
-HELLO, REQUEST, RESPONSE, ERROR, PRODUCE = 1, 2, 3, 4, 5
-KINDS = (HELLO, REQUEST, RESPONSE, ERROR, PRODUCE)
+HELLO, REQUEST, RESPONSE, ERROR, PRODUCE, CALL = 1, 2, 3, 4, 5, 6
+KINDS = (HELLO, REQUEST, RESPONSE, ERROR, PRODUCE, CALL)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 HEADER = struct.Struct(">IB")
 
@@ -67,6 +70,26 @@ def write_frame(sock: socket.socket, kind: int, payload: bytes) -> None:
     else:  # a large answer: no copy of its payload into a joined buffer
         sock.sendall(header)
         sock.sendall(payload)
+
+
+def encode_call(method: str, request: bytes) -> bytes:
+    """A CALL frame's payload: ``method`` (ASCII, at most 255 bytes) then the serialized request."""
+    name = method.encode("ascii", errors="replace")
+    if not 0 < len(name) < 256 or not method.isascii():
+        raise InvalidRequest(f"method name {method!r} must be 1 to 255 ASCII bytes")
+    return bytes((len(name),)) + name + request
+
+
+def decode_call(payload: bytes) -> tuple[str, bytes]:
+    """(method, serialized request) of a CALL frame's payload; INVALID_REQUEST if it is not one."""
+    if not payload or len(payload) < 1 + payload[0] or payload[0] == 0:
+        raise InvalidRequest("malformed CALL frame: no method name")
+    size = payload[0]
+    try:
+        method = payload[1:1 + size].decode("ascii")
+    except UnicodeDecodeError:
+        raise InvalidRequest("malformed CALL frame: the method name is not ASCII") from None
+    return method, payload[1 + size:]
 
 
 def encode_error(error: LowtideError) -> bytes:

@@ -1,6 +1,7 @@
 """The replication listener: a plain TCP (or TLS) port beside a replica's gRPC port, carrying
 follower fetch rounds and coordinator appends as frames (lowtide.rpc.framed draws them;
-docs/design/kip-107-delete-records.md#replication-and-the-low-watermark).
+docs/design/kip-107-delete-records.md#replication-and-the-low-watermark). A coordinator shard
+serves its brokers' CommitFile calls on one too (CALL frames; docs/design/diskless.md#cost-per-commit).
 
 A peer opens a connection and keeps it: a HELLO frame with its call metadata (the token a gRPC call
 would carry), then one request frame at a time (REQUEST: a follower fetch; PRODUCE: an append),
@@ -41,6 +42,7 @@ from typing import Any, Protocol
 
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, UnknownServerError
 from lowtide.rpc.framed import (
+    CALL,
     ERROR,
     HELLO,
     PRODUCE,
@@ -67,8 +69,8 @@ class FramedSession(Protocol):
     """One connection's requests, as the handler answers them (``open_framed_session``)."""
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        """The RESPONSE payload for one REQUEST or PRODUCE frame, as steps (rpc/steps.py);
-        raises a LowtideError to refuse."""
+        """The RESPONSE payload for one REQUEST, PRODUCE or CALL frame, as steps (rpc/steps.py);
+        raises a LowtideError to refuse (a kind the handler does not serve: INVALID_REQUEST)."""
 
     def close(self) -> None:
         """The connection ended."""
@@ -178,9 +180,9 @@ class FramedListener:
                 if frame is None:
                     return
                 kind, payload = frame
-                if kind not in (REQUEST, PRODUCE):
-                    raise InvalidRequest(f"expected a REQUEST ({REQUEST}) or PRODUCE ({PRODUCE}) frame, "
-                                         f"got kind {kind}")
+                if kind not in (REQUEST, PRODUCE, CALL):
+                    raise InvalidRequest(f"expected a REQUEST ({REQUEST}), PRODUCE ({PRODUCE}) or CALL ({CALL}) "
+                                         f"frame, got kind {kind}")
                 answer = await drive_to_future(session.handle_steps(kind, payload), loop=loop, executor=self._pool)
                 await _write_frame(writer, RESPONSE, answer)
                 del answer, payload  # not kept while the connection waits for its next request
@@ -220,3 +222,4 @@ async def _send_error(writer: asyncio.StreamWriter, error: LowtideError) -> None
         await writer.drain()
     except (OSError, ssl.SSLError, RuntimeError):
         pass
+

@@ -1,5 +1,6 @@
 """The append linger (coordinator.pipeline.seconds_until_send) on a real shard: an idle shard
-appends at once; requests that queue while an append is in flight ride the next one together.
+appends at once, a request close behind another waits the linger; requests that queue while an
+append is in flight ride the next one together.
 
 The shard runs in this test's process over a real metadata log on three real replica processes
 and a real redis-server (inproc.py), so the test reads its append metrics directly."""
@@ -22,17 +23,23 @@ def appends() -> float:
 
 
 @pytest.mark.parametrize("shard", [{"append_linger_ms": LINGER_MS}], indirect=True)
-def test_a_lone_commit_is_appended_at_once_and_commits_queued_behind_an_append_ride_one_together(
+def test_a_lone_commit_is_appended_at_once_and_commits_queued_together_ride_one_append(
         shard, replicas_only):
     topic_id = create_topic(shard, "linger")
     took = []
-    for n in range(3):
+    for n in range(2):
+        # Nothing in flight and nothing queued within twice the linger before: the linger does not
+        # apply. An append round trip is ~10 ms; the faster of two under half the linger shows it
+        # even on a loaded machine.
+        time.sleep(2 * LINGER_MS / 1000 + 0.05)
         began = time.monotonic()
         commit_file(shard, topic_id, n)
         took.append(time.monotonic() - began)
-    # Nothing in flight: the linger does not apply. An append round trip is ~10 ms; the fastest of
-    # three under half the linger shows it even on a loaded machine.
     assert min(took) < LINGER_MS / 1000 / 2, took
+    # Close behind the one before (a busy shard): it waits the linger for company.
+    began = time.monotonic()
+    commit_file(shard, topic_id, 2)
+    assert time.monotonic() - began >= LINGER_MS / 1000 * 0.9
 
     before = appends()
     errors: list[BaseException] = []
@@ -43,9 +50,11 @@ def test_a_lone_commit_is_appended_at_once_and_commits_queued_behind_an_append_r
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    # The replicas stopped for 0.6 s hold the first append in flight (acks=all) while 11 more
-    # commits queue: the second slot stays shut for the linger (1 s), so once the first lands the
-    # 11 go in one append. Without the linger one of them would take the second slot at once.
+    # The replicas stopped for 0.6 s hold the first append in flight (acks=all; it goes at once,
+    # after a quiet spell) while 11 more commits queue: the second slot stays shut for the linger
+    # (1 s), so the 11 go in one append. Without the linger one of them would take the second slot
+    # at once.
+    time.sleep(2 * LINGER_MS / 1000 + 0.05)
     threads = [threading.Thread(target=commit, args=(n,)) for n in range(3, 15)]
     replicas = [s.name for s in replicas_only.services("replica")]
     for name in replicas:

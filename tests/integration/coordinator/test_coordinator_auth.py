@@ -7,8 +7,13 @@ from pathlib import Path
 
 import grpc
 import pytest
+import redis
 
 from lowtide.auth.identity import bearer_metadata
+from lowtide.auth.tokens import add_token
+from lowtide.client.framed import ListenerCaller
+from lowtide.coordinator.leadership import read_shards
+from lowtide.errors import LowtideError
 from lowtide.localcluster import ClusterConfig
 from lowtide_pb import coordinator_pb2 as pb
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
@@ -43,3 +48,31 @@ def test_a_call_without_cluster_action_is_refused_and_a_broker_identity_commits(
     assert reply.topics[0].error_code == 0
     committed = dc.CommitFile(commit_request("wal/auth-1", tid, batches=2), timeout=30, metadata=broker)
     assert [b.assigned_base_offset for b in committed.batches] == [0, 10]
+
+
+def test_a_framed_commit_needs_cluster_action_too(auth_cluster):
+    tid = new_topic_id()
+    broker = token(auth_cluster, auth_cluster.state.auth["services"]["replica-2"]["token_file"])
+    call_retrying(shard_stub(auth_cluster, 0).CreatePartitions, pb.DisklessCreatePartitionsRequest(topics=[
+        pb.DisklessCreatablePartitions(topic_id=tid, name="framed-authd", num_partitions=1)]), metadata=broker)
+    redis_client = redis.Redis.from_url(auth_cluster.redis_url)
+    address = read_shards(redis_client)[0].framed  # registered by the leader, which has answered
+    assert address, "the shard registers its framed listener"
+    add_token(redis_client, token="framed-nobody-token", principal="User:nobody")
+    body = commit_request("wal/framed-auth-1", tid, batches=2).SerializeToString()
+
+    for metadata, refused in (((), "SASL_AUTHENTICATION_FAILED"),
+                              (bearer_metadata("framed-nobody-token"), "CLUSTER_AUTHORIZATION_FAILED")):
+        caller = ListenerCaller(tls=None, metadata=metadata)
+        try:
+            with pytest.raises(LowtideError) as caught:
+                caller.call(address, "CommitFile", body, timeout_s=10)
+            assert caught.value.name == refused, caught.value
+        finally:
+            caller.close()
+    caller = ListenerCaller(tls=None, metadata=broker)
+    try:
+        reply = pb.DisklessCommitFileResponse.FromString(caller.call(address, "CommitFile", body, timeout_s=30))
+    finally:
+        caller.close()
+    assert [b.assigned_base_offset for b in reply.batches] == [0, 10]

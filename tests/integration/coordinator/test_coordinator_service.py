@@ -14,11 +14,16 @@ import pytest
 import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lowtide.client.diskless import DisklessCoordinatorClient
+from lowtide.client.framed import ListenerCaller
 from lowtide.common.procs import find_free_port
 from lowtide.coordinator.leadership import epoch_key, read_shards
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
+from lowtide.diskless.topics import ShardDirectory
+from lowtide.errors import LowtideError
 from lowtide.localcluster import ClusterConfig
 from lowtide.messages.commit_wire import pack_batches, unpack_results
+from lowtide.messages.coordinator import BatchToCommit
 from lowtide.objectstore import open_object_store
 from lowtide.record import encode_batch
 from lowtide_pb import common_pb2, coordinator_pb2_grpc
@@ -361,3 +366,49 @@ def _wait_serving(channel: grpc.Channel, timeout_s: float = 30.0) -> None:
             pass
         assert time.monotonic() < deadline, "the second coordinator never became healthy"
         time.sleep(0.1)
+
+
+def test_a_commit_over_the_framed_listener_is_answered_as_over_grpc_and_other_calls_are_refused(dc_cluster):
+    dc = shard_stub(dc_cluster, 0)
+    tid = new_topic_id()
+    create_partitions(dc, tid, "framed", [0])
+    shards = read_shards(redis.Redis.from_url(dc_cluster.redis_url))
+    address = shards[0].framed
+    assert address and address != shards[0].grpc
+    caller = ListenerCaller(tls=None, metadata=())
+    try:
+        def commit(request: pb.DisklessCommitFileRequest) -> pb.DisklessCommitFileResponse:
+            return pb.DisklessCommitFileResponse.FromString(
+                caller.call(address, "CommitFile", request.SerializeToString(), timeout_s=30))
+
+        listed = commit(commit_request("wal/framed-1", tid, batches=3, records=10))
+        assert [(b.error_code, b.assigned_base_offset) for b in listed.batches] == [(0, 0), (0, 10), (0, 20)]
+        over_grpc = call_retrying(dc.CommitFile, commit_request("wal/framed-2", tid, records=5))
+        assert over_grpc.batches[0].assigned_base_offset == 30
+        idempotent = commit_request("wal/framed-3", tid, batches=2, records=5, producer_id=77, epoch=0,
+                                    first_sequence=0)
+        first, again = commit(idempotent), commit(idempotent)
+        assert [b.assigned_base_offset for b in first.batches] == [35, 40]
+        assert [(b.assigned_base_offset, b.is_duplicate) for b in again.batches] == [(35, True), (40, True)]
+
+        for method, body, refused in (
+                ("FindBatches", pb.DisklessFindBatchesRequest().SerializeToString(), "INVALID_REQUEST"),
+                ("CommitFile", b"\xff\xff\xff", "INVALID_REQUEST")):
+            with pytest.raises(LowtideError) as caught:
+                caller.call(address, method, body, timeout_s=10)
+            assert caught.value.name == refused, caught.value
+    finally:
+        caller.close()
+    assert list_offset(dc, tid, 0, -1).offset == 45
+
+    # The broker's client sends CommitFile there once the registry names the listener.
+    directory = ShardDirectory(redis=redis.Redis.from_url(dc_cluster.redis_url))
+    client = DisklessCoordinatorClient(lookup=directory.lookup, framed_lookup=directory.lookup_framed)
+    try:
+        results = client.commit_file(0, object_key="wal/framed-4", file_size=100, owner_ids=[0], uploader_broker_id=0,
+                                     batches=[BatchToCommit(topic_id=tid, partition=0, byte_offset=0, size=100,
+                                                            base_offset=0, last_offset=9, max_timestamp=1_000,
+                                                            timestamp_type=0)])
+    finally:
+        client.close()
+    assert [(r.error, r.base_offset) for r in results] == [(None, 45)]

@@ -131,6 +131,17 @@ def test_the_first_append_goes_at_once_and_a_second_waits_for_the_linger_or_the_
     assert until(queued_at=None, in_flight=0, now=100.0) == 0.5  # nothing to send
 
 
+def test_a_busy_shard_lingers_its_first_append_too():
+    def until(*, in_flight, now):
+        return seconds_until_send(oldest_queued_at=100.0, in_flight=in_flight, max_in_flight=2,
+                                  linger_s=0.005, now=now, busy=True)
+
+    assert until(in_flight=0, now=100.001) == pytest.approx(0.004)
+    assert until(in_flight=0, now=100.005) == 0.0
+    assert until(in_flight=1, now=100.002) == pytest.approx(0.003)
+    assert until(in_flight=2, now=101.0) == 0.5
+
+
 
 class _CommitsDuringBackup:
     """The shard's connection, with another connection's commit landing as a backup starts (the

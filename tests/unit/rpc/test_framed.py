@@ -10,13 +10,16 @@ import pytest
 
 from lowtide.errors import ClusterAuthorizationFailed, InvalidRequest, NetworkException
 from lowtide.rpc.framed import (
+    CALL,
     ERROR,
     HELLO,
     MAX_FRAME_BYTES,
     REQUEST,
     FrameReader,
+    decode_call,
     decode_error,
     decode_hello,
+    encode_call,
     encode_error,
     encode_frame,
     encode_hello,
@@ -78,6 +81,20 @@ def test_an_oversize_or_unknown_frame_is_refused_when_encoding():
     left, right = socket.socketpair()
     with left, right, pytest.raises(InvalidRequest, match="over the"):
         write_frame(left, REQUEST, memoryview(bytearray(MAX_FRAME_BYTES)))
+
+
+def test_a_call_frame_is_its_method_name_length_and_name_then_the_request():
+    payload = encode_call("CommitFile", b"\x0a\x01k")
+    assert payload == b"\x0aCommitFile\x0a\x01k"
+    assert encode_frame(CALL, payload) == b"\x00\x00\x00\x0f\x06\x0aCommitFile\x0a\x01k"
+    assert decode_call(payload) == ("CommitFile", b"\x0a\x01k")
+    assert decode_call(encode_call("X", b"")) == ("X", b"")
+    for bad in (b"", b"\x00abc", b"\x05abc", b"\x02\xff\xfe"):
+        with pytest.raises(InvalidRequest):
+            decode_call(bad)
+    for name in ("", "x" * 256, "Comm\u00efFile"):
+        with pytest.raises(InvalidRequest):
+            encode_call(name, b"")
 
 
 def test_hello_carries_call_metadata_and_a_malformed_one_is_invalid_request():
