@@ -2,6 +2,10 @@
 
     lowtide_coordinator_commit_duration_seconds{shard}   histogram: CommitFile, request to reply
                                                          (check + replication + apply)
+    lowtide_coordinator_commit_requests_total{shard,transport,error}
+                                                         counter: CommitFile calls answered, by
+                                                         transport (grpc, framed) and Kafka error
+                                                         name (NONE: answered with results)
     lowtide_coordinator_batches{shard}                   live batches in the shard's state
     lowtide_coordinator_files{shard,state}               file rows by state (live, released,
                                                          handing_over, deletable)
@@ -21,12 +25,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lowtide.coordinator.service import LEADER, ShardService
 
+COMMIT_REQUESTS = Counter(
+    "lowtide_coordinator_commit_requests_total", "CommitFile calls answered, by transport and Kafka error name",
+    ["shard", "transport", "error"])
 COMMIT_DURATION = Histogram(
     "lowtide_coordinator_commit_duration_seconds", "CommitFile latency on the coordinator: check, acks=all append "
     "of the metadata records, apply", ["shard"],

@@ -48,7 +48,7 @@ from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS, THREAD
 from lowtide.coordinator.leadership import ShardLease, read_shards, register_standby, unregister_standby
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
-from lowtide.coordinator.metrics import COMMIT_DURATION, CoordinatorCollector
+from lowtide.coordinator.metrics import COMMIT_DURATION, COMMIT_REQUESTS, CoordinatorCollector
 from lowtide.coordinator.retention import RetentionPass
 from lowtide.coordinator.service import ShardConfig, ShardService
 from lowtide.coordinator.servicer import CoordinatorServicer
@@ -230,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
                                       advertised_grpc=standby.advertised, standby=True)
         standby.serve(CoordinatorServicer(standby.service, access=access))
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
-    servicer = CoordinatorServicer(shard, access=access, observe_commit=commit_seconds.observe)
+    servicer = CoordinatorServicer(
+        shard, access=access, observe_commit=commit_seconds.observe,
+        count_commit=lambda transport, error: COMMIT_REQUESTS.labels(str(args.shard), transport, error).inc())
 
     def register(server) -> None:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, server)

@@ -15,7 +15,7 @@ from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.coordinator.pipeline import WaiterWait
 from lowtide.coordinator.service import ShardService
-from lowtide.errors import InvalidRequest, NotCoordinator, RequestTimedOut
+from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
 from lowtide.messages.commit_wire import pack_results, unpack_batches
 from lowtide.rpc.framed import CALL, decode_call
@@ -41,10 +41,13 @@ def _err(obj) -> dict:
 class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
     """The seven KIP-1164 operations plus HandOverFile, for one shard."""
 
-    def __init__(self, shard: ShardService, *, access: AccessControl, observe_commit=None) -> None:
+    def __init__(self, shard: ShardService, *, access: AccessControl, observe_commit=None,
+                 count_commit=None) -> None:
         self.shard = shard
         self.access = access
         self.observe_commit = observe_commit or (lambda _seconds: None)
+        # (transport, Kafka error name or "NONE") of every CommitFile answered
+        self.count_commit = count_commit or (lambda _transport, _error: None)
 
     def _authorize(self, context) -> None:
         principal = self.access.authenticate_call(context)
@@ -69,6 +72,15 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             pb.DisklessDeletableTopicResult(topic_id=r.topic_id, **_err(r)) for r in resp.responses])
 
     def CommitFile(self, request, context):
+        try:
+            reply = self._commit_file(request, context)
+        except LowtideError as exc:
+            self.count_commit("grpc", exc.name)
+            raise
+        self.count_commit("grpc", "NONE")
+        return reply
+
+    def _commit_file(self, request, context):
         self._authorize(context)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
@@ -219,6 +231,15 @@ class _FramedSession:
         self.servicer, self.principal = servicer, principal
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
+        try:
+            answer = yield from self._answer_steps(kind, payload)
+        except LowtideError as exc:
+            self.servicer.count_commit("framed", exc.name)
+            raise
+        self.servicer.count_commit("framed", "NONE")
+        return answer
+
+    def _answer_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
         if kind != CALL:
             raise InvalidRequest(f"a coordinator shard's framed listener serves CALL frames ({CALL}), got kind {kind}")
         method, body = decode_call(payload)

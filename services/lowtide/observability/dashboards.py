@@ -139,9 +139,9 @@ DISKLESS = DashboardSpec(
     description="KIP-1164 diskless topics: coordinator shards, object storage, orphan scans",
     rows=[
         Row("Coordinator", [
+            # Counted by the shard, not by gRPC: brokers send CommitFile to its framed listener.
             Panel("CommitFile / s per shard", [
-                Target(f'sum by (instance) (rate(lowtide_grpc_server_handled_total{{{NS},'
-                       f'grpc_service="lowtide.v1.DisklessCoordinator",grpc_method="CommitFile"}}[{RATE}]))',
+                Target(f'sum by (instance) (rate(lowtide_coordinator_commit_requests_total{{{NS}}}[{RATE}]))',
                        "{{instance}}"),
             ], unit="ops", width=8),
             Panel("CommitFile latency", _quantiles("lowtide_coordinator_commit_duration_seconds", NS),

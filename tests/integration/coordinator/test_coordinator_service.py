@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -412,3 +413,14 @@ def test_a_commit_over_the_framed_listener_is_answered_as_over_grpc_and_other_ca
     finally:
         client.close()
     assert [(r.error, r.base_offset) for r in results] == [(None, 45)]
+
+    # Counted by transport and outcome (the dashboard's CommitFile rate: gRPC's metrics miss these).
+    scrape = urllib.request.urlopen(f"http://{dc_cluster.service('coordinator-0').metrics_addr}/metrics",
+                                    timeout=10).read().decode()
+
+    def counted(transport: str, error: str) -> float:
+        prefix = f'lowtide_coordinator_commit_requests_total{{error="{error}",shard="0",transport="{transport}"}} '
+        return sum(float(line[len(prefix):]) for line in scrape.splitlines() if line.startswith(prefix))
+
+    assert counted("framed", "NONE") == 4 and counted("framed", "INVALID_REQUEST") == 2
+    assert counted("grpc", "NONE") >= 1
