@@ -2,7 +2,8 @@
 before the metadata log below it is deleted (docs/design/diskless.md#snapshots).
 
 Order of a snapshot (``SnapshotPublisher.take``): the state is snapshotted locally (SQLite backup
-API, under the shard lock: coordinator.snapshots has the files), put in the object store
+API through a connection of its own, at a lower CPU priority: coordinator.snapshots has the files
+and ``run_at_low_priority``), put in the object store (at that priority too)
 (coordinator.snapshot_store), and only then are the log entries it covers removed and old snapshots
 pruned, here and in the store: until it is in the store, a lost disk needs them. A failed upload
 (a store outage) truncates nothing and is retried by ``maybe_snapshot`` with backoff (0.5 s,
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.snapshot_store import SnapshotStore
-from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
+from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots, run_at_low_priority
 from lowtide.coordinator.state import latest_snapshot, snapshot_offset
 
 # The shard's log lines keep the logger they were always written under (log searches name it).
@@ -34,9 +35,9 @@ class SnapshotPublisher:
 
     Contract: ``maybe_snapshot()`` first retries a publish whose backoff has run out, then takes a
     snapshot if the policy is due (``applied_offset()`` against the last one); ``take()`` writes one
-    through ``write_snapshot(snapshot_dir)`` (which must hold the shard lock while it reads the
-    state) and publishes it, returning its path; ``publish(path)`` uploads it (when there is a
-    store), then deletes ``metadata_log`` below its offset + 1 and prunes to ``policy.keep``,
+    through ``write_snapshot(snapshot_dir)`` (a consistent copy of the state) and publishes it,
+    returning its path; ``publish(path)`` uploads it (when there is a store), then deletes
+    ``metadata_log`` below its offset + 1 and prunes to ``policy.keep``,
     returning whether that happened (False: kept for a retry); ``restored(path)`` notes a snapshot
     the shard restored, which counts as the last one. ``last_offset`` (-1 if none) and
     ``last_time`` (wall clock, None if none) describe the newest snapshot taken or found.
@@ -93,7 +94,8 @@ class SnapshotPublisher:
         if self.snapshot_store is not None:
             try:
                 if path != self._found_at_start or not self.snapshot_store.has(offset):
-                    self.snapshot_store.upload(path)
+                    store = self.snapshot_store
+                    run_at_low_priority(lambda: store.upload(path), name="coordinator-snapshot-upload")
             except Exception as exc:  # noqa: BLE001 - a store outage: keep serving, retry later
                 self._unuploaded = path
                 self._upload_backoff_s = min(30.0, max(0.5, self._upload_backoff_s * 2))

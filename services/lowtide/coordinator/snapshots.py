@@ -16,10 +16,45 @@ plus the log tail is always the whole state, even when the data directory is los
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from lowtide.coordinator.state import SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, snapshot_offset
+
+T = TypeVar("T")
+# A snapshot's copy and upload run at this much lower CPU priority (Linux ``nice``).
+SNAPSHOT_NICENESS = 10
+
+
+def run_at_low_priority(fn: Callable[[], T], *, name: str) -> T:
+    """``fn()`` on a short-lived thread at nice +``SNAPSHOT_NICENESS`` (Linux: a thread's own
+    priority), returning or raising what it did. Why: a snapshot's copy and upload of a large state
+    are a few hundred milliseconds of CPU (SQLite's and the store's, mostly without the GIL) that
+    the writer, the applier and the replicas on the same cores need more; at 300 files/s one raised
+    the CommitFile p99 from ~13 to ~28 ms. A thread of its own because a raised niceness cannot be
+    lowered again without privilege, and the shard thread must keep its priority for loading."""
+    outcome: list[T | BaseException] = []
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SNAPSHOT_NICENESS)
+        except (OSError, AttributeError):  # not Linux, or not allowed: run at normal priority
+            pass
+        try:
+            outcome.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised on the calling thread below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -706,26 +706,37 @@ class CoordinatorState:
     # ---- snapshots ---------------------------------------------------------------------------
     def snapshot(self, directory: Path | str) -> Path:
         """Write a consistent copy (SQLite backup API) to ``directory/snapshot-<offset>.sqlite``
-        crash-safely (.tmp, fsync, rename, fsync dir) and return its path."""
+        crash-safely (.tmp, fsync, rename, fsync dir) and return its path.
+
+        Thread-safety: any thread, without the caller's lock. The copy is read through a connection
+        of its own, in one backup step: one read transaction, so a consistent copy of the last
+        commit before it, while the applier goes on committing (WAL). Why not through ``db``: the
+        shard's reading connection is shared by its checks and reads under the shard lock, and a
+        copy of a 1.2-million-batch state took ~300 ms with every CommitFile waiting behind it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f"{SNAPSHOT_PREFIX}in-progress{SNAPSHOT_SUFFIX}.tmp"
         tmp.unlink(missing_ok=True)
+        source = self._open_snapshot_source()
         target = sqlite3.connect(tmp)
         try:
-            self.db.backup(target)
+            source.backup(target)
             target.execute("PRAGMA journal_mode=DELETE")  # a self-contained single file
             # Named after what the copy holds, read from the copy: the applier (another process
-            # with its own connection) may commit while the backup runs, and the backup then
-            # restarts and takes that commit too, so the offset read before it can be stale.
+            # with its own connection) may commit just before the copy starts, so the offset read
+            # before it can be stale.
             offset = target.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
         finally:
             target.close()
+            source.close()
         final = directory / f"{SNAPSHOT_PREFIX}{offset:020d}{SNAPSHOT_SUFFIX}"
         _fsync_path(tmp)
         os.replace(tmp, final)
         _fsync_path(directory, directory=True)
         return final
+
+    def _open_snapshot_source(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path)
 
 
 def snapshot_offset(path: Path) -> int:

@@ -144,8 +144,8 @@ def test_a_busy_shard_lingers_its_first_append_too():
 
 
 class _CommitsDuringBackup:
-    """The shard's connection, with another connection's commit landing as a backup starts (the
-    applier is another process with its own connection)."""
+    """The snapshot's source connection, with another connection's commit landing as the backup
+    starts (the applier is another process with its own connection)."""
 
     def __init__(self, db: sqlite3.Connection, other: sqlite3.Connection) -> None:
         self._db, self._other = db, other
@@ -167,15 +167,34 @@ def test_a_snapshot_is_named_after_the_offset_its_copy_holds_when_another_connec
     shard.run(shard.core.commit_file(commit("wal/0", [batch(tid)])))
     before = shard.state.applied_offset
     other = sqlite3.connect(shard.state.path)
-    real = shard.state.db
-    shard.state.db = _CommitsDuringBackup(real, other)
+    shard.state._open_snapshot_source = lambda: _CommitsDuringBackup(sqlite3.connect(shard.state.path), other)
     try:
         path = shard.state.snapshot(tmp_path / "snapshots")
     finally:
-        shard.state.db = real
+        del shard.state._open_snapshot_source
         other.close()
     copy = sqlite3.connect(path)
     held = copy.execute("SELECT metadata_offset FROM applied WHERE id = 0").fetchone()[0]
     copy.close()
     assert held == before + 5 and snapshot_offset(path) == held
     assert [p.name for p in (tmp_path / "snapshots").iterdir()] == [path.name]  # no .tmp left
+
+
+class _Unusable:
+    def __getattr__(self, name: str):
+        raise AssertionError(f"the snapshot used the shard's shared reading connection ({name})")
+
+
+def test_a_snapshot_reads_through_a_connection_of_its_own_so_the_shard_lock_is_not_needed(shard, tmp_path):
+    # The shared reading connection is the checks' and reads', under the shard lock; a snapshot
+    # through it held that lock for its whole copy (~300 ms for a large state: every commit waited).
+    tid = create_topic(shard, "t")
+    shard.run(shard.core.commit_file(commit("wal/0", [batch(tid)])))
+    applied = shard.state.applied_offset
+    real, shard.state.db = shard.state.db, _Unusable()
+    try:
+        path = shard.state.snapshot(tmp_path / "snapshots")
+    finally:
+        shard.state.db = real
+    assert snapshot_offset(path) == applied
+
