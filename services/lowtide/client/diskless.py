@@ -60,42 +60,15 @@ class DisklessCoordinatorClient(PooledClient):
             self._caller.close()
         super().close()
 
-    def _call_framed(self, shard: int, method: str, request: Any, answer_type: Any, timeout_s: float) -> Any:
-        """``_call`` over the shard's framed listener while it has one (gRPC otherwise)."""
-        assert self._framed_lookup is not None and self._caller is not None
+    def _retry(self, attempt: Callable[[bool, float], Any], timeout_s: float) -> Any:
+        """``attempt(refresh, seconds left)`` until it answers, again (with ``refresh``: re-read
+        the shard's address) after a retriable error, with backoff, until ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         refresh = False
         delay = 0.05
         while True:
-            address = self._framed_lookup(shard, refresh)
-            if address is None or self._unreachable.get(address, 0.0) > time.monotonic():
-                return self._call(shard, method, request, max(0.05, deadline - time.monotonic()))
             try:
-                left = max(0.05, deadline - time.monotonic())
-                return answer_type.FromString(self._caller.call(address, method, request.SerializeToString(),
-                                                                timeout_s=left))
-            except ListenerUnreachable:
-                self._unreachable[address] = time.monotonic() + LISTENER_RETRY_S
-                continue  # nothing was sent: the next turn goes over gRPC
-            except LowtideError as exc:
-                if not exc.retriable or time.monotonic() + delay >= deadline:
-                    raise
-            refresh = True
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-
-    def _call(self, shard: int, method: str, request: Any, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        refresh = False
-        delay = 0.05
-        while True:
-            address = self._lookup(shard, refresh)
-            try:
-                if address is None:
-                    raise CoordinatorNotAvailable(f"diskless coordinator shard {shard} has not registered")
-                stub = self.channels.stub(address, coordinator_pb2_grpc.DisklessCoordinatorStub)
-                left = max(0.05, deadline - time.monotonic())
-                return call(getattr(stub, method), request, metadata=self.metadata, timeout=left)
+                return attempt(refresh, max(0.05, deadline - time.monotonic()))
             except LowtideError as exc:
                 # A shard that moved or is loading answers retriably; so does a dead address.
                 if not exc.retriable or time.monotonic() + delay >= deadline:
@@ -103,6 +76,34 @@ class DisklessCoordinatorClient(PooledClient):
             refresh = True
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _call_framed(self, shard: int, method: str, request: Any, answer_type: Any, timeout_s: float) -> Any:
+        """``_call`` over the shard's framed listener while it has one (gRPC otherwise)."""
+        assert self._framed_lookup is not None and self._caller is not None
+        framed_lookup, caller = self._framed_lookup, self._caller
+
+        def attempt(refresh: bool, left: float) -> Any:
+            address = framed_lookup(shard, refresh)
+            if address is None or self._unreachable.get(address, 0.0) > time.monotonic():
+                return self._call(shard, method, request, left)
+            try:
+                return answer_type.FromString(caller.call(address, method, request.SerializeToString(),
+                                                          timeout_s=left))
+            except ListenerUnreachable:
+                self._unreachable[address] = time.monotonic() + LISTENER_RETRY_S
+                return self._call(shard, method, request, left)  # nothing was sent: over gRPC
+
+        return self._retry(attempt, timeout_s)
+
+    def _call(self, shard: int, method: str, request: Any, timeout_s: float) -> Any:
+        def attempt(refresh: bool, left: float) -> Any:
+            address = self._lookup(shard, refresh)
+            if address is None:
+                raise CoordinatorNotAvailable(f"diskless coordinator shard {shard} has not registered")
+            stub = self.channels.stub(address, coordinator_pb2_grpc.DisklessCoordinatorStub)
+            return call(getattr(stub, method), request, metadata=self.metadata, timeout=left)
+
+        return self._retry(attempt, timeout_s)
 
     # ---- topics -------------------------------------------------------------------------------
     def create_partitions(self, shard: int, *, topic_id: bytes, name: str, num_partitions: int,

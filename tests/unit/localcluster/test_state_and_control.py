@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lowtide.cli.cluster_cmd import format_cluster, format_status
 from lowtide.localcluster import ClusterState, ServiceEntry, control
+from lowtide.localcluster.cluster import is_port_free
 from lowtide.localcluster.state import read_state, write_json_atomic, write_state
 from tests.waiting import wait_until
 
@@ -112,15 +113,7 @@ def _state_of(pid: int) -> str:
 
 
 def _port_is_held(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+    return not is_port_free(port)
 
 
 def test_ownership_needs_the_address_on_the_command_line() -> None:
