@@ -365,8 +365,9 @@ class CoordinatorCore:
         # the overlay rather than have it work them out again batch by batch.
         self.pending.push_checked_file(
             record,
-            partitions={where: _new(PartitionRow, (*part[0][:5], part[2], *part[0][6:]))  # high_watermark
-                        for where, part in partitions.items() if part is not None and part[2] != part[0][5]},
+            partitions={where: _new(PartitionRow, (row[0], row[1], row[2], row[3], row[4], part[2], row[6], row[7]))
+                        for where, part in partitions.items()  # part[2]: the new high_watermark (row[5])
+                        if part is not None and part[2] != (row := part[0])[5]},
             producers={pkey: producers[pkey] for pkey in advanced})
         return Decision(response, [record])
 

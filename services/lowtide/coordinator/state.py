@@ -647,6 +647,10 @@ class CoordinatorState:
         fields[5] = tuple(int(x) for x in fields[5].split(",")) if fields[5] else ()
         return FileRow(*fields)
 
+    def file_exists(self, object_key: str) -> bool:
+        """Whether a file row exists: every CommitFile's duplicate check asks, and needs no row."""
+        return self.db.execute("SELECT 1 FROM files WHERE object_key = ?", (object_key,)).fetchone() is not None
+
     def files_in_state(self, state: str) -> list[FileRow]:
         keys = [k for (k,) in self.db.execute("SELECT object_key FROM files WHERE state = ? ORDER BY file_id",
                                               (state,))]
