@@ -13,9 +13,11 @@ With ``--standby-shards J,L`` the process is also the warm standby of shards J a
 (docs/design/diskless.md#warm-standby): each follows its metadata log into
 ``--data-dir``/``standby-J/``, is served on a gRPC port of its own (``--standby-grpc-host``, an
 ephemeral port, listed in Redis under ``lowtide:coordinator:J:standbys``; after a takeover the
-shard registry points there), answers FindBatches from its copy to a caller asking for a standby's
-answer, and takes the shard over once its leader's lease expires. Standbys apply on a thread (no
-applier process each) and have no scrape-time gauges of their own.
+shard registry points there) and, unless ``--framed-listener off``, a framed listener of its own
+(another ephemeral port there, the registry's ``framed`` once it leads), answers FindBatches
+from its copy to a caller asking for a standby's answer, and takes the shard over once its
+leader's lease expires. Standbys apply on a thread (no applier process each) and have no
+scrape-time gauges of their own.
 With ``--auth-enabled`` every call needs CLUSTER_ACTION on the CLUSTER, and
 ``--token-file`` is this coordinator's own token for the replicas and the other shards it calls.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import logging
 import uuid
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -59,6 +62,7 @@ from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.rpc.channels import ChannelPool, call
+from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide_pb import coordinator_pb2, coordinator_pb2_grpc
@@ -224,11 +228,12 @@ def run(args: argparse.Namespace) -> int:
     shard = build_shard(args.shard, data_dir=Path(args.data_dir), advertised_grpc=boot.advertised_grpc, standby=False,
                         follow=bool(standby_shards), advertised_framed=advertised_framed)
     REGISTRY.register(CoordinatorCollector(shard))
-    standbys = [_StandbyShard(index=k, args=args, tls=boot.tls) for k in standby_shards]
+    standbys = [_StandbyShard(index=k, args=args, tls=boot.tls, framed=framed is not None) for k in standby_shards]
     for standby in standbys:
         standby.service = build_shard(standby.index, data_dir=Path(args.data_dir) / f"standby-{standby.index}",
-                                      advertised_grpc=standby.advertised, standby=True)
-        standby.serve(CoordinatorServicer(standby.service, access=access))
+                                      advertised_grpc=standby.advertised, standby=True,
+                                      advertised_framed=standby.advertised_framed)
+        standby.serve(CoordinatorServicer(standby.service, access=access), authenticate=access.authenticate_peer)
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
     servicer = CoordinatorServicer(
         shard, access=access, observe_commit=commit_seconds.observe,
@@ -267,13 +272,19 @@ def run(args: argparse.Namespace) -> int:
 
 class _StandbyShard:
     """A standby shard's gRPC server: a port of its own, so that once it leads, the shard registry
-    can point brokers at it with no change to their requests (which do not name a shard).
-    The port is bound at construction (the shard's config advertises it), served from ``serve``."""
+    can point brokers at it with no change to their requests (which do not name a shard); and,
+    when the shard's own has one (``framed``), a framed listener of its own too, so that brokers
+    keep sending CommitFile without gRPC after a takeover (the registry names it once the standby
+    leads). Both ports are ephemeral, on ``--standby-grpc-host``, bound at construction (the
+    shard's config advertises them) and served from ``serve``."""
 
-    def __init__(self, *, index: int, args: argparse.Namespace, tls) -> None:
+    def __init__(self, *, index: int, args: argparse.Namespace, tls, framed: bool = False) -> None:
         self.index = index
         self.service: ShardService | None = None
         self._grace = args.grace_seconds
+        self._framed = FramedListener(host=args.standby_grpc_host, port=0, tls=tls,
+                                      name=f"coordinator-standby-{index}") if framed else None
+        self.advertised_framed = f"{args.advertised_host}:{self._framed.bind()}" if self._framed is not None else ""
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=args.max_workers, thread_name_prefix=f"grpc-standby-{index}"),
             interceptors=[MetricsInterceptor(), ErrorInterceptor(translate=translate_store_errors)],
@@ -285,11 +296,17 @@ class _StandbyShard:
             raise SystemExit(f"coordinator standby of shard {index}: cannot listen on {address}")
         self.advertised = f"{args.advertised_host}:{port}"
 
-    def serve(self, servicer: CoordinatorServicer) -> None:
+    def serve(self, servicer: CoordinatorServicer, *,
+              authenticate: Callable[[list[tuple[str, str]], bytes | None], str]) -> None:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, self._server)
         self._server.start()
+        if self._framed is not None:
+            self._framed.start(open_session=servicer.open_framed_session, authenticate=authenticate,
+                               draining=lambda: False)
 
     def stop(self) -> None:
+        if self._framed is not None:
+            self._framed.stop()
         self._server.stop(self._grace).wait(self._grace + 1)
         if self.service is not None:
             self.service.stop()

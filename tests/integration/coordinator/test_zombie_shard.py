@@ -21,6 +21,7 @@ import grpc
 import pytest
 import redis as redis_lib
 
+from lowtide.client.framed import ListenerCaller
 from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import ShardLease, epoch_key, leader_key, read_shards, read_standbys
 from lowtide.coordinator.metadata_log import MetadataLog
@@ -319,6 +320,21 @@ def test_a_standby_takes_over_a_killed_shard_and_answers_a_commit_file(standby_c
         print(f"standby takeover: first CommitFile answered {took:.2f} s after kill -9 of {process}")
         assert client.leader()[1] != owner
         assert took < TAKEOVER_BOUND_S
+        # The standby serves brokers' framed CommitFile too: the registry names its own listener.
+        framed = read_shards(client.redis)[1].framed
+        assert framed and framed not in {e.framed for k, e in read_shards(client.redis).items() if k != 1}
+        caller = ListenerCaller(tls=None, metadata=())
+        try:
+            started = history.now()
+            reply = pb.DisklessCommitFileResponse.FromString(caller.call(
+                framed, "CommitFile", commit_request("wal/takeover-2", topic_id, batches=2, records=5,
+                                                     owners=(1,)).SerializeToString(), timeout_s=30))
+        finally:
+            caller.close()
+        assert [b.error_code for b in reply.batches] == [0, 0]
+        for i, b in enumerate(reply.batches):
+            history.produce_acked("t", 0, b.assigned_base_offset,
+                                  [f"wal/takeover-2/{i * 100}/{r}" for r in range(5)], started=started)
         client.final(topic_id)
         assert check(history) == []
     finally:
