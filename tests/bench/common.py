@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import resource
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -197,6 +199,65 @@ def cpu_figures(key: str, name: str, per_process: dict[str, float], params: dict
         figs.append(Figure(key=f"{key}_{n}_ms_mib", name=f"{name}: {label}", value=per_process[n], unit="ms/MiB",
                            params=params))
     return figs
+
+
+# The machine-speed reference (``machine_speed``): a fixed amount of the kind of work the hot paths
+# do, timed in CPU. Session 31 saw every CPU figure move by a quarter between minutes on the same
+# code (the VM's share of its host); a CPU figure is read against the reference taken beside it.
+SPEED_PYTHON_ITERATIONS = 200_000
+SPEED_ROUND_TRIPS = 5_000
+
+
+def _python_workload() -> int:
+    """Tuples, dict inserts and lookups: what a check, an apply or a request parse spends its time on."""
+    table: dict[tuple[int, int], tuple[int, int, int]] = {}
+    hits = 0
+    for i in range(SPEED_PYTHON_ITERATIONS):
+        table[(i & 1023, i)] = (i, i + 1, i * 2)
+        hits += (i & 1023, i - 1) in table
+    return hits
+
+
+def _round_trips(count: int) -> float:
+    """CPU seconds of both processes for ``count`` 64-byte round trips over a socket pair (one
+    process each side): a send, a wake-up of the other process and a receive, twice."""
+    parent, child = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the echoing side: its CPU is counted through RUSAGE_CHILDREN
+        parent.close()
+        try:
+            for _ in range(count):
+                child.sendall(child.recv(64))
+        finally:
+            os._exit(0)
+    child.close()
+    began = resource.getrusage(resource.RUSAGE_SELF)
+    before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    message = b"x" * 64
+    for _ in range(count):
+        parent.sendall(message)
+        parent.recv(64)
+    ended = resource.getrusage(resource.RUSAGE_SELF)
+    os.waitpid(pid, 0)
+    parent.close()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine = (ended.ru_utime + ended.ru_stime) - (began.ru_utime + began.ru_stime)
+    theirs = (children.ru_utime + children.ru_stime) - (before_children.ru_utime + before_children.ru_stime)
+    return mine + theirs
+
+
+def machine_speed(repeat: int = 3) -> dict[str, float]:
+    """This minute's machine speed, best of ``repeat``: ``python_ms``, the CPU of a fixed Python
+    workload (``_python_workload``), and ``round_trip_us``, the CPU of one message round trip between
+    two processes (``_round_trips``). Lower is faster; compare a CPU figure with the reference taken
+    beside it, not with a figure of another day."""
+    python_s = []
+    for _ in range(repeat):
+        began = time.process_time()
+        _python_workload()
+        python_s.append(time.process_time() - began)
+    trips = [_round_trips(SPEED_ROUND_TRIPS) for _ in range(repeat)]
+    return {"python_ms": min(python_s) * 1e3, "round_trip_us": min(trips) / SPEED_ROUND_TRIPS * 1e6}
 
 
 def dir_log_bytes(path: Path) -> dict[str, int]:

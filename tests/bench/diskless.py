@@ -44,7 +44,16 @@ from lowtide.diskless.topics import ShardDirectory
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.control import check_grpc_health
 from lowtide.messages.coordinator import BatchToCommit
-from tests.bench.common import Figure, MiB, build_batch, cpu_per_unit, cpu_snapshot, percentile, say
+from tests.bench.common import (
+    Figure,
+    MiB,
+    build_batch,
+    cpu_per_unit,
+    cpu_snapshot,
+    machine_speed,
+    percentile,
+    say,
+)
 
 BATCHES_PER_FILE = 100
 PARTITIONS = 100
@@ -293,6 +302,7 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
             flat[committers] = (latencies, files * BATCHES_PER_FILE / seconds)
         best = max(flat, key=lambda n: flat[n][1])
         latencies, rate = flat[best]
+        speed = machine_speed()  # read the CPU figure against this minute's machine (common.machine_speed)
         paced, cpu, busy_pct, steal_pct = _cpu_per_file(cluster, lambda: _commit_paced(
             client, topic_id, rate_files_s=200, files=400 if quick else 2000))
         # Lighter offered loads: where the p99 target holds on this machine, and how it grows.
@@ -352,8 +362,10 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
                note="utime + stime per 100-batch file over the 200 files/s window, summed over the cluster's "
                     "processes and the load generator: "
                     + ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items() if name != "sum")
-                    + f" ms; {cpu['sum'] * 200 / 1000:.2f} cores at 200 files/s of the machine's {os.cpu_count()}",
-               params={"per_process_ms": cpu}).judge(),
+                    + f" ms; {cpu['sum'] * 200 / 1000:.2f} cores at 200 files/s of the machine's {os.cpu_count()}; "
+                    f"machine speed just before: {speed['python_ms']:.0f} ms Python reference, "
+                    f"{speed['round_trip_us']:.0f} µs per process round trip (tests.bench.common.machine_speed)",
+               params={"per_process_ms": cpu, "machine_speed": speed}).judge(),
         Figure(key="dc_commitfile_machine_busy_pct", name="DC CommitFile at 200 files/s: machine CPU busy",
                value=busy_pct, unit="%",
                note=f"share of all cores' time busy (user, system, irq) over the window, /proc/stat; steal "

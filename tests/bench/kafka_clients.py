@@ -21,7 +21,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.bench.common import Bench, Figure, MiB, cpu_per_unit, cpu_snapshot, running_cluster, say
+from tests.bench.common import (
+    Bench,
+    Figure,
+    MiB,
+    cpu_per_unit,
+    cpu_snapshot,
+    machine_speed,
+    running_cluster,
+    say,
+)
 from tests.bench.idempotence import SUMMARY, TOOL
 
 RECORD = 1024
@@ -152,6 +161,7 @@ def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None
     records = records or (100_000 if quick else PERF_DEFAULTS_RECORDS)
     rounds = rounds or (1 if quick else 3)
     runs = []
+    speed = machine_speed()  # this minute's machine, to read the figures against (common.machine_speed)
     for r in range(rounds):
         topic = f"kperf-defaults-{r}-{int(time.time())}"
         bench.create_topic(topic, partitions=3, rf=3, config={"min.insync.replicas": "2"})
@@ -174,7 +184,9 @@ def kafka_perf_defaults_figures(bench: Bench, *, quick: bool, rounds: int | None
     figures = [
         Figure("kafka_perf_defaults_mbs", "ProducerPerformance, the producer's defaults (16 KiB batches, linger 5 ms, "
                "idempotent), RF 3", round(median("mbs"), 1), "MB/s", target=">= 15 MB/s (issue 32)", target_value=15.0,
-               better="higher", params=params, note=f"median of {rounds} runs: {each}").judge(),
+               better="higher", params={**params, "machine_speed": speed},
+               note=f"median of {rounds} runs: {each}; machine speed before them: {speed['python_ms']:.0f} ms Python "
+                    f"reference, {speed['round_trip_us']:.0f} µs per process round trip").judge(),
         Figure("kafka_perf_defaults_p99_ms", "ProducerPerformance defaults: p99 latency", round(median("p99_ms")),
                "ms", target="<= 1000 ms (issue 32)", target_value=1000.0, better="lower", params=params).judge(),
     ]

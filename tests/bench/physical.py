@@ -7,6 +7,9 @@
   evicted with ``posix_fadvise(DONTNEED)``; the result says which, and whether the read was cold.
 * Loopback gRPC round trip: ``grpc.health.v1.Health/Check`` (an empty unary call) against a
   running replica, p50/p99 of raw samples after a warm-up.
+* Machine speed (``common.machine_speed``): the CPU of a fixed Python workload and of a message
+  round trip between two processes, at the start of the run; the CPU-per-unit figures carry the
+  same reference taken beside them, since the VM's speed drifts between minutes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.bench.common import Figure, MiB, percentile, say
+from tests.bench.common import Figure, MiB, machine_speed, percentile, say
 
 BLOCK = MiB
 
@@ -220,3 +223,15 @@ def machine_info(data_dir: Path, repo: Path, mode: str) -> dict[str, Any]:
         "git_commit": _git_commit(repo),
         "data_dir": str(data_dir),
     }
+
+
+def speed_reference() -> list[Figure]:
+    """This run's machine speed (``common.machine_speed``), for reading its CPU figures."""
+    speed = machine_speed()
+    say(f"machine speed: Python reference {speed['python_ms']:.0f} ms CPU, process round trip "
+        f"{speed['round_trip_us']:.0f} µs CPU")
+    return [Figure(key="speed_python_ms", name="machine speed: fixed Python workload, CPU", value=speed["python_ms"],
+                   unit="ms", note="tests.bench.common._python_workload, best of 3; lower is faster"),
+            Figure(key="speed_round_trip_us", name="machine speed: message round trip between two processes, CPU",
+                   value=speed["round_trip_us"], unit="µs",
+                   note="64 bytes each way over a socket pair, both processes' CPU, best of 3; lower is faster")]

@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     disk_write: float | None = None
 
     if "physical" in only:
+        _section("speed", figures, physical.speed_reference, "speed_python_ms", "machine speed", "ms")
         size = 256 * MiB if quick else 1024 * MiB
         _section("physical", figures, lambda: physical.disk_bandwidth(data_dir / "disk", size),
                  "disk_write_mbs", "sequential disk write", "MB/s")
