@@ -395,6 +395,8 @@ class _ConnectionPool:
         self.tls, self.metadata, self.connect_timeout_s = tls, tuple(metadata), connect_timeout_s
         self._lock = threading.Lock()
         self._idle: dict[str, queue.SimpleQueue[FramedConnection]] = {}
+        # Idle connections of an event loop's callers (ListenerProducer.produce_steps): its thread only.
+        self._loop_idle: dict[str, list[LoopFramedConnection]] = {}
         self._closed = False
 
     def _exchange(self, address: str, kind: int, payload: bytes, *, timeout_s: float) -> bytes:
@@ -454,17 +456,62 @@ class ListenerProducer(_ConnectionPool):
     def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
                 deadline_s: float, expected_end_offsets: Mapping[TopicPartition, int] | None = None,
                 coordinator_append: bool = False) -> list[ProducedPartition]:
-        expected = expected_end_offsets or {}
-        request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
-            replica_pb2.ProducePartition(topic=t, partition=p, records=records,
-                                         expected_log_end_offset=expected.get((t, p)))
-            for t, p, records in partitions], coordinator_append=coordinator_append)
-        answer = self._exchange(address, PRODUCE, request.SerializeToString(), timeout_s=deadline_s)
-        response = replica_pb2.ProduceResponse.FromString(answer)
-        return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
-                                  log_start_offset=r.log_start_offset,
-                                  error=error_or_none(r.error_code, r.error_message))
-                for r in response.partitions]
+        request = encode_produce(partitions, acks=acks, timeout_ms=timeout_ms,
+                                 expected_end_offsets=expected_end_offsets, coordinator_append=coordinator_append)
+        return decode_produced(self._exchange(address, PRODUCE, request, timeout_s=deadline_s))
+
+    def produce_steps(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *,
+                      loop: asyncio.AbstractEventLoop, acks: int, timeout_ms: int, deadline_s: float,
+                      expected_end_offsets: Mapping[TopicPartition, int] | None = None,
+                      coordinator_append: bool = False) -> Steps[list[ProducedPartition]]:
+        """``produce`` as steps on ``loop`` (rpc/steps.py), on the loop's own pooled connections
+        (``LoopFramedConnection``): a coordinator shard's appends, answered on the loop that
+        answers its brokers (coordinator/service.py). Loop's thread only."""
+        request = encode_produce(partitions, acks=acks, timeout_ms=timeout_ms,
+                                 expected_end_offsets=expected_end_offsets, coordinator_append=coordinator_append)
+        idle = self._loop_idle.setdefault(address, [])
+        while idle and idle[-1].finished:
+            idle.pop()
+        if idle:
+            connection = idle.pop()
+        else:
+            try:
+                connection = yield from LoopFramedConnection.open_steps(
+                    address, loop=loop, tls=self.tls, metadata=self.metadata, connect_timeout_s=self.connect_timeout_s)
+            except NetworkException as exc:
+                raise ListenerUnreachable(str(exc)) from None
+        answer = yield from connection.call_steps(PRODUCE, request, timeout_s=deadline_s)
+        if self._closed:
+            connection.close()
+        else:
+            idle.append(connection)
+        return decode_produced(answer)
+
+    def close_loop_connections(self) -> None:
+        """On the loop's thread: close the connections ``produce_steps`` keeps."""
+        for connections in self._loop_idle.values():
+            for connection in connections:
+                connection.close()
+        self._loop_idle.clear()
+
+
+def encode_produce(partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
+                   expected_end_offsets: Mapping[TopicPartition, int] | None = None,
+                   coordinator_append: bool = False) -> bytes:
+    """A PRODUCE frame's payload: replica.proto's ProduceRequest."""
+    expected = expected_end_offsets or {}
+    return replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
+        replica_pb2.ProducePartition(topic=t, partition=p, records=records,
+                                     expected_log_end_offset=expected.get((t, p)))
+        for t, p, records in partitions], coordinator_append=coordinator_append).SerializeToString()
+
+
+def decode_produced(answer: bytes | bytearray) -> list[ProducedPartition]:
+    """The partitions of a PRODUCE frame's answer (replica.proto's ProduceResponse)."""
+    response = replica_pb2.ProduceResponse.FromString(bytes(answer))
+    return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
+                              log_start_offset=r.log_start_offset, error=error_or_none(r.error_code, r.error_message))
+            for r in response.partitions]
 
 
 class ListenerCaller(_ConnectionPool):

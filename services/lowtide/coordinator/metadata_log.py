@@ -30,10 +30,13 @@ once; it holds no per-call state besides a cached leader address (a plain attrib
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from lowtide.client.framed import ListenerProducer, ListenerUnreachable
 from lowtide.client.replica import ReplicaClient
@@ -45,9 +48,10 @@ from lowtide.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from lowtide.messages.replica import FetchPosition
+from lowtide.messages.replica import FetchPosition, ProducedPartition
 from lowtide.metadata.store import MetadataStore, assign_replicas
 from lowtide.record import decode_batches
+from lowtide.rpc.steps import Blocking, Sleep, Steps, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -159,22 +163,31 @@ class MetadataLog:
                                  broker.replication_port and time.monotonic() >= self._listener_retry_at else None)
         return self._leader
 
-    def _produce(self, address: str, batches: bytes, *, timeout_ms: int, expected_end_offset: int | None):
+    def _produce_steps(self, address: str, batches: bytes, *, timeout_ms: int, expected_end_offset: int | None,
+                       loop: asyncio.AbstractEventLoop | None) -> Steps[ProducedPartition]:
         """One acks=all Produce of ``batches`` to the leader at ``address``: on its replication
-        listener if it has one, else (or while the listener is unreachable) over gRPC."""
-        kwargs = dict(acks=-1, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5,
-                      expected_end_offsets=None if expected_end_offset is None else
-                      {(METADATA_TOPIC, self.shard): expected_end_offset}, coordinator_append=True)
+        listener if it has one (on ``loop``'s connections when given), else (or while the
+        listener is unreachable) over gRPC."""
+        partitions = [(METADATA_TOPIC, self.shard, batches)]
+        kwargs: dict[str, Any] = dict(
+            acks=-1, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5, coordinator_append=True,
+            expected_end_offsets=None if expected_end_offset is None else
+            {(METADATA_TOPIC, self.shard): expected_end_offset})
         listener = self._leader_listener
         if listener is not None and self.listener is not None:
             try:
-                return self.listener.produce(listener, [(METADATA_TOPIC, self.shard, batches)], **kwargs)[0]
+                if loop is not None:
+                    got = yield from self.listener.produce_steps(listener, partitions, loop=loop, **kwargs)
+                else:
+                    got = self.listener.produce(listener, partitions, **kwargs)
+                return got[0]
             except ListenerUnreachable as exc:  # nothing was sent: gRPC for a while
                 log.warning("%s-%d: the leader's replication listener at %s is unreachable (%s); appending over "
                             "gRPC for %.0f s", METADATA_TOPIC, self.shard, listener, exc, LISTENER_RETRY_S)
                 self._listener_retry_at = time.monotonic() + LISTENER_RETRY_S
                 self._leader_listener = None
-        return self.replicas.produce(address, [(METADATA_TOPIC, self.shard, batches)], **kwargs)[0]
+        got = yield Blocking(partial(self.replicas.produce, address, partitions, **kwargs))
+        return got[0]
 
     def _with_leader(self, action, *, deadline: float):
         """Run ``action(address)`` against the leader, re-resolving it while leadership moves."""
@@ -204,18 +217,29 @@ class MetadataLog:
         answers an append whose leadership moved while it waited for the ISR, which may have
         survived on the new leader; with ``expected_end_offset`` the retry is then refused
         (OUT_OF_ORDER_SEQUENCE_NUMBER) instead of adding the batches a second time."""
+        return run_blocking(self.append_steps(batches, timeout_ms=timeout_ms, expected_end_offset=expected_end_offset))
+
+    def append_steps(self, batches: bytes, *, timeout_ms: int | None = None, expected_end_offset: int | None = None,
+                     loop: asyncio.AbstractEventLoop | None = None) -> Steps[int]:
+        """``append`` as steps (rpc/steps.py). With ``loop`` (driven on that loop's thread) the
+        Produce goes on the loop's own connections to the leader's replication listener, so its
+        answer lands on the loop that answers the shard's brokers (coordinator/service.py); what
+        may block (a leader lookup in the metadata store, a Produce over gRPC) is a ``Blocking``."""
         timeout_ms = timeout_ms or self.request_timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
         while True:
             try:
-                address = self.leader_address(refresh=attempt > 0)
+                if attempt > 0 or self._leader is None:  # a lookup in the metadata store
+                    address = yield Blocking(partial(self.leader_address, refresh=attempt > 0))
+                else:
+                    address = self._leader
             except LowtideError as exc:
                 problem: LowtideError = exc
             else:
                 try:
-                    got = self._produce(address, batches, timeout_ms=timeout_ms,
-                                        expected_end_offset=expected_end_offset)
+                    got = yield from self._produce_steps(address, batches, timeout_ms=timeout_ms,
+                                                         expected_end_offset=expected_end_offset, loop=loop)
                 except LowtideError:
                     self._leader = None
                     raise
@@ -229,7 +253,7 @@ class MetadataLog:
             attempt += 1
             if not isinstance(problem, NOT_WRITTEN) or time.monotonic() + 0.05 * attempt > deadline:
                 break
-            time.sleep(min(0.5, 0.05 * attempt))
+            yield Sleep(min(0.5, 0.05 * attempt))
         try:
             raise problem
         finally:

@@ -11,11 +11,13 @@ flight in order (docs/design/diskless.md#fencing-by-epoch).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prometheus_client import Histogram
@@ -24,9 +26,16 @@ from lowtide.clock import now_ms
 from lowtide.coordinator.core import CoordinatorCore, Decision
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog, writer_id
 from lowtide.coordinator.records import MetadataRecord, encode_record
-from lowtide.errors import InvalidProducerEpoch, KafkaStorageError, NotCoordinator, OutOfOrderSequenceNumber
+from lowtide.errors import (
+    InvalidProducerEpoch,
+    KafkaStorageError,
+    NotCoordinator,
+    OutOfOrderSequenceNumber,
+    RequestTimedOut,
+)
 from lowtide.leases import Lease
 from lowtide.record import encode_batch
+from lowtide.rpc.steps import Blocking, Steps, run_blocking
 
 APPEND_DURATION = Histogram(
     "lowtide_coordinator_append_duration_seconds", "One metadata log append (acks=all Produce) of the appender",
@@ -85,6 +94,35 @@ class WaiterWait:
         self.waiter.wake = None
 
 
+class FutureDone:
+    """A steps ``Wait`` (lowtide.rpc.steps) for a ``concurrent.futures.Future`` (the append in
+    flight before another), until ``deadline``."""
+
+    __slots__ = ("future", "deadline", "_event")
+
+    def __init__(self, future: Future, *, deadline: float) -> None:
+        self.future, self.deadline = future, deadline
+        self._event: Any = None
+
+    def arm(self, event: Any) -> None:
+        self._event = event
+        self.future.add_done_callback(self._fire)
+
+    def _fire(self, _future: Future) -> None:
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def check(self) -> bool:
+        return self.future.done()
+
+    def expire(self) -> None:
+        pass
+
+    def disarm(self) -> None:
+        self._event = None
+
+
 def seconds_until_send(*, oldest_queued_at: float | None, in_flight: int, max_in_flight: int, linger_s: float,
                        now: float, busy: bool = False) -> float:
     """Seconds until the writer sends the checked requests (the oldest queued at
@@ -130,16 +168,17 @@ class LogAppender:
     """Shard ``shard``'s appends to ``metadata_log`` while it holds ``lease``.
 
     Contract: ``encode(group)`` returns the group's batches (one per decision with records) and
-    fills ``group.values``; ``append(group, previous)`` sends them (``group.data``) in one
+    fills ``group.values``; ``append(group, previous)`` (or ``append_steps``) sends them (``group.data``) in one
     conditional acks=all Produce and returns the base offset of the first record, raising
     NOT_COORDINATOR (the lease lapsed, or ``fenced``: a newer epoch is in the log) or whatever the
     append raised; ``fenced(epoch, exc)`` is the error for a refused epoch. ``topic_ready`` says
     the metadata topic is known to exist (it is never deleted): the first append creates it if it
     was not, and the shard sets it when it finds the topic (a load, a standby's follow).
 
-    Thread-safety: ``append`` runs on the shard's appender threads, several at once (one per
-    append in flight); it reads the lease and appends, and sets ``topic_ready`` (a flag only ever
-    set to True; creating the topic is idempotent). ``encode`` and ``fenced`` keep no state.
+    Thread-safety: ``append_steps`` runs on the shard's pipeline loop, several at once (one per
+    append in flight), and ``append`` on any thread; both read the lease and append, and set
+    ``topic_ready`` (a flag only ever set to True; creating the topic is idempotent). ``encode``
+    and ``fenced`` keep no state.
     """
 
     def __init__(self, *, shard: int, metadata_log: MetadataLog, lease: Lease, append_timeout_ms: int) -> None:
@@ -166,33 +205,44 @@ class LogAppender:
         return b"".join(batches)
 
     def append(self, group: Group, previous: Future | None) -> int:
-        """On an appender thread: one acks=all Produce, conditional on the log ending at
-        ``group.expected`` after a batch of this term's writer id; the base offset of its first
-        record. The condition is what fences a deposed coordinator (a successor's load moved the
-        log end, and its appends are under another id) and what keeps two appends in flight in
-        order: the second is refused unless the first landed just before it. Refused because the
-        first was still on its way (the replica took them in the other order), it is sent again
-        once the first succeeded; any other refusal fails the pipeline and the shard reloads."""
+        """``append_steps`` on the calling thread."""
+        return run_blocking(self.append_steps(group, previous))
+
+    def append_steps(self, group: Group, previous: Future | None, *,
+                     loop: asyncio.AbstractEventLoop | None = None) -> Steps[int]:
+        """One acks=all Produce, conditional on the log ending at ``group.expected`` after a
+        batch of this term's writer id; the base offset of its first record. As steps: the shard
+        drives it on its pipeline loop (``loop``: MetadataLog.append_steps). The condition is
+        what fences a deposed coordinator (a successor's load moved the log end, and its appends
+        are under another id) and what keeps two appends in flight in order: the second is
+        refused unless the first landed just before it. Refused because the first was still on its
+        way (the replica took them in the other order), it is sent again once the first succeeded;
+        any other refusal fails the pipeline and the shard reloads."""
         if not self.lease.valid():
             raise NotCoordinator(f"coordinator {self.shard}: the leader lease lapsed")
         if not self.topic_ready:
             # Created on the first write, not at start: a cluster that never uses diskless
             # topics gets no metadata partitions (and a start never waits for replicas).
-            self.log.ensure_topic()
+            yield Blocking(self.log.ensure_topic)
             self.topic_ready = True
         began = time.perf_counter()
+        append = partial(self.log.append_steps, group.data, timeout_ms=self.append_timeout_ms,
+                         expected_end_offset=group.expected, loop=loop)
         try:
             try:
-                base = self.log.append(group.data, timeout_ms=self.append_timeout_ms,
-                                       expected_end_offset=group.expected)
+                base = yield from append()
             except OutOfOrderSequenceNumber:
                 if previous is None:
                     raise
+                if not previous.done():
+                    yield FutureDone(previous, deadline=time.monotonic() + self.append_timeout_ms / 1000)
+                if not previous.done():
+                    raise RequestTimedOut(f"coordinator {self.shard}: the append before this one did not end "
+                                          f"within {self.append_timeout_ms} ms") from None
                 previous.result()  # raises if the one before failed: then so does this one
                 if not self.lease.valid():
                     raise NotCoordinator(f"coordinator {self.shard}: the leader lease lapsed") from None
-                base = self.log.append(group.data, timeout_ms=self.append_timeout_ms,
-                                       expected_end_offset=group.expected)
+                base = yield from append()
         except InvalidProducerEpoch as exc:
             raise self.fenced(group.epoch, exc) from None
         APPEND_DURATION.labels(str(self.shard)).observe(time.perf_counter() - began)

@@ -243,15 +243,17 @@ def run(args: argparse.Namespace) -> int:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, server)
 
     def start() -> None:
-        if framed is not None:
-            # A loop of its own: a CommitFile is queued for the writer there and answered when its
-            # append lands, with no thread parked per call (coordinator/servicer.py _FramedSession).
-            framed.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
-                         draining=lambda: False)
-            log.info("framed listener", extra={"fields": {"address": advertised_framed}})
         shard.start()
+        if framed is not None:
+            # On the shard's pipeline loop: a CommitFile is queued for the writer there and answered
+            # when its append lands, on the loop that got the append's answer, with no thread parked
+            # per call and none woken to answer it (coordinator/servicer.py _FramedSession).
+            framed.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
+                         draining=lambda: False, loop=shard.loop)
+            log.info("framed listener", extra={"fields": {"address": advertised_framed}})
         for standby in standbys:
             standby.service.start()
+            standby.start_framed()
             register_standby(redis, shard=standby.index, owner=owner, grpc=standby.advertised)
             log.info("standing by", extra={"fields": {"shard": standby.index, "grpc": standby.advertised}})
 
@@ -285,6 +287,8 @@ class _StandbyShard:
         self._framed = FramedListener(host=args.standby_grpc_host, port=0, tls=tls,
                                       name=f"coordinator-standby-{index}") if framed else None
         self.advertised_framed = f"{args.advertised_host}:{self._framed.bind()}" if self._framed is not None else ""
+        self._servicer: CoordinatorServicer | None = None
+        self._authenticate: Callable[[list[tuple[str, str]], bytes | None], str] | None = None
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=args.max_workers, thread_name_prefix=f"grpc-standby-{index}"),
             interceptors=[MetricsInterceptor(), ErrorInterceptor(translate=translate_store_errors)],
@@ -300,9 +304,14 @@ class _StandbyShard:
               authenticate: Callable[[list[tuple[str, str]], bytes | None], str]) -> None:
         coordinator_pb2_grpc.add_DisklessCoordinatorServicer_to_server(servicer, self._server)
         self._server.start()
-        if self._framed is not None:
-            self._framed.start(open_session=servicer.open_framed_session, authenticate=authenticate,
-                               draining=lambda: False)
+        self._servicer, self._authenticate = servicer, authenticate
+
+    def start_framed(self) -> None:
+        """Once the standby's service runs: its framed listener, on the service's pipeline loop."""
+        if self._framed is not None and self.service is not None and self._servicer is not None:
+            assert self._authenticate is not None
+            self._framed.start(open_session=self._servicer.open_framed_session, authenticate=self._authenticate,
+                               draining=lambda: False, loop=self.service.loop)
 
     def stop(self) -> None:
         if self._framed is not None:

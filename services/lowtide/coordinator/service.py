@@ -11,9 +11,9 @@ Request path of a mutation (CommitFile, CreatePartitions, DeleteTopics, DeleteRe
                     each) in one acks=all Produce, conditional on the log end it expects; the
                     second in flight, and a busy shard's first, only after ``append_linger_ms``
                     (pipeline.seconds_until_send)
-    appenders:      the Produces in flight (an executor thread each, coordinator.pipeline: retries
-                    and leader moves); as they succeed, hand the groups to the applier in log order
-                    and answer them
+    pipeline loop:  the Produces in flight (coordinator.pipeline, as steps on the shard's event
+                    loop: retries and leader moves); as they succeed, hand the groups to the
+                    applier in log order and answer them (a framed CommitFile on the same loop)
     applier thread: apply every replicated group in one SQLite transaction at the offsets the
                     leader gave, through the applier process (coordinator.applier), outside the
                     shard lock; then, under it, mirror the applier's cached rows, drop the
@@ -73,13 +73,14 @@ store before the log below one is deleted): coordinator.snapshot_publisher.
 
 States: ``follower`` (no lease: NOT_COORDINATOR), ``loading`` (lease held, reading the log:
 COORDINATOR_LOAD_IN_PROGRESS), ``leader`` (serving). Threads: the lease thread (acquire/renew),
-the shard thread (loading, snapshots, file lifetime), the writer and its appenders, the applier
-thread (which waits for the applier process); request threads come from gRPC. The applier process
-checkpoints the WAL.
+the shard thread (loading, snapshots, file lifetime), the writer, the pipeline loop (the appends
+in flight and the framed listener's connections), the applier thread (which waits for the applier
+process); request threads come from gRPC. The applier process checkpoints the WAL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -119,6 +120,7 @@ from lowtide.errors import (
 )
 from lowtide.leases import Lease
 from lowtide.record import encode_batch
+from lowtide.rpc.steps import drive_on_loop
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +235,13 @@ class ShardService:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._appender: ThreadPoolExecutor | None = None
+        # The pipeline loop (``loop``): the appends in flight run on it as steps, answered by the
+        # replica leader on the same loop that serves the framed listener's CommitFile calls
+        # (coordinator/server.py), so an append's answer reaches the brokers waiting for it with no
+        # hand-off between threads. Its pool runs what may block (a leader lookup, a gRPC append).
+        self.loop = asyncio.new_event_loop()
+        self._blocking = ThreadPoolExecutor(max_workers=config.appends_in_flight + 1,
+                                            thread_name_prefix=f"coordinator-{config.shard}-blocking")
         self.snapshots = SnapshotPublisher(
             snapshot_dir=self.snapshot_dir, policy=config.snapshot, metadata_log=metadata_log,
             snapshot_store=snapshot_store, applied_offset=lambda: self.state.applied_offset,
@@ -249,10 +257,8 @@ class ShardService:
     def start(self) -> None:
         """Start the background threads; returns at once (loading happens in the background, so a
         cluster's start is not held up by the metadata topic or the log)."""
-        self._appender = ThreadPoolExecutor(max_workers=self.config.appends_in_flight,
-                                            thread_name_prefix=f"coordinator-{self.config.shard}-append")
-        for name, target in (("lease", self._lease_loop), ("shard", self._shard_loop),
-                             ("writer", self._write_loop), ("applier", self._apply_loop)):
+        for name, target in (("pipeline", self.loop.run_forever), ("lease", self._lease_loop),
+                             ("shard", self._shard_loop), ("writer", self._write_loop), ("applier", self._apply_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -264,10 +270,13 @@ class ShardService:
             self._inbox.notify_all()
         with self._replicated_ready:
             self._replicated_ready.notify_all()
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self._stop_loop)
         for thread in self._threads:
             thread.join(timeout=5)
-        if self._appender is not None:
-            self._appender.shutdown(wait=False, cancel_futures=True)
+        self._blocking.shutdown(wait=False, cancel_futures=True)
+        if not self.loop.is_running():
+            self.loop.close()
         with self._lock:
             self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
             self.status = FOLLOWER
@@ -277,6 +286,12 @@ class ShardService:
             log.debug("could not release the lease", exc_info=True)
         self._close_applier()
         self.state.close()
+
+    def _stop_loop(self) -> None:
+        """On the pipeline loop: close its connections to the replica leader, then stop."""
+        if self.log.listener is not None:
+            self.log.listener.close_loop_connections()
+        self.loop.stop()
 
     def _close_applier(self) -> None:
         with self._apply_lock:
@@ -439,12 +454,13 @@ class ShardService:
                     previous = in_flight[-1].appended if in_flight else None
                     with self._replicated_ready:
                         self._flights.append(send)
-                    send.appended = self._appender.submit(self.log_appender.append, send, previous)
+                    send.appended = Future()
                     # A weak reference: the group holds the future and the future its callbacks,
                     # so a strong one is a cycle that only the cyclic GC frees, and with it every
                     # object of the group's requests (~350 per 100-batch file): under load that
                     # was gen-1/gen-2 collections of 5-40 ms, holding the GIL, every few seconds.
                     send.appended.add_done_callback(partial(self._appended, weakref.ref(send)))
+                    self.loop.call_soon_threadsafe(self._start_append, send, previous)
                     in_flight.append(send)
                 except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
                     failed = [*in_flight, send]
@@ -476,14 +492,31 @@ class ShardService:
                 return
             self._apply(groups)
 
+    def _start_append(self, group: Group, previous: Future | None) -> None:
+        """On the pipeline loop: drive the group's append (``LogAppender.append_steps``); its
+        outcome settles ``group.appended``, whose callback (``_appended``) hands it over."""
+        future = group.appended
+        assert future is not None
+
+        def settle(base: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(base)
+
+        drive_on_loop(self.log_appender.append_steps(group, previous, loop=self.loop), loop=self.loop,
+                      executor=self._blocking, done=settle)
+
     def _appended(self, group_ref: weakref.ref[Group], future: Future) -> None:
-        """On the appender, as a Produce ends: hand every group at the head of the flights whose
+        """On the pipeline loop, as a Produce ends: hand every group at the head of the flights whose
         Produce succeeded (or that had nothing to send) to the applier, in log order, and answer
         their requests; stop at one still under way or failed (the writer fails the pipeline).
         Either way the writer learns the slot is free: ``finished`` is set before the hand-over
         under the same lock, and a group is answered only after everything before it."""
-        # The executor's work item holds the group (its argument) until this callback has run,
-        # so the reference is alive here; were it not, no one would be waiting for the group.
+        # The flights hold the group until this callback has handed it over, so the reference is
+        # alive here; were it not, no one would be waiting for the group.
         group = group_ref()
         with self._replicated_ready:
             if group is not None:

@@ -49,6 +49,27 @@ class Wait(Protocol):
     def disarm(self) -> None: ...
 
 
+class Sleep:
+    """A ``Wait`` nothing wakes: done ``seconds`` from now (a retry's back-off, on a thread or a loop)."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + max(0.0, seconds)
+
+    def arm(self, event: Any) -> None:
+        pass
+
+    def check(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def expire(self) -> None:
+        pass
+
+    def disarm(self) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class Blocking:
     """A call that may block; run where blocking is allowed."""
@@ -68,6 +89,12 @@ def run_blocking(steps: Steps[T]) -> T:
             item = steps.throw(error) if error is not None else steps.send(value)
         except StopIteration as stop:
             return stop.value
+        except BaseException:
+            # The error's traceback holds this frame: were the frame to keep what the handler was
+            # sent (an answer that may carry this very error), the two would be a cycle only the
+            # cyclic collector frees.
+            value = error = None
+            raise
         value, error = None, None
         if isinstance(item, Blocking):
             try:
@@ -181,6 +208,7 @@ class _LoopDriver:
             self._finish(stop.value, None)
             return
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, as a worker's future would
+            value = error = None  # not kept by the frame the error's traceback holds (run_blocking)
             self._finish(None, exc)
             return
         if isinstance(item, Blocking):
