@@ -232,6 +232,19 @@ class ShardService:
         self._acked_through = -1
         self._applied_through = -1
         self._queue: deque[Waiter] = deque()
+        # The writer's state (``_pump``, on the pipeline loop only): requests checked (records
+        # pending) and not sent yet, the pipeline epoch they were checked in, the groups sent
+        # (their Produce under way or not yet taken back), whether the oldest checked request came
+        # with others (seconds_until_send), when the newest request taken was queued.
+        self._checked: list[Waiter] = []
+        self._checked_epoch = 0
+        self._in_flight: deque[Group] = deque()
+        self._busy = False
+        self._last_queued_at = -1e9
+        self._busy_gap_s = 2 * config.append_linger_ms / 1000
+        self._pump_pending = False
+        self._linger_timer: asyncio.TimerHandle | None = None
+        self._loop_thread = -1  # the pipeline loop's thread id, once it runs
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -257,8 +270,8 @@ class ShardService:
     def start(self) -> None:
         """Start the background threads; returns at once (loading happens in the background, so a
         cluster's start is not held up by the metadata topic or the log)."""
-        for name, target in (("pipeline", self.loop.run_forever), ("lease", self._lease_loop),
-                             ("shard", self._shard_loop), ("writer", self._write_loop), ("applier", self._apply_loop)):
+        for name, target in (("pipeline", self._run_loop), ("lease", self._lease_loop),
+                             ("shard", self._shard_loop), ("applier", self._apply_loop)):
             thread = threading.Thread(target=target, name=f"coordinator-{self.config.shard}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -287,8 +300,14 @@ class ShardService:
         self._close_applier()
         self.state.close()
 
+    def _run_loop(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self.loop.run_forever()
+
     def _stop_loop(self) -> None:
-        """On the pipeline loop: close its connections to the replica leader, then stop."""
+        """On the pipeline loop: fail what the writer holds, close the loop's connections to the
+        replica leader, then stop."""
+        self._pump()
         if self.log.listener is not None:
             self.log.listener.close_loop_connections()
         self.loop.stop()
@@ -343,7 +362,7 @@ class ShardService:
         self._check_serving()  # fail fast; the writer checks again under the shard lock
         with self._inbox:
             self._queue.append(waiter)
-            self._inbox.notify()
+        self._kick()
 
     def read(self, fn: Callable[[CoordinatorCore], Any]) -> Any:
         """``fn(core)`` on the applied state, once every mutation answered so far is applied."""
@@ -380,101 +399,124 @@ class ShardService:
                                   in_flight=len(in_flight), max_in_flight=self.config.appends_in_flight,
                                   linger_s=self.config.append_linger_ms / 1000, now=time.monotonic(), busy=busy)
 
-    def _write_loop(self) -> None:
-        checked: list[Waiter] = []         # checked (records pending), not sent yet
-        checked_epoch = 0                  # the pipeline epoch they were checked in
-        in_flight: deque[Group] = deque()  # sent, their Produce under way or not yet taken back
-        busy = False                       # the oldest checked request came with others (seconds_until_send)
-        last_queued_at = -1e9              # when the newest request taken was queued
-        busy_gap_s = 2 * self.config.append_linger_ms / 1000
-        while not self._stop.is_set():
+    def _kick(self) -> None:
+        """From any thread: have the pipeline loop run the writer (``_pump``) soon; at most one
+        run pending. ``_pump`` clears the flag before it takes the queue, so a request queued
+        meanwhile is either taken by that run or schedules the next one."""
+        if self._pump_pending:
+            return
+        self._pump_pending = True
+        try:
+            if threading.get_ident() == self._loop_thread:
+                self.loop.call_soon(self._pump)
+            else:
+                self.loop.call_soon_threadsafe(self._pump)
+        except RuntimeError:  # the loop is closed: the service stopped, and failed what was queued
+            pass
+
+    def _pump(self) -> None:
+        """The writer, on the pipeline loop: take the queued requests, check them, and send what
+        may be sent (seconds_until_send) as the next append; again while there is more to do
+        now, else a timer for the linger. Run by ``_kick`` (a request queued, an append ended)."""
+        self._pump_pending = False
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        while True:
+            if not self._write_step():
+                return
             with self._inbox:
-                # Sleep only with nothing to do: no new request, nothing checked that could be
-                # sent, no Produce finished. A Produce's done callback notifies under this lock,
-                # so it cannot slip between the test and the wait.
-                while not self._stop.is_set() and not self._queue and not (
-                        in_flight and in_flight[0].finished):
-                    linger = self._linger_left(checked, in_flight, busy)
-                    if linger <= 0:
-                        break
-                    self._inbox.wait(linger)
-                taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
-            send: Group | None = None
-            to_apply: list[Group] = []
-            with self._lock:
-                if self._stop.is_set():
-                    stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
-                    for group in (Group(waiters=checked), *in_flight, Group(waiters=taken)):
-                        group.fail(stopping)
-                    return
-                fresh = bool(taken) and not checked
-                came_close = bool(taken) and taken[0].queued_at - last_queued_at < busy_gap_s
-                if taken:
-                    last_queued_at = taken[-1].queued_at
-                if taken:
-                    if not checked:
-                        checked_epoch = self._pipeline_epoch
-                    self._check(taken)
-                    checked.extend(taken)
-                try:
-                    while in_flight and in_flight[0].finished:
-                        in_flight[0].appended.result()  # raises what the append raised; else handed over
-                        in_flight.popleft()
-                    if fresh:
-                        # Came while an append was under way, or close behind the request before:
-                        # more are likely to come while it lingers (seconds_until_send).
-                        busy = came_close or bool(in_flight)
-                except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                    failed = [*in_flight, Group(waiters=checked)]
-                    checked, in_flight = [], deque()
-                    self._fail_pipeline(exc, failed, "metadata log append failed")
-                    continue
-                if checked and checked_epoch != self._pipeline_epoch:
-                    # Checked against pending records that were dropped since (a failed append
-                    # or apply, a lost lease): they must not reach the log.
-                    Group(waiters=checked).fail(RequestTimedOut(
-                        f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
-                    checked = []
-                if checked and self._linger_left(checked, in_flight, busy) <= 0:
-                    group, checked = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND]), \
-                        checked[MAX_DECISIONS_PER_APPEND:]
-                    records = sum(len(w.records) for w in group.waiters)
-                    if records:
-                        # Taken with the epoch check, under the lock: a load resets both.
-                        group.expected, group.producer_id = self._next_offset, self._producer_id
-                        group.epoch = self._epoch
-                        self._next_offset += records
-                        send = group
-                    else:
-                        group.finished = True   # nothing to send: handed over in its turn
-                        to_apply.append(group)  # barriers, refusals: answered after what is before them
-            if send is not None:
-                try:
-                    send.data = self.log_appender.encode(send)
-                    previous = in_flight[-1].appended if in_flight else None
-                    with self._replicated_ready:
-                        self._flights.append(send)
-                    send.appended = Future()
-                    # A weak reference: the group holds the future and the future its callbacks,
-                    # so a strong one is a cycle that only the cyclic GC frees, and with it every
-                    # object of the group's requests (~350 per 100-batch file): under load that
-                    # was gen-1/gen-2 collections of 5-40 ms, holding the GIL, every few seconds.
-                    send.appended.add_done_callback(partial(self._appended, weakref.ref(send)))
-                    self.loop.call_soon_threadsafe(self._start_append, send, previous)
-                    in_flight.append(send)
-                except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
-                    failed = [*in_flight, send]
-                    in_flight = deque()
-                    self._fail_pipeline(exc, failed, "metadata log append failed")
-                    continue
-            if to_apply:
+                queued = bool(self._queue)
+            in_flight = self._in_flight
+            if queued or (in_flight and in_flight[0].finished):
+                continue
+            linger = self._linger_left(self._checked, in_flight, self._busy)
+            if linger > 0:
+                self._linger_timer = self.loop.call_later(linger, self._kick)
+                return
+
+    def _write_step(self) -> bool:
+        """One round of the writer (``_pump``); False once the service stopped."""
+        with self._inbox:
+            taken = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_DECISIONS_PER_APPEND))]
+        send: Group | None = None
+        to_apply: list[Group] = []
+        checked, in_flight = self._checked, self._in_flight
+        with self._lock:
+            if self._stop.is_set():
+                stopping = NotCoordinator(f"coordinator {self.config.shard} is shutting down")
+                for group in (Group(waiters=checked), *in_flight, Group(waiters=taken)):
+                    group.fail(stopping)
+                self._checked, self._in_flight = [], deque()
+                return False
+            fresh = bool(taken) and not checked
+            came_close = bool(taken) and taken[0].queued_at - self._last_queued_at < self._busy_gap_s
+            if taken:
+                self._last_queued_at = taken[-1].queued_at
+                if not checked:
+                    self._checked_epoch = self._pipeline_epoch
+                self._check(taken)
+                checked.extend(taken)
+            try:
+                while in_flight and in_flight[0].finished:
+                    in_flight[0].appended.result()  # raises what the append raised; else handed over
+                    in_flight.popleft()
+                if fresh:
+                    # Came while an append was under way, or close behind the request before:
+                    # more are likely to come while it lingers (seconds_until_send).
+                    self._busy = came_close or bool(in_flight)
+            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                failed = [*in_flight, Group(waiters=checked)]
+                self._checked, self._in_flight = [], deque()
+                self._fail_pipeline(exc, failed, "metadata log append failed")
+                return True
+            if checked and self._checked_epoch != self._pipeline_epoch:
+                # Checked against pending records that were dropped since (a failed append
+                # or apply, a lost lease): they must not reach the log.
+                Group(waiters=checked).fail(RequestTimedOut(
+                    f"coordinator {self.config.shard}: the pipeline was reset after this request was checked"))
+                checked = self._checked = []
+            if checked and self._linger_left(checked, in_flight, self._busy) <= 0:
+                group = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND])
+                checked = self._checked = checked[MAX_DECISIONS_PER_APPEND:]
+                records = sum(len(w.records) for w in group.waiters)
+                if records:
+                    # Taken with the epoch check, under the lock: a load resets both.
+                    group.expected, group.producer_id = self._next_offset, self._producer_id
+                    group.epoch = self._epoch
+                    self._next_offset += records
+                    send = group
+                else:
+                    group.finished = True   # nothing to send: handed over in its turn
+                    to_apply.append(group)  # barriers, refusals: answered after what is before them
+        if send is not None:
+            try:
+                send.data = self.log_appender.encode(send)
+                previous = in_flight[-1].appended if in_flight else None
                 with self._replicated_ready:
-                    if self._flights:
-                        # Behind appends still in flight: the hand-over keeps log order.
-                        self._flights.extend(to_apply)
-                    else:
-                        self._replicated.extend(to_apply)
-                        self._replicated_ready.notify()
+                    self._flights.append(send)
+                send.appended = Future()
+                # A weak reference: the group holds the future and the future its callbacks,
+                # so a strong one is a cycle that only the cyclic GC frees, and with it every
+                # object of the group's requests (~350 per 100-batch file): under load that
+                # was gen-1/gen-2 collections of 5-40 ms, holding the GIL, every few seconds.
+                send.appended.add_done_callback(partial(self._appended, weakref.ref(send)))
+                in_flight.append(send)
+                self._start_append(send, previous)
+            except Exception as exc:  # noqa: BLE001 - any failure: fail the pipeline, reload
+                failed = list(in_flight) if in_flight and in_flight[-1] is send else [*in_flight, send]
+                self._in_flight = deque()
+                self._fail_pipeline(exc, failed, "metadata log append failed")
+                return True
+        if to_apply:
+            with self._replicated_ready:
+                if self._flights:
+                    # Behind appends still in flight: the hand-over keeps log order.
+                    self._flights.extend(to_apply)
+                else:
+                    self._replicated.extend(to_apply)
+                    self._replicated_ready.notify()
+        return True
 
     # ---- the applier ---------------------------------------------------------------------------
     def _apply_loop(self) -> None:
@@ -542,8 +584,7 @@ class ShardService:
                 for waiter in g.waiters:
                     if waiter.records:  # barriers wait for the apply of everything before them
                         waiter.finish()
-        with self._inbox:
-            self._inbox.notify_all()
+        self._kick()  # a slot is free, and the writer takes back what ended
 
     def _check(self, taken: list[Waiter]) -> None:
         """Under the lock: check each request in queue order (its records become pending)."""
