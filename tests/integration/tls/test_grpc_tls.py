@@ -5,6 +5,7 @@ certificate makes you, and a certificate rotated on disk while the cluster serve
 from __future__ import annotations
 
 import socket
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -15,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client import Admin, Consumer, Producer
 from lowtide.client.replica import ReplicaClient
+from lowtide.coordinator.leadership import read_shards
 from lowtide.errors import ClusterAuthorizationFailed, NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
@@ -125,6 +127,31 @@ def test_data_written_over_tls_is_replicated_over_mutual_tls_and_reads_back(tls_
     for partition in (0, 1):
         state = s.store(tls_cluster).partition_state("over-tls", partition)
         assert sorted(state.isr) == [0, 1, 2], state
+
+
+def test_a_diskless_topic_commits_and_reads_back_over_tls_end_to_end(tls_cluster):
+    """The broker's CommitFile to the shard's framed listener and the shard's appends to the
+    metadata partition's leader (on the shard's pipeline loop) both speak TLS."""
+    tls = tls_cluster.client_tls
+    with Admin(tls_cluster.bootstrap, tls=tls) as admin:
+        admin.create_topic("diskless-over-tls", partitions=1, diskless=True)
+    values = [f"d{i}".encode() for i in range(500)]
+    with Producer(tls_cluster.bootstrap, acks=-1, tls=tls) as producer:
+        for value in values:
+            producer.send("diskless-over-tls", value, partition=0)
+        producer.flush()
+    read: list[bytes] = []
+    with Consumer(tls_cluster.bootstrap, tls=tls) as consumer:
+        consumer.assign([TopicPartition("diskless-over-tls", 0)])
+        waiting.wait_until(lambda: read.extend(r.value for r in consumer.poll(max_wait_ms=500)) or len(read) >= 500,
+                           timeout_s=60, what="500 diskless records read back over TLS")
+    assert read == values
+    assert read_shards(s.store(tls_cluster).redis)[0].framed, "the shard advertises no framed listener"
+    # The commits came on the framed listener (over TLS), not over gRPC (the fallback).
+    scrape = urllib.request.urlopen(f"http://{tls_cluster.service('coordinator-0').metrics_addr}/metrics",
+                                    timeout=10).read().decode()
+    assert 'lowtide_coordinator_commit_requests_total{error="NONE",shard="0",transport="framed"}' in scrape
+    assert 'transport="grpc"' not in scrape
 
 
 def test_a_follower_certificate_for_one_broker_cannot_fetch_as_another(tls_cluster, ca, tmp_path):
