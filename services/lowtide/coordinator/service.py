@@ -116,6 +116,7 @@ from lowtide.errors import (
 )
 from lowtide.leases import Lease
 from lowtide.record import encode_batch
+from lowtide.rpc.steps import LoopWake
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +232,8 @@ class ShardService(ShardPipeline):
         self._busy = False
         self._last_queued_at = -1e9
         self._busy_gap_s = 2 * config.append_linger_ms / 1000
-        self._pump_pending = False
         self._linger_timer: asyncio.TimerHandle | None = None
-        self._loop_thread = -1  # the pipeline loop's thread id, once it runs
+        self._kicker: LoopWake | None = None  # runs ``_pump`` on the loop (``_kick``), once the loop runs
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -290,7 +290,10 @@ class ShardService(ShardPipeline):
         self.state.close()
 
     def _run_loop(self) -> None:
-        self._loop_thread = threading.get_ident()
+        # Made on the loop's thread, so that a kick from the loop itself (an append ended)
+        # schedules the writer without a wake-up through the loop's self-pipe.
+        self._kicker = LoopWake(self.loop, self._pump)
+        self.loop.call_soon(self._pump)  # anything queued before the loop ran
         self.loop.run_forever()
 
     def _stop_loop(self) -> None:

@@ -17,7 +17,6 @@ the offsets ``_acked_through``/``_applied_through``/``_next_offset``, the term's
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import weakref
 from collections import deque
@@ -55,24 +54,16 @@ class ShardPipeline:
 
     def _kick(self) -> None:
         """From any thread: have the pipeline loop run the writer (``_pump``) soon; at most one
-        run pending. ``_pump`` clears the flag before it takes the queue, so a request queued
-        meanwhile is either taken by that run or schedules the next one."""
-        if self._pump_pending:
-            return
-        self._pump_pending = True
-        try:
-            if threading.get_ident() == self._loop_thread:
-                self.loop.call_soon(self._pump)
-            else:
-                self.loop.call_soon_threadsafe(self._pump)
-        except RuntimeError:  # the loop is closed: the service stopped, and failed what was queued
-            pass
+        run pending (rpc.steps.LoopWake: the flag is cleared before ``_pump`` takes the queue, so
+        a request queued meanwhile is either taken by that run or schedules the next one)."""
+        kicker = self._kicker
+        if kicker is not None:  # None until the loop runs: ``_run_loop`` pumps once at its start
+            kicker.set()
 
     def _pump(self) -> None:
         """The writer, on the pipeline loop: take the queued requests, check them, and send what
         may be sent (seconds_until_send) as the next append; again while there is more to do
         now, else a timer for the linger. Run by ``_kick`` (a request queued, an append ended)."""
-        self._pump_pending = False
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None

@@ -123,8 +123,9 @@ def wait_until_done(wait: Wait) -> None:
         wait.disarm()
 
 
-class _LoopWake:
-    """A wake-up that schedules a re-check on the loop, at most one pending at a time.
+class LoopWake:
+    """A wake-up that schedules ``callback`` on the loop, at most one pending at a time (a wait's
+    re-check; a coordinator shard's writer run).
 
     ``set`` is called from any thread (a follower fetch moving the HW); the flag is cleared before
     the check runs, so a ``set`` during the check schedules another one. Made on the loop's thread:
@@ -244,7 +245,7 @@ class _LoopWait:
 
     def start(self) -> None:
         wait, loop = self.wait, self.driver.loop
-        wait.arm(_LoopWake(loop, self.check))
+        wait.arm(LoopWake(loop, self.check))
         self.check()
         if not self.finished:
             # The timer settles it even if the loop's clock fires a hair before time.monotonic() agrees.
