@@ -22,14 +22,13 @@ import weakref
 from collections import deque
 from concurrent.futures import Future
 from functools import partial
-from typing import Any
 
 from prometheus_client import Histogram
 
 from lowtide.coordinator.pipeline import Group, Waiter, seconds_until_send
 from lowtide.coordinator.records import MetadataRecord
 from lowtide.errors import LowtideError, NotCoordinator, RequestTimedOut
-from lowtide.rpc.steps import drive_on_loop
+from lowtide.rpc.steps import drive_to_future
 
 # The service's logger: these are the shard's lines, named as before the module was split.
 log = logging.getLogger("lowtide.coordinator.service")
@@ -189,19 +188,9 @@ class ShardPipeline:
     def _start_append(self, group: Group, previous: Future | None) -> None:
         """On the pipeline loop: drive the group's append (``LogAppender.append_steps``); its
         outcome settles ``group.appended``, whose callback (``_appended``) hands it over."""
-        future = group.appended
-        assert future is not None
-
-        def settle(base: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(base)
-
-        drive_on_loop(self.log_appender.append_steps(group, previous, loop=self.loop), loop=self.loop,
-                      executor=self._blocking, done=settle)
+        assert group.appended is not None
+        drive_to_future(self.log_appender.append_steps(group, previous, loop=self.loop), loop=self.loop,
+                        executor=self._blocking, future=group.appended)
 
     def _appended(self, group_ref: weakref.ref[Group], future: Future) -> None:
         """On the pipeline loop, as a Produce ends: hand every group at the head of the flights whose

@@ -165,10 +165,13 @@ def drive_on_loop(steps: Steps[Any], *, loop: asyncio.AbstractEventLoop, executo
 
 def drive_to_future(steps: Steps[T], *, loop: asyncio.AbstractEventLoop, executor: Executor,
                     around_step: Callable[[], Any] | None = None,
-                    before_settle: Callable[[], None] | None = None) -> asyncio.Future:
+                    before_settle: Callable[[], None] | None = None,
+                    future: Any = None) -> Any:
     """``drive_on_loop`` whose answer (or error) settles the returned future; ``before_settle``
-    runs first (a request's ordering point, when it never reached one)."""
-    future = loop.create_future()
+    runs first (a request's ordering point, when it never reached one). ``future``: the one to
+    settle (an asyncio or a ``concurrent.futures`` future; default a new one of ``loop``)."""
+    if future is None:
+        future = loop.create_future()
 
     def done(value: Any, error: BaseException | None) -> None:
         if before_settle is not None:
