@@ -182,7 +182,7 @@ class ProcessApplier:
     ``alive`` tells it to start a new one). Thread-safety: every method may be called from any
     thread; requests are serialised."""
 
-    def __init__(self, *, db_path: Path, shard: int) -> None:
+    def __init__(self, *, db_path: Path, shard: int, nice: int = 0) -> None:
         import lowtide
 
         package_root = str(Path(lowtide.__file__).resolve().parent.parent)
@@ -195,7 +195,7 @@ class ProcessApplier:
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "lowtide.coordinator.applier", "--db", str(db_path), "--shard", str(shard),
-             "--log-level", logging.getLevelName(root.getEffectiveLevel()), "--log-format", fmt],
+             "--log-level", logging.getLevelName(root.getEffectiveLevel()), "--log-format", fmt, "--nice", str(nice)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         ready = self._receive()
         if ready[0] != "ready":
@@ -242,9 +242,10 @@ class ProcessApplier:
             self._proc.stdout.close()
 
 
-def open_applier(kind: str, *, db_path: Path, shard: int) -> Applier:
+def open_applier(kind: str, *, db_path: Path, shard: int, nice: int = 0) -> Applier:
+    """An applier of ``kind``; ``nice``: the child process's niceness (``ProcessApplier`` only)."""
     if kind == PROCESS:
-        return ProcessApplier(db_path=db_path, shard=shard)
+        return ProcessApplier(db_path=db_path, shard=shard, nice=nice)
     if kind == THREAD:
         return ThreadApplier(db_path=db_path, shard=shard)
     raise ValueError(f"applier must be one of {APPLIER_KINDS}, got {kind!r}")
@@ -257,7 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shard", type=int, required=True)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--log-format", default="json")
+    parser.add_argument("--nice", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.nice:
+        # Below the shard and the replicas: the apply is off every request's path (answers go out
+        # when replicated), so its bursts of work should take a core only when nothing on a
+        # request's path wants it (docs/design/diskless.md#cost-per-commit).
+        os.nice(args.nice)
     configure_logging(service=f"coordinator-{args.shard}-applier", level=args.log_level, fmt=args.log_format)
     # The shard stops us by closing our stdin; a Ctrl-C meant for a foreground cluster is its to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

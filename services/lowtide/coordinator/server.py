@@ -118,9 +118,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="with an append in flight, or requests coming within twice this of each other, a request waits "
                   "up to this long for others to ride the next append with it (an idle shard appends at once); "
                   "fewer appends, less CPU per commit")
+    add_flag(parser, "--apply-linger-ms", type=int, default=40,
+             help="a replicated metadata append waits up to this long for others to share its SQLite transaction "
+                  "(requests are answered when replicated; a read that needs the apply ends the wait at once): "
+                  "fewer, larger transactions, less CPU per commit")
     add_flag(parser, "--applier", type=_applier_kind, default=PROCESS,
              help="where replicated metadata records are applied to the SQLite state: 'process' (a child "
                   "process, so the apply runs beside the shard's checks instead of sharing its GIL) or 'thread'")
+    add_flag(parser, "--applier-nice", type=int, default=10,
+             help="the applier process's niceness (0-19): its work is off every request's path, so it yields the "
+                  "cores to the shard and the replicas when both are wanted")
     add_flag(parser, "--snapshot-interval-records", type=int, default=10000, help="snapshot after this many records")
     add_flag(parser, "--snapshot-interval-ms", type=int, default=300000,
              help="snapshot at least this often when records were applied (0 = only by record count)")
@@ -199,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             lease_ms=args.lease_ms, lease_margin_ms=max(100, args.lease_ms // 6),
             append_timeout_ms=args.append_timeout_ms, appends_in_flight=args.appends_in_flight,
             append_linger_ms=args.append_linger_ms,
+            apply_linger_ms=args.apply_linger_ms,
+            applier_nice=args.applier_nice,
             # A standby applies on a thread: no applier process per standby shard.
             applier=THREAD if standby else args.applier, standby=standby, follow=follow,
             snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),

@@ -144,11 +144,13 @@ class ShardConfig:
     append_timeout_ms: int = 10_000
     appends_in_flight: int = 2
     append_linger_ms: int = 5         # a request's wait for company before a second append (seconds_until_send)
+    apply_linger_ms: int = 40         # replicated groups wait this long for others to share their apply
     request_timeout_ms: int = 30_000
     snapshot: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     file_delete_grace_ms: int = 60_000
     lifetime_interval_ms: int = 1_000
     applier: str = PROCESS             # where records are applied: coordinator.applier
+    applier_nice: int = 10             # the applier process's niceness (os.nice): below the request path
     standby: bool = False              # a warm standby: follows, serves standby reads, defers to the shard's own
     follow: bool = False               # follow the log while not leading (a standby always does)
     follow_wait_ms: int = 100          # a standby's long-poll fetch of the log tail
@@ -169,6 +171,10 @@ class ShardService(ShardPipeline):
                  snapshot_store: SnapshotStore | None = None) -> None:
         if not 0 <= config.append_linger_ms <= 1000:
             raise InvalidConfig(f"append linger must be 0 to 1000 ms, got {config.append_linger_ms}")
+        if not 0 <= config.apply_linger_ms <= 1000:
+            raise InvalidConfig(f"apply linger must be 0 to 1000 ms, got {config.apply_linger_ms}")
+        if not 0 <= config.applier_nice <= 19:
+            raise InvalidConfig(f"applier niceness must be 0 to 19, got {config.applier_nice}")
         if not 1 <= config.appends_in_flight <= MAX_APPENDS_IN_FLIGHT:
             raise InvalidConfig(f"appends in flight must be 1 to {MAX_APPENDS_IN_FLIGHT}, "
                                 f"got {config.appends_in_flight}")
@@ -209,6 +215,12 @@ class ShardService(ShardPipeline):
         # sent, in log order, until they are handed to it (both guarded by ``_replicated_ready``).
         self._replicated: deque[Group] = deque()
         self._flights: deque[Group] = deque()
+        # The apply linger (``_apply_loop``): when the oldest group in ``_replicated`` was handed
+        # over, how many records they hold, and whether someone waits for their apply (a read, a
+        # barrier), which ends the linger at once. Guarded by ``_replicated_ready``.
+        self._replicated_since = 0.0
+        self._replicated_records = 0
+        self._apply_now = False
         # The log end offset the next append expects, and this term's writer id in the batches
         # (set by each load, under the shard lock): see ``LogAppender.append``.
         self._next_offset = 0
@@ -316,7 +328,8 @@ class ShardService(ShardPipeline):
                 self.applier.close()
                 self.applier = None
             if self.applier is None:
-                self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard)
+                self.applier = open_applier(self.config.applier, db_path=self.db_path, shard=self.config.shard,
+                                            nice=self.config.applier_nice)
 
     # ---- requests ------------------------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -361,6 +374,7 @@ class ShardService(ShardPipeline):
         with self._lock:
             self._check_serving()
             if self._applied_through < self._acked_through:
+                self._hurry_apply()
                 self._await_applied(self._acked_through)
             return fn(self.core)
 

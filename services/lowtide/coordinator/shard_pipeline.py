@@ -36,6 +36,8 @@ log = logging.getLogger("lowtide.coordinator.service")
 FOLLOWER, LOADING, LEADER = "follower", "loading", "leader"
 # Decisions sent in one Produce at most: bounds the batch a slow replica must take at once.
 MAX_DECISIONS_PER_APPEND = 512
+# Records (100-batch files, mostly) that end the apply linger: bounds one transaction's length.
+APPLY_MAX_RECORDS = 64
 APPLY_DURATION = Histogram(
     "lowtide_coordinator_apply_duration_seconds", "One SQLite transaction applying one appended group", ["shard"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0))
@@ -165,25 +167,63 @@ class ShardPipeline:
                     # Behind appends still in flight: the hand-over keeps log order.
                     self._flights.extend(to_apply)
                 else:
-                    self._replicated.extend(to_apply)
-                    self._replicated_ready.notify()
+                    self._hand_over(to_apply)
         return True
 
     # ---- the applier ---------------------------------------------------------------------------
     def _apply_loop(self) -> None:
         """Apply what was replicated (handed over by the appender, or barriers by the writer),
-        everything since the last apply in one transaction: the writer goes on meanwhile."""
+        everything since the last apply in one transaction: the writer goes on meanwhile.
+
+        The apply linger: the first group handed over waits up to ``apply_linger_ms`` for others
+        to share its transaction, unless someone waits for it (a read, ``_hurry_apply``; a barrier
+        in a group) or ``APPLY_MAX_RECORDS`` are waiting. Why: the requests were answered when
+        replicated, so no one is waiting for the apply; and one transaction for several files
+        writes a partition's index page once instead of once per file (SQLite's WAL), with one
+        round trip to the applier process instead of several."""
+        linger_s = self.config.apply_linger_ms / 1000
         while not self._stop.is_set():
             with self._replicated_ready:
                 while not self._replicated and not self._stop.is_set():
                     self._replicated_ready.wait(0.5)
+                while (linger_s and not self._apply_now and not self._stop.is_set()
+                       and self._replicated_records < APPLY_MAX_RECORDS):
+                    left = self._replicated_since + linger_s - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._replicated_ready.wait(left)
                 groups = list(self._replicated)
                 self._replicated.clear()
+                self._replicated_records = 0
+                self._apply_now = False
             if self._stop.is_set():
                 Group(waiters=[w for g in groups for w in g.waiters]).fail(
                     NotCoordinator(f"coordinator {self.config.shard} is shutting down"))
                 return
             self._apply(groups)
+
+    def _hand_over(self, groups: list[Group]) -> None:
+        """Under ``_replicated_ready``: queue groups for the applier, in log order; wake it only
+        if it waits for a first group or must end its linger (``_apply_loop``)."""
+        if not self._replicated:
+            self._replicated_since = time.monotonic()
+            wake = True
+        else:
+            wake = False
+        self._replicated.extend(groups)
+        for group in groups:
+            self._replicated_records += len(group.values)
+            for waiter in group.waiters:
+                if not waiter.records:  # a barrier: answered only once applied
+                    self._apply_now = wake = True
+        if wake or self._replicated_records >= APPLY_MAX_RECORDS:
+            self._replicated_ready.notify()
+
+    def _hurry_apply(self) -> None:
+        """From any thread (a read about to wait for the apply): end the apply linger now."""
+        with self._replicated_ready:
+            self._apply_now = True
+            self._replicated_ready.notify()
 
     def _start_append(self, group: Group, previous: Future | None) -> None:
         """On the pipeline loop: drive the group's append (``LogAppender.append_steps``); its
@@ -218,8 +258,7 @@ class ShardPipeline:
                     last = sent[-1]
                     self._acked_through = max(self._acked_through, last.appended.result() + sum(
                         len(w.records) for w in last.waiters) - 1)
-                self._replicated.extend(handed)
-                self._replicated_ready.notify()
+                self._hand_over(handed)
         for g in handed:
             if g.appended is not None:
                 for waiter in g.waiters:

@@ -51,3 +51,10 @@ def test_a_shard_whose_applier_process_dies_reloads_and_loses_no_acknowledgedcom
     assert {f"wal/{topic_id.hex()}-{i:08d}" for i in acked} <= set(files)
     # Every file in the state (acknowledged, or failed after it reached the log) counted once.
     assert set(high_watermarks.values()) == {len(files) * BATCHES_PER_PARTITION * RECORDS_PER_BATCH}
+
+
+def test_the_applier_process_runs_at_a_lower_priority_than_its_shard(shard):
+    # Its work is off every request's path (answers go out when replicated): it yields the cores.
+    assert shard.config.applier_nice == 10
+    shard_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, shard.applier._proc.pid) == min(19, shard_nice + 10)
