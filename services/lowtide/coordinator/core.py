@@ -273,18 +273,7 @@ class CoordinatorCore:
         owners = list(request.owner_ids)
         if len(set(owners)) != len(owners) or self.coordinator_id not in owners:
             raise InvalidRequest(f"owner ids {owners} must be distinct and include coordinator {self.coordinator_id}")
-        # One pass of plain comparisons per batch (a file may carry thousands of batches).
-        for i, (_magic, _request_id, topic_id, _index, byte_offset, size, base_offset, last_offset, _max_ts,
-                ts_type, _pid, _epoch, _base_seq, _last_seq) in enumerate(request.batches):
-            if topic_id.__class__ is not bytes or len(topic_id) != 16 or topic_id == ZERO_UUID:
-                _check_topic_id(topic_id)
-            if byte_offset < 0 or size <= 0 or byte_offset + size > file_size:
-                raise InvalidRequest(f"batch {i}: bytes [{byte_offset}, +{size}) are not inside the file "
-                                     f"of {file_size} bytes")
-            if base_offset < 0 or last_offset < base_offset:
-                raise InvalidRequest(f"batch {i}: offsets {base_offset}..{last_offset}")
-            if ts_type != 0 and ts_type != 1:
-                raise InvalidRequest(f"batch {i}: timestamp type {ts_type}")
+        # Each batch's own fields are checked in commit_file's pass over the batches.
         return owners.index(self.coordinator_id)
 
     def commit_file(self, request: CommitFileRequest) -> Decision[CommitFileResponse]:
@@ -303,8 +292,20 @@ class CoordinatorCore:
         results: list[CommitBatchResult] = []
         accepted: list[CommittedBatch] = []
         add_result = results.append
-        for (magic, _request_id, topic_id, index, byte_offset, size, base_offset, last_offset, max_ts, ts_type,
-             pid, epoch, base_seq, last_seq) in request.batches:
+        file_size = request.file_size
+        for i, (magic, _request_id, topic_id, index, byte_offset, size, base_offset, last_offset, max_ts, ts_type,
+                pid, epoch, base_seq, last_seq) in enumerate(request.batches):
+            # The request's own faults first, in this same pass: one raises INVALID_REQUEST for the
+            # whole request, and nothing is pending before the loop ends, so nothing changes.
+            if topic_id.__class__ is not bytes or len(topic_id) != 16 or topic_id == ZERO_UUID:
+                _check_topic_id(topic_id)
+            if byte_offset < 0 or size <= 0 or byte_offset + size > file_size:
+                raise InvalidRequest(f"batch {i}: bytes [{byte_offset}, +{size}) are not inside the file "
+                                     f"of {file_size} bytes")
+            if base_offset < 0 or last_offset < base_offset:
+                raise InvalidRequest(f"batch {i}: offsets {base_offset}..{last_offset}")
+            if ts_type != 0 and ts_type != 1:
+                raise InvalidRequest(f"batch {i}: timestamp type {ts_type}")
             where = (topic_id, index)
             part = partitions.get(where, _UNSEEN)
             if part is _UNSEEN:

@@ -26,6 +26,8 @@ backend this is what keeps a key from naming a path outside the store's director
 
 from __future__ import annotations
 
+import re
+
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -56,13 +58,18 @@ class ObjectInfo:
     last_modified: float
 
 
+# A control character, DEL or a backslash; one C scan instead of a Python step per character
+# (every CommitFile checks its object key).
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
 def check_key(key: str) -> str:
     """Return ``key`` if it follows the key rules of this module, else raise INVALID_REQUEST."""
     if not isinstance(key, str) or not key:
         raise InvalidRequest("object key must be a non-empty string")
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise InvalidRequest(f"object key longer than {MAX_KEY_BYTES} bytes")
-    if any(ord(c) < 0x20 or c in "\\\x7f" for c in key):
+    if _FORBIDDEN.search(key):
         raise InvalidRequest(f"object key {key!r} contains a control character or a backslash")
     for segment in key.split("/"):
         if not segment:

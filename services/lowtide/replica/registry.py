@@ -41,19 +41,33 @@ class Waiters:
         with ``set()``, e.g. a wake-up that resumes a request on an event loop) or a new
         ``threading.Event``."""
         event = event if event is not None else threading.Event()
-        with self._lock:
-            for k in keys:
-                self._by_key.setdefault(k, set()).add(event)
+        self.register(keys, event)
         try:
             yield event
         finally:
-            with self._lock:
-                for k in keys:
-                    events = self._by_key.get(k)
-                    if events is not None:
-                        events.discard(event)
-                        if not events:
-                            del self._by_key[k]
+            self.unregister(keys, event)
+
+    def register(self, keys: list[TopicPartition], event: Any) -> None:
+        """``waiting`` without the context manager, for the hot paths (a parked fetch, an acks=all
+        wait): match each with one ``unregister`` of the same keys and event."""
+        with self._lock:
+            by_key = self._by_key
+            for k in keys:
+                events = by_key.get(k)
+                if events is None:
+                    by_key[k] = {event}
+                else:
+                    events.add(event)
+
+    def unregister(self, keys: list[TopicPartition], event: Any) -> None:
+        with self._lock:
+            by_key = self._by_key
+            for k in keys:
+                events = by_key.get(k)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del by_key[k]
 
     def notify(self, keys: Iterable[TopicPartition] | None) -> None:
         """Set the events waiting on ``keys``; None wakes every waiter."""
@@ -87,23 +101,31 @@ class OffsetWaiters:
 
     @contextmanager
     def waiting(self, offsets: list[tuple[TopicPartition, int]], event: threading.Event) -> Iterator[None]:
+        entries = self.register(offsets, event)
+        try:
+            yield
+        finally:
+            self.unregister(entries)
+
+    def register(self, offsets: list[tuple[TopicPartition, int]], event: Any) -> list:
+        """``waiting`` without the context manager: returns what ``unregister`` takes back."""
         entries = [(key, (offset, event)) for key, offset in offsets]
         with self._lock:
             for key, entry in entries:
                 self._by_key.setdefault(key, []).append(entry)
-        try:
-            yield
-        finally:
-            with self._lock:
-                for key, entry in entries:
-                    waiting = self._by_key.get(key)
-                    if waiting is not None:
-                        try:
-                            waiting.remove(entry)
-                        except ValueError:
-                            pass
-                        if not waiting:
-                            del self._by_key[key]
+        return entries
+
+    def unregister(self, entries: list) -> None:
+        with self._lock:
+            for key, entry in entries:
+                waiting = self._by_key.get(key)
+                if waiting is not None:
+                    try:
+                        waiting.remove(entry)
+                    except ValueError:
+                        pass
+                    if not waiting:
+                        del self._by_key[key]
 
     def passed(self, key: TopicPartition, hw: int) -> None:
         with self._lock:
@@ -229,3 +251,10 @@ class PartitionRegistry:
         """Context manager: an event set whenever one of ``keys`` is notified (``event`` if given,
         see ``Waiters.waiting``)."""
         return self._waiters.waiting(keys, event)
+
+    def register_waiter(self, keys: list[TopicPartition], event: Any) -> None:
+        """``waiting`` without the context manager (``Waiters.register``); undo with ``unregister_waiter``."""
+        self._waiters.register(keys, event)
+
+    def unregister_waiter(self, keys: list[TopicPartition], event: Any) -> None:
+        self._waiters.unregister(keys, event)

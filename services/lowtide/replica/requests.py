@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
 
 from lowtide.clock import now_ms
 from lowtide.common import ordering
@@ -255,7 +254,9 @@ class ReplicaRequests:
         if not follower:
             max_bytes = min(max_bytes or limits.max_bytes, limits.max_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000
-        cancelled = threading.Event()
+        # [cancelled]: set by on_cancel's callback from any thread, read by this fetch (a plain
+        # flag: a threading.Event per fetch cost a Condition and a lock each time).
+        cancelled = [False]
         parked = woken = False
         linger_until = 0.0
         try:
@@ -265,17 +266,18 @@ class ReplicaRequests:
             # (_record_follower_fetch), which a follower fetch would only wake for to park again.
             keys += [_appended(k) if follower else _hw_moved(k) for k in keys]
             wake = WakeRelay()
-            with self.registry.waiting(keys, wake):
+            self.registry.register_waiter(keys, wake)
+            try:
                 if on_cancel is not None:
-                    on_cancel(lambda: (cancelled.set(), wake.set()))
+                    on_cancel(lambda: (cancelled.__setitem__(0, True), wake.set()))
                 while True:
                     wake.clear()  # before reading: a change during the read makes the wait return at once
                     outcomes, size, now, refill_s = self._read(
                         items, follower=follower, max_bytes=max_bytes, replica_id=replica_id,
                         committed=not follower and isolation_level == READ_COMMITTED)
                     if (size >= max(min_bytes, 1) or now or time.monotonic() >= deadline or self._stop.is_set()
-                            or cancelled.is_set()):
-                        if woken and follower and not now and not (self._stop.is_set() or cancelled.is_set()):
+                            or cancelled[0]):
+                        if woken and follower and not now and not (self._stop.is_set() or cancelled[0]):
                             # Parked, then woken by an append: the replication linger (module doc).
                             linger_until = linger_until or time.monotonic() + self.linger_s
                             pause_s = self._linger_s(size, linger_until)
@@ -293,6 +295,8 @@ class ReplicaRequests:
                     wait_s = max(0.0, deadline - time.monotonic())
                     yield wake.until(min(wait_s, refill_s) if refill_s else wait_s)
                     woken = True
+            finally:
+                self.registry.unregister_waiter(keys, wake)
         finally:
             if parked:
                 self.parking.leave(peer)
@@ -466,16 +470,28 @@ class HighWatermarkWait:
     def __init__(self, requests: ReplicaRequests, results: list[ProduceResult], timeout_ms: int) -> None:
         self._requests, self.results, self._timeout_ms = requests, results, timeout_ms
         self.deadline = time.monotonic() + max(timeout_ms, 1) / 1000
-        self._registrations = ExitStack()
+        self._armed: tuple | None = None  # (keys, event, offset entries) while armed
 
     def arm(self, event) -> None:
+        # register/unregister rather than context managers: one wait per acks=all request.
         keys = [(t, p) for t, p, _ in self.results]
         offsets = [((t, p), info.last_offset) for t, p, info in self.results if not isinstance(info, LowtideError)]
-        self._registrations.enter_context(self._requests.registry.waiting(keys, event))
-        self._registrations.enter_context(self._requests._hw_waiters.waiting(offsets, event))
+        self._requests.registry.register_waiter(keys, event)
+        try:
+            entries = self._requests._hw_waiters.register(offsets, event)
+        except BaseException:
+            self._requests.registry.unregister_waiter(keys, event)
+            raise
+        self._armed = (keys, event, entries)
 
     def disarm(self) -> None:
-        self._registrations.close()
+        armed, self._armed = self._armed, None
+        if armed is not None:
+            keys, event, entries = armed
+            try:
+                self._requests._hw_waiters.unregister(entries)
+            finally:
+                self._requests.registry.unregister_waiter(keys, event)
 
     def check(self) -> bool:
         registry, results = self._requests.registry, self.results

@@ -80,3 +80,26 @@ def test_an_acks_all_produce_returns_once_the_followers_fetches_move_the_hw_past
     [(_, _, info)] = out[0]
     assert info.base_offset == leo
     assert replicas.leader.log.high_watermark == new_leo
+
+
+def test_a_finished_fetch_and_a_finished_acks_all_wait_leave_no_wake_up_registered(replicas, purgatory):
+    # Their wake-ups are registered and removed by hand on the hot path (no context manager): a
+    # leftover would be woken on every later append, for ever.
+    requests = requests_for(replicas, purgatory)
+    leo = replicas.leader.log.log_end_offset
+    out: list = []
+    produce = threading.Thread(target=lambda: out.append(requests.produce(
+        [(TOPIC, 0, encode_batch([b"v"] * 3))], acks=-1, timeout_ms=30_000)), daemon=True)
+    produce.start()
+    deadline = time.monotonic() + 10
+    while replicas.leader.log.log_end_offset == leo and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # the produce is waiting for the HW now: registered under the partition and its offset
+    assert requests.registry._waiters._by_key and requests._hw_waiters._by_key
+    for broker in (1, 2):
+        requests.fetch([FetchPosition(topic=TOPIC, partition=0, fetch_offset=leo + 3, log_start_offset=0)],
+                       replica_id=broker, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20)
+    produce.join(10)
+    assert out and out[0][0][2].base_offset == leo
+    assert requests.registry._waiters._by_key == {}
+    assert requests._hw_waiters._by_key == {}
