@@ -26,9 +26,8 @@ backend this is what keeps a key from naming a path outside the store's director
 
 from __future__ import annotations
 
-import re
-
 import abc
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
