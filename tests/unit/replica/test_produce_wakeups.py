@@ -56,8 +56,9 @@ def test_an_append_that_moves_the_hw_wakes_what_waits_for_it(make_replicas, purg
         assert hw_waiter.is_set()
 
 
-def test_an_acks_all_produce_returns_once_the_followers_fetches_move_the_hw_past_it(replicas, purgatory):
-    requests = requests_for(replicas, purgatory)
+def start_acks_all_produce(requests: ReplicaRequests, replicas) -> tuple[threading.Thread, list, int]:
+    """An acks=all produce of 3 records on a thread, returned once it appended and waits for the HW:
+    (the thread, its result list, the LEO before it)."""
     leo = replicas.leader.log.log_end_offset
     out: list = []
     produce = threading.Thread(target=lambda: out.append(requests.produce(
@@ -66,9 +67,15 @@ def test_an_acks_all_produce_returns_once_the_followers_fetches_move_the_hw_past
     deadline = time.monotonic() + 10
     while replicas.leader.log.log_end_offset == leo and time.monotonic() < deadline:
         time.sleep(0.01)
-    new_leo = replicas.leader.log.log_end_offset
-    assert new_leo == leo + 3
+    assert replicas.leader.log.log_end_offset == leo + 3
     time.sleep(0.1)  # the produce is waiting for the HW now
+    return produce, out, leo
+
+
+def test_an_acks_all_produce_returns_once_the_followers_fetches_move_the_hw_past_it(replicas, purgatory):
+    requests = requests_for(replicas, purgatory)
+    produce, out, leo = start_acks_all_produce(requests, replicas)
+    new_leo = leo + 3
     assert not out
     began = time.monotonic()
     for broker in (1, 2):  # each follower reports it has everything: the second one moves the HW
@@ -86,15 +93,8 @@ def test_a_finished_fetch_and_a_finished_acks_all_wait_leave_no_wake_up_register
     # Their wake-ups are registered and removed by hand on the hot path (no context manager): a
     # leftover would be woken on every later append, for ever.
     requests = requests_for(replicas, purgatory)
-    leo = replicas.leader.log.log_end_offset
-    out: list = []
-    produce = threading.Thread(target=lambda: out.append(requests.produce(
-        [(TOPIC, 0, encode_batch([b"v"] * 3))], acks=-1, timeout_ms=30_000)), daemon=True)
-    produce.start()
-    deadline = time.monotonic() + 10
-    while replicas.leader.log.log_end_offset == leo and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)  # the produce is waiting for the HW now: registered under the partition and its offset
+    produce, out, leo = start_acks_all_produce(requests, replicas)
+    # Waiting: registered under the partition and under its last offset.
     assert requests.registry._waiters._by_key and requests._hw_waiters._by_key
     for broker in (1, 2):
         requests.fetch([FetchPosition(topic=TOPIC, partition=0, fetch_offset=leo + 3, log_start_offset=0)],
