@@ -269,7 +269,11 @@ class ReplicaRequests:
             self.registry.register_waiter(keys, wake)
             try:
                 if on_cancel is not None:
-                    on_cancel(lambda: (cancelled.__setitem__(0, True), wake.set()))
+                    def cancel() -> None:
+                        cancelled[0] = True
+                        wake.set()
+
+                    on_cancel(cancel)
                 while True:
                     wake.clear()  # before reading: a change during the read makes the wait return at once
                     outcomes, size, now, refill_s = self._read(
