@@ -38,6 +38,7 @@ from lowtide.log.log_config import LogConfig
 from lowtide.log.producer_snapshot import ProducerSnapshots, load_producer_state
 from lowtide.log.producer_state import AbortedTxn, ProducerDescription, ProducerStateManager
 from lowtide.log.segment import LogSegment
+from lowtide.log.segment_retention import count_segments_past_retention
 from lowtide.log.segment_set import SegmentSet
 from lowtide.log.start_offset_commit import LogStartOffsetCommit
 from lowtide.log.start_offset_file import LogStartOffsetFile
@@ -675,8 +676,8 @@ class PartitionLog:
     def delete_retention_segments(self, *, now_ms: int) -> int:
         """Time (retention.ms) and size (retention.bytes) retention by whole segments.
 
-        Only for policies including "delete". A segment goes only if all its offsets are below HW;
-        LSO rises to the first remaining offset. Returns the bytes freed.
+        Only for policies including "delete"; which segments go: segment_retention.py. LSO rises to
+        the first remaining offset. Returns the bytes freed.
         """
         with self._lock:
             self._ensure_open()
@@ -685,22 +686,7 @@ class PartitionLog:
                 return 0
             segments = list(self._segments)
             hw = self._high_watermark
-            eligible = 0
-            for segment in segments:
-                if segment.next_offset > hw or (segment is segments[-1] and segment.size_bytes == 0):
-                    break
-                eligible += 1
-            by_time = 0
-            if config.retention_ms >= 0:
-                while by_time < eligible and now_ms - segments[by_time].max_timestamp > config.retention_ms:
-                    by_time += 1
-            by_size = 0
-            if config.retention_bytes >= 0:
-                excess = sum(s.size_bytes for s in segments) - config.retention_bytes
-                while by_size < eligible and excess - segments[by_size].size_bytes >= 0:
-                    excess -= segments[by_size].size_bytes
-                    by_size += 1
-            count = max(by_time, by_size)
+            count = count_segments_past_retention(segments, high_watermark=hw, config=config, now_ms=now_ms)
             if count == 0:
                 return 0
             # New LSO: the first offset after the deleted prefix (next segment's base, if any).
