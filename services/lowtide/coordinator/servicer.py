@@ -260,5 +260,8 @@ class _FramedSession:
         servicer.observe_commit(time.perf_counter() - started)
         return commit_file_reply(resp, packed=bool(request.packed_batches)).SerializeToString()
 
+    def cancel(self) -> None:
+        pass  # a commit is not abandoned with its caller: once submitted it is decided and logged
+
     def close(self) -> None:
         pass

@@ -451,6 +451,7 @@ class _FramedSession:
         self.servicer, self.principal, self.peer = servicer, principal, peer
         self.follower = -1
         self._rounds = None  # the rounds counter's child for this follower
+        self._gone = _StreamCancelHook()  # fired by the listener when the follower goes away
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
         """One frame's answer as steps (rpc/steps.py): the listener runs it on its event loop."""
@@ -475,18 +476,16 @@ class _FramedSession:
             self.follower = fetch.replica_id
             REPLICATION_STREAMS.labels(str(self.follower)).inc()
             self._rounds = REPLICATION_ROUNDS.labels(str(self.follower), FRAMED_TRANSPORT)
-        # A parked round is not released early when its follower goes away: it ends after its long
-        # poll (at most replica.fetch.wait.max.ms) and the write then fails.
+        # A parked round is released at once when its follower goes away (``cancel``).
         response = yield from self.servicer._fetch_steps(fetch, self.principal, peer=self.peer,
-                                                         on_cancel=_ignore_cancel)
+                                                         on_cancel=self._gone.register)
         self._rounds.inc()
         return response.SerializeToString()
+
+    def cancel(self) -> None:
+        self._gone.fire()
 
     def close(self) -> None:
         if self.follower >= 0:
             REPLICATION_STREAMS.labels(str(self.follower)).dec()
             self.follower = -1
-
-
-def _ignore_cancel(_callback: Callable[[], None]) -> None:
-    pass

@@ -24,7 +24,8 @@ for the HW, yields its wait instead of holding a thread, and is resumed on the l
 waits for. On the Kafka listener's loop, a producer's append, the follower rounds it wakes and the
 HW move that answers it run on one thread, with no hand-off between threads in between (each cost
 more CPU than the append on a 2-core VM). What may block (authenticating a HELLO, a diskless read)
-runs on a small pool.
+runs on a small pool. A peer that goes away mid-request (EOF, a reset) is told to its session at
+once (``FramedSession.cancel``), so a parked round is released then, not after its long poll.
 
 Thread-safety: ``bind``/``start``/``stop`` from any thread; everything else on the loop.
 """
@@ -71,6 +72,10 @@ class FramedSession(Protocol):
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
         """The RESPONSE payload for one REQUEST, PRODUCE or CALL frame, as steps (rpc/steps.py);
         raises a LowtideError to refuse (a kind the handler does not serve: INVALID_REQUEST)."""
+
+    def cancel(self) -> None:
+        """The peer went away (EOF or a broken connection), perhaps with a request in flight:
+        release what that request waits for, so it ends now rather than after its long poll."""
 
     def close(self) -> None:
         """The connection ended."""
@@ -125,7 +130,12 @@ class FramedListener:
 
     async def _listen(self) -> None:
         tls = {"ssl": self._context, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if self._context else {}
-        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1 << 16, **tls)
+        loop = asyncio.get_running_loop()
+
+        def connection() -> _ConnectionProtocol:  # what asyncio.start_server builds, told of the peer's going
+            return _ConnectionProtocol(asyncio.StreamReader(limit=1 << 16, loop=loop), self._serve, loop=loop)
+
+        self._server = await loop.create_server(connection, sock=self._sock, **tls)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -174,6 +184,9 @@ class FramedListener:
             metadata = decode_hello(payload)
             principal = await loop.run_in_executor(self._pool, self._authenticate, metadata, certificate)
             session = self._open_session(principal, peer)
+            protocol = writer.transport.get_protocol()
+            if isinstance(protocol, _ConnectionProtocol):
+                protocol.on_peer_gone = session.cancel
             # Requests park at most their long poll; a silent peer just idles.
             while not self._stopped.is_set() and not self._draining():
                 frame = await read_frame_async(reader)
@@ -198,6 +211,36 @@ class FramedListener:
                 session.close()
             self._writers.discard(writer)
             writer.close()
+
+
+class _ConnectionProtocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, which also tells the connection's session when the peer goes.
+
+    Why: while a request is in flight nothing reads the socket (one request at a time), so
+    without this a follower's parked round outlived its connection by its whole long poll (up to
+    fetch.max.wait.ms), holding a connection slot and its wake-ups. EOF counts as going: the
+    framed protocol's peers keep their connection until they are done with it."""
+
+    def __init__(self, reader: asyncio.StreamReader, connected: Callable[..., Any], *,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(reader, connected, loop=loop)
+        self.on_peer_gone: Callable[[], None] | None = None
+
+    def eof_received(self) -> bool | None:
+        self._tell_peer_gone()
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._tell_peer_gone()
+        super().connection_lost(exc)
+
+    def _tell_peer_gone(self) -> None:
+        callback, self.on_peer_gone = self.on_peer_gone, None
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # a bug in a session: logged, the connection still closes
+                log.exception("replication listener: releasing a departed peer's request failed")
 
 
 async def _write_frame(writer: asyncio.StreamWriter, kind: int, payload: bytes) -> None:

@@ -24,7 +24,7 @@ from lowtide.common.procs import find_free_port
 from lowtide.errors import InvalidRequest, OutOfOrderSequenceNumber
 from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
-from lowtide.rpc.framed import ERROR, PRODUCE
+from lowtide.rpc.framed import ERROR, HELLO, PRODUCE, REQUEST, encode_frame, encode_hello
 from lowtide_pb import replica_pb2
 from tests.bench.common import rss_bytes
 from tests.integration import support as s
@@ -177,6 +177,32 @@ def test_a_stopped_follower_costs_the_leader_no_memory_and_catches_up_when_resum
     s.wait_until(lambda: s.describe(cluster, slow, "slow").log_end_offset == leo, timeout_s=60,
                  what="the resumed follower caught up")
     assert s.produce(cluster, "slow", [b"after"], acks=-1, timeout_ms=10000, leader=leader).error_code == 0
+
+
+def test_a_parked_follower_round_ends_when_its_connection_closes_not_after_its_long_poll(shared_cluster):
+    cluster = shared_cluster  # faults nothing; its topic is its own
+    s.create_topic(cluster, "rs-departed", partitions=1, rf=3)
+    leader = s.leader_of(cluster, "rs-departed")
+    follower = next(b for b in (0, 1, 2) if b != leader)
+    acked = produce_batches(cluster, "rs-departed", 3, leader=leader)
+    s.wait_until(lambda: streams(cluster, leader, follower) == 1, what="the follower's own connection")
+    port = s.store(cluster).brokers()[leader].replication_port
+    # A round at the log end with a 30 s long poll: it parks (nothing is produced meanwhile).
+    fetch = replica_pb2.FetchRequest(replica_id=follower, max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20,
+                                     partitions=[replica_pb2.FetchPartition(topic="rs-departed", partition=0,
+                                                                            fetch_offset=len(acked))])
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        raw.sendall(encode_frame(HELLO, encode_hello([])) + encode_frame(REQUEST, fetch.SerializeToString()))
+        s.wait_until(lambda: streams(cluster, leader, follower) == 2, what="the parked round's connection counted")
+        raw.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            raw.recv(1)  # still parked: no answer yet
+    finally:
+        raw.close()
+    # Released by the close, not by its long poll: the connection's count goes within seconds.
+    s.wait_until(lambda: streams(cluster, leader, follower) == 1, timeout_s=8,
+                 what="the parked round released when its follower went away")
 
 
 def test_a_replicate_stream_refuses_a_consumer_request(shared_cluster):

@@ -18,6 +18,7 @@ from lowtide.errors import InvalidRequest, NetworkException, RequestTimedOut
 from lowtide.rpc.framed import PRODUCE, REQUEST
 from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.steps import Steps, drive_to_future
+from tests.waiting import wait_until
 
 
 class _Never:
@@ -56,6 +57,9 @@ class _Session:
         if text.startswith(b"park:"):
             yield _Never(float(text[5:]))
         return text[::-1]
+
+    def cancel(self) -> None:
+        self.seen.append(("cancel", []))
 
     def close(self) -> None:
         return None
@@ -145,6 +149,17 @@ def test_cancel_from_another_thread_ends_a_parked_call_at_once(listener, client_
     with pytest.raises(NetworkException, match="closed"):
         run_steps(client_loop, lambda: connection.call_steps(REQUEST, b"park:20", timeout_s=30))
     assert time.monotonic() - started < 5 and connection.finished
+
+
+def test_the_listener_tells_the_session_at_once_when_its_peer_goes_with_a_call_in_flight(listener, client_loop):
+    address, seen = listener
+    connection = connect(client_loop, address)
+    threading.Timer(0.3, connection.cancel).start()  # the client closes its socket mid-call
+    with pytest.raises(NetworkException, match="closed"):
+        run_steps(client_loop, lambda: connection.call_steps(REQUEST, b"park:20", timeout_s=30))
+    # Told while the call still parks (20 s), so a session can release what the call waits for.
+    wait_until(lambda: ("cancel", []) in seen, timeout_s=5, what="the session told its peer went away")
+    assert seen.count(("cancel", [])) == 1
 
 
 def test_a_port_nobody_listens_on_is_a_network_exception_naming_the_address(client_loop):
