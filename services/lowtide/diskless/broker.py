@@ -42,6 +42,7 @@ class DisklessBroker:
         self.config = config
         self.store = open_object_store(object_store_url)
         self.topics = DisklessTopics(store=MetadataStore(redis=redis))
+        self.topics.start()  # refreshed off the request path: every Produce asks it
         self.directory = ShardDirectory(redis=redis)
         self.coordinators = DisklessCoordinatorClient(lookup=self.directory.lookup, metadata=call_metadata,
                                                       framed_lookup=self.directory.lookup_framed)
@@ -99,6 +100,7 @@ class DisklessBroker:
         return [answers[index][key] for index, key in slots]
 
     def stop(self) -> None:
+        self.topics.stop()
         self.producer.stop()
         self.fetcher.stop()
         self._offsets_pool.shutdown(wait=False, cancel_futures=True)
