@@ -18,7 +18,7 @@ from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import read_shards
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.records import decode_entry
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot
+from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.localcluster import LocalCluster
 from lowtide.metadata.store import MetadataStore
 from lowtide_pb import coordinator_pb2 as pb
@@ -159,14 +159,23 @@ def metadata_log(cluster: LocalCluster, shard: int) -> MetadataLog:
                        replicas=ReplicaClient())
 
 
+def newest_local_snapshot(cluster: LocalCluster, shard: int) -> Path | None:
+    """The newest snapshot of ``shard`` on any coordinator's disk: its own process's, or a warm
+    standby's (``standby-K/`` of another process), which takes them while it leads the shard."""
+    dirs = [Path(cluster.service(f"coordinator-{shard}").data_dir) / "snapshots"]
+    dirs += [Path(s.data_dir) / f"standby-{shard}" / "snapshots" for s in cluster.services("coordinator")]
+    found = [p for p in map(latest_snapshot, dirs) if p is not None]
+    return max(found, key=snapshot_offset, default=None)
+
+
 def rebuilt_state(cluster: LocalCluster, shard: int, tmp: Path, *, from_snapshot: bool = False) -> dict:
     """A state built from scratch: every entry of the metadata partition applied to an empty
     database (or, ``from_snapshot``, to a copy of the shard's newest snapshot: what is left once
     the log below it was deleted)."""
     path = tmp / f"rebuilt-{shard}-{time.monotonic_ns()}.sqlite"
     if from_snapshot:
-        newest = latest_snapshot(Path(cluster.service(f"coordinator-{shard}").data_dir) / "snapshots")
-        assert newest is not None, "no snapshot was taken"
+        newest = newest_local_snapshot(cluster, shard)
+        assert newest is not None, f"no snapshot of shard {shard} was taken"
         state = restore_snapshot(newest, path, coordinator_id=shard)
     else:
         state = CoordinatorState(path, coordinator_id=shard)
