@@ -293,8 +293,8 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
 
     # -- the protocol side (the loop calls these) --------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # No isinstance check: uvloop's transports (rpc/loops.py) are not asyncio.Transport subclasses.
-        self._transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -38,7 +38,6 @@ from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, serve, split_addr
 from lowtide.errors import InvalidConfig
 from lowtide.rpc.channels import ChannelPool
-from lowtide.rpc.loops import use_event_loop
 from lowtide.tls.config import ServerTls, server_tls_from_args, set_default_client_tls
 
 REDIS_SOCKET_TIMEOUT_S = 5
@@ -68,10 +67,6 @@ class ServerBootstrap:
 
     def __init__(self, args: argparse.Namespace, *, name: str) -> None:
         configure_logging(service=name, level=args.log_level, fmt=args.log_format)
-        try:
-            self.event_loop = use_event_loop(args.event_loop)
-        except ValueError as exc:
-            raise SystemExit(f"{name}: --event-loop: {exc}") from None
         self.name = name
         self.args = args
         _, self.grpc_port = split_addr(args.grpc_addr)

@@ -31,7 +31,6 @@ from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
-from lowtide.rpc.loops import loop_kind
 from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide.tls.config import ServerTls, add_tls_flags
 
@@ -63,9 +62,6 @@ def add_common_flags(parser: argparse.ArgumentParser, *, grpc_port: int) -> None
     add_flag(parser, "--log-format", default="json", help="json | text")
     add_flag(parser, "--max-workers", default=64, type=int, help="gRPC handler threads")
     add_flag(parser, "--grace-seconds", default=5.0, type=float, help="graceful shutdown grace")
-    add_flag(parser, "--event-loop", default="auto",
-             help="auto | uvloop | asyncio: the event loop of the Kafka and replication listeners and a "
-                  "shard's pipeline (lowtide/rpc/loops.py); auto is uvloop when installed")
     add_tls_flags(parser, add_flag)
     raw = os.environ.get("LOWTIDE_METRICS_TLS", "")
     parser.add_argument("--metrics-tls", action=argparse.BooleanOptionalAction,
@@ -188,7 +184,7 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
     for svc in [""] + list(spec.service_names):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", extra={"fields": {"grpc": grpc_addr, "metrics_port": metrics_server.server_port,
-                                          "services": list(spec.service_names), "event_loop": loop_kind(),
+                                          "services": list(spec.service_names),
                                           "tls": "off" if tls is None else "mutual" if tls.mutual else "on"}})
 
     stop_event = threading.Event()

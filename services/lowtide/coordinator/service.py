@@ -116,7 +116,6 @@ from lowtide.errors import (
 )
 from lowtide.leases import Lease
 from lowtide.record import encode_batch
-from lowtide.rpc.loops import new_event_loop
 from lowtide.rpc.steps import LoopWake
 
 log = logging.getLogger(__name__)
@@ -256,7 +255,7 @@ class ShardService(ShardPipeline):
         # replica leader on the same loop that serves the framed listener's CommitFile calls
         # (coordinator/server.py), so an append's answer reaches the brokers waiting for it with no
         # hand-off between threads. Its pool runs what may block (a leader lookup, a gRPC append).
-        self.loop = new_event_loop()
+        self.loop = asyncio.new_event_loop()
         self._blocking = ThreadPoolExecutor(max_workers=config.appends_in_flight + 1,
                                             thread_name_prefix=f"coordinator-{config.shard}-blocking")
         self.snapshots = SnapshotPublisher(

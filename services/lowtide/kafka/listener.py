@@ -37,7 +37,6 @@ from prometheus_client import Counter, Gauge
 
 from lowtide.common import ordering
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
-from lowtide.rpc.loops import new_event_loop
 from lowtide.rpc.steps import Steps, drive_to_future
 
 log = logging.getLogger(__name__)
@@ -133,7 +132,7 @@ class KafkaListener:
         failure: list[BaseException] = []
 
         def run() -> None:
-            loop = new_event_loop()
+            loop = asyncio.new_event_loop()
             self._loop = loop
             try:
                 tls = {"ssl": self._ssl, "ssl_handshake_timeout": self._handshake_timeout_s} if self._ssl else {}

@@ -55,7 +55,6 @@ from lowtide.rpc.framed import (
     frame_header,
     read_frame_async,
 )
-from lowtide.rpc.loops import new_event_loop
 from lowtide.rpc.steps import Steps, drive_to_future
 from lowtide.tls.config import ServerTls
 
@@ -103,7 +102,6 @@ class FramedListener:
         self._own_loop: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task] = set()  # each connection's _serve, cancelled by stop()
         self._pool = ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix=f"{name}-framed")
         self._stopped = threading.Event()
 
@@ -123,7 +121,7 @@ class FramedListener:
             raise RuntimeError("bind() before start()")
         self._open_session, self._authenticate, self._draining = open_session, authenticate, draining
         if loop is None:
-            loop = new_event_loop()
+            loop = asyncio.new_event_loop()
             self._own_loop = threading.Thread(target=loop.run_forever, name=f"{self.name}-framed-listener",
                                               daemon=True)
             self._own_loop.start()
@@ -150,8 +148,6 @@ class FramedListener:
                 self._server.close()
             for writer in list(self._writers):
                 writer.close()
-            for handler in list(self._handlers):  # one parked in a request its session cannot release
-                handler.cancel()
 
         try:
             asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=2)
@@ -170,9 +166,6 @@ class FramedListener:
             writer.close()
             return
         self._writers.add(writer)
-        handler = asyncio.current_task()
-        if handler is not None:
-            self._handlers.add(handler)
         session: Any = None
         loop = asyncio.get_running_loop()
         try:
@@ -217,7 +210,6 @@ class FramedListener:
             if session is not None:
                 session.close()
             self._writers.discard(writer)
-            self._handlers.discard(handler)
             writer.close()
 
 

@@ -15,7 +15,6 @@ import pytest
 from lowtide.client.framed import LoopFramedConnection
 from lowtide.common.procs import find_free_port
 from lowtide.errors import InvalidRequest, NetworkException, RequestTimedOut
-from lowtide.rpc import loops
 from lowtide.rpc.framed import PRODUCE, REQUEST
 from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.steps import Steps, drive_to_future
@@ -66,17 +65,8 @@ class _Session:
         return None
 
 
-@pytest.fixture(params=["uvloop", "asyncio"])
-def loop_kind(request) -> Iterator[str]:
-    """Every test on both event loops the services can run (rpc/loops.py), both sides the same."""
-    saved = loops._chosen
-    loops.use_event_loop(request.param)
-    yield request.param
-    loops._chosen = saved
-
-
 @pytest.fixture
-def listener(loop_kind) -> Iterator[tuple[str, list[Any]]]:
+def listener() -> Iterator[tuple[str, list[Any]]]:
     seen: list[Any] = []
 
     def authenticate(metadata: list[tuple[str, str]], certificate: bytes | None) -> str:
@@ -94,8 +84,8 @@ def listener(loop_kind) -> Iterator[tuple[str, list[Any]]]:
 
 
 @pytest.fixture
-def client_loop(loop_kind) -> Iterator[asyncio.AbstractEventLoop]:
-    loop = loops.new_event_loop()
+def client_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
