@@ -102,6 +102,7 @@ class FramedListener:
         self._own_loop: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task] = set()  # each connection's _serve, cancelled by stop()
         self._pool = ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix=f"{name}-framed")
         self._stopped = threading.Event()
 
@@ -148,6 +149,8 @@ class FramedListener:
                 self._server.close()
             for writer in list(self._writers):
                 writer.close()
+            for handler in list(self._handlers):  # one parked in a request its session cannot release
+                handler.cancel()
 
         try:
             asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=2)
@@ -166,6 +169,9 @@ class FramedListener:
             writer.close()
             return
         self._writers.add(writer)
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
         session: Any = None
         loop = asyncio.get_running_loop()
         try:
@@ -210,6 +216,7 @@ class FramedListener:
             if session is not None:
                 session.close()
             self._writers.discard(writer)
+            self._handlers.discard(handler)
             writer.close()
 
 
