@@ -101,8 +101,8 @@ class FramedListener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._own_loop: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._handlers: set[asyncio.Task] = set()  # each connection's _serve, cancelled by stop()
+        # Each open connection's writer and its _serve task (None outside a task), both ended by stop().
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task | None] = {}
         self._pool = ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix=f"{name}-framed")
         self._stopped = threading.Event()
 
@@ -147,10 +147,10 @@ class FramedListener:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            for writer in list(self._writers):
+            for writer, handler in list(self._connections.items()):
                 writer.close()
-            for handler in list(self._handlers):  # one parked in a request its session cannot release
-                handler.cancel()
+                if handler is not None:  # one parked in a request its session cannot release
+                    handler.cancel()
 
         try:
             asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=2)
@@ -164,14 +164,11 @@ class FramedListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_addr = writer.get_extra_info("peername") or ("?", 0)
         peer = f"ipv4:{peer_addr[0]}:{peer_addr[1]}"
-        if len(self._writers) >= self.max_connections:
-            log.warning("replication listener: %d connections open; refusing %s", len(self._writers), peer)
+        if len(self._connections) >= self.max_connections:
+            log.warning("replication listener: %d connections open; refusing %s", len(self._connections), peer)
             writer.close()
             return
-        self._writers.add(writer)
-        handler = asyncio.current_task()
-        if handler is not None:
-            self._handlers.add(handler)
+        self._connections[writer] = asyncio.current_task()
         session: Any = None
         loop = asyncio.get_running_loop()
         try:
@@ -215,8 +212,7 @@ class FramedListener:
         finally:
             if session is not None:
                 session.close()
-            self._writers.discard(writer)
-            self._handlers.discard(handler)
+            self._connections.pop(writer, None)
             writer.close()
 
 
