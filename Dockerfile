@@ -5,6 +5,8 @@
 #   docker build --build-arg BASE_IMAGE=my-debian-python3.11 ...   another base (the local
 #       Kubernetes harness uses a debootstrap'ed Debian bookworm, as no registry is reachable there)
 # Redis is not in the image: the chart runs it as its own StatefulSet (or uses an external URL).
+# etcd and etcdctl are in it (the chart's etcd StatefulSet runs this image by default): from
+# docker/etcd/ when it holds them, else Debian's packages (see below).
 # Runs as uid 10001 and writes only to /var/lib/lowtide (data) and /tmp: readOnlyRootFilesystem works.
 ARG BASE_IMAGE=python:3.11-slim
 
@@ -26,6 +28,20 @@ COPY pyproject.toml ./
 RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt
+# etcd and etcdctl, on the PATH in /opt/lowtide/bin: the chart's etcd members run this image (its
+# etcd.image defaults to it). From docker/etcd/ when the context holds both binaries (the local
+# Kubernetes harness copies the host's there), else Debian's etcd-server and etcd-client packages;
+# without either (no apt-get, or no network) the image has no etcd: set the chart's etcd.image then.
+COPY docker/etcd/ /tmp/etcd/
+RUN if [ ! -x /tmp/etcd/etcd ] || [ ! -x /tmp/etcd/etcdctl ]; then \
+      { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+          etcd-server etcd-client >/dev/null && cp /usr/bin/etcd /usr/bin/etcdctl /tmp/etcd/ \
+          && rm -rf /var/lib/apt/lists/*; } || echo "WARNING: no etcd in this image (docker/etcd/README.md)"; \
+    fi \
+ && if [ -x /tmp/etcd/etcd ] && [ -x /tmp/etcd/etcdctl ]; then \
+      install -m 0755 /tmp/etcd/etcd /tmp/etcd/etcdctl /opt/lowtide/bin/ && /opt/lowtide/bin/etcd --version | head -n 1; \
+    fi \
+ && rm -rf /tmp/etcd
 COPY scripts/gen_protos.sh scripts/
 COPY protos protos
 COPY services services

@@ -8,7 +8,7 @@ VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.setup-stamp
 PB_STAMP  := services/lowtide_pb/__init__.py
-PROTOS    := $(wildcard protos/lowtide/v1/*.proto)
+PROTOS    := $(wildcard protos/lowtide/v1/*.proto protos/etcd/*.proto)
 PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
 
 PYTEST_ARGS ?=
@@ -151,7 +151,8 @@ docs: $(PIP_STAMP) $(PB_STAMP)
 # values schema must refuse a wrong value and take an all-digit image tag (skaffold's short git SHA
 # can be one, and helm --set makes it an integer); TLS on by default (rediss://, no kubelet gRPC
 # probes), off on request, refused without a certificate source, cert-manager Certificates; the Prometheus Operator kinds render when their API is there;
-# the replicas' rack from the node (off on request), their drain on scale-down (off on request) and the pre-upgrade scale-down check.
+# the replicas' rack from the node (off on request), their drain on scale-down (off on request) and the pre-upgrade scale-down check;
+# the etcd members with mutual TLS and every container's LOWTIDE_METADATA_URL, or an external etcd's endpoints (required then).
 # (make k8s-test also validates every rendered manifest against a real apiserver.)
 chart-lint:
 	@if command -v helm >/dev/null; then \
@@ -177,6 +178,10 @@ chart-lint:
 	  ! helm template lt $$c --set rackAwareness.enabled=false | grep -Eq 'kind: ClusterRole$$|--rack' && \
 	  ! helm template lt $$c --set replica.drainOnScaleDown.enabled=false | grep -q 'preStop' && \
 	  helm template lt $$c --is-upgrade --show-only templates/scale-down-check.yaml | grep -q 'helm.sh/hook: pre-upgrade' && \
+	  helm template lt $$c | grep -q 'LOWTIDE_METADATA_URL' && helm template lt $$c | grep -q -- '--peer-client-cert-auth' && \
+	  helm template lt $$c --set etcd.enabled=false --set 'etcd.externalEndpoints={e1:2379,e2:2379}' \
+	    | grep -q 'value: "etcd://e1:2379,e2:2379"' && \
+	  ! helm template lt $$c --set etcd.enabled=false >/dev/null 2>&1 && \
 	  echo "chart-lint: charts/lowtide ok (default and full values)"; \
 	else echo "chart-lint: helm not found (make tools builds it), skipped"; fi
 

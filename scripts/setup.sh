@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for lowtide's demo and tests (called by `make setup`):
-#   system:  redis-server, jq, prometheus (Debian packages), Java >= 17 (for PySpark), gcc and
+#   system:  redis-server, etcd (etcd-server: the cluster metadata store) and etcdctl (etcd-client),
+#            jq, prometheus (Debian packages), Java >= 17 (for PySpark), gcc and
 #            the headers of the Python that builds .venv (for the C record walker, which
 #            `pip install -e .` compiles), Maven (mvn: scripts/kafka_tools.sh fetches Kafka's CLI
 #            tools and Spark's Kafka connector from Maven Central with it); installed with apt-get
@@ -98,6 +99,8 @@ setup_system() {
   for cmd in redis-server jq prometheus gcc; do
     have "$cmd" || { missing+=("$cmd"); pkgs+=("$cmd"); }   # command name == Debian package name
   done
+  have etcd || { missing+=(etcd); pkgs+=(etcd-server); }
+  have etcdctl || { missing+=(etcdctl); pkgs+=(etcd-client); }
   if py=$(build_python); then
     if hdr_pkg=$(python_headers_pkg "$py"); then
       [ -n "$hdr_pkg" ] && { missing+=("Python.h of $py"); pkgs+=("$hdr_pkg"); }
@@ -113,7 +116,7 @@ setup_system() {
     pkgs+=(openjdk-17-jre-headless)
   fi
   if [ ${#missing[@]} -eq 0 ]; then
-    say "system tools present: redis-server jq prometheus gcc mvn java $jv"
+    say "system tools present: redis-server etcd etcdctl jq prometheus gcc mvn java $jv"
     return 0
   fi
   if is_root && have apt-get; then
@@ -123,7 +126,11 @@ setup_system() {
     if [[ " ${pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ] && have systemctl; then
       systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
-    for cmd in redis-server jq prometheus gcc mvn; do
+    # Nor etcd's own service on 2379: lowtide starts its members itself, on free ports.
+    if [[ " ${pkgs[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ] && have systemctl; then
+      systemctl disable --now etcd >/dev/null 2>&1 || true
+    fi
+    for cmd in redis-server etcd etcdctl jq prometheus gcc mvn; do
       have "$cmd" || { echo "setup: ERROR: $cmd still missing after apt-get install" >&2; exit 1; }
     done
     if [ -n "$hdr_pkg" ] && [ -n "$(python_headers_pkg "$py")" ]; then
@@ -140,7 +147,7 @@ setup_system() {
     warn "missing: ${missing[*]}"
     warn "install them as root with:"
     warn "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
-    warn "(redis-server: every integration test and the demo; prometheus: observability tests;"
+    warn "(redis-server and etcd: every integration test and the demo; prometheus: observability tests;"
     warn " jq: contract-check; java 17+: PySpark jobs and the demo; gcc and python3.X-dev: the C"
     warn " record walker, built by 'pip install -e .', else a slow Python fallback; maven: Kafka's CLI"
     warn " tools and Spark's Kafka connector, make kafka-tools). Tests needing them will skip."

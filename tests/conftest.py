@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
+from pathlib import Path
 
 import pytest
 import redis as redis_lib
 
-from lowtide.common.procs import PORT_RANGE_ENV, start_redis
+from lowtide.common.procs import PORT_RANGE_ENV, EtcdMember, start_etcd, start_redis
+from lowtide.errors import MetadataStoreUnavailable
+from lowtide.metadata.etcd import EtcdClient
+from lowtide.metadata.store import DEFAULT_ROOT, MetadataStore
 from tests import cpu_report
 
 # Each pytest-xdist worker ("gw0", "gw1", ...) picks ports from its own range, below the kernel's
@@ -99,6 +104,25 @@ def expected_s(module: str) -> float:
     return EXPECTED_INTEGRATION_S if module.startswith(("tests/integration/", "tests/chaos/")) else 1
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--repeat", type=int, default=1, metavar="N",
+                     help="run each selected test N times (a rare race, such as the zombie-shard "
+                          "scenario, run hundreds of times alongside the suite: docs/testing.md)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    repeat = metafunc.config.getoption("repeat")
+    if repeat > 1:
+        metafunc.fixturenames.append("repeat_index")
+        metafunc.parametrize("repeat_index", range(repeat), indirect=True, ids=lambda i: f"run{i + 1}")
+
+
+@pytest.fixture
+def repeat_index(request: pytest.FixtureRequest) -> int:
+    """Which of ``--repeat N`` runs this is (0 without the option)."""
+    return getattr(request, "param", 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -expected_s(item.nodeid.split("::", 1)[0]))  # stable: a module stays whole
 
@@ -120,3 +144,58 @@ def redis_url(redis_server) -> str:
     client.flushall()
     client.close()
     return redis_server.url
+
+
+def require_etcd() -> None:
+    """Skip (naming the tool) when etcd is not installed; CI installs it."""
+    if shutil.which("etcd") is None and not os.path.exists("/usr/sbin/etcd"):
+        pytest.skip("etcd is not installed (apt-get install etcd-server; make setup does it)")
+
+
+def start_ready_etcd(data_dir: Path, **kwargs) -> list[EtcdMember]:
+    """``start_etcd``, then wait until the members serve a linearizable read (they elected a
+    leader): start_etcd returns once the ports listen, a second or so before that."""
+    require_etcd()
+    members = start_etcd(data_dir, **kwargs)
+    client = EtcdClient([m.endpoint for m in members], timeout_s=20.0)
+    try:
+        client.revision()
+    finally:
+        client.close()
+    return members
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real one-member etcd on free loopback ports for the whole session (under pytest-xdist:
+    one per worker, each on its worker's ports)."""
+    [member] = start_ready_etcd(tmp_path_factory.mktemp("etcd"))
+    yield member
+    member.stop()
+
+
+@pytest.fixture
+def metadata_store(etcd_server):
+    """A ``MetadataStore`` on the session's etcd under a root of its own (``/t<uuid>/``): tests
+    never see each other's keys. Its keys are deleted afterwards, so that leases it took (broker
+    sessions, deleted-topic records) do not delete keys, and move etcd's revision, during later
+    tests."""
+    store = MetadataStore(client=EtcdClient([etcd_server.endpoint]), root=f"/t{uuid.uuid4().hex}/")
+    yield store
+    try:
+        store.client.delete_prefix(store.root, timeout_s=2.0)
+    except MetadataStoreUnavailable:  # a test that broke the connection on purpose: nothing to tidy
+        pass
+    store.close()
+
+
+@pytest.fixture
+def metadata_url(etcd_server) -> str:
+    """The session's etcd for services built from a URL (they use the default root), emptied of
+    the metadata the previous test left there."""
+    client = EtcdClient([etcd_server.endpoint])
+    try:
+        client.delete_prefix(DEFAULT_ROOT)
+    finally:
+        client.close()
+    return f"etcd://{etcd_server.endpoint}"

@@ -72,6 +72,12 @@ class RequestTimedOut(RetriableError):
     code, name = 7, "REQUEST_TIMED_OUT"
 
 
+class MetadataStoreUnavailable(RequestTimedOut):
+    """The cluster's metadata store (etcd) did not answer in time: a change that needs it waits,
+    then fails with Kafka's retriable REQUEST_TIMED_OUT (as Kafka's admin calls do with no
+    controller); reads are served from what the service knows."""
+
+
 class BrokerNotAvailable(InvalidMetadataError):
     code, name = 8, "BROKER_NOT_AVAILABLE"
 
@@ -362,7 +368,10 @@ def _all_subclasses(cls: type) -> list[type]:
     return out
 
 
-_BY_CODE: dict[int, type[LowtideError]] = {c.code: c for c in _all_subclasses(LowtideError) if c.code >= 0}
+# One class per Kafka code: a subclass that only refines why (MetadataStoreUnavailable is a
+# REQUEST_TIMED_OUT) inherits its parent's code and never stands for it.
+_BY_CODE: dict[int, type[LowtideError]] = {c.code: c for c in _all_subclasses(LowtideError)
+                                           if c.code >= 0 and "code" in c.__dict__}
 _BY_CODE[-1] = UnknownServerError
 _BY_NAME: dict[str, type[LowtideError]] = {c.name: c for c in _BY_CODE.values()}
 

@@ -34,8 +34,6 @@ import time
 import uuid
 from pathlib import Path
 
-import redis as redis_lib
-
 from lowtide.client import Admin, Consumer
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
@@ -291,8 +289,7 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     cluster = LocalCluster(config)
     say(f"diskless: starting a cluster with 2 coordinator shards in {data_dir}")
     cluster.up(detach=True)
-    redis = redis_lib.Redis.from_url(cluster.redis_url)
-    directory = ShardDirectory(redis=redis)
+    directory = ShardDirectory(store=cluster.metadata_store())
     client = DisklessCoordinatorClient(lookup=directory.lookup, framed_lookup=directory.lookup_framed)
     try:
         files = 100 if quick else 500
@@ -317,7 +314,6 @@ def diskless_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         produce_mbs, consume_mbs, produced = _produce_consume(cluster, total_bytes=(64 if quick else 256) * MiB)
     finally:
         client.close()
-        redis.close()
         cluster.down(timeout_s=10.0)
     p50, p99 = percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3
     pp50, pp99 = percentile(paced, 50) * 1e3, percentile(paced, 99) * 1e3

@@ -15,9 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import redis as redis_lib
-
 from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import ObjectStore, open_object_store
 from lowtide.rpc.channels import ChannelPool
 from lowtide.scanner.scan import ScanConfig, run_scan
@@ -43,17 +42,15 @@ def _fill_s3(store: ObjectStore, count: int) -> None:
         list(pool.map(lambda i: store.put(f"wal/{i:032x}", b"w" * 64), range(count)))
 
 
-def _scan(store: ObjectStore, redis_url: str, *, now_ms: int) -> tuple[float, object]:
-    redis = redis_lib.Redis.from_url(redis_url)
+def _scan(store: ObjectStore, registry: MetadataStore, *, now_ms: int) -> tuple[float, object]:
     channels = ChannelPool()
     try:
-        shards = discover_shards(redis, expected=2, channels=channels, metadata=(), timeout_s=30)
+        shards = discover_shards(registry, expected=2, channels=channels, metadata=(), timeout_s=30)
         began = time.perf_counter()
         report = run_scan(store, shards, config=ScanConfig(grace_period_ms=60_000, prefix="wal/"), now_ms=now_ms)
         return time.perf_counter() - began, report
     finally:
         channels.close()
-        redis.close()
 
 
 def orphan_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
@@ -69,20 +66,21 @@ def orphan_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
         say(f"orphans: writing {local_count:,} objects to the local store")
         _fill_local(root, local_count)
         # The scan's threshold is now - grace; every object is an hour old, so all are candidates.
-        seconds, report = _scan(open_object_store(root.as_uri()), cluster.redis_url, now_ms=int(time.time() * 1000))
+        seconds, report = _scan(open_object_store(root.as_uri()), cluster.metadata_store(),
+                                now_ms=int(time.time() * 1000))
         assert report.ok and report.deleted_count == local_count, report
         figures.append(Figure(
             key="orphan_scan_s", name="orphan scan of 100,000 objects, local store (all orphans, deleted)",
             value=seconds, unit="s", target="<= 10 s", target_value=10.0, better="lower",
             params={"objects": local_count, "shards": 2, "describe_batch": 1000},
             note=f"{local_count / seconds:,.0f} objects/s: list + DescribeFiles to 2 shards over gRPC + delete"))
-        figures.append(_s3_figure(data_dir, cluster.redis_url, s3_count))
+        figures.append(_s3_figure(data_dir, cluster.metadata_store(), s3_count))
     finally:
         cluster.down(timeout_s=10)
     return [f.judge() for f in figures]
 
 
-def _s3_figure(data_dir: Path, redis_url: str, count: int) -> Figure:
+def _s3_figure(data_dir: Path, registry: MetadataStore, count: int) -> Figure:
     key, name = "orphan_scan_s3_s", f"orphan scan of {count:,} objects, moto S3 server (all orphans, deleted)"
     if not s3server.is_available():
         return failed(key, name, "s", None, s3server.MISSING)
@@ -101,7 +99,7 @@ def _s3_figure(data_dir: Path, redis_url: str, count: int) -> Figure:
         say(f"orphans: writing {count:,} objects to moto's S3 server")
         _fill_s3(store, count)
         # S3 stamps objects itself: the scan's clock is moved forward instead of the objects back.
-        seconds, report = _scan(store, redis_url, now_ms=int(time.time() * 1000) + 2 * HOUR_S * 1000)
+        seconds, report = _scan(store, registry, now_ms=int(time.time() * 1000) + 2 * HOUR_S * 1000)
         assert report.ok and report.deleted_count == count, report
         return Figure(key=key, name=name, value=seconds, unit="s", params={"objects": count, "shards": 2},
                       note=f"{count / seconds:,.0f} objects/s (DeleteObjects, 1,000 keys a request)")

@@ -82,7 +82,7 @@ def reassign_figures(data_dir: Path, *, quick: bool, disk_write_mbs: float | Non
     try:
         with running_cluster(data_dir, replicas=4,
                              replica_config={"segment.bytes": str(64 * MiB)}) as bench:
-            store = MetadataStore.from_url(bench.cluster.redis_url)
+            store = MetadataStore.from_url(bench.cluster.metadata_url)
             bench.create_topic(TOPIC, 1, 3)
             batch, _count = build_batch(1 * MiB)
             for _ in range(size // MiB):
@@ -132,7 +132,7 @@ def reassign_figures(data_dir: Path, *, quick: bool, disk_write_mbs: float | Non
                 fig.status = "pass" if abs(fig.ratio - 1) <= 0.10 else "falls short"
                 figures.append(fig)
                 moved_out, moved_in = moved_in, moved_out
-            store.redis.close()
+            store.close()
     except Exception as exc:  # noqa: BLE001 - reported as an error figure, the suite goes on
         say(f"reassign: failed: {exc!r}")
         figures.append(failed("reassign_copy_mbs", "reassignment copy rate", "MB/s", None, exc))

@@ -32,6 +32,7 @@ from tests.bench import diskless as bench_diskless
 from tests.bench import diskless_scaling as bench_diskless_scaling
 from tests.bench import idempotence as bench_idempotence
 from tests.bench import kafka_clients as bench_kafka
+from tests.bench import metadata as bench_metadata
 from tests.bench import orphans as bench_orphans
 from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby", "diskless_scaling")
+            "snapshot", "standby", "diskless_scaling", "metadata")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                      lambda: bench_diskless_scaling.diskless_scaling_figures(data_dir / "diskless_scaling",
                                                                              quick=quick),
                      "dscale_diskless_16_mbs", "diskless produce, 16 producers", "MB/s")
+        if "metadata" in only:  # issue 51: its own cluster; metadata changes on etcd, failover and restart
+            _section("metadata", figures, lambda: bench_metadata.metadata_figures(data_dir / "metadata", quick=quick),
+                     "failover_kill9_s", "failover after kill -9", "s")
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")

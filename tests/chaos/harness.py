@@ -40,14 +40,16 @@ def start_cluster(data_dir: Path, *, replicas: int = 3, replica_config: dict[str
                   session_timeout_ms: int = SESSION_TIMEOUT_MS, auth_enabled: bool = False,
                   extra_env: dict[str, str] | None = None,
                   register: Callable[[LocalCluster], None] | None = None,
-                  coordinator_standbys: bool = False) -> LocalCluster:
+                  coordinator_standbys: bool = False, metadata_members: int = 3) -> LocalCluster:
     """A running local cluster (detached). ``register`` sees it before ``up`` so a caller can stop
     a half-started one. ``coordinator_standbys``: each coordinator process the warm standby of the
-    other shards (a paused or killed shard is taken over, and a paused one wakes as a zombie)."""
+    other shards (a paused or killed shard is taken over, and a paused one wakes as a zombie).
+    The metadata store has 3 etcd members, so the nemesis can kill or pause one (the etcd faults)."""
     config = ClusterConfig(data_dir=data_dir, replicas=replicas, frontdoors=1,
                            replica_config={**BASE_REPLICA_CONFIG, **(replica_config or {})},
                            auth_enabled=auth_enabled, session_timeout_ms=session_timeout_ms,
-                           extra_env=dict(extra_env or {}), coordinator_standbys=coordinator_standbys)
+                           extra_env=dict(extra_env or {}), coordinator_standbys=coordinator_standbys,
+                           metadata_members=metadata_members)
     cluster = LocalCluster(config)
     if register is not None:
         register(cluster)
@@ -100,13 +102,13 @@ class ChaosEnv:
         self.metadata = tuple(metadata)
         self.admin = Admin(cluster.bootstrap, metadata=self.metadata, timeout_s=15.0)
         self.replicas = ReplicaClient(metadata=self.metadata)
-        self.store = MetadataStore.from_url(cluster.redis_url)
+        self.store = MetadataStore.from_url(cluster.metadata_url)
 
     def close(self) -> None:
         self.admin.close()
         self.replicas.close()
         try:
-            self.store.redis.close()
+            self.store.close()
         except Exception:  # noqa: BLE001
             pass
 

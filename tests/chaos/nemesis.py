@@ -12,6 +12,12 @@ Fault kinds:
                      often outlasts the session timeout, so the controller elects a new leader).
 ``redis_restart``    redis-server stopped (SIGTERM: its AOF is flushed) and started again on the
                      same port with the same data directory.
+``etcd_kill_restart`` kill -9 of one member of the 3-member metadata store (its leader half the
+                     time), then started again with its data (the store keeps a quorum).
+``etcd_pause``       SIGSTOP of one etcd member (its leader half the time), then SIGCONT.
+``etcd_and_leader_kill``
+                     kill -9 of the etcd leader and of a partition's replica leader at once: an
+                     election of the store while the controller must elect a partition leader.
 ``reassign``         partition reassignment (KIP-455): a partition of the workload topic moves off
                      one of its replicas (the leader as likely as any: leadership is handed over in
                      the completing write, and the removed replica deletes its copy), then back onto
@@ -52,6 +58,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from lowtide.localcluster import LocalCluster
+from lowtide.metadata.etcd import EtcdClient
 from lowtide.metadata.store import MetadataStore
 from lowtide.rpc.channels import open_channel
 from lowtide_pb import admin_pb2, admin_pb2_grpc
@@ -59,7 +66,7 @@ from lowtide_pb import admin_pb2, admin_pb2_grpc
 log = logging.getLogger("chaos.nemesis")
 
 FAULT_KINDS = ("kill_restart", "pause_resume", "pause_leader", "leader_pause_follower_restart", "redis_restart",
-               "reassign")
+               "etcd_kill_restart", "etcd_pause", "etcd_and_leader_kill", "reassign")
 # Diskless topics have no replicas to move: their faults are the replica faults on the shards'
 # metadata log plus the shards themselves.
 DISKLESS_FAULT_KINDS = (*FAULT_KINDS[:-1], "coordinator_kill_restart", "coordinator_pause")
@@ -138,6 +145,17 @@ class Nemesis:
         self.kill(name)
         sleep(down_s)
         self.start(name)
+        self._end(fault)
+        return fault
+
+    def kill_restart_together(self, names: list[str], down_s: float, *,
+                              sleep: Callable[[float], object] = time.sleep, kind: str = "kill_restart") -> Fault:
+        fault = self._begin(kind, "+".join(names), down_s)
+        for name in names:
+            self.kill(name)
+        sleep(down_s)
+        for name in names:
+            self.start(name)
         self._end(fault)
         return fault
 
@@ -246,26 +264,45 @@ class RandomNemesis:
         return [s.name for s in self.nemesis.cluster.services("coordinator")]
 
     def _leader_of(self, partition: int) -> str | None:
-        store = MetadataStore.from_url(self.nemesis.cluster.redis_url)
+        store = MetadataStore.from_url(self.nemesis.cluster.metadata_url)
         try:
             leader = store.partition_state(self.topic, partition).leader
-        except Exception:  # noqa: BLE001 - redis hiccup: pick at random instead
+        except Exception:  # noqa: BLE001 - store hiccup: pick at random instead
             return None
         finally:
-            store.redis.close()
+            store.close()
         return f"replica-{leader}" if leader >= 0 else None
 
     def _replicas_of(self, partition: int) -> tuple[int, ...]:
         """The partition's target replica set (a move an earlier fault began counts as done)."""
         if (self.topic, partition) in self.nemesis.moved:
             return self.nemesis.moved[(self.topic, partition)]
-        store = MetadataStore.from_url(self.nemesis.cluster.redis_url)
+        store = MetadataStore.from_url(self.nemesis.cluster.metadata_url)
         try:
             return store.partition_state(self.topic, partition).target_replicas
-        except Exception:  # noqa: BLE001 - redis hiccup: no move this time
+        except Exception:  # noqa: BLE001 - store hiccup: no move this time
             return ()
         finally:
-            store.redis.close()
+            store.close()
+
+    def _etcd_members(self) -> list[str]:
+        return [s.name for s in self.nemesis.cluster.services("etcd")]
+
+    def _etcd_target(self) -> str:
+        """An etcd member: its leader half the time (found by asking each member's status)."""
+        members = self.nemesis.cluster.services("etcd")
+        if self.rng.random() < 0.5:
+            for entry in members:
+                client = EtcdClient([entry.grpc])
+                try:
+                    status = client.status(entry.grpc, timeout_s=1.0)
+                    if status.leader and status.leader == status.member:
+                        return entry.name
+                except Exception:  # noqa: BLE001 - a member down or paused: try the next
+                    continue
+                finally:
+                    client.close()
+        return self.rng.choice([e.name for e in members])
 
     def step(self, stop_event: threading.Event) -> Fault:
         rng = self.rng
@@ -274,6 +311,17 @@ class RandomNemesis:
         if kind == "redis_restart":
             return self.nemesis.restart_redis(rng.uniform(0.3, 2.5), sleep=sleep)
         duration = rng.uniform(0.5, 2.3 * self.session_s)
+        if kind.startswith("etcd") and len(self._etcd_members()) < 3:
+            kind = "kill_restart"  # one member: a fault would take the whole store away
+        if kind == "etcd_kill_restart":
+            return self.nemesis.kill_restart(self._etcd_target(), duration, sleep=sleep, kind=kind)
+        if kind == "etcd_pause":
+            return self.nemesis.pause_resume(self._etcd_target(), duration, sleep=sleep, kind=kind)
+        if kind == "etcd_and_leader_kill":
+            partition = rng.randrange(self.partitions)
+            leader = self._leader_of(partition) or rng.choice(self._replicas())
+            return self.nemesis.kill_restart_together([self._etcd_target(), leader], duration, sleep=sleep,
+                                                      kind=kind)
         if kind in ("coordinator_kill_restart", "coordinator_pause"):
             target = rng.choice(self._coordinators())
             if kind == "coordinator_kill_restart":

@@ -140,7 +140,7 @@ def _shard_state_violations(cluster: LocalCluster, work: Path) -> list[Violation
             truncated = True
         finally:
             log.replicas.close()
-            log.store.redis.close()
+            log.store.close()
         for _ in range(10):
             served = served_state(cluster, shard, work)
             rebuilt = rebuilt_state(cluster, shard, work, from_snapshot=truncated)

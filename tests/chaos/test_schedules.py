@@ -295,10 +295,8 @@ def _token(path: str | Path | None) -> str | None:
 
 
 def _fallback_admin(cluster) -> str:
-    """Old code wrote no secrets: register an admin token and ACLs in Redis by hand, so that the
-    schedule can still create a topic and show what the replica port accepts."""
-    import redis as redis_lib
-
+    """Old code wrote no secrets: register an admin token and ACLs in the metadata store by hand, so
+    that the schedule can still create a topic and show what the replica port accepts."""
     from lowtide.auth.acl import (
         CLUSTER_RESOURCE_NAME,
         AclBinding,
@@ -309,17 +307,18 @@ def _fallback_admin(cluster) -> str:
     )
     from lowtide.auth.store import AclStore
     from lowtide.auth.tokens import add_token
+    from lowtide.metadata.store import MetadataStore
 
     token, principal = "chaos-admin-token", "User:chaos-admin"
-    r = redis_lib.Redis.from_url(cluster.redis_url)
+    metadata = MetadataStore.from_url(cluster.metadata_url)
     try:
-        add_token(r, token=token, principal=principal)
-        AclStore(redis=r).add([
+        add_token(metadata, token=token, principal=principal)
+        AclStore(metadata=metadata).add([
             AclBinding(principal, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME, PatternType.LITERAL, AclOperation.ALL,
                        AclPermission.ALLOW),
             AclBinding(principal, ResourceType.TOPIC, "*", PatternType.LITERAL, AclOperation.ALL, AclPermission.ALLOW)])
     finally:
-        r.close()
+        metadata.close()
     return token
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from lowtide.common.procs import require_tool
 from lowtide.localcluster import LocalCluster
+from lowtide.metadata.etcd import EtcdClient
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch
 from lowtide.rpc.channels import open_channel
@@ -38,7 +40,20 @@ def replica(cluster: LocalCluster, broker_id: int) -> replica_pb2_grpc.ReplicaSt
 
 
 def store(cluster: LocalCluster) -> MetadataStore:
-    return MetadataStore.from_url(cluster.redis_url)
+    """The test process's store on the cluster's etcd (shared, closed by ``cluster.down()``),
+    caught up with etcd first: a test reads what another process wrote a moment ago."""
+    metadata = cluster.metadata_store()
+    metadata.sync()
+    return metadata
+
+
+def etcd_client(cluster: LocalCluster, endpoints: list[str] | None = None, *, timeout_s: float = 5.0) -> EtcdClient:
+    """A raw etcd client on ``endpoints`` (default: every member) that dials as the cluster's
+    clients do: over mutual TLS with the admin certificate on a ``--tls`` cluster. The caller
+    closes it."""
+    tls = cluster.client_tls
+    return EtcdClient(list(endpoints) if endpoints else [e.grpc for e in cluster.services("etcd")],
+                      timeout_s=timeout_s, credentials=tls.channel_credentials() if tls else None)
 
 
 def auth_metadata(cluster: LocalCluster) -> list[tuple[str, str]]:
@@ -151,11 +166,31 @@ def cli_json(*args: str, ok: bool = True) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def metrics_text(cluster: LocalCluster, service: str) -> str:
+    """``service``'s /metrics page; on a ``--tls`` cluster over HTTPS, verified with its CA and
+    presenting the admin certificate (an etcd member asks for one; the lowtide services do not)."""
+    entry = cluster.service(service)
+    context = cluster.client_tls.ssl_context() if entry.metrics_tls else None
+    with urllib.request.urlopen(entry.metrics_url, timeout=5, context=context) as reply:
+        return reply.read().decode()
+
+
+def etcdctl(cluster: LocalCluster, *args: str, endpoint: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """The real ``etcdctl`` (API v3) on ``endpoint``, one of ``cluster``'s etcd members, dialling
+    as the cluster's clients do: over mutual TLS with the admin certificate on a ``--tls`` cluster.
+    Raises ``CalledProcessError`` when it fails."""
+    exe = require_tool("etcdctl", "apt-get install etcd-client (make setup does this)")
+    tls = cluster.client_tls
+    flags = [f"--endpoints=https://{endpoint}", f"--cacert={tls.ca}", f"--cert={tls.cert}", f"--key={tls.key}"] \
+        if tls is not None else [f"--endpoints={endpoint}"]
+    return subprocess.run([exe, *flags, *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, "ETCDCTL_API": "3"}, timeout=timeout_s)
+
+
 def metric(cluster: LocalCluster, service: str, sample: str, **labels: str) -> float:
     """The first sample named ``sample`` (e.g. ``..._total``) whose labels include ``labels`` on
     ``service``'s /metrics; 0 when no such series exists yet."""
-    with urllib.request.urlopen(cluster.service(service).metrics_url, timeout=5) as reply:
-        text = reply.read().decode()
+    text = metrics_text(cluster, service)
     for family in text_string_to_metric_families(text):
         for found in family.samples:
             if found.name == sample and labels.items() <= found.labels.items():
@@ -163,11 +198,12 @@ def metric(cluster: LocalCluster, service: str, sample: str, **labels: str) -> f
     return 0.0
 
 
-# Longer than a service's ACL check interval (auth/acl.py Authorizer refresh_interval_s, 0.2 s).
+# Ample for an ACL change to reach every service: their metadata watches deliver it (normally
+# within milliseconds) and the authorizers reload on it (auth/acl.py Authorizer).
 ACL_CHECK_INTERVAL_S = 0.25
 
 
 def wait_acls_in_force() -> None:
-    """After an ACL change: every service's authorizer checks the ACL version at most every 0.2 s,
-    so a request within that time of the change may still be judged by the ACLs before it."""
+    """After an ACL change: every other service sees it once its metadata watch delivered it, so a
+    request right after the change may still be judged by the ACLs before it."""
     time.sleep(ACL_CHECK_INTERVAL_S)

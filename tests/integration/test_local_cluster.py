@@ -28,6 +28,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.localcluster import KINDS, ClusterConfig, ClusterError, LocalCluster, ServiceKind
 from lowtide.localcluster.config import is_module_available
+from lowtide.metadata.store import MetadataStore
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, require_redis_server, running_cluster
 
 CLI = [sys.executable, "-m", "lowtide.cli.main"]
@@ -88,7 +89,7 @@ def test_up_writes_cluster_json_with_live_healthy_services(shared_cluster: Local
     doc = json.loads((cluster.data_dir / "cluster.json").read_text())
     assert doc == cluster.to_json()
     kinds = {s["kind"] for s in doc["services"]}
-    assert kinds == {"redis"} | BUILT_KINDS
+    assert kinds == {"redis", "etcd"} | BUILT_KINDS
     assert {"redis", "replica", "frontdoor"} <= kinds
     if is_module_available("lowtide.coordinator.server"):
         assert "coordinator" in kinds
@@ -96,6 +97,8 @@ def test_up_writes_cluster_json_with_live_healthy_services(shared_cluster: Local
     assert {"replica-0", "replica-1", "replica-2", "frontdoor-0", "redis"} <= set(by_name)
     assert doc["bootstrap"] == by_name["frontdoor-0"]["grpc"]
     assert doc["redis"].startswith("redis://127.0.0.1:")
+    members = [s for s in doc["services"] if s["kind"] == "etcd"]
+    assert doc["metadata"] == "etcd://" + ",".join(m["grpc"] for m in members) and len(members) == 1
     assert doc["object_store"] == (cluster.data_dir / "objects").as_uri()
     assert Path(doc["object_store"].removeprefix("file://")).is_dir()
 
@@ -163,12 +166,23 @@ def test_kill_start_stop_pause_resume_one_service(two_replicas: LocalCluster) ->
     cluster.wait_until_healthy(timeout_s=15)
     assert cluster.status()["healthy"]
 
-    # Redis restarts on its port with its AOF: the metadata the replicas registered is still there.
-    brokers_before = set(redis_lib.Redis.from_url(cluster.redis_url).hkeys("lowtide:brokers"))
+    # Redis restarts on its port; the cluster metadata is not in it.
     cluster.kill("redis")
     assert not cluster.is_running("redis")
     cluster.start_service("redis")
-    assert set(redis_lib.Redis.from_url(cluster.redis_url).hkeys("lowtide:brokers")) == brokers_before == {b"0", b"1"}
+    cluster.wait_until_healthy(timeout_s=15)
+
+    # The etcd member restarts on its ports with its data: the brokers registered are still there.
+    store = MetadataStore.from_url(cluster.metadata_url, tls=cluster.client_tls)
+    try:
+        brokers_before = set(store.brokers())
+        cluster.kill("etcd-0")
+        assert not cluster.is_running("etcd-0")
+        cluster.start_service("etcd-0")
+        store.sync()
+        assert set(store.brokers()) == brokers_before == {0, 1}
+    finally:
+        store.close()
     cluster.wait_until_healthy(timeout_s=15)
 
 
@@ -217,7 +231,7 @@ def test_failed_start_stops_everything_and_reports_the_log_tail(tmp_path: Path) 
     assert "broken: cannot start" in info.value.message
     doc = json.loads((tmp_path / "cluster.json").read_text())
     assert doc["state"] == "stopped"
-    assert {s["name"] for s in doc["services"]} == {"redis", "replica-0", "broken-0"}
+    assert {s["name"] for s in doc["services"]} == {"redis", "etcd-0", "replica-0", "broken-0"}
     assert_all_stopped(doc)
 
 
@@ -246,6 +260,56 @@ def test_cli_up_detach_status_and_down(tmp_path: Path) -> None:
     status = run_cli("cluster", "status", "--data-dir", str(data_dir))
     assert status.returncode == 1
     assert "UNHEALTHY" in status.stdout
+
+
+def test_cli_up_tls_runs_etcd_over_mutual_tls_and_topics_work_through_the_cli(tmp_path: Path) -> None:
+    """``lowtide cluster up --tls``: the etcd member too speaks only mutual TLS (its own certificate
+    from the cluster's CA on the client and the peer port), every service dials ``etcds://`` with
+    its certificate, ``cluster status`` (another process) checks the member over TLS, and topics
+    are created, produced to and consumed through the CLI with the cluster's client.properties."""
+    require_redis_server()
+    data_dir = tmp_path / "tls"
+    up = run_cli("cluster", "up", "--data-dir", str(data_dir), "--replicas", "1", "--tls", "--detach",
+                 "--output", "json")
+    try:
+        assert up.returncode == 0, up.stderr
+        doc = json.loads(up.stdout)
+        [member] = [s for s in doc["services"] if s["kind"] == "etcd"]
+        assert doc["metadata"] == f"etcds://{member['grpc']}"
+        argv = member["argv"]
+        ca, own = data_dir / "tls" / "ca.crt", data_dir / "tls" / "etcd-0"
+        for flag, value in (("--cert-file", own / "tls.crt"), ("--key-file", own / "tls.key"),
+                            ("--trusted-ca-file", ca), ("--peer-cert-file", own / "tls.crt"),
+                            ("--peer-key-file", own / "tls.key"), ("--peer-trusted-ca-file", ca)):
+            assert argv[argv.index(flag) + 1] == str(value), flag
+        assert "--client-cert-auth" in argv and "--peer-client-cert-auth" in argv
+        assert not [a for a in argv if "http://" in a], argv
+        assert member["metrics"] == f"https://{member['grpc']}/metrics"
+        lowtide = [s for s in doc["services"] if s["kind"] not in ("redis", "etcd")]
+        assert lowtide and all(s["argv"][s["argv"].index("--metadata-url") + 1] == doc["metadata"] for s in lowtide)
+        assert grpc_health(member["grpc"]) == "UNAVAILABLE"  # plaintext gets nothing
+
+        status = run_cli("cluster", "status", "--data-dir", str(data_dir), "--output", "json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        report = json.loads(status.stdout)
+        assert report["healthy"] is True
+        assert {s["name"]: s["health"] for s in report["services"]}["etcd-0"] == "SERVING"
+
+        client = ["--bootstrap-server", doc["bootstrap"], "--command-config", doc["tls"]["command_config"]]
+        created = run_cli("topics", "create", "--topic", "over-tls", "--partitions", "2", *client)
+        assert created.returncode == 0, created.stdout + created.stderr
+        produced = subprocess.run([*CLI, "produce", "--topic", "over-tls", "--partition", "1", *client],
+                                  input="".join(f"r{i}\n" for i in range(50)), capture_output=True, text=True,
+                                  timeout=120)
+        assert produced.returncode == 0, produced.stdout + produced.stderr
+        consumed = run_cli("consume", "--topic", "over-tls", "--partition", "1", "--offset", "earliest",
+                           "--max-records", "50", *client)
+        assert consumed.returncode == 0, consumed.stdout + consumed.stderr
+        assert consumed.stdout.split() == [f"r{i}" for i in range(50)]
+    finally:
+        down = run_cli("cluster", "down", "--data-dir", str(data_dir), "--output", "json")
+    assert down.returncode == 0, down.stderr
+    assert_all_stopped(doc)
 
 
 def _start_foreground(data_dir: Path) -> tuple[subprocess.Popen[str], dict]:

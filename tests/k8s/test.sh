@@ -4,12 +4,12 @@
 #   1. image       docker build of the Dockerfile (services and spark targets, BASE_IMAGE = the
 #                  harness' Debian base), loaded into the node's containerd
 #   2. install     helm install --wait: every pod Ready (replicas, front door, coordinators, orphan
-#                  scanner, Redis), then `helm test`
+#                  scanner, Redis, 3 etcd members), then `helm test`
 #   3. delete      a topic produced in the cluster; DeleteRecords with grpcurl through a
 #                  `kubectl port-forward` of the front door Service returns the low watermark
 #                  (over mutual TLS with the chart's admin certificate)
-#      tls         inside the cluster, a plaintext gRPC call to a replica and a plaintext Redis PING
-#                  are refused (the chart runs with TLS on, its default)
+#      tls         inside the cluster, a plaintext gRPC call to a replica, a plaintext Redis PING and
+#                  a plaintext etcd call are refused (the chart runs with TLS on, its default)
 #   4. restart     a replica pod deleted: the StatefulSet brings it back on its volume, with its
 #                  data and the log start offset intact
 #      coordinator (issue 32) a diskless topic produced to; the coordinator shard that applied the
@@ -28,7 +28,13 @@
 #                  to 2 is refused by the chart's pre-upgrade check (RF 3) and changes nothing; helm
 #                  upgrade to 3: pod 3's preStop drains it (`lowtide drain --broker 3`) before it
 #                  goes; records produced before, during and after all read back
-#   9. uninstall   helm uninstall: no pod left, volumes released and deleted
+#  10. etcd        (issue 51) the etcd leader's pod deleted with its PVC while records are produced
+#                  (acks=all): it rejoins as a new member on its empty volume, 3 healthy members
+#                  again, every acknowledged record reads back, no lowtide server restarted
+#  11. redis       the Redis pod deleted with its PVC: every record reads back; a topic created,
+#                  produced to and read; the diskless topic produced to right after (its shards'
+#                  leases and registry are in etcd)
+#  12. uninstall   helm uninstall: no pod left, volumes released and deleted
 # Each phase's duration is printed and written to $LOWTIDE_K8S_HOME/run/phases.txt.
 # Assumes the cluster is up (make k8s-up); `make k8s-test` runs build, up, this and down.
 set -euo pipefail
@@ -112,8 +118,15 @@ echo "skaffold render: $(grep -c '^kind:' <<<"$rendered") objects"
 
 phase "image build"
 build_args=(--network host --build-arg "BASE_IMAGE=$BASE_IMAGE_TAG")
+# etcd and etcdctl for the chart's etcd members (they run the lowtide image): the host's (Debian's
+# etcd-server and etcd-client, make setup), copied into the build context (docker/etcd/README.md)
+for b in etcd etcdctl; do
+  src=$(command -v "$b") || fail "$b not found on this machine (make setup installs etcd-server and etcd-client)"
+  cmp -s "$src" "$repo/docker/etcd/$b" || install -m 0755 "$src" "$repo/docker/etcd/$b"
+done
 docker build -q "${build_args[@]}" --target runtime -t "$LOWTIDE_IMAGE" "$repo" >/dev/null
 docker build -q "${build_args[@]}" --target spark -t "$LOWTIDE_SPARK_IMAGE" "$repo" >/dev/null
+docker run --rm --network none --entrypoint etcd "$LOWTIDE_IMAGE" --version | head -n 1 || fail "no etcd in the image"
 phase "image load"
 docker save "$LOWTIDE_IMAGE" "$LOWTIDE_SPARK_IMAGE" | ctr -a "$K8S_RUN/containerd.sock" -n k8s.io images import - >/dev/null
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(lowtide|lowtide-spark):" || true
@@ -201,6 +214,15 @@ fi
 pong=$(k exec "$redis_pod" -- sh -c 'redis-cli -p 6379 --tls --cacert /etc/lowtide/tls/ca.crt --cert /etc/lowtide/tls/tls.crt --key /etc/lowtide/tls/tls.key ping' 2>&1)
 [ "$pong" = PONG ] || fail "Redis over TLS: $pong"
 echo "redis: plaintext refused, TLS PONG"
+# etcd's client port: mutual TLS only (the member's own etcdctl, without and with its certificate)
+etcd_pod=$(pod_of etcd)
+if k exec "$etcd_pod" -- env -u ETCDCTL_CACERT -u ETCDCTL_CERT -u ETCDCTL_KEY etcdctl --endpoints http://localhost:2379 \
+     --dial-timeout 3s --command-timeout 5s endpoint health >/dev/null 2>&1; then
+  fail "etcd answered plaintext"
+fi
+k exec "$etcd_pod" -- etcdctl --endpoints https://localhost:2379 --command-timeout 5s endpoint health >/dev/null 2>&1 \
+  || fail "etcd over TLS with the member's certificate"
+echo "etcd: plaintext refused, TLS healthy"
 
 phase "replica pod restart"
 before_start=$(offsets earliest) before_end=$(offsets latest)
@@ -408,7 +430,8 @@ secrets_digest() {
 secrets_before=$(secrets_digest)
 helm upgrade "$REL" "$repo/charts/lowtide" -n "$NS" --reuse-values --set-string podAnnotations.upgraded=yes \
   --wait --timeout 10m >/dev/null || fail "helm upgrade"
-for w in deployment/$REL-lowtide-frontdoor statefulset/$REL-lowtide-replica statefulset/$REL-lowtide-coordinator; do
+for w in deployment/$REL-lowtide-frontdoor statefulset/$REL-lowtide-replica statefulset/$REL-lowtide-coordinator \
+         statefulset/$REL-lowtide-etcd; do
   k rollout status "$w" --timeout=300s >/dev/null || fail "$w did not roll out after the upgrade"
 done
 wait_terminated || fail "old pods still terminating 120 s after the upgrade"
@@ -550,6 +573,102 @@ done
 [ "$full" = 0 ] || fail "$full partitions under-replicated after the scale-down"
 produce_range 4001 5000 || fail "produce r4001..r5000 on 3 brokers"
 read_back 1 5000 || fail "records missing after the drain and scale-down"
+
+# lose_volume POD: POD deleted together with its PersistentVolumeClaim; returns once the StatefulSet
+# brought it back Ready on a new, empty volume (as in the coordinator phase: a pod recreated while
+# the old claim was still terminating waits for a claim that is gone, so it is deleted again)
+lose_volume() {
+  local pod=$1 pvc="data-$1" old_pv new_pv=""
+  old_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}')
+  k delete pvc "$pvc" --wait=false >/dev/null
+  k delete pod "$pod" --wait=true >/dev/null
+  for _ in $(seq 240); do
+    new_pv=$(k get pvc "$pvc" -o jsonpath='{.spec.volumeName}' 2>/dev/null || true)
+    [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] && break
+    if ! k get pvc "$pvc" >/dev/null 2>&1 \
+       && [ "$(k get pod "$pod" -o jsonpath='{.status.phase}' 2>/dev/null)" = Pending ]; then
+      k delete pod "$pod" --wait=false >/dev/null 2>&1 || true
+    fi
+    sleep 0.5
+  done
+  [ -n "$new_pv" ] && [ "$new_pv" != "$old_pv" ] || { echo "$pvc: no new volume (was $old_pv, now '$new_pv')" >&2; return 1; }
+  k wait pod "$pod" --for=condition=Ready --timeout=180s >/dev/null || { echo "$pod did not come back Ready" >&2; return 1; }
+  echo "$pod is back on a new volume ($old_pv -> $new_pv)"
+}
+# restarts of the lowtide servers' containers ("pod=count" lines): riding out a store's loss, none restarts
+server_restarts() {
+  k get pods -l "app.kubernetes.io/instance=$REL" -o json | jq -r '.items[]
+    | select(.metadata.labels["app.kubernetes.io/component"] | IN("replica", "frontdoor", "coordinator", "orphan-scanner"))
+    | select(.metadata.deletionTimestamp == null)
+    | "\(.metadata.name)=\([.status.containerStatuses[]?.restartCount] | add)"' | sort
+}
+etcdctl_in() { k exec "$(pod_of etcd)" -- etcdctl --dial-timeout 3s --command-timeout 10s "$@"; }
+
+phase "etcd member lost with its volume"
+# Issue 51: the etcd leader's pod deleted with its PVC while records are produced (acks=all, batches
+# of 200 in the background): the member rejoins on its empty volume (its start script removes its
+# old member entry and adds itself), the cluster has 3 healthy members again, every acknowledged
+# record reads back, and no lowtide server restarted.
+leader_url=$(etcdctl_in endpoint status --cluster -w simple | awk -F', ' '$5 == "true" {print $1}')
+victim=$(sed -E 's|^[a-z]+://([^.:]+)[.:].*|\1|' <<<"$leader_url")
+[ -n "$victim" ] || fail "no etcd leader found ($leader_url)"
+echo "etcd leader: $victim"
+restarts_before=$(server_restarts)
+acked=$K8S_RUN/etcd-acked stop=$K8S_RUN/etcd-stop
+: >"$acked"; rm -f "$stop"
+(
+  i=5001
+  while [ ! -f "$stop" ]; do
+    produce_range "$i" $((i + 199)) || { echo "FAILED r$i..r$((i + 199))" >>"$acked"; exit 1; }
+    echo $((i + 199)) >>"$acked"
+    i=$((i + 200))
+  done
+) &
+producer=$!
+sleep 3
+lose_volume "$victim" || { touch "$stop"; fail "etcd member $victim lost with its volume did not come back"; }
+# A here-string (see above): grep stopping at its match must not fail the pipeline under pipefail.
+victim_log=$(k logs "$victim")
+grep -q "rejoining it as a new member" <<<"$victim_log" \
+  || { touch "$stop"; tail -n 20 <<<"$victim_log" >&2; fail "$victim did not rejoin as a new member"; }
+healthy=0 started=0
+for _ in $(seq 60); do
+  healthy=$(etcdctl_in endpoint health --cluster 2>&1 | grep -c ' is healthy' || true)
+  started=$(etcdctl_in member list 2>/dev/null | grep -c ', started, ' || true)
+  [ "$healthy" = 3 ] && [ "$started" = 3 ] && break
+  sleep 2
+done
+etcdctl_in member list
+[ "$healthy" = 3 ] && [ "$started" = 3 ] || { touch "$stop"; fail "etcd: $healthy healthy and $started started members, wanted 3"; }
+touch "$stop"
+wait "$producer" || { tail -n 3 "$acked" >&2; fail "a produce (acks=all) failed while the etcd member was replaced"; }
+last=$(tail -n 1 "$acked")
+echo "produced r5001..r$last ($(wc -l <"$acked") batches of 200, acks=all) while $victim was replaced"
+[ "$last" -gt 5200 ] || fail "too few batches produced while the etcd member was replaced (up to r$last)"
+read_back 1 "$last" || fail "acknowledged records missing after the etcd member's loss"
+[ "$(server_restarts)" = "$restarts_before" ] \
+  || fail "lowtide servers restarted during the etcd member's loss: $(diff <(echo "$restarts_before") <(server_restarts) | tr '\n' ' ')"
+echo "3 healthy etcd members; no lowtide server restarted"
+
+phase "Redis lost with its volume"
+# Redis holds no cluster metadata any more: its pod deleted with its PVC (a new, empty Redis), every
+# record reads back, and the services keep working: a topic created, records produced and read.
+restarts_before=$(server_restarts)
+lose_volume "$REL-lowtide-redis-0" || fail "Redis lost with its volume did not come back"
+produce_range $((last + 1)) $((last + 1000)) || fail "produce r$((last + 1))..r$((last + 1000)) after Redis was lost"
+read_back 1 $((last + 1000)) || fail "records missing after Redis was lost"
+lt topics create --topic k8s-after-redis --partitions 1 --replication-factor 3 >/dev/null || fail "topic creation after Redis was lost"
+lt produce --topic k8s-after-redis --num-records 100 --record-size 100 >/dev/null || fail "produce to a new topic after Redis was lost"
+n=$(lt consume --topic k8s-after-redis --partition 0 --offset earliest --max-records 100 --output json | jq -s 'length')
+[ "$n" = 100 ] || fail "read $n of 100 records of a topic created after Redis was lost"
+# The diskless coordinator shards' leases and registry are in etcd too: the diskless topic takes
+# records right after Redis was lost, with no shard restarted (kubectl itself under timeout: k is a
+# shell function, which timeout cannot run).
+timeout 90 kubectl -n "$NS" exec "$(pod_of frontdoor)" -c frontdoor -- lowtide produce --topic "$DTOPIC" --num-records 10 \
+  --record-size 100 --bootstrap-server localhost:9090 >/dev/null \
+  || fail "produce to the diskless topic right after Redis was lost"
+echo "diskless topic: produced to right after Redis was lost"
+echo "lowtide server restarts across the Redis loss: $(diff <(echo "$restarts_before") <(server_restarts) | grep '^>' | tr '\n' ' ' || true)"
 
 phase "helm uninstall"
 helm uninstall "$REL" -n "$NS" --wait --timeout 5m >/dev/null || fail "helm uninstall"

@@ -27,12 +27,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "record": BASE,
     # Transport security: certificates, TLS settings, principals from certificates.
     "tls": BASE,
-    "auth": BASE | {"tls"},
+    # ACLs, token digests and SCRAM credentials are sections of the cluster metadata.
+    "auth": BASE | {"tls", "metadata"},
     # rpc.wire re-encodes protobuf lengths with record's unsigned varint.
     "rpc": BASE | {"auth", "record", "tls"},
     "client": BASE | {"record", "rpc", "auth", "tls"},
     "log": BASE | {"record"},
-    "metadata": BASE,
+    # The metadata store's client dials etcd with the process's own TLS settings (etcds://).
+    "metadata": BASE | {"tls"},
     "purgatory": BASE,
     # Diskless topics (KIP-1164): WAL file storage, and the coordinator's domain core over it.
     "objectstore": BASE,
@@ -42,31 +44,36 @@ MAY_IMPORT: dict[str, set[str]] = {
     # Diskless topics on the brokers: WAL files in the object store, commits and FindBatches to the
     # shards through the client, the shard registry (coordinator.leadership), topics from metadata.
     "diskless": BASE | {"objectstore", "record", "metadata", "rpc", "client", "coordinator"},
-    # The orphan scanner: the object store, and coordinator shards through the client.
-    "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth"},
+    # The orphan scanner: the object store, coordinator shards through the client, the shard
+    # registry and its own registration in the cluster metadata.
+    "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth", "metadata"},
     # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
     "groups": BASE | {"record"},
     # Server scaffolding and the one server bootstrap (access control and own-token metadata
     # from the auth flags every server takes).
-    "common": BASE | {"rpc", "auth", "tls"},
+    "common": BASE | {"rpc", "auth", "tls", "metadata", "purgatory"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
                         "groups", "diskless", "kafka"},
-    "frontdoor": BASE | {"metadata", "auth", "rpc", "client", "common", "groups", "record", "diskless", "leases",
-                         "kafka", "tls"},
+    "frontdoor": BASE | {"metadata", "purgatory", "auth", "rpc", "client", "common", "groups", "record", "diskless",
+                         "leases", "kafka", "tls"},
     # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
     # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
     # record: only record.varint, the Produce codec's unsigned varints (batches stay bytes).
     "kafka": BASE | {"rpc", "common", "metadata", "tls", "record"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
     "leases": BASE | {"common"},
-    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability", "tls"},
+    "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability", "tls", "purgatory"},
     # Dashboards, rules and the local Prometheus: plain data and a process, nothing of the servers.
     "observability": BASE | {"common"},
     # The Spark data source is a client: it may not reach into servers or the storage engine.
     "spark": BASE | {"record", "rpc", "client", "auth", "tls"},
     "cli": BASE | {"record", "rpc", "client", "common", "auth", "localcluster", "replica", "frontdoor",
-                   "metadata", "spark", "tls"},
+                   "metadata", "spark", "tls", "log"},
 }
+# The metadata port (docs/design/metadata.md): one module talks to etcd, and outside lowtide.metadata
+# nobody reaches past the store to its client or image.
+ETCD_CLIENT_MODULE = "metadata/etcd.py"
+METADATA_PORT_INTERNALS = {"etcd", "image"}
 # Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code: the gRPC
 # servicers and servers (and lowtide/replica/registration.py, which registers the Replica servicer
 # with its own Produce deserializer), and the Kafka protocol's API translators
@@ -113,10 +120,17 @@ def find_violations(root: Path) -> list[str]:
         for line, name in imported_names(path):
             parts = name.split(".")
             where = f"{path.relative_to(root)}:{line}"
-            if parts[0] == "lowtide_pb":
+            if parts[0] == "lowtide_pb" and len(parts) > 1 and parts[1].startswith("etcd_rpc"):
+                if rel.as_posix() != ETCD_CLIENT_MODULE:
+                    violations.append(f"{where}: only lowtide/{ETCD_CLIENT_MODULE} talks to etcd ({name})")
+            elif parts[0] == "lowtide_pb":
                 translator = path.stem.startswith(PROTOBUF_PACKAGE_PREFIXES.get(package, "\0"))
                 if package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES and not translator:
                     violations.append(f"{where}: only rpc/, client/ and servicers import generated code ({name})")
+            elif parts[0] == "lowtide" and len(parts) > 2 and parts[1] == "metadata" and \
+                    parts[2] in METADATA_PORT_INTERNALS and package != "metadata":
+                violations.append(f"{where}: only lowtide.metadata uses its etcd client and image ({name}); "
+                                  "go through lowtide.metadata.store")
             elif parts[0] == "lowtide" and len(parts) > 1:
                 target = parts[1]
                 if target == package or (root / "lowtide" / target).exists() is False and \
@@ -265,3 +279,42 @@ def test_importing_the_client_loads_only_the_client_side_modules():
     lowtide_modules = {m for m in loaded if m.split(".")[0] == "lowtide"}
     assert lowtide_modules == CLIENT_MODULES
     assert not {m for m in loaded for f in FORBIDDEN_FOR_CLIENT if m == f or m.startswith(f + ".")}
+
+
+def test_only_the_metadata_port_talks_to_etcd_and_a_bypass_is_reported(tmp_path):
+    for name in ("metadata", "replica"):
+        (tmp_path / "lowtide" / name).mkdir(parents=True)
+        (tmp_path / "lowtide" / name / "__init__.py").write_text("")
+    (tmp_path / "lowtide" / "__init__.py").write_text("")
+    (tmp_path / "lowtide" / "metadata" / "etcd.py").write_text("from lowtide_pb import etcd_rpc_pb2\n")
+    (tmp_path / "lowtide" / "metadata" / "store.py").write_text("from lowtide_pb import etcd_rpc_pb2_grpc\n")
+    (tmp_path / "lowtide" / "replica" / "reconcile.py").write_text("from lowtide.metadata.etcd import EtcdClient\n")
+    assert find_violations(tmp_path) == [
+        "lowtide/metadata/store.py:1: only lowtide/metadata/etcd.py talks to etcd (lowtide_pb.etcd_rpc_pb2_grpc)",
+        "lowtide/replica/reconcile.py:1: only lowtide.metadata uses its etcd client and image "
+        "(lowtide.metadata.etcd.EtcdClient); go through lowtide.metadata.store"]
+
+
+# The only modules that import a Redis client (issue 51 moved the cluster's state to the metadata
+# store): the purgatory, whose timers and low-watermark events are Redis's job by design, and the
+# readers of the layouts of releases before etcd, for migrations (they never write cluster state).
+REDIS_ALLOWED = {"purgatory/purgatory.py", "purgatory/events.py", "purgatory/connection.py",
+                 # `lowtide metadata migrate --from-redis`
+                 "metadata/legacy_redis.py",
+                 # the group offsets kept in Redis before __consumer_offsets, moved once by a front door
+                 "frontdoor/offsets_migration.py"}
+
+
+def modules_importing_redis(root: Path) -> set[str]:
+    return {path.relative_to(root / "lowtide").as_posix() for path in (root / "lowtide").rglob("*.py")
+            if any(name == "redis" or name.startswith("redis.") for _, name in imported_names(path))}
+
+
+def test_no_module_outside_the_allowed_ones_imports_a_redis_client(tmp_path):
+    found = modules_importing_redis(SERVICES)
+    assert found - REDIS_ALLOWED == set()
+    assert REDIS_ALLOWED - found == set(), "no longer imports Redis: take it off REDIS_ALLOWED"
+    assert "metadata/store.py" not in found and "metadata/cache.py" not in found
+    (tmp_path / "lowtide" / "replica").mkdir(parents=True)
+    (tmp_path / "lowtide" / "replica" / "reconcile.py").write_text("import redis as redis_lib\n")
+    assert modules_importing_redis(tmp_path) == {"replica/reconcile.py"}

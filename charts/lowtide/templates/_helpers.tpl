@@ -84,9 +84,130 @@ client certificate), the password from the Secret through $(REDIS_PASSWORD) (kub
 {{- end }}
 {{- end }}
 
-{{/* Pod annotations: Prometheus scrape + user annotations; call with (dict "ctx" $ "port" N). */}}
+{{- define "lowtide.etcdName" -}}
+{{- printf "%s-etcd" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lowtide.etcdHeadless" -}}
+{{- printf "%s-etcd-headless" (include "lowtide.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* An etcd member's stable name (its advertised peer and client host); call with (dict "ctx" $ "i" N). */}}
+{{- define "lowtide.etcdMemberHost" -}}
+{{- printf "%s-%d.%s.%s.svc.%s" (include "lowtide.etcdName" .ctx) (int .i) (include "lowtide.etcdHeadless" .ctx) .ctx.Release.Namespace .ctx.Values.clusterDomain }}
+{{- end }}
+
+{{/* The etcd members' image: etcd.image, or the lowtide image (it carries etcd and etcdctl). */}}
+{{- define "lowtide.etcdImage" -}}
+{{- if .Values.etcd.image.repository }}
+{{- printf "%s:%s" .Values.etcd.image.repository (toString (required "etcd.image.tag is required with etcd.image.repository" .Values.etcd.image.tag)) }}
+{{- else }}
+{{- include "lowtide.image" . }}
+{{- end }}
+{{- end }}
+
+{{/* The metadata store's URL every lowtide process gets as LOWTIDE_METADATA_URL: every member of
+the chart's etcd by its own name (the client fails over between them; the client Service is for
+tools), or etcd.externalEndpoints. etcds:// (with TLS on, or externalTls): mutual TLS with the
+process's own certificate (LOWTIDE_TLS_*), which the chart's CA signed, as it signed the members'. */}}
+{{- define "lowtide.metadataUrl" -}}
+{{- if .Values.etcd.enabled }}
+{{- $endpoints := list }}
+{{- range $i := until (int .Values.etcd.replicas) }}
+{{- $endpoints = append $endpoints (printf "%s:%d" (include "lowtide.etcdMemberHost" (dict "ctx" $ "i" $i)) (int $.Values.etcd.clientPort)) }}
+{{- end }}
+{{- printf "%s://%s" (ternary "etcds" "etcd" .Values.tls.enabled) (join "," $endpoints) }}
+{{- else }}
+{{- if not .Values.etcd.externalEndpoints }}
+{{- fail "etcd.externalEndpoints (HOST:PORT of each member) is required when etcd.enabled is false" }}
+{{- end }}
+{{- printf "%s://%s" (ternary "etcds" "etcd" .Values.etcd.externalTls) (join "," .Values.etcd.externalEndpoints) }}
+{{- end }}
+{{- end }}
+
+{{- define "lowtide.metadataEnv" -}}
+- name: LOWTIDE_METADATA_URL
+  value: {{ include "lowtide.metadataUrl" . | quote }}
+{{- end }}
+
+{{/* etcd.migrateFromRedis: an init container of every lowtide server that, before the server first
+talks to etcd, copies the metadata a release before etcd kept in Redis (once: the Redis is then
+marked). A hook cannot do it: a pre-upgrade hook runs before the etcd of the upgrade exists, a
+post-upgrade one after the servers started on an empty etcd (and made a new cluster id there).
+Call with (dict "ctx" $ "dir" TLS-DIR), "podIndex" true for a replica (its TLS-DIR uses $(POD_INDEX)). */}}
+{{- define "lowtide.metadataMigrateInit" -}}
+{{- if .ctx.Values.etcd.migrateFromRedis.enabled }}
+- name: metadata-migrate
+  image: {{ include "lowtide.image" .ctx | quote }}
+  imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+  {{- $cmd := list "python" "-c" (include "lowtide.metadataMigrateScript" .ctx) }}
+  command:
+    {{- toYaml $cmd | nindent 4 }}
+  env:
+    {{- if and .podIndex .ctx.Values.tls.enabled }}
+    # a replica's certificate is under replica-<ordinal>/
+    - name: POD_INDEX
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
+    {{- end }}
+    {{- include "lowtide.tlsEnv" (dict "ctx" .ctx "dir" .dir) | trim | nindent 4 }}
+    {{- include "lowtide.redisEnv" .ctx | trim | nindent 4 }}
+  resources:
+    requests: {cpu: 10m, memory: 64Mi}
+    limits: {memory: 256Mi}
+  securityContext:
+    {{- toYaml .ctx.Values.securityContext | nindent 4 }}
+  volumeMounts:
+    {{- include "lowtide.tmpVolumeMount" .ctx | nindent 4 }}
+    {{- include "lowtide.tlsVolumeMount" .ctx | trim | nindent 4 }}
+{{- end }}
+{{- end }}
+
+{{/* Skips at once when Redis holds no old metadata (lowtide:cluster_id) or was marked migrated;
+else runs `lowtide metadata migrate` (retried while etcd comes up) and marks the Redis. */}}
+{{- define "lowtide.metadataMigrateScript" -}}
+import os, subprocess, sys, time
+import redis
+e = os.environ
+cert = e.get("LOWTIDE_TLS_CERT")
+for _ in range(120):  # a new replica's certificate Secret may come a moment after its pod
+    if not cert or (os.path.exists(cert) and os.path.getsize(cert) > 0): break
+    time.sleep(1)
+url, mark = e["LOWTIDE_REDIS_URL"], "lowtide:metadata_migrated_to_etcd"
+for attempt in range(60):
+    try:
+        r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+        done, legacy = r.get(mark), r.get("lowtide:cluster_id")
+        break
+    except redis.RedisError as exc:
+        print(f"metadata-migrate: Redis not answering ({exc}), retrying", flush=True)
+        time.sleep(3)
+else:
+    sys.exit("metadata-migrate: Redis did not answer")
+if done or legacy is None:
+    print(f"metadata-migrate: cluster {done.decode()} was migrated to etcd before: nothing to do" if done
+          else "metadata-migrate: the Redis holds no lowtide cluster metadata: nothing to migrate")
+    sys.exit(0)
+argv = ["lowtide", "metadata", "migrate", "--from-redis", url, "--metadata-url", e["LOWTIDE_METADATA_URL"]]
+secret = e.get("REDIS_PASSWORD")
+for attempt in range(20):
+    run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(run.stdout.replace(secret, "***") if secret else run.stdout, end="", flush=True)  # the URL has the password
+    if run.returncode == 0:
+        r.set(mark, legacy)
+        sys.exit(0)
+    time.sleep(5)
+sys.exit("metadata-migrate: lowtide metadata migrate failed (above)")
+{{- end }}
+
+{{/* Pod annotations: Prometheus scrape + user annotations; call with (dict "ctx" $ "port" N
+"container" NAME): NAME is the container `kubectl exec/logs` pick (the pods have init containers). */}}
 {{- define "lowtide.podAnnotations" -}}
 {{ include "lowtide.configChecksum" .ctx }}
+{{- with .container }}
+kubectl.kubernetes.io/default-container: {{ . }}
+{{- end }}
 {{- if .ctx.Values.metrics.scrapeAnnotations }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
@@ -340,6 +461,6 @@ with socket.create_connection(("localhost", int(sys.argv[1])), timeout=8) as r, 
 
 {{/* Checksum of the chart-made Secrets and config, so pods roll when they change. */}}
 {{- define "lowtide.configChecksum" -}}
-{{- $parts := list (toJson .Values.auth) (toJson .Values.objectStore) (toJson .Values.leases) (include "lowtide.redisUrl" .) (toJson .Values.tls) (toJson .Values.redis.auth) }}
+{{- $parts := list (toJson .Values.auth) (toJson .Values.objectStore) (toJson .Values.leases) (include "lowtide.redisUrl" .) (include "lowtide.metadataUrl" .) (toJson .Values.tls) (toJson .Values.redis.auth) }}
 checksum/config: {{ join "|" $parts | sha256sum }}
 {{- end }}

@@ -90,6 +90,21 @@ from under a draining pod (its optional projected source, templates/replica.yaml
 {{- end }}
 {{- $certs = append $certs (dict "key" "redis" "secret" (include "lowtide.tlsSecret" (dict "ctx" $ "key" "redis")) "cn" "redis" "dns" (concat $dns $local) "ips" $ips "managed" (not .Values.tls.existingSecrets.redis)) }}
 {{- end }}
+{{- /* etcd: one certificate for every member, server and client (peers and etcdctl). Each member's
+name is in it, not only the wildcard: a member accepts a peer's connection only when a name of the
+peer's certificate resolves to the address it comes from (etcd's SAN check resolves no wildcard). */}}
+{{- if .Values.etcd.enabled }}
+{{- $eh := include "lowtide.etcdHeadless" . }}
+{{- $dns = list }}
+{{- range $s := $suffixes }}
+{{- range $i := until (int $.Values.etcd.replicas) }}
+{{- $dns = append $dns (printf "%s-%d.%s%s" (include "lowtide.etcdName" $) $i $eh $s) }}
+{{- end }}
+{{- $dns = concat $dns (list (printf "%s%s" (include "lowtide.etcdName" $) $s) (printf "%s%s" $eh $s)) }}
+{{- if $s }}{{ $dns = append $dns (printf "*.%s%s" $eh $s) }}{{ end }}
+{{- end }}
+{{- $certs = append $certs (dict "key" "etcd" "secret" (include "lowtide.tlsSecret" (dict "ctx" $ "key" "etcd")) "cn" "etcd" "dns" (concat $dns $local) "ips" $ips "managed" (not .Values.tls.existingSecrets.etcd)) }}
+{{- end }}
 {{- /* the client identity of helm test, the ACL Job and the Spark jobs: User:admin */}}
 {{- $certs = append $certs (dict "key" "admin" "secret" (include "lowtide.tlsSecret" (dict "ctx" $ "key" "admin")) "cn" "admin" "dns" (list) "ips" (list) "managed" (not .Values.tls.existingSecrets.admin)) }}
 {{- toJson $certs }}
@@ -137,7 +152,7 @@ rules and LOWTIDE_METRICS_TLS ("server" true). */}}
 {{- end }}
 
 {{/* REDIS_PASSWORD (from the Redis password Secret) then LOWTIDE_REDIS_URL, which may use it and
-LOWTIDE_TLS_* (so "lowtide.tlsEnv" goes before this). */}}
+LOWTIDE_TLS_* (so "lowtide.tlsEnv" goes before this), then LOWTIDE_METADATA_URL. */}}
 {{- define "lowtide.redisEnv" -}}
 {{- if include "lowtide.redisPasswordSecret" . }}
 - name: REDIS_PASSWORD
@@ -148,6 +163,7 @@ LOWTIDE_TLS_* (so "lowtide.tlsEnv" goes before this). */}}
 {{- end }}
 - name: LOWTIDE_REDIS_URL
   value: {{ include "lowtide.redisUrl" . | quote }}
+{{ include "lowtide.metadataEnv" . }}
 {{- end }}
 
 {{/* The Secret holding Redis' password ("" when Redis has none). */}}
@@ -160,9 +176,10 @@ LOWTIDE_TLS_* (so "lowtide.tlsEnv" goes before this). */}}
 {{- end }}
 
 {{/* Env and volume of pods that call lowtide as a client (helm test, the ACL Job, Spark jobs):
-the admin certificate (CN=admin: User:admin, a super user by default). */}}
+the admin certificate (CN=admin: User:admin, a super user by default), and the metadata store's URL. */}}
 {{- define "lowtide.clientTlsEnv" -}}
 {{- include "lowtide.tlsEnv" (dict "ctx" . "dir" .Values.tls.mountPath) }}
+{{ include "lowtide.metadataEnv" . }}
 {{- end }}
 
 {{/* The Kafka listeners' security protocol with TLS on: SSL (the client certificate is the

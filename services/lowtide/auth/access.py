@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 import grpc
-import redis as redis_lib
 
 from lowtide.auth.acl import (
     ANONYMOUS_PRINCIPAL,
@@ -39,6 +38,7 @@ from lowtide.auth.identity import broker_principal, is_service_principal
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.errors import ClusterAuthorizationFailed, LowtideError, TopicAuthorizationFailed, UnknownServerError
+from lowtide.metadata.store import MetadataStore
 from lowtide.tls.principal import PrincipalMapper
 
 T = TypeVar("T")
@@ -115,9 +115,10 @@ class AccessControl:
     * ``require_follower(principal, replica_id)``: a follower fetch needs CLUSTER_ACTION on the
       CLUSTER *and* must come from ``User:broker-<replica_id>``; else ClusterAuthorizationFailed.
 
-    Decisions come from the Authorizer's in-memory ACL snapshot (refreshed from Redis at most
-    every 0.2 s) and tokens from the Authenticator's cache (1 s), so a produce does not wait for
-    Redis. Thread-safe (both collaborators are).
+    Decisions come from the Authorizer's in-memory ACL snapshot (reloaded from the metadata image
+    when the watch reports an ACL change) and tokens from the metadata image, so a produce never
+    waits for the metadata store, and keeps being checked while it is away. Thread-safe (both
+    collaborators are).
     """
 
     def __init__(self, *, authenticator: Authenticator | None, authorizer: Authorizer | None) -> None:
@@ -129,7 +130,7 @@ class AccessControl:
 
     @classmethod
     def allow_all(cls) -> AccessControl:
-        """Auth off: no Redis, every call anonymous, everything allowed."""
+        """Auth off: no store, every call anonymous, everything allowed."""
         return cls(authenticator=None, authorizer=None)
 
     @property
@@ -206,17 +207,18 @@ class AccessControl:
         return self.allows(principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)
 
 
-def build_access_control(*, redis: redis_lib.Redis, enabled: bool, tokens_file: str | Path | None = None,
+def build_access_control(*, metadata: MetadataStore, enabled: bool, tokens_file: str | Path | None = None,
                          super_users: frozenset[str] = frozenset(),
                          certificates: PrincipalMapper | None = None) -> AccessControl:
-    """The AccessControl of a server: tokens from ``tokens_file`` and Redis, ACLs from Redis, and
-    with ``certificates`` (mutual TLS) principals from client certificates."""
+    """The AccessControl of a server: tokens from ``tokens_file`` and the metadata store, ACLs from
+    the metadata store, and with ``certificates`` (mutual TLS) principals from client
+    certificates."""
     if not enabled:
         return AccessControl.allow_all()
     return AccessControl(
-        authenticator=Authenticator(redis=redis, tokens_file=tokens_file, required=True, certificates=certificates,
-                                    reserved_for_certificates=is_service_principal),
-        authorizer=Authorizer(store=AclStore(redis=redis), enabled=True, super_users=super_users))
+        authenticator=Authenticator(metadata=metadata, tokens_file=tokens_file, required=True,
+                                    certificates=certificates, reserved_for_certificates=is_service_principal),
+        authorizer=Authorizer(store=AclStore(metadata=metadata), enabled=True, super_users=super_users))
 
 
 def parse_super_users(text: str | None) -> frozenset[str]:

@@ -19,9 +19,9 @@ Semantics follow Kafka's ``AclAuthorizer``:
 from __future__ import annotations
 
 import enum
+import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,8 @@ from lowtide.errors import (
 
 if TYPE_CHECKING:
     from lowtide.auth.store import AclStore
+
+log = logging.getLogger(__name__)
 
 CLUSTER_RESOURCE_NAME = "kafka-cluster"
 WILDCARD_RESOURCE = "*"
@@ -271,17 +273,18 @@ _FAILURE_BY_TYPE: dict[ResourceType, type[LowtideError]] = {
 class Authorizer:
     """Answers ``authorize(principal, operation, resource)`` from the ACLs in an AclStore.
 
-    Fast path: the ACL list lives in memory as an index, plus a memo of recent decisions; Redis is
-    asked only for the version counter, at most once per ``refresh_interval_s`` (or on the next
-    call after ``invalidate()``, which a pub/sub listener may call), and the full list is reloaded
-    only when that counter changed. So a change made through any front door is seen everywhere
-    within ``refresh_interval_s``.
+    Fast path: the ACL list lives in memory as an index, plus a memo of recent decisions. Nothing
+    polls: the store's listener (``AclStore.listen``, the metadata watch) calls ``invalidate()``
+    on every ACL change, and the next ``authorize`` reloads the list from the process's metadata
+    image (no round trip) if the store's version moved. So a change made through any front door
+    is seen everywhere as soon as the watch delivers it, and in the writing process before the
+    change returns.
 
-    If Redis fails during a refresh, the last loaded ACLs keep being used (as Kafka's authorizer
-    keeps its cache while ZooKeeper is away); if nothing was ever loaded the Redis error propagates
-    and the request fails closed.
+    With etcd away the image keeps its ACLs and so does the authorizer (as Kafka's authorizer keeps
+    its cache while the controller is away); if the image never loaded, MetadataStoreUnavailable
+    propagates and the request fails closed.
 
-    Thread-safe: any number of threads may call ``authorize``; one of them refreshes at a time
+    Thread-safe: any number of threads may call ``authorize``; one of them reloads at a time
     while the others keep using the previous immutable snapshot.
     """
 
@@ -293,23 +296,22 @@ class Authorizer:
         store: AclStore,
         enabled: bool,
         super_users: frozenset[str] = frozenset(),
-        refresh_interval_s: float = 0.2,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         for user in super_users:
             parse_principal(user)
         self._store = store
         self._enabled = enabled
         self._super_users = frozenset(super_users)
-        self._refresh_interval_s = refresh_interval_s
-        self._clock = clock
         self._refresh_lock = threading.Lock()
         self._version: int | None = None
         self._index = _AclIndex(())
         # Decisions keyed by (principal, op, type, name); replaced wholesale on each reload, so a
         # stale decision can never outlive the ACL version it was computed from.
         self._memo: dict[tuple[str, AclOperation, ResourceType, str], bool] = {}
-        self._next_check = float("-inf")
+        # Set on every ACL change (and before the first load): the next authorize reloads.
+        self._stale = True
+        if enabled:
+            store.listen(self.invalidate)
 
     @property
     def enabled(self) -> bool:
@@ -320,8 +322,9 @@ class Authorizer:
         return self._super_users
 
     def invalidate(self) -> None:
-        """Make the next ``authorize`` re-check the store version (e.g. on an ACL-change message)."""
-        self._next_check = float("-inf")
+        """Make the next ``authorize`` re-check the store's version (the store's listener calls it
+        on every ACL change; quick: it only sets a flag)."""
+        self._stale = True
 
     def authorize(
         self,
@@ -334,13 +337,13 @@ class Authorizer:
         """True when ``principal`` may perform ``operation`` on the resource (see module doc)."""
         if not self._enabled or principal in self._super_users:
             return True
-        self._refresh_if_due()
+        if self._stale:
+            self._refresh_stale()
         decision = self._decide_memo(principal, operation, resource_type, resource_name)
         if not decision and self._refresh_lock.locked():
-            # Another thread is reloading (a due check found the version changed, or Redis is
-            # slow): a denial waits for the reload instead of coming from the previous snapshot,
-            # so an ACL granted before the interval passed is not refused by a request that merely
-            # raced the thread reloading it. Allowed requests never wait.
+            # Another thread is reloading (an ACL changed): a denial waits for the reload instead
+            # of coming from the previous snapshot, so an ACL just granted is not refused by a
+            # request that merely raced the thread reloading it. Allowed requests never wait.
             with self._refresh_lock:
                 pass
             decision = self._decide_memo(principal, operation, resource_type, resource_name)
@@ -376,28 +379,33 @@ class Authorizer:
             )
 
     def refresh(self) -> None:
-        """Reload now if the store's version changed (blocking; normally called for you)."""
+        """Reload now if the store's version changed (blocking; normally the listener's
+        ``invalidate`` makes the next ``authorize`` do it)."""
         with self._refresh_lock:
-            self._reload_if_changed()
+            self._stale = False
+            try:
+                self._reload_if_changed()
+            except Exception:
+                self._stale = True
+                raise
 
-    def _refresh_if_due(self) -> None:
-        now = self._clock()
-        if now < self._next_check:
-            return
-        # Only one thread talks to Redis; the rest keep serving from the current snapshot, except
-        # before the very first load, when there is nothing to serve from and they must wait.
+    def _refresh_stale(self) -> None:
+        # Only one thread reloads; the rest keep serving from the current snapshot, except before
+        # the very first load, when there is nothing to serve from and they must wait.
         if not self._refresh_lock.acquire(blocking=self._version is None):
             return
         try:
-            if self._clock() < self._next_check:
+            if not self._stale:
                 return
+            self._stale = False  # before reading: a change applied meanwhile sets it again
             try:
                 self._reload_if_changed()
             except Exception:
                 if self._version is None:
-                    raise
-                # Keep the last good ACLs; try again after the interval instead of on every call.
-            self._next_check = self._clock() + self._refresh_interval_s
+                    self._stale = True
+                    raise  # nothing loaded yet: fail closed, and try again on the next call
+                # Keep the last good ACLs (a corrupt record): the next change tries again.
+                log.exception("reloading the ACLs failed; keeping the ones loaded at version %s", self._version)
         finally:
             self._refresh_lock.release()
 

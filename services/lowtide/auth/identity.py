@@ -1,12 +1,13 @@
 """Service identities: the principals brokers and other lowtide services authenticate as, their
-secret token files, and provisioning them into Redis.
+secret token files, and provisioning them into the cluster metadata (etcd).
 
 With auth on, every call on every port carries an identity (docs/design/invariants.md, rule 7): a broker calls
 other brokers as ``User:broker-<id>`` (a follower's ``replica_id`` must match it), the front door
 calls leaders as ``User:frontdoor``. Each identity is one random token in a file readable only by
-its owner; Redis keeps only the token's SHA-256 digest (``tokens.add_token``), and the identity
-gets CLUSTER_ACTION on the CLUSTER resource through the ACL store, so it is an ordinary principal
-an operator can list and revoke (``lowtide acls list --cluster``), not a super user.
+its owner; the metadata store keeps only the token's SHA-256 digest (``tokens.add_token``), and
+the identity gets CLUSTER_ACTION on the CLUSTER resource through the ACL store, so it is an
+ordinary principal an operator can list and revoke (``lowtide acls list --cluster``), not a super
+user.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-import redis as redis_lib
 
 from lowtide.auth.acl import (
     CLUSTER_RESOURCE_NAME,
@@ -32,6 +31,7 @@ from lowtide.auth.client_config import TOKEN_KEY, bearer_metadata
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import add_token
 from lowtide.errors import InvalidConfig
+from lowtide.metadata.store import MetadataStore
 
 BROKER_PRINCIPAL_PREFIX = "User:broker-"
 FRONTDOOR_PRINCIPAL = "User:frontdoor"
@@ -116,15 +116,16 @@ def ensure_token_file(path: Path) -> str:
     return token
 
 
-def provision_identities(redis: redis_lib.Redis, identities: Iterable[ServiceIdentity], *,
+def provision_identities(metadata: MetadataStore, identities: Iterable[ServiceIdentity], *,
                          cluster_action: bool = True) -> None:
     """Make each identity's token (generated when its file is missing) authenticate as its
-    principal, and with ``cluster_action`` grant it CLUSTER_ACTION on the CLUSTER. Idempotent."""
+    principal, and with ``cluster_action`` grant it CLUSTER_ACTION on the CLUSTER. Idempotent;
+    MetadataStoreUnavailable when etcd does not answer."""
     identities = list(identities)
     for identity in identities:
-        add_token(redis, token=ensure_token_file(identity.token_file), principal=identity.principal)
+        add_token(metadata, token=ensure_token_file(identity.token_file), principal=identity.principal)
     if cluster_action and identities:
-        AclStore(redis=redis).add([cluster_action_binding(i.principal) for i in identities])
+        AclStore(metadata=metadata).add([cluster_action_binding(i.principal) for i in identities])
 
 
 def write_command_config(path: Path, token: str) -> None:

@@ -1,5 +1,5 @@
 """SCRAM (RFC 5802) with SHA-256 (RFC 7677) and SHA-512, as Kafka speaks it (KIP-84): the
-messages, the keys and the proof check. Pure functions and small objects: no I/O, no Redis.
+messages, the keys and the proof check. Pure functions and small objects: no I/O, no store.
 
 The exchange, carried by two SaslAuthenticate round trips after a SaslHandshake::
 

@@ -1,17 +1,24 @@
-"""SCRAM credentials in Redis, and the server side of a SCRAM login (KIP-84) for a Kafka listener.
+"""SCRAM credentials in the cluster metadata (etcd), and the server side of a SCRAM login (KIP-84)
+for a Kafka listener.
 
-Redis layout (shared by every front door and replica; nothing here is a password)::
+Layout: the ``scram`` section of the cluster metadata (etcd, lowtide.metadata.sections), shared
+by every front door and replica; nothing here is a password::
 
-    lowtide:auth:scram:SCRAM-SHA-256   HASH    field = the user name ("alice" for User:alice)
-                                               value = {"v":1,"salt":"<base64>","iterations":8192,
-                                                        "stored_key":"<base64>","server_key":"<base64>"}
-    lowtide:auth:scram:SCRAM-SHA-512   HASH    the same for SCRAM-SHA-512
-    lowtide:auth:scram:decoy           STRING  32 random bytes (hex), set once by the first login
-                                               that needs them: unknown users get a salt derived
-                                               from it, the same on every listener, so the
-                                               server-first message does not reveal who exists
-    lowtide:auth:session:<sha256 hex>  STRING  the principal of a session token, with a TTL
-                                               (auth/tokens.py)
+    scram/{user}/{mechanism}   one credential: the user name ("alice" for User:alice) and
+                               SCRAM-SHA-256 or SCRAM-SHA-512; the value is
+                               {"v":1,"salt":"<base64>","iterations":8192,
+                                "stored_key":"<base64>","server_key":"<base64>"}
+    scram/decoy                32 random bytes (hex), put once (if absent) by the first login that
+                               needs them: unknown users get a salt derived from it, the same on
+                               every listener, so the server-first message does not reveal who
+                               exists (no user's record is named without a "/")
+    tokens/{sha256 hex}        the principal of a session token, under the session's lease
+                               (auth/tokens.py)
+
+Reads come from the process's metadata image (no round trip; they keep answering while etcd is
+away); a credential the image lacks is looked for once more after catching the image up with etcd
+(one created a moment ago through another front door). Changes are etcd transactions:
+MetadataStoreUnavailable (retriable REQUEST_TIMED_OUT) when etcd does not answer.
 
 ``"v"`` is the document's format version: a reader refuses versions it does not know rather than
 guess at them.
@@ -36,26 +43,35 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import redis as redis_lib
-
 from lowtide.auth.scram import MECHANISMS, Mechanism, ScramCredential, ServerExchange, parse_client_first
 from lowtide.auth.tokens import end_session, mint_session
-from lowtide.errors import SaslAuthenticationFailed, UnknownServerError
+from lowtide.errors import RequestTimedOut, SaslAuthenticationFailed, UnknownServerError
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
 
-SCRAM_KEY_PREFIX = "lowtide:auth:scram:"
-DECOY_KEY = "lowtide:auth:scram:decoy"
+SECTION = "scram"
+DECOY_RECORD = "decoy"
 FORMAT_VERSION = 1
+_DELETE_ATTEMPTS = 20
 # Kafka's connections.max.reauth.ms is off by default; lowtide's sessions always end (a session token
 # must not outlive its use), so a client re-authenticates once an hour on its own (KIP-368).
 DEFAULT_SESSION_LIFETIME_MS = 3_600_000
 MIN_SESSION_LIFETIME_MS = 1000
-# How much longer a session token lives in Redis than the session it stands for: a request accepted
+# How much longer a session token lives in the store than the session it stands for: a request accepted
 # just before the session's end may still be calling the front door with it.
 SESSION_TOKEN_GRACE_S = 60.0
 
 
-def scram_key(mechanism: Mechanism) -> str:
-    return SCRAM_KEY_PREFIX + mechanism.name
+def credential_name(mechanism: Mechanism, user: str) -> str:
+    """The record name of ``user``'s credential for ``mechanism`` in the ``scram`` section."""
+    return f"{user}/{mechanism.name}"
+
+
+def parse_credential_name(name: str) -> tuple[Mechanism, str] | None:
+    """(mechanism, user) of a record name; None for a record that is no credential (the decoy)."""
+    user, slash, mechanism = name.rpartition("/")
+    found = MECHANISMS.get(mechanism) if slash else None
+    return (found, user) if found is not None else None
 
 
 def encode_credential(credential: ScramCredential) -> str:
@@ -74,7 +90,7 @@ def decode_credential(raw: bytes | str) -> ScramCredential:
                                stored_key=base64.b64decode(doc["stored_key"], validate=True),
                                server_key=base64.b64decode(doc["server_key"], validate=True))
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-        raise UnknownServerError(f"corrupt SCRAM credential in Redis: {exc}") from None
+        raise UnknownServerError(f"corrupt SCRAM credential in the metadata store: {exc}") from None
 
 
 def _b64(data: bytes) -> str:
@@ -90,54 +106,64 @@ class CredentialInfo:
 
 
 class ScramStore:
-    """The credentials of every user, per mechanism. Thread-safe (redis-py clients are)."""
+    """The credentials of every user, per mechanism. Thread-safe (the metadata store is)."""
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self._redis = redis
+    def __init__(self, *, metadata: MetadataStore) -> None:
+        self._section = section(metadata, SECTION)
         self._decoy: bytes | None = None
         self._lock = threading.Lock()
 
     def get(self, mechanism: Mechanism, user: str) -> ScramCredential | None:
-        raw = self._redis.hget(scram_key(mechanism), user)
-        return None if raw is None else decode_credential(raw)
+        entry = self._section.get(credential_name(mechanism, user), fresh=True)
+        return None if entry is None else decode_credential(entry.value)
 
     def put(self, mechanism: Mechanism, user: str, credential: ScramCredential) -> None:
-        self._redis.hset(scram_key(mechanism), user, encode_credential(credential))
+        self._section.put(credential_name(mechanism, user), encode_credential(credential).encode())
 
     def delete(self, mechanism: Mechanism, user: str) -> bool:
         """True when there was a credential to delete."""
-        return bool(self._redis.hdel(scram_key(mechanism), user))
+        name = credential_name(mechanism, user)
+        for _ in range(_DELETE_ATTEMPTS):
+            entry = self._section.get(name, fresh=True)
+            if entry is None:
+                return False
+            if self._section.delete([name], expect={name: entry}):
+                return True  # else changed since read: read again
+        raise RequestTimedOut(f"the credential kept changing; gave up deleting it after {_DELETE_ATTEMPTS} attempts")
 
     def apply(self, *, puts: Iterable[tuple[Mechanism, str, ScramCredential]],
               deletes: Iterable[tuple[Mechanism, str]]) -> None:
-        """Several changes in one MULTI/EXEC: a user's alterations land together or not at all."""
-        with self._redis.pipeline(transaction=True) as pipe:
-            for mechanism, user, credential in puts:
-                pipe.hset(scram_key(mechanism), user, encode_credential(credential))
-            for mechanism, user in deletes:
-                pipe.hdel(scram_key(mechanism), user)
-            pipe.execute()
+        """Several changes in one transaction: a user's alterations land together or not at all
+        (a credential both put and deleted is deleted)."""
+        changes: dict[str, bytes | None] = {}
+        for mechanism, user, credential in puts:
+            changes[credential_name(mechanism, user)] = encode_credential(credential).encode()
+        for mechanism, user in deletes:
+            changes[credential_name(mechanism, user)] = None
+        if changes:
+            self._section.change(changes)
 
     def describe(self, users: Iterable[str] | None = None) -> dict[str, list[CredentialInfo]]:
         """Users -> their credentials (mechanism order); ``users`` None = every user that has one.
         A named user without any credential is absent from the answer."""
         mechanisms = list(MECHANISMS.values())
-        with self._redis.pipeline(transaction=False) as pipe:
-            for mechanism in mechanisms:
-                if users is None:
-                    pipe.hgetall(scram_key(mechanism))
-                else:
-                    pipe.hmget(scram_key(mechanism), list(users) or ["\0"])
-            answers = pipe.execute()
+        found: dict[tuple[str, str], bytes] = {}
+        if users is None:
+            for name, entry in self._section.items().items():
+                parsed = parse_credential_name(name)
+                if parsed is not None:
+                    found[(parsed[1], parsed[0].name)] = entry.value
+        else:
+            for user in users:
+                for mechanism in mechanisms:
+                    entry = self._section.get(credential_name(mechanism, user))
+                    if entry is not None:
+                        found[(user, mechanism.name)] = entry.value
         out: dict[str, list[CredentialInfo]] = {}
-        names = None if users is None else list(users)
-        for mechanism, answer in zip(mechanisms, answers, strict=True):
-            pairs = answer.items() if names is None else zip(names, answer, strict=False)
-            for user, raw in pairs:
-                if raw is None:
-                    continue
-                name = user.decode() if isinstance(user, bytes) else user
-                out.setdefault(name, []).append(CredentialInfo(mechanism, decode_credential(raw).iterations))
+        for mechanism in mechanisms:  # mechanism order within each user
+            for (user, name), raw in sorted(found.items()):
+                if name == mechanism.name:
+                    out.setdefault(user, []).append(CredentialInfo(mechanism, decode_credential(raw).iterations))
         return dict(sorted(out.items()))
 
     def decoy_salt(self, mechanism: Mechanism, user: str) -> bytes:
@@ -145,9 +171,13 @@ class ScramStore:
         listener (a random salt per attempt would tell an unknown user from a known one)."""
         with self._lock:
             if self._decoy is None:
-                self._redis.set(DECOY_KEY, secrets.token_hex(32), nx=True)
-                raw = self._redis.get(DECOY_KEY)
-                self._decoy = bytes.fromhex(raw.decode() if isinstance(raw, bytes) else raw)
+                entry = self._section.get(DECOY_RECORD, fresh=True)
+                if entry is None:
+                    self._section.put(DECOY_RECORD, secrets.token_hex(32).encode(), expect=None)
+                    entry = self._section.get(DECOY_RECORD, fresh=True)  # ours, or the one that won
+                if entry is None:  # pragma: no cover - the put or its rival is in the image by now
+                    raise UnknownServerError("the SCRAM decoy secret did not reach the metadata image")
+                self._decoy = bytes.fromhex(entry.value.decode())
             secret = self._decoy
         return hmac.new(secret, f"{mechanism.name}\0{user}".encode(), hashlib.sha256).digest()
 
@@ -173,18 +203,19 @@ class ScramLogin:
 
     ``start(mechanism, client_first)`` -> a ``ServerExchange`` (its ``server_first`` is the answer);
     ``finish(exchange, client_final)`` -> a ``ScramSession``; ``end(session)`` forgets its token.
-    Both raise ``SaslAuthenticationFailed`` for anything refused. Thread-safe: an exchange
-    belongs to one connection, and the store and Redis client are shared safely.
+    Both raise ``SaslAuthenticationFailed`` for anything refused, and MetadataStoreUnavailable
+    when a session cannot be minted (etcd away). Thread-safe: an exchange belongs to one
+    connection, and the store is shared safely.
     """
 
     mechanisms: tuple[str, ...] = tuple(MECHANISMS)
 
-    def __init__(self, *, store: ScramStore, redis: redis_lib.Redis, mint_sessions: bool,
+    def __init__(self, *, store: ScramStore, metadata: MetadataStore, mint_sessions: bool,
                  session_lifetime_ms: int = DEFAULT_SESSION_LIFETIME_MS) -> None:
         if session_lifetime_ms < MIN_SESSION_LIFETIME_MS:
             raise ValueError(f"a SASL session lasts at least {MIN_SESSION_LIFETIME_MS} ms")
         self._store = store
-        self._redis = redis
+        self._metadata = metadata
         self._mint = mint_sessions
         self.session_lifetime_ms = session_lifetime_ms
 
@@ -202,19 +233,19 @@ class ScramLogin:
         principal = f"User:{exchange.username}"
         token = None
         if self._mint:
-            token = mint_session(self._redis, principal=principal,
+            token = mint_session(self._metadata, principal=principal,
                                  ttl_s=self.session_lifetime_ms / 1000 + SESSION_TOKEN_GRACE_S)
         return ScramSession(principal=principal, server_final=server_final.encode("ascii"), token=token,
                             lifetime_ms=self.session_lifetime_ms if self._mint else 0)
 
     def end(self, session: ScramSession) -> None:
         if session.token is not None:
-            end_session(self._redis, session.token)
+            end_session(self._metadata, session.token)
 
 
-def build_scram_login(redis: redis_lib.Redis, *, auth_enabled: bool,
+def build_scram_login(metadata: MetadataStore, *, auth_enabled: bool,
                       session_lifetime_ms: int = DEFAULT_SESSION_LIFETIME_MS) -> ScramLogin:
     """The SCRAM login of a server's Kafka listener. With authentication off no session is minted
     and none ends (lifetime 0): the services see User:ANONYMOUS whoever logs in, as over gRPC."""
-    return ScramLogin(store=ScramStore(redis=redis), redis=redis, mint_sessions=auth_enabled,
+    return ScramLogin(store=ScramStore(metadata=metadata), metadata=metadata, mint_sessions=auth_enabled,
                       session_lifetime_ms=session_lifetime_ms)

@@ -1,39 +1,57 @@
-"""ACL bindings stored in Redis, shared by every front door and replica.
+"""ACL bindings in the cluster metadata (etcd), shared by every front door and replica.
 
-Redis layout::
+Layout: the ``acls`` section of lowtide.metadata.sections::
 
-    lowtide:acls            SET     one member per binding: canonical JSON (sorted keys, enum
-                                    names), e.g. {"operation":"DELETE","pattern_type":"LITERAL",
-                                    "permission":"ALLOW","principal":"User:alice",
-                                    "resource_name":"orders","resource_type":"TOPIC"}
-    lowtide:acls:version    STRING  integer, INCR'd in the same MULTI/EXEC as every change
-    lowtide:acls:changed    CHANNEL the new version is PUBLISHed on every change (optional
-                                    listeners call Authorizer.invalidate())
+    acls/{sha256 hex of the binding}   one binding: canonical JSON (sorted keys, enum names), e.g.
+                                       {"operation":"DELETE","pattern_type":"LITERAL",
+                                       "permission":"ALLOW","principal":"User:alice",
+                                       "resource_name":"orders","resource_type":"TOPIC"}
+    acls/version                       empty; rewritten in the transaction of every change, so its
+                                       store revision is the version of the ACL set
 
-Canonical JSON makes a set member the identity of a binding, so adding twice is a no-op and
-removal is SREM of exactly the strings that were read.
+Canonical JSON makes the digest the identity of a binding, so adding twice is a no-op and removal
+deletes exactly the records that were read (each only if unchanged since, compare-and-set).
+
+Reads come from the process's metadata image (no round trip; they keep answering while etcd is
+away). A change is one etcd transaction, acknowledged once etcd committed it; with etcd away it
+fails with MetadataStoreUnavailable (retriable REQUEST_TIMED_OUT). ``listen`` calls back after every
+change, whoever made it (the Authorizer reloads then instead of polling).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
-import redis as redis_lib
-
 from lowtide.auth.acl import AclBinding, AclFilter
-from lowtide.errors import InvalidRequest
+from lowtide.errors import InvalidRequest, RequestTimedOut
+from lowtide.metadata.sections import Entry, section
+from lowtide.metadata.store import MetadataStore
 
-ACLS_KEY = "lowtide:acls"
-VERSION_KEY = "lowtide:acls:version"
-CHANGED_CHANNEL = "lowtide:acls:changed"
+SECTION = "acls"
+VERSION_RECORD = "version"
 
 _REMOVE_ATTEMPTS = 50
 
+# The callbacks of every ``AclStore.listen`` of this process, per metadata store: a change made
+# through any AclStore on that store calls them before it returns, so the process's authorizers
+# never answer from the ACLs before its own change (the watch calls them too, a moment later).
+_LOCAL_LISTENERS: weakref.WeakKeyDictionary[MetadataStore, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+_LOCAL_LOCK = threading.Lock()
+
 
 def encode_binding(binding: AclBinding) -> str:
-    """The canonical set member for a binding (stable across processes and versions)."""
+    """The canonical JSON of a binding (stable across processes and versions)."""
     return json.dumps(binding.as_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def binding_name(encoded: str) -> str:
+    """The record name of a binding's canonical JSON: its SHA-256, hex."""
+    return hashlib.sha256(encoded.encode()).hexdigest()
 
 
 def decode_binding(member: bytes | str) -> AclBinding:
@@ -41,7 +59,7 @@ def decode_binding(member: bytes | str) -> AclBinding:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"corrupt ACL entry in Redis key {ACLS_KEY!r}: {text!r} ({exc})") from None
+        raise InvalidRequest(f"corrupt ACL record in the metadata store: {text!r} ({exc})") from None
     return AclBinding.from_dict(doc)
 
 
@@ -50,32 +68,30 @@ def _sort_key(b: AclBinding) -> tuple[Any, ...]:
 
 
 class AclStore:
-    """CRUD over the ACL set in Redis, plus the version counter caches key off.
+    """CRUD over the ACL records in the metadata store, plus the version caches key off.
 
-    Every change is one MULTI/EXEC that also bumps ``lowtide:acls:version``, so a reader that sees
-    a version also sees the matching set. ``remove`` uses WATCH so it returns exactly the bindings
-    it deleted even with concurrent writers. Thread-safe as far as the redis client is (redis-py
-    clients are, through their connection pool).
+    Every change is one transaction that also rewrites ``acls/version``, so a reader that sees a
+    version also sees the matching records once the image applied the change. ``remove`` deletes
+    only records unchanged since it read them, so it returns exactly the bindings it deleted even
+    with concurrent writers. Thread-safe (the metadata store is).
     """
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self._redis = redis
+    def __init__(self, *, metadata: MetadataStore) -> None:
+        self._metadata = metadata
+        self._section = section(metadata, SECTION)
 
     def add(self, bindings: list[AclBinding] | tuple[AclBinding, ...]) -> None:
         """Store the bindings; ones already present are left as they are (idempotent)."""
-        members = sorted({encode_binding(b) for b in bindings})
-        if not members:
+        encoded = {binding_name(e): e for e in {encode_binding(b) for b in bindings}}
+        new = {name: text.encode() for name, text in encoded.items() if self._section.get(name) is None}
+        if not new:
             return
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.sadd(ACLS_KEY, *members)
-            pipe.incr(VERSION_KEY)
-            added, version = pipe.execute()
-        if added:
-            self._redis.publish(CHANGED_CHANNEL, str(version))
+        self._section.change({**new, VERSION_RECORD: b""})
+        self._changed()
 
     def list(self, filter: AclFilter | None = None) -> list[AclBinding]:
         """Bindings matching ``filter`` (all when None), in a stable order."""
-        bindings = [decode_binding(m) for m in self._redis.smembers(ACLS_KEY)]
+        bindings = [b for _, b in self._records().values()]
         if filter is not None:
             bindings = [b for b in bindings if filter.matches(b)]
         return sorted(bindings, key=_sort_key)
@@ -84,38 +100,46 @@ class AclStore:
         """Delete every binding matching any filter; return the deleted ones (stable order)."""
         if not filters:
             return []
+        self._metadata.sync()  # see the bindings other processes added a moment ago
         for _ in range(_REMOVE_ATTEMPTS):
-            with self._redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(ACLS_KEY)
-                    doomed = {
-                        m: b
-                        for m, b in ((m, decode_binding(m)) for m in pipe.smembers(ACLS_KEY))
-                        if any(f.matches(b) for f in filters)
-                    }
-                    if not doomed:
-                        pipe.unwatch()
-                        return []
-                    pipe.multi()
-                    pipe.srem(ACLS_KEY, *doomed)
-                    pipe.incr(VERSION_KEY)
-                    _, version = pipe.execute()
-                except redis_lib.WatchError:
-                    continue  # someone changed the set between our read and our write; re-read
-            self._redis.publish(CHANGED_CHANNEL, str(version))
-            return sorted(doomed.values(), key=_sort_key)
-        raise redis_lib.WatchError(f"{ACLS_KEY!r} kept changing; gave up after {_REMOVE_ATTEMPTS} attempts")
+            doomed = {name: (entry, b) for name, (entry, b) in self._records().items()
+                      if any(f.matches(b) for f in filters)}
+            if not doomed:
+                return []
+            changes: dict[str, bytes | None] = {name: None for name in doomed}
+            if self._section.change({**changes, VERSION_RECORD: b""},
+                                    expect={name: entry for name, (entry, _) in doomed.items()}):
+                self._changed()
+                return sorted((b for _, b in doomed.values()), key=_sort_key)
+            # Someone changed one of them between our read and our write (the image caught up): re-read.
+        raise RequestTimedOut(f"the ACLs kept changing; gave up removing after {_REMOVE_ATTEMPTS} attempts")
 
     def version(self) -> int:
-        """The change counter: differs whenever the ACL set may have changed (0 = never written)."""
-        raw = self._redis.get(VERSION_KEY)
-        return int(raw) if raw is not None else 0
+        """Differs whenever the ACL set may have changed, and only grows (0 = never written): the
+        store revision of the last change."""
+        entry = self._section.get(VERSION_RECORD)
+        return entry.revision if entry is not None else 0
 
     def snapshot(self) -> tuple[int, list[AclBinding]]:
-        """The version and every binding, read atomically (one MULTI/EXEC)."""
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.get(VERSION_KEY)
-            pipe.smembers(ACLS_KEY)
-            raw_version, members = pipe.execute()
-        version = int(raw_version) if raw_version is not None else 0
-        return version, [decode_binding(m) for m in members]
+        """The version and every binding. The version is read first: the bindings are at least as
+        new as it (a change applied in between shows as a newer version on the next check)."""
+        version = self.version()
+        return version, [b for _, b in self._records().values()]
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every change of the ACLs: on the metadata watch's thread for
+        every change (must be quick: set a flag), and before a change made through an AclStore of
+        this process on the same metadata store returns."""
+        self._section.listen(listener)
+        with _LOCAL_LOCK:
+            _LOCAL_LISTENERS.setdefault(self._metadata, []).append(listener)
+
+    def _changed(self) -> None:
+        with _LOCAL_LOCK:
+            listeners = list(_LOCAL_LISTENERS.get(self._metadata, ()))
+        for listener in listeners:
+            listener()
+
+    def _records(self) -> dict[str, tuple[Entry, AclBinding]]:
+        return {name: (entry, decode_binding(entry.value)) for name, entry in self._section.items().items()
+                if name != VERSION_RECORD}

@@ -7,26 +7,34 @@ Token sources (both optional, checked in this order):
       # token            principal
       s3cr3t-alice       User:alice
 
-* the Redis hash ``lowtide:auth:tokens``: field ``sha256:<hex digest of the token>``, value the
-  principal. Only digests are stored, so a Redis dump does not leak usable tokens; write entries
-  with ``Authenticator.add_token`` (or ``token_field(token)``).
+* the ``tokens`` section of the cluster metadata (etcd, lowtide.metadata.sections)::
+
+      tokens/{sha256 hex of the token}   the principal (UTF-8)
+
+  Only digests are stored, so a dump of the store does not leak usable tokens; write records
+  with ``add_token`` (or ``Authenticator.add_token``).
 * session tokens, minted by a Kafka listener for a client that logged in without a token of its
-  own (SASL/SCRAM, ``auth/scram_store.py``), so the services and the front door see the same
-  ``authorization: Bearer <token>`` a gRPC caller sends::
+  own (SASL/SCRAM, ``auth/scram_store.py``; certificates, kafka/tls_identity.py), so the services
+  and the front door see the same ``authorization: Bearer <token>`` a gRPC caller sends. A
+  session's record is the same ``tokens/{digest}``, put under an etcd lease of the session's
+  lifetime (whole seconds, at least 2): etcd forgets an expired session by itself, and a listener
+  ends a session at once when its connection closes (``end_session``: it deletes the record and
+  revokes the lease, whose id the session token carries after its last ``.``).
 
-      lowtide:auth:session:<sha256 hex of the token>   STRING  the principal, with a TTL
-
-  The TTL is the session's lifetime: Redis forgets an expired session by itself, and a listener
-  deletes a session at once when its connection closes (``end_session``).
-
-Lookups are by SHA-256 digest and the found digest is compared with ``hmac.compare_digest``, so
-timing does not reveal how much of a guessed token was right.
+Lookups read the process's metadata image (no round trip on the request path; they keep
+answering while etcd is away). A digest the image lacks is looked up once more after catching the
+image up with etcd (a token added a moment ago through another process), and then remembered as
+unknown for ``cache_ttl_s``, so guessed tokens cost no round trip each. The tokens file is
+compared entry by entry with ``hmac.compare_digest``, so timing does not reveal how much of a
+guessed token was right.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
 import secrets
 import threading
 import time
@@ -34,25 +42,38 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import grpc
-import redis as redis_lib
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, parse_principal
-from lowtide.errors import InvalidConfig, InvalidRequest, SaslAuthenticationFailed
+from lowtide.errors import (
+    InvalidConfig,
+    InvalidRequest,
+    MetadataStoreUnavailable,
+    RequestTimedOut,
+    SaslAuthenticationFailed,
+)
+from lowtide.metadata.sections import Section, section
+from lowtide.metadata.store import MetadataStore
 from lowtide.tls.principal import PrincipalMapper
 
-TOKENS_KEY = "lowtide:auth:tokens"
-SESSION_KEY_PREFIX = "lowtide:auth:session:"
+log = logging.getLogger(__name__)
+
+SECTION = "tokens"
 AUTHORIZATION_HEADER = "authorization"
 _BEARER = "bearer"
+_REMOVE_ATTEMPTS = 20
 
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def token_field(token: str) -> str:
-    """The Redis hash field under which ``token`` is stored."""
-    return "sha256:" + _digest(token)
+def token_name(token: str) -> str:
+    """The record name (in the ``tokens`` section) under which ``token`` is stored: its digest."""
+    return _digest(token)
+
+
+def tokens_section(metadata: MetadataStore) -> Section:
+    return section(metadata, SECTION)
 
 
 def load_tokens_file(path: str | Path) -> dict[str, str]:
@@ -96,14 +117,15 @@ class Authenticator:
     (the brokers' and services' own) is refused, so a stolen token alone no longer makes a broker
     (docs/design/tls.md).
 
-    Redis answers are cached for ``cache_ttl_s`` (default 1 s) because ``authenticate`` runs on
-    every RPC; a revoked token therefore stops working within that time. Thread-safe.
+    Tokens are read from the metadata image (module doc): a token revoked anywhere stops working
+    as soon as the watch delivers the change. An unknown token is remembered as unknown for
+    ``cache_ttl_s`` (default 1 s). Thread-safe.
     """
 
     def __init__(
         self,
         *,
-        redis: redis_lib.Redis | None = None,
+        metadata: MetadataStore | None = None,
         tokens_file: str | Path | None = None,
         required: bool,
         cache_ttl_s: float = 1.0,
@@ -113,15 +135,16 @@ class Authenticator:
     ) -> None:
         self._certificates = certificates
         self._reserved = reserved_for_certificates
-        self._redis = redis
+        self._metadata = metadata
+        self._tokens = tokens_section(metadata) if metadata is not None else None
         self._tokens_file = Path(tokens_file) if tokens_file is not None else None
         self._required = required
         self._cache_ttl_s = cache_ttl_s
         self._clock = clock
         self._lock = threading.Lock()
         self._file_tokens: dict[str, str] = {}
-        # digest -> (principal or None for "unknown", expiry); swapped/updated under _lock.
-        self._cache: dict[str, tuple[str | None, float]] = {}
+        # digest -> until when it is known to be unknown (no new look-up in etcd); under _lock.
+        self._misses: dict[str, float] = {}
         self.reload()
 
     @property
@@ -129,11 +152,11 @@ class Authenticator:
         return self._required
 
     def reload(self) -> None:
-        """Re-read the tokens file (if any) and forget cached Redis answers."""
+        """Re-read the tokens file (if any) and forget the tokens remembered as unknown."""
         file_tokens = load_tokens_file(self._tokens_file) if self._tokens_file is not None else {}
         with self._lock:
             self._file_tokens = file_tokens
-            self._cache = {}
+            self._misses = {}
 
     def authenticate_context(self, context: grpc.ServicerContext) -> str:
         """The caller of a gRPC call: its bearer token, else (mutual TLS) its certificate."""
@@ -182,32 +205,30 @@ class Authenticator:
         """The principal a token maps to, or None if no source knows it."""
         digest = _digest(token)
         principal = self._match(self._file_tokens, digest)
-        if principal is not None or self._redis is None:
+        if principal is not None or self._tokens is None:
             return principal
-        now = self._clock()
-        cached = self._cache.get(digest)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        # Both sources in one round trip: a session token is as frequent as a stored one.
-        with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hget(TOKENS_KEY, "sha256:" + digest)
-            pipe.get(SESSION_KEY_PREFIX + digest)
-            stored, session = pipe.execute()
-        raw = stored if stored is not None else session
-        principal = raw.decode() if isinstance(raw, bytes) else raw
-        with self._lock:
-            if len(self._cache) > 10000:
-                self._cache = {}  # bounded: guessed tokens must not grow memory forever
-            self._cache[digest] = (principal, now + self._cache_ttl_s)
-        return principal
+        entry = self._tokens.get(digest)  # the image: no round trip
+        if entry is None:
+            now = self._clock()
+            if self._misses.get(digest, float("-inf")) > now:
+                return None
+            # Perhaps added a moment ago through another process: catch the image up once.
+            entry = self._tokens.get(digest, fresh=True)
+            if entry is None:
+                with self._lock:
+                    if len(self._misses) > 10000:
+                        self._misses = {}  # bounded: guessed tokens must not grow memory forever
+                    self._misses[digest] = now + self._cache_ttl_s
+                return None
+        return entry.value.decode()
 
     def add_token(self, token: str, principal: str) -> None:
-        """Register a token in Redis (visible to every server at once, modulo their cache)."""
-        if self._redis is None:
-            raise InvalidConfig("cannot add a token: this authenticator has no Redis")
-        add_token(self._redis, token=token, principal=principal)
+        """Register a token in the metadata store (every server sees it once its watch did)."""
+        if self._metadata is None:
+            raise InvalidConfig("cannot add a token: this authenticator has no metadata store")
+        add_token(self._metadata, token=token, principal=principal)
         with self._lock:
-            self._cache.pop(_digest(token), None)
+            self._misses.pop(_digest(token), None)
 
     @staticmethod
     def _match(tokens: dict[str, str], digest: str) -> str | None:
@@ -219,28 +240,69 @@ class Authenticator:
                 found = principal
         return found
 
-def add_token(redis: redis_lib.Redis, *, token: str, principal: str) -> None:
-    """Store ``token`` -> ``principal`` in ``lowtide:auth:tokens`` (as a SHA-256 digest)."""
+def add_token(metadata: MetadataStore, *, token: str, principal: str) -> None:
+    """Store ``token`` -> ``principal`` in the ``tokens`` section (as its SHA-256 digest).
+    MetadataStoreUnavailable when etcd does not answer."""
     if not token or token != token.strip() or any(c.isspace() for c in token):
         raise InvalidRequest("a token must be non-empty and contain no whitespace")
-    redis.hset(TOKENS_KEY, token_field(token), parse_principal(principal))
+    tokens_section(metadata).put(token_name(token), parse_principal(principal).encode())
 
 
-def remove_token(redis: redis_lib.Redis, *, token: str) -> bool:
-    """Revoke a token stored in Redis; True when it existed."""
-    return bool(redis.hdel(TOKENS_KEY, token_field(token)))
+def remove_token(metadata: MetadataStore, *, token: str) -> bool:
+    """Revoke a stored token; True when it existed."""
+    tokens, name = tokens_section(metadata), token_name(token)
+    for _ in range(_REMOVE_ATTEMPTS):
+        entry = tokens.get(name, fresh=True)
+        if entry is None:
+            return False
+        if tokens.delete([name], expect={name: entry}):
+            return True
+    raise RequestTimedOut(f"the token kept changing; gave up revoking it after {_REMOVE_ATTEMPTS} attempts")
 
 
-def mint_session(redis: redis_lib.Redis, *, principal: str, ttl_s: float) -> str:
-    """A new random session token for ``principal`` that authenticates for ``ttl_s`` seconds.
-    Only its digest is stored, as for every other token."""
+def mint_session(metadata: MetadataStore, *, principal: str, ttl_s: float) -> str:
+    """A new random session token for ``principal`` that authenticates for ``ttl_s`` seconds
+    (rounded up to whole seconds, at least 2: an etcd lease). Only its digest is stored, as for
+    every other token; the token ends with ``.{lease id, hex}`` so ``end_session`` can revoke it."""
     if ttl_s <= 0:
         raise InvalidRequest("a session needs a positive lifetime")
-    token = secrets.token_urlsafe(32)
-    redis.set(SESSION_KEY_PREFIX + _digest(token), parse_principal(principal), px=max(1, int(ttl_s * 1000)))
+    principal = parse_principal(principal)
+    tokens = tokens_section(metadata)
+    lease = tokens.grant_lease(max(1, math.ceil(ttl_s * 1000)))
+    token = f"{secrets.token_urlsafe(32)}.{lease:x}"
+    try:
+        tokens.put(token_name(token), principal.encode(), lease=lease)
+    except BaseException:
+        _revoke_quietly(tokens, lease)
+        raise
     return token
 
 
-def end_session(redis: redis_lib.Redis, token: str) -> None:
-    """Forget a session token at once (its connection closed, or a new login replaced it)."""
-    redis.delete(SESSION_KEY_PREFIX + _digest(token))
+def end_session(metadata: MetadataStore, token: str) -> None:
+    """Forget a session token at once (its connection closed, or a new login replaced it). With
+    etcd away it logs and returns: the session then ends with its lease."""
+    tokens = tokens_section(metadata)
+    try:
+        tokens.delete([token_name(token)])
+    except MetadataStoreUnavailable as exc:
+        log.warning("could not end a session now; it ends with its lease: %s", exc)
+        return
+    lease = session_lease(token)
+    if lease:
+        _revoke_quietly(tokens, lease)
+
+
+def session_lease(token: str) -> int:
+    """The lease id a session token carries (0 when it carries none)."""
+    _, dot, suffix = token.rpartition(".")
+    try:
+        return int(suffix, 16) if dot else 0
+    except ValueError:
+        return 0
+
+
+def _revoke_quietly(tokens: Section, lease: int) -> None:
+    try:
+        tokens.revoke_lease(lease)
+    except MetadataStoreUnavailable as exc:
+        log.warning("could not revoke lease %x now; it expires by itself: %s", lease, exc)

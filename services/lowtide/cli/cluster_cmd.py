@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = actions.add_parser("up", help="start redis-server, replicas, frontdoor and the other services")
     _add_data_dir(up)
     up.add_argument("--replicas", type=int, default=3, help="replica servers (broker ids 0..N-1)")
+    up.add_argument("--metadata-members", type=int, default=1,
+                    help="etcd members of the cluster metadata store (1, or 3 to survive a member's loss)")
     up.add_argument("--coordinators", type=int, default=None,
                     help=f"diskless coordinator shards (default {default_coordinators()}; 0 while not built)")
     up.add_argument("--frontdoors", type=int, default=1, help="frontdoor (Admin) servers; the first is bootstrap")
@@ -75,6 +77,7 @@ def build_config(args: argparse.Namespace) -> ClusterConfig:
     try:
         config = ClusterConfig(
             data_dir=args.data_dir, replicas=args.replicas, frontdoors=args.frontdoors,
+            metadata_members=args.metadata_members,
             replica_config=parse_config_pairs(args.config), auth_enabled=args.auth_enabled,
             tokens_file=args.tokens_file, super_users=args.super_users,
             session_timeout_ms=args.session_timeout_ms, health_timeout_s=args.health_timeout,

@@ -36,6 +36,8 @@ COMMAND_MODULES = [
     "lowtide.cli.retention_cmd",
     "lowtide.cli.orphans_cmd",
     "lowtide.cli.demo_cmd",
+    "lowtide.cli.metadata_cmd",
+    "lowtide.cli.strays_cmd",
 ]
 # The top-level commands each module registers. A command line naming one imports only its module:
 # the service processes (`lowtide serve ...`) and every CLI call in scripts and tests start without
@@ -58,6 +60,8 @@ COMMANDS = {
     "groups": "lowtide.cli.groups_cmd",
     "retention": "lowtide.cli.retention_cmd",
     "orphans": "lowtide.cli.orphans_cmd",
+    "metadata": "lowtide.cli.metadata_cmd",
+    "strays": "lowtide.cli.strays_cmd",
     "demo": "lowtide.cli.demo_cmd",
 }
 # argparse's convention for a bad command line, kept so scripts can tell it from a failed request.

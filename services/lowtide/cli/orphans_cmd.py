@@ -1,8 +1,8 @@
 """`lowtide orphans scan`: run one orphan-file scan now (KIP-1164 "Orphan files") and report it.
 
 Where the scanner is: found through the cluster. The call goes to ``--bootstrap-server``, a front
-door, which forwards ``lowtide.v1.OrphanScanner`` to the scanner registered in Redis
-(``lowtide:orphan-scanners``, lowtide/frontdoor/scanner_proxy.py); with none registered it answers
+door, which forwards ``lowtide.v1.OrphanScanner`` to the scanner registered in the cluster
+metadata (section ``scanners``, lowtide/frontdoor/scanner_proxy.py); with none registered it answers
 COORDINATOR_NOT_AVAILABLE, saying so. ``--scanner-address HOST:PORT`` (env
 LOWTIDE_SCANNER_ADDRESS) overrides that with the address of the ``lowtide serve orphan-scanner``
 process itself (on Kubernetes its Service, locally the ``orphan-scanner-0`` entry of

@@ -119,11 +119,16 @@ class ReplicaClient(PooledClient):
                 for r in response.partitions]
 
     def list_offsets(self, address: str, queries: Iterable[tuple[str, int, int]], *,
-                     timeout_s: float, isolation_level: int = READ_UNCOMMITTED) -> list[PartitionOffset]:
+                     timeout_s: float, isolation_level: int = READ_UNCOMMITTED,
+                     leader_epochs: Mapping[TopicPartition, int] | None = None) -> list[PartitionOffset]:
         """ListOffsets for ``(topic, partition, timestamp)``: -1 latest (the last stable offset for
-        READ_COMMITTED), -2 earliest, -3 max timestamp, >= 0 the first offset at or after that time."""
+        READ_COMMITTED), -2 earliest, -3 max timestamp, >= 0 the first offset at or after that time.
+        ``leader_epochs``: the leader epoch the caller knows per partition, which the leader fences on."""
+        epochs = leader_epochs or {}
         request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
-            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts) for t, p, ts in queries])
+            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts,
+                                            current_leader_epoch=_epoch_or_none(epochs.get((t, p), -1)))
+            for t, p, ts in queries])
         response = call(self._stub(address).ListOffsets, request, metadata=self.metadata, timeout=timeout_s)
         return [PartitionOffset(topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
                                 leader_epoch=r.leader_epoch, error=error_or_none(r.error_code, r.error_message))

@@ -17,10 +17,11 @@ from lowtide_pb import scanner_pb2, scanner_pb2_grpc
 
 # A scan of a large store takes a while; a CLI waiting for one should not give up first.
 DEFAULT_SCAN_TIMEOUT_S = 3600.0
-# Where a running orphan scanner registers itself (lowtide/scanner/server.py): a Redis hash,
-# name -> {"grpc": HOST:PORT, "metrics": URL, "since_ms"}; a front door forwards calls to it
+# Where a running orphan scanner registers itself (lowtide/scanner/server.py): the section of the
+# cluster metadata (lowtide.metadata.sections) holding one record per scanner, its name ->
+# {"grpc": HOST:PORT, "metrics": URL, "since_ms"}; a front door forwards calls to it
 # (lowtide/frontdoor/scanner_proxy.py).
-SCANNER_REGISTRY = "lowtide:orphan-scanners"
+SCANNER_REGISTRY = "scanners"
 SCANNER_SERVICE = scanner_pb2.DESCRIPTOR.services_by_name["OrphanScanner"].full_name
 SCANNER_METHODS = tuple(m.name for m in scanner_pb2.DESCRIPTOR.services_by_name["OrphanScanner"].methods)
 

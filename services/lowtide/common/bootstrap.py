@@ -11,8 +11,10 @@ A server's ``run(args)`` does, in this order:
 2. its own flag checks, with ``boot.require_token_file(why)`` and ``boot.require_object_store()``
    for the two every server words alike (a ``SystemExit`` naming the service and the flag's
    environment variable);
-3. ``boot.connect()`` for the shared connections: Redis (5 s socket timeouts), the access control
-   of ``--auth-enabled``/``--tokens-file``/``--super-users`` (lowtide.auth.access), the call
+3. ``boot.connect()`` for the shared connections: the metadata store (etcd, ``--metadata-url``),
+   Redis (5 s socket timeouts; purgatory timers and the like), the access control
+   of ``--auth-enabled``/``--tokens-file``/``--super-users`` (lowtide.auth.access: tokens and
+   ACLs in the metadata store), the call
    metadata of its own ``--token-file`` for the services it calls, and a gRPC ``ChannelPool``;
 4. its domain objects, then ``boot.serve(...)``: the gRPC server with health, reflection and
    ``/metrics`` and graceful SIGTERM (``lowtide.common.server.serve``) from the common flags; after
@@ -28,15 +30,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
-import redis as redis_lib
 
 from lowtide.auth.access import AccessControl, build_access_control, parse_super_users
 from lowtide.auth.identity import token_file_metadata
 from lowtide.common.logs import configure_logging
 from lowtide.common.server import ServiceSpec, serve, split_addr
-from lowtide.errors import InvalidConfig
+from lowtide.errors import InvalidConfig, MetadataStoreUnavailable
+from lowtide.metadata.identity import ClusterGuard, check_cluster_identity
+from lowtide.metadata.store import MetadataStore
+from lowtide.purgatory.connection import RedisClient, connect_redis
 from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ServerTls, server_tls_from_args, set_default_client_tls
 
@@ -47,15 +52,35 @@ REDIS_SOCKET_TIMEOUT_S = 5
 class Connections:
     """What ``ServerBootstrap.connect`` made; closed by ``ServerBootstrap.serve`` after ``on_stop``."""
 
-    redis: redis_lib.Redis
+    redis: RedisClient  # the purgatory's timers and low-watermark events, nothing else
+    # The cluster metadata (etcd), its image loaded in the background from the first read on.
+    metadata: MetadataStore
     access: AccessControl
     # ("authorization", "Bearer <own token>") for calls to other services; empty without --token-file.
     call_metadata: list[tuple[str, str]]
     channels: ChannelPool
 
+    guard: ClusterGuard | None = None
+
     def close(self) -> None:
+        if self.guard is not None:
+            self.guard.stop()
         self.channels.close()
+        self.metadata.close()
         self.redis.close()
+
+
+def join_cluster(store: MetadataStore, *, data_dir: Path | None, node_id: str, timeout_s: float) -> ClusterGuard:
+    """Check that the metadata store knows this service's cluster (lowtide.metadata.identity: a
+    ``SystemExit`` with one clear line otherwise, nothing touched) and start the guard that
+    fail-stops the process if the store forgets it later."""
+    try:
+        cluster_id = check_cluster_identity(store, data_dir=data_dir, node_id=node_id, timeout_s=timeout_s)
+    except MetadataStoreUnavailable as exc:
+        raise SystemExit(f"{node_id}: {exc.message}") from None
+    guard = ClusterGuard(store, cluster_id=cluster_id, data_dir=data_dir, node_id=node_id)
+    guard.start()
+    return guard
 
 
 class ServerBootstrap:
@@ -111,17 +136,21 @@ class ServerBootstrap:
     def connect(self) -> Connections:
         """Redis, access control, own-token call metadata and a channel pool, from the flags."""
         args = self.args
-        redis = redis_lib.Redis.from_url(args.redis_url, socket_timeout=REDIS_SOCKET_TIMEOUT_S,
-                                         socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S)
+        redis = connect_redis(args.redis_url, timeout_s=REDIS_SOCKET_TIMEOUT_S)
+        metadata = MetadataStore.from_url(args.metadata_url)
         self.connections = Connections(
             redis=redis,
-            access=build_access_control(redis=redis, enabled=args.auth_enabled, tokens_file=args.tokens_file,
+            metadata=metadata,
+            access=build_access_control(metadata=metadata, enabled=args.auth_enabled, tokens_file=args.tokens_file,
                                         super_users=parse_super_users(args.super_users),
                                         certificates=self.tls.mapper if self.tls is not None and self.tls.mutual
                                         else None),
             # With mutual TLS the certificate is this service's identity, and its token would be refused.
             call_metadata=[] if self.tls is not None and self.tls.mutual else token_file_metadata(args.token_file),
             channels=ChannelPool())
+        data_dir = getattr(args, "data_dir", None)
+        self.connections.guard = join_cluster(self.connections.metadata, data_dir=Path(data_dir) if data_dir else None,
+                                              node_id=self.name, timeout_s=args.redis_wait_seconds)
         return self.connections
 
     # -- serving -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Local processes: free ports, waiting for a port, and a real redis-server.
+"""Local processes: free ports, waiting for a port, a real redis-server and real etcd members.
 
 Used by ``lowtide cluster up`` and by test fixtures: both start the same real processes.
 """
@@ -12,6 +12,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,3 +174,96 @@ def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool =
                                 start_new_session=detach)
     wait_for_port("127.0.0.1", port, timeout_s=10)
     return RedisProcess(port=port, data_dir=data_dir, proc=proc, pid=proc.pid)
+
+
+@dataclass
+class EtcdMember:
+    """One etcd member child process: its client endpoint (``host:port``) and data directory."""
+
+    name: str
+    client_port: int
+    peer_port: int
+    data_dir: Path
+    proc: subprocess.Popen | None = None
+    pid: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def stop(self, *, timeout_s: float = 5.0) -> None:
+        pid = self.proc.pid if self.proc else self.pid
+        if not pid:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def etcd_member_argv(*, name: str, data_dir: Path, client_port: int, peer_port: int,
+                     initial_cluster: str, new: bool = True, cluster_token: str = "lowtide",
+                     tls: tuple[Path, Path, Path] | None = None) -> list[str]:
+    """etcd's command line for one member on loopback (``initial_cluster``: ``name=peerURL,...``).
+
+    Tuned for one machine: a 100 ms heartbeat and 1 s election (etcd's defaults), snapshots every
+    10,000 entries, transactions large enough for a topic of many partitions, and automatic
+    compaction of history older than an hour, so a long-running local cluster's store does not grow
+    without bound. ``new=False`` joins an existing cluster (a member replaced after losing its disk).
+    ``tls`` = (certificate, key, CA): client and peer ports speak
+    mutual TLS only."""
+    exe = require_tool("etcd", "install it with 'apt-get install etcd-server' (make setup does this)")
+    scheme = "https" if tls is not None else "http"
+    args = [exe, "--name", name, "--data-dir", str(data_dir),
+            "--listen-client-urls", f"{scheme}://127.0.0.1:{client_port}",
+            "--advertise-client-urls", f"{scheme}://127.0.0.1:{client_port}",
+            "--listen-peer-urls", f"{scheme}://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls", f"{scheme}://127.0.0.1:{peer_port}",
+            "--initial-cluster", initial_cluster, "--initial-cluster-token", cluster_token,
+            "--initial-cluster-state", "new" if new else "existing",
+            "--snapshot-count", "10000", "--auto-compaction-mode", "periodic",
+            # A topic's partitions are created in one transaction (one key each): etcd's default
+            # limits (128 operations, 1.5 MiB) would cap a topic at 128 partitions.
+            "--max-txn-ops", "100000", "--max-request-bytes", str(32 << 20),
+            "--auto-compaction-retention", "1h", "--logger", "zap", "--log-outputs", "stderr"]
+    if tls is not None:
+        cert, key, ca = tls
+        args += ["--cert-file", str(cert), "--key-file", str(key), "--trusted-ca-file", str(ca),
+                 "--client-cert-auth", "--peer-cert-file", str(cert), "--peer-key-file", str(key),
+                 "--peer-trusted-ca-file", str(ca), "--peer-client-cert-auth"]
+    return args
+
+
+def start_etcd(data_dir: Path | str, *, members: int = 1, ports: Sequence[tuple[int, int]] | None = None,
+               detach: bool = False, tls: tuple[Path, Path, Path] | None = None,
+               timeout_s: float = 20.0) -> list[EtcdMember]:
+    """Start a real etcd cluster of ``members`` processes on loopback and wait until each serves.
+
+    Member i keeps its data in ``data_dir/etcd-i`` and logs to ``data_dir/etcd-i.log``. ``ports``
+    gives each member's (client, peer) ports (a restart keeps its addresses); free ones otherwise.
+    A member whose data directory exists restarts with its data (etcd ignores the initial-cluster
+    flags then)."""
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    chosen = list(ports) if ports is not None else [(find_free_port(), find_free_port()) for _ in range(members)]
+    scheme = "https" if tls is not None else "http"
+    initial = ",".join(f"etcd-{i}={scheme}://127.0.0.1:{peer}" for i, (_, peer) in enumerate(chosen))
+    started = []
+    for i, (client_port, peer_port) in enumerate(chosen):
+        member_dir = data_dir / f"etcd-{i}"
+        argv = etcd_member_argv(name=f"etcd-{i}", data_dir=member_dir, client_port=client_port,
+                                peer_port=peer_port, initial_cluster=initial, tls=tls)
+        with open(data_dir / f"etcd-{i}.log", "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=detach)
+        started.append(EtcdMember(name=f"etcd-{i}", client_port=client_port, peer_port=peer_port,
+                                  data_dir=member_dir, proc=proc, pid=proc.pid))
+    for member in started:
+        wait_for_port("127.0.0.1", member.client_port, timeout_s=timeout_s)
+    return started

@@ -22,12 +22,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-import redis as redis_lib
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from lowtide.errors import LowtideError, RequestTimedOut
+from lowtide.purgatory.connection import RedisError
 from lowtide.rpc.channels import CHANNEL_OPTIONS
 from lowtide.rpc.framed_listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
@@ -55,7 +55,9 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, *, default=None, type=s
 def add_common_flags(parser: argparse.ArgumentParser, *, grpc_port: int) -> None:
     add_flag(parser, "--grpc-addr", default=f"127.0.0.1:{grpc_port}", help="gRPC listen address")
     add_flag(parser, "--metrics-addr", default="127.0.0.1:0", help="Prometheus /metrics listen address")
-    add_flag(parser, "--redis-url", default="redis://127.0.0.1:6379/0", help="Redis URL")
+    add_flag(parser, "--metadata-url", default="etcd://127.0.0.1:2379",
+             help="the cluster metadata store: etcd://HOST:PORT[,HOST:PORT...] (the etcd members)")
+    add_flag(parser, "--redis-url", default="redis://127.0.0.1:6379/0", help="Redis URL (purgatory timers)")
     add_flag(parser, "--redis-wait-seconds", default=120.0, type=float,
              help="at start-up, wait this long for Redis to answer before giving up")
     add_flag(parser, "--log-level", default="INFO", help="log level")
@@ -112,7 +114,7 @@ def translate_store_errors(exc: Exception) -> LowtideError | None:
     changed (a DeleteRecords that could not park in the purgatory already moved the leader's LSO,
     which a retry finds as a no-op, exactly as after a KIP-107 timeout).
     """
-    if isinstance(exc, redis_lib.RedisError):
+    if isinstance(exc, RedisError):
         return RequestTimedOut(f"the cluster's metadata and timer store (Redis) is unavailable: "
                                f"{type(exc).__name__}: {exc}")
     return None

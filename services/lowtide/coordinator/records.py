@@ -28,9 +28,9 @@ Binary, big-endian (Kafka's byte order); every record is one record value (the k
     type 7 EpochStarted      owner string | at_ms int64   (the first record of every leadership)
 
 ``coordinator_epoch``: the epoch of the shard leadership that wrote the record
-(docs/design/diskless.md#fencing-by-epoch): one more than any before, taken from Redis with the lease
-(``leadership.take_epoch``), and opened in the log by an EpochStarted record before the leader
-answers anything. Every applier keeps the highest epoch it has applied and skips a record with a
+(docs/design/diskless.md#fencing-by-epoch): one more than any before, taken in the metadata store
+with the lease (``leadership.take_epoch``), and opened in the log by an EpochStarted record before
+the leader answers anything. Every applier keeps the highest epoch it has applied and skips a record with a
 lower one (a zombie's append that landed after its successor's EpochStarted): the state stays a
 function of the log. The batches carrying the records are fenced at the replica too, by Kafka's
 producer-epoch rule (``metadata_log`` and the shard's writer id).

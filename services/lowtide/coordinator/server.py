@@ -1,9 +1,10 @@
 """Diskless coordinator server: one shard of KIP-1164's coordinator (`lowtide serve coordinator --shard K`).
 
 Starts serving health/reflection/metrics at once and loads in the background: it takes shard K's
-Redis lease (``coordinator.leadership``), reads partition K of ``__diskless_metadata`` from its
-applied offset to the end (restoring its newest snapshot first when the log below was deleted),
-registers its address in ``lowtide:coordinators`` and only then answers requests (before:
+lease in the metadata store (``coordinator.leadership``: ``shards/K/leader`` under an etcd lease),
+reads partition K of ``__diskless_metadata`` from its applied offset to the end (restoring its
+newest snapshot first when the log below was deleted), registers its address in the shard registry
+(``shards/K/address``) and only then answers requests (before:
 NOT_COORDINATOR without the lease, else COORDINATOR_LOAD_IN_PROGRESS; both retriable). The topic is
 created on the first write, so a cluster that never uses diskless topics has no metadata partitions.
 State lives in ``--data-dir``: ``state.sqlite`` and
@@ -12,7 +13,7 @@ the log below it is deleted, so a shard started on an empty ``--data-dir`` resto
 With ``--standby-shards J,L`` the process is also the warm standby of shards J and L
 (docs/design/diskless.md#warm-standby): each follows its metadata log into
 ``--data-dir``/``standby-J/``, is served on a gRPC port of its own (``--standby-grpc-host``, an
-ephemeral port, listed in Redis under ``lowtide:coordinator:J:standbys``; after a takeover the
+ephemeral port, listed under ``shards/J/standbys/`` while this process lives; after a takeover the
 shard registry points there) and, unless ``--framed-listener off``, a framed listener of its own
 (another ephemeral port there, the registry's ``framed`` once it leads), answers FindBatches
 from its copy to a caller asking for a standby's answer, and takes the shard over once its
@@ -32,7 +33,6 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-import redis as redis_lib
 from prometheus_client import REGISTRY
 
 from lowtide.client.diskless_files import describe_files
@@ -48,7 +48,7 @@ from lowtide.common.server import (
     translate_store_errors,
 )
 from lowtide.coordinator.applier import APPLIER_KINDS, PROCESS, THREAD
-from lowtide.coordinator.leadership import ShardLease, read_shards, register_standby, unregister_standby
+from lowtide.coordinator.leadership import ShardLease, StandbyRegistration, read_shards
 from lowtide.coordinator.lifetime import DEFAULT_CLAIM_AFTER_MS, FileLifetime
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.metrics import COMMIT_DURATION, COMMIT_REQUESTS, CoordinatorCollector
@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
     add_flag(parser, "--object-store", default=None, help="object store URL of the WAL files (file:///dir, s3://...)")
     add_flag(parser, "--lease-ms", type=int, default=6000,
-             help="shard leader lease in Redis; a killed leader's shard is taken over about this long after the kill")
+             help="shard leader lease in the metadata store (whole seconds in etcd, at least 2); a killed leader's "
+                  "shard is taken over about this long after the kill")
     add_flag(parser, "--standby-shards", type=_shard_list, default=[],
              help="also be the warm standby of these shards (comma-separated): follow their metadata logs, answer "
                   "FindBatches asked of a standby, take over when their leader's lease expires")
@@ -148,10 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "other shards")
 
 
-def build_hand_over(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: list[tuple[str, str]]):
+def build_hand_over(*, store: MetadataStore, channels: ChannelPool, metadata: list[tuple[str, str]]):
     """The file lifetime worker's call to the next owner shard (found in the shard registry)."""
     def hand_over(target: int, object_key: str, owner_ids: tuple[int, ...], to_index: int) -> None:
-        shard = read_shards(redis).get(target)
+        shard = read_shards(store).get(target)
         if shard is None:
             raise CoordinatorNotAvailable(f"coordinator shard {target} has not registered an address")
         stub = channels.stub(shard.grpc, coordinator_pb2_grpc.DisklessCoordinatorStub)
@@ -163,10 +164,10 @@ def build_hand_over(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: 
     return hand_over
 
 
-def build_knows_file(*, redis: redis_lib.Redis, channels: ChannelPool, metadata: list[tuple[str, str]]):
+def build_knows_file(*, store: MetadataStore, channels: ChannelPool, metadata: list[tuple[str, str]]):
     """The file lifetime worker's question to an earlier owner: do you know this file?"""
     def knows_file(target: int, object_key: str) -> bool:
-        shard = read_shards(redis).get(target)
+        shard = read_shards(store).get(target)
         if shard is None:
             raise CoordinatorNotAvailable(f"coordinator shard {target} has not registered an address")
         answer = describe_files(channels, shard.grpc, [object_key], metadata=metadata, timeout_s=30)
@@ -181,16 +182,15 @@ def run(args: argparse.Namespace) -> int:
     boot = ServerBootstrap(args, name=name)
     if args.shard < 0:
         raise SystemExit(f"{name}: --shard must be >= 0")
-    check_backend(name, args.lease_backend)
+    args.lease_backend = check_backend(name, args.lease_backend)
     boot.require_token_file("the token this coordinator presents to the replicas holding its metadata log")
     boot.require_object_store()
     connections = boot.connect()
-    redis, access, metadata, channels = (connections.redis, connections.access, connections.call_metadata,
-                                         connections.channels)
+    access, metadata, channels = connections.access, connections.call_metadata, connections.channels
     replicas = ReplicaClient(channels=channels, metadata=metadata)
     owner = f"{name}-{uuid.uuid4().hex[:12]}"
     object_store = open_object_store(args.object_store)
-    store = MetadataStore(redis=redis)
+    store = connections.metadata
     standby_shards = [k for k in args.standby_shards if k != args.shard]
     shards = max(args.shards, args.shard + 1, *(k + 1 for k in standby_shards))
 
@@ -213,22 +213,22 @@ def run(args: argparse.Namespace) -> int:
             snapshot=SnapshotPolicy(every_records=args.snapshot_interval_records, every_ms=args.snapshot_interval_ms),
             file_delete_grace_ms=args.file_delete_grace_ms, lifetime_interval_ms=args.file_lifetime_interval_ms)
         lifetime = FileLifetime(store=object_store, grace_ms=args.file_delete_grace_ms,
-                                hand_over=build_hand_over(redis=redis, channels=channels, metadata=metadata),
-                                knows_file=build_knows_file(redis=redis, channels=channels, metadata=metadata),
+                                hand_over=build_hand_over(store=store, channels=channels, metadata=metadata),
+                                knows_file=build_knows_file(store=store, channels=channels, metadata=metadata),
                                 claim_after_ms=args.file_claim_after_ms,
                                 interval_ms=args.file_lifetime_interval_ms)
-        metadata_log = MetadataLog(shard=index, shards=config.shards, store=MetadataStore(redis=redis),
+        metadata_log = MetadataLog(shard=index, shards=config.shards, store=store,
                                    replicas=replicas, request_timeout_ms=args.append_timeout_ms,
                                    listener=ListenerProducer(tls=replicas.channels.tls, metadata=replicas.metadata))
         if args.lease_backend == "kubernetes":
             lease = kubernetes_lease(args, role=f"coordinator-{index}", owner=owner, lease_ms=config.lease_ms,
                                      margin_ms=config.lease_margin_ms)
         else:
-            lease = ShardLease(redis=redis, shard=index, owner=owner, lease_ms=config.lease_ms,
+            lease = ShardLease(metadata=store, shard=index, owner=owner, lease_ms=config.lease_ms,
                                margin_ms=config.lease_margin_ms)
         retention = RetentionPass(topic_configs=lambda: {n: t.config for n, t in store.topics().items() if t.diskless},
                                   interval_ms=args.retention_check_interval_ms)
-        return ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, redis=redis,
+        return ShardService(config=config, metadata_log=metadata_log, lease=lease, lifetime=lifetime, metadata=store,
                             retention=retention, snapshot_store=SnapshotStore(store=object_store, shard=index,
                                                                               keep=config.snapshot.keep))
 
@@ -243,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
                                       advertised_grpc=standby.advertised, standby=True,
                                       advertised_framed=standby.advertised_framed)
         standby.serve(CoordinatorServicer(standby.service, access=access), authenticate=access.authenticate_peer)
+    registration = StandbyRegistration(store, owner=owner)  # the standbys, under a lease of this process's
     commit_seconds = COMMIT_DURATION.labels(shard=str(args.shard))
     servicer = CoordinatorServicer(
         shard, access=access, observe_commit=commit_seconds.observe,
@@ -263,20 +264,22 @@ def run(args: argparse.Namespace) -> int:
         for standby in standbys:
             standby.service.start()
             standby.start_framed()
-            register_standby(redis, shard=standby.index, owner=owner, grpc=standby.advertised)
+            registration.add(shard=standby.index, grpc=standby.advertised)
             log.info("standing by", extra={"fields": {"shard": standby.index, "grpc": standby.advertised}})
+        if standbys:
+            registration.start()
 
     def on_stop() -> None:
         if framed is not None:
             framed.stop()
         for standby in standbys:
             standby.stop()
-            try:
-                unregister_standby(redis, shard=standby.index, owner=owner)
-            except Exception:  # noqa: BLE001 - Redis may be gone at shutdown; the entry is only a hint
-                log.debug("could not unregister a standby", exc_info=True)
+        try:
+            registration.stop()
+        except Exception:  # noqa: BLE001 - the store may be away at shutdown; the records go with their lease
+            log.debug("could not unregister the standbys", exc_info=True)
         shard.stop()
-        replicas.close()  # the channel pool and Redis are closed by the bootstrap
+        replicas.close()  # the channel pool and the metadata store are closed by the bootstrap
 
     return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=start)
 

@@ -49,11 +49,12 @@ back) does the same; a replicated group behind it is failed too, as applying it 
 the applied offsets, and the reload applies it from the log. Groups replicated before a failure
 are still applied and answered: they are in the log.
 
-Fencing (docs/design/diskless.md#fencing-by-epoch): one writer per shard is the Redis lease
-(``coordinator.leadership``); the appender checks the lease is still valid (renewed within lease -
-margin) before each Produce. That is a time assumption, so the log itself fences too. Each load is
-a new leadership with a new **coordinator epoch** (``leadership.take_epoch``: INCR in Redis while
-holding the lease, above any epoch in the log), which every record and batch carries; before it
+Fencing (docs/design/diskless.md#fencing-by-epoch): one writer per shard is the shard lease in
+the metadata store (``coordinator.leadership``: a record under an etcd lease); the appender checks
+the lease is still valid (renewed within lease - margin) before each Produce. That is a time
+assumption, so the log itself fences too. Each load is a new leadership with a new **coordinator
+epoch** (``leadership.take_epoch``: a compare-and-set in etcd while holding the lease, above any
+epoch in the log), which every record and batch carries; before it
 answers anything the load appends an EpochStarted record, conditional on the log ending where its
 state does. From then on a deposed writer cannot append: its batches' producer epoch is below the
 writer id's current one (INVALID_PRODUCER_EPOCH at the replica, Kafka's producer fencing), and every
@@ -65,7 +66,11 @@ appended; and should a stale-epoch record be in the log anyway, every applier sk
 (``CoordinatorState.apply_all``). The same condition keeps two appends in flight in order: the
 second lands only right after the first. Refused because the replica took them in the other order,
 it is sent again once the first landed. Reads are fenced by the lease's clock (CLOCK_MONOTONIC,
-which runs on through a SIGSTOP) and, from the first refused append, by the epoch.
+which runs on through a SIGSTOP) and, from the first refused append, by the epoch. Answers too:
+an acknowledged append is answered only if its term still leads when the acknowledgment is
+handled (``ShardPipeline._deposed``), not when it was sent, since a process paused in between and
+resumed after a successor took over would otherwise answer offsets as a zombie; and a lease that
+lapsed ends the term even when it is granted again (``_lease_loop``).
 
 Warm standby (``ShardConfig.standby``/``follow``: following the log while not leading, standby
 reads, when a standby contends for the lease): coordinator.standby. Snapshots (when, and the object
@@ -115,6 +120,7 @@ from lowtide.errors import (
     RequestTimedOut,
 )
 from lowtide.leases import Lease
+from lowtide.metadata.store import MetadataStore
 from lowtide.record import encode_batch
 from lowtide.rpc.steps import LoopWake
 
@@ -167,7 +173,7 @@ class ShardService(ShardPipeline):
     """
 
     def __init__(self, *, config: ShardConfig, metadata_log: MetadataLog, lease: Lease,
-                 lifetime: FileLifetime | None = None, redis=None, retention=None,
+                 lifetime: FileLifetime | None = None, metadata: MetadataStore | None = None, retention=None,
                  snapshot_store: SnapshotStore | None = None) -> None:
         if not 0 <= config.append_linger_ms <= 1000:
             raise InvalidConfig(f"append linger must be 0 to 1000 ms, got {config.append_linger_ms}")
@@ -190,7 +196,9 @@ class ShardService(ShardPipeline):
         self.log_appender = LogAppender(shard=config.shard, metadata_log=metadata_log, lease=lease,
                                         append_timeout_ms=config.append_timeout_ms)
         self.lifetime = lifetime
-        self.redis = redis
+        # Where the shard takes its epochs and registers its address (coordinator.leadership);
+        # None (tests): epochs are the log's + 1, nothing registered.
+        self.metadata = metadata
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = config.data_dir / DB_FILE
         self.snapshot_dir = config.data_dir / SNAPSHOT_DIR
@@ -228,6 +236,10 @@ class ShardService(ShardPipeline):
         self._next_offset = 0
         self._producer_id = -1
         self._epoch = 0  # this leadership's coordinator epoch (set by each load)
+        # Until when this term's lease holds (``time.monotonic()``; 0: no term): extended by the lease
+        # thread's renewals only while they come without a gap (``_lease_loop``), so a process
+        # resumed after its lease ran out fails this check (``_term_valid``) for the rest of the term.
+        self._term_until = 0.0
         self._replicated_ready = threading.Condition(threading.Lock())
         # Bumped whenever the pending records are dropped: a group checked before must not be sent.
         self._pipeline_epoch = 0
@@ -298,7 +310,7 @@ class ShardService(ShardPipeline):
             self.status = FOLLOWER
         try:
             self.lease.release()
-        except Exception:  # noqa: BLE001 - Redis may be gone at shutdown; the lease then expires
+        except Exception:  # noqa: BLE001 - the store may be away at shutdown; the lease then expires
             log.debug("could not release the lease", exc_info=True)
         self._close_applier()
         self.state.close()
@@ -334,8 +346,13 @@ class ShardService(ShardPipeline):
                                             nice=self.config.applier_nice)
 
     # ---- requests ------------------------------------------------------------------------------
+    def _term_valid(self) -> bool:
+        """Whether this term's lease holds: renewed without a gap since the term's epoch was taken,
+        the last renewal within lease - margin (``_lease_loop``)."""
+        return time.monotonic() < self._term_until
+
     def _check_serving(self) -> None:
-        if self.status == LEADER and self.lease.valid():
+        if self.status == LEADER and self._term_valid():
             return
         if self.status == LOADING:
             raise CoordinatorLoadInProgress(f"coordinator {self.config.shard} is loading its metadata log "
@@ -406,26 +423,43 @@ class ShardService(ShardPipeline):
         renew_every = self.config.lease_ms / 3 / 1000
         # Not holding it: ask often, so a killed leader's lease is taken soon after it expires.
         contend_every = min(renew_every, 0.1)
+        validity_s = (self.config.lease_ms - self.config.lease_margin_ms) / 1000
         while not self._stop.is_set():
+            began = time.monotonic()
+            renewed = False
             try:
                 if self.standby.may_contend():
-                    held = self.lease.acquire_or_renew()
+                    held = renewed = self.lease.acquire_or_renew()
                 else:
                     held = False
-            except Exception as exc:  # noqa: BLE001 - Redis outage: the lease lapses on its own
+            except Exception as exc:  # noqa: BLE001 - the store away: the lease lapses on its own
                 log.warning("lease renewal failed", extra={"fields": {"error": str(exc)}})
                 held = self.lease.valid()
+            ended = False
             with self._lock:
+                # A renewal that returns after the term's lease could have run out (the process
+                # was stopped, or this thread starved, before or during the call) may have been
+                # granted anew, the lease having been another's meanwhile and a newer epoch taken:
+                # that ends the term although the lease is held (a new term loads), and it never
+                # extends the term's lease (``_term_until``), which thus lasts only while the
+                # lease has been held without a gap since the term's epoch was taken.
+                gap = renewed and self.status != FOLLOWER and time.monotonic() >= self._term_until
+                if renewed and not gap:
+                    self._term_until = began + validity_s
                 if held and self.status == FOLLOWER:
                     self.status, self.status_detail = LOADING, "lease acquired"
                     self._generation += 1
                     log.info("acquired the shard lease", extra={"fields": {"shard": self.config.shard}})
                     self._wake.set()
-                elif not held and self.status != FOLLOWER:
-                    log.warning("lost the shard lease", extra={"fields": {"shard": self.config.shard}})
-                    self.status, self.status_detail = FOLLOWER, "lease lost"
-                    self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard} lost its lease"))
-            self._stop.wait(renew_every if held else contend_every)
+                elif (not held or gap) and self.status != FOLLOWER:
+                    what = "lost" if not held else "lapsed before its renewal"
+                    log.warning("lost the shard lease" if not held else "the shard lease lapsed; ending the term",
+                                extra={"fields": {"shard": self.config.shard}})
+                    self.status, self.status_detail = FOLLOWER, f"lease {what}"
+                    self._term_until = 0.0
+                    self._drop_pipeline(NotCoordinator(f"coordinator {self.config.shard}: its lease {what}"))
+                    ended = True
+            self._stop.wait(renew_every if held and not ended else contend_every)
 
     def _shard_loop(self) -> None:
         backoff = 0.1
@@ -490,10 +524,14 @@ class ShardService(ShardPipeline):
             self._epoch = epoch
             self._producer_id = writer_id(epoch)[0]
             self.status, self.status_detail = LEADER, "serving"
-        if self.redis is not None:
-            register_shard(self.redis, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,
-                                                    metrics=self.config.metrics_url, owner=self.config.owner,
-                                                    framed=self.config.advertised_framed))
+        if self.metadata is not None and not register_shard(
+                self.metadata, ShardAddress(shard=self.config.shard, grpc=self.config.advertised_grpc,
+                                            metrics=self.config.metrics_url, owner=self.config.owner,
+                                            framed=self.config.advertised_framed),
+                check_lease=isinstance(self.lease, ShardLease)):
+            # Deposed since the epoch was taken: the lease thread ends the term in a moment.
+            log.warning("not registering the shard: its lease is another's now",
+                        extra={"fields": {"shard": self.config.shard}})
         log.info("leading the shard", extra={"fields": {
             "shard": self.config.shard, "epoch": epoch, "applied_offset": self.state.applied_offset,
             "records_read": applied,
@@ -508,11 +546,11 @@ class ShardService(ShardPipeline):
         epoch is in the log, OUT_OF_ORDER_SEQUENCE_NUMBER if another append came first (the shard
         loop then loads again)."""
         floor = self.state.coordinator_epoch
-        if self.redis is not None:
-            epoch = take_epoch(self.redis, shard=self.config.shard, owner=self.config.owner, floor=floor,
+        if self.metadata is not None:
+            epoch = take_epoch(self.metadata, shard=self.config.shard, owner=self.config.owner, floor=floor,
                                check_lease=isinstance(self.lease, ShardLease))
         else:
-            epoch = floor + 1  # no Redis (tests): the conditional append below still arbitrates
+            epoch = floor + 1  # no metadata store (tests): the conditional append below still arbitrates
         if epoch < 0 or not self.lease.valid():
             with self._lock:
                 if self.status == LOADING:

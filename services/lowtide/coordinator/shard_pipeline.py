@@ -7,8 +7,9 @@ writer, the appends and the framed listener share one loop).
 and ``_apply_lock``, the inbox ``_inbox``/``_queue``, the writer's ``_checked``/``_in_flight``/
 ``_busy``/``_last_queued_at``, the hand-over's ``_replicated_ready``/``_flights``/``_replicated``,
 the offsets ``_acked_through``/``_applied_through``/``_next_offset``, the term's ``_epoch``/
-``_producer_id``, ``_pipeline_epoch``, ``loop`` and ``_blocking``, ``log_appender``, ``applier``,
-``core``, ``status`` (set up by ``ShardService.__init__``). Thread-safety: the writer methods
+``_producer_id`` and its lease check ``_term_valid``, ``_pipeline_epoch``, ``loop`` and
+``_blocking``, ``log_appender``, ``applier``, ``core``, ``status`` (set up by
+``ShardService.__init__``). Thread-safety: the writer methods
 (``_pump`` and what it calls, ``_start_append``, ``_appended``) run on the pipeline loop only;
 ``_kick`` from any thread; ``_apply_loop`` on the applier thread; ``_fail_pipeline`` and
 ``_drop_pipeline`` from any thread (under the shard lock, which they take).
@@ -133,10 +134,12 @@ class ShardPipeline:
                 group = Group(waiters=checked[:MAX_DECISIONS_PER_APPEND])
                 checked = self._checked = checked[MAX_DECISIONS_PER_APPEND:]
                 records = sum(len(w.records) for w in group.waiters)
+                # The term it was checked in: its answers go out only while that term leads
+                # (``_deposed``), barriers' too.
+                group.epoch = self._epoch
                 if records:
                     # Taken with the epoch check, under the lock: a load resets both.
                     group.expected, group.producer_id = self._next_offset, self._producer_id
-                    group.epoch = self._epoch
                     self._next_offset += records
                     send = group
                 else:
@@ -261,10 +264,37 @@ class ShardPipeline:
                 self._hand_over(handed)
         for g in handed:
             if g.appended is not None:
+                # The replicas acknowledged the records, but this process may have stopped leading
+                # since it sent them (paused past its lease, then resumed): the answer with offsets
+                # is the leader's alone, so it is checked now, not when the append was sent.
+                deposed = self._deposed(g.epoch)
                 for waiter in g.waiters:
                     if waiter.records:  # barriers wait for the apply of everything before them
-                        waiter.finish()
+                        if deposed is None:
+                            waiter.finish()
+                        elif not waiter.done.is_set():
+                            waiter.fail(deposed)
         self._kick()  # a slot is free, and the writer takes back what ended
+
+    def _deposed(self, epoch: int) -> NotCoordinator | None:
+        """Why requests checked in coordinator ``epoch`` must not be answered now (None: they may).
+
+        An answer with offsets (or a barrier's answer) goes out only while the leadership that
+        checked the request still holds its epoch: this process leads, in that same epoch, and
+        the term's lease check passes (``_term_valid``: the lease held without a gap since the
+        epoch was taken, so no other process can have taken one since). Checked when the
+        acknowledgment is handled, not when the append was sent: a process stopped in between
+        (SIGSTOP past its lease) and resumed after a successor took over would otherwise answer as
+        a zombie. That the new leader has the records the log itself guarantees: the conditional
+        append under this epoch's writer id succeeded, so they lie before any successor's
+        EpochStarted (the replica refuses this epoch after one), and a successor reads the log to
+        its end before it opens its epoch. A deposed process answers NOT_COORDINATOR, never
+        offsets, even for records that reached the log: the broker keeps the file after a
+        retriable error, for the new leader, which has the records."""
+        if self.status == LEADER and self._epoch == epoch and self._term_valid():
+            return None
+        return NotCoordinator(f"coordinator {self.config.shard}: epoch {epoch} no longer leads the shard "
+                              f"({self.status}, {self.status_detail}): its requests are not answered")
 
     def _check(self, taken: list[Waiter]) -> None:
         """Under the lock: check each request in queue order (its records become pending)."""
@@ -321,8 +351,13 @@ class ShardPipeline:
                     self._applied_through = max(self._applied_through, entries[-1][1])
                     self._lock.notify_all()  # readers waiting for an answered mutation
                 for group in groups:
+                    deposed = self._deposed(group.epoch)
                     for waiter in group.waiters:
-                        waiter.finish()  # barriers; requests with records were answered when replicated
+                        # Barriers; requests with records were answered (or refused) when replicated.
+                        if deposed is None or waiter.done.is_set():
+                            waiter.finish()
+                        else:
+                            waiter.fail(deposed)
         return True
 
     def _fail_pipeline(self, exc: BaseException, groups: list[Group | None], what: str) -> None:

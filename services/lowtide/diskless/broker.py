@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import redis as redis_lib
-
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.diskless.fetch import CommitSignal, DisklessFetcher, DisklessFetchItem, RangeCache
 from lowtide.diskless.offsets import DisklessOffsets
@@ -37,13 +35,13 @@ class DisklessBroker:
     DisklessOffsets). Thread-safety: thread-safe; ``stop`` once.
     """
 
-    def __init__(self, *, config: DisklessConfig, object_store_url: str, redis: redis_lib.Redis,
+    def __init__(self, *, config: DisklessConfig, object_store_url: str, metadata: MetadataStore,
                  call_metadata: Sequence[tuple[str, str]] = ()) -> None:
         self.config = config
         self.store = open_object_store(object_store_url)
-        self.topics = DisklessTopics(store=MetadataStore(redis=redis))
+        self.topics = DisklessTopics(store=metadata)
         self.topics.start()  # refreshed off the request path: every Produce asks it
-        self.directory = ShardDirectory(redis=redis)
+        self.directory = ShardDirectory(store=metadata)
         self.coordinators = DisklessCoordinatorClient(lookup=self.directory.lookup, metadata=call_metadata,
                                                       framed_lookup=self.directory.lookup_framed)
         self.cache = RangeCache(max_bytes=config.cache_max_bytes)

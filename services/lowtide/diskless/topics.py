@@ -18,10 +18,8 @@ import time
 import zlib
 from collections.abc import Iterable
 
-import redis as redis_lib
-
-from lowtide.coordinator.leadership import ShardAddress, read_shards
-from lowtide.errors import UnknownTopicOrPartition
+from lowtide.coordinator.leadership import ShardAddress, read_shards, shards_section
+from lowtide.errors import MetadataStoreUnavailable, UnknownTopicOrPartition
 from lowtide.metadata.model import BrokerInfo, TopicInfo
 from lowtide.metadata.store import MetadataStore
 
@@ -113,7 +111,7 @@ class DisklessTopics:
             try:
                 with self._lock:
                     self._load_if_moved()
-            except redis_lib.RedisError as exc:  # keep serving what is known; look again next time
+            except MetadataStoreUnavailable as exc:  # keep serving what is known; look again next time
                 log.warning("diskless topics: reading the metadata store failed: %s", exc)
 
     def _reload(self, *, force: bool) -> None:
@@ -137,6 +135,9 @@ class DisklessTopics:
         if not self._refreshing:
             self._reload(force=False)
         if name not in self._known:
+            # A topic created a moment ago elsewhere: catch the image up with etcd first (a short
+            # wait: with the store away, an unknown name is answered as not diskless).
+            self._store.sync(timeout_s=0.3)
             self._reload(force=True)
         return self._by_name.get(name)
 
@@ -145,23 +146,37 @@ class DisklessTopics:
 
 
 class ShardDirectory:
-    """Where each coordinator shard's leader runs (the ``lowtide:coordinators`` registry in Redis).
+    """Where each coordinator shard's leader runs: the shard registry in the metadata store
+    (``coordinator.leadership``, the ``shards`` section), read from the process's metadata image
+    (no round trip; with etcd away, the addresses the image has).
 
-    ``lookup(shard, refresh)`` is the ``ShardLookup`` of ``DisklessCoordinatorClient``: cached,
-    re-read when asked to refresh (after NOT_COORDINATOR) or when the shard is unknown;
-    ``lookup_framed`` the same for the shard's framed listener (None: it has none). ``count()`` is
-    the number of shards (highest registered shard + 1). Thread-safe.
+    ``lookup(shard, refresh)`` is the ``ShardLookup`` of ``DisklessCoordinatorClient``: decoded
+    again whenever the image moved on (a new leader registered) and ``refresh`` is asked (after
+    NOT_COORDINATOR) or the shard is unknown; ``lookup_framed`` the same for the shard's framed
+    listener (None: it has none). ``count()`` is the number of shards (highest registered shard +
+    1). Thread-safe.
     """
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self._redis = redis
+    def __init__(self, *, store: MetadataStore) -> None:
+        self._section = shards_section(store)
         self._lock = threading.Lock()
         self._addresses: dict[int, ShardAddress] = {}
+        self._revision = -1
 
     def _read(self) -> dict[int, ShardAddress]:
-        addresses = read_shards(self._redis)
+        try:
+            revision = self._section.revision()
+            if revision == self._revision:
+                return self._addresses
+            addresses = read_shards(self._section)
+        except MetadataStoreUnavailable as exc:
+            # Never loaded (etcd away since the start): route with the addresses known, if any.
+            if not self._addresses:
+                raise
+            log.warning("coordinator shard registry unreadable, using the addresses known: %s", exc)
+            return self._addresses
         with self._lock:
-            self._addresses = addresses
+            self._addresses, self._revision = addresses, revision
         return addresses
 
     def _entry(self, shard: int, refresh: bool) -> ShardAddress | None:
@@ -179,5 +194,7 @@ class ShardDirectory:
         return (entry.framed or None) if entry is not None else None
 
     def count(self) -> int:
+        # Asked on every Metadata answer that names a diskless topic: a revision compare, decoded
+        # only when the metadata moved on.
         addresses = self._read()
         return max(addresses) + 1 if addresses else 0

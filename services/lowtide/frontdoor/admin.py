@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -20,7 +20,9 @@ from lowtide.errors import (
     ClusterAuthorizationFailed,
     InvalidConfig,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidReplicationFactor,
+    InvalidRequest,
     LowtideError,
     NotLeaderOrFollower,
     TopicAlreadyExists,
@@ -36,7 +38,7 @@ from lowtide.messages.admin import OffsetQuery, TopicOutcome, TopicRequest
 from lowtide.messages.replica import PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
-from lowtide.metadata.store import MetadataStore, assign_replicas, partitions_key, validate_topic_name
+from lowtide.metadata.store import MetadataStore, assign_replicas, validate_topic_name
 
 DEFAULT_MAX_REPLICATION_FACTOR = 3
 LIST_OFFSETS_TIMEOUT_S = 10.0
@@ -107,6 +109,8 @@ class TopicAdmin:
     def create_topic(self, request: TopicRequest, *, validate_only: bool = False) -> TopicInfo | None:
         """Validate and create one topic; raises the LowtideError that stops it."""
         validate_topic_name(request.name)
+        if request.assignments:
+            return self._create_assigned(request, validate_only=validate_only)
         if request.partitions < 1:
             raise InvalidPartitions(f"number of partitions must be >= 1, got {request.partitions}")
         if request.diskless and self._diskless is None:
@@ -138,6 +142,31 @@ class TopicAdmin:
             return None
         return self._store.create_topic(name=request.name, partitions=request.partitions, replication_factor=rf,
                                         config=config, diskless=request.diskless, assignment=assignment)
+
+    def _create_assigned(self, request: TopicRequest, *, validate_only: bool) -> TopicInfo | None:
+        """A topic placed by the client (Kafka's CreateTopics ``assignments``): exactly the
+        partitions and replicas asked for, or Kafka's refusal in Kafka's words."""
+        if request.diskless:
+            raise InvalidRequest("A manual partition assignment cannot be specified for diskless topics.")
+        if request.replication_factor != -1:
+            raise InvalidRequest("A manual partition assignment was specified, but replication factor was not "
+                                 "set to -1.")
+        if request.partitions != -1:
+            raise InvalidRequest("A manual partition assignment was specified, but numPartitions was not set to -1.")
+        config = validate_topic_config(request.config)
+        live = self._store.live_broker_ids()
+        assignment = manual_assignment(request.assignments, registered=set(self._store.brokers()), live=live)
+        min_isr = int(config.get("min.insync.replicas", "1"))
+        if min_isr > len(assignment[0]):
+            raise InvalidConfig(f"min.insync.replicas={min_isr} is larger than the replication factor "
+                                f"{len(assignment[0])}")
+        if request.name in self._store.topics():
+            raise TopicAlreadyExists(f"topic '{request.name}' already exists")
+        if validate_only:
+            return None
+        return self._store.create_topic(name=request.name, partitions=len(assignment),
+                                        replication_factor=len(assignment[0]), config=config,
+                                        assignment=assignment, live=live)
 
     def delete_topics(self, *, principal: str, names: Sequence[str]) -> list[TopicOutcome]:
         outcomes = []
@@ -181,11 +210,8 @@ class TopicAdmin:
             names = sorted(n for n, i in all_topics.items() if not i.internal and self._may_describe(principal, n))
         refused = {n for n in names if not self._may_describe(principal, n)}
         views = []
-        pipe = self._store.redis.pipeline(transaction=False)
         known = [n for n in names if n in all_topics and n not in refused]
-        for n in known:
-            pipe.hgetall(partitions_key(n))
-        partitions = dict(zip(known, pipe.execute(), strict=True)) if known else {}
+        partitions = {n: self._store.partition_states(n) for n in known}
         for name in names:
             info = all_topics.get(name)
             if name in refused:
@@ -195,8 +221,7 @@ class TopicAdmin:
             if info is None:
                 views.append(TopicView(name=name, error=UnknownTopicOrPartition(f"topic '{name}' does not exist")))
                 continue
-            states = sorted((PartitionState.from_json(v) for v in partitions[name].values()),
-                            key=lambda s: s.partition)
+            states = partitions[name]
             if info.diskless and self._diskless is not None:
                 states = list(self._diskless.partition_states(info, brokers=brokers, live=live))
             views.append(TopicView(name=name, info=info, partitions=tuple(states)))
@@ -211,6 +236,7 @@ class TopicAdmin:
         (READ_COMMITTED): latest is the last stable offset."""
         answers: dict[TopicPartition, PartitionOffset] = {}
         timestamps: dict[TopicPartition, int] = {}
+        epochs = {(q.topic, q.partition): q.current_leader_epoch for q in queries if q.current_leader_epoch >= 0}
         for q in queries:
             if self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
                                           resource_type=ResourceType.TOPIC, resource_name=q.topic):
@@ -228,7 +254,7 @@ class TopicAdmin:
             for key, error in {**routes.unknown, **routes.unroutable}.items():
                 answers[key] = _failed(*key, error)
             got = self._ask_leaders(routes.by_address, pending, max(0.1, deadline - time.monotonic()),
-                                    isolation_level=isolation_level)
+                                    isolation_level=isolation_level, epochs=epochs)
             retry = {}
             for key, answer in got.items():
                 answers[key] = answer
@@ -244,11 +270,13 @@ class TopicAdmin:
             "no answer")) for q in queries]
 
     def _ask_leaders(self, by_address: dict[str, list[TopicPartition]], timestamps: dict[TopicPartition, int],
-                     timeout_s: float, *, isolation_level: int = 0) -> dict[TopicPartition, PartitionOffset]:
+                     timeout_s: float, *, isolation_level: int = 0,
+                     epochs: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, PartitionOffset]:
         def ask(address: str, keys: list[TopicPartition]) -> dict[TopicPartition, PartitionOffset]:
             try:
                 got = self._replicas.list_offsets(address, [(t, p, timestamps[(t, p)]) for t, p in keys],
-                                                  timeout_s=timeout_s, isolation_level=isolation_level)
+                                                  timeout_s=timeout_s, isolation_level=isolation_level,
+                                                  leader_epochs=epochs)
             except LowtideError as err:
                 return {k: _failed(*k, err) for k in keys}
             by_key = {(a.topic, a.partition): a for a in got}
@@ -260,6 +288,42 @@ class TopicAdmin:
         for f in futures:
             out.update(f.result())
         return out
+
+
+def manual_assignment(assignments: Sequence[tuple[int, Sequence[int]]], *, registered: set[int],
+                      live: set[int]) -> list[list[int]]:
+    """The replica lists of a client's own placement, by partition, checked as Kafka's controller
+    checks them (``ReplicationControlManager.createTopic``), with its messages: each partition
+    once, numbered 0..n-1; no empty list, no broker twice, only registered brokers, the same
+    count of replicas everywhere; and in each, at least one broker that is live (it leads)."""
+    by_partition: dict[int, list[int]] = {}
+    replication_factor: int | None = None
+    for partition, brokers in assignments:
+        if partition in by_partition:
+            raise InvalidReplicaAssignment(f"Found multiple manual partition assignments for partition {partition}")
+        if not brokers:
+            raise InvalidReplicaAssignment("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker in sorted(brokers):
+            if broker not in registered:
+                raise InvalidReplicaAssignment(f"The manual partition assignment includes broker {broker}, but no "
+                                               "such broker is registered.")
+            if broker == previous:
+                raise InvalidReplicaAssignment(f"The manual partition assignment includes the broker {broker} more "
+                                               "than once.")
+            previous = broker
+        if replication_factor is not None and len(brokers) != replication_factor:
+            raise InvalidReplicaAssignment(
+                f"The manual partition assignment includes a partition with {len(brokers)} replica(s), but this is "
+                f"not consistent with previous partitions, which have {replication_factor} replica(s).")
+        replication_factor = len(brokers)
+        if not any(b in live for b in brokers):
+            raise InvalidReplicaAssignment(f"All brokers specified in the manual partition assignment for partition "
+                                           f"{partition} are fenced or in controlled shutdown.")
+        by_partition[partition] = list(brokers)
+    if sorted(by_partition) != list(range(len(by_partition))):
+        raise InvalidReplicaAssignment("partitions should be a consecutive 0-based integer sequence")
+    return [by_partition[p] for p in range(len(by_partition))]
 
 
 def _failed(topic: str, partition: int, error: LowtideError) -> PartitionOffset:

@@ -47,8 +47,7 @@ from lowtide.messages.admin import (
     OffsetCommit,
     PartitionOutcome,
 )
-from lowtide.metadata.model import TopicInfo
-from lowtide.metadata.store import TOPICS, MetadataStore
+from lowtide.metadata.store import MetadataStore
 
 if TYPE_CHECKING:
     from lowtide.frontdoor.membership import GroupMembership
@@ -306,5 +305,5 @@ class GroupCoordinator:
         names = sorted(topics)
         if not names:
             return {}
-        raw = self._metadata.redis.hmget(TOPICS, names)
-        return {n: TopicInfo.from_json(r).partitions for n, r in zip(names, raw, strict=True) if r is not None}
+        topics = self._metadata.topics()
+        return {n: topics[n].partitions for n in names if n in topics}

@@ -17,20 +17,20 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-import redis as redis_lib
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from lowtide.errors import MetadataStoreUnavailable
 from lowtide.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
 
 class ClusterCollector(Collector):
-    """Gauges of the module doc, read from Redis at each scrape (a few HGETALLs).
+    """Gauges of the module doc, read from the metadata image at each scrape.
 
     Thread-safety: ``collect`` runs on the metrics HTTP thread; the store is thread-safe. When
-    Redis is unavailable the scrape reports ``lowtide_cluster_metadata_up 0`` and nothing else,
+    the metadata store is unreachable the scrape reports ``lowtide_cluster_metadata_up 0`` and nothing else,
     instead of failing the whole scrape (the service's other metrics still matter then).
     """
 
@@ -38,12 +38,15 @@ class ClusterCollector(Collector):
         self.store = store
 
     def collect(self):
-        up = GaugeMetricFamily("lowtide_cluster_metadata_up", "1 when the metadata store answered this scrape")
+        up = GaugeMetricFamily("lowtide_cluster_metadata_up",
+                               "1 while this process follows the metadata store (its watch is connected)")
         try:
             brokers = self.store.brokers()
             alive = self.store.live_broker_ids()
             states = self.store.all_partition_states()
-        except redis_lib.RedisError as exc:
+            if not self.store.connected():
+                raise MetadataStoreUnavailable("the metadata watch is not connected")
+        except MetadataStoreUnavailable as exc:
             log.warning("cluster metrics: metadata store unavailable: %s", exc)
             up.add_metric([], 0)
             yield up

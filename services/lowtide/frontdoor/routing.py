@@ -1,10 +1,9 @@
 """Where each partition's leader is: one consistent read of the metadata for a set of partitions.
 
 Used by every fan-out (ListOffsets, DeleteRecords). A first attempt routes from the process's
-``MetadataCache`` when it knows every partition asked for (no Redis round trip on the latency path);
-a retry, or a partition the cache does not know, reads Redis in a bounded number of round trips
-however many partitions are asked for: one pipeline for the topics' partition hashes, one for the
-brokers and one MGET for their liveness.
+``MetadataCache`` snapshot when it knows every partition asked for; a retry, or a partition the
+snapshot does not know, reads the metadata store, which looks up a name its image lacks after
+catching up with etcd (one round trip), so a topic created a moment ago elsewhere is found.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from lowtide.errors import BrokerNotAvailable, LeaderNotAvailable, LowtideError,
 from lowtide.messages import TopicPartition
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState
-from lowtide.metadata.store import TOPICS, MetadataStore, partitions_key
+from lowtide.metadata.store import MetadataStore
 
 
 @dataclass
@@ -36,26 +35,23 @@ class Routes:
 def route_partitions(store: MetadataStore, keys: Iterable[TopicPartition], *,
                      cache: MetadataCache | None = None) -> Routes:
     """Group ``keys`` by the address of their current live leader: from ``cache`` when it has a
-    current snapshot that knows every key, else from Redis."""
+    current snapshot that knows every key, else from the store."""
     keys = list(keys)
     snap = cache.snapshot() if cache is not None else None
     if snap is not None and snap.covers(keys):
         states = {k: snap.states[k] for k in keys}
         return _group(keys, snap.topics.keys(), states, snap.brokers, snap.live)
     topics = sorted({t for t, _ in keys})
-    pipe = store.redis.pipeline(transaction=False)
-    for t in topics:
-        pipe.hexists(TOPICS, t)
-        pipe.hgetall(partitions_key(t))
-    raw = pipe.execute()
     known_topics: set[str] = set()
     states: dict[TopicPartition, PartitionState] = {}
-    for i, t in enumerate(topics):
-        if raw[2 * i]:
-            known_topics.add(t)
-            for value in raw[2 * i + 1].values():
-                s = PartitionState.from_json(value)
-                states[(s.topic, s.partition)] = s
+    for t in topics:
+        try:
+            store.topic(t)  # a name the image lacks is looked up after catching up with etcd
+        except UnknownTopicOrPartition:
+            continue
+        known_topics.add(t)
+        for s in store.partition_states(t):
+            states[(s.topic, s.partition)] = s
     leaders = {s.leader for s in states.values() if s.leader >= 0}
     brokers = store.brokers() if leaders else {}
     live = store.live_broker_ids(leaders) if leaders else set()

@@ -1,8 +1,10 @@
 """A front door forwards ``lowtide.v1.OrphanScanner`` calls to the orphan scanner registered in
-Redis, so ``lowtide orphans scan --bootstrap-server B`` finds the scanner through the cluster.
+the cluster metadata, so ``lowtide orphans scan --bootstrap-server B`` finds the scanner through
+the cluster.
 
-A running scanner registers itself in the Redis hash ``lowtide:orphan-scanners`` (name ->
-{"grpc": HOST:PORT, ...}; lowtide/scanner/server.py) and removes itself when it stops. A call is
+A running scanner registers itself in the metadata section ``scanners`` (``scanners/{name}`` ->
+{"grpc": HOST:PORT, ...}; lowtide/scanner/server.py) and removes itself when it stops; the front
+door reads the section from its metadata image (no round trip). A call is
 forwarded as the bytes it came as (nothing is parsed here), with the caller's metadata (its bearer
 token: the scanner checks CLUSTER_ACTION itself) and the caller's remaining deadline, to the
 registered scanners in name order: the next is tried only when one cannot be reached
@@ -19,10 +21,11 @@ import json
 import logging
 
 import grpc
-import redis as redis_lib
 
 from lowtide.client.scanner import SCANNER_METHODS, SCANNER_REGISTRY, SCANNER_SERVICE
 from lowtide.errors import CoordinatorNotAvailable
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
 from lowtide.rpc.channels import ChannelPool
 
 log = logging.getLogger(__name__)
@@ -42,29 +45,29 @@ class _RawScanner:
                         for name in SCANNER_METHODS}
 
 
-def registered_scanners(redis: redis_lib.Redis) -> list[tuple[str, str]]:
-    """(name, gRPC address) of each scanner registered in Redis, by name."""
+def registered_scanners(store: MetadataStore) -> list[tuple[str, str]]:
+    """(name, gRPC address) of each scanner registered in the cluster metadata, by name."""
     out = []
-    for name, raw in sorted(redis.hgetall(SCANNER_REGISTRY).items()):
+    for name, entry in sorted(section(store, SCANNER_REGISTRY).items().items()):
         try:
-            address = json.loads(raw)["grpc"]
+            address = json.loads(entry.value)["grpc"]
         except (ValueError, KeyError, TypeError):
             continue
-        out.append((name.decode() if isinstance(name, bytes) else str(name), address))
+        out.append((name, address))
     return out
 
 
 class ScannerProxy:
-    def __init__(self, redis: redis_lib.Redis, channels: ChannelPool) -> None:
-        self._redis = redis
+    def __init__(self, store: MetadataStore, channels: ChannelPool) -> None:
+        self._store = store
         self._channels = channels
 
     def _forward(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
-        scanners = registered_scanners(self._redis)
+        scanners = registered_scanners(self._store)
         if not scanners:
-            raise CoordinatorNotAvailable(f"no orphan scanner is registered in the cluster ({SCANNER_REGISTRY} in "
-                                          "Redis): is `lowtide serve orphan-scanner` running? (or call it directly: "
-                                          "lowtide orphans scan --scanner-address HOST:PORT)")
+            raise CoordinatorNotAvailable(f"no orphan scanner is registered in the cluster (metadata section "
+                                          f"{SCANNER_REGISTRY}/): is `lowtide serve orphan-scanner` running? (or call "
+                                          "it directly: lowtide orphans scan --scanner-address HOST:PORT)")
         metadata = [(k, v) for k, v in context.invocation_metadata() if k not in _HOP_METADATA]
         remaining = context.time_remaining()
         timeout = _NO_DEADLINE_S if remaining is None or remaining > 10 * _NO_DEADLINE_S else remaining
@@ -76,8 +79,8 @@ class ScannerProxy:
             except grpc.RpcError as err:
                 if err.code() != grpc.StatusCode.UNAVAILABLE:
                     context.abort(err.code(), err.details() or "")
-                log.warning("orphan scanner %s at %s (registered in Redis) cannot be reached: %s", name, address,
-                            err.details())
+                log.warning("orphan scanner %s at %s (registered in the cluster) cannot be reached: %s", name,
+                            address, err.details())
                 last = err
         assert last is not None
         context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -94,6 +97,6 @@ class ScannerProxy:
         return grpc.method_handlers_generic_handler(SCANNER_SERVICE, {m: handler(m) for m in SCANNER_METHODS})
 
 
-def add_scanner_proxy(server: grpc.Server, *, redis: redis_lib.Redis, channels: ChannelPool) -> None:
+def add_scanner_proxy(server: grpc.Server, *, store: MetadataStore, channels: ChannelPool) -> None:
     """Serve ``lowtide.v1.OrphanScanner`` on ``server`` by forwarding (see module doc)."""
-    server.add_generic_rpc_handlers((ScannerProxy(redis, channels).handlers(),))
+    server.add_generic_rpc_handlers((ScannerProxy(store, channels).handlers(),))

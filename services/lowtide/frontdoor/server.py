@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
-import redis as redis_lib
 from prometheus_client import REGISTRY
 
 from lowtide.auth.access import parse_super_users
@@ -28,7 +27,7 @@ from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator, end_session, mint_session
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.replica import ReplicaClient
-from lowtide.common.bootstrap import ServerBootstrap
+from lowtide.common.bootstrap import ServerBootstrap, join_cluster
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.frontdoor.acls import AclAdmin
@@ -60,6 +59,7 @@ from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
+from lowtide.purgatory.connection import RedisClient, connect_redis
 from lowtide.tls.principal import PrincipalMapper
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -72,6 +72,7 @@ ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
 @dataclass(frozen=True)
 class FrontDoorConfig:
     redis_url: str
+    metadata_url: str = "etcd://127.0.0.1:2379"
     auth_enabled: bool = False
     tokens_file: str | None = None
     super_users: frozenset[str] = field(default_factory=frozenset)
@@ -102,13 +103,13 @@ class FrontDoorParts:
     store: MetadataStore
     replicas: ReplicaClient
     pool: ThreadPoolExecutor
-    redis: redis_lib.Redis
+    redis: RedisClient
     offsets: OffsetsTopic | None = None
     cache: MetadataCache | None = None
 
     def register(self, server: grpc.Server) -> None:
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self.front), server)
-        add_scanner_proxy(server, redis=self.redis, channels=self.replicas.channels)  # lowtide orphans scan
+        add_scanner_proxy(server, store=self.store, channels=self.replicas.channels)  # lowtide orphans scan
 
     def close(self) -> None:
         if self.front.members is not None:
@@ -121,28 +122,29 @@ class FrontDoorParts:
             self.cache.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.replicas.close()
+        self.store.close()
         self.redis.close()
 
 
 def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     """Wire the domain objects of a front door (also used in-process by tests)."""
-    redis = redis_lib.Redis.from_url(config.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    store = MetadataStore(redis=redis)
-    authorizer = Authorizer(store=AclStore(redis=redis), enabled=config.auth_enabled,
-                            super_users=config.super_users)
+    redis = connect_redis(config.redis_url)
+    store = MetadataStore.from_url(config.metadata_url)
+    acls = AclStore(metadata=store)  # ACLs, tokens and SCRAM credentials live in the metadata store
+    authorizer = Authorizer(store=acls, enabled=config.auth_enabled, super_users=config.super_users)
     # A caller without a token is User:ANONYMOUS and the ACLs decide, which by default deny: the
     # contract (docs/design/kip-107-delete-records.md#request-and-answers) is that an
     # unauthenticated DeleteRecords gets TOPIC_AUTHORIZATION_FAILED per partition (not a failed call),
     # and Metadata/ListTopics show it no topic. A wrong token is refused outright. The replica port,
     # which has no such contract, refuses a missing token too.
-    authenticator = Authenticator(redis=redis, tokens_file=config.tokens_file, required=False,
+    authenticator = Authenticator(metadata=store, tokens_file=config.tokens_file, required=False,
                                   certificates=config.certificates, reserved_for_certificates=is_service_principal)
     replicas = ReplicaClient(metadata=token_file_metadata(config.token_file))
     pool = ThreadPoolExecutor(max_workers=config.fanout_threads, thread_name_prefix="fanout")
-    # Routes DeleteRecords and ListOffsets without reading Redis on the latency path.
-    cache = MetadataCache(redis=redis)
+    # Routes DeleteRecords and ListOffsets from an immutable snapshot of the metadata image.
+    cache = MetadataCache(store=store)
     cache.start()
-    directory = ShardDirectory(redis=redis)  # diskless topics: the coordinator shards (KIP-1164)
+    directory = ShardDirectory(store=store)  # diskless topics: the coordinator shards (KIP-1164)
     diskless = DisklessTopicAdmin(store=store, directory=directory, pool=pool, cache=cache,
                                   coordinators=DisklessCoordinatorClient(
                                       lookup=directory.lookup, channels=replicas.channels,
@@ -152,9 +154,11 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     offsets = OffsetsTopic(store=store, replicas=replicas, topics=topics,
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
-    txn_states = TxnStateLog(store=store, replicas=replicas, topics=topics, redis=redis,
+    # Transaction states in __transaction_state, producer ids in blocks from the metadata store
+    # (frontdoor/txn_log.py, frontdoor/producer_ids.py): nothing of transactions is in Redis.
+    txn_states = TxnStateLog(store=store, replicas=replicas, topics=topics,
                              config=TxnLogConfig(partitions=config.txn_state_partitions),
-                             migrate_from=TxnStateStore(redis=redis))
+                             migrate_from=TxnStateStore(metadata=store))
     # Group membership lives in this process's memory (frontdoor/membership.py says what follows).
     members = GroupMembership(authorizer=authorizer, config=config.membership)
     front = FrontDoor(
@@ -165,12 +169,12 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                                cache=cache),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
                                 members=members),
-        acls=AclAdmin(store=AclStore(redis=redis), authorizer=authorizer),
+        acls=AclAdmin(store=acls, authorizer=authorizer),
         transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
-        scram=ScramAdmin(store=ScramStore(redis=redis), authorizer=authorizer),
+        scram=ScramAdmin(store=ScramStore(metadata=store), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
         elections=LeaderElections(store=store, authorizer=authorizer),
@@ -237,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     boot = ServerBootstrap(args, name=args.name)
     mutual = boot.tls is not None and boot.tls.mutual
     boot.require_token_file("the token of User:frontdoor, which the front door presents to the replicas it calls")
-    check_backend(args.name, args.lease_backend)
+    args.lease_backend = check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
     if args.transaction_state_partitions < 1:
@@ -246,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
     if args.transactional_id_expiration_ms < 1:
         raise SystemExit(f"{args.name}: --transactional-id-expiration-ms must be >= 1, "
                          f"got {args.transactional_id_expiration_ms}")
-    parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, auth_enabled=args.auth_enabled,
+    parts = build_front_door(FrontDoorConfig(redis_url=args.redis_url, metadata_url=args.metadata_url,
+                                             auth_enabled=args.auth_enabled,
                                              tokens_file=args.tokens_file,
                                              super_users=parse_super_users(args.super_users),
                                              token_file=None if mutual else args.token_file,
@@ -260,6 +265,8 @@ def run(args: argparse.Namespace) -> int:
                                                  initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
                                                  max_group_size=args.group_max_size)))
     REGISTRY.register(ClusterCollector(parts.store))
+    # Stateless: no data directory to compare, but it stops if the store forgets the cluster.
+    guard = join_cluster(parts.store, data_dir=None, node_id=args.name, timeout_s=args.redis_wait_seconds)
     controller = None
     if args.controller:
         lease = None
@@ -283,16 +290,17 @@ def run(args: argparse.Namespace) -> int:
             node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
             auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,
-            scram=build_scram_login(parts.redis, auth_enabled=args.auth_enabled,
+            scram=build_scram_login(parts.store, auth_enabled=args.auth_enabled,
                                     session_lifetime_ms=args.kafka_connections_max_reauth_ms),
             certificates=certificate_login(
                 kafka, session_lifetime_ms=args.kafka_connections_max_reauth_ms,
-                mint=(lambda principal, ttl_s: mint_session(parts.redis, principal=principal, ttl_s=ttl_s))
+                mint=(lambda principal, ttl_s: mint_session(parts.store, principal=principal, ttl_s=ttl_s))
                 if args.auth_enabled else None,
-                end=(lambda token: end_session(parts.redis, token)) if args.auth_enabled else None,
+                end=(lambda token: end_session(parts.store, token)) if args.auth_enabled else None,
                 verify=parts.front.authenticator.authenticate if args.auth_enabled else None))))
 
     def on_stop() -> None:
+        guard.stop()
         if kafka is not None:
             kafka.stop()
         if controller is not None:

@@ -121,7 +121,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         outcomes = self._front.topics.create_topics(
             principal=principal, validate_only=request.validate_only,
             requests=[TopicRequest(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
-                                   config=dict(t.config), diskless=t.diskless) for t in request.topics])
+                                   config=dict(t.config), diskless=t.diskless,
+                                   assignments=tuple((a.partition, tuple(a.broker_ids)) for a in t.assignments))
+                      for t in request.topics])
         return admin_pb2.CreateTopicsResponse(topics=[
             admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
@@ -222,7 +224,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def ListOffsets(self, request, context):  # noqa: N802
         answers = self._front.topics.list_offsets(
             principal=self._principal(context),
-            queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp)
+            queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp,
+                                 current_leader_epoch=p.current_leader_epoch if p.HasField("current_leader_epoch")
+                                 else -1)
                      for p in request.partitions], isolation_level=request.isolation_level)
         return common_pb2.ListOffsetsResponse(partitions=[
             common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=_code(a.error)[0],

@@ -3,14 +3,17 @@
 Any front door serves any transactional id. The states live in the internal compacted topic
 ``__transaction_state`` (``txn_log.py``: Kafka's record format, replicated with acks=all), and
 every transition is a compare-and-set on the state's version, so two front doors never both move
-one transaction. ``TxnStateStore`` below is the Redis layout older lowtide kept them in (read once,
-to move them into the topic; tests also run the coordinator on it)::
+one transaction. ``TxnStateStore`` below keeps states in the cluster metadata instead (etcd, the
+section ``transactions`` of ``lowtide.metadata.sections``): not the front door's store, but the
+one whose states the front door that creates the topic copies into it (``migrate_from``), and a
+store tests run the coordinator on::
 
-    lowtide:txn:{transactional id}   HASH  producer_id, producer_epoch, state, partitions (JSON
-                                           [[topic, partition], ...]), start_ms, timeout_ms,
-                                           updated_ms, version
-    lowtide:txn:ids                  SET   every transactional id with a state (the expiry scan)
-    lowtide:txn:next_producer_id     INT   INCR: producer ids, never reused (both stores use it)
+    transactions/{transactional id}   JSON  producer_id, producer_epoch, state, partitions
+                                            ([[topic, partition], ...]), start_ms, timeout_ms,
+                                            updated_ms; ``version`` is the record's revision
+
+Producer ids come from blocks claimed in the metadata store (``producer_ids.py``, Kafka's
+AllocateProducerIds), never from Redis: a Redis that forgot its counter gave an id twice.
 
 States (Kafka's): Empty -> Ongoing (AddPartitionsToTxn) -> PrepareCommit | PrepareAbort (EndTxn,
 persisted before any marker) -> CompleteCommit | CompleteAbort (every partition holds its marker).
@@ -35,8 +38,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-import redis as redis_lib
-
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
@@ -56,10 +57,12 @@ from lowtide.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
+from lowtide.frontdoor.producer_ids import ProducerIdBlocks
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.groups import OFFSETS_TOPIC
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import TxnMarkerRequest
+from lowtide.metadata.sections import Entry, section
 from lowtide.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -67,8 +70,6 @@ log = logging.getLogger(__name__)
 EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
-IDS = "lowtide:txn:ids"
-NEXT_PRODUCER_ID = "lowtide:txn:next_producer_id"
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
 MAX_EPOCH = 32767
@@ -79,28 +80,6 @@ ABANDONED_PREPARE_MS = 5_000
 # Kafka's transactional.id.expiration.ms: a decided (or never used) transactional id untouched for
 # this long is forgotten; its producer's next InitProducerId starts over with a new producer id.
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3_600_000
-
-# Delete a state if it is still at the given version.
-_CAS_DELETE = """
-if (redis.call('HGET', KEYS[1], 'version') or '0') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[2])
-return 1
-"""
-
-# Compare-and-set of a whole state on its version ("0" = must not exist).
-_CAS = """
-local cur = redis.call('HGET', KEYS[1], 'version')
-if (cur or '0') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2, #ARGV - 1))
-redis.call('SADD', KEYS[2], ARGV[#ARGV])
-return 1
-"""
-
-
-def txn_key(transactional_id: str) -> str:
-    return f"lowtide:txn:{transactional_id}"
-
 
 @dataclass(frozen=True)
 class TxnState:
@@ -135,46 +114,69 @@ Described = tuple[str, "TxnState | None", "LowtideError | None"]
 
 
 class TxnStateStore:
-    """Transaction states in Redis (module docstring). Thread-safe (redis-py pools connections)."""
+    """Transaction states in the metadata store's ``transactions`` section (module docstring):
+    ``version`` is the record's etcd revision (0: no record), ``save`` and ``delete`` a
+    compare-and-set on it. Reads come from the process's metadata image, caught up with etcd first
+    (one linearizable round trip), so a front door never decides on a state older than one another
+    front door acknowledged (as ``TxnStateLog`` reads to the high watermark); with etcd away they
+    answer from the image, and writes fail. Thread-safe (as ``MetadataStore``)."""
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self.redis = redis
-        self._cas = redis.register_script(_CAS)
-        self._cas_delete = redis.register_script(_CAS_DELETE)
+    def __init__(self, *, metadata: MetadataStore, producer_ids: ProducerIdBlocks | None = None) -> None:
+        self._metadata = metadata
+        self._records = section(metadata, "transactions")
+        self._producer_ids = producer_ids or ProducerIdBlocks(store=metadata)
 
     def load(self, transactional_id: str) -> TxnState | None:
-        raw = {k.decode(): v.decode() for k, v in self.redis.hgetall(txn_key(transactional_id)).items()}
-        if not raw:
-            return None
-        return TxnState(transactional_id=transactional_id, producer_id=int(raw["producer_id"]),
-                        producer_epoch=int(raw["producer_epoch"]), state=raw["state"],
-                        partitions=frozenset((t, int(p)) for t, p in json.loads(raw["partitions"])),
-                        start_ms=int(raw["start_ms"]), timeout_ms=int(raw["timeout_ms"]),
-                        updated_ms=int(raw["updated_ms"]), version=int(raw["version"]))
+        self._metadata.sync()
+        entry = self._records.get(transactional_id)
+        return None if entry is None else _decode_state(transactional_id, entry)
 
     def save(self, state: TxnState) -> TxnState | None:
         """Write ``state`` if the stored version is still ``state.version``; the stored state, or
         None when another writer got there first."""
-        new = replace(state, version=state.version + 1, updated_ms=now_ms())
-        fields = {"producer_id": new.producer_id, "producer_epoch": new.producer_epoch, "state": new.state,
-                  "partitions": json.dumps(sorted(new.partitions)), "start_ms": new.start_ms,
-                  "timeout_ms": new.timeout_ms, "updated_ms": new.updated_ms, "version": new.version}
-        args = [str(state.version)] + [str(x) for kv in fields.items() for x in kv] + [state.transactional_id]
-        return new if self._cas(keys=[txn_key(state.transactional_id), IDS], args=args) == 1 else None
+        new = replace(state, updated_ms=now_ms())
+        value = _encode_state(new)
+        if not self._records.put(state.transactional_id, value, expect=_expected(state)):
+            return None
+        # The write is in the image now; its revision is the new version, unless another writer
+        # already moved the state again (then no version of ours matches: the next save fails).
+        entry = self._records.get(state.transactional_id)
+        return replace(new, version=entry.revision if entry is not None and entry.value == value else -1)
 
     def delete(self, state: TxnState) -> bool:
         """Remove the state if it is still at ``state.version``; whether it did."""
-        return self._cas_delete(keys=[txn_key(state.transactional_id), IDS],
-                                args=[str(state.version), state.transactional_id]) == 1
+        return self._records.delete([state.transactional_id],
+                                    expect={state.transactional_id: _expected(state)})
 
     def next_producer_id(self) -> int:
-        return int(self.redis.incr(NEXT_PRODUCER_ID))
+        return self._producer_ids.next_id()
 
     def states(self) -> list[TxnState]:
-        return [st for st in map(self.load, self.transactional_ids()) if st is not None]
+        self._metadata.sync()
+        return [_decode_state(tid, entry) for tid, entry in sorted(self._records.items().items())]
 
     def transactional_ids(self) -> list[str]:
-        return sorted(m.decode() for m in self.redis.sscan_iter(IDS, count=500))
+        return [st.transactional_id for st in self.states()]
+
+
+def _expected(state: TxnState) -> Entry | None:
+    """The compare of a write at ``state.version`` (0: the record must not exist)."""
+    return None if state.version == 0 else Entry(b"", state.version)
+
+
+def _encode_state(st: TxnState) -> bytes:
+    return json.dumps({"producer_id": st.producer_id, "producer_epoch": st.producer_epoch, "state": st.state,
+                       "partitions": sorted(st.partitions), "start_ms": st.start_ms,
+                       "timeout_ms": st.timeout_ms, "updated_ms": st.updated_ms}, sort_keys=True).encode()
+
+
+def _decode_state(transactional_id: str, entry: Entry) -> TxnState:
+    raw = json.loads(entry.value)
+    return TxnState(transactional_id=transactional_id, producer_id=int(raw["producer_id"]),
+                    producer_epoch=int(raw["producer_epoch"]), state=raw["state"],
+                    partitions=frozenset((t, int(p)) for t, p in raw["partitions"]),
+                    start_ms=int(raw["start_ms"]), timeout_ms=int(raw["timeout_ms"]),
+                    updated_ms=int(raw["updated_ms"]), version=entry.revision)
 
 
 class TransactionCoordinator:
@@ -365,7 +367,7 @@ class TransactionCoordinator:
         while not self._stop.wait(self._interval):
             try:
                 self.expire()
-            except (LowtideError, redis_lib.RedisError, OSError) as err:
+            except (LowtideError, OSError) as err:
                 log.warning("transaction expiry scan failed: %s", err)
 
     # -- internals ---------------------------------------------------------------------------------

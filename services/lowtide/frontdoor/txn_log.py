@@ -1,11 +1,12 @@
 """Transaction states kept in the internal compacted topic ``__transaction_state`` (Kafka's home for
-them), replicated like any data, instead of in Redis alone.
+them), replicated like any data.
 
 Records are Kafka's TransactionLogKey / TransactionLogValue (``txn_records.py`` draws them); a
 transactional id's records all go to partition ``abs(hashCode(id)) % N``. The topic is created on
 first need: ``cleanup.policy=compact``, RF = min(3, live brokers), N = ``--transaction-state-partitions``
 (default 8; Kafka's ``transaction.state.log.num.partitions`` is 50). When this front door creates it,
-the states an older lowtide kept in Redis are copied in first (``migrate_from``).
+the states kept in the metadata store's ``transactions`` section (``TxnStateStore``: where a
+migration from an older lowtide puts them) are copied in first (``migrate_from``).
 
 Why a topic: a state the coordinator acknowledged (a PrepareCommit, say) is then on the disks of
 min.insync.replicas replicas before the client hears of it, so a transaction that was mid-commit
@@ -19,15 +20,16 @@ offset + 1, and the offset up to which it has read. ``save(state)`` appends the 
 conditional append (replica.proto ``expected_log_end_offset``) on the log ending where this fold
 ends, after checking that ``state.version`` is still the fold's; if another front door appended
 meanwhile the leader refuses it, nothing is written, and ``save`` returns None (the caller reads
-again and retries, as with the Redis store's Lua compare-and-set). Every ``load`` and ``save``
-first reads the partition up to its leader's high watermark, so a front door never acts on a state
+again and retries, as with ``TxnStateStore``'s compare-and-set on an etcd revision). Every
+``load`` and ``save`` first reads the partition up to its leader's high watermark, so a front door never acts on a state
 older than what another one had acknowledged, and a write whose answer was lost (a timeout) is
 read back before the next decision. Records above the high watermark are waited for (a new leader's
 high watermark lags what the old one acknowledged until its followers fetch again): a state read
 there could be older than one the old leader acknowledged.
 
-Producer ids still come from Redis (INCR ``lowtide:txn:next_producer_id``), beside the topic and
-broker metadata lowtide keeps there.
+Producer ids come from blocks claimed in the metadata store (``producer_ids.py``, Kafka's
+AllocateProducerIds): never handed out twice, by two front doors or across their restarts.
+Nothing of transactions is kept in Redis.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-import redis as redis_lib
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
@@ -52,8 +52,9 @@ from lowtide.errors import (
     UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.admin import TopicAdmin
+from lowtide.frontdoor.producer_ids import ProducerIdBlocks
 from lowtide.frontdoor.routing import route_partitions
-from lowtide.frontdoor.transactions import NEXT_PRODUCER_ID, TxnState, TxnStateStore
+from lowtide.frontdoor.transactions import TxnState, TxnStates
 from lowtide.frontdoor.txn_records import (
     TXN_STATE_TOPIC,
     TxnLogValue,
@@ -94,7 +95,7 @@ class _Fold:
 
 class TxnStateLog:
     """Transaction states in ``__transaction_state`` (module doc); the store
-    ``TransactionCoordinator`` works with, as ``TxnStateStore`` is for Redis.
+    ``TransactionCoordinator`` works with, as ``TxnStateStore`` is for the metadata store.
 
     Contract: ``save`` returns the stored state (its ``version`` the record's offset + 1) only
     after the leader acknowledged it with acks=all; None when the version was not the latest
@@ -105,12 +106,12 @@ class TxnStateLog:
     """
 
     def __init__(self, *, store: MetadataStore, replicas: ReplicaClient, topics: TopicAdmin,
-                 redis: redis_lib.Redis, config: TxnLogConfig = TxnLogConfig(),
-                 migrate_from: TxnStateStore | None = None, clock: Callable[[], int] = now_ms) -> None:
+                 config: TxnLogConfig = TxnLogConfig(), migrate_from: TxnStates | None = None,
+                 producer_ids: ProducerIdBlocks | None = None, clock: Callable[[], int] = now_ms) -> None:
         self._store = store
         self._replicas = replicas
         self._topics = topics
-        self.redis = redis
+        self._producer_ids = producer_ids or ProducerIdBlocks(store=store)
         self.config = config
         self._migrate_from = migrate_from
         self._clock = clock
@@ -135,7 +136,7 @@ class TxnStateLog:
         return self._write(state, tombstone=True) is not None
 
     def next_producer_id(self) -> int:
-        return int(self.redis.incr(NEXT_PRODUCER_ID))
+        return self._producer_ids.next_id()
 
     def transactional_ids(self) -> list[str]:
         return sorted(st.transactional_id for st in self.states())
@@ -228,16 +229,15 @@ class TxnStateLog:
             self._migrate(self._migrate_from)
         return info
 
-    def _migrate(self, source: TxnStateStore) -> None:
-        """Copy the states an older lowtide kept in Redis (only the front door that created the
-        topic does, so nothing is copied twice)."""
+    def _migrate(self, source: TxnStates) -> None:
+        """Copy the states of ``source`` (the metadata store's, module doc; only the front door that
+        created the topic does, so nothing is copied twice)."""
         moved = 0
-        for transactional_id in source.transactional_ids():
-            st = source.load(transactional_id)
-            if st is not None and self.save(replace(st, version=0)) is not None:
+        for st in source.states():
+            if self.save(replace(st, version=0)) is not None:
                 moved += 1
         if moved:
-            log.info("moved %d transaction states from Redis into %s", moved, TXN_STATE_TOPIC)
+            log.info("moved %d transaction states from the metadata store into %s", moved, TXN_STATE_TOPIC)
 
     def _catch_up(self, partition: int, fold: _Fold) -> None:
         """Fold the partition's records up to its leader's high watermark (caller holds fold.lock)."""

@@ -152,6 +152,13 @@ def find_coordinator(call: Call, body: Any) -> Any:
 def create_topics(call: Call, body: Any) -> Any:
     request = admin_pb2.CreateTopicsRequest(validate_only=bool(getattr(body, "validate_only", False)))
     for t in body.topics:
+        assignments = [admin_pb2.ManualAssignment(partition=a.partition_index, broker_ids=list(a.broker_ids))
+                       for a in (getattr(t, "assignments", None) or ())]
+        if assignments:  # the counts as sent: with assignments Kafka wants -1 for both
+            request.topics.add(name=t.name, partitions=t.num_partitions, replication_factor=t.replication_factor,
+                               config={c.name: c.value for c in t.configs if c.value is not None},
+                               assignments=assignments)
+            continue
         request.topics.add(name=t.name, partitions=t.num_partitions if t.num_partitions > 0 else 1,
                            replication_factor=t.replication_factor if t.replication_factor > 0 else 0,
                            config={c.name: c.value for c in t.configs if c.value is not None})

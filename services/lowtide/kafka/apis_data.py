@@ -132,9 +132,18 @@ def fetch(call: Call, body: Any) -> Any:
 
 
 # -- ListOffsets -----------------------------------------------------------------------------
+def _epoch_or_none(p: Any) -> int | None:
+    """The partition's ``current_leader_epoch`` (v4+; -1 or absent: unchecked) as the optional field
+    takes it. Java clients send it, and a leader that restarted or was deposed must not answer from
+    its stale state to a client that already knows the newer epoch (Kafka fences ListOffsets too)."""
+    epoch = getattr(p, "current_leader_epoch", -1)
+    return epoch if epoch is not None and epoch >= 0 else None
+
+
 def list_offsets(call: Call, body: Any) -> Any:
     request = common_pb2.ListOffsetsRequest(isolation_level=int(getattr(body, "isolation_level", 0)), partitions=[
-        common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp)
+        common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
+                                        current_leader_epoch=_epoch_or_none(p))
         for t in body.topics for p in t.partitions])
     if call.services.replica is not None:
         answer = call.replica("ListOffsets", request)

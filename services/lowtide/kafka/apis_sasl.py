@@ -6,7 +6,7 @@ mechanism's messages::
 
     PLAIN (RFC 4616), one round:   [authzid] NUL username NUL password  ->  ""
         username = the principal's name ("alice" for User:alice; "User:alice" is accepted too)
-        password = a lowtide bearer token of that principal (tokens file / Redis)
+        password = a lowtide bearer token of that principal (tokens file / metadata store)
     SCRAM-SHA-256 / -512 (RFC 5802, 7677), two rounds (messages drawn in lowtide/auth/scram.py):
         client-first  ->  server-first        (sasl_state = the exchange, nonce and salt)
         client-final  ->  server-final        (the client checks the server knew its key too)

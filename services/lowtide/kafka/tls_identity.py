@@ -43,7 +43,7 @@ End = Callable[[str], None]  # forget a session token
 
 class CertificateLogin:
     """Makes a TLS connection's client certificate its identity (``login``). Thread-safe: a
-    connection's requests are handled one at a time, and Redis is shared safely."""
+    connection's requests are handled one at a time, and the metadata store is shared safely."""
 
     def __init__(self, *, mapper: PrincipalMapper, mint: Mint | None, end: End | None, session_lifetime_ms: int,
                  verify: Callable[[tuple[tuple[str, str], ...]], str] | None = None) -> None:
@@ -92,5 +92,5 @@ class CertificateLogin:
         if isinstance(token, str) and self._end_token is not None:
             try:
                 self._end_token(token)
-            except Exception:  # Redis down: the token expires on its own
+            except Exception:  # the metadata store away: the token expires with its lease
                 log.warning("could not end the session of %s; its token expires on its own", conn.peer)

@@ -2,12 +2,14 @@
 
 Two backends behind one interface (``Lease``):
 
-    redis       a key with a TTL (``SET NX PX`` + compare-and-renew); the default, and the only one
-                outside Kubernetes (lowtide.metadata.store, lowtide.coordinator.leadership)
+    etcd        a record under an etcd lease in the cluster metadata store (put if absent, kept
+                alive by its holder: lowtide.metadata.store, lowtide.coordinator.leadership); the
+                default, and the only one outside Kubernetes. ``redis``, its name in releases
+                before etcd (when these were Redis keys with a TTL), is still accepted for it
     kubernetes  a ``coordination.k8s.io/v1`` Lease object per role (lowtide.leases.kubernetes),
                 for clusters that already run on Kubernetes' own leader election primitive
 
-Chosen by ``--lease-backend redis|kubernetes`` (env ``LOWTIDE_LEASE_BACKEND``) on the front door
+Chosen by ``--lease-backend etcd|kubernetes`` (env ``LOWTIDE_LEASE_BACKEND``) on the front door
 and the coordinator; ``add_lease_flags`` declares the flags and ``kubernetes_lease`` makes a
 Kubernetes one from them.
 """
@@ -18,7 +20,9 @@ import argparse
 import os
 from typing import Protocol
 
-BACKENDS = ("redis", "kubernetes")
+BACKENDS = ("etcd", "kubernetes")
+# Old names still accepted (a chart values file or a flag from an older release) -> the backend.
+BACKEND_ALIASES = {"redis": "etcd"}
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -43,8 +47,10 @@ class Lease(Protocol):
 def add_lease_flags(parser: argparse.ArgumentParser) -> None:
     from lowtide.common.server import add_flag
 
-    add_flag(parser, "--lease-backend", default="redis",
-             help="where leader leases live: redis (keys with a TTL) or kubernetes (coordination.k8s.io Leases)")
+    add_flag(parser, "--lease-backend", default="etcd",
+             help="where leader leases live: etcd (the default: records under etcd leases in the cluster metadata "
+                  "store; 'redis', its name before etcd, is accepted for it) or kubernetes (coordination.k8s.io "
+                  "Leases)")
     add_flag(parser, "--lease-namespace", default=None,
              help="namespace of the Kubernetes Leases (default: the pod's own, else 'default')")
     add_flag(parser, "--lease-name-prefix", default="lowtide",
@@ -53,9 +59,12 @@ def add_lease_flags(parser: argparse.ArgumentParser) -> None:
              help="kubeconfig for the kubernetes lease backend outside a pod (in a pod: its service account)")
 
 
-def check_backend(name: str, backend: str) -> None:
+def check_backend(name: str, backend: str) -> str:
+    """The backend ``backend`` names (an old name mapped to its backend); exits on an unknown one."""
+    backend = BACKEND_ALIASES.get(backend, backend)
     if backend not in BACKENDS:
-        raise SystemExit(f"{name}: --lease-backend must be redis or kubernetes, got {backend!r}")
+        raise SystemExit(f"{name}: --lease-backend must be etcd or kubernetes, got {backend!r}")
+    return backend
 
 
 def default_namespace() -> str:

@@ -10,6 +10,9 @@ Layout of ``DIR`` (the cluster's data directory)::
                           tokens file; every file 0600, reused by later ``up``s
     logs/NAME.log         stdout+stderr of each service (appended across restarts)
     redis/                redis-server data (AOF) and its log; logs/redis.log links to it
+    etcd/etcd-N/          etcd member N's data (the cluster metadata); its log is logs/etcd-N.log
+    tls/                  with --tls (mode 0700): the CA (ca.crt, ca.key), NAME/tls.crt|tls.key|ca.crt
+                          per service and per store (redis, etcd-N), admin/ and client.properties
     replica-N/            replica N's data directory, reused by every later ``up``
     coordinator-K/        DC shard K's local state
     objects/              the local object store (``file://`` URL)
@@ -30,8 +33,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import redis as redis_lib
-
 from lowtide.auth.identity import (
     ADMIN_PRINCIPAL,
     ServiceIdentity,
@@ -39,11 +40,13 @@ from lowtide.auth.identity import (
     read_token_file,
     write_command_config,
 )
-from lowtide.common.procs import find_free_port, start_redis
+from lowtide.common.procs import etcd_member_argv, find_free_port, start_redis
 from lowtide.localcluster import control, forkserver
 from lowtide.localcluster.config import ClusterConfig
 from lowtide.localcluster.kinds import KINDS, InstanceContext, ServiceKind, supported_flags
-from lowtide.localcluster.state import REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
+from lowtide.localcluster.state import ETCD_KIND, REDIS_KIND, ClusterState, ServiceEntry, read_state, write_state
+from lowtide.metadata.store import MetadataStore
+from lowtide.metadata.store import metadata_url as store_metadata_url
 from lowtide.observability.prometheus import ScrapeTarget, start_prometheus
 from lowtide.observability.prometheus import write_config as write_prometheus_config
 from lowtide.tls.certs import CertFiles, CertificateAuthority
@@ -54,6 +57,8 @@ Progress = Callable[[str], None]
 LOCK_FILE = "cluster.lock"
 SUPERVISOR_PID_FILE = "cluster.pid"
 LOG_TAIL_LINES = 40
+# With --tls and --with-prometheus: DIR/tls/prometheus/, Prometheus' client certificate.
+PROMETHEUS_CERT = "prometheus"
 
 
 class ClusterError(RuntimeError):
@@ -108,6 +113,7 @@ class LocalCluster:
         self._lock = threading.RLock()
         self._state: ClusterState | None = None
         self._procs: dict[str, subprocess.Popen] = {}
+        self._metadata: MetadataStore | None = None
 
     # ----------------------------------------------------------------------------------- lookup
 
@@ -143,21 +149,38 @@ class LocalCluster:
 
     @property
     def kafka_bootstrap(self) -> str:
-        """The front door's Kafka protocol listener (Kafka clients' bootstrap.servers)."""
+        """The front door's Kafka protocol listener (Kafka clients' bootstrap.servers): with TLS on,
+        its SSL listener (there is no plaintext one)."""
         return self.state.kafka_bootstrap
 
     def kafka_bootstrap_for(self, protocol: str) -> str:
-        """The front door's Kafka listener of ``protocol``: PLAINTEXT (SASL_PLAINTEXT with auth),
-        or with TLS on, SSL and (with auth) SASL_SSL; "" when the cluster has none."""
+        """The front door's Kafka listener of ``protocol``: PLAINTEXT (SASL_PLAINTEXT with auth)
+        without TLS, SSL and (with auth) SASL_SSL with TLS on; "" when the cluster has none."""
         protocol = protocol.upper()
-        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
-            return self.state.kafka_bootstrap
         state = self.state
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+            return "" if state.tls else state.kafka_bootstrap
         return {"SSL": state.kafka_bootstrap_ssl, "SASL_SSL": state.kafka_bootstrap_sasl_ssl}.get(protocol, "")
 
     @property
     def redis_url(self) -> str:
         return self.state.redis
+
+    @property
+    def metadata_url(self) -> str:
+        """The cluster metadata store (etcd://HOST:PORT,..., with TLS etcds://...), as every service
+        is given it (a service dials an etcds:// URL with its own certificate)."""
+        return self.state.metadata
+
+    def metadata_store(self) -> MetadataStore:
+        """One MetadataStore on this cluster's etcd for the calling process (tools, tests): opened
+        on first use, shared, closed by ``down()``; with TLS it dials as the admin (``client_tls``).
+        A store follows etcd with a watch (threads and a copy of every key), so a process looking
+        often shares one rather than opening one per look."""
+        with self._lock:
+            if self._metadata is None:
+                self._metadata = MetadataStore.from_url(self.metadata_url, tls=self.client_tls)
+            return self._metadata
 
     @property
     def object_store_url(self) -> str:
@@ -209,6 +232,13 @@ class LocalCluster:
                 self._start_redis(self._state.services[0], say)
                 started.append(self._state.services[0])
                 write_state(self._state)  # a crash from here on still leaves `down` something to stop
+                members = [e for e in self._state.services if e.is_etcd]
+                say(f"starting etcd ({len(members)} member{'s' if len(members) > 1 else ''})...")
+                for entry in members:
+                    self._spawn(entry)
+                    started.append(entry)
+                write_state(self._state)
+                self._wait_healthy(members, timeout_s=self.config.health_timeout_s, progress=say)
                 if self.config.auth_enabled:
                     self._state.auth = self._provision_auth(say)
                     write_state(self._state)
@@ -254,6 +284,9 @@ class LocalCluster:
             if state is None:
                 return {"data_dir": str(self.data_dir), "services": [], "message": "no cluster here"}
             self._state = state
+            if self._metadata is not None:  # before etcd stops: its watch would retry meanwhile
+                self._metadata.close()
+                self._metadata = None
             self._stop_foreground_supervisor(timeout_s=timeout_s, progress=say)
             results = self._stop_prometheus(state, timeout_s=timeout_s, progress=say)
             results += self._stop_entries(state.services, timeout_s=timeout_s, progress=say)
@@ -311,10 +344,13 @@ class LocalCluster:
             if entry.is_redis:
                 self._start_redis(entry, _ignore_progress)
             else:
-                self._spawn(entry)
+                self._spawn(entry)  # an etcd member too: same argv, ports and data directory
                 write_state(self.state)
                 self._wait_healthy([entry], timeout_s=timeout_s or self.config.health_timeout_s,
                                    progress=_ignore_progress)
+                if entry.kind == ETCD_KIND and self._metadata is not None:
+                    # Its data may be a backup restored meanwhile: this process's store loads again.
+                    self._metadata.image.reload()
             write_state(self.state)
             return entry
 
@@ -363,6 +399,36 @@ class LocalCluster:
         redis_dir = self.data_dir / "redis"
         services = [ServiceEntry(name="redis", kind=REDIS_KIND, grpc=redis_addr, metrics_addr="",
                                  data_dir=str(redis_dir), argv=[], log=str(redis_dir / "redis.log"))]
+        # The metadata store: etcd members on loopback (one by default). Their peer ports are in
+        # their argv; a restarted cluster keeps both ports and every member's data.
+        etcd_ports = []
+        for i in range(self.config.metadata_members):
+            old = old_entry(f"etcd-{i}")
+            old_peer = ""
+            if old is not None and "--listen-peer-urls" in old.argv:
+                old_peer = old.argv[old.argv.index("--listen-peer-urls") + 1].rpartition("/")[2]
+            etcd_ports.append((pick_port(old.grpc if old else ""), pick_port(old_peer)))
+        # With TLS every member speaks mutual TLS only, on its client and its peer port, with its
+        # own certificate from the cluster's CA (DIR/tls/etcd-N, made by _provision_tls): clients
+        # (every service with its own certificate, the supervisor and tools with the admin's) and
+        # the other members must present one the CA signed.
+        scheme = "https" if self.config.tls else "http"
+        initial = ",".join(f"etcd-{i}={scheme}://127.0.0.1:{peer}" for i, (_, peer) in enumerate(etcd_ports))
+        for i, (client_port, peer_port) in enumerate(etcd_ports):
+            name = f"etcd-{i}"
+            member_dir = self.data_dir / "etcd" / name
+            member_dir.parent.mkdir(parents=True, exist_ok=True)
+            files = self.config.tls_dir / name
+            tls = (files / "tls.crt", files / "tls.key", self.config.tls_dir / "ca.crt") if self.config.tls else None
+            # etcd serves its Prometheus /metrics on the client port: Prometheus scrapes it too; with
+            # TLS over HTTPS, and like every request there only from a client with a certificate.
+            services.append(ServiceEntry(
+                name=name, kind=ETCD_KIND, grpc=f"127.0.0.1:{client_port}",
+                metrics_addr=f"127.0.0.1:{client_port}", metrics_tls=self.config.tls,
+                data_dir=str(member_dir), index=i, log=str(self.logs_dir / f"{name}.log"),
+                argv=etcd_member_argv(name=name, data_dir=member_dir, client_port=client_port,
+                                      peer_port=peer_port, initial_cluster=initial, tls=tls)))
+        metadata_url = store_metadata_url([f"127.0.0.1:{c}" for c, _ in etcd_ports], tls=self.config.tls)
         for kind in self._kinds:
             count = kind.count(self.config)
             if count <= 0:
@@ -378,24 +444,28 @@ class LocalCluster:
                 data_dir = self.data_dir / name if kind.has_data_dir else None
                 if data_dir is not None:
                     data_dir.mkdir(parents=True, exist_ok=True)
-                ctx = InstanceContext(config=self.config, index=index, data_dir=data_dir, redis_url=redis_url)
+                ctx = InstanceContext(config=self.config, index=index, data_dir=data_dir, redis_url=redis_url,
+                                      metadata_url=metadata_url)
                 argv = kind.build_argv(ctx, grpc_addr=grpc_addr, metrics_addr=metrics_addr)
                 kafka_addr = ""
                 kafka_tls: dict[str, str] = {}
                 if kind.command is None and "--kafka-listener" in supported_flags(kind.module):
-                    kafka_addr = f"127.0.0.1:{pick_port(old.kafka if old else '')}"
-                    argv += ["--kafka-listener", kafka_addr]
-                    if self.config.tls and "--kafka-listeners" in supported_flags(kind.module):
-                        # Kafka's SSL listener (client certificates as identities), and SASL_SSL with auth.
+                    if not self.config.tls:
+                        kafka_addr = f"127.0.0.1:{pick_port(old.kafka if old else '')}"
+                        argv += ["--kafka-listener", kafka_addr]
+                    elif "--kafka-listeners" in supported_flags(kind.module):
+                        # With TLS no plaintext listener at all (issue 51): Kafka's SSL listener (client
+                        # certificates as identities), and SASL_SSL with auth; ``kafka`` names the SSL one.
                         for listener in ("SSL", "SASL_SSL") if self.config.auth_enabled else ("SSL",):
                             old_addr = old.kafka_listeners.get(listener, "") if old else ""
                             kafka_tls[listener] = f"127.0.0.1:{pick_port(old_addr)}"
+                        kafka_addr = kafka_tls["SSL"]
                         argv += ["--kafka-listeners", ",".join(f"{n}://{a}" for n, a in kafka_tls.items()),
                                  "--kafka-ssl-client-auth", "required" if self.config.mutual_tls else "requested"]
                 services.append(ServiceEntry(
                     name=name, kind=kind.kind, grpc=grpc_addr, metrics_addr=metrics_addr,
                     data_dir=str(data_dir or ""), index=index, log=str(self.logs_dir / f"{name}.log"),
-                    argv=argv, kafka=kafka_addr, kafka_listeners=kafka_tls))
+                    argv=argv, kafka=kafka_addr, kafka_listeners=kafka_tls, metrics_tls="--metrics-tls" in argv))
         frontdoors = [s for s in services if s.kind == "frontdoor"]
         modules = {k.kind: k.module for k in self._kinds}
         for entry in services:
@@ -417,6 +487,7 @@ class LocalCluster:
                             kafka_bootstrap_ssl=frontdoors[0].kafka_listeners.get("SSL", "") if frontdoors else "",
                             kafka_bootstrap_sasl_ssl=(frontdoors[0].kafka_listeners.get("SASL_SSL", "")
                                                       if frontdoors else ""), redis=redis_url,
+                            metadata=metadata_url,
                             object_store=self.config.object_store_url, services=services,
                             state="starting", config=self.config.to_json())
 
@@ -428,7 +499,14 @@ class LocalCluster:
         old_url = (previous.prometheus.get("url", "") if previous else "") or ""
         old_port = int(old_url.rpartition(":")[2]) if old_url else 0
         port = old_port if old_port and is_port_free(old_port) else find_free_port()
-        targets = [ScrapeTarget(job=f"lowtide-{s.kind}", address=s.metrics_addr, labels={"service": s.name})
+        ca_file = str(self.state.tls.get("ca", "")) if self.state.tls else ""
+        # etcd's /metrics, on its client port, answers only a client with a certificate (the
+        # lowtide services' HTTPS /metrics ask for none): Prometheus has its own (_provision_tls).
+        client = self.config.tls_dir / PROMETHEUS_CERT
+        targets = [ScrapeTarget(job=f"lowtide-{s.kind}", address=s.metrics_addr, labels={"service": s.name},
+                                ca_file=ca_file if s.metrics_tls else "",
+                                cert_file=str(client / "tls.crt") if s.metrics_tls and s.is_etcd else "",
+                                key_file=str(client / "tls.key") if s.metrics_tls and s.is_etcd else "")
                    for s in self.state.services if s.metrics_addr]
         write_prometheus_config(directory, targets, scrape_interval=self.config.prometheus_scrape_interval,
                                 rule_for_override=self.config.prometheus_rule_for)
@@ -515,9 +593,10 @@ class LocalCluster:
         say(f"redis healthy ({time.monotonic() - began:.1f}s)")
 
     def _provision_auth(self, say: Progress) -> dict[str, Any]:
-        """Before any service starts: a token per service that takes one (``User:broker-N`` for
-        replica N, ``User:<kind>`` otherwise) with CLUSTER_ACTION on the CLUSTER, and unless the
-        user brought a tokens file an admin super user for the CLI. Returns cluster.json's "auth"."""
+        """Before any service starts (etcd is up): a token per service that takes one
+        (``User:broker-N`` for replica N, ``User:<kind>`` otherwise) with CLUSTER_ACTION on the
+        CLUSTER, and unless the user brought a tokens file an admin super user for the CLI; the
+        digests and ACLs go to the metadata store. Returns cluster.json's "auth"."""
         config = self.config
         config.secrets_dir.mkdir(mode=0o700, exist_ok=True)
         by_service: dict[str, ServiceIdentity] = {}
@@ -534,12 +613,12 @@ class LocalCluster:
             "services": {name: {"principal": i.principal, "token_file": str(i.token_file)}
                          for name, i in by_service.items()},
         }
-        redis = redis_lib.Redis.from_url(self.state.redis, socket_timeout=5, socket_connect_timeout=5)
+        metadata = MetadataStore.from_url(self.state.metadata, tls=self.client_tls)
         try:
-            provision_identities(redis, identities)
+            provision_identities(metadata, identities)
             if config.generates_admin:
                 admin = ServiceIdentity(principal=ADMIN_PRINCIPAL, token_file=config.secrets_dir / "admin.token")
-                provision_identities(redis, [admin], cluster_action=False)  # a super user needs no ACL
+                provision_identities(metadata, [admin], cluster_action=False)  # a super user needs no ACL
                 command_config = config.secrets_dir / "admin.properties"
                 write_command_config(command_config, read_token_file(admin.token_file))
                 if self.state.tls:  # one file for the CLI: the admin's token and its TLS settings
@@ -548,7 +627,7 @@ class LocalCluster:
                 auth.update(admin_principal=admin.principal, admin_token_file=str(admin.token_file),
                             admin_command_config=str(command_config))
         finally:
-            redis.close()
+            metadata.close()
         say(f"auth on: {len(identities)} service identities in {config.secrets_dir}"
             + (f"; CLI: --command-config {auth['admin_command_config']}" if config.generates_admin else ""))
         return auth
@@ -564,9 +643,15 @@ class LocalCluster:
         issued = 0
         for entry in self.state.services:
             kind = self._kind_by_name.get(entry.kind)
-            if (kind is None and not entry.is_redis) or (tls_dir / entry.name / "tls.crt").exists():
+            if (kind is None and not entry.is_store) or (tls_dir / entry.name / "tls.crt").exists():
                 continue
-            ca.issue(entry.name, common_name=kind.principal_of(entry.index).removeprefix("User:") if kind else "redis")
+            # The stores: redis-server's CN=redis, each etcd member's CN=etcd-N (its server and peer
+            # certificate; etcd maps no certificate to a user, as its auth is off).
+            ca.issue(entry.name, common_name=kind.principal_of(entry.index).removeprefix("User:") if kind
+                     else "redis" if entry.is_redis else entry.name)
+            issued += 1
+        if self.config.with_prometheus and not (tls_dir / PROMETHEUS_CERT / "tls.crt").exists():
+            ca.issue(PROMETHEUS_CERT)  # the client certificate it scrapes etcd's /metrics with
             issued += 1
         admin_name = ADMIN_PRINCIPAL.removeprefix("User:")
         admin = CertFiles(cert=tls_dir / admin_name / "tls.crt", key=tls_dir / admin_name / "tls.key",
@@ -593,6 +678,9 @@ class LocalCluster:
         if entry.is_redis:
             return control.check_redis_health(self.state.redis if self._state else f"redis://{entry.grpc}/0",
                                               timeout_s=timeout_s)
+        if entry.is_etcd:
+            return control.check_etcd_health(entry.grpc, timeout_s=timeout_s,
+                                             tls=self.client_tls if self._state else None)
         return control.check_grpc_health(entry.grpc, timeout_s=timeout_s, tls=self.client_tls if self._state else None)
 
     def _wait_healthy(self, entries: Sequence[ServiceEntry], *, timeout_s: float, progress: Progress) -> None:
@@ -609,8 +697,11 @@ class LocalCluster:
                     self._raise_start_failure(entry, f"exited with code {exit_code} before becoming healthy")
                 status = self._check_health(entry, timeout_s=0.5)
                 kind = self._kind_by_name.get(entry.kind)
-                if status == control.SERVING and kind and kind.is_ready and not kind.is_ready(entry.index,
-                                                                                             self.state.redis):
+                ctx = InstanceContext(config=self.config, index=entry.index, data_dir=None,
+                                      redis_url=self.state.redis, metadata_url=self.state.metadata,
+                                      metadata=self.metadata_store() if kind and kind.is_ready and
+                                      self.state.metadata else None, client_tls=self.client_tls)
+                if status == control.SERVING and kind and kind.is_ready and not kind.is_ready(entry.index, ctx):
                     status = "SERVING but not ready (not registered yet)"
                 last[entry.name] = status
                 if status == control.SERVING:

@@ -67,6 +67,8 @@ class ClusterConfig:
 
     data_dir: Path
     replicas: int = 3
+    # etcd members of the cluster metadata store (1, or 3 to survive a member's loss).
+    metadata_members: int = 1
     coordinators: int = field(default_factory=default_coordinators)
     frontdoors: int = 1
     orphan_scanners: int = field(default_factory=default_orphan_scanners)
@@ -103,6 +105,8 @@ class ClusterConfig:
     def validate(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if self.metadata_members not in (1, 3, 5):
+            raise ValueError(f"metadata_members must be 1, 3 or 5 (an etcd quorum), got {self.metadata_members}")
         if self.frontdoors < 1:
             raise ValueError(f"frontdoors must be >= 1 (the bootstrap address), got {self.frontdoors}")
         for name in ("coordinators", "orphan_scanners"):

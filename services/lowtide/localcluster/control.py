@@ -15,10 +15,10 @@ from collections import deque
 from pathlib import Path
 
 import grpc
-import redis as redis_lib
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lowtide.common.startup import redis_loading
+from lowtide.metadata.store import etcd_member_health
+from lowtide.purgatory.connection import redis_ready
 from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ClientTls
 
@@ -152,18 +152,13 @@ def check_grpc_health(address: str, *, timeout_s: float = 1.0, tls: ClientTls | 
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
+def check_etcd_health(endpoint: str, *, timeout_s: float = 1.0, tls: ClientTls | None = None) -> str:
+    """SERVING once the etcd member at ``endpoint`` answers (over mutual TLS with ``tls``: a
+    ``--tls`` cluster's members refuse anything else) and its cluster has a leader."""
+    return etcd_member_health(endpoint, timeout_s=timeout_s, tls=tls)
+
+
 def check_redis_health(url: str, *, timeout_s: float = 1.0) -> str:
-    client = redis_lib.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    try:
-        if not client.ping():
-            return UNREACHABLE
-        # A restarted redis-server answers PING while it still loads its AOF, and -LOADING to
-        # everything that reads data: serving only once it has loaded.
-        if redis_loading(client):
-            return UNREACHABLE
-        client.dbsize()  # a read: -LOADING (BusyLoadingError) if loading began after the INFO above
-        return SERVING
-    except redis_lib.RedisError:
-        return UNREACHABLE
-    finally:
-        client.close()
+    """SERVING once the redis-server answers and has loaded its AOF (a restarted one answers PING
+    while it loads, and -LOADING to reads)."""
+    return SERVING if redis_ready(url, timeout_s=timeout_s) else UNREACHABLE

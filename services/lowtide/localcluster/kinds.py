@@ -9,19 +9,21 @@ its own data directory, and which extra flags it takes. Start order is the order
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import redis as redis_lib
-
 from lowtide.auth.identity import FRONTDOOR_PRINCIPAL, broker_principal
+from lowtide.errors import MetadataStoreUnavailable
 from lowtide.localcluster.config import COORDINATOR_MODULE, SCANNER_MODULE, ClusterConfig, is_module_available
+from lowtide.metadata.sections import section
 from lowtide.metadata.store import MetadataStore
+from lowtide.tls.config import ClientTls
 from lowtide.tls.principal import LOWTIDE_RULES
 
 REPLICA_MODULE = "lowtide.replica.server"
@@ -36,21 +38,27 @@ class InstanceContext:
     index: int
     data_dir: Path | None
     redis_url: str
+    metadata_url: str = ""
+    # The supervisor's own store on the cluster's etcd, shared by the readiness checks (a store is a
+    # watch and threads: one per look would pile up); None: a check opens one for its look.
+    metadata: MetadataStore | None = None
+    # How the supervisor dials an ``etcds://`` metadata_url (a --tls cluster: its admin certificate).
+    client_tls: ClientTls | None = None
 
 
 @dataclass(frozen=True)
 class ServiceKind:
     """One kind of service process. ``build_flags`` returns the kind-specific flags only: the
-    supervisor adds ``--grpc-addr``, ``--metrics-addr`` and ``--redis-url`` itself."""
+    supervisor adds ``--grpc-addr``, ``--metrics-addr``, ``--metadata-url`` and ``--redis-url`` itself."""
 
     kind: str
     module: str
     count: Callable[[ClusterConfig], int]
     build_flags: Callable[[InstanceContext], list[str]]
     has_data_dir: bool = False
-    # Readiness beyond health SERVING, given (instance index, redis URL): e.g. a replica only
-    # counts once it is registered live in Redis, or topic creation right after `up` would fail.
-    is_ready: Callable[[int, str], bool] | None = None
+    # Readiness beyond health SERVING, given (instance index, its context): e.g. a replica only
+    # counts once it is registered live in the metadata, or topic creation right after `up` would fail.
+    is_ready: Callable[[int, InstanceContext], bool] | None = None
     # Full command override (tests use it for stand-in services); default: the lowtide CLI.
     command: Callable[[InstanceContext], list[str]] | None = None
     # The principal instance N authenticates as when auth is on; default ``User:<kind>``.
@@ -73,7 +81,8 @@ class ServiceKind:
 
     def build_argv(self, ctx: InstanceContext, *, grpc_addr: str, metrics_addr: str) -> list[str]:
         base = self.command(ctx) if self.command else [sys.executable, "-m", "lowtide.cli.main", "serve", self.kind]
-        return [*base, "--grpc-addr", grpc_addr, "--metrics-addr", metrics_addr, "--redis-url", ctx.redis_url,
+        store = ["--metadata-url", ctx.metadata_url] if ctx.metadata_url else []
+        return [*base, "--grpc-addr", grpc_addr, "--metrics-addr", metrics_addr, *store, "--redis-url", ctx.redis_url,
                 *self.build_flags(ctx), *self._shared_flags(ctx)]
 
     def _shared_flags(self, ctx: InstanceContext) -> list[str]:
@@ -91,6 +100,8 @@ class ServiceKind:
             flags += ["--tls-cert", str(files / "tls.crt"), "--tls-key", str(files / "tls.key"),
                       "--tls-ca", str(config.tls_dir / "ca.crt"), "--tls-client-auth", config.tls_client_auth,
                       "--tls-principal-mapping-rules", LOWTIDE_RULES]
+            if "--metrics-tls" in known:  # every port TLS: /metrics is HTTPS with the same certificate
+                flags.append("--metrics-tls")
         if config.auth_enabled and "--auth-enabled" in known:
             # Every call on every port carries an identity: each service that checks tokens also
             # gets its own (DIR/secrets/<name>.token, written by LocalCluster before it starts).
@@ -147,14 +158,26 @@ def _replica_flags(ctx: InstanceContext) -> list[str]:
     return flags
 
 
-def _is_replica_registered(index: int, redis_url: str) -> bool:
-    store = MetadataStore.from_url(redis_url)
+@contextlib.contextmanager
+def _metadata(ctx: InstanceContext) -> Iterator[MetadataStore]:
+    """The context's shared metadata store, else one opened (and closed) for this look."""
+    if ctx.metadata is not None:
+        yield ctx.metadata
+        return
+    store = MetadataStore.from_url(ctx.metadata_url, tls=ctx.client_tls)
     try:
-        return index in store.live_broker_ids([index])
-    except redis_lib.RedisError:
-        return False
+        yield store
     finally:
-        store.redis.close()
+        store.close()
+
+
+def _is_replica_registered(index: int, ctx: InstanceContext) -> bool:
+    try:
+        with _metadata(ctx) as store:
+            store.start(timeout_s=2.0)
+            return index in store.live_broker_ids([index])
+    except MetadataStoreUnavailable:
+        return False
 
 
 def _frontdoor_flags(ctx: InstanceContext) -> list[str]:
@@ -176,22 +199,25 @@ def _coordinator_flags(ctx: InstanceContext) -> list[str]:
     return flags
 
 
-# Keys of lowtide.coordinator.leadership (localcluster may not import the coordinator package).
-_COORDINATOR_LEASE = "lowtide:coordinator:{shard}:leader"
-_COORDINATOR_REGISTRY = "lowtide:coordinators"
+# Records of lowtide.coordinator.leadership in the metadata section "shards" (localcluster may not
+# import the coordinator package): shard K's lease holder and its registered address.
+_SHARDS_SECTION = "shards"
+_COORDINATOR_LEASE = "{shard}/leader"
+_COORDINATOR_ADDRESS = "{shard}/address"
 
 
-def _is_coordinator_leading(index: int, redis_url: str) -> bool:
+def _is_coordinator_leading(index: int, ctx: InstanceContext) -> bool:
     """Shard ``index`` is served: a process holds its lease and has registered (after loading)."""
-    client = redis_lib.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
-        owner = client.get(_COORDINATOR_LEASE.format(shard=index))
-        raw = client.hget(_COORDINATOR_REGISTRY, str(index))
-    except redis_lib.RedisError:
+        with _metadata(ctx) as store:
+            store.start(timeout_s=2.0)
+            shards = section(store, _SHARDS_SECTION)
+            owner = shards.get(_COORDINATOR_LEASE.format(shard=index))
+            address = shards.get(_COORDINATOR_ADDRESS.format(shard=index))
+    except MetadataStoreUnavailable:
         return False
-    finally:
-        client.close()
-    return owner is not None and raw is not None and json.loads(raw).get("owner") == owner.decode()
+    return owner is not None and address is not None and \
+        json.loads(address.value).get("owner") == owner.value.decode()
 
 
 def _scanner_flags(ctx: InstanceContext) -> list[str]:

@@ -2,7 +2,9 @@
 clients and by ``down``.
 
 Fields clients rely on: ``bootstrap``, ``redis``, ``object_store`` and ``services`` (each with
-``name``, ``kind``, ``grpc``, ``metrics``, ``pid``, ``data_dir``). The extra fields (``argv``,
+``name``, ``kind``, ``grpc``, ``metrics``, ``pid``, ``data_dir``; ``metrics`` is an https URL on a
+``--tls`` cluster, and there ``kafka_bootstrap`` is the front door's SSL listener, no Kafka listener
+being plaintext). The extra fields (``argv``,
 ``log``, ``state``, ``config``) let another process stop or restart the same services later.
 ``auth`` (only with auth on) names the secret files: each service's token file and principal and,
 when generated, the admin token and its ready ``--command-config`` file.
@@ -19,6 +21,7 @@ from typing import Any
 
 CLUSTER_FILE = "cluster.json"
 REDIS_KIND = "redis"
+ETCD_KIND = "etcd"
 
 
 @dataclass
@@ -35,17 +38,29 @@ class ServiceEntry:
     log: str
     pid: int = 0
     index: int = 0
-    kafka: str = ""  # HOST:PORT of its Kafka protocol listener, "" = none
-    # With TLS: its other Kafka listeners, by name ("SSL", "SASL_SSL") -> HOST:PORT.
+    kafka: str = ""  # HOST:PORT of its Kafka protocol listener (with TLS its SSL one), "" = none
+    # With TLS: its Kafka listeners, by name ("SSL", "SASL_SSL") -> HOST:PORT; none is plaintext.
     kafka_listeners: dict[str, str] = field(default_factory=dict)
+    # /metrics over HTTPS (``--metrics-tls``, a ``--tls`` cluster): its URL says https.
+    metrics_tls: bool = False
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.metrics_addr}/metrics" if self.metrics_addr else ""
+        scheme = "https" if self.metrics_tls else "http"
+        return f"{scheme}://{self.metrics_addr}/metrics" if self.metrics_addr else ""
 
     @property
     def is_redis(self) -> bool:
         return self.kind == REDIS_KIND
+
+    @property
+    def is_etcd(self) -> bool:
+        return self.kind == ETCD_KIND
+
+    @property
+    def is_store(self) -> bool:
+        """redis-server or an etcd member: started by the supervisor itself, not a lowtide server."""
+        return self.kind in (REDIS_KIND, ETCD_KIND)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "grpc": self.grpc, "metrics": self.metrics_url,
@@ -56,8 +71,9 @@ class ServiceEntry:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ServiceEntry:
         metrics = doc.get("metrics") or ""
-        metrics_addr = metrics.removeprefix("http://").removesuffix("/metrics")
+        metrics_addr = metrics.removeprefix("https://").removeprefix("http://").removesuffix("/metrics")
         return cls(name=doc["name"], kind=doc["kind"], grpc=doc.get("grpc") or "", metrics_addr=metrics_addr,
+                   metrics_tls=metrics.startswith("https://"),
                    data_dir=doc.get("data_dir") or "", argv=list(doc.get("argv") or []),
                    log=doc.get("log") or "", pid=int(doc.get("pid") or 0), index=int(doc.get("index") or 0),
                    kafka=doc.get("kafka") or "", kafka_listeners=dict(doc.get("kafka_listeners") or {}))
@@ -77,16 +93,21 @@ class ClusterState:
     auth: dict[str, Any] = field(default_factory=dict)
     # With --with-prometheus: {"url", "pid", "dir"} of the cluster's Prometheus.
     prometheus: dict[str, Any] = field(default_factory=dict)
-    # The front door's Kafka protocol listener: what Kafka clients take as bootstrap.servers.
+    # The front door's Kafka protocol listener: what Kafka clients take as bootstrap.servers
+    # (with TLS, the SSL listener: the same address as kafka_bootstrap_ssl).
     kafka_bootstrap: str = ""
     # With TLS: the front door's SSL listener, and (with auth) its SASL_SSL one.
     kafka_bootstrap_ssl: str = ""
     kafka_bootstrap_sasl_ssl: str = ""
     # With TLS: {"ca", "dir", "client_auth", "client_cert", "client_key", "command_config"}.
     tls: dict[str, Any] = field(default_factory=dict)
+    # The cluster metadata store: etcd://HOST:PORT[,HOST:PORT...] (its members are "etcd" services);
+    # etcds://... on a --tls cluster (mutual TLS only).
+    metadata: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"bootstrap": self.bootstrap, "redis": self.redis, "object_store": self.object_store,
+        doc = {"bootstrap": self.bootstrap, "redis": self.redis, "metadata": self.metadata,
+               "object_store": self.object_store,
                "services": [s.to_json() for s in self.services], "state": self.state,
                "data_dir": str(self.data_dir), "logs_dir": str(self.data_dir / "logs"), "config": self.config}
         if self.kafka_bootstrap:
@@ -113,7 +134,8 @@ class ClusterState:
                    auth=dict(doc.get("auth") or {}), prometheus=dict(doc.get("prometheus_process") or {}),
                    kafka_bootstrap=doc.get("kafka_bootstrap", ""), tls=dict(doc.get("tls") or {}),
                    kafka_bootstrap_ssl=doc.get("kafka_bootstrap_ssl", ""),
-                   kafka_bootstrap_sasl_ssl=doc.get("kafka_bootstrap_sasl_ssl", ""))
+                   kafka_bootstrap_sasl_ssl=doc.get("kafka_bootstrap_sasl_ssl", ""),
+                   metadata=doc.get("metadata", ""))
 
     def find(self, name: str) -> ServiceEntry | None:
         return next((s for s in self.services if s.name == name), None)

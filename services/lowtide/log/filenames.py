@@ -3,9 +3,11 @@
 Layout::
 
     <data dir>/
+      meta.properties                      cluster id and node id (lowtide.metadata.identity)
       log-start-offset-checkpoint          KIP-107 LSO per partition (checkpoint.py format)
       replication-offset-checkpoint        HW per partition
       <topic>-<partition>/                 one directory per partition replica, e.g. orders-3
+        partition.metadata                 the topic id whose log this is (partition_metadata.py)
         log-start-offset                   the durable LSO, two 512-byte slots (start_offset_file.py)
         leader-epoch-checkpoint            leader epoch -> start offset (leader_epoch.py, KIP-101)
         00000000000000000000.log           segment data: concatenated RecordBatch v2 batches
@@ -19,6 +21,8 @@ Layout::
       <topic>-<partition>.<32 hex>-delete/ a partition directory being deleted (renamed first, as
                                            Kafka does, so a crash mid-delete never leaves a half
                                            log under the partition's name; swept at start-up)
+      <topic>-<partition>.<32 hex>-stray/  a partition the metadata no longer names, set aside and
+                                           kept until the operator removes it
 
 Base offsets are zero-padded to 20 digits (the width of 2**63 - 1) so that names sort like offsets.
 Topic names may contain '-', so the partition number is whatever follows the LAST '-'.
@@ -126,6 +130,23 @@ def is_deleted_partition_dir(name: str) -> bool:
     base, dot, rest = name.rpartition(".")
     return bool(base) and bool(dot) and rest.endswith(DELETE_DIR_SUFFIX) and \
         len(rest) == 32 + len(DELETE_DIR_SUFFIX) and all(c in "0123456789abcdef" for c in rest[:32])
+
+
+STRAY_DIR_SUFFIX = "-stray"
+# In every partition directory: the id of the topic whose log it holds (partition_metadata.py).
+PARTITION_METADATA_FILE = "partition.metadata"
+
+
+def stray_partition_dir_name(partition_dir: str, unique: str) -> str:
+    """``orders-3`` -> ``orders-3.<unique>-stray``: where a partition the metadata no longer names
+    is set aside, kept until the operator removes it (Kafka names its stray logs alike). Not a
+    partition directory name (it ends in ``-stray``), so it is never opened as a log."""
+    return f"{partition_dir}.{unique}{STRAY_DIR_SUFFIX}"
+
+
+def is_stray_partition_dir(name: str) -> bool:
+    base, dot, rest = name.rpartition(".")
+    return bool(base) and bool(dot) and rest.endswith(STRAY_DIR_SUFFIX)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int]:

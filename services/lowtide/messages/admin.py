@@ -24,13 +24,16 @@ from lowtide.errors import LowtideError
 # ---- Topics (CreateTopics, DeleteTopics) and ListOffsets, DeleteRecords --------------------------
 @dataclass(frozen=True, slots=True)
 class TopicRequest:
-    """One topic to create. ``replication_factor`` <= 0 means the default: min(3, live brokers)."""
+    """One topic to create. ``replication_factor`` <= 0 means the default: min(3, live brokers).
+    ``assignments``: the client's own placement, ``(partition, its replicas)`` each (Kafka's
+    CreateTopics ``assignments``; ``partitions`` and ``replication_factor`` must then be -1)."""
 
     name: str
     partitions: int
     replication_factor: int
     config: dict[str, str] = field(default_factory=dict)
     diskless: bool = False
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class OffsetQuery:
     topic: str
     partition: int
     timestamp: int  # -1 latest (HW), -2 earliest (LSO), -3 max timestamp, >= 0 by time
+    current_leader_epoch: int = -1  # the epoch the client knows; the leader fences on it (-1: unchecked)
 
 
 @dataclass(frozen=True, slots=True)

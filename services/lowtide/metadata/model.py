@@ -130,3 +130,17 @@ def _known_fields(cls: type, doc: dict) -> dict:
     added since) still reads during a rolling upgrade, as Kafka's tagged fields do."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in doc.items() if k in names}
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition's entry in a leader's ISR change (Kafka's AlterPartition request): the ISR
+    ``leader`` wants under ``leader_epoch``, refused if the partition epoch is no longer
+    ``expected_partition_epoch`` (None: not checked)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    expected_partition_epoch: int | None = None

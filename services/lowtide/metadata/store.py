@@ -1,116 +1,86 @@
-"""Cluster metadata in Redis: topics, partition leadership and ISR, brokers and their liveness.
+"""Cluster metadata in etcd: topics, partition leadership and ISR, brokers and their liveness, the
+controller lease and dynamic broker configs. The only module that spells a metadata key.
 
-Why Redis: Redis is already a required component (purgatory timers), the front door must be
-stateless, and the metadata is small and changes rarely. Writes that race (ISR changes by a leader
-vs. a leader election by the controller) compare-and-set on ``partition_epoch`` in a Lua script,
-which Redis runs atomically. With AOF on (chart default) it survives a Redis restart.
+Why etcd: an existing Raft store (the one Kubernetes runs on) whose writes are acknowledged only
+once a majority committed them, with compare-and-set by revision, leases and watches. Redis, which
+held this before, forgot it all when emptied and the replicas then deleted every log
+(docs/design/metadata.md).
 
-Key layout::
+Key layout (under ``root``, ``/lowtide/`` by default)::
 
-    lowtide:topics                  HASH   topic name -> TopicInfo JSON
-    lowtide:partitions:{topic}      HASH   partition  -> PartitionState JSON
-    lowtide:brokers                 HASH   broker id  -> BrokerInfo JSON (last registration)
-    lowtide:broker:{id}:alive       STRING incarnation id, PX = session timeout (heartbeats renew)
-    lowtide:metadata:version        INT    INCR on every topic/partition change
-    lowtide:controller              STRING owner of the controller role, PX lease
-    lowtide:cluster_id              STRING random id set once by the first reader (Metadata)
-    lowtide:broker_configs          HASH   broker id ("" = cluster default) -> JSON of its dynamic
-                                           configs (KIP-73 throttle rates); a change bumps the version
-    channel lowtide:events:metadata        version number, published after every change
+    cluster_id                      the cluster's id (created once; every write compares it)
+    topics/{topic}                  TopicInfo JSON
+    partitions/{topic}/{p}          PartitionState JSON (one key per partition: ISR changes of two
+                                    partitions never contend)
+    brokers/{id}                    BrokerInfo JSON (last registration)
+    alive/{id}                      incarnation, attached to the broker's session lease: a broker is
+                                    *live* while the key exists (etcd deletes it when the lease
+                                    expires: Kafka's broker session)
+    controller                      owner of the controller role, attached to its lease
+    broker_configs/{id|default}     JSON of a broker's dynamic configs (KIP-73 throttle rates)
+    acls/ scram/ tokens/ quotas/    the sections of lowtide.metadata.sections (security, quotas,
+    producer_ids/ transactions/     producer ids, transactions, diskless shards): records other
+    shards/                         packages keep here, written with the same guard
+    deleted_topics/{topic_id}       {"name", "deleted_ms"} for a topic deleted through the API, kept
+                                    for a week (lease): replicas delete its partitions; a partition
+                                    of a topic the metadata neither names nor lists here is stray
 
-A broker is *live* while its ``alive`` key exists (Kafka: a broker with a live session).
+Reads are served from the process's ``MetadataImage`` (kept current by a watch; see image.py), so
+they cost no round trip and keep working while etcd is unreachable. Writes go to etcd in one
+transaction each, compared against the cluster id (a store that is empty or another cluster's
+refuses them all), and return once the image shows them (a process reads its own writes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-
-import redis as redis_lib
 
 from lowtide.clock import now_ms
 from lowtide.errors import (
     FencedLeaderEpoch,
     InvalidPartitions,
     InvalidReplicationFactor,
+    InvalidRequest,
     InvalidTopic,
     InvalidUpdateVersion,
+    LowtideError,
+    MetadataStoreUnavailable,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
+from lowtide.metadata.etcd import (
+    TLS_URL_SCHEME,
+    URL_SCHEME,
+    EtcdClient,
+    KeyValue,
+    delete_op,
+    get_op,
+    if_missing,
+    if_mod_revision,
+    if_value,
+    put_op,
+    txn_op,
+)
+from lowtide.metadata.image import Listener, MetadataImage
+from lowtide.metadata.model import BrokerInfo, IsrChange, PartitionState, TopicInfo
+from lowtide.tls.config import ClientTls
 
-TOPICS = "lowtide:topics"
-BROKERS = "lowtide:brokers"
-VERSION = "lowtide:metadata:version"
-CONTROLLER = "lowtide:controller"
-CLUSTER_ID = "lowtide:cluster_id"
-METADATA_CHANNEL = "lowtide:events:metadata"
+DEFAULT_ROOT = "/lowtide/"
 TOPIC_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def partitions_key(topic: str) -> str:
-    return f"lowtide:partitions:{topic}"
-
-
-def alive_key(broker_id: int) -> str:
-    return f"lowtide:broker:{broker_id}:alive"
-
-
-# Compare-and-set one partition state on partition_epoch; bump the version; publish.
-_CAS_PARTITION = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return -1 end
-local doc = cjson.decode(cur)
-if tonumber(doc['partition_epoch']) ~= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-local v = redis.call('INCR', KEYS[2])
-redis.call('PUBLISH', KEYS[3], v)
-return 1
-"""
-
-_CREATE_TOPIC = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('DEL', KEYS[2])
-for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-local v = redis.call('INCR', KEYS[3])
-redis.call('PUBLISH', KEYS[4], v)
-return 1
-"""
-
-
-# Grow a topic: replace its record if it is still exactly what the caller read (no concurrent
-# CreatePartitions or config change slipped in) and add the new partitions' states, never
-# overwriting one that exists; bump the version; publish (replicas pick their new partitions up).
-_ADD_PARTITIONS = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return -1 end
-if cur ~= ARGV[2] then return 0 end
-for i = 4, #ARGV, 2 do
-  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then return -2 end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-local v = redis.call('INCR', KEYS[3])
-redis.call('PUBLISH', KEYS[4], v)
-return 1
-"""
-
-
-# Replace a topic's record if it is still exactly what the caller read; bump the version; publish.
-_CAS_TOPIC = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return -1 end
-if cur ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-local v = redis.call('INCR', KEYS[2])
-redis.call('PUBLISH', KEYS[3], v)
-return 1
-"""
+# How long the record of a topic deleted through the API is kept: a replica down longer than this
+# sets the topic's partitions aside as stray instead of deleting them.
+DELETED_TOPIC_TTL_S = 7 * 24 * 3600
+# A write waits this long for the watch to show it (normally a millisecond).
+OWN_WRITE_WAIT_S = 5.0
+# Partitions changed in one etcd write (each a nested transaction): within etcd's default
+# --max-txn-ops (lowtide.metadata.etcd.MAX_TXN_OPS), so an external etcd at its defaults takes it.
+PARTITIONS_PER_TXN = 100
 
 
 def validate_topic_name(name: str) -> None:
@@ -159,119 +129,320 @@ def assign_replicas(*, broker_ids: Iterable[int], partitions: int, replication_f
 
 
 class MetadataStore:
-    """Reads and writes cluster metadata in Redis. Thread-safe (redis-py pools connections)."""
+    """Reads (from the image) and writes (to etcd) the cluster metadata (module doc: layout).
 
-    def __init__(self, *, redis: redis_lib.Redis) -> None:
-        self.redis = redis
-        self._cas = redis.register_script(_CAS_PARTITION)
-        self._create = redis.register_script(_CREATE_TOPIC)
-        self._cas_topic = redis.register_script(_CAS_TOPIC)
-        self._add_partitions = redis.register_script(_ADD_PARTITIONS)
+    Thread-safe: the etcd client is, the image is (image.py), and the per-key decode memo is a
+    dict whose races only decode a value twice. ``close()`` once at the end.
+    """
+
+    def __init__(self, *, client: EtcdClient, root: str = DEFAULT_ROOT, owns_client: bool = True) -> None:
+        self.client = client
+        self.root = root if root.endswith("/") else root + "/"
+        self.image = MetadataImage(client, prefix=self.root)
+        self._owns_client = owns_client
+        self._decoded: dict[str, tuple[KeyValue, object]] = {}
+        self._leases: dict[str, int] = {}  # "broker:{id}" / "controller:{owner}" -> lease id
+        self._lease_lock = threading.Lock()
+        self._cluster_id: str | None = None
 
     @classmethod
-    def from_url(cls, url: str) -> MetadataStore:
-        return cls(redis=redis_lib.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5))
+    def from_url(cls, url: str, *, root: str = DEFAULT_ROOT, tls: ClientTls | None = None) -> MetadataStore:
+        """On the etcd of ``url`` (``etcds://``: over TLS with ``tls``, else the process's own
+        certificate: ``EtcdClient.from_url``)."""
+        return cls(client=EtcdClient.from_url(url, tls=tls), root=root)
 
-    # -- brokers -----------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self.client.url
+
+    def close(self) -> None:
+        self.image.stop()
+        if self._owns_client:
+            self.client.close()
+
+    # -- keys -------------------------------------------------------------------------------------
+    def _k(self, *parts: object) -> str:
+        return self.root + "/".join(str(p) for p in parts)
+
+    @property
+    def cluster_id_key(self) -> str:
+        return self._k("cluster_id")
+
+    # -- the image --------------------------------------------------------------------------------
+    def start(self, *, timeout_s: float = 10.0) -> None:
+        """Load the image (first reads do this themselves); raises MetadataStoreUnavailable."""
+        self.image.start(timeout_s=timeout_s)
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener(changed keys)`` after every change the image applies (watch thread)."""
+        self.image.listen(listener)
+
+    def connected(self) -> bool:
+        """True while the image follows etcd (its watch is connected)."""
+        return self.image.connected()
+
+    def _img(self) -> MetadataImage:
+        if not self.image.loaded.is_set():
+            self.image.start()
+        return self.image
+
+    def _decode(self, key: str, factory: Callable[[bytes], object]):
+        kv = self._img().get(key)
+        if kv is None:
+            return None
+        memo = self._decoded.get(key)
+        if memo is not None and memo[0] is kv:  # the same record object: not replaced since
+            return memo[1]
+        value = factory(kv.value)
+        self._decoded[key] = (kv, value)
+        return value
+
+    def _decode_under(self, prefix: str, factory: Callable[[bytes], object]) -> list:
+        out = []
+        for kv in self._img().under(prefix):
+            memo = self._decoded.get(kv.key)
+            if memo is not None and memo[0] is kv:
+                out.append(memo[1])
+                continue
+            value = factory(kv.value)
+            self._decoded[kv.key] = (kv, value)
+            out.append(value)
+        return out
+
+    def sync(self, *, timeout_s: float = 2.0) -> bool:
+        """Catch the image up with etcd (False when etcd did not answer: the image is as it was)."""
+        return self._img().sync(timeout_s=timeout_s)
+
+    def version(self) -> int:
+        """The store revision the image reflects: it moves on every metadata change."""
+        return self._img().revision
+
+    # -- writing ----------------------------------------------------------------------------------
+    def _guard(self) -> list:
+        """The comparison every write carries: the store is still this cluster's."""
+        return [if_value(self.cluster_id_key, self.cluster_id().encode())]
+
+    def _commit(self, compare: list, success: list, *, what: str, read_on_failure: Sequence[str] = ()):
+        """One transaction guarded by the cluster id; waits until the image shows it. When a
+        comparison fails, ``result.reads[1:]`` hold the keys of ``read_on_failure`` as etcd has
+        them then (what the image may not show yet)."""
+        result = self.client.txn([*self._guard(), *compare], success,
+                                 [*self._read_guard_op(), *(get_op(key) for key in read_on_failure)])
+        if not result.succeeded and result.reads and not result.reads[0]:
+            raise MetadataStoreUnavailable(f"{what}: the metadata store no longer holds cluster id "
+                                           f"{self.cluster_id()} (emptied or replaced): refusing to write")
+        if not result.succeeded and result.reads and result.reads[0][0].value.decode() != self.cluster_id():
+            raise MetadataStoreUnavailable(f"{what}: the metadata store belongs to cluster "
+                                           f"{result.reads[0][0].value.decode()}, not {self.cluster_id()}")
+        if result.succeeded:
+            self._see_own_write(result.revision)
+        return result
+
+    def _see_own_write(self, revision: int) -> None:
+        """Wait until the image shows a write of ours. A watch that does not bring it within a
+        second follows a member that stopped answering (the write itself failed over): it moves."""
+        if self.image.wait_for(revision, timeout_s=1.0):
+            return
+        self.image.sync(timeout_s=OWN_WRITE_WAIT_S / 2)
+        self.image.wait_for(revision, timeout_s=OWN_WRITE_WAIT_S / 2)
+
+    def _read_guard_op(self) -> list:
+        return [get_op(self.cluster_id_key)]
+
+    # -- cluster id -------------------------------------------------------------------------------
+    def stored_cluster_id(self) -> str | None:
+        """The cluster id the image holds (None: the store has none)."""
+        kv = self._img().get(self.cluster_id_key)
+        return kv.value.decode() if kv is not None else None
+
+    def cluster_id(self) -> str:
+        """The cluster's id, created on first use when the store has none (every reader agrees:
+        the creation is a put-if-absent)."""
+        if self._cluster_id is not None:
+            return self._cluster_id
+        current = self.stored_cluster_id()
+        if current is None:
+            self.create_cluster_id(uuid.uuid4().hex)
+            # Whoever won the put-if-absent, etcd has the id now: read it there (the image may be a
+            # moment behind on a loaded machine).
+            kv = self.client.get(self.cluster_id_key)
+            if kv is None:
+                raise MetadataStoreUnavailable("the metadata store did not keep the cluster id")
+            current = kv.value.decode()
+        self._cluster_id = current
+        return current
+
+    def adopt_cluster_id(self, cluster_id: str) -> None:
+        """Use ``cluster_id`` (checked against the data directory at start-up) in every write's
+        guard, whatever the store says later."""
+        self._cluster_id = cluster_id
+
+    def create_cluster_id(self, cluster_id: str) -> bool:
+        """Set the cluster id if the store has none; True if this call set it."""
+        result = self.client.txn([if_missing(self.cluster_id_key)], [put_op(self.cluster_id_key, cluster_id.encode())])
+        if result.succeeded:
+            self._see_own_write(result.revision)
+        return result.succeeded
+
+    # -- brokers ----------------------------------------------------------------------------------
     def register_broker(self, info: BrokerInfo, *, incarnation: str, session_timeout_ms: int) -> None:
-        pipe = self.redis.pipeline()
-        pipe.hset(BROKERS, str(info.id), info.to_json())
-        pipe.set(alive_key(info.id), incarnation, px=session_timeout_ms)
-        pipe.incr(VERSION)
-        pipe.execute()
-        self.redis.publish(METADATA_CHANNEL, "broker")
+        """Publish ``info`` and open a session: a fresh lease of ``session_timeout_ms`` (rounded up
+        to whole seconds, at least 2: etcd's granularity) holding ``alive/{id}``."""
+        ttl = max(2, math.ceil(session_timeout_ms / 1000))
+        lease = self.client.grant_lease(ttl)
+        with self._lease_lock:
+            old = self._leases.pop(f"broker:{info.id}", None)
+            self._leases[f"broker:{info.id}"] = lease
+        self._commit([], [put_op(self._k("brokers", info.id), info.to_json().encode()),
+                          put_op(self._k("alive", info.id), incarnation.encode(), lease=lease)],
+                     what=f"registering broker {info.id}")
+        if old is not None:
+            self.client.revoke_lease(old)
 
-    def heartbeat(self, broker_id: int, *, incarnation: str, session_timeout_ms: int) -> None:
-        self.redis.set(alive_key(broker_id), incarnation, px=session_timeout_ms)
+    def heartbeat(self, broker_id: int, *, incarnation: str, session_timeout_ms: int) -> bool:
+        """Renew the broker's session; False when it is gone (expired while the process was
+        paused, or never opened here): the caller registers again."""
+        with self._lease_lock:
+            lease = self._leases.get(f"broker:{broker_id}")
+        if lease is None:
+            return False
+        if self.client.keep_alive(lease) <= 0:
+            return False
+        kv = self._img().get(self._k("alive", broker_id))
+        return kv is not None and kv.value == incarnation.encode()
 
     def unregister_broker(self, broker_id: int, *, incarnation: str) -> None:
-        if self.redis.get(alive_key(broker_id)) == incarnation.encode():
-            self.redis.delete(alive_key(broker_id))
-            self.redis.publish(METADATA_CHANNEL, "broker")
+        with self._lease_lock:
+            lease = self._leases.pop(f"broker:{broker_id}", None)
+        if lease is not None:
+            self.client.revoke_lease(lease, timeout_s=2.0)
 
     def brokers(self) -> dict[int, BrokerInfo]:
-        return {int(k): BrokerInfo.from_json(v) for k, v in self.redis.hgetall(BROKERS).items()}
+        return {b.id: b for b in self._decode_under(self._k("brokers", ""), BrokerInfo.from_json)}
 
     def broker_racks(self) -> dict[int, str]:
         """Broker id -> its ``--rack`` ("" for none), for rack-aware placement."""
         return {b: info.rack for b, info in self.brokers().items()}
 
     def live_broker_ids(self, candidates: Iterable[int] | None = None) -> set[int]:
-        ids = sorted(candidates if candidates is not None else self.brokers())
-        if not ids:
-            return set()
-        alive = self.redis.mget([alive_key(i) for i in ids])
-        return {i for i, a in zip(ids, alive, strict=True) if a is not None}
+        prefix = self._k("alive", "")
+        alive = {int(kv.key[len(prefix):]) for kv in self._img().under(prefix)}
+        return alive if candidates is None else alive & set(candidates)
 
-    # -- topics ------------------------------------------------------------------------------
+    def live_broker_incarnations(self) -> dict[int, str]:
+        """Live broker id -> the incarnation its session was opened with (a new one per process
+        start: the controller tells a restart from a broker that stayed up)."""
+        prefix = self._k("alive", "")
+        return {int(kv.key[len(prefix):]): kv.value.decode() for kv in self._img().under(prefix)}
+
+    # -- topics -----------------------------------------------------------------------------------
     def create_topic(self, *, name: str, partitions: int, replication_factor: int,
                      config: dict[str, str], diskless: bool = False,
                      assignment: list[list[int]], topic_id: str | None = None,
-                     diskless_shards: list[int] | None = None) -> TopicInfo:
+                     diskless_shards: list[int] | None = None,
+                     live: Iterable[int] | None = None) -> TopicInfo:
+        """Create topic ``name`` with one partition per ``assignment`` entry (its replicas, the first
+        the preferred leader). Each partition's ISR is its replicas, or with ``live`` given (an
+        assignment the client chose, which may name a broker that is down) the live ones among
+        them, in order, and its leader the first of those (Kafka's controller does the same)."""
         validate_topic_name(name)
+        alive = None if live is None else set(live)
         info = TopicInfo(name=name, topic_id=topic_id or uuid.uuid4().hex, partitions=partitions,
                          replication_factor=replication_factor, config=dict(config), diskless=diskless,
                          created_ms=now_ms(), diskless_shards=list(diskless_shards or []))
-        args: list[str] = [name, info.to_json()]
+        ops = [put_op(self._k("topics", name), info.to_json().encode())]
         for p, replicas in enumerate(assignment):
-            state = PartitionState(topic=name, partition=p, leader=replicas[0], leader_epoch=0,
-                                   replicas=tuple(replicas), isr=tuple(replicas), partition_epoch=0)
-            args += [str(p), state.to_json()]
-        created = self._create(keys=[TOPICS, partitions_key(name), VERSION, METADATA_CHANNEL], args=args)
-        if not created:
+            isr = tuple(replicas) if alive is None else tuple(r for r in replicas if r in alive)
+            state = PartitionState(topic=name, partition=p, leader=isr[0], leader_epoch=0,
+                                   replicas=tuple(replicas), isr=isr, partition_epoch=0)
+            ops.append(put_op(self._k("partitions", name, p), state.to_json().encode()))
+        # Leftover partition keys of an older topic of this name cannot exist: deletion removes
+        # them in the same transaction as the topic key.
+        key = self._k("topics", name)
+        result = self._commit([if_missing(key)], ops, what=f"creating topic {name}", read_on_failure=[key])
+        if not result.succeeded:
+            # A retry (the member that committed our first attempt failed before answering) finds
+            # its own topic id: created, not a name taken by someone else. Read in the same
+            # transaction: the image may not show the first attempt yet (its watch may be on the
+            # member that failed).
+            [kv] = result.reads[1] or [None]
+            if kv is not None and TopicInfo.from_json(kv.value).topic_id == info.topic_id:
+                self._see_own_write(kv.mod_revision)
+                return info
             raise TopicAlreadyExists(f"topic '{name}' already exists")
         return info
 
     def delete_topic(self, name: str) -> None:
-        pipe = self.redis.pipeline()
-        pipe.hdel(TOPICS, name)
-        pipe.delete(partitions_key(name))
-        pipe.incr(VERSION)
-        removed, _, version = pipe.execute()
-        if not removed:
-            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
-        self.redis.publish(METADATA_CHANNEL, version)
+        """Remove the topic and its partitions, and record the deletion (module doc) so replicas
+        delete its logs rather than set them aside."""
+        for _ in range(10):
+            kv = self._img().get(self._k("topics", name))
+            if kv is None:
+                self.sync()
+                kv = self._img().get(self._k("topics", name))
+                if kv is None:
+                    raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+            info = TopicInfo.from_json(kv.value)
+            lease = self.client.grant_lease(DELETED_TOPIC_TTL_S)
+            record = json.dumps({"name": name, "deleted_ms": now_ms()}).encode()
+            result = self._commit([if_mod_revision(kv.key, kv.mod_revision)],
+                                  [delete_op(kv.key), delete_op(self._k("partitions", name, ""), prefix=True),
+                                   put_op(self._k("deleted_topics", info.topic_id), record, lease=lease)],
+                                  what=f"deleting topic {name}")
+            if result.succeeded:
+                return
+            self.client.revoke_lease(lease)
+            self.sync()
+        raise RequestTimedOut(f"topic '{name}': changed under too many concurrent writers; retry")
+
+    def deleted_topic_ids(self) -> set[str]:
+        """Ids of topics deleted through the API (within the last week)."""
+        prefix = self._k("deleted_topics", "")
+        return {kv.key[len(prefix):] for kv in self._img().under(prefix)}
 
     def topics(self) -> dict[str, TopicInfo]:
-        return {k.decode(): TopicInfo.from_json(v) for k, v in self.redis.hgetall(TOPICS).items()}
+        return {t.name: t for t in self._decode_under(self._k("topics", ""), TopicInfo.from_json)}
 
     def topic(self, name: str) -> TopicInfo:
-        raw = self.redis.hget(TOPICS, name)
-        if raw is None:
-            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
-        return TopicInfo.from_json(raw)
+        return self.topic_record(name)[1]
+
+    def topic_record(self, name: str) -> tuple[bytes, TopicInfo]:
+        """The topic's stored record as read (for ``add_partitions``' compare) and decoded. A name
+        the image lacks is looked up after catching up with etcd (it may be a moment old)."""
+        key = self._k("topics", name)
+        kv = self._img().get(key)
+        if kv is None:
+            self.sync()
+            kv = self._img().get(key)
+            if kv is None:
+                raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
+        return kv.value, self._decode(key, TopicInfo.from_json) or TopicInfo.from_json(kv.value)
 
     def update_topic_config(self, name: str, change: Callable[[TopicInfo], dict[str, str]], *,
                             dry_run: bool = False) -> TopicInfo:
         """Set the topic's config to ``change(current topic)``; returns the topic as written.
 
-        A compare-and-set on the whole topic record, retried when another writer got in between
-        (``change`` is called again on what it wrote), so two concurrent changes to different keys
-        both land. The write bumps the metadata version and publishes it, as every metadata
-        change does: that is how the replicas learn the new config. ``change`` may raise (the
-        LowtideError propagates, nothing is written); ``dry_run`` computes without writing.
+        A compare-and-set on the topic record's revision, retried when another writer got in
+        between (``change`` is called again on what it wrote), so two concurrent changes to
+        different keys both land. Replicas learn the new config from their watch. ``change`` may
+        raise (the LowtideError propagates, nothing is written); ``dry_run`` computes without
+        writing.
         """
+        key = self._k("topics", name)
         for _ in range(20):
-            raw = self.redis.hget(TOPICS, name)
-            if raw is None:
+            self.topic_record(name)
+            kv = self._img().get(key)
+            if kv is None:
                 raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
-            current = TopicInfo.from_json(raw)
+            current = TopicInfo.from_json(kv.value)
             updated = dataclasses.replace(current, config=dict(change(current)))
             if dry_run or updated.config == current.config:
                 return updated
-            written = self._cas_topic(keys=[TOPICS, VERSION, METADATA_CHANNEL], args=[name, raw, updated.to_json()])
-            if written == -1:
-                raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
-            if written == 1:
+            if self._commit([if_mod_revision(key, kv.mod_revision)], [put_op(key, updated.to_json().encode())],
+                            what=f"changing topic {name}'s config").succeeded:
                 return updated
+            self.sync()
         raise RequestTimedOut(f"topic '{name}': its config changed under too many concurrent writers; retry")
-
-    def topic_record(self, name: str) -> tuple[bytes, TopicInfo]:
-        """The topic's stored record as read (for ``add_partitions``' compare) and decoded."""
-        raw = self.redis.hget(TOPICS, name)
-        if raw is None:
-            raise UnknownTopicOrPartition(f"topic '{name}' does not exist")
-        return raw, TopicInfo.from_json(raw)
 
     def add_partitions(self, *, expected: bytes, topic: TopicInfo, assignment: Sequence[Sequence[int]],
                        diskless_shards: Sequence[int] = ()) -> TopicInfo | None:
@@ -282,50 +453,85 @@ class MetadataStore:
         added = len(diskless_shards) if topic.diskless else len(assignment)
         grown = dataclasses.replace(topic, partitions=topic.partitions + added,
                                     diskless_shards=[*topic.diskless_shards, *diskless_shards])
-        args: list[str | bytes] = [topic.name, expected, grown.to_json()]
+        key = self._k("topics", topic.name)
+        compare = [if_value(key, expected)]
+        ops = [put_op(key, grown.to_json().encode())]
         for i, replicas in enumerate(assignment):
             p = topic.partitions + i
             state = PartitionState(topic=topic.name, partition=p, leader=replicas[0], leader_epoch=0,
                                    replicas=tuple(replicas), isr=tuple(replicas), partition_epoch=0)
-            args += [str(p), state.to_json()]
-        written = self._add_partitions(keys=[TOPICS, partitions_key(topic.name), VERSION, METADATA_CHANNEL], args=args)
-        if written == -1:
+            compare.append(if_missing(self._k("partitions", topic.name, p)))
+            ops.append(put_op(self._k("partitions", topic.name, p), state.to_json().encode()))
+        if self._commit(compare, ops, what=f"adding partitions to {topic.name}").succeeded:
+            return grown
+        self.sync()
+        if self._img().get(key) is None:
             raise UnknownTopicOrPartition(f"topic '{topic.name}' does not exist")
-        if written == -2:
-            return None  # a partition state is there already: someone else grew it
-        return grown if written == 1 else None
+        return None
 
-    # -- partitions --------------------------------------------------------------------------
+    # -- partitions -------------------------------------------------------------------------------
     def partition_states(self, topic: str) -> list[PartitionState]:
-        states = [PartitionState.from_json(v) for v in self.redis.hgetall(partitions_key(topic)).values()]
+        states = self._decode_under(self._k("partitions", topic, ""), PartitionState.from_json)
         return sorted(states, key=lambda s: s.partition)
 
     def all_partition_states(self) -> dict[tuple[str, int], PartitionState]:
-        topics = list(self.topics())
-        pipe = self.redis.pipeline()
-        for t in topics:
-            pipe.hgetall(partitions_key(t))
-        out: dict[tuple[str, int], PartitionState] = {}
-        for raw in pipe.execute():
-            for v in raw.values():
-                s = PartitionState.from_json(v)
-                out[(s.topic, s.partition)] = s
-        return out
+        states = self._decode_under(self._k("partitions", ""), PartitionState.from_json)
+        return {(s.topic, s.partition): s for s in states}
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
-        raw = self.redis.hget(partitions_key(topic), str(partition))
-        if raw is None:
-            raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
-        return PartitionState.from_json(raw)
+        key = self._k("partitions", topic, partition)
+        state = self._decode(key, PartitionState.from_json)
+        if state is None:
+            self.sync()
+            state = self._decode(key, PartitionState.from_json)
+            if state is None:
+                raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+        return state
 
     def compare_and_set_partition(self, expected: PartitionState, new: PartitionState) -> bool:
         """Write ``new`` if the stored state still has ``expected.partition_epoch``."""
-        new = dataclasses.replace(new, partition_epoch=expected.partition_epoch + 1)
-        r = self._cas(keys=[partitions_key(new.topic), VERSION, METADATA_CHANNEL],
-                      args=[str(new.partition), expected.partition_epoch, new.to_json()])
-        if r == -1:
+        [written] = self.compare_and_set_partitions([(expected, new)])
+        if not written and self._img().get(self._k("partitions", new.topic, new.partition)) is None:
             raise UnknownTopicOrPartition(f"{new.topic}-{new.partition} does not exist")
-        return r == 1
+        return written
+
+    def compare_and_set_partitions(self, changes: Sequence[tuple[PartitionState, PartitionState]]) -> list[bool]:
+        """For each ``(expected, new)``: write ``new`` if the stored state still has
+        ``expected.partition_epoch``; returns, in order, whether each was written (a partition
+        that no longer exists is not).
+
+        Many partitions go in one etcd write (up to ``PARTITIONS_PER_TXN``), each under its own
+        compare-and-set (``txn_op``): a leader's ISR changes after a broker left, or the
+        controller's elections after one died, cost a few writes instead of one per partition,
+        as Kafka's AlterPartition and the controller's batched records do. Without this, 2,000
+        partitions changed one write at a time kept a replica busy for tens of seconds, long
+        enough for its own broker session to lapse under load (docs/design/metadata.md)."""
+        outcome = [False] * len(changes)
+        pending: list[tuple[int, str, int, PartitionState]] = []
+        for i, (expected, new) in enumerate(changes):
+            key = self._k("partitions", new.topic, new.partition)
+            kv = self._img().get(key)
+            if kv is None:
+                self.sync()
+                kv = self._img().get(key)
+                if kv is None:
+                    continue
+            if PartitionState.from_json(kv.value).partition_epoch != expected.partition_epoch:
+                continue
+            pending.append((i, key, kv.mod_revision,
+                            dataclasses.replace(new, partition_epoch=expected.partition_epoch + 1)))
+        behind = False
+        for start in range(0, len(pending), PARTITIONS_PER_TXN):
+            chunk = pending[start:start + PARTITIONS_PER_TXN]
+            ops = [txn_op([if_mod_revision(key, rev)], [put_op(key, new.to_json().encode())])
+                   for _, key, rev, new in chunk]
+            result = self._commit([], ops, what=f"changing {len(chunk)} partitions")
+            for (i, _, _, _), one in zip(chunk, result.nested, strict=True):
+                outcome[i] = one.succeeded
+                behind |= not one.succeeded
+        if behind:
+            self.sync()  # the image was behind: the callers' retries read the current states
+        return outcome
 
     def update_isr(self, *, topic: str, partition: int, leader: int, leader_epoch: int,
                    isr: Iterable[int], expected_partition_epoch: int | None = None) -> PartitionState:
@@ -338,98 +544,169 @@ class MetadataStore:
         AlterPartition does the same). The ISR written never names a broker outside ``replicas``,
         and every other field (a move in progress) is kept as stored.
         """
+        [answer] = self.update_isrs([IsrChange(topic=topic, partition=partition, leader=leader,
+                                               leader_epoch=leader_epoch, isr=tuple(isr),
+                                               expected_partition_epoch=expected_partition_epoch)])
+        if isinstance(answer, LowtideError):
+            raise answer
+        return answer
+
+    def update_isrs(self, changes: Sequence[IsrChange]) -> list[PartitionState | LowtideError]:
+        """``update_isr`` for many partitions in few etcd writes: per change, in order, the state
+        written (its new partition epoch included) or the error that refused it
+        (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, UNKNOWN_TOPIC_OR_PARTITION)."""
+        answers: list[PartitionState | LowtideError | None] = [None] * len(changes)
+        todo = list(range(len(changes)))
         for _ in range(10):
-            cur = self.partition_state(topic, partition)
-            if cur.leader != leader or cur.leader_epoch != leader_epoch:
-                raise FencedLeaderEpoch(f"{topic}-{partition}: leader {leader} epoch {leader_epoch} is stale "
-                                        f"(now leader {cur.leader} epoch {cur.leader_epoch})")
-            if expected_partition_epoch is not None and cur.partition_epoch != expected_partition_epoch:
-                raise InvalidUpdateVersion(
-                    f"{topic}-{partition}: partition epoch {expected_partition_epoch} is stale "
-                    f"(now {cur.partition_epoch})")
-            members = set(cur.replicas)
-            new = dataclasses.replace(cur, isr=tuple(sorted(r for r in set(isr) if r in members)))
-            if self.compare_and_set_partition(cur, new):
-                return dataclasses.replace(new, partition_epoch=cur.partition_epoch + 1)
-        raise FencedLeaderEpoch(f"{topic}-{partition}: ISR update lost too many races")
+            batch: list[tuple[int, PartitionState, PartitionState]] = []
+            for i in todo:
+                c = changes[i]
+                try:
+                    cur = self.partition_state(c.topic, c.partition)
+                except UnknownTopicOrPartition as exc:
+                    answers[i] = exc
+                    continue
+                if cur.leader != c.leader or cur.leader_epoch != c.leader_epoch:
+                    answers[i] = FencedLeaderEpoch(
+                        f"{c.topic}-{c.partition}: leader {c.leader} epoch {c.leader_epoch} is stale "
+                        f"(now leader {cur.leader} epoch {cur.leader_epoch})")
+                    continue
+                if c.expected_partition_epoch is not None and cur.partition_epoch != c.expected_partition_epoch:
+                    answers[i] = InvalidUpdateVersion(
+                        f"{c.topic}-{c.partition}: partition epoch {c.expected_partition_epoch} is stale "
+                        f"(now {cur.partition_epoch})")
+                    continue
+                isr = tuple(sorted(r for r in set(c.isr) if r in cur.replicas))
+                batch.append((i, cur, dataclasses.replace(cur, isr=isr)))
+            written = self.compare_and_set_partitions([(cur, new) for _, cur, new in batch])
+            todo = []
+            for (i, cur, new), ok in zip(batch, written, strict=True):
+                if ok:
+                    answers[i] = dataclasses.replace(new, partition_epoch=cur.partition_epoch + 1)
+                else:
+                    todo.append(i)  # lost a race (or the image was behind): read again
+            if not todo:
+                break
+        for i in todo:
+            c = changes[i]
+            answers[i] = FencedLeaderEpoch(f"{c.topic}-{c.partition}: ISR update lost too many races")
+        return answers  # type: ignore[return-value]
 
-    def version(self) -> int:
-        return int(self.redis.get(VERSION) or 0)
-
-    def cluster_id(self) -> str:
-        """The cluster's id, created on first use (SET NX, so every reader agrees)."""
-        raw = self.redis.get(CLUSTER_ID)
-        if raw is None:
-            self.redis.set(CLUSTER_ID, uuid.uuid4().hex, nx=True)
-            raw = self.redis.get(CLUSTER_ID)
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
-
-    # -- controller lease -------------------------------------------------------------------
+    # -- controller lease -------------------------------------------------------------------------
     def try_acquire_controller(self, owner: str, *, lease_ms: int) -> bool:
-        if self.redis.set(CONTROLLER, owner, nx=True, px=lease_ms):
+        """Take or keep the controller role: ``controller`` holds ``owner`` under a lease of
+        ``lease_ms`` (whole seconds, at least 2) that this call renews."""
+        key = self._k("controller")
+        with self._lease_lock:
+            lease = self._leases.get(f"controller:{owner}")
+        if lease is not None and self.client.keep_alive(lease) > 0:
+            kv = self._img().get(key)
+            if kv is not None and kv.value == owner.encode():
+                return True
+        if lease is None or self.client.keep_alive(lease) <= 0:
+            lease = self.client.grant_lease(max(2, math.ceil(lease_ms / 1000)))
+            with self._lease_lock:
+                self._leases[f"controller:{owner}"] = lease
+        result = self.client.txn([*self._guard(), if_missing(key)], [put_op(key, owner.encode(), lease=lease)])
+        if result.succeeded:
+            self._see_own_write(result.revision)
             return True
-        if self.redis.get(CONTROLLER) == owner.encode():
-            self.redis.pexpire(CONTROLLER, lease_ms)
-            return True
-        return False
+        kv = self._img().get(key)
+        return kv is not None and kv.value == owner.encode() and kv.lease in (0, lease)
 
-    # -- dynamic broker configs (KIP-73 throttle rates) ---------------------------------------
-    # Region owned by the throttle work (docs/design/reassignment.md section 6); its key and Lua
-    # script are at the end of the module.
+    # -- dynamic broker configs (KIP-73 throttle rates) -------------------------------------------
+    def _config_key(self, broker: str) -> str:
+        return self._k("broker_configs", broker or "default")
+
     def broker_configs(self) -> dict[str, dict[str, str]]:
         """Every stored dynamic broker config: broker id as a string ("" = the cluster default)
         -> its keys; brokers with none are absent."""
-        return {k.decode(): json.loads(v) for k, v in self.redis.hgetall(BROKER_CONFIGS).items()}
+        prefix = self._k("broker_configs", "")
+        out = {}
+        for kv in self._img().under(prefix):
+            name = kv.key[len(prefix):]
+            out["" if name == "default" else name] = json.loads(kv.value)
+        return out
 
     def broker_config(self, broker: str) -> dict[str, str]:
         """The dynamic configs set on ``broker`` itself ("" = the cluster default); {} for none."""
-        raw = self.redis.hget(BROKER_CONFIGS, broker)
-        return dict(json.loads(raw)) if raw else {}
+        kv = self._img().get(self._config_key(broker))
+        return dict(json.loads(kv.value)) if kv is not None else {}
 
     def effective_broker_config(self, broker_id: int) -> dict[str, str]:
-        """What applies to ``broker_id``: the cluster default overridden by its own keys (one
-        round trip; a replica reads this on every metadata event)."""
-        default, own = self.redis.hmget(BROKER_CONFIGS, ["", str(broker_id)])
-        return {**(json.loads(default) if default else {}), **(json.loads(own) if own else {})}
+        """What applies to ``broker_id``: the cluster default overridden by its own keys."""
+        return {**self.broker_config(""), **self.broker_config(str(broker_id))}
 
     def update_broker_config(self, broker: str, change: Callable[[dict[str, str]], dict[str, str]], *,
                              dry_run: bool = False) -> dict[str, str]:
         """Set ``broker``'s dynamic configs ("" = the cluster default) to ``change(current)``;
         returns them as written. A compare-and-set on the stored entry, retried when another
-        writer got in between (``change`` is called again); an empty result removes the entry. The
-        write bumps the metadata version and publishes it, so replicas re-read their rates.
-        ``change`` may raise (nothing is written); ``dry_run`` computes without writing."""
-        script = self.redis.register_script(_CAS_BROKER_CONFIG)
+        writer got in between (``change`` is called again); an empty result removes the entry.
+        Replicas re-read their rates from their watch. ``change`` may raise (nothing is written);
+        ``dry_run`` computes without writing."""
+        key = self._config_key(broker)
         for _ in range(20):
-            raw = self.redis.hget(BROKER_CONFIGS, broker)
-            current = dict(json.loads(raw)) if raw else {}
+            kv = self._img().get(key)
+            current = dict(json.loads(kv.value)) if kv is not None else {}
             updated = dict(change(dict(current)))
             if dry_run or updated == current:
                 return updated
-            encoded = json.dumps(updated, sort_keys=True) if updated else ""
-            if script(keys=[BROKER_CONFIGS, VERSION, METADATA_CHANNEL], args=[broker, raw or "", encoded]):
+            compare = [if_mod_revision(key, kv.mod_revision) if kv is not None else if_missing(key)]
+            op = put_op(key, json.dumps(updated, sort_keys=True).encode()) if updated else delete_op(key)
+            if self._commit(compare, [op], what=f"changing broker config {broker or 'default'}").succeeded:
                 return updated
+            self.sync()
         raise RequestTimedOut(f"broker config {broker or '<default>'!s}: changed under too many concurrent writers; "
                               "retry")
 
 
-def decode_event(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+def import_cluster(store: MetadataStore, *, cluster_id: str, topics: Sequence[TopicInfo],
+                   states: Sequence[PartitionState], brokers: Sequence[BrokerInfo],
+                   broker_configs: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
+    """Write a cluster's metadata read from elsewhere (``lowtide metadata migrate``) into an empty
+    store, or complete an earlier import of the same cluster: keys already there are kept as they
+    are (put if absent), so running it twice changes nothing. Refuses a store of another cluster.
+    Returns how many keys of each kind were written."""
+    current = store.stored_cluster_id()
+    if current is not None and current != cluster_id:
+        raise InvalidRequest(f"the metadata store belongs to cluster {current}, not {cluster_id}: refusing to import")
+    store.create_cluster_id(cluster_id)
+    store.adopt_cluster_id(cluster_id)
+    wanted: list[tuple[str, str, bytes]] = [("topics", store._k("topics", t.name), t.to_json().encode())
+                                            for t in topics]
+    wanted += [("partitions", store._k("partitions", s.topic, s.partition), s.to_json().encode()) for s in states]
+    wanted += [("brokers", store._k("brokers", b.id), b.to_json().encode()) for b in brokers]
+    wanted += [("broker_configs", store._config_key(name), json.dumps(dict(c), sort_keys=True).encode())
+               for name, c in broker_configs.items() if c]
+    written = {"topics": 0, "partitions": 0, "brokers": 0, "broker_configs": 0}
+    store.sync()
+    for kind, key, value in wanted:
+        if store.image.get(key) is not None:
+            continue
+        if store._commit([if_missing(key)], [put_op(key, value)], what=f"importing {key}").succeeded:
+            written[kind] += 1
+    return written
 
 
-# -- dynamic broker configs (KIP-73 throttle rates; MetadataStore.broker_configs) ----------------
-BROKER_CONFIGS = "lowtide:broker_configs"
-
-# Replace one broker's entry if it is still what the caller read ("" = absent); an empty new value
-# removes it; bump the version; publish.
-_CAS_BROKER_CONFIG = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if (cur or '') ~= ARGV[2] then return 0 end
-if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
-local v = redis.call('INCR', KEYS[2])
-redis.call('PUBLISH', KEYS[3], v)
-return 1
-"""
+def metadata_url(endpoints: Sequence[str], *, tls: bool) -> str:
+    """The ``--metadata-url`` of etcd members at ``endpoints`` (host:port): ``etcds://`` with TLS."""
+    return (TLS_URL_SCHEME if tls else URL_SCHEME) + ",".join(endpoints)
 
 
-__all__ = ["MetadataStore", "assign_replicas", "validate_topic_name", "METADATA_CHANNEL", "json"]
+def etcd_member_health(endpoint: str, *, timeout_s: float = 1.0, tls: ClientTls | None = None) -> str:
+    """"SERVING" once the etcd member at ``endpoint`` answers and its cluster has a leader, else
+    what is wrong (for ``lowtide cluster up``'s health wait). ``tls``: the member speaks (mutual)
+    TLS, dialled with these settings."""
+    client = EtcdClient([endpoint], timeout_s=timeout_s,
+                        credentials=tls.channel_credentials() if tls is not None else None)
+    try:
+        status = client.status(endpoint, timeout_s=timeout_s)
+        return "SERVING" if status.leader else "no etcd leader yet"
+    except MetadataStoreUnavailable as exc:
+        return f"etcd not answering: {exc.message}"
+    finally:
+        client.close()
+
+
+__all__ = ["DEFAULT_ROOT", "MetadataStore", "assign_replicas", "etcd_member_health", "import_cluster",
+           "validate_topic_name"]

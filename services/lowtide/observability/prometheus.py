@@ -42,19 +42,32 @@ class ScrapeTarget:
     job: str  # e.g. lowtide-replica
     address: str  # host:port of the /metrics endpoint
     labels: dict[str, str] = field(default_factory=dict)
+    # Set (a TLS cluster's CA): /metrics is HTTPS, its certificate verified with this CA.
+    ca_file: str = ""
+    # With ca_file, for a /metrics that asks for a client certificate (etcd's): Prometheus' own.
+    cert_file: str = ""
+    key_file: str = ""
 
 
 def render_config(targets: Sequence[ScrapeTarget], *, scrape_interval: str = "2s",
                   rules_file: str = RULES_FILE) -> dict[str, Any]:
-    """prometheus.yml as a dict: one job per kind, a static target per service."""
+    """prometheus.yml as a dict: one job per kind, a static target per service (over HTTPS when
+    the job's targets name a CA, presenting a client certificate when they name one)."""
     jobs: dict[str, list[dict[str, Any]]] = {}
+    tls: dict[str, dict[str, Any]] = {}
     for target in targets:
         jobs.setdefault(target.job, []).append({"targets": [target.address], "labels": dict(target.labels)})
+        if target.ca_file:
+            tls_config = {"ca_file": target.ca_file}
+            if target.cert_file:
+                tls_config |= {"cert_file": target.cert_file, "key_file": target.key_file}
+            tls[target.job] = {"scheme": "https", "tls_config": tls_config}
     return {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval,
                    "scrape_timeout": scrape_interval},
         "rule_files": [rules_file],
-        "scrape_configs": [{"job_name": job, "static_configs": configs} for job, configs in sorted(jobs.items())],
+        "scrape_configs": [{"job_name": job, **tls.get(job, {}), "static_configs": configs}
+                           for job, configs in sorted(jobs.items())],
     }
 
 

@@ -42,6 +42,17 @@ def format_low_watermark_event(*, topic: str, partition: int, low_watermark: int
     }, separators=(",", ":"))
 
 
+def publish_low_watermarks(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], *,
+                           replica_id: str) -> None:
+    """Publish a batch of low-watermark changes ((topic, partition), lw) in one pipeline; raises
+    the Redis client's error as ``publish_low_watermark``."""
+    pipe = redis.pipeline(transaction=False)
+    for (topic, partition), lw in changes:
+        pipe.publish(LOW_WATERMARK_CHANNEL, format_low_watermark_event(
+            topic=topic, partition=partition, low_watermark=lw, replica_id=replica_id))
+    pipe.execute()
+
+
 def publish_low_watermark(redis: redis_lib.Redis, *, topic: str, partition: int, low_watermark: int,
                           replica_id: str) -> int:
     """Publish a low-watermark change; returns how many subscribers received it.

@@ -20,8 +20,11 @@ class ReplicaConfig:
     kafka_listeners: dict[str, str] = field(default_factory=dict)
     metrics_url: str = ""
     rack: str = ""
-    # Liveness: a broker is live while its Redis session key exists (renewed every heartbeat).
+    # Liveness: a broker is live while its session lease in etcd lives (renewed every heartbeat).
     session_timeout_ms: int = 6000
+    # Stray partitions (set aside, never served) are removed after this long; -1 = kept until the
+    # operator removes them (`lowtide strays remove`), the default.
+    stray_retention_ms: int = -1
     heartbeat_interval_ms: int = 1000
     # ISR: a follower that has not caught up for this long leaves the ISR (Kafka's default is 30 s).
     replica_lag_time_max_ms: int = 10000

@@ -1,18 +1,17 @@
 """ISR changes of the partitions this replica leads, written through the metadata store.
 
 Kafka's leader sends AlterPartition to the controller; here the leader compare-and-sets the
-partition state in Redis (``MetadataStore.update_isr``) and adopts the ISR only once the store
+partition state in etcd (``MetadataStore.update_isr``) and adopts the ISR only once the store
 accepted it, so the ISR a leader computes its HW over is never ahead of the one elections use.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-
-import redis as redis_lib
+from collections.abc import Callable, Iterable, Sequence
 
 from lowtide.errors import InvalidUpdateVersion, LowtideError
+from lowtide.metadata.model import IsrChange
 from lowtide.metadata.store import MetadataStore
 from lowtide.replica.metrics import ISR_EXPANDS, ISR_SHRINKS
 from lowtide.replica.partition import Partition
@@ -24,11 +23,11 @@ log = logging.getLogger(__name__)
 class IsrUpdater:
     """Expands and shrinks the ISR of led partitions.
 
-    Contract: ``change`` writes the new ISR under the partition's current leader epoch and
-    partition epoch and returns whether the HW moved; a write the store rejects (stale leader or
-    partition epoch, Redis down) changes nothing
-    locally and wakes the reconciler (our view of the partition is probably stale; it reconciles
-    if the metadata version moved).
+    Contract: ``change`` (one partition) and ``change_many`` (a batch, in few etcd writes) write
+    the new ISR under the partition's current leader epoch and partition epoch and tell whose HW
+    moved; a write the store rejects (stale leader or partition epoch, etcd unreachable) changes
+    nothing locally and wakes the reconciler (our view of the partition is probably stale; it
+    reconciles if the metadata version moved).
     ``shrink_lagging`` drops, from every led partition, the followers that have not caught up
     within ``lag_time_max_ms`` and those whose broker is no longer live: a replica stops counting
     toward the low watermark when its session lapses, so it must leave the ISR (the set election
@@ -46,39 +45,59 @@ class IsrUpdater:
 
     def change(self, p: Partition, isr: Iterable[int]) -> bool:
         """Write ``isr`` for ``p``; returns whether its HW moved."""
+        return bool(self.change_many([(p, frozenset(isr))]))
+
+    def change_many(self, changes: Sequence[tuple[Partition, frozenset[int]]]) -> list[Partition]:
+        """Write each partition's new ISR, all in a few etcd writes (one per
+        ``PARTITIONS_PER_TXN``, as Kafka's AlterPartition carries many partitions); returns the
+        partitions whose HW moved."""
+        if not changes:
+            return []
+        # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
+        # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
+        # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
         try:
-            # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
-            # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
-            # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
-            st = self.store.update_isr(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
-                                       leader_epoch=p.leader_epoch, isr=isr,
-                                       expected_partition_epoch=p.partition_epoch)
-        except InvalidUpdateVersion as exc:
-            # Not an error: our view is behind. The reconciler adopts the new record (its write
-            # moved the metadata version) and the next follower fetch or ISR check, which
-            # recompute the candidate ISR, retries under the new partition epoch.
-            log.info("ISR change refused, reconciling first: %s", exc.message)
+            answers = self.store.update_isrs([
+                IsrChange(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
+                          leader_epoch=p.leader_epoch, isr=tuple(isr), expected_partition_epoch=p.partition_epoch)
+                for p, isr in changes])
+        except LowtideError as exc:
+            log.warning("ISR change of %d partitions failed: %s", len(changes), exc)
             self.wake_reconciler()
-            return False
-        except (LowtideError, redis_lib.RedisError) as exc:
-            log.warning("ISR change failed: %s", exc)
+            return []
+        moved: list[Partition] = []
+        refused = 0
+        for (p, _), answer in zip(changes, answers, strict=True):
+            if isinstance(answer, InvalidUpdateVersion):
+                # Not an error: our view is behind. The reconciler adopts the new record (its
+                # write moved the metadata version) and the next follower fetch or ISR check,
+                # which recompute the candidate ISR, retries under the new partition epoch.
+                log.info("ISR change refused, reconciling first: %s", answer.message)
+                refused += 1
+                continue
+            if isinstance(answer, LowtideError):
+                log.warning("ISR change failed: %s", answer)
+                refused += 1
+                continue
+            log.info("ISR changed",
+                     extra={"fields": {"topic": p.topic, "partition": p.partition, "isr": list(answer.isr)}})
+            before, after = frozenset(p.isr), frozenset(answer.isr)
+            if p.set_isr(answer):
+                moved.append(p)
+            if before - after:
+                ISR_SHRINKS.labels(p.topic).inc()
+            if after - before:
+                ISR_EXPANDS.labels(p.topic).inc()
+        if refused:
             self.wake_reconciler()
-            return False
-        log.info("ISR changed", extra={"fields": {"topic": p.topic, "partition": p.partition, "isr": list(st.isr)}})
-        before, after = frozenset(p.isr), frozenset(st.isr)
-        moved = p.set_isr(st)
-        if before - after:
-            ISR_SHRINKS.labels(p.topic).inc()
-        if after - before:
-            ISR_EXPANDS.labels(p.topic).inc()
         return moved
 
     def shrink_lagging(self, *, lag_time_max_ms: int) -> bool:
         """One ISR check over every hosted partition; returns whether any HW moved."""
-        changed = False
         live = self.registry.live_brokers
+        changes = []
         for p in self.registry.all():
             new_isr = p.isr_shrink_candidate(lag_time_max_ms=lag_time_max_ms, live_brokers=live)
             if new_isr is not None:
-                changed |= self.change(p, new_isr)
-        return changed
+                changes.append((p, new_isr))
+        return bool(self.change_many(changes))

@@ -21,8 +21,6 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import redis as redis_lib
-
 from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
@@ -38,6 +36,7 @@ from lowtide.messages.replica import (
     FetchPosition,
 )
 from lowtide.metadata.store import MetadataStore
+from lowtide.purgatory.connection import RedisClient
 from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.consumed_retention import ConsumedRetention
@@ -72,7 +71,7 @@ class ReplicaManager:
     ``stop`` once each, from one thread.
     """
 
-    def __init__(self, *, config: ReplicaConfig, store: MetadataStore, redis: redis_lib.Redis) -> None:
+    def __init__(self, *, config: ReplicaConfig, store: MetadataStore, redis: RedisClient) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self.store = store
@@ -102,7 +101,7 @@ class ReplicaManager:
             complete_waiting_deletes=self.deletes.complete_ready, on_reconciled=self.fetchers.sync,
             on_config_changed=self._topic_config_changed, report_low_watermarks=self.deletes.report_low_watermarks)
         self.membership = BrokerMembership(
-            config=config, store=store, redis=redis, registry=self.registry,
+            config=config, store=store, registry=self.registry,
             on_live_brokers_changed=self._recheck_led_partitions, on_metadata_changed=self._metadata_changed)
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
                                         min_insync_replicas=config.min_insync_replicas,
@@ -248,8 +247,9 @@ class ReplicaManager:
         return self.requests.describe_producers(keys)
 
     def list_offset(self, topic: str, partition: int, timestamp: int, *,
-                    isolation_level: int = 0) -> tuple[int, int, int]:
-        return self.requests.list_offset(topic, partition, timestamp, isolation_level=isolation_level)
+                    isolation_level: int = 0, current_leader_epoch: int = -1) -> tuple[int, int, int]:
+        return self.requests.list_offset(topic, partition, timestamp, isolation_level=isolation_level,
+                                         current_leader_epoch=current_leader_epoch)
 
     # -- maintenance -----------------------------------------------------------------------------
     def notify_changed(self, keys: list[tuple[str, int]] | None = None) -> None:

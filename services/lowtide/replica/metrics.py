@@ -122,6 +122,14 @@ def count_inactive_group(topic: str, group: str) -> None:
         INACTIVE_GROUPS.labels(topic, group).inc()
 
 
+STRAY_PARTITIONS = Counter("lowtide_stray_partitions",
+                           "Partition directories set aside (-stray) because the metadata does not name them")
+
+
+def count_stray_partition() -> None:
+    STRAY_PARTITIONS.inc()
+
+
 def track_isr_changes(topic: str) -> None:
     """Export the topic's ISR change counters at 0 from its first leadership here: a series that
     only appeared with its first increment has no earlier sample, so rate() over a window

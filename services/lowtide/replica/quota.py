@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import redis as redis_lib
-
+from lowtide.errors import MetadataStoreUnavailable
 from lowtide.metadata.config_defaults import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
 from lowtide.replica import metrics as replica_metrics
 
@@ -287,7 +286,7 @@ class QuotaConfigWatcher:
     def reload(self) -> None:
         try:
             config = self._store.effective_broker_config(self._quotas.broker_id)
-        except redis_lib.RedisError as exc:
+        except MetadataStoreUnavailable as exc:
             log.warning("cannot read the replication throttle rates: %s", exc)
             return
         self._quotas.set_rates(leader=parse_rate(config.get(LEADER_THROTTLED_RATE)),

@@ -1,6 +1,12 @@
-"""Hosted partitions follow the metadata in Redis: open the partitions assigned here, apply each
-leadership change (become leader / follower), delete the partitions no longer assigned and any
-directory left from one.
+"""Hosted partitions follow the cluster metadata: open the partitions assigned here, apply each
+leadership change (become leader / follower), and remove the partitions no longer assigned here.
+
+Removing never trusts the metadata's silence (docs/design/metadata.md#stray-partitions): a
+partition's log is deleted only when the metadata says so, because its topic still exists and the
+partition was moved to other brokers, or its topic was deleted through the API (the store keeps
+the deleted topic's id). A partition of a topic the metadata does not name, or names under
+another id, with no record of a deletion, is *stray*: its directory is renamed aside
+(``<topic>-<p>.<unique>-stray``) and kept until the operator removes it.
 
 A pass runs at start, then whenever the metadata version moved (a metadata event or a periodic
 look) or someone knows its view is stale (``ReconcileTrigger.force``: a follower fetch answered
@@ -13,14 +19,23 @@ import logging
 import os
 import shutil
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-import redis as redis_lib
-
-from lowtide.errors import LowtideError
-from lowtide.log.filenames import is_deleted_partition_dir, parse_partition_dir, partition_dir_name
+from lowtide.errors import LowtideError, MetadataStoreUnavailable
+from lowtide.log.checkpoint import fsync_directory
+from lowtide.log.filenames import (
+    is_deleted_partition_dir,
+    is_stray_partition_dir,
+    parse_partition_dir,
+    partition_dir_name,
+    stray_partition_dir_name,
+)
 from lowtide.log.partition_log import LogConfig, PartitionLog, remove_partition_dir
+from lowtide.log.partition_metadata import read_partition_metadata, write_partition_metadata
+from lowtide.log.strays import list_strays
 from lowtide.messages import TopicPartition
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
@@ -125,7 +140,8 @@ class PartitionReconciler:
         try:
             topics = self.store.topics()
             states = self.store.all_partition_states()
-        except redis_lib.RedisError as exc:
+            deleted = self.store.deleted_topic_ids()
+        except MetadataStoreUnavailable as exc:
             log.warning("metadata unavailable: %s", exc)
             return
         mine = {tp: st for tp, st in states.items() if self.broker_id in st.replicas and tp[0] in topics}
@@ -139,14 +155,19 @@ class PartitionReconciler:
         if recreated:
             mine = {tp: st for tp, st in mine.items() if tp not in recreated}
             self.trigger.force()
-        changes = self.registry.apply_assignment(mine, open_partition=lambda tp: self._open(topics[tp[0]], tp))
+        changes = self.registry.apply_assignment(
+            mine, open_partition=lambda tp: self._open(topics[tp[0]], tp, deleted=deleted))
         for p in changes.removed:
-            log.info("removing partition", extra={"fields": {"topic": p.topic, "partition": p.partition}})
             self._complete_waiting_deletes([p.key])
-            p.log.delete()
+            if self._may_delete(p.topic, p.topic_info.topic_id, topics, deleted):
+                log.info("removing partition", extra={"fields": {"topic": p.topic, "partition": p.partition}})
+                p.log.delete()
+            else:
+                p.log.close()
+                self._set_aside(self.data_dir / partition_dir_name(p.topic, p.partition))
         for topic in {p.topic for p in changes.removed} - {tp[0] for tp in mine}:
             replica_metrics.forget_topic(topic)
-        self._remove_orphan_dirs(set(mine))
+        self._remove_orphan_dirs(set(mine), topics, deleted)
         for p, role in changes.became:
             log.info("became %s", role, extra={"fields": {"topic": p.topic, "partition": p.partition,
                                                           "leader_epoch": p.leader_epoch, "leader": p.leader_id}})
@@ -190,8 +211,52 @@ class PartitionReconciler:
             if self._on_config_changed is not None:
                 self._on_config_changed(changed)
 
-    def _open(self, topic: TopicInfo, tp: TopicPartition) -> Partition:
+    @staticmethod
+    def _may_delete(topic: str, topic_id: str | None, topics: Mapping[str, TopicInfo], deleted: set[str]) -> bool:
+        """Whether the metadata says this partition's log goes (module doc): its topic exists under
+        the same id (the partition moved elsewhere), or its id was deleted through the API."""
+        current = topics.get(topic)
+        if topic_id is None:  # a directory from before partition.metadata: only a live topic vouches
+            return current is not None
+        return (current is not None and current.topic_id == topic_id) or topic_id in deleted
+
+    def _expire_stray(self, dir: Path) -> None:
+        """The operator's age for strays (``--stray-retention-ms``; off by default)."""
+        retention = self.config.stray_retention_ms
+        if retention < 0:
+            return
+        for stray in list_strays(dir.parent):
+            if stray.path == dir and stray.age_ms(int(time.time() * 1000)) >= retention:
+                log.warning("removing a stray partition older than --stray-retention-ms",
+                            extra={"fields": {"dir": str(dir), "retention_ms": retention}})
+                shutil.rmtree(dir, ignore_errors=True)
+
+    def _set_aside(self, dir: Path) -> None:
+        target = dir.with_name(stray_partition_dir_name(dir.name, uuid.uuid4().hex))
+        try:
+            os.rename(dir, target)
+        except FileNotFoundError:
+            return
+        fsync_directory(dir.parent)
+        replica_metrics.count_stray_partition()
+        log.warning("set aside a partition the metadata does not name (kept, not served; remove it with "
+                    "`lowtide strays remove` once you are sure)",
+                    extra={"fields": {"dir": str(dir), "kept_as": str(target)}})
+
+    def _open(self, topic: TopicInfo, tp: TopicPartition, *, deleted: set[str] = frozenset()) -> Partition:
         dir = self.data_dir / partition_dir_name(*tp)
+        if dir.exists():
+            # A directory of another topic of this name (deleted and created again while this
+            # replica was away): never served as the new topic's records.
+            try:
+                recorded = read_partition_metadata(dir)
+            except LowtideError:
+                recorded = None
+            if recorded is not None and recorded != topic.topic_id:
+                if recorded in deleted:
+                    remove_partition_dir(dir)
+                else:
+                    self._set_aside(dir)
         # The checkpoints read at start-up describe the logs then on disk: they count for a
         # directory that exists (the restart of a hosted partition), once. A partition created
         # since, or deleted and created again under the same name, starts at offset 0 as a new
@@ -203,11 +268,17 @@ class PartitionReconciler:
                                  log_start_offset=saved_lso if recovering and saved_lso is not None else 0)
         if recovering and saved_hw is not None:
             plog.set_high_watermark(min(saved_hw, plog.log_end_offset))
+        if not recovering or read_partition_metadata(dir) is None:
+            write_partition_metadata(dir, topic_id=topic.topic_id)
         return Partition(topic=topic, partition=tp[1], log=plog, broker_id=self.broker_id)
 
-    def _remove_orphan_dirs(self, hosted: set[TopicPartition]) -> None:
+    def _remove_orphan_dirs(self, hosted: set[TopicPartition], topics: Mapping[str, TopicInfo],
+                            deleted: set[str]) -> None:
         for entry in os.scandir(self.data_dir):
             if not entry.is_dir():
+                continue
+            if is_stray_partition_dir(entry.name):
+                self._expire_stray(Path(entry.path))
                 continue
             if is_deleted_partition_dir(entry.name):  # a delete a crash interrupted: finish it
                 log.info("finishing the deletion of a partition directory", extra={"fields": {"dir": entry.path}})
@@ -218,9 +289,16 @@ class PartitionReconciler:
             except (ValueError, LowtideError):
                 continue
             if tp not in hosted:
-                log.info("deleting directory of a partition no longer assigned here",
-                         extra={"fields": {"dir": entry.path}})
-                remove_partition_dir(Path(entry.path))
+                try:
+                    topic_id = read_partition_metadata(Path(entry.path))
+                except LowtideError:
+                    topic_id = ""  # unreadable: nobody vouches for it, keep it
+                if topic_id != "" and self._may_delete(tp[0], topic_id, topics, deleted):
+                    log.info("deleting directory of a partition no longer assigned here",
+                             extra={"fields": {"dir": entry.path}})
+                    remove_partition_dir(Path(entry.path))
+                else:
+                    self._set_aside(Path(entry.path))
 
     # -- loop ------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -231,7 +309,7 @@ class PartitionReconciler:
                 return
             try:
                 version = self.store.version()
-            except redis_lib.RedisError:
+            except MetadataStoreUnavailable:
                 continue
             if version != seen or self.trigger.forced:
                 seen = version

@@ -378,6 +378,7 @@ class ReplicaRequests:
         round served on the event loop never waits for Redis there."""
         changed: list[Partition] = []
         lso_moved: list[Partition] = []
+        expanding: list[tuple[Partition, frozenset[int]]] = []
         for it in items:
             p = self.registry.find(it.topic, it.partition)
             if p is None or p.role != LEADER:
@@ -386,11 +387,17 @@ class ReplicaRequests:
                                                        log_start_offset=it.log_start_offset)
             new_isr = p.isr_expansion_candidate(replica_id)
             if new_isr is not None:
-                hw_changed |= yield Blocking(lambda p=p, new_isr=new_isr: self.isr.change(p, new_isr))
+                expanding.append((p, new_isr))
             if lso_changed:
                 lso_moved.append(p)
             if hw_changed:
                 changed.append(p)
+        if expanding:
+            # One AlterPartition for the round: a follower that caught up on 1,000 partitions at
+            # once (after a restart) joins their ISRs in a few etcd writes, not 1,000.
+            moved = yield Blocking(lambda: self.isr.change_many(expanding))
+            already = {id(p) for p in changed}
+            changed += [p for p in moved if id(p) not in already]
         if changed:
             # The HW moved: what waits for it (acks=all requests it passed, consumer fetches)
             # wakes; the followers' parked fetches do not (without new records they would park
@@ -431,12 +438,14 @@ class ReplicaRequests:
 
     # -- list offsets ----------------------------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *,
-                    isolation_level: int = 0) -> tuple[int, int, int]:
+                    isolation_level: int = 0, current_leader_epoch: int = -1) -> tuple[int, int, int]:
         """(offset, timestamp, leader epoch): -1 latest (HW; the last stable offset for
         READ_COMMITTED), -2 earliest (LSO), -3 max timestamp, >= 0 the first offset whose timestamp
-        is >= it (-1 when none)."""
+        is >= it (-1 when none). A ``current_leader_epoch`` other than ours is refused as in Fetch
+        (FENCED_LEADER_EPOCH below it, UNKNOWN_LEADER_EPOCH above: this leader has not learnt of
+        its own deposition yet, and would answer from a high watermark the new leader is past)."""
         p = self.registry.get(topic, partition)
-        p.check_leader()
+        p.check_leader(current_leader_epoch)
         plog = p.log
         # As Kafka: a leader just elected may hold an HW below where its epoch starts (a follower
         # learns the HW one round late); until its followers' fetches bring the HW there, what it

@@ -1,8 +1,9 @@
 """Replica server: hosts partition replicas (`lowtide serve replica`).
 
-With ``--auth-enabled`` every call needs a bearer token (``--tokens-file`` and Redis digests) and
-passes the ACL checks of ``ReplicaServicer``; ``--token-file`` holds this broker's own token
-(principal ``User:broker-<id>``) that its follower fetches present to the leaders.
+With ``--auth-enabled`` every call needs a bearer token (``--tokens-file`` and the digests in the
+metadata store) and passes the ACL checks of ``ReplicaServicer``; ``--token-file`` holds this
+broker's own token (principal ``User:broker-<id>``) that its follower fetches present to the
+leaders.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 import logging
 from pathlib import Path
 
-import redis as redis_lib
 from prometheus_client import REGISTRY
 
 from lowtide.auth.access import parse_super_users
@@ -19,14 +19,13 @@ from lowtide.auth.scram_store import build_scram_login
 from lowtide.auth.tokens import end_session, mint_session
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, listener_from_flag
-from lowtide.common.startup import wait_for_redis
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
 from lowtide.kafka.services import InProcess, Remote
-from lowtide.metadata.store import MetadataStore
-from lowtide.purgatory.events import LOW_WATERMARK_CHANNEL, format_low_watermark_event
+from lowtide.purgatory.connection import RedisClient, RedisError, wait_for_redis
+from lowtide.purgatory.events import publish_low_watermarks
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.consumed_retention import ConsumedRetentionCollector
 from lowtide.replica.manager import ReplicaManager
@@ -72,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--advertised-host", default="127.0.0.1", help="host other services use to reach us")
     add_flag(parser, "--rack", default="", help="rack id")
     add_flag(parser, "--session-timeout-ms", type=int, default=6000, help="liveness session timeout")
+    add_flag(parser, "--stray-retention-ms", type=int, default=-1,
+             help="remove stray partitions (set aside: the metadata does not name them) after this long; "
+                  "-1 keeps them until `lowtide strays remove`")
     add_flag(parser, "--heartbeat-interval-ms", type=int, default=0,
              help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
@@ -139,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         grpc_port=boot.grpc_port, kafka_port=kafka_port, kafka_listeners=kafka_listeners, rack=args.rack,
         metrics_url=boot.metrics_url,
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
+        stray_retention_ms=args.stray_retention_ms,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
         replication_transport=args.replication_transport, replication_linger_ms=args.replication_linger_ms,
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                             "from leaders")
     connections = boot.connect()
     redis, access = connections.redis, connections.access
-    manager = ReplicaManager(config=config, store=MetadataStore(redis=redis), redis=redis)
+    manager = ReplicaManager(config=config, store=connections.metadata, redis=redis)
     manager.on_leader_lw_change = lambda changes: _publish(redis, changes, args.id)
     REGISTRY.register(ReplicaCollector(manager))
     REGISTRY.register(ConsumedRetentionCollector(manager.consumed_retention, broker_id=args.id))
@@ -169,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if args.object_store:
         diskless = DisklessBroker(config=DisklessConfig(
             broker_id=args.id, commit_interval_ms=args.diskless_commit_interval_ms,
-            buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store, redis=redis,
+            buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store,
+            metadata=connections.metadata,
             call_metadata=connections.call_metadata)
     servicer = ReplicaServicer(manager, access=access, diskless=diskless)
     frontdoor = None
@@ -179,13 +183,14 @@ def run(args: argparse.Namespace) -> int:
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
-            scram=build_scram_login(redis, auth_enabled=config.auth_enabled,
+            scram=build_scram_login(connections.metadata, auth_enabled=config.auth_enabled,
                                     session_lifetime_ms=args.kafka_connections_max_reauth_ms),
             certificates=certificate_login(
                 kafka, session_lifetime_ms=args.kafka_connections_max_reauth_ms,
-                mint=(lambda principal, ttl_s: mint_session(redis, principal=principal, ttl_s=ttl_s))
+                mint=(lambda principal, ttl_s: mint_session(connections.metadata, principal=principal,
+                                                            ttl_s=ttl_s))
                 if config.auth_enabled else None,
-                end=(lambda token: end_session(redis, token)) if config.auth_enabled else None,
+                end=(lambda token: end_session(connections.metadata, token)) if config.auth_enabled else None,
                 verify=access.authenticate if config.auth_enabled else None))))
 
     def register(server) -> None:
@@ -218,13 +223,9 @@ def run(args: argparse.Namespace) -> int:
                       register=register, on_stop=on_stop, on_draining=servicer.drain, ready=start)
 
 
-def _publish(redis: redis_lib.Redis, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:
-    """Low-watermark change events, one pipeline per batch of changes."""
+def _publish(redis: RedisClient, changes: list[tuple[tuple[str, int], int]], replica_id: int) -> None:
+    """Low-watermark change events, one pipeline per batch of changes (hints: one lost is logged)."""
     try:
-        pipe = redis.pipeline(transaction=False)
-        for (topic, partition), lw in changes:
-            pipe.publish(LOW_WATERMARK_CHANNEL, format_low_watermark_event(
-                topic=topic, partition=partition, low_watermark=lw, replica_id=str(replica_id)))
-        pipe.execute()
-    except redis_lib.RedisError as exc:
+        publish_low_watermarks(redis, changes, replica_id=str(replica_id))
+    except RedisError as exc:
         log.debug("could not publish low watermarks: %s", exc)

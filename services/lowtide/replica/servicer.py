@@ -339,7 +339,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             r = common_pb2.ListOffsetsResult(topic=q.topic, partition=q.partition, offset=-1, timestamp=-1)
             try:
                 offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp,
-                                                             isolation_level=request.isolation_level)
+                                                             isolation_level=request.isolation_level,
+                                                             current_leader_epoch=_epoch(q))
                 r.offset, r.timestamp, r.leader_epoch = offset, ts, epoch
             except LowtideError as err:
                 r.error_code, r.error_message = err.code, err.message

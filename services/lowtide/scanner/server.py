@@ -2,7 +2,8 @@
 
 Every ``--scan-interval-ms`` (diskless.coordinator.orphan.scan.interval.ms), and on ``ScanNow``, it
 deletes the WAL files under ``--prefix`` of ``--object-store`` that no coordinator shard knows and
-that are older than the threshold (``scan.py``). Shards are found in Redis (``shards.py``); with
+that are older than the threshold (``scan.py``). Shards are found in the shard registry of the
+cluster metadata (``shards.py``); with
 ``--auth-enabled`` its calls need CLUSTER_ACTION and it calls the shards with ``--token-file``.
 
 The grace period rule (``--grace-period-ms``, diskless.coordinator.orphan.scan.grace.period.ms):
@@ -19,9 +20,9 @@ margin left (S3 stamps an object with the time its upload began), and a broker m
 commit later than that bound after the upload (not even after waiting behind earlier commits):
 keep the grace period well above the rule; the default is 10 minutes.
 
-Registration: ``lowtide:orphan-scanners`` (Redis hash) name -> {"grpc", "metrics", "since_ms"}, so
-a front door can forward ``lowtide.v1.OrphanScanner`` calls to it (``lowtide orphans scan
---bootstrap-server B``).
+Registration: ``scanners/{name}`` in the cluster metadata (section ``scanners``) -> {"grpc",
+"metrics", "since_ms"}, written once serving and deleted at shutdown, so a front door can forward
+``lowtide.v1.OrphanScanner`` calls to it (``lowtide orphans scan --bootstrap-server B``).
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ import argparse
 import json
 import logging
 
-import redis as redis_lib
-
 from lowtide.client.scanner import SCANNER_REGISTRY
 from lowtide.clock import now_ms
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
+from lowtide.errors import MetadataStoreUnavailable
+from lowtide.metadata.sections import section
 from lowtide.objectstore import open_object_store
 from lowtide.scanner.scan import ScanConfig
 from lowtide.scanner.service import ScannerConfig, ScannerService
@@ -105,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"{name}: {exc}") from None
     connections = boot.connect()
-    redis, access, metadata, channels = (connections.redis, connections.access, connections.call_metadata,
-                                         connections.channels)
+    access, metadata, channels = connections.access, connections.call_metadata, connections.channels
+    registry = section(connections.metadata, SCANNER_REGISTRY)
     store = open_object_store(args.object_store)
 
     def find_shards():
-        return discover_shards(redis, expected=args.shards, channels=channels, metadata=metadata,
+        return discover_shards(connections.metadata, expected=args.shards, channels=channels, metadata=metadata,
                                timeout_s=args.shard_timeout_ms / 1000)
 
     service = ScannerService(store=store, config=config, find_shards=find_shards)
@@ -120,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
         scanner_pb2_grpc.add_OrphanScannerServicer_to_server(servicer, server)
 
     def ready() -> None:
-        redis.hset(SCANNER_REGISTRY, name, json.dumps(
-            {"grpc": boot.advertised_grpc, "metrics": boot.metrics_url, "since_ms": now_ms()}, sort_keys=True))
+        registry.put(name, json.dumps({"grpc": boot.advertised_grpc, "metrics": boot.metrics_url,
+                                       "since_ms": now_ms()}, sort_keys=True).encode())
         service.start()
         log.info("orphan scanner started", extra={"fields": {
             "object_store": args.object_store, "prefix": args.prefix, "scan_interval_ms": args.scan_interval_ms,
@@ -130,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
     def on_stop() -> None:
         service.stop()
         try:
-            redis.hdel(SCANNER_REGISTRY, name)
-        except redis_lib.RedisError:
+            registry.delete([name])
+        except MetadataStoreUnavailable:
             pass  # the front door finds a dead address and says so; nothing to clean up elsewhere
-        store.close()  # the channel pool and Redis are closed by the bootstrap
+        store.close()  # the channel pool and the metadata store are closed by the bootstrap
 
     return boot.serve(service_names=[SERVICE_NAME], register=register, on_stop=on_stop, ready=ready)

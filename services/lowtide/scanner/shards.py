@@ -1,20 +1,22 @@
 """The orphan scan's view of the diskless coordinator shards, over gRPC (``scan.ShardView``).
 
-Shards are found in the Redis hash each shard leader registers in (``coordinator.leadership``;
-read here by key name, the scanner may not import the coordinator package)::
+Shards are found in the shard registry each shard leader writes in the cluster metadata
+(``coordinator.leadership``; read here by record name, the scanner may not import the coordinator
+package)::
 
-    lowtide:coordinators   HASH  shard K -> {"grpc": "host:port", "metrics": ..., "owner": ..., "since_ms": ...}
+    shards/{K}/address   {"grpc": "host:port", "metrics": ..., "owner": ..., "since_ms": ...}
 
-Every scan reads it afresh (``discover_shards``). The scan refuses to start (deletes nothing) when
-a shard is missing: fewer shards registered than ``expected`` (``--shards``), or a gap in the
-numbering (shards are the partitions 0..N-1 of ``__diskless_metadata``, so with ``expected`` 0 the
-highest registered shard implies all below it). A file only a missing shard knows would otherwise
-look like an orphan.
+Every scan reads it afresh from the process's metadata image (``discover_shards``). The scan
+refuses to start (deletes nothing) when a shard is missing: fewer shards registered than
+``expected`` (``--shards``), or a gap in the numbering (shards are the partitions 0..N-1 of
+``__diskless_metadata``, so with ``expected`` 0 the highest registered shard implies all below
+it). A file only a missing shard knows would otherwise look like an orphan.
 
 Each failure is a ``ScanFailure`` whose reason is a metric label: ``not_coordinator`` (the address
 registered is a process that lost the shard's lease: a handover is under way), ``shard_unavailable``
 (unreachable, timed out, still loading), ``shard_error`` (any other error, or a per-file error in
-a DescribeFiles answer), ``shards_missing``, ``registry_unavailable`` (Redis).
+a DescribeFiles answer), ``shards_missing``, ``registry_unavailable`` (the metadata store never
+answered this process: no image to read).
 """
 
 from __future__ import annotations
@@ -23,21 +25,24 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import redis as redis_lib
-
 from lowtide.client.diskless_files import describe_files
 from lowtide.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     LowtideError,
+    MetadataStoreUnavailable,
     NetworkException,
     NotCoordinator,
     RequestTimedOut,
 )
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
 from lowtide.rpc.channels import ChannelPool
 from lowtide.scanner.scan import ScanFailure
 
-SHARD_REGISTRY = "lowtide:coordinators"
+# The metadata section of the shard registry, and the record naming shard K's leader's address in it.
+SHARD_REGISTRY = "shards"
+_ADDRESS = "address"
 _UNAVAILABLE = (NetworkException, RequestTimedOut, CoordinatorLoadInProgress, CoordinatorNotAvailable)
 
 
@@ -92,25 +97,27 @@ class GrpcShardView:
         return set(self._describe(keys).known)
 
 
-def read_shard_addresses(redis: redis_lib.Redis) -> dict[int, ShardAddress]:
-    """Every registered shard's address; ``ScanFailure('registry_unavailable')`` when Redis fails."""
+def read_shard_addresses(store: MetadataStore) -> dict[int, ShardAddress]:
+    """Every registered shard's address; ``ScanFailure('registry_unavailable')`` when the metadata
+    store never answered (the image is read otherwise: with etcd away, as it last was)."""
     try:
-        raw = redis.hgetall(SHARD_REGISTRY)
-    except redis_lib.RedisError as exc:
-        raise ScanFailure("registry_unavailable", f"shard registry {SHARD_REGISTRY}: {type(exc).__name__}: {exc}") \
-            from exc
+        records = section(store, SHARD_REGISTRY).items()
+    except MetadataStoreUnavailable as exc:
+        raise ScanFailure("registry_unavailable", f"shard registry ({SHARD_REGISTRY}/ in the metadata store): "
+                                                  f"{exc.message}") from exc
     out = {}
-    for key, value in raw.items():
-        shard = int(key)
-        out[shard] = ShardAddress(shard=shard, grpc=json.loads(value)["grpc"])
+    for name, entry in records.items():
+        shard, _, what = name.partition("/")
+        if what == _ADDRESS and shard.isdigit():
+            out[int(shard)] = ShardAddress(shard=int(shard), grpc=json.loads(entry.value)["grpc"])
     return dict(sorted(out.items()))
 
 
-def discover_shards(redis: redis_lib.Redis, *, expected: int, channels: ChannelPool,
+def discover_shards(store: MetadataStore, *, expected: int, channels: ChannelPool,
                     metadata: Sequence[tuple[str, str]], timeout_s: float) -> list[GrpcShardView]:
     """Views of shards 0..N-1, N = max(expected, highest registered + 1); ``ScanFailure('shards_missing')``
     when any of them has not registered."""
-    addresses = read_shard_addresses(redis)
+    addresses = read_shard_addresses(store)
     count = max(expected, max(addresses, default=-1) + 1)
     if count == 0:
         raise ScanFailure("shards_missing", "no coordinator shard is registered: nobody can vouch for any file")

@@ -6,14 +6,12 @@ import time
 import uuid
 
 import pytest
-import redis as redis_lib
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import ShardLease
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.service import LEADER, ShardConfig, ShardService
 from lowtide.localcluster import ClusterConfig
-from lowtide.metadata.store import MetadataStore
 from lowtide.rpc.channels import ChannelPool
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 
@@ -27,16 +25,16 @@ def replicas_only(request, tmp_path_factory):
 
 @pytest.fixture
 def shard(request, replicas_only, tmp_path):
-    redis = redis_lib.Redis.from_url(replicas_only.redis_url)
+    store = replicas_only.metadata_store()  # the cluster's one store in this process
     channels = ChannelPool()
     # Parametrize ``shard`` indirectly with a dict to change ShardConfig fields.
     config = ShardConfig(shard=0, shards=1, data_dir=tmp_path / "shard-0", owner=f"test-{uuid.uuid4().hex[:8]}",
                          advertised_grpc="127.0.0.1:1", **getattr(request, "param", {}))
     service = ShardService(
-        config=config, lease=ShardLease(redis=redis, shard=0, owner=config.owner, lease_ms=6000, margin_ms=1000),
-        metadata_log=MetadataLog(shard=0, shards=1, store=MetadataStore(redis=redis),
+        config=config, lease=ShardLease(metadata=store, shard=0, owner=config.owner, lease_ms=6000, margin_ms=1000),
+        metadata_log=MetadataLog(shard=0, shards=1, store=store,
                                  replicas=ReplicaClient(channels=channels, metadata=[]), request_timeout_ms=10_000),
-        redis=redis)
+        metadata=store)
     service.start()
     try:
         deadline = time.monotonic() + 60
@@ -47,4 +45,3 @@ def shard(request, replicas_only, tmp_path):
     finally:
         service.stop()
         channels.close()
-        redis.close()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import redis as redis_lib
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import read_shards
@@ -20,7 +19,6 @@ from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.records import decode_entry
 from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
 from lowtide.localcluster import LocalCluster
-from lowtide.metadata.store import MetadataStore
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 
@@ -98,9 +96,9 @@ def delete_records(stub, topic_id: bytes, partition: int, offset: int):
     return reply.topics[0].partitions[0]
 
 
-def describe_files(stub, keys: list[str]) -> pb.DisklessDescribeFilesResponse:
+def describe_files(stub, keys: list[str], *, timeout_s: float = 30.0) -> pb.DisklessDescribeFilesResponse:
     return call_retrying(stub.DescribeFiles, pb.DisklessDescribeFilesRequest(
-        files=[pb.DisklessDescribeFileEntry(object_key=k) for k in keys]))
+        files=[pb.DisklessDescribeFileEntry(object_key=k) for k in keys]), timeout_s=timeout_s)
 
 
 # ---- the two states ---------------------------------------------------------------------------------
@@ -109,11 +107,7 @@ def leader_state_file(cluster: LocalCluster, shard: int) -> tuple[str, Path]:
     which): coordinator-K's own for shard K, or, after a warm standby in coordinator-P took it
     over, coordinator-P's ``standby-K`` copy. Without standbys: always coordinator-K's."""
     own = cluster.service(f"coordinator-{shard}")
-    client = redis_lib.Redis.from_url(cluster.redis_url)
-    try:
-        leader = read_shards(client).get(shard)
-    finally:
-        client.close()
+    leader = read_shards(cluster.metadata_store()).get(shard)
     if leader is None or leader.grpc == own.grpc or not leader.owner.startswith("coordinator-"):
         return own.grpc, Path(own.data_dir) / "state.sqlite"
     process = leader.owner.split("-")[1]  # owner ids are "coordinator-<its --shard>-<random>"
@@ -124,9 +118,16 @@ def served_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, list
     """The running shard's tables, row for row (a consistent copy made with SQLite's backup API),
     once every answered request is applied: the shard answers a request when the metadata log has
     its records and applies them to SQLite right after, and a read through it waits for that."""
-    address, source = leader_state_file(cluster, shard)
-    with grpc.insecure_channel(address) as channel:
-        describe_files(coordinator_pb2_grpc.DisklessCoordinatorStub(channel), [])
+    deadline = time.monotonic() + 60
+    while True:  # the shard's leader, asked again if the lease moved meanwhile (a loaded machine)
+        address, source = leader_state_file(cluster, shard)
+        try:
+            with grpc.insecure_channel(address) as channel:
+                describe_files(coordinator_pb2_grpc.DisklessCoordinatorStub(channel), [], timeout_s=5)
+            break
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
     copy = tmp / f"served-{shard}-{time.monotonic_ns()}.sqlite"
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     dst = sqlite3.connect(copy)
@@ -155,7 +156,9 @@ def settled_state(cluster: LocalCluster, shard: int, tmp: Path) -> dict[str, lis
     raise AssertionError("the coordinator's state never settled")
 
 def metadata_log(cluster: LocalCluster, shard: int) -> MetadataLog:
-    return MetadataLog(shard=shard, shards=shard + 1, store=MetadataStore.from_url(cluster.redis_url),
+    """The shard's metadata log on the cluster's one store in this process (closed by the cluster's
+    ``down()``, never by the caller: close only ``log.replicas``)."""
+    return MetadataLog(shard=shard, shards=shard + 1, store=cluster.metadata_store(),
                        replicas=ReplicaClient())
 
 
@@ -191,4 +194,3 @@ def rebuilt_state(cluster: LocalCluster, shard: int, tmp: Path, *, from_snapshot
     finally:
         state.close()
         log.replicas.close()
-        log.store.redis.close()

@@ -13,13 +13,18 @@ from lowtide.messages.coordinator import CommitBatch, CommitFileRequest, Creatab
 PARTITIONS = 20
 
 
-def commit_file(service: ShardService, topic_id: bytes, n: int) -> None:
-    request = CommitFileRequest(
+def commit_request(topic_id: bytes, n: int) -> CommitFileRequest:
+    """File ``n`` of the topic (key ``wal/<topic id>-<n>``): 100 batches of 10 records over its partitions."""
+    return CommitFileRequest(
         object_key=f"wal/{topic_id.hex()}-{n:08d}", object_format=1, file_size=100 * 1024, owner_ids=[0], batches=[
             CommitBatch(magic=2, request_id=i, topic_id=topic_id, partition_index=i % PARTITIONS,
                         byte_offset=i * 1024, size=1024, base_offset=0, last_offset=9, batch_max_timestamp=n,
                         timestamp_type=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, last_sequence=-1)
             for i in range(100)])
+
+
+def commit_file(service: ShardService, topic_id: bytes, n: int) -> None:
+    request = commit_request(topic_id, n)
     response = service.mutate(lambda core: core.commit_file(request), timeout_ms=30_000)
     assert all(b.error_code == 0 for b in response.batches), response.batches[0]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import redis
 
 from lowtide.auth.identity import bearer_metadata
 from lowtide.auth.tokens import add_token
@@ -55,10 +54,11 @@ def test_a_framed_commit_needs_cluster_action_too(auth_cluster):
     broker = token(auth_cluster, auth_cluster.state.auth["services"]["replica-2"]["token_file"])
     call_retrying(shard_stub(auth_cluster, 0).CreatePartitions, pb.DisklessCreatePartitionsRequest(topics=[
         pb.DisklessCreatablePartitions(topic_id=tid, name="framed-authd", num_partitions=1)]), metadata=broker)
-    redis_client = redis.Redis.from_url(auth_cluster.redis_url)
-    address = read_shards(redis_client)[0].framed  # registered by the leader, which has answered
+    store = auth_cluster.metadata_store()
+    store.sync()
+    address = read_shards(store)[0].framed  # registered by the leader, which has answered
     assert address, "the shard registers its framed listener"
-    add_token(redis_client, token="framed-nobody-token", principal="User:nobody")
+    add_token(store, token="framed-nobody-token", principal="User:nobody")
     body = commit_request("wal/framed-auth-1", tid, batches=2).SerializeToString()
 
     for metadata, refused in (((), "SASL_AUTHENTICATION_FAILED"),

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.client.framed import ListenerCaller
 from lowtide.common.procs import find_free_port
-from lowtide.coordinator.leadership import epoch_key, read_shards
+from lowtide.coordinator.leadership import read_epoch, read_shards
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
 from lowtide.diskless.topics import ShardDirectory
 from lowtide.errors import LowtideError
@@ -172,11 +171,9 @@ def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_and_its_stale
     # offsets 20..29 of the partition, under a writer id of its own and the epoch it led in (one
     # below the serving leader's), straight to __diskless_metadata-0 (the replica takes it: a
     # writer id the replica has not seen before is not fenced there).
-    client = redis.Redis.from_url(dc_cluster.redis_url)
-    try:
-        epoch = int(client.get(epoch_key(0)))
-    finally:
-        client.close()
+    store = dc_cluster.metadata_store()
+    store.sync()
+    epoch = read_epoch(store, 0)
     deposed = FileCommitted(object_key="wal/fence-deposed", object_format=1, file_size=100, uploader_broker_id=0,
                             committed_at_ms=time.time_ns() // 1_000_000, owner_ids=(0,),
                             batches=(CommittedBatch(tid, 0, 2, 0, 100, 20, 29, 0, 1_000, 0, -1, -1, -1, -1),))
@@ -186,7 +183,6 @@ def test_an_append_by_a_deposed_coordinator_makes_the_shard_reload_and_its_stale
                                 producer_epoch=0))
     finally:
         log.replicas.close()
-        log.store.redis.close()
 
     # The shard's next append expects the log to end after its own last batch: refused, so the
     # request fails retriably and the shard reads the log again. The deposed record is in the log
@@ -240,6 +236,7 @@ def test_a_second_process_for_a_led_shard_answers_not_coordinator(dc_cluster, tm
     env = {**os.environ, "LOWTIDE_OBJECT_STORE": dc_cluster.object_store_url}
     proc = subprocess.Popen([sys.executable, "-m", "lowtide.cli.main", "serve", "coordinator", "--shard", "0",
                              "--data-dir", str(tmp_path / "standby"), "--grpc-addr", f"127.0.0.1:{port}",
+                             "--metadata-url", dc_cluster.metadata_url,
                              "--redis-url", dc_cluster.redis_url, "--log-format", "text"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -344,11 +341,9 @@ def test_reflection_lists_the_coordinator_service_and_health_is_serving(dc_clust
 
 
 def _registered(cluster) -> set[str]:
-    client = redis.Redis.from_url(cluster.redis_url)
-    try:
-        return {address.grpc for address in read_shards(client).values()}
-    finally:
-        client.close()
+    store = cluster.metadata_store()
+    store.sync()
+    return {address.grpc for address in read_shards(store).values()}
 
 
 def _free_port() -> int:
@@ -373,7 +368,7 @@ def test_a_commit_over_the_framed_listener_is_answered_as_over_grpc_and_other_ca
     dc = shard_stub(dc_cluster, 0)
     tid = new_topic_id()
     create_partitions(dc, tid, "framed", [0])
-    shards = read_shards(redis.Redis.from_url(dc_cluster.redis_url))
+    shards = read_shards(dc_cluster.metadata_store())
     address = shards[0].framed
     assert address and address != shards[0].grpc
     caller = ListenerCaller(tls=None, metadata=())
@@ -403,7 +398,7 @@ def test_a_commit_over_the_framed_listener_is_answered_as_over_grpc_and_other_ca
     assert list_offset(dc, tid, 0, -1).offset == 45
 
     # The broker's client sends CommitFile there once the registry names the listener.
-    directory = ShardDirectory(redis=redis.Redis.from_url(dc_cluster.redis_url))
+    directory = ShardDirectory(store=dc_cluster.metadata_store())
     client = DisklessCoordinatorClient(lookup=directory.lookup, framed_lookup=directory.lookup_framed)
     try:
         results = client.commit_file(0, object_key="wal/framed-4", file_size=100, owner_ids=[0], uploader_broker_id=0,

@@ -87,7 +87,6 @@ def lose_the_disk_and_restart(cluster: LocalCluster, tmp_path: Path) -> None:
                 time.sleep(0.2)
     finally:
         log.replicas.close()
-        log.store.redis.close()
     assert start > 0
     commit_files(stub, tid, 3 * SNAPSHOT_EVERY, 7)  # the tail after the newest snapshot
     before = settled_state(cluster, 0, tmp_path)
@@ -163,7 +162,6 @@ def test_the_log_is_not_deleted_below_a_snapshot_the_object_store_does_not_have(
         assert start <= store.newest().offset + 1
     finally:
         log.replicas.close()
-        log.store.redis.close()
 
 
 @pytest.fixture

@@ -194,9 +194,9 @@ def test_a_lone_producer_is_answered_after_one_upload_and_commit_not_after_the_c
 def test_a_conditional_append_lands_only_at_the_expected_log_end_and_is_refused_on_a_diskless_topic(cluster):
     cli(cluster, "topics", "create", "--topic", "cond-classic", "--partitions", "1", "--replication-factor", "3")
     cli(cluster, "topics", "create", "--topic", "cond-disk", "--partitions", "1", "--diskless")
-    store = MetadataStore.from_url(cluster.redis_url)
+    store = MetadataStore.from_url(cluster.metadata_url)
     address = store.brokers()[store.partition_state("cond-classic", 0).leader].address
-    store.redis.close()
+    store.close()
     client = ReplicaClient()
 
     def send(topic: str, address: str, expected: int, pid: int = 5150):

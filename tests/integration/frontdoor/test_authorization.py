@@ -120,7 +120,7 @@ def test_with_auth_on_anonymous_callers_see_no_topic_and_users_only_topics_they_
                "--principal", "User:carol", "--operation", "describe", "--topic", "listed-",
                "--resource-pattern-type", "prefixed")
     s.wait_acls_in_force()
-    add_token(s.store(cluster).redis, token="carol-token", principal="User:carol")
+    add_token(s.store(cluster), token="carol-token", principal="User:carol")
     carol = [("authorization", "Bearer carol-token")]
     stub = s.admin(cluster)
 

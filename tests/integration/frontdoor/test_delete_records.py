@@ -187,5 +187,7 @@ def test_an_acknowledged_low_watermark_survives_kill_9_of_every_replica_before_a
     for r in (0, 1, 2):
         s.wait_until(lambda r=r: s.describe(cluster, r, "durable").log_start_offset >= 0, what=f"replica {r} back")
         assert s.describe(cluster, r, "durable").log_start_offset == target
+    # Restarted leaders are moved off under a new epoch (controller.py): leaderless for a round.
+    s.wait_until(lambda: s.leader_of(cluster, "durable") >= 0, timeout_s=30, what="a leader elected")
     s.wait_until(lambda: s.fetch(cluster, "durable", target).error_code == 0, timeout_s=30, what="a leader")
     assert s.fetch(cluster, "durable", target - 1).error_code == 1  # OFFSET_OUT_OF_RANGE

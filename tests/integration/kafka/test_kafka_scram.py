@@ -34,9 +34,10 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
-from lowtide.auth.tokens import SESSION_KEY_PREFIX
 from lowtide.client import Admin
 from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.kafka_tools import kafka_tool
@@ -47,11 +48,13 @@ ADMIN_TOKEN = "admin-secret"
 
 @dataclass(frozen=True)
 class Secured:
-    """The module's auth-on cluster, a scratch directory, and the admin's --command-config."""
+    """The module's auth-on cluster, a scratch directory, the admin's --command-config, and a
+    metadata store on the cluster's etcd (to look at the session tokens)."""
 
     cluster: LocalCluster
     tmp: Path
     admin_cfg: Path
+    metadata: MetadataStore
 
     @property
     def bootstrap(self) -> str:
@@ -77,7 +80,11 @@ def secured(request, tmp_path_factory):
                            auth_enabled=True, tokens_file=tokens, super_users="User:admin",
                            extra_env={"LOWTIDE_KAFKA_CONNECTIONS_MAX_REAUTH_MS": str(SESSION_MS)})
     for cluster in running_cluster(request, config):
-        yield Secured(cluster=cluster, tmp=tmp, admin_cfg=admin_cfg)
+        metadata = MetadataStore.from_url(cluster.metadata_url)
+        try:
+            yield Secured(cluster=cluster, tmp=tmp, admin_cfg=admin_cfg, metadata=metadata)
+        finally:
+            metadata.close()
 
 
 def scram(user: str, password: str) -> dict:
@@ -119,11 +126,9 @@ def create_topic(cluster, name: str, partitions: int = 1) -> None:
 
 
 def session_tokens_of(cluster, principal: str) -> int:
-    client = redis_lib.Redis.from_url(cluster.redis_url)
-    try:
-        return sum(1 for key in client.scan_iter(SESSION_KEY_PREFIX + "*") if client.get(key) == principal.encode())
-    finally:
-        client.close()
+    """The token records of ``principal`` in the metadata store (SCRAM users have only sessions)."""
+    return sum(1 for entry in section(cluster.metadata, "tokens").items().values()
+               if entry.value == principal.encode())
 
 
 def confluent_login_refused(bootstrap: str, user: str, password: str) -> bool:
@@ -355,3 +360,28 @@ def test_kafka_java_tools_create_a_credential_with_kafka_configs_and_produce_wit
                               "scram-java", "--producer.config", str(hana_props), "--request-timeout-ms", "5000"],
                              input="four\n", capture_output=True, text=True, timeout=120)
     assert "Authentication failed" in refused.stderr
+
+
+def test_credentials_acls_and_live_sessions_survive_a_redis_flushall(secured):
+    # Issue 51: Redis keeps only the purgatory timers. Emptied, it takes no credential, ACL or
+    # session with it: a connection logged in before keeps producing, and a new login works.
+    cluster = secured
+    create_topic(cluster, "scram-flushed")
+    set_password(cluster, "ivy", "ivy-pw")
+    grant(cluster, "User:ivy", "write", "--topic", "scram-flushed")
+    grant(cluster, "User:ivy", "read", "--topic", "scram-flushed")
+    producer = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap, acks="all", **scram("ivy", "ivy-pw"))
+    try:
+        producer.send("scram-flushed", value=b"before", partition=0).get(timeout=30)
+        assert session_tokens_of(cluster, "User:ivy") >= 1
+        client = redis_lib.Redis.from_url(cluster.redis_url)
+        try:
+            assert client.flushall() and client.dbsize() == 0
+        finally:
+            client.close()
+        producer.send("scram-flushed", value=b"same-session", partition=0).get(timeout=30)
+    finally:
+        producer.close()
+    produce(cluster.kafka_bootstrap, scram("ivy", "ivy-pw"), "scram-flushed", [b"new-login"])
+    assert consume(cluster.kafka_bootstrap, scram("ivy", "ivy-pw"), "scram-flushed", 3) == [
+        b"before", b"same-session", b"new-login"]

@@ -3,7 +3,8 @@
 First at the protocol level, with requests encoded from Kafka's own schemas (kio) and sent raw: the
 leader answers where each asked epoch ends (the current one at the log end, an older one where
 the next began after a leader change), fences a stale ``current_leader_epoch``
-(FENCED_LEADER_EPOCH) and a future one (UNKNOWN_LEADER_EPOCH), and a follower or the front door
+(FENCED_LEADER_EPOCH) and a future one (UNKNOWN_LEADER_EPOCH), as Fetch and ListOffsets do, and a
+follower or the front door
 answers NOT_LEADER_OR_FOLLOWER. Then as clients use it: a librdkafka consumer whose position lies
 past the end of its epoch on the leader reports log truncation, one at that end reads on; and a
 consumer that sees a new leader epoch asks the new leader for its position's epoch before it
@@ -62,11 +63,12 @@ def fetch_error(address: str, topic: str, *, current_leader_epoch: int) -> int:
     return int(answer.responses[0].partitions[0].error_code)
 
 
-def latest_offset_and_epoch(address: str, topic: str) -> tuple[int, int, int]:
+def latest_offset_and_epoch(address: str, topic: str, *, current_leader_epoch: int = -1) -> tuple[int, int, int]:
     """(error code, offset, leader epoch) of ListOffsets v9 LATEST of ``topic``-0."""
     m = request_module(2, 9)
     answer = kafka_call(address, m.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(m.ListOffsetsTopic(
-        name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=-1),)),)))
+        name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=-1,
+                                                       current_leader_epoch=current_leader_epoch),)),)))
     p = answer.topics[0].partitions[0]
     return int(p.error_code), p.offset, p.leader_epoch
 
@@ -117,6 +119,13 @@ def test_the_leader_answers_where_each_epoch_ends_and_fences_stale_and_future_ep
         assert fetch_error(at, topic, current_leader_epoch=new_epoch + 1) == UNKNOWN_LEADER_EPOCH
         assert fetch_error(at, topic, current_leader_epoch=new_epoch) == NONE
         assert latest_offset_and_epoch(at, topic) == (NONE, 8, new_epoch)
+        # ListOffsets too, as Kafka does (a deposed leader that has not learnt it yet would answer
+        # from its old high watermark to a client that knows the new epoch), at the leader and
+        # through the front door, which asks the leader
+        for door in (at, kcluster.kafka_bootstrap):
+            assert latest_offset_and_epoch(door, topic, current_leader_epoch=epoch)[0] == FENCED_LEADER_EPOCH
+            assert latest_offset_and_epoch(door, topic, current_leader_epoch=new_epoch + 1)[0] == UNKNOWN_LEADER_EPOCH
+            assert latest_offset_and_epoch(door, topic, current_leader_epoch=new_epoch) == (NONE, 8, new_epoch)
         # A consumer claiming offset 7 was read in epoch ``epoch`` (which ended at 5 here) finds its
         # position truncated: librdkafka asks OffsetForLeaderEpoch and reports it.
         assert truncation_seen(kcluster, topic, offset=7, epoch=epoch)

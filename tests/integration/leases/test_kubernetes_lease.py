@@ -78,18 +78,18 @@ def test_release_lets_the_other_take_over_at_once(apiserver: KubeApiServer) -> N
     assert b.acquire_or_renew()
 
 
-def start_front_door(apiserver: KubeApiServer, redis_url: str, name: str) -> subprocess.Popen:
+def start_front_door(apiserver: KubeApiServer, redis_url: str, name: str, metadata_url: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "lowtide.cli.main", "serve", "frontdoor", "--name", name,
-         "--grpc-addr", f"127.0.0.1:{find_free_port()}", "--redis-url", redis_url,
+         "--grpc-addr", f"127.0.0.1:{find_free_port()}", "--redis-url", redis_url, "--metadata-url", metadata_url,
          "--lease-backend", "kubernetes", "--kubeconfig", str(apiserver.kubeconfig),
          "--lease-namespace", "default", "--lease-name-prefix", "fdtest", "--controller-lease-ms", "2000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_a_killed_controller_front_door_is_replaced_by_another_through_the_lease(
-        apiserver: KubeApiServer, redis_url: str, tmp_path: Path) -> None:
-    procs = {name: start_front_door(apiserver, redis_url, name) for name in ("fd-a", "fd-b")}
+        apiserver: KubeApiServer, redis_url: str, metadata_url: str, tmp_path: Path) -> None:
+    procs = {name: start_front_door(apiserver, redis_url, name, metadata_url) for name in ("fd-a", "fd-b")}
     try:
         def holder() -> str:
             try:

@@ -69,8 +69,10 @@ def segment_start(bases: list[int], offset: int) -> int:
 
 def test_only_segments_below_the_slower_groups_commit_go(cluster):
     bases = filled_topic(cluster, "two-groups")
-    commit(cluster, "fast", {"two-groups": 350})
+    # The slower group first: a retention pass between the two commits (one every 300 ms) knows
+    # only the groups that committed so far, and with "fast" alone would rightly delete up to 350.
     commit(cluster, "slow", {"two-groups": 120})
+    commit(cluster, "fast", {"two-groups": 350})
     expected = segment_start(bases, 120)
     wait_until(lambda: log_start(cluster, "two-groups") == expected, what=f"LSO {expected}")
     # the followers adopt it, as after DeleteRecords, and their segments go too
@@ -90,8 +92,8 @@ def test_with_mode_any_the_faster_groups_commit_decides(cluster):
 
 def test_the_lag_metric_is_the_committed_offset_minus_the_low_watermark(cluster):
     bases = filled_topic(cluster, "lagged")
+    commit(cluster, "slow", {"lagged": 130})  # the slower group first (as above)
     commit(cluster, "fast", {"lagged": 350})
-    commit(cluster, "slow", {"lagged": 130})
     start = segment_start(bases, 130)
     wait_until(lambda: log_start(cluster, "lagged") == start, what="deletion")
     leader = f"replica-{leader_of(cluster, 'lagged')}"

@@ -57,8 +57,7 @@ def admin_md(cluster: LocalCluster) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def alice(cluster: LocalCluster) -> list[tuple[str, str]]:
     """A user token with no ACLs of its own (tests grant what they need on their own topics)."""
-    redis = s.store(cluster).redis
-    add_token(redis, token="alice-token", principal="User:alice")
+    add_token(s.store(cluster), token="alice-token", principal="User:alice")
     return bearer("alice-token")
 
 
@@ -67,7 +66,7 @@ def grant(cluster: LocalCluster, admin_md, principal: str, topic: str, *operatio
         errors = admin.create_acls([AclBinding(principal, "TOPIC", topic, "LITERAL", op, "ALLOW")
                                     for op in operations])
     assert errors == [None] * len(operations)
-    time.sleep(0.5)  # replicas re-read ACLs from Redis at most every 0.2 s
+    time.sleep(0.5)  # the replicas' metadata watches deliver the change (normally within milliseconds)
 
 
 def refused(call, *, status: grpc.StatusCode, name: str) -> None:

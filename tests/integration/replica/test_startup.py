@@ -16,11 +16,12 @@ from lowtide.common.procs import find_free_port, start_redis
 from tests import waiting
 
 
-def start_replica(tmp_path: Path, redis_port: int, *, wait_s: float) -> tuple[subprocess.Popen, str]:
+def start_replica(tmp_path: Path, redis_port: int, *, wait_s: float, metadata_url: str) -> tuple[subprocess.Popen, str]:
     addr = f"127.0.0.1:{find_free_port()}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lowtide.cli.main", "serve", "replica", "--id", "0",
          "--data-dir", str(tmp_path / "data"), "--grpc-addr", addr,
+         "--metadata-url", metadata_url,
          "--redis-url", f"redis://127.0.0.1:{redis_port}/0", "--redis-wait-seconds", str(wait_s)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, addr
@@ -35,9 +36,9 @@ def serving(addr: str) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_a_replica_started_before_redis_serves_once_redis_is_up(tmp_path: Path) -> None:
+def test_a_replica_started_before_redis_serves_once_redis_is_up(tmp_path: Path, metadata_url: str) -> None:
     redis_port = find_free_port()
-    proc, addr = start_replica(tmp_path, redis_port, wait_s=60)
+    proc, addr = start_replica(tmp_path, redis_port, wait_s=60, metadata_url=metadata_url)
     lines: list[str] = []
     # Collect the replica's output as it comes: Redis starts only once the replica said it waits
     # (its start-up takes seconds on a busy machine; a fixed sleep could start Redis too early).
@@ -60,8 +61,8 @@ def test_a_replica_started_before_redis_serves_once_redis_is_up(tmp_path: Path) 
     assert any("waiting for Redis" in line for line in lines)
 
 
-def test_a_replica_gives_up_on_redis_after_the_wait(tmp_path: Path) -> None:
-    proc, _ = start_replica(tmp_path, find_free_port(), wait_s=1)
+def test_a_replica_gives_up_on_redis_after_the_wait(tmp_path: Path, metadata_url: str) -> None:
+    proc, _ = start_replica(tmp_path, find_free_port(), wait_s=1, metadata_url=metadata_url)
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode != 0
     assert "waiting for Redis" in out and "Connection refused" in out

@@ -192,7 +192,7 @@ def test_the_cli_scans_lists_what_it_found_and_deletes_only_without_dry_run(scan
     upload(store, key)
     wait_past_grace(started)
 
-    # The bootstrap server alone: the front door forwards to the scanner registered in Redis.
+    # The bootstrap server alone: the front door forwards to the scanner registered in the cluster.
     dry = lowtide_cli("orphans", "scan", "--bootstrap-server", scan_cluster.bootstrap, "--dry-run", "--output", "json")
     assert dry.returncode == 0, dry.stderr
     doc = json.loads(dry.stdout)

@@ -1,6 +1,6 @@
 """Transaction states in ``__transaction_state`` (frontdoor/txn_log.py) on a real 3-replica cluster:
 two stores stand for two front doors; the compare-and-set between them, the states read back by a
-store that starts later, the move of states an older lowtide kept in Redis, a kill -9 of the
+store that starts later, the move of states kept in the metadata store, a kill -9 of the
 partition's leader, and a commit left half-way by a front door that died, completed once."""
 
 from __future__ import annotations
@@ -33,21 +33,23 @@ from lowtide.frontdoor.txn_records import TXN_STATE_TOPIC, partition_for_transac
 from tests.integration import support as s
 
 
+def no_acls(cluster) -> Authorizer:
+    return Authorizer(store=AclStore(metadata=s.store(cluster)), enabled=False)
+
+
 def new_log(cluster, *, migrate: bool = False) -> TxnStateLog:
     """A store as one front door holds it."""
     store = s.store(cluster)
     client = ReplicaClient()
-    authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
-    return TxnStateLog(store=store, replicas=client, redis=store.redis,
-                       topics=TopicAdmin(store=store, authorizer=authorizer, replicas=client,
+    return TxnStateLog(store=store, replicas=client,
+                       topics=TopicAdmin(store=store, authorizer=no_acls(cluster), replicas=client,
                                          pool=ThreadPoolExecutor(max_workers=2)),
-                       migrate_from=TxnStateStore(redis=store.redis) if migrate else None)
+                       migrate_from=TxnStateStore(metadata=store) if migrate else None)
 
 
 def coordinator_on(cluster, txns: TxnStateLog) -> TransactionCoordinator:
-    store = s.store(cluster)
-    return TransactionCoordinator(store=txns, metadata=store, replicas=ReplicaClient(),
-                                  authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False))
+    return TransactionCoordinator(store=txns, metadata=s.store(cluster), replicas=ReplicaClient(),
+                                  authorizer=no_acls(cluster))
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +59,17 @@ def cluster(request, tmp_path_factory):
     config = ClusterConfig(data_dir=tmp_path_factory.mktemp("txn-log"), replicas=3,
                            replica_config=dict(DEFAULT_REPLICA_CONFIG), session_timeout_ms=2000)
     for c in running_cluster(request, config):
-        # States as an older lowtide left them in Redis, before anything created the topic.
-        redis_store = TxnStateStore(redis=s.store(c).redis)
-        redis_store.save(TxnState(transactional_id="from-redis", producer_id=4242, producer_epoch=3,
-                                  state=COMPLETE_COMMIT))
+        # States kept in the metadata store (where a migration from an older lowtide puts them),
+        # before anything created the topic.
+        TxnStateStore(metadata=s.store(c)).save(TxnState(transactional_id="from-metadata", producer_id=4242,
+                                                         producer_epoch=3, state=COMPLETE_COMMIT))
         yield c
 
 
-def test_the_front_door_that_creates_the_topic_moves_the_states_kept_in_redis(cluster):
+def test_the_front_door_that_creates_the_topic_moves_the_states_kept_in_the_metadata_store(cluster):
     txns = new_log(cluster, migrate=True)
     txns.save(TxnState(transactional_id="first", producer_id=1, producer_epoch=0))  # creates the topic
-    moved = new_log(cluster).load("from-redis")
+    moved = new_log(cluster).load("from-metadata")
     assert (moved.producer_id, moved.producer_epoch, moved.state) == (4242, 3, COMPLETE_COMMIT)
 
 

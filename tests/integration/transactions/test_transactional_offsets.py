@@ -133,8 +133,8 @@ def test_an_idle_transactional_id_expires_and_its_next_producer_starts_with_a_ne
     assert open_txn.add_offsets("txo-g-expiring-open") == 0
     store = s.store(txn_cluster)
     client = ReplicaClient()
-    authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
-    txns = TxnStateLog(store=store, replicas=client, redis=store.redis,
+    authorizer = Authorizer(store=AclStore(metadata=store), enabled=False)
+    txns = TxnStateLog(store=store, replicas=client,
                        topics=TopicAdmin(store=store, authorizer=authorizer, replicas=client,
                                          pool=ThreadPoolExecutor(max_workers=2)))
     coordinator = TransactionCoordinator(store=txns, metadata=store, replicas=client, authorizer=authorizer,

@@ -1,5 +1,5 @@
 """AccessControl: authentication and the per-partition / follower checks the servers run, with
-tokens and ACLs in a real Redis."""
+tokens and ACLs in a real etcd."""
 
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ def bearer(token: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def access(redis_client, store) -> AccessControl:
-    add_token(redis_client, token="alice-token", principal=ALICE)
-    add_token(redis_client, token="broker-1-token", principal=broker_principal(1))
-    add_token(redis_client, token="broker-2-token", principal=broker_principal(2))
+def access(metadata_store, store) -> AccessControl:
+    add_token(metadata_store, token="alice-token", principal=ALICE)
+    add_token(metadata_store, token="broker-1-token", principal=broker_principal(1))
+    add_token(metadata_store, token="broker-2-token", principal=broker_principal(2))
     store.add([AclBinding(ALICE, "TOPIC", "orders", "LITERAL", "WRITE", "ALLOW"),
                cluster_action_binding(broker_principal(1)), cluster_action_binding(broker_principal(2))])
-    return build_access_control(redis=redis_client, enabled=True, super_users=frozenset({"User:admin"}))
+    return build_access_control(metadata=metadata_store, enabled=True, super_users=frozenset({"User:admin"}))
 
 
 def topic_of(item: tuple[str, int]) -> str:
@@ -46,8 +46,8 @@ def test_with_auth_on_a_call_without_a_token_or_with_an_unknown_one_is_refused(a
     assert access.authenticate(bearer("alice-token")) == ALICE
 
 
-def test_with_auth_off_every_caller_is_anonymous_and_everything_is_allowed(redis_client):
-    access = build_access_control(redis=redis_client, enabled=False)
+def test_with_auth_off_every_caller_is_anonymous_and_everything_is_allowed(metadata_store):
+    access = build_access_control(metadata=metadata_store, enabled=False)
     assert access.authenticate(bearer("whatever")) == "User:ANONYMOUS"
     assert access.authenticate(None) == "User:ANONYMOUS"
     screened = access.screen("User:ANONYMOUS", [("orders", 0)], operation=DELETE, topic=topic_of)

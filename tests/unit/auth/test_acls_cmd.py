@@ -155,8 +155,8 @@ class AclAdmin(admin_pb2_grpc.AdminServicer):
 
 
 @pytest.fixture
-def admin_server(store, redis_client):
-    authenticator = Authenticator(redis=redis_client, required=True)
+def admin_server(store, metadata_store):
+    authenticator = Authenticator(metadata=metadata_store, required=True)
     authenticator.add_token("admin-token", "User:admin")
     servicer = AclAdmin(store, authenticator)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -1,11 +1,12 @@
-"""Authorizer semantics (Kafka AclAuthorizer), against ACLs stored in a real Redis."""
+"""Authorizer semantics (Kafka AclAuthorizer), against ACLs stored in a real etcd: changes reach it
+through the store's listener (no polling), and it keeps its ACLs while etcd is away."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pytest
-import redis as redis_lib
 
 from lowtide.auth.acl import (
     AclBinding,
@@ -17,8 +18,12 @@ from lowtide.auth.acl import (
     ResourceType,
 )
 from lowtide.auth.store import AclStore
-from lowtide.common.procs import start_redis
-from lowtide.errors import ClusterAuthorizationFailed, TopicAuthorizationFailed
+from lowtide.errors import ClusterAuthorizationFailed, MetadataStoreUnavailable, TopicAuthorizationFailed
+from lowtide.metadata.etcd import EtcdClient
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
+from tests.conftest import start_ready_etcd
+from tests.waiting import wait_until
 
 ALICE, BOB = "User:alice", "User:bob"
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -124,7 +129,7 @@ def test_cluster_action_on_the_cluster_resource(store, authorizer):
     assert not can(authorizer, ALICE, Op.CLUSTER_ACTION, CLUSTER, "kafka-cluster")
 
 
-def test_a_disabled_authorizer_allows_everything_without_touching_redis():
+def test_a_disabled_authorizer_allows_everything_without_touching_the_store():
     class NoStore:
         def version(self):
             raise AssertionError("a disabled authorizer must not read ACLs")
@@ -136,9 +141,9 @@ def test_a_disabled_authorizer_allows_everything_without_touching_redis():
     assert not authorizer.enabled
 
 
-def test_super_users_are_allowed_even_against_a_deny(store, clock):
+def test_super_users_are_allowed_even_against_a_deny(store):
     store.add([acl("User:admin", TOPIC, "*", Op.ALL, DENY)])
-    authorizer = Authorizer(store=store, enabled=True, super_users=frozenset({"User:admin"}), clock=clock)
+    authorizer = Authorizer(store=store, enabled=True, super_users=frozenset({"User:admin"}))
     assert can(authorizer, "User:admin", Op.DELETE, TOPIC, "orders")
     assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
 
@@ -155,20 +160,42 @@ def test_require_raises_the_kafka_error_of_the_resource_type(store, authorizer):
     authorizer.require(principal=ALICE, operation=Op.DELETE, resource_type=TOPIC, resource_name="orders")
 
 
-def test_the_cache_serves_decisions_until_the_refresh_interval_passes(store, authorizer, clock):
+def test_a_change_made_in_this_process_is_decided_on_at_once(store, authorizer):
     assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
     store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
-    assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")  # within 200 ms: cached answer
-    clock.now += 0.25
+    assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")  # no interval to wait
+    store.remove([AclFilter(principal=ALICE)])
+    assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
+
+
+def test_a_change_made_elsewhere_arrives_through_the_watch(store, authorizer, reopen):
+    elsewhere = AclStore(metadata=reopen())
+    assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
+    elsewhere.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
+    wait_until(lambda: can(authorizer, ALICE, Op.DELETE, TOPIC, "orders"), what="the grant to arrive")
+    elsewhere.remove([AclFilter(principal=ALICE)])
+    wait_until(lambda: not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders"), what="the revocation to arrive")
+
+
+def test_deciding_reads_nothing_from_the_store_while_the_acls_do_not_change(store, authorizer):
+    # No polling and no round trip on the request path: between changes, decisions come from memory.
+    store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
     assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
+    reads = []
+    original_version, original_snapshot = store.version, store.snapshot
+    store.version = lambda: reads.append("version") or original_version()  # type: ignore[method-assign]
+    store.snapshot = lambda: reads.append("snapshot") or original_snapshot()  # type: ignore[method-assign]
+    for i in range(200):
+        assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
+        assert not can(authorizer, BOB, Op.DELETE, TOPIC, f"t{i}")
+    assert reads == []
 
 
-def test_a_request_denied_while_another_thread_reloads_waits_for_the_reload(store, authorizer, clock):
-    # A slow reload (Redis under load) must not let a request racing it be refused from the
-    # previous snapshot an ACL granted since then: the denial waits for the reload.
+def test_a_request_denied_while_another_thread_reloads_waits_for_the_reload(store, authorizer):
+    # A slow reload must not let a request racing it be refused from the previous snapshot an ACL
+    # granted since then: the denial waits for the reload.
     assert not can(authorizer, ALICE, Op.WRITE, TOPIC, "orders")
     store.add([acl(ALICE, TOPIC, "orders", Op.WRITE)])
-    clock.now += 0.25
     reloading, finish = threading.Event(), threading.Event()
     original = store.snapshot
 
@@ -193,63 +220,79 @@ def test_a_request_denied_while_another_thread_reloads_waits_for_the_reload(stor
     assert answers == {"reloader": True, "racer": True}
 
 
-def test_a_version_bump_invalidates_the_cache_in_every_authorizer(store, redis_client, clock):
-    first = Authorizer(store=store, enabled=True, clock=clock)
-    second = Authorizer(store=AclStore(redis=redis_client), enabled=True, clock=clock)
+def test_a_version_bump_invalidates_the_cache_in_every_authorizer(store, reopen):
+    first = Authorizer(store=store, enabled=True)
+    second = Authorizer(store=AclStore(metadata=reopen()), enabled=True)
     store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
-    assert can(first, ALICE, Op.DELETE, TOPIC, "orders") and can(second, ALICE, Op.DELETE, TOPIC, "orders")
+    assert can(first, ALICE, Op.DELETE, TOPIC, "orders")
+    wait_until(lambda: can(second, ALICE, Op.DELETE, TOPIC, "orders"), what="the other process's grant")
     version = store.version()
     store.remove([AclFilter(principal=ALICE)])
     assert store.version() > version
-    clock.now += 0.25
     assert not can(first, ALICE, Op.DELETE, TOPIC, "orders")
-    assert not can(second, ALICE, Op.DELETE, TOPIC, "orders")
+    wait_until(lambda: not can(second, ALICE, Op.DELETE, TOPIC, "orders"), what="the other process's revocation")
 
 
-def test_an_unchanged_version_does_not_reload_the_acl_list(store, authorizer, clock):
+def test_an_unchanged_version_does_not_reload_the_acl_list(store, authorizer, metadata_store):
     store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
     assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
     reloads = []
     original = store.snapshot
     store.snapshot = lambda: reloads.append(1) or original()  # type: ignore[method-assign]
     for _ in range(5):
-        clock.now += 0.25
+        authorizer.invalidate()  # as a listener would, for nothing
         assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
+    section(metadata_store, "tokens").put("other", b"User:other")  # another section's change
+    assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
     assert reloads == []
 
 
-def test_the_last_loaded_acls_keep_serving_when_redis_goes_away(tmp_path, clock):
-    own_redis = start_redis(tmp_path, appendonly=False)  # this test kills it, so not the shared one
-    client = redis_lib.Redis.from_url(own_redis.url, socket_timeout=1)
+@pytest.fixture
+def own_etcd(tmp_path):
+    """An etcd of this test's own (it stops it)."""
+    [member] = start_ready_etcd(tmp_path / "etcd")
+    yield member
+    member.stop()
+
+
+def test_the_last_loaded_acls_keep_serving_when_etcd_goes_away(own_etcd):
+    metadata = MetadataStore.from_url(f"etcd://{own_etcd.endpoint}")
     try:
-        store = AclStore(redis=client)
+        store = AclStore(metadata=metadata)
         store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])
-        authorizer = Authorizer(store=store, enabled=True, clock=clock)
+        authorizer = Authorizer(store=store, enabled=True)
         assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
-        own_redis.stop()
-        clock.now += 0.25
+        own_etcd.stop()
+        authorizer.invalidate()
         assert can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
         assert not can(authorizer, BOB, Op.DELETE, TOPIC, "orders")
+        assert store.list() == [acl(ALICE, TOPIC, "orders", Op.DELETE)]  # reads answer from the image
+        with pytest.raises(MetadataStoreUnavailable):  # changes wait for the store
+            store.add([acl(BOB, TOPIC, "orders", Op.DELETE)])
     finally:
-        client.close()
-        own_redis.stop()
+        metadata.close()
 
 
-def test_an_authorizer_that_never_loaded_acls_fails_closed_when_redis_is_down(tmp_path, clock):
-    own_redis = start_redis(tmp_path, appendonly=False)
-    client = redis_lib.Redis.from_url(own_redis.url, socket_timeout=1)
-    own_redis.stop()
+def test_an_authorizer_that_never_loaded_acls_fails_closed_when_etcd_is_down():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    metadata = MetadataStore(client=EtcdClient([f"127.0.0.1:{port}"], timeout_s=0.5))
     try:
-        authorizer = Authorizer(store=AclStore(redis=client), enabled=True, clock=clock)
-        with pytest.raises(redis_lib.ConnectionError):
+        authorizer = Authorizer(store=AclStore(metadata=metadata), enabled=True)
+        with pytest.raises(MetadataStoreUnavailable):  # after the image's first-load wait (10 s)
             can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
     finally:
-        client.close()
+        # Let the image's loading thread see the stop before its client's channels close.
+        metadata.image.stop()
+        loading = metadata.image._load_thread  # this store's own (other tests' stores may be loading)
+        wait_until(lambda: loading is None or not loading.is_alive(), what="the image's loading thread to stop")
+        metadata.close()
 
 
-def test_authorize_is_consistent_under_concurrent_callers(store, redis_client):
+def test_authorize_is_consistent_under_concurrent_callers(store):
     store.add([acl(ALICE, TOPIC, "t", Op.READ, pattern=PREFIXED)])
-    authorizer = Authorizer(store=store, enabled=True, refresh_interval_s=0.0)
+    authorizer = Authorizer(store=store, enabled=True)
     errors: list[BaseException] = []
 
     def work() -> None:

@@ -1,13 +1,15 @@
-"""AclStore over a real Redis: add / list / remove with filters, and the version counter."""
+"""AclStore over a real etcd: add / list / remove with filters, the version, the listeners, and
+that the ACLs are not in Redis (a FLUSHALL keeps them)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
-import redis as redis_lib
-
 from lowtide.auth.acl import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
-from lowtide.auth.store import ACLS_KEY, VERSION_KEY, AclStore
+from lowtide.auth.store import AclStore
+from lowtide.metadata.sections import section
+from tests.waiting import wait_until
 
 
 def acl(principal="User:alice", rtype=ResourceType.TOPIC, name="orders", op=AclOperation.DELETE,
@@ -35,14 +37,16 @@ def test_every_change_bumps_the_version(store):
     assert v1 >= 1 and store.version() > v1
 
 
-def test_redis_holds_one_canonical_json_member_per_binding(store, redis_client):
+def test_the_store_holds_one_canonical_json_record_per_binding_named_by_its_digest(store, metadata_store):
     store.add([acl()])
-    (member,) = redis_client.smembers(ACLS_KEY)
-    assert json.loads(member) == {
+    records = section(metadata_store, "acls").items()
+    assert set(records) - {"version"} and records["version"].revision == store.version()
+    [(name, entry)] = [(n, e) for n, e in records.items() if n != "version"]
+    assert json.loads(entry.value) == {
         "principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
         "pattern_type": "LITERAL", "operation": "DELETE", "permission": "ALLOW",
     }
-    assert int(redis_client.get(VERSION_KEY)) == 1
+    assert name == hashlib.sha256(entry.value).hexdigest()
 
 
 def test_list_filters_on_each_field_and_unset_fields_match_anything(store):
@@ -80,16 +84,45 @@ def test_removing_nothing_returns_nothing_and_keeps_the_version(store):
     assert store.version() == version
 
 
-def test_stores_on_separate_connections_see_each_others_changes(store, redis_url):
-    other_client = redis_lib.Redis.from_url(redis_url, decode_responses=True)  # either client style works
-    try:
-        other = AclStore(redis=other_client)
-        store.add([acl()])
-        assert other.list() == [acl()]
-        assert other.remove([AclFilter()]) == [acl()]
-        assert store.list() == []
-    finally:
-        other_client.close()
+def test_stores_on_separate_connections_see_each_others_changes(store, reopen):
+    other = AclStore(metadata=reopen())
+    store.add([acl()])
+    assert other.list() == [acl()]
+    assert other.remove([AclFilter()]) == [acl()]
+    wait_until(lambda: store.list() == [], what="the removal to reach the first store's image")
+    assert store.version() == other.version()
+
+
+def test_a_binding_added_elsewhere_a_moment_ago_is_removed_too(store, reopen):
+    other = AclStore(metadata=reopen())
+    assert other.list() == []  # its image is loaded
+    store.add([acl()])
+    assert other.remove([AclFilter(principal="User:alice")]) == [acl()]  # caught up with etcd first
+
+
+def test_listeners_hear_every_change_and_a_change_of_this_process_before_it_returns(store, reopen):
+    heard, elsewhere = [], []
+    store.listen(lambda: heard.append(1))
+    other = AclStore(metadata=reopen())
+    other.listen(lambda: elsewhere.append(1))
+    assert other.list() == []  # loads its image, which then follows the store
+    store.add([acl()])
+    assert heard, "a change through this metadata store calls its listeners before it returns"
+    wait_until(lambda: elsewhere, what="the watch of the other store to report the change")
+    heard.clear()
+    other.remove([AclFilter()])
+    wait_until(lambda: heard, what="the watch to report a change made elsewhere")
+
+
+def test_the_acls_survive_a_redis_flushall(store, reopen, redis_client):
+    # Issue 51: Redis keeps only the purgatory timers. Emptying it loses no ACL.
+    store.add([acl(), acl(principal="User:bob", op=AclOperation.READ)])
+    version = store.version()
+    redis_client.set("lowtide:unrelated", "1")
+    assert redis_client.flushall() and redis_client.dbsize() == 0
+    restarted = AclStore(metadata=reopen())  # an image loaded from the store after the flush
+    assert restarted.list() == store.list() and len(restarted.list()) == 2
+    assert restarted.version() == version
 
 
 def test_snapshot_returns_the_version_with_its_bindings(store):

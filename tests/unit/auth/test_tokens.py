@@ -1,4 +1,5 @@
-"""Bearer-token authentication from gRPC metadata, with tokens in a file and in a real Redis."""
+"""Bearer-token authentication from gRPC metadata, with tokens in a file and in a real etcd (the
+``tokens`` section of the metadata; none in Redis)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import re
 import pytest
 
 from lowtide.auth.identity import is_service_principal
-from lowtide.auth.tokens import TOKENS_KEY, Authenticator, add_token, remove_token
+from lowtide.auth.tokens import Authenticator, add_token, remove_token, token_name
 from lowtide.errors import InvalidConfig, SaslAuthenticationFailed
+from lowtide.metadata.sections import section
 from lowtide.tls.principal import LOWTIDE_RULES, PrincipalMapper
+from tests.waiting import wait_until
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -29,16 +32,34 @@ def test_a_known_token_from_the_file_authenticates_its_principal(tokens_file):
     assert auth.authenticate(bearer("file-token-bob")) == "User:bob"
 
 
-def test_a_known_token_from_redis_authenticates_its_principal(redis_client):
-    auth = Authenticator(redis=redis_client, required=True)
-    auth.add_token("redis-token", "User:spark")
-    assert auth.authenticate(bearer("redis-token")) == "User:spark"
+def test_a_known_token_from_the_store_authenticates_its_principal(metadata_store):
+    auth = Authenticator(metadata=metadata_store, required=True)
+    auth.add_token("stored-token", "User:spark")
+    assert auth.authenticate(bearer("stored-token")) == "User:spark"
 
 
-def test_redis_stores_a_digest_never_the_token_itself(redis_client):
-    add_token(redis_client, token="s3cr3t", principal="User:alice")
-    fields = redis_client.hkeys(TOKENS_KEY)
-    assert len(fields) == 1 and b"s3cr3t" not in fields[0] and fields[0].startswith(b"sha256:")
+def test_the_store_keeps_a_digest_never_the_token_itself(metadata_store):
+    add_token(metadata_store, token="s3cr3t", principal="User:alice")
+    records = section(metadata_store, "tokens").items()
+    assert list(records) == [token_name("s3cr3t")] and len(token_name("s3cr3t")) == 64
+    assert "s3cr3t" not in token_name("s3cr3t") and records[token_name("s3cr3t")].value == b"User:alice"
+
+
+def test_stored_tokens_survive_a_redis_flushall(metadata_store, reopen, redis_client):
+    # Issue 51: Redis keeps only the purgatory timers. Emptying it revokes no token.
+    add_token(metadata_store, token="kept", principal="User:alice")
+    redis_client.set("lowtide:unrelated", "1")
+    assert redis_client.flushall() and redis_client.dbsize() == 0
+    assert Authenticator(metadata=reopen(), required=True).authenticate(bearer("kept")) == "User:alice"
+
+
+def test_a_token_added_through_another_process_works_at_once(metadata_store, reopen):
+    auth = Authenticator(metadata=reopen(), required=True)
+    with pytest.raises(SaslAuthenticationFailed):
+        auth.authenticate(bearer("fresh"))  # loads its image; the miss is remembered
+    auth.reload()  # forget the miss
+    add_token(metadata_store, token="fresh", principal="User:fresh")
+    assert auth.authenticate(bearer("fresh")) == "User:fresh"  # caught up with etcd on the miss
 
 
 def test_the_bearer_scheme_is_case_insensitive(tokens_file):
@@ -59,8 +80,8 @@ def test_a_missing_token_fails_when_authentication_is_required(tokens_file):
 
 
 @pytest.mark.parametrize("required", [True, False])
-def test_an_unknown_token_always_fails(tokens_file, redis_client, required):
-    auth = Authenticator(redis=redis_client, tokens_file=tokens_file, required=required)
+def test_an_unknown_token_always_fails(tokens_file, metadata_store, required):
+    auth = Authenticator(metadata=metadata_store, tokens_file=tokens_file, required=required)
     with pytest.raises(SaslAuthenticationFailed, match="unknown or revoked token"):
         auth.authenticate(bearer("guess"))
 
@@ -78,19 +99,40 @@ def test_two_authorization_headers_are_refused(tokens_file):
         auth.authenticate(bearer("file-token-alice") + bearer("file-token-bob"))
 
 
-def test_a_revoked_redis_token_stops_working_once_the_cache_expires(redis_client):
-    now = [0.0]
-    auth = Authenticator(redis=redis_client, required=True, clock=lambda: now[0])
+def test_a_revoked_token_stops_working_at_once(metadata_store):
+    auth = Authenticator(metadata=metadata_store, required=True)
     auth.add_token("t1", "User:alice")
     assert auth.authenticate(bearer("t1")) == "User:alice"
-    assert remove_token(redis_client, token="t1")
-    now[0] += 1.5
+    assert remove_token(metadata_store, token="t1")
+    assert not remove_token(metadata_store, token="t1")
     with pytest.raises(SaslAuthenticationFailed):
         auth.authenticate(bearer("t1"))
 
 
-def test_a_token_added_after_a_failed_attempt_works_at_once_through_add_token(redis_client):
-    auth = Authenticator(redis=redis_client, required=True)
+def test_a_token_revoked_through_another_process_stops_working_once_the_watch_delivers(metadata_store, reopen):
+    auth = Authenticator(metadata=metadata_store, required=True)
+    auth.add_token("t2", "User:alice")
+    assert auth.authenticate(bearer("t2")) == "User:alice"
+    assert remove_token(reopen(), token="t2")
+    wait_until(lambda: auth.lookup("t2") is None, what="the revocation to reach the image")
+
+
+def test_an_unknown_token_is_looked_up_in_etcd_once_per_cache_ttl(metadata_store):
+    now = [0.0]
+    auth = Authenticator(metadata=metadata_store, required=True, clock=lambda: now[0])
+    assert auth.lookup("guess") is None  # loads the image
+    syncs = []
+    original = metadata_store.sync
+    metadata_store.sync = lambda: syncs.append(1) or original()  # type: ignore[method-assign]
+    for _ in range(20):
+        assert auth.lookup("guess") is None
+    assert syncs == []  # remembered as unknown: guessing costs no round trip
+    now[0] += 1.5
+    assert auth.lookup("guess") is None and syncs == [1]
+
+
+def test_a_token_added_after_a_failed_attempt_works_at_once_through_add_token(metadata_store):
+    auth = Authenticator(metadata=metadata_store, required=True)
     with pytest.raises(SaslAuthenticationFailed):
         auth.authenticate(bearer("late"))
     auth.add_token("late", "User:late")

@@ -88,8 +88,8 @@ def test_command_config_token_is_sent(front_door_factory, replica_set, store, tm
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
     replica_set.wait_for_leaders("orders")
     replica_set.produce("orders", 0, [b"v"] * 5)
-    add_token(store.redis, token="t0k", principal="User:alice")
-    AclStore(redis=store.redis).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")])
+    add_token(store, token="t0k", principal="User:alice")
+    AclStore(metadata=store).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")])
     offsets = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 3}], "version": 1})
     config = tmp_path / "client.properties"
     config.write_text("lowtide.auth.token=t0k\n")

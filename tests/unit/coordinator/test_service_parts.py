@@ -1,17 +1,13 @@
 """The pure parts of the running coordinator: snapshot policy and pruning, the orphan scanner's
-fields of DescribeFiles, applying a pipelined group of records at once, and the shard lease on a
-real redis-server."""
+fields of DescribeFiles, applying a pipelined group of records at once (the shard lease and
+registry: test_leadership.py)."""
 
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import pytest
-import redis
 
-from lowtide.common.procs import find_free_port, start_redis
-from lowtide.coordinator.leadership import ShardAddress, ShardLease, leader_key, read_shards, register_shard
 from lowtide.coordinator.pipeline import seconds_until_send
 from lowtide.coordinator.records import decode_record, encode_record
 from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
@@ -82,40 +78,6 @@ def test_applying_a_pipelined_group_at_once_clears_exactly_those_pending_records
     assert shard.state.applied_offset == 101
     assert third.response.batches[0].assigned_base_offset == 5
     assert shard.core.pending.partition(tid, 0).high_watermark == 6
-
-
-@pytest.fixture(scope="module")
-def redis_client(tmp_path_factory):
-    server = start_redis(tmp_path_factory.mktemp("redis"), port=find_free_port())
-    client = redis.Redis.from_url(server.url)
-    yield client
-    client.close()
-    server.stop()
-
-
-def test_one_process_holds_a_shard_lease_until_it_lapses(redis_client):
-    first = ShardLease(redis=redis_client, shard=7, owner="a", lease_ms=300, margin_ms=100)
-    second = ShardLease(redis=redis_client, shard=7, owner="b", lease_ms=300, margin_ms=100)
-    assert first.acquire_or_renew() and first.valid()
-    assert not second.acquire_or_renew() and not second.valid()
-    assert first.acquire_or_renew()  # renewing keeps it
-    time.sleep(0.25)
-    assert not first.valid()  # stops acting before the lease could have expired in Redis
-    time.sleep(0.2)
-    assert second.acquire_or_renew()
-    assert not first.acquire_or_renew()
-    first.release()  # not the holder: changes nothing
-    assert redis_client.get(leader_key(7)) == b"b"
-    second.release()
-    assert redis_client.get(leader_key(7)) is None
-
-
-def test_the_registry_gives_each_shards_latest_address(redis_client):
-    register_shard(redis_client, ShardAddress(shard=1, grpc="h:1", metrics="http://h:2/metrics", owner="x"))
-    register_shard(redis_client, ShardAddress(shard=0, grpc="h:3", metrics="", owner="y"))
-    register_shard(redis_client, ShardAddress(shard=1, grpc="h:4", metrics="", owner="z"))
-    shards = read_shards(redis_client)
-    assert [(s.shard, s.grpc, s.owner) for s in shards.values()] == [(0, "h:3", "y"), (1, "h:4", "z")]
 
 
 def test_the_first_append_goes_at_once_and_a_second_waits_for_the_linger_or_the_first():

@@ -1,9 +1,9 @@
-"""Test harness of the front door: a real in-process Admin gRPC server on a real Redis, and real
-replica server processes (``ReplicaSet``) for the tests that need leaders.
+"""Test harness of the front door: a real in-process Admin gRPC server on a real etcd (metadata)
+and Redis, and real replica server processes (``ReplicaSet``) for the tests that need leaders.
 
 The replicas are the real ``lowtide serve replica`` processes a local cluster runs, started once per
-session (``replica_set`` in ``tests/unit/conftest.py``) with a Redis of their own; ``clean()``
-empties that Redis of the previous test's metadata between tests, so the start-up is paid once.
+session (``replica_set`` in ``tests/unit/conftest.py``) with an etcd and a Redis of their own;
+``clean()`` empties them of the previous test's data between tests, so the start-up is paid once.
 Faults are real too: a replica process is paused (SIGSTOP) or killed, and leadership moves by the
 same compare-and-set the controller makes. What the replicas were asked is read from their own
 gRPC server metrics (``calls``), what they hold from their own Fetch and DescribeLogs answers.
@@ -31,7 +31,7 @@ from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.localcluster.kinds import KINDS
 from lowtide.log.filenames import parse_partition_dir
 from lowtide.metadata.model import BrokerInfo
-from lowtide.metadata.store import BROKERS, VERSION, MetadataStore, alive_key
+from lowtide.metadata.store import MetadataStore
 from lowtide.record import BatchBuilder, BatchHeader, Record, decode_batches
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
@@ -61,14 +61,15 @@ def register_broker(store: MetadataStore, broker_id: int, address: str = "127.0.
 
 
 def kill_broker(store: MetadataStore, broker_id: int) -> None:
-    """Make a broker not live, as an expired session would."""
-    store.redis.delete(f"lowtide:broker:{broker_id}:alive")
+    """Make a broker not live, as an expired session would: etcd deletes its liveness key."""
+    store.client.delete(store._k("alive", broker_id))
+    wait_until(lambda: broker_id not in store.live_broker_ids(), what=f"broker {broker_id} no longer live")
 
 
 @dataclass
 class ReplicaSet:
-    """Real replica server processes (broker ids 0..count-1) and their Redis, as a local cluster
-    without the other services. Contract: ``clean()`` before each test; a test that kills or pauses
+    """Real replica server processes (broker ids 0..count-1) and their etcd and Redis, as a local
+    cluster without the other services. Contract: ``clean()`` before each test; a test that kills or pauses
     a replica brings it back (``killed``/``paused`` do) so the next test finds every broker live."""
 
     cluster: LocalCluster
@@ -98,6 +99,19 @@ class ReplicaSet:
     def redis_url(self) -> str:
         return self.cluster.redis_url
 
+    @property
+    def metadata_url(self) -> str:
+        return self.cluster.metadata_url
+
+    @contextmanager
+    def metadata(self) -> Iterator[MetadataStore]:
+        """A store on the replicas' etcd, loaded now (so current), closed after the block."""
+        store = MetadataStore.from_url(self.metadata_url)
+        try:
+            yield store
+        finally:
+            store.close()
+
     def address(self, broker_id: int) -> str:
         return self.cluster.service(f"replica-{broker_id}").grpc
 
@@ -107,28 +121,30 @@ class ReplicaSet:
     # -- between tests ---------------------------------------------------------------------------
     def clean(self) -> str:
         """Delete every topic (the replicas drop their partitions, as on a real deletion) and every
-        other key but the brokers' registrations and the metadata version (which must only grow:
-        the replicas reconcile on a version they have not seen); returns the Redis URL."""
+        other metadata key but the cluster id and the replicas' registrations, and empty the Redis;
+        returns the Redis URL (``metadata_url`` is the etcd's)."""
         self.finish_restarts()
-        client = self._redis()
-        try:
-            store = MetadataStore(redis=client)
+        with self.metadata() as store:
             for name in store.topics():
                 store.delete_topic(name)
             wait_until(lambda: not any(self.hosted(b) for b in range(self.count)), timeout_s=WAIT_S,
                        what="the replicas to drop the deleted topics' partitions")
-            for raw_id, raw in client.hgetall(BROKERS).items():
-                broker_id = int(raw_id)
-                if broker_id >= self.count:
-                    client.hdel(BROKERS, raw_id)  # one a test registered itself
-                elif BrokerInfo.from_json(raw).address != self.address(broker_id):
-                    client.delete(alive_key(broker_id))  # a test overwrote it: the replica re-registers
-            keep = {BROKERS.encode(), VERSION.encode(), *(alive_key(b).encode() for b in range(self.count))}
-            stale = [k for k in client.scan_iter(count=1000) if k not in keep]
-            if stale:
-                client.delete(*stale)
+            for broker_id, info in store.brokers().items():
+                if broker_id >= self.count:  # one a test registered itself
+                    store.client.delete(store._k("brokers", broker_id))
+                    store.client.delete(store._k("alive", broker_id))
+                elif info.address != self.address(broker_id):
+                    store.client.delete(store._k("alive", broker_id))  # a test overwrote it: the replica re-registers
+            keep = {store.cluster_id_key,
+                    *(store._k(region, b) for region in ("brokers", "alive") for b in range(self.count))}
+            for kv in store.client.get_prefix(store.root)[0]:
+                if kv.key not in keep:  # deleted-topic records, broker configs, a test's own keys
+                    store.client.delete(kv.key)
             wait_until(lambda: store.live_broker_ids(list(range(self.count))) == set(range(self.count)),
                        timeout_s=WAIT_S, what="every replica to be registered live")
+        client = self._redis()
+        try:
+            client.flushdb()  # the metadata is in etcd: nothing in Redis outlives a test
         finally:
             client.close()
         return self.redis_url
@@ -173,11 +189,8 @@ class ReplicaSet:
         return next((i for i in answer.logs if (i.topic, i.partition) == (topic, partition)), None)
 
     def leader_of(self, topic: str, partition: int) -> int:
-        client = self._redis()
-        try:
-            return MetadataStore(redis=client).partition_state(topic, partition).leader
-        finally:
-            client.close()
+        with self.metadata() as store:
+            return store.partition_state(topic, partition).leader
 
     def fetch_all(self, topic: str, partition: int) -> list[tuple[BatchHeader, list[Record]]]:
         """Every record batch the partition's leader serves, from its log start offset to its high
@@ -222,14 +235,10 @@ class ReplicaSet:
 
     def wait_for_leaders(self, topic: str) -> None:
         """Return once every partition of ``topic`` is led by the replica its metadata names, and
-        every other replica of it hosts it: a topic written to Redis directly (as the tests do)
-        is served only after the replicas reconcile."""
-        client = self._redis()
-        try:
-            store = MetadataStore(redis=client)
-            states = [s for (t, _), s in store.all_partition_states().items() if t == topic]
-        finally:
-            client.close()
+        every other replica of it hosts it: a topic written to the metadata store directly (as the
+        tests do) is served only after the replicas reconcile."""
+        with self.metadata() as store:
+            states = store.partition_states(topic)
         assert states, f"topic {topic} has no partitions"
 
         def served() -> bool:
@@ -246,7 +255,7 @@ class ReplicaSet:
 
     @contextmanager
     def config_adopted(self, broker_id: int, topic: str) -> Iterator[None]:
-        """Wait, after the block changed ``topic``'s config in Redis, until replica ``broker_id``
+        """Wait, after the block changed ``topic``'s config in etcd, until replica ``broker_id``
         says (its "topic config changed" log line) that it applies the new config."""
         log_path = Path(self.cluster.service(f"replica-{broker_id}").log)
         start = log_path.stat().st_size
@@ -322,7 +331,7 @@ class RunningFrontDoor:
         self.parts.close()
 
 
-def start_front_door(redis_url: str, **config) -> RunningFrontDoor:
-    parts = build_front_door(FrontDoorConfig(redis_url=redis_url, **config))
+def start_front_door(redis_url: str, metadata_url: str, **config) -> RunningFrontDoor:
+    parts = build_front_door(FrontDoorConfig(redis_url=redis_url, metadata_url=metadata_url, **config))
     server, address = start_grpc_server(parts.register)
     return RunningFrontDoor(address=address, parts=parts, server=server)

@@ -27,7 +27,7 @@ from tests.unit.frontdoor.harness import kill_broker, register_broker
 @pytest.fixture
 def admin(store):
     pool = ThreadPoolExecutor(4)
-    yield TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
+    yield TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=False),
                      replicas=ReplicaClient(), pool=pool, rng=random.Random(7))
     pool.shutdown()
 
@@ -148,7 +148,7 @@ def test_deleted_topic_is_gone_and_deleting_again_fails(admin, store):
 
 
 def test_with_auth_on_topics_and_metadata_show_only_what_the_caller_may_describe(store):
-    acls = AclStore(redis=store.redis)
+    acls = AclStore(metadata=store)
     acls.add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "READ", "ALLOW"),
               AclBinding("User:alice", "TOPIC", "pay", "PREFIXED", "DESCRIBE", "ALLOW")])
     pool = ThreadPoolExecutor(2)

@@ -1,6 +1,7 @@
-"""Altering topic configs on a real Redis (``TopicConfigAdmin`` and ``MetadataStore.update_topic_config``):
-per-topic results, all-or-nothing per topic, validate_only, ACLs, and the metadata event replicas
-react to. The gRPC path (servicer + client) is checked against an in-process front door."""
+"""Altering topic configs on a real etcd (``TopicConfigAdmin`` and ``MetadataStore.update_topic_config``):
+per-topic results, all-or-nothing per topic, validate_only, ACLs, and the
+metadata change replicas react to. The gRPC path (servicer + client) is checked against an
+in-process front door."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType
-from lowtide.metadata.store import METADATA_CHANNEL
+from lowtide.metadata.etcd import EtcdClient
+from lowtide.metadata.store import MetadataStore
+from tests.waiting import wait_until
 
 SET, DELETE = ConfigOpType.SET, ConfigOpType.DELETE
 
 
 @pytest.fixture
 def configs(store):
-    return TopicConfigAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False))
+    return TopicConfigAdmin(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=False))
 
 
 def make_topic(store, name="orders", config=None, rf=1, diskless=False):
@@ -92,17 +95,21 @@ def test_a_diskless_topic_refuses_compaction(configs, store):
     assert alter(configs, "orders", ConfigOp("retention.ms", SET, "5")).error is None
 
 
-def test_a_change_bumps_the_metadata_version_and_publishes_it(configs, store):
+def test_a_change_moves_the_metadata_version_and_reaches_other_processes(configs, store):
     make_topic(store)
-    pubsub = store.redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(METADATA_CHANNEL)
-    pubsub.get_message(timeout=1)
-    version = store.version()
-    alter(configs, "orders", ConfigOp("retention.ms", SET, "5"))
-    message = pubsub.get_message(timeout=5)
-    assert store.version() == version + 1
-    assert message is not None and int(message["data"]) == version + 1
-    pubsub.close()
+    replica = MetadataStore(client=EtcdClient(store.client.endpoints), root=store.root)  # another process
+    heard: list[str] = []
+    try:
+        replica.start()
+        replica.listen(heard.extend)  # changes after its load
+        version = store.version()
+        alter(configs, "orders", ConfigOp("retention.ms", SET, "5"))
+        assert store.version() > version
+        wait_until(lambda: replica.topic("orders").config == {"retention.ms": "5"}, what="the change at the replica")
+        # Listeners run on the image's listener thread, after the image applied the change.
+        wait_until(lambda: store._k("topics", "orders") in heard, what="the replica's listener called")
+    finally:
+        replica.close()
 
 
 def test_a_change_that_changes_nothing_does_not_bump_the_version(configs, store):
@@ -133,7 +140,7 @@ def test_concurrent_changes_of_different_keys_all_land(configs, store):
 
 def test_altering_needs_alter_configs_on_the_topic(store):
     make_topic(store)
-    acls = AclStore(redis=store.redis)
+    acls = AclStore(metadata=store)
     configs = TopicConfigAdmin(store=store, authorizer=Authorizer(store=acls, enabled=True))
     refused = alter(configs, "orders", ConfigOp("retention.ms", SET, "5"), principal="User:alice")
     assert isinstance(refused.error, TopicAuthorizationFailed)

@@ -52,6 +52,33 @@ def test_no_live_isr_member_leaves_the_partition_leaderless_until_one_returns(st
     assert (state.leader, state.leader_epoch, state.isr) == (0, 2, (0,))
 
 
+def test_a_leader_that_restarted_within_its_session_is_moved_off_under_a_new_epoch(store):
+    for b in (0, 1, 2):
+        register_broker(store, b)
+    make_topic(store)
+    controller = Controller(store=store)
+    assert controller.run_once() == []  # broker 0 leads, seen under its first incarnation
+    register_broker(store, 0)  # a new process: its session reopened before the old one expired
+    [written] = controller.run_once()
+    assert (written.leader, written.leader_epoch, written.isr) == (1, 1, (1, 2))
+    assert controller.run_once() == []  # the restart is handled once
+
+
+def test_a_restarted_sole_isr_member_leads_again_only_under_a_new_epoch(store):
+    for b in (0, 1):
+        register_broker(store, b)
+    make_topic(store, replicas=(0, 1))
+    store.update_isr(topic="orders", partition=0, leader=0, leader_epoch=0, isr=[0])
+    controller = Controller(store=store)
+    controller.run_once()
+    register_broker(store, 0)
+    controller.run_once()
+    assert store.partition_state("orders", 0).leader == -1  # no other ISR member: leaderless
+    controller.run_once()
+    state = store.partition_state("orders", 0)
+    assert (state.leader, state.leader_epoch) == (0, 2)
+
+
 def test_only_the_lease_holder_elects(store):
     for b in (0, 1):
         register_broker(store, b)

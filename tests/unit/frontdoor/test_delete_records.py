@@ -124,8 +124,8 @@ def test_unauthorized_partitions_fail_while_authorized_ones_proceed(front_door_f
         replica_set.wait_for_leaders(topic)
         fill(replica_set, topic, 0, count=5)
     before = replica_set.calls(0, "DeleteRecords")
-    add_token(store.redis, token="alice-token", principal="User:alice")
-    AclStore(redis=store.redis).add([AclBinding("User:alice", "TOPIC", "allowed", "LITERAL", "DELETE", "ALLOW")])
+    add_token(store, token="alice-token", principal="User:alice")
+    AclStore(metadata=store).add([AclBinding("User:alice", "TOPIC", "allowed", "LITERAL", "DELETE", "ALLOW")])
     alice = [("authorization", "Bearer alice-token")]
     with Admin(front_door.address, metadata=alice) as admin:
         results = admin.delete_records({("allowed", 0): 3, ("denied", 0): 3})

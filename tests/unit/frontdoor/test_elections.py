@@ -81,7 +81,7 @@ def orders(store):
 
 
 def elections(store, *, enabled=False) -> LeaderElections:
-    return LeaderElections(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=enabled))
+    return LeaderElections(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=enabled))
 
 
 def test_electing_every_partition_answers_only_where_an_election_was_due(orders):

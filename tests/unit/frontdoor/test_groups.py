@@ -47,7 +47,7 @@ def offsets_topics(store, replica):
     made, pool, client = [], ThreadPoolExecutor(max_workers=4), ReplicaClient()
 
     def start(*, partitions: int = PARTITIONS) -> OffsetsTopic:
-        authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
+        authorizer = Authorizer(store=AclStore(metadata=store), enabled=False)
         topic = OffsetsTopic(store=store, replicas=client, config=OffsetsTopicConfig(
             partitions=partitions, tail_interval_s=0.05, load_timeout_s=5),
             topics=TopicAdmin(store=store, authorizer=authorizer, replicas=client, pool=pool))
@@ -63,7 +63,7 @@ def offsets_topics(store, replica):
 
 
 def build_groups(store, offsets_topics, *, auth=False, topic=None):
-    authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=auth, refresh_interval_s=0)
+    authorizer = Authorizer(store=AclStore(metadata=store), enabled=auth)
     return GroupCoordinator(store=GroupStore(topic=topic or offsets_topics()), metadata=store, authorizer=authorizer)
 
 
@@ -139,31 +139,31 @@ def test_a_write_the_leader_refuses_fails_every_accepted_partition_and_changes_n
     assert groups.fetch_offsets(principal="User:a", group_id="etl")[0].offset == 1
 
 
-def test_offsets_in_the_old_redis_layout_move_into_the_topic_once(store, orders, offsets_topics):
-    store.redis.sadd("lowtide:groups", "old", "both")
-    store.redis.hset("lowtide:groups:old", mapping={
+def test_offsets_in_the_old_redis_layout_move_into_the_topic_once(store, orders, offsets_topics, redis_client):
+    redis_client.sadd("lowtide:groups", "old", "both")
+    redis_client.hset("lowtide:groups:old", mapping={
         "orders\x000": json.dumps({"offset": 11, "metadata": "x", "commit_ms": 1234}),
         "orders\x001": json.dumps({"offset": 12, "metadata": "", "commit_ms": 1235})})
-    store.redis.hset("lowtide:groups:both", "orders\x000", json.dumps({"offset": 1, "metadata": "", "commit_ms": 1}))
+    redis_client.hset("lowtide:groups:both", "orders\x000", json.dumps({"offset": 1, "metadata": "", "commit_ms": 1}))
     topic = offsets_topics()
     groups = build_groups(store, offsets_topics, topic=topic)
     groups.commit_offsets(principal="User:a", group_id="both", commits=[OffsetCommit("orders", 0, 99)])
-    assert migrate_legacy_offsets(redis=store.redis, topic=topic) is True
-    assert json.loads(store.redis.get(MIGRATED_KEY))["offsets"] == 2  # "both" kept its newer commit
+    assert migrate_legacy_offsets(redis=redis_client, topic=topic) is True
+    assert json.loads(redis_client.get(MIGRATED_KEY))["offsets"] == 2  # "both" kept its newer commit
     after = build_groups(store, offsets_topics)  # a fresh instance reads it back from the topic
     assert [(c.partition, c.offset, c.commit_ms) for c in after.fetch_offsets(principal="User:a", group_id="old")] \
         == [(0, 11, 1234), (1, 12, 1235)]
     assert after.fetch_offsets(principal="User:a", group_id="both")[0].offset == 99
-    store.redis.hset("lowtide:groups:old", "orders\x000", json.dumps({"offset": 500, "commit_ms": 1}))
-    assert migrate_legacy_offsets(redis=store.redis, topic=topic) is True  # marker set: nothing moves again
+    redis_client.hset("lowtide:groups:old", "orders\x000", json.dumps({"offset": 500, "commit_ms": 1}))
+    assert migrate_legacy_offsets(redis=redis_client, topic=topic) is True  # marker set: nothing moves again
     assert sorted(e.value.offset for e in topic.entries("old")) == [11, 12]
 
 
-def test_a_front_door_moves_the_old_offsets_on_its_own_at_start(store, orders, front_door_factory):
-    store.redis.sadd("lowtide:groups", "old")
-    store.redis.hset("lowtide:groups:old", "orders\x001", json.dumps({"offset": 3, "metadata": "", "commit_ms": 5}))
+def test_a_front_door_moves_the_old_offsets_on_its_own_at_start(orders, front_door_factory, redis_client):
+    redis_client.sadd("lowtide:groups", "old")
+    redis_client.hset("lowtide:groups:old", "orders\x001", json.dumps({"offset": 3, "metadata": "", "commit_ms": 5}))
     fd = front_door_factory()
-    wait_until(lambda: store.redis.exists(MIGRATED_KEY), timeout_s=10)
+    wait_until(lambda: redis_client.exists(MIGRATED_KEY), timeout_s=10)
     offsets = fd.parts.front.groups.fetch_offsets(principal="User:a", group_id="old")
     assert [(c.topic, c.partition, c.offset) for c in offsets] == [("orders", 1, 3)]
 
@@ -196,7 +196,7 @@ def test_empty_group_id_is_invalid(store, orders, offsets_topics):
 
 def test_commit_needs_read_on_the_group_and_on_the_topic(store, orders, offsets_topics):
     groups = build_groups(store, offsets_topics, auth=True)
-    acls = AclStore(redis=store.redis)
+    acls = AclStore(metadata=store)
     with pytest.raises(GroupAuthorizationFailed):
         groups.commit_offsets(principal="User:alice", group_id="etl", commits=[OffsetCommit("orders", 0, 1)])
     acls.add([AclBinding("User:alice", "GROUP", "etl", "LITERAL", "READ", "ALLOW")])

@@ -1,7 +1,7 @@
 """Kafka's classic group membership protocol (``frontdoor/membership.py``) driven as its callers do:
 members on real threads blocking in JoinGroup and SyncGroup, real time for session and rebalance
 timeouts (short ones), and for the commit/OffsetDelete side a real ``GroupCoordinator`` over
-``__consumer_offsets`` on the real replicas of ``replica_set`` (see ``harness``) and a real Redis."""
+``__consumer_offsets`` on the real replicas of ``replica_set`` (see ``harness``) and their etcd."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def membership_factory(store):
     made = []
 
     def make(*, auth: bool = False, **config) -> GroupMembership:
-        authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=auth, refresh_interval_s=0)
+        authorizer = Authorizer(store=AclStore(metadata=store), enabled=auth)
         config = {"initial_rebalance_delay_ms": 300, "min_session_timeout_ms": 100, "tick_interval_s": 0.02, **config}
         m = GroupMembership(authorizer=authorizer, config=MembershipConfig(**config))
         m.start()
@@ -316,13 +316,14 @@ def test_a_static_member_replaced_while_its_old_id_waits_in_join_gets_fenced(poo
 
 @pytest.fixture
 def coordinator(replica_set, members):
-    """A group coordinator whose ``__consumer_offsets`` lives on the real replicas (their Redis,
-    emptied of the last test's metadata; the membership tests above keep the shared test Redis)."""
-    store = MetadataStore.from_url(replica_set.clean())
+    """A group coordinator whose ``__consumer_offsets`` lives on the real replicas (their etcd,
+    emptied of the last test's metadata)."""
+    replica_set.clean()
+    store = MetadataStore.from_url(replica_set.metadata_url)
     for topic in ("orders", "audit"):
         store.create_topic(name=topic, partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
     pool, client = ThreadPoolExecutor(max_workers=4), ReplicaClient()
-    authorizer = Authorizer(store=AclStore(redis=store.redis), enabled=False)
+    authorizer = Authorizer(store=AclStore(metadata=store), enabled=False)
     topic = OffsetsTopic(store=store, replicas=client, config=OffsetsTopicConfig(
         partitions=2, tail_interval_s=0.05, load_timeout_s=5),
         topics=TopicAdmin(store=store, authorizer=authorizer, replicas=client, pool=pool))
@@ -331,7 +332,7 @@ def coordinator(replica_set, members):
     topic.stop()
     pool.shutdown()
     client.close()
-    store.redis.close()
+    store.close()
 
 
 def commit_errors(coordinator, group="g", generation=-1, member_id="", offset=5, instance=""):
@@ -403,7 +404,7 @@ def test_membership_calls_need_read_on_the_group(store, membership_factory):
                  lambda: members.leave_group(principal=P, group_id="g", members=[LeavingMember("m")])):
         with pytest.raises(GroupAuthorizationFailed):
             call()
-    AclStore(redis=store.redis).add([AclBinding(P, "GROUP", "g", "LITERAL", "READ", "ALLOW")])
+    AclStore(metadata=store).add([AclBinding(P, "GROUP", "g", "LITERAL", "READ", "ALLOW")])
     assert join(members).error is None
 
 

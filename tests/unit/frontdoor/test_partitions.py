@@ -35,7 +35,7 @@ def brokers(store):
 @pytest.fixture
 def topics(store, brokers):
     pool = ThreadPoolExecutor(2)
-    admin = TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
+    admin = TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=False),
                        replicas=ReplicaClient(), pool=pool, rng=random.Random(7))
     admin.create_topic(TopicRequest(name="orders", partitions=2, replication_factor=2))
     yield admin
@@ -43,7 +43,7 @@ def topics(store, brokers):
 
 
 def creator(store, *, enabled: bool = False) -> PartitionCreator:
-    return PartitionCreator(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=enabled),
+    return PartitionCreator(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=enabled),
                             diskless=None, rng=random.Random(3))
 
 
@@ -129,7 +129,7 @@ def test_adding_partitions_needs_alter_on_the_topic(store, topics):
     request = [PartitionsRequest(name="orders", count=3)]
     [refused] = authorizing.create_partitions(principal="User:alice", requests=request)
     assert isinstance(refused.error, TopicAuthorizationFailed)
-    AclStore(redis=store.redis).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "ALTER", "ALLOW")])
+    AclStore(metadata=store).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "ALTER", "ALLOW")])
     # (a new authorizer: the first one's ACL snapshot is refreshed only every 0.2 s)
     [allowed] = creator(store, enabled=True).create_partitions(principal="User:alice", requests=request)
     assert allowed.error is None and store.topic("orders").partitions == 3
@@ -150,7 +150,7 @@ def test_topics_and_new_partitions_spread_over_racks_when_brokers_have_them(stor
         store.register_broker(BrokerInfo(id=b, host="127.0.0.1", port=1, rack=rack), incarnation=uuid.uuid4().hex,
                               session_timeout_ms=60_000)
     pool = ThreadPoolExecutor(1)
-    admin = TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False),
+    admin = TopicAdmin(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=False),
                        replicas=ReplicaClient(), pool=pool, rng=random.Random(1))
     admin.create_topic(TopicRequest(name="zoned", partitions=4, replication_factor=2))
     grow(store, 8, name="zoned")

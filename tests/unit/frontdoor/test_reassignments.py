@@ -122,7 +122,7 @@ def test_a_replication_factor_change_is_refused_when_the_caller_disallows_it():
 
 # -- on a real Redis -------------------------------------------------------------------------------
 def reassigner(store, *, enabled=False) -> PartitionReassigner:
-    return PartitionReassigner(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=enabled))
+    return PartitionReassigner(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=enabled))
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ def test_group_offsets_round_trip_through_the_client(front_door_factory, store, 
 
 def test_who_am_i_names_the_token_owner_and_refuses_a_wrong_token(front_door_factory, store):
     front_door = front_door_factory(auth_enabled=True)
-    add_token(store.redis, token="admin-token", principal="User:admin")
+    add_token(store, token="admin-token", principal="User:admin")
     with Admin(front_door.address, metadata=ADMIN_TOKEN) as admin:
         assert admin.who_am_i() == ("User:admin", True)
     with Admin(front_door.address) as admin:
@@ -77,8 +77,8 @@ def test_who_am_i_names_the_token_owner_and_refuses_a_wrong_token(front_door_fac
 
 def test_acl_changes_need_alter_on_the_cluster(front_door_factory, store):
     front_door = front_door_factory(auth_enabled=True, super_users=frozenset({"User:admin"}))
-    add_token(store.redis, token="admin-token", principal="User:admin")
-    add_token(store.redis, token="bob-token", principal="User:bob")
+    add_token(store, token="admin-token", principal="User:admin")
+    add_token(store, token="bob-token", principal="User:bob")
     binding = AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")
     channel = grpc.insecure_channel(front_door.address)
     stub = admin_pb2_grpc.AdminStub(channel)
@@ -103,7 +103,7 @@ def test_acl_changes_need_alter_on_the_cluster(front_door_factory, store):
 def test_topic_creation_needs_alter_on_the_cluster_when_auth_is_on(front_door_factory, store):
     front_door = front_door_factory(auth_enabled=True)
     register_broker(store, 0)
-    add_token(store.redis, token="bob-token", principal="User:bob")
+    add_token(store, token="bob-token", principal="User:bob")
     with Admin(front_door.address, metadata=[("authorization", "Bearer bob-token")]) as bob, \
             pytest.raises(ClusterAuthorizationFailed):
         bob.create_topic("orders", partitions=1, replication_factor=1)

@@ -1,9 +1,9 @@
-"""KIP-73 throttle configs at the front door, on a real Redis: the topic keys
+"""KIP-73 throttle configs at the front door, on a real etcd: the topic keys
 ``leader/follower.replication.throttled.replicas`` (validated, list-typed), and the dynamic broker
 configs ``leader/follower.replication.throttled.rate`` per broker id and cluster-wide through
 Admin.AlterConfigs (``TopicConfigAdmin`` with ``broker:<id>`` resources; ``MetadataStore``'s
 broker-config region): SET/DELETE, the no-op DELETE the reassignment tool sends, refusals, ACLs on
-the CLUSTER, and the metadata event replicas re-read their rates on."""
+the CLUSTER, and the metadata change replicas re-read their rates on."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from lowtide.frontdoor.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.topic_config import validate_topic_config
 from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType
 from lowtide.metadata.config_defaults import broker_resource
+from lowtide.metadata.etcd import EtcdClient
 from lowtide.metadata.model import BrokerInfo
-from lowtide.metadata.store import METADATA_CHANNEL
+from lowtide.metadata.store import MetadataStore
+from tests.waiting import wait_until
 
 SET, DELETE, APPEND, SUBTRACT = ConfigOpType.SET, ConfigOpType.DELETE, ConfigOpType.APPEND, ConfigOpType.SUBTRACT
 LEADER_RATE, FOLLOWER_RATE = "leader.replication.throttled.rate", "follower.replication.throttled.rate"
@@ -34,7 +36,7 @@ def configs(store):
     for broker in (0, 1):
         store.register_broker(BrokerInfo(id=broker, host="127.0.0.1", port=9092 + broker), incarnation="x",
                               session_timeout_ms=60000)
-    return TopicConfigAdmin(store=store, authorizer=Authorizer(store=AclStore(redis=store.redis), enabled=False))
+    return TopicConfigAdmin(store=store, authorizer=Authorizer(store=AclStore(metadata=store), enabled=False))
 
 
 def alter(configs, resource, *ops, validate_only=False, replace=False, principal="User:ANONYMOUS"):
@@ -138,22 +140,29 @@ def test_validate_only_changes_nothing_and_no_ops_reads_the_current_config_back(
     assert alter(configs, broker_resource("0"), validate_only=True).config == {LEADER_RATE: "10"}
 
 
-def test_a_rate_change_bumps_the_metadata_version_and_publishes_it(configs, store):
-    pubsub = store.redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(METADATA_CHANNEL)
-    pubsub.get_message(timeout=1.0)
-    before = store.version()
-    alter(configs, broker_resource(""), ConfigOp(LEADER_RATE, SET, "1000"))
-    message = pubsub.get_message(timeout=5.0)
-    pubsub.close()
-    assert message is not None and int(message["data"]) == store.version() == before + 1
-    alter(configs, broker_resource(""), ConfigOp(LEADER_RATE, SET, "1000"))  # no change: no event
-    assert store.version() == before + 1
+def test_a_rate_change_moves_the_metadata_version_and_reaches_the_replicas(configs, store):
+    replica = MetadataStore(client=EtcdClient(store.client.endpoints), root=store.root)  # another process
+    heard: list[str] = []
+    try:
+        replica.start()
+        replica.listen(heard.extend)  # changes after its load
+        before = store.version()
+        alter(configs, broker_resource(""), ConfigOp(LEADER_RATE, SET, "1000"))
+        after = store.version()
+        assert after > before
+        wait_until(lambda: replica.effective_broker_config(1) == {LEADER_RATE: "1000"}, what="the rate at the replica")
+        # Listeners run on the image's listener thread, after the image applied the change.
+        wait_until(lambda: heard, what="the replica's listener called")
+        assert heard == [store._k("broker_configs", "default")]
+        alter(configs, broker_resource(""), ConfigOp(LEADER_RATE, SET, "1000"))  # no change: nothing written
+        assert store.client.revision() == after
+    finally:
+        replica.close()
 
 
 def test_broker_configs_need_alter_configs_on_the_cluster_and_reading_them_describe_configs(store):
     store.register_broker(BrokerInfo(id=0, host="127.0.0.1", port=9092), incarnation="x", session_timeout_ms=60000)
-    acls = AclStore(redis=store.redis)
+    acls = AclStore(metadata=store)
 
     def admin():
         return TopicConfigAdmin(store=store, authorizer=Authorizer(store=acls, enabled=True))

@@ -1,5 +1,5 @@
 """SASL on the Kafka listener's dispatcher, frame by frame: the real KafkaBroker with the real SCRAM
-login over a real Redis (no sockets: each Kafka request is encoded with Kafka's own schemas and
+login over a real etcd (no sockets: each Kafka request is encoded with Kafka's own schemas and
 handed to the dispatcher as the listener would). What a client sees of each exchange, and what the
 connection then carries as its identity."""
 
@@ -10,45 +10,38 @@ import time
 from typing import Any
 
 import pytest
-import redis as redis_lib
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
 from lowtide.auth.scram import SCRAM_SHA_256, SCRAM_SHA_512, ClientExchange, ScramCredential
 from lowtide.auth.scram_store import ScramStore, build_scram_login
-from lowtide.auth.tokens import SESSION_KEY_PREFIX, Authenticator
+from lowtide.auth.tokens import Authenticator
 from lowtide.errors import SaslAuthenticationFailed
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import FrameError, RequestHead, request_type, response_type
 from lowtide.kafka.server import all_apis
 from lowtide.kafka.services import unavailable
+from lowtide.metadata.sections import section
 
 LIFETIME_MS = 60_000
 SASL_FAILED, ILLEGAL_SASL_STATE = 58, 34
 
 
 @pytest.fixture
-def redis_client(redis_url):
-    client = redis_lib.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def broker(redis_client, tmp_path) -> KafkaBroker:
-    store = ScramStore(redis=redis_client)
+def broker(metadata_store, tmp_path) -> KafkaBroker:
+    store = ScramStore(metadata=metadata_store)
     for user, password in (("alice", "alice-pw"), ("bob", "bob-pw")):
         store.put(SCRAM_SHA_256, user, ScramCredential.from_password(SCRAM_SHA_256, password, iterations=4096))
     store.put(SCRAM_SHA_512, "alice", ScramCredential.from_password(SCRAM_SHA_512, "alice-pw", iterations=4096))
     tokens = tmp_path / "tokens"
     tokens.write_text("alice-token User:alice\n")
-    authenticator = Authenticator(redis=redis_client, tokens_file=tokens, required=True, cache_ttl_s=0)
+    authenticator = Authenticator(metadata=metadata_store, tokens_file=tokens, required=True, cache_ttl_s=0)
     return KafkaBroker(apis=all_apis(), services=KafkaServices(
         node=Node(1, "127.0.0.1", 9092), admin=unavailable("the front door"), auth_required=True,
         sasl_login=authenticator.authenticate,
-        scram=build_scram_login(redis_client, auth_enabled=True, session_lifetime_ms=LIFETIME_MS)))
+        scram=build_scram_login(metadata_store, auth_enabled=True, session_lifetime_ms=LIFETIME_MS)))
 
 
 def send(broker: KafkaBroker, conn: Connection, api_key: int, version: int, body: Any) -> Any:
@@ -88,8 +81,8 @@ def scram_login(broker, conn, user: str, password: str, mechanism=SCRAM_SHA_256,
     return answer
 
 
-def session_keys(redis_client) -> list[bytes]:
-    return redis_client.keys(SESSION_KEY_PREFIX + "*")
+def session_keys(metadata_store) -> list[str]:
+    return list(section(metadata_store, "tokens").items())
 
 
 def test_the_handshake_offers_plain_and_both_scram_mechanisms(broker):
@@ -99,7 +92,7 @@ def test_the_handshake_offers_plain_and_both_scram_mechanisms(broker):
 
 
 @pytest.mark.parametrize("mechanism", [SCRAM_SHA_256, SCRAM_SHA_512], ids=lambda m: m.name)
-def test_a_scram_login_gives_the_connection_a_session_token_of_its_principal(broker, redis_client, mechanism):
+def test_a_scram_login_gives_the_connection_a_session_token_of_its_principal(broker, metadata_store, mechanism):
     conn = Connection(peer="t")
     answer = scram_login(broker, conn, "alice", "alice-pw", mechanism)
     assert int(answer.error_code) == 0 and answer.session_lifetime.total_seconds() * 1000 == LIFETIME_MS
@@ -107,19 +100,19 @@ def test_a_scram_login_gives_the_connection_a_session_token_of_its_principal(bro
     [(header, value)] = conn.metadata
     assert header == "authorization" and value.startswith("Bearer ")
     # the token is what every service checks: it authenticates as alice there too
-    assert Authenticator(redis=redis_client, required=True).authenticate(conn.metadata) == "User:alice"
-    assert len(session_keys(redis_client)) == 1
+    assert Authenticator(metadata=metadata_store, required=True).authenticate(conn.metadata) == "User:alice"
+    assert len(session_keys(metadata_store)) == 1
 
 
 @pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("nobody", "alice-pw")],
                          ids=["wrong-password", "unknown-user"])
-def test_a_refused_login_is_answered_58_then_closed_and_leaves_no_identity(broker, redis_client, user, password):
+def test_a_refused_login_is_answered_58_then_closed_and_leaves_no_identity(broker, metadata_store, user, password):
     conn = Connection(peer="t")
     answer = scram_login(broker, conn, user, password)
     assert int(answer.error_code) == SASL_FAILED
     assert answer.error_message == "Authentication failed: invalid user credentials"  # the same for both
     assert conn.closed.is_set() and not conn.authenticated and conn.metadata == ()
-    assert session_keys(redis_client) == []
+    assert session_keys(metadata_store) == []
 
 
 @pytest.mark.parametrize(("tamper", "reason"), [
@@ -154,30 +147,30 @@ def test_saslauthenticate_after_the_exchange_ended_is_an_illegal_state(broker):
     assert int(authenticate(broker, conn, b"n,,n=alice,r=abc").error_code) == ILLEGAL_SASL_STATE
 
 
-def test_closing_the_connection_ends_its_session_token(broker, redis_client):
+def test_closing_the_connection_ends_its_session_token(broker, metadata_store):
     conn = Connection(peer="t")
     scram_login(broker, conn, "alice", "alice-pw")
     conn.close()
-    assert session_keys(redis_client) == []
+    assert session_keys(metadata_store) == []
 
 
-def test_a_re_authentication_of_the_same_user_replaces_the_session_token(broker, redis_client):
+def test_a_re_authentication_of_the_same_user_replaces_the_session_token(broker, metadata_store):
     conn = Connection(peer="t")
     scram_login(broker, conn, "alice", "alice-pw")
     before = conn.metadata
     assert int(scram_login(broker, conn, "alice", "alice-pw").error_code) == 0
     assert conn.metadata != before and conn.authenticated
-    assert len(session_keys(redis_client)) == 1  # the old one is gone
+    assert len(session_keys(metadata_store)) == 1  # the old one is gone
     with pytest.raises(SaslAuthenticationFailed, match="unknown or revoked"):
-        Authenticator(redis=redis_client, required=True).authenticate(before)
+        Authenticator(metadata=metadata_store, required=True).authenticate(before)
 
 
-def test_a_re_authentication_as_another_user_is_refused_and_closes_the_connection(broker, redis_client):
+def test_a_re_authentication_as_another_user_is_refused_and_closes_the_connection(broker, metadata_store):
     conn = Connection(peer="t")
     scram_login(broker, conn, "alice", "alice-pw")
     answer = scram_login(broker, conn, "bob", "bob-pw")
     assert int(answer.error_code) == SASL_FAILED and "may not change the principal" in answer.error_message
-    assert conn.closed.is_set() and conn.metadata == () and session_keys(redis_client) == []
+    assert conn.closed.is_set() and conn.metadata == () and session_keys(metadata_store) == []
 
 
 def test_a_re_authentication_may_not_change_the_mechanism(broker):

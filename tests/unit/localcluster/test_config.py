@@ -150,16 +150,20 @@ def test_plan_names_ports_and_data_dirs(tmp_path: Path) -> None:
     names = [s.name for s in plan.services]
     assert names[0] == "redis", "redis starts first"
     built = [k.kind for k in KINDS if k.is_available()]
-    expected = ["redis"] + [f"replica-{i}" for i in range(3) if "replica" in built] + (
+    expected = ["redis", "etcd-0"] + [f"replica-{i}" for i in range(3) if "replica" in built] + (
         ["frontdoor-0"] if "frontdoor" in built else [])
     assert names == expected
-    ports = [s.grpc for s in plan.services] + [s.metrics_addr for s in plan.services if s.metrics_addr]
+    # etcd serves /metrics on its client port: its one address counts once.
+    ports = [s.grpc for s in plan.services] + [s.metrics_addr for s in plan.services
+                                               if s.metrics_addr and not s.is_etcd]
     assert len(ports) == len(set(ports)), "every address is distinct"
     assert plan.redis == f"redis://{plan.services[0].grpc}/0"
+    assert plan.metadata == f"etcd://{plan.find('etcd-0').grpc}"
     for service in plan.services[1:]:
         assert service.log == str(tmp_path / "logs" / f"{service.name}.log")
         assert service.metrics_url == f"http://{service.metrics_addr}/metrics"
-        assert plan.redis in service.argv
+        if not service.is_etcd:
+            assert plan.redis in service.argv and plan.metadata in service.argv
     if "frontdoor" in built:
         assert plan.bootstrap == plan.find("frontdoor-0").grpc
     if "replica" in built:
@@ -178,5 +182,54 @@ def test_plan_skips_kinds_not_built_yet(tmp_path: Path) -> None:
                          build_flags=lambda _ctx: [])
     said: list[str] = []
     plan = LocalCluster(ClusterConfig(data_dir=tmp_path, replicas=1), kinds=[future]).plan(progress=said.append)
-    assert [s.name for s in plan.services] == ["redis"]
+    assert [s.name for s in plan.services] == ["redis", "etcd-0"]
     assert said == ["skipping future: lowtide.no_such_module.server is not built yet"]
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_a_tls_plan_runs_every_etcd_member_on_mutual_tls_with_its_own_certificate(tmp_path: Path,
+                                                                                   members: int) -> None:
+    config = ClusterConfig(data_dir=tmp_path, replicas=1, coordinators=0, orphan_scanners=0, tls=True,
+                           metadata_members=members)
+    plan = LocalCluster(config).plan()
+    etcd = [s for s in plan.services if s.is_etcd]
+    assert [m.name for m in etcd] == [f"etcd-{i}" for i in range(members)]
+    assert plan.metadata == "etcds://" + ",".join(m.grpc for m in etcd)
+    tls_dir, ca = tmp_path / "tls", str(tmp_path / "tls" / "ca.crt")
+    for member in etcd:
+        argv, own = member.argv, tls_dir / member.name
+        for flag in ("--listen-client-urls", "--advertise-client-urls"):
+            assert _flag(argv, flag) == f"https://{member.grpc}", flag
+        peer = _flag(argv, "--listen-peer-urls")
+        assert peer.startswith("https://127.0.0.1:") and _flag(argv, "--initial-advertise-peer-urls") == peer
+        assert _flag(argv, "--initial-cluster") == ",".join(
+            f"{m.name}={_flag(m.argv, '--listen-peer-urls')}" for m in etcd)
+        assert (_flag(argv, "--cert-file"), _flag(argv, "--key-file"), _flag(argv, "--trusted-ca-file")) == (
+            str(own / "tls.crt"), str(own / "tls.key"), ca)
+        assert (_flag(argv, "--peer-cert-file"), _flag(argv, "--peer-key-file"),
+                _flag(argv, "--peer-trusted-ca-file")) == (str(own / "tls.crt"), str(own / "tls.key"), ca)
+        assert "--client-cert-auth" in argv and "--peer-client-cert-auth" in argv
+        assert not [a for a in argv if "http://" in a], argv
+        # its /metrics (on the client port) is HTTPS too, as cluster.json says
+        assert member.metrics_url == f"https://{member.grpc}/metrics"
+    services = [s for s in plan.services if not s.is_store]
+    assert services, "no lowtide service planned"
+    for entry in services:
+        # the etcds:// URL, and the service's own certificate as --tls-*: what its EtcdClient presents
+        # (ServerBootstrap makes it the process's default client TLS, which etcds:// dials with)
+        assert _flag(entry.argv, "--metadata-url") == plan.metadata, entry.name
+        assert (_flag(entry.argv, "--tls-cert"), _flag(entry.argv, "--tls-key"), _flag(entry.argv, "--tls-ca")) == (
+            str(tls_dir / entry.name / "tls.crt"), str(tls_dir / entry.name / "tls.key"), ca), entry.name
+
+
+def test_a_plan_without_tls_runs_etcd_in_plaintext(tmp_path: Path) -> None:
+    plan = LocalCluster(ClusterConfig(data_dir=tmp_path, replicas=1, coordinators=0, orphan_scanners=0)).plan()
+    [member] = [s for s in plan.services if s.is_etcd]
+    assert plan.metadata == f"etcd://{member.grpc}"
+    assert _flag(member.argv, "--listen-client-urls") == f"http://{member.grpc}"
+    assert "--cert-file" not in member.argv and "--client-cert-auth" not in member.argv
+    assert member.metrics_url == f"http://{member.grpc}/metrics"

@@ -1,32 +1,61 @@
-"""The metadata cache on a real redis-server: what it shows, how it learns of changes (pub/sub,
-silent session expiry, a lost event), when it refuses to answer, and routing from it."""
+"""The metadata cache (routing snapshots of the store's image) on a real etcd: what a snapshot
+shows, how changes by other processes and silent session expiry reach it, ``mark_stale``, serving
+while etcd is down, and routing from it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
-import redis as redis_lib
 
+from lowtide.common.procs import EtcdMember
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.metadata.cache import MetadataCache
+from lowtide.metadata.etcd import EtcdClient
 from lowtide.metadata.model import BrokerInfo, PartitionState
-from lowtide.metadata.store import VERSION, MetadataStore, alive_key, partitions_key
+from lowtide.metadata.store import MetadataStore
+from tests.conftest import start_ready_etcd
 from tests.waiting import wait_until
 
 
 @pytest.fixture
-def cache(store):
-    c = MetadataCache(redis=store.redis, check_interval_s=0.05, max_age_s=1.0)
+def store(metadata_store) -> MetadataStore:
+    return metadata_store
+
+
+@pytest.fixture
+def cache(store) -> Iterator[MetadataCache]:
+    c = MetadataCache(store=store)
     c.start()
     yield c
     c.stop()
 
 
-def register(store: MetadataStore, broker_id: int, port: int) -> None:
+@pytest.fixture
+def controller(store) -> Iterator[MetadataStore]:
+    """Another process's store (the controller's): same etcd and root, its own connection and image."""
+    s = MetadataStore(client=EtcdClient(store.client.endpoints), root=store.root)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def own_etcd(tmp_path) -> Iterator[EtcdMember]:
+    """A one-member etcd of this test's own: the test stops it."""
+    [member] = start_ready_etcd(tmp_path / "etcd")
+    yield member
+    if member.proc.poll() is None:
+        os.kill(member.pid, signal.SIGCONT)  # a test that paused it and failed before resuming it
+    member.stop()
+
+
+def register(store: MetadataStore, broker_id: int, port: int, *, session_timeout_ms: int = 60_000) -> None:
     store.register_broker(BrokerInfo(id=broker_id, host="127.0.0.1", port=port), incarnation=uuid.uuid4().hex,
-                          session_timeout_ms=60_000)
+                          session_timeout_ms=session_timeout_ms)
 
 
 def current(cache: MetadataCache):
@@ -39,8 +68,7 @@ def test_the_snapshot_holds_topics_partitions_brokers_and_liveness(store, cache)
     register(store, 1, 9001)
     store.create_topic(name="orders", partitions=2, replication_factor=2, config={"retention.ms": "5"},
                        assignment=[[0, 1], [1, 0]])
-    wait_until(lambda: (s := cache.snapshot()) is not None and ("orders", 1) in s.states, what="orders in cache")
-    snap = cache.snapshot()
+    snap = current(cache)  # this process's own writes: in the next snapshot
     assert snap.topics["orders"].config == {"retention.ms": "5"}
     assert snap.states[("orders", 1)].leader == 1
     assert snap.brokers[1].address == "127.0.0.1:9001"
@@ -48,86 +76,101 @@ def test_the_snapshot_holds_topics_partitions_brokers_and_liveness(store, cache)
     assert snap.version == store.version()
 
 
-def test_a_leader_change_published_by_the_controller_reaches_the_cache(store, cache):
+def test_a_leader_change_made_by_the_controller_reaches_the_cache(store, cache, controller):
     register(store, 0, 9000)
     register(store, 1, 9001)
     store.create_topic(name="t", partitions=1, replication_factor=2, config={}, assignment=[[0, 1]])
-    wait_until(lambda: (s := cache.snapshot()) is not None and ("t", 0) in s.states, what="t in cache")
-    old = store.partition_state("t", 0)
+    assert ("t", 0) in current(cache).states
+    old = controller.partition_state("t", 0)
     moved = PartitionState(topic="t", partition=0, leader=1, leader_epoch=1, replicas=old.replicas, isr=(1,),
                            partition_epoch=old.partition_epoch)
-    assert store.compare_and_set_partition(old, moved)
-    wait_until(lambda: cache.snapshot() is not None and cache.snapshot().states[("t", 0)].leader == 1,
-               what="the new leader in the cache")
+    assert controller.compare_and_set_partition(old, moved)
+    wait_until(lambda: cache.snapshot().states[("t", 0)].leader == 1, what="the new leader in the cache")
+    assert cache.snapshot().version == store.version()
 
 
 def test_a_session_that_expires_silently_leaves_the_live_set(store, cache):
     register(store, 0, 9000)
-    register(store, 1, 9001)
-    wait_until(lambda: (s := cache.snapshot()) is not None and s.live == {0, 1}, what="both live")
-    store.redis.delete(alive_key(1))  # a TTL running out publishes nothing
-    wait_until(lambda: (s := cache.snapshot()) is not None and s.live == {0}, what="broker 1 no longer live")
+    register(store, 1, 9001, session_timeout_ms=2000)  # never renewed
+    assert current(cache).live == {0, 1}
+    wait_until(lambda: cache.snapshot().live == {0}, timeout_s=10, interval_s=0.1,
+               what="broker 1's lapsed session to leave the live set")
+    assert 1 in cache.snapshot().brokers  # registered, not live
 
 
-def test_a_change_whose_event_was_lost_is_found_by_the_version_check(store, cache):
+def test_a_snapshot_is_rebuilt_only_when_the_metadata_moved(store, cache):
     register(store, 0, 9000)
+    first = current(cache)
+    assert cache.snapshot() is first  # nothing changed: the same immutable snapshot
     store.create_topic(name="t", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    wait_until(lambda: (s := cache.snapshot()) is not None and ("t", 0) in s.states, what="t in cache")
-    state = store.partition_state("t", 0)
-    moved = PartitionState(topic="t", partition=0, leader=-1, leader_epoch=1, replicas=state.replicas, isr=(),
-                           partition_epoch=state.partition_epoch + 1)
-    # Written the way a publisher that died before PUBLISH would leave it: data and version only.
-    store.redis.hset(partitions_key("t"), "0", moved.to_json())
-    store.redis.incr(VERSION)
-    wait_until(lambda: cache.snapshot() is not None and cache.snapshot().states[("t", 0)].leader == -1,
-               what="the unpublished change in the cache")
+    second = cache.snapshot()
+    assert second is not first and ("t", 0) in second.states and ("t", 0) not in first.states
+    assert second.version > first.version
 
 
-def test_mark_stale_hides_the_snapshot_until_a_fresh_reload(store, cache):
+def test_mark_stale_makes_the_next_snapshot_catch_up_with_etcd(store, cache, controller):
     register(store, 0, 9000)
-    store.create_topic(name="t", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    wait_until(lambda: (s := cache.snapshot()) is not None and ("t", 0) in s.states, what="t in cache")
-    store.delete_topic("t")
+    current(cache)
+    for i in range(10):
+        controller.create_topic(name=f"t{i}", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+        cache.mark_stale()
+        assert f"t{i}" in cache.snapshot().topics  # at once: the snapshot caught up first
+    controller.delete_topic("t0")
     cache.mark_stale()
-    snap = cache.snapshot()
-    assert snap is None or "t" not in snap.topics
-    assert "t" not in current(cache).topics
+    assert "t0" not in cache.snapshot().topics
 
 
-def test_a_snapshot_not_confirmed_within_max_age_is_not_offered(store):
-    cache = MetadataCache(redis=store.redis, check_interval_s=0.05, max_age_s=0.3)
+def test_the_snapshot_is_offered_from_the_start_and_while_etcd_is_down(own_etcd):
+    store = MetadataStore(client=EtcdClient([own_etcd.endpoint], timeout_s=1.0), root="/lowtide/")
+    cache = MetadataCache(store=store)
+    try:
+        assert cache.snapshot() is None  # nothing loaded yet: nothing to offer
+        register(store, 0, 9000)
+        store.create_topic(name="t", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+        cache.start()
+        version = current(cache).version
+        os.kill(own_etcd.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        cache.mark_stale()  # cannot catch up: the image as it was
+        snap = cache.snapshot()
+        assert snap is not None and snap.version == version and ("t", 0) in snap.states and snap.live == {0}
+    finally:
+        cache.stop()
+        store.close()
+
+
+def test_routes_come_from_the_cache_while_etcd_is_down(own_etcd):
+    store = MetadataStore(client=EtcdClient([own_etcd.endpoint], timeout_s=1.0), root="/lowtide/")
+    cache = MetadataCache(store=store)
     cache.start()
     try:
-        current(cache)
+        register(store, 0, 9000)
+        register(store, 1, 9001)
+        store.create_topic(name="orders", partitions=2, replication_factor=2, config={},
+                           assignment=[[0, 1], [1, 0]])
+        assert ("orders", 1) in current(cache).states
+        own_etcd.stop()
+        started = time.monotonic()
+        routes = route_partitions(store, [("orders", 0), ("orders", 1)], cache=cache)
+        assert routes.by_address == {"127.0.0.1:9000": [("orders", 0)], "127.0.0.1:9001": [("orders", 1)]}
+        assert time.monotonic() - started < 0.5  # from memory, no timeout waited out
+        # A partition the cache does not know is looked up in the store (which cannot catch up, and
+        # answers from its image): unknown, after trying, not a failure of the whole request.
+        routes = route_partitions(store, [("orders", 0), ("created-elsewhere", 0)], cache=cache)
+        assert routes.by_address == {"127.0.0.1:9000": [("orders", 0)]}
+        assert routes.unknown[("created-elsewhere", 0)].name == "UNKNOWN_TOPIC_OR_PARTITION"
+        # Without a cache, the same store answers from its image too.
+        assert route_partitions(store, [("orders", 1)]).by_address == {"127.0.0.1:9001": [("orders", 1)]}
     finally:
-        cache.stop()  # no more checks from here on
-    time.sleep(0.4)
-    assert cache.snapshot() is None
-
-
-def test_routes_come_from_the_cache_without_reading_redis(store, cache, redis_url):
-    register(store, 0, 9000)
-    register(store, 1, 9001)
-    store.create_topic(name="orders", partitions=2, replication_factor=2, config={}, assignment=[[0, 1], [1, 0]])
-    wait_until(lambda: (s := cache.snapshot()) is not None and ("orders", 1) in s.states and s.live == {0, 1},
-               what="orders in cache")
-    # A store whose Redis cannot be reached: any read from it raises.
-    unreachable = MetadataStore(redis=redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
-    routes = route_partitions(unreachable, [("orders", 0), ("orders", 1)], cache=cache)
-    assert routes.by_address == {"127.0.0.1:9000": [("orders", 0)], "127.0.0.1:9001": [("orders", 1)]}
-    # A partition the cache does not know goes to Redis (here: fails), never UNKNOWN from the cache.
-    with pytest.raises(redis_lib.ConnectionError):
-        route_partitions(unreachable, [("orders", 0), ("created-elsewhere", 0)], cache=cache)
-    # Without a cache, the same store reads Redis.
-    with pytest.raises(redis_lib.ConnectionError):
-        route_partitions(unreachable, [("orders", 0)])
+        cache.stop()
+        store.close()
 
 
 def test_a_leader_the_cache_sees_as_not_live_is_unroutable(store, cache):
     register(store, 0, 9000)
     register(store, 1, 9001)
     store.create_topic(name="t", partitions=1, replication_factor=2, config={}, assignment=[[1, 0]])
-    store.redis.delete(alive_key(1))
+    store.unregister_broker(1, incarnation="")  # its session ends
     wait_until(lambda: (s := cache.snapshot()) is not None and ("t", 0) in s.states and s.live == {0},
                what="t cached with broker 1 not live")
     routes = route_partitions(store, [("t", 0)], cache=cache)

@@ -68,6 +68,23 @@ def test_promtool_accepts_a_generated_local_cluster_config(tmp_path: Path) -> No
     assert "SUCCESS" in out.stdout + out.stderr
 
 
+def test_a_tls_cluster_config_scrapes_etcd_with_a_client_certificate_and_promtool_accepts_it(tmp_path: Path) -> None:
+    from lowtide.tls.certs import CertificateAuthority
+
+    ca = CertificateAuthority.create(tmp_path / "tls")
+    client = ca.issue("prometheus")
+    config = write_config(tmp_path, [
+        ScrapeTarget(job="lowtide-etcd", address="127.0.0.1:9102", labels={"service": "etcd-0"},
+                     ca_file=str(ca.ca_path), cert_file=str(client.cert), key_file=str(client.key)),
+        ScrapeTarget(job="lowtide-replica", address="127.0.0.1:9100", labels={"service": "replica-0"},
+                     ca_file=str(ca.ca_path))], rule_for_override="3s")
+    text = config.read_text()
+    assert f"cert_file: {client.cert}" in text and f"key_file: {client.key}" in text
+    assert text.count("cert_file") == 1, "only etcd's /metrics asks for a client certificate"
+    out = subprocess.run([promtool(), "check", "config", str(config)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_dashboard_json_round_trips_through_json() -> None:
     for name, text in render_dashboards().items():
         assert json.loads(text)["title"].startswith("lowtide / "), name

@@ -6,7 +6,7 @@ partition epoch changes nothing; a removed leader fails its parked acks=all prod
 
 The first tests drive ``Replicas`` (tests/unit/replica/conftest.py: the follower fetch path
 minus the network) with a fourth replica on broker 3; the others run broker 0's real reconciler,
-DeleteRecords purgatory and ISR updater against a real Redis (``store``)."""
+DeleteRecords purgatory (in Redis) and ISR updater against a real etcd (``store``)."""
 
 from __future__ import annotations
 
@@ -178,11 +178,11 @@ def test_an_older_record_than_the_one_applied_under_the_same_epoch_does_not_roll
     assert replicas.leader.set_isr(older) is False and replicas.leader.isr == {0, 1}
 
 
-# -- broker 0's reconciler, DeleteRecords and ISR updater over a real Redis ------------------------
+# -- broker 0's reconciler, DeleteRecords and ISR updater over a real etcd -------------------------
 
 
 class Broker0:
-    """Broker 0 of a topic in Redis: its real reconciler, registry, DeleteRecords handler (on a
+    """Broker 0 of a topic in etcd: its real reconciler, registry, DeleteRecords handler (on a
     real purgatory) and ISR updater; the other brokers exist only as the fetches their followers
     would send (``report``). Published LWs land in ``published``, reconciler wake-ups count in
     ``wakes``."""

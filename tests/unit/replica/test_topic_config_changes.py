@@ -1,11 +1,12 @@
 """A replica adopts a topic's changed config (AlterConfigs) on its next reconcile pass, without
 reopening the log: the log's retention and cleanup policy and the partition's topic record change,
-and the callback that wakes the cleaner is told which partitions changed. Real Redis, real logs."""
+and the callback that wakes the cleaner is told which partitions changed. Real etcd, real logs."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from lowtide.log.filenames import is_stray_partition_dir
 from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.metadata.model import TopicInfo
 from lowtide.record import BatchBuilder
@@ -80,9 +81,10 @@ def test_a_config_the_replica_cannot_apply_keeps_the_old_settings(store, tmp_pat
     changed: list = []
     r, registry = reconciler(store, tmp_path, changed)
     r.reconcile()
-    raw = TopicInfo.from_json(store.redis.hget("lowtide:topics", "orders"))
-    store.redis.hset("lowtide:topics", "orders",
-                     dataclasses.replace(raw, config={"retention.ms": "soon"}).to_json())
+    key = store._k("topics", "orders")  # the topic's record, written straight into etcd
+    raw = TopicInfo.from_json(store.client.get(key).value)
+    store.client.put(key, dataclasses.replace(raw, config={"retention.ms": "soon"}).to_json().encode())
+    assert store.sync() and store.topic("orders").config == {"retention.ms": "soon"}
     r.reconcile()
     assert registry.get("orders", 0).log.config.retention_ms == 5 and changed == []
 
@@ -112,7 +114,8 @@ def test_a_checkpoint_read_at_start_counts_only_for_a_log_on_disk_and_only_once(
     assert [registry.get("orders", p).log.log_end_offset for p in (0, 1)] == [0, 0]
 
 
-def test_a_reconcile_pass_finishes_deletes_a_crash_interrupted_and_removes_unassigned_logs(store, tmp_path):
+def test_a_reconcile_pass_finishes_interrupted_deletes_and_sets_logs_the_metadata_does_not_name_aside(store,
+                                                                                                    tmp_path):
     store.create_topic(name="orders", partitions=1, replication_factor=1, config={}, assignment=[[0]])
     interrupted = tmp_path / "gone-0.0123456789abcdef0123456789abcdef-delete"
     (interrupted / "x").mkdir(parents=True)
@@ -121,5 +124,20 @@ def test_a_reconcile_pass_finishes_deletes_a_crash_interrupted_and_removes_unass
     (unassigned / "00000000000000000000.log").write_bytes(b"")
     r, registry = reconciler(store, tmp_path, [])
     r.reconcile()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["orders-0"]
-    assert registry.get("orders", 0) is not None
+    dirs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    # The metadata's silence never deletes a log: old-2 is kept, renamed aside, and not served.
+    assert len(dirs) == 2 and dirs[1] == "orders-0"
+    assert dirs[0].startswith("old-2.") and is_stray_partition_dir(dirs[0])
+    assert (tmp_path / dirs[0] / "00000000000000000000.log").exists()
+    assert registry.get("orders", 0) is not None and registry.find("old", 2) is None
+
+
+def test_the_logs_of_a_topic_deleted_through_the_api_are_deleted_not_set_aside(store, tmp_path):
+    store.create_topic(name="gone", partitions=2, replication_factor=1, config={}, assignment=[[0], [0]])
+    r, registry = reconciler(store, tmp_path, [])
+    r.reconcile()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["gone-0", "gone-1"]
+    store.delete_topic("gone")  # records the topic's id as deleted
+    r.reconcile()
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+    assert registry.find("gone", 0) is None
