@@ -116,8 +116,8 @@ Described = tuple[str, "TxnState | None", "LowtideError | None"]
 class TxnStateStore:
     """Transaction states in the metadata store's ``transactions`` section (module docstring):
     ``version`` is the record's etcd revision (0: no record), ``save`` and ``delete`` a
-    compare-and-set on it. Reads come from the process's metadata image, caught up with etcd first
-    (one linearizable round trip), so a front door never decides on a state older than one another
+    compare-and-set on it. ``load`` reads the record from etcd (one linearizable round trip; ``states``
+    catches the image up first), so a front door never decides on a state older than one another
     front door acknowledged (as ``TxnStateLog`` reads to the high watermark); with etcd away they
     answer from the image, and writes fail. Thread-safe (as ``MetadataStore``)."""
 
@@ -127,8 +127,9 @@ class TxnStateStore:
         self._producer_ids = producer_ids or ProducerIdBlocks(store=metadata)
 
     def load(self, transactional_id: str) -> TxnState | None:
-        self._metadata.sync()
-        entry = self._records.get(transactional_id)
+        # Read through to etcd rather than wait for the watch: a loaded machine's watch can lag
+        # past any wait we would give it, and a stale state only fails the next save anyway.
+        entry = self._records.read(transactional_id)
         return None if entry is None else _decode_state(transactional_id, entry)
 
     def save(self, state: TxnState) -> TxnState | None:

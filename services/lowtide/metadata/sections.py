@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from lowtide.errors import MetadataStoreUnavailable
 from lowtide.metadata.etcd import delete_op, if_missing, if_mod_revision, if_value, put_op
 from lowtide.metadata.store import MetadataStore
 
@@ -70,6 +71,16 @@ class Section:
         kv = self._store._img().get(self._key(name))
         if kv is None and fresh:
             self._store.sync()
+            kv = self._store._img().get(self._key(name))
+        return Entry(kv.value, kv.mod_revision, kv.lease) if kv is not None else None
+
+    def read(self, name: str) -> Entry | None:
+        """One record as etcd holds it now (one linearizable read, no wait on the watch); the
+        image's copy when etcd does not answer. For a decision that must not rest on a state older
+        than one another process acknowledged, on a machine where the watch may lag seconds."""
+        try:
+            kv = self._store.client.get(self._key(name))
+        except MetadataStoreUnavailable:
             kv = self._store._img().get(self._key(name))
         return Entry(kv.value, kv.mod_revision, kv.lease) if kv is not None else None
 

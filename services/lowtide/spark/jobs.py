@@ -79,6 +79,14 @@ def run_producer(spark, connection: Connection, *, topic: str, records: int, rec
             "mb_per_s": round(nbytes / seconds / 1e6, 1)}
 
 
+WORKER_START_ATTEMPTS = 3
+
+
+def _is_worker_start_timeout(failure) -> bool:
+    """Whether a streaming query failed because Spark's Python worker did not connect back in time."""
+    return "Python worker failed to connect back" in str(failure)
+
+
 def run_consumer(spark, connection: Connection, *, topic: str, group: str, checkpoint_dir: str,
                  output_topic: str | None = None, output_path: str | None = None,
                  max_offsets_per_trigger: int | None = None, max_batches: int | None = None,
@@ -111,9 +119,9 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
     else:
         writer = writer.format("parquet").option("path", output_path)
     t0 = time.perf_counter()
-    query = writer.start()
     rows = 0
     seen: set[int] = set()
+    query = None
 
     def report_new_batches() -> None:
         nonlocal rows
@@ -124,15 +132,26 @@ def run_consumer(spark, connection: Connection, *, topic: str, group: str, check
                 if p["numInputRows"]:
                     progress(f"Spark consumer '{group}': micro-batch {p['batchId']}: {p['numInputRows']:,} records")
 
-    try:
-        while query.isActive:
-            report_new_batches()
-            time.sleep(0.2)
-    finally:
-        if query.isActive:
-            query.stop()
-    if query.exception() is not None:
-        raise RuntimeError(f"consumer query for group {group} failed: {query.exception()}")
+    for attempt in range(1, WORKER_START_ATTEMPTS + 1):
+        query = writer.start()
+        try:
+            while query.isActive:
+                report_new_batches()
+                time.sleep(0.2)
+        finally:
+            if query.isActive:
+                query.stop()
+        failure = query.exception()
+        if failure is None:
+            break
+        if not _is_worker_start_timeout(failure) or attempt == WORKER_START_ATTEMPTS:
+            raise RuntimeError(f"consumer query for group {group} failed: {failure}")
+        # Spark gives a Python worker a fixed 10 s to connect back; a loaded machine can miss it
+        # before any micro-batch ran. The query restarts from its checkpoint, as a Spark user
+        # restarts a failed streaming query, so nothing is read or written twice.
+        report_new_batches()
+        progress(f"Spark consumer '{group}': a Python worker did not start in time; "
+                 f"restarting the query from its checkpoint (attempt {attempt + 1})")
     report_new_batches()
     # The source commits a finished micro-batch when Spark plans the next one; a query that did not
     # plan one (stopped from outside) has its last finished batch committed here, from the query's

@@ -5,6 +5,7 @@ files, then the retention caller deletes exactly what the group committed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,9 @@ from lowtide.client import Admin
 JOBS = Path(__file__).resolve().parents[3] / "spark-jobs"
 
 
-def run_job(name: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_job(name: str, *args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(JOBS / name), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 @pytest.mark.parametrize("name", ["producer.py", "consumer.py", "retention.py"])
@@ -57,3 +58,34 @@ def test_the_producer_consumer_and_retention_jobs_run_end_to_end_as_separate_pro
     assert report["groups"] == ["g1"]
     for row in report["partitions"]:
         assert row["low_watermark"] == consumed["committed"][str(row["partition"])]
+
+
+# Spark gives a Python worker it starts on its own (not through pyspark.daemon) a fixed 10 s to
+# connect back; a loaded machine missed it once (CI). The interpreter here makes the first such
+# worker take 12 s, as that machine did.
+SLOW_FIRST_WORKER = """#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" != "pyspark.daemon" ] && mkdir "{mark}" 2>/dev/null; then sleep 12; fi
+exec {python} "$@"
+"""
+
+
+@pytest.mark.timeout(600)
+def test_the_consumer_job_restarts_its_query_when_a_python_worker_starts_too_slowly(spark_cluster, tmp_path):
+    bootstrap = spark_cluster.bootstrap
+    with Admin(bootstrap) as admin:
+        admin.create_topic("jobs-slow-worker", partitions=1, replication_factor=1)
+    proc = run_job("producer.py", "--bootstrap-server", bootstrap, "--topic", "jobs-slow-worker", "--records", "300",
+                   "--record-size", "50", "--output", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    python = tmp_path / "slow-python"
+    python.write_text(SLOW_FIRST_WORKER.format(mark=tmp_path / "delayed-once", python=sys.executable))
+    python.chmod(0o755)
+
+    proc = run_job("consumer.py", "--bootstrap-server", bootstrap, "--topic", "jobs-slow-worker", "--group", "slow",
+                   "--checkpoint-dir", str(tmp_path / "ckpt"), "--output-path", str(tmp_path / "out"),
+                   "--output", "json", env=dict(os.environ, PYSPARK_PYTHON=str(python)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "delayed-once").is_dir(), "no Python worker was started outside the daemon"
+    assert "restarting the query from its checkpoint" in proc.stderr, proc.stderr[-3000:]
+    consumed = json.loads(proc.stdout)
+    assert consumed["records"] == 300 and consumed["committed"] == {"0": 300}, consumed
