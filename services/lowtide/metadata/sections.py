@@ -67,11 +67,12 @@ class Section:
                 for kv in image.under(self._prefix + prefix)}
 
     def get(self, name: str, *, fresh: bool = False) -> Entry | None:
-        """One record; ``fresh`` catches the image up with etcd first when it lacks the name."""
+        """One record; ``fresh`` reads it from etcd (``read``) when the image lacks the name: a
+        record another process wrote a moment ago is found even while this image's watch lags
+        (on a loaded machine, past any wait worth giving it)."""
         kv = self._store._img().get(self._key(name))
         if kv is None and fresh:
-            self._store.sync()
-            kv = self._store._img().get(self._key(name))
+            return self.read(name)
         return Entry(kv.value, kv.mod_revision, kv.lease) if kv is not None else None
 
     def read(self, name: str) -> Entry | None:

@@ -121,14 +121,17 @@ def test_an_unknown_token_is_looked_up_in_etcd_once_per_cache_ttl(metadata_store
     now = [0.0]
     auth = Authenticator(metadata=metadata_store, required=True, clock=lambda: now[0])
     assert auth.lookup("guess") is None  # loads the image
-    syncs = []
-    original = metadata_store.sync
-    metadata_store.sync = lambda: syncs.append(1) or original()  # type: ignore[method-assign]
-    for _ in range(20):
-        assert auth.lookup("guess") is None
-    assert syncs == []  # remembered as unknown: guessing costs no round trip
-    now[0] += 1.5
-    assert auth.lookup("guess") is None and syncs == [1]
+    reads = []
+    original = metadata_store.client.get
+    metadata_store.client.get = lambda key, **kw: reads.append(key) or original(key, **kw)  # type: ignore[method-assign]
+    try:
+        for _ in range(20):
+            assert auth.lookup("guess") is None
+        assert reads == []  # remembered as unknown: guessing costs no round trip
+        now[0] += 1.5
+        assert auth.lookup("guess") is None and len(reads) == 1
+    finally:
+        metadata_store.client.get = original  # type: ignore[method-assign]
 
 
 def test_a_token_added_after_a_failed_attempt_works_at_once_through_add_token(metadata_store):
