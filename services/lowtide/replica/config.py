@@ -25,6 +25,9 @@ class ReplicaConfig:
     # Stray partitions (set aside, never served) are removed after this long; -1 = kept until the
     # operator removes them (`lowtide strays remove`), the default.
     stray_retention_ms: int = -1
+    # Threads that open (and, at shutdown, close) partition logs, as Kafka's
+    # num.recovery.threads.per.data.dir: an open is mostly fsyncs, which run in parallel.
+    log_open_threads: int = 8
     heartbeat_interval_ms: int = 1000
     # ISR: a follower that has not caught up for this long leaves the ISR (Kafka's default is 30 s).
     replica_lag_time_max_ms: int = 10000

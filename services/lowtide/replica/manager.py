@@ -142,7 +142,7 @@ class ReplicaManager:
         self.registry.notify()
         self.delete_purgatory.close()
         self.write_checkpoints()
-        self.registry.close_logs()
+        self.registry.close_logs(threads=self.config.log_open_threads)
         self.offsets_client.close()
         self.membership.unregister()
 

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lowtide.errors import LowtideError, MetadataStoreUnavailable
@@ -155,8 +156,14 @@ class PartitionReconciler:
         if recreated:
             mine = {tp: st for tp, st in mine.items() if tp not in recreated}
             self.trigger.force()
+        # The logs to open are opened first, in parallel and outside the registry's lock (a
+        # restart opens thousands; each open is mostly fsyncs). One that failed is opened again
+        # in apply_assignment, which raises as a sequential open did.
+        opened = self._open_many([tp for tp in mine if self.registry.find(*tp) is None], topics, deleted)
         changes = self.registry.apply_assignment(
-            mine, open_partition=lambda tp: self._open(topics[tp[0]], tp, deleted=deleted))
+            mine, open_partition=lambda tp: opened.pop(tp, None) or self._open(topics[tp[0]], tp, deleted=deleted))
+        for p in opened.values():  # not taken after all (cannot happen while one thread reconciles)
+            p.log.close()
         for p in changes.removed:
             self._complete_waiting_deletes([p.key])
             if self._may_delete(p.topic, p.topic_info.topic_id, topics, deleted):
@@ -242,6 +249,27 @@ class PartitionReconciler:
         log.warning("set aside a partition the metadata does not name (kept, not served; remove it with "
                     "`lowtide strays remove` once you are sure)",
                     extra={"fields": {"dir": str(dir), "kept_as": str(target)}})
+
+    def _open_many(self, tps: list[TopicPartition], topics: Mapping[str, TopicInfo],
+                   deleted: set[str]) -> dict[TopicPartition, Partition]:
+        """Open these partitions on up to ``log_open_threads`` threads; those that failed are left
+        out (the caller opens them again and meets the error)."""
+        if len(tps) < 2 or self.config.log_open_threads < 2:
+            return {}
+        started = time.monotonic()
+        opened: dict[TopicPartition, Partition] = {}
+        with ThreadPoolExecutor(max_workers=min(self.config.log_open_threads, len(tps)),
+                                thread_name_prefix="log-open") as pool:
+            futures = {pool.submit(self._open, topics[tp[0]], tp, deleted=deleted): tp for tp in tps}
+            for future, tp in futures.items():
+                try:
+                    opened[tp] = future.result()
+                except Exception:  # noqa: BLE001 - reopened by the caller, which reports it
+                    pass
+        log.info("opened partition logs", extra={"fields": {
+            "partitions": len(opened), "seconds": round(time.monotonic() - started, 3),
+            "threads": self.config.log_open_threads}})
+        return opened
 
     def _open(self, topic: TopicInfo, tp: TopicPartition, *, deleted: set[str] = frozenset()) -> Partition:
         dir = self.data_dir / partition_dir_name(*tp)

@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--stray-retention-ms", type=int, default=-1,
              help="remove stray partitions (set aside: the metadata does not name them) after this long; "
                   "-1 keeps them until `lowtide strays remove`")
+    add_flag(parser, "--log-open-threads", type=int, default=8,
+             help="threads that open the partition logs at start and close them at shutdown "
+                  "(Kafka's num.recovery.threads.per.data.dir)")
     add_flag(parser, "--heartbeat-interval-ms", type=int, default=0,
              help="heartbeat period (0 = a quarter of the session timeout)")
     add_flag(parser, "--replica-lag-time-max-ms", type=int, default=10000, help="ISR lag limit")
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         grpc_port=boot.grpc_port, kafka_port=kafka_port, kafka_listeners=kafka_listeners, rack=args.rack,
         metrics_url=boot.metrics_url,
         session_timeout_ms=args.session_timeout_ms, heartbeat_interval_ms=args.heartbeat_interval_ms,
-        stray_retention_ms=args.stray_retention_ms,
+        stray_retention_ms=args.stray_retention_ms, log_open_threads=args.log_open_threads,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
         replication_transport=args.replication_transport, replication_linger_ms=args.replication_linger_ms,
