@@ -6,6 +6,8 @@ Layout::
       meta.properties                      cluster id and node id (lowtide.metadata.identity)
       log-start-offset-checkpoint          KIP-107 LSO per partition (checkpoint.py format)
       replication-offset-checkpoint        HW per partition
+      .lowtide-clean-shutdown              present only between a clean shutdown and the next
+                                           start: logs open without a scan (clean_shutdown.py)
       <topic>-<partition>/                 one directory per partition replica, e.g. orders-3
         partition.metadata                 the topic id whose log this is (partition_metadata.py)
         log-start-offset                   the durable LSO, two 512-byte slots (start_offset_file.py)
@@ -39,6 +41,7 @@ SNAPSHOT_SUFFIX = ".snapshot"
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".lowtide-clean-shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 

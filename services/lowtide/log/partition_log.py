@@ -105,6 +105,7 @@ class PartitionLog:
         config: LogConfig,
         log_start_offset: int = 0,
         high_watermark: int | None = None,
+        recover: bool = True,
     ) -> PartitionLog:
         """Open (creating) the partition directory and recover it.
 
@@ -113,7 +114,9 @@ class PartitionLog:
         recovered LEO the log restarts empty at it. ``high_watermark`` (checkpointed) is clamped
         to [LSO, LEO]; without it HW starts at LSO. The producer state comes from the newest valid
         producer-state snapshot at or below LEO plus the batch headers after it (every header
-        without one), less the producers expired by ``producer.id.expiration.ms``.
+        without one), less the producers expired by ``producer.id.expiration.ms``. ``recover=False``
+        (the directory was closed by a clean shutdown) skips the scan of the last segment
+        (``SegmentSet.open``).
         """
         dir = Path(dir)
         segments = SegmentSet.open(
@@ -121,6 +124,7 @@ class PartitionLog:
             initial_offset=log_start_offset,
             index_interval_bytes=config.index_interval_bytes,
             max_message_bytes=config.max_message_bytes,
+            recover=recover,
         )
         log = cls(dir=dir, topic=topic, partition=partition, config=config, segments=segments)
         durable = log._lso_file.read()

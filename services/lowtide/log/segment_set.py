@@ -45,9 +45,12 @@ class SegmentSet:
         initial_offset: int = 0,
         index_interval_bytes: int = 4096,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        recover: bool = True,
     ) -> SegmentSet:
         """Load every segment of ``dir`` (created if missing); an empty directory gets one empty
-        segment at ``initial_offset``."""
+        segment at ``initial_offset``. ``recover``: scan the last segment whole (CRCs included);
+        False after a clean shutdown, when every segment was flushed and closed (Kafka skips
+        recovery then too): a segment whose indexes or tail do not check out is scanned anyway."""
         try:
             dir.mkdir(parents=True, exist_ok=True)
             # A log cleaner swap that a crash interrupted is finished or discarded first (swap_recovery.py).
@@ -83,7 +86,7 @@ class SegmentSet:
                         dir,
                         base,
                         index_interval_bytes=index_interval_bytes,
-                        recover=i == len(ordered) - 1,
+                        recover=recover and i == len(ordered) - 1,
                         max_message_bytes=max_message_bytes,
                     )
                 )

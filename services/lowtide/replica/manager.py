@@ -25,6 +25,7 @@ from lowtide.auth.identity import token_file_metadata
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import InvalidConfig
+from lowtide.log.clean_shutdown import mark_clean_shutdown, take_clean_shutdown_marker
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
 from lowtide.log.partition_log import PartitionLog
@@ -123,6 +124,10 @@ class ReplicaManager:
         self.membership.register()
         self.quota_watcher.start()  # the rates apply from the first fetch
         self.delete_purgatory.start()
+        # Taken away before any log opens: a crash from here on finds no marker (clean_shutdown.py).
+        self.reconciler.clean_start = take_clean_shutdown_marker(self.data_dir)
+        log.info("opening partition logs", extra={"fields": {
+            "after_clean_shutdown": self.reconciler.clean_start}})
         self.reconciler.reconcile()
         self.membership.start()
         self.reconciler.start()
@@ -143,6 +148,10 @@ class ReplicaManager:
         self.delete_purgatory.close()
         self.write_checkpoints()
         self.registry.close_logs(threads=self.config.log_open_threads)
+        # Only once every log on disk was opened since start (recovered, or clean before): a
+        # stop before the first pass finished leaves unscanned logs of a crash behind.
+        if self.reconciler.passed_once:
+            mark_clean_shutdown(self.data_dir)
         self.offsets_client.close()
         self.membership.unregister()
 

@@ -124,6 +124,12 @@ class PartitionReconciler:
         self._report_low_watermarks = report_low_watermarks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Set by the manager from the clean-shutdown marker (log/clean_shutdown.py) before the
+        # first pass: the logs on disk were closed cleanly, so they open without a scan.
+        self.clean_start = False
+        # A pass completed: every directory on disk at start was opened (recovered), removed or
+        # set aside, so a clean shutdown from now on may mark the data directory clean.
+        self.passed_once = False
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,6 +198,8 @@ class PartitionReconciler:
             if self._report_low_watermarks is not None:
                 self._report_low_watermarks(changes.resized)
         self._adopt_topic_configs(topics)
+        self.passed_once = True
+        self.clean_start = False  # a directory opened later was closed by this process, or is new
         self._on_reconciled()
         self.registry.notify()
 
@@ -268,7 +276,7 @@ class PartitionReconciler:
                     pass
         log.info("opened partition logs", extra={"fields": {
             "partitions": len(opened), "seconds": round(time.monotonic() - started, 3),
-            "threads": self.config.log_open_threads}})
+            "threads": self.config.log_open_threads, "after_clean_shutdown": self.clean_start}})
         return opened
 
     def _open(self, topic: TopicInfo, tp: TopicPartition, *, deleted: set[str] = frozenset()) -> Partition:
@@ -293,7 +301,8 @@ class PartitionReconciler:
         saved_lso, saved_hw = self._saved_lso.pop(tp, None), self._saved_hw.pop(tp, None)
         plog = PartitionLog.open(dir, topic=tp[0], partition=tp[1],
                                  config=build_log_config(topic, defaults=self.config.log_defaults),
-                                 log_start_offset=saved_lso if recovering and saved_lso is not None else 0)
+                                 log_start_offset=saved_lso if recovering and saved_lso is not None else 0,
+                                 recover=not self.clean_start)
         if recovering and saved_hw is not None:
             plog.set_high_watermark(min(saved_hw, plog.log_end_offset))
         if not recovering or read_partition_metadata(dir) is None:
