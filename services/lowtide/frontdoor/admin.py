@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
@@ -32,7 +32,7 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.routing import route_partitions
-from lowtide.frontdoor.topic_config import validate_topic_config
+from lowtide.frontdoor.topic_config import take_diskless_enable, validate_topic_config
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import OffsetQuery, TopicOutcome, TopicRequest
 from lowtide.messages.replica import PartitionOffset
@@ -109,6 +109,8 @@ class TopicAdmin:
     def create_topic(self, request: TopicRequest, *, validate_only: bool = False) -> TopicInfo | None:
         """Validate and create one topic; raises the LowtideError that stops it."""
         validate_topic_name(request.name)
+        diskless, config = take_diskless_enable(request.config, diskless=request.diskless)
+        request = replace(request, diskless=diskless, config=config)
         if request.assignments:
             return self._create_assigned(request, validate_only=validate_only)
         if request.partitions < 1:

@@ -45,7 +45,11 @@ from lowtide.errors import (
     PolicyViolation,
     TopicAuthorizationFailed,
 )
-from lowtide.frontdoor.topic_config import apply_config_ops, check_diskless_config_change
+from lowtide.frontdoor.topic_config import (
+    apply_config_ops,
+    check_diskless_config_change,
+    drop_unchanged_diskless_enable,
+)
 from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType, ConfigOutcome
 from lowtide.metadata.config_defaults import ALTER_LOG_DIRS_RATE, DYNAMIC_BROKER_CONFIGS, parse_broker_resource
 from lowtide.metadata.model import TopicInfo
@@ -53,7 +57,8 @@ from lowtide.metadata.store import MetadataStore
 
 
 def _new_config(topic: TopicInfo, change: ConfigChange) -> dict[str, str]:
-    config = apply_config_ops(topic.config, change.ops, replace=change.replace)
+    ops = drop_unchanged_diskless_enable(change.ops, diskless=topic.diskless, topic=topic.name)
+    config = apply_config_ops(topic.config, ops, replace=change.replace)
     if topic.diskless:
         check_diskless_config_change(topic.config, config)
     else:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from lowtide.errors import InvalidConfig, InvalidRequest
 from lowtide.messages.admin import ConfigOp, ConfigOpType
-from lowtide.metadata.config_defaults import TOPIC_CONFIG_DEFAULTS
+from lowtide.metadata.config_defaults import DISKLESS_ENABLE, TOPIC_CONFIG_DEFAULTS
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
@@ -135,6 +135,51 @@ LIST_CONFIGS = frozenset({"cleanup.policy", "consumed.retention.groups", "leader
 # delete, and its produce path checks max.message.bytes. Segments, compaction, ISR and KIP-68
 # broker-side retention have no diskless counterpart, so changing those keys would only mislead.
 DISKLESS_CONFIGS = frozenset({"retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes"})
+
+
+# KIP-1150's and Inkless's topic config: ``diskless.enable=true`` at creation makes a diskless
+# topic, so Kafka's own tools and admin clients (kafka-topics, Terraform, KafkaTopic resources)
+# can make one. It is not stored with the topic's config: the topic's ``diskless`` flag is the
+# record, and DescribeConfigs shows it from there. It can never change on an existing topic.
+
+
+def _diskless_enable_value(value: str) -> bool:
+    flag = value.strip().lower()
+    if flag not in ("true", "false"):
+        raise InvalidConfig(f"invalid value {value.strip()!r} for topic config '{DISKLESS_ENABLE}': must be true "
+                            "or false")
+    return flag == "true"
+
+
+def take_diskless_enable(config: Mapping[str, str], *, diskless: bool) -> tuple[bool, dict[str, str]]:
+    """At creation: whether the topic is diskless (the request's flag or ``diskless.enable``), and
+    the config without that key. INVALID_CONFIG for a value other than true/false, or for
+    ``diskless.enable=false`` beside a request that asks for a diskless topic."""
+    rest = dict(config)
+    if DISKLESS_ENABLE not in rest:
+        return diskless, rest
+    enabled = _diskless_enable_value(rest.pop(DISKLESS_ENABLE))
+    if diskless and not enabled:
+        raise InvalidConfig(f"{DISKLESS_ENABLE}=false contradicts the request's diskless flag")
+    return diskless or enabled, rest
+
+
+def drop_unchanged_diskless_enable(ops: Iterable[ConfigOp], *, diskless: bool, topic: str) -> list[ConfigOp]:
+    """An alteration's ops without those on ``diskless.enable`` that keep the topic as it is (a
+    tool that sends back every described config); INVALID_CONFIG for one that would change it."""
+    kept = []
+    for o in ops:
+        if o.key != DISKLESS_ENABLE:
+            kept.append(o)
+            continue
+        kind = _op_type(o)
+        unchanged = ((kind is ConfigOpType.SET and o.value is not None and _diskless_enable_value(o.value) == diskless)
+                     or (kind is ConfigOpType.DELETE and not diskless))
+        if not unchanged:
+            raise InvalidConfig(f"{DISKLESS_ENABLE} cannot be changed on an existing topic: '{topic}' is "
+                                f"{'diskless' if diskless else 'not diskless'} for its whole life; create another "
+                                f"topic with {DISKLESS_ENABLE}={'false' if diskless else 'true'} and move the data")
+    return kept
 
 
 def _op_type(o: ConfigOp) -> ConfigOpType:

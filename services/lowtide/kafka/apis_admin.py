@@ -25,6 +25,7 @@ from typing import Any
 from lowtide.errors import CoordinatorNotAvailable, LowtideError
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
+from lowtide.metadata.config_defaults import DISKLESS_ENABLE
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide.rpc.messages import delete_results_from_proto
 from lowtide_pb import admin_pb2, common_pb2
@@ -180,7 +181,9 @@ def create_topics(call: Call, body: Any) -> Any:
             num_partitions=len(m.partitions) if m else (t.num_partitions if not code else -1),
             replication_factor=m.replication_factor if m else (t.replication_factor if not code else -1),
             configs=tuple(call.make("CreatableTopicConfigs", name=k, value=v, read_only=False, config_source=1,
-                                    is_sensitive=False) for k, v in sorted(m.config.items())) if m else None))
+                                    is_sensitive=False)
+                          for k, v in sorted({**m.config, **({DISKLESS_ENABLE: "true"} if m.diskless else {})}.items()))
+            if m else None))
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(out))
 
 

@@ -32,6 +32,7 @@ from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code
 from lowtide.metadata.config_defaults import (
     BROKER_SYNONYMS,
+    DISKLESS_ENABLE,
     DYNAMIC_BROKER_CONFIG_DEFAULTS,
     TOPIC_CONFIG_DEFAULTS,
     broker_config_defaults,
@@ -56,8 +57,14 @@ def _entry(call: Call, body: Any, name: str, value: str, source: int, *, read_on
         if getattr(body, "include_synonyms", False) else ())
 
 
-def _topic_entries(call: Call, body: Any, config: Mapping[str, str], keys: set[str] | None) -> tuple:
+def _topic_entries(call: Call, body: Any, config: Mapping[str, str], keys: set[str] | None, *,
+                   diskless: bool) -> tuple:
     out = []
+    if keys is None or DISKLESS_ENABLE in keys:
+        # From the topic's record, not its config (topic_config.DISKLESS_ENABLE); fixed at creation.
+        out.append(_entry(call, body, DISKLESS_ENABLE, "true" if diskless else "false",
+                          DYNAMIC_TOPIC_CONFIG if diskless else DEFAULT_CONFIG, read_only=True,
+                          synonyms=[(DISKLESS_ENABLE, "true", DYNAMIC_TOPIC_CONFIG)] if diskless else []))
     for name in sorted(set(config) | set(TOPIC_CONFIG_DEFAULTS)):
         if keys is not None and name not in keys:
             continue
@@ -121,7 +128,7 @@ def describe_configs(call: Call, body: Any) -> Any:
                 code = t.error_code if t is not None else UNKNOWN_TOPIC_OR_PARTITION
                 message = (t.error_message or None) if t is not None else None
             else:
-                configs = _topic_entries(call, body, t.config, keys)
+                configs = _topic_entries(call, body, t.config, keys, diskless=t.diskless)
         elif r.resource_type == RESOURCE_BROKER:
             if r.resource_name and r.resource_name not in known:
                 code, message = INVALID_REQUEST, (f"unknown broker id {r.resource_name!r} (brokers: "

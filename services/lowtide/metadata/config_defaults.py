@@ -18,6 +18,9 @@ from lowtide.messages.admin import BROKER_RESOURCE_PREFIX
 LONG_MAX = str(2**63 - 1)
 
 # Topic key -> its default.
+# KIP-1150's / Inkless's creation-time switch for a diskless topic (frontdoor/topic_config.py).
+DISKLESS_ENABLE = "diskless.enable"
+
 TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {
     "cleanup.policy": "delete",
     "compression.type": "producer",

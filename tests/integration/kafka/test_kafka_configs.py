@@ -15,7 +15,7 @@ import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
@@ -295,3 +295,44 @@ def test_switching_cleanup_policy_to_compact_makes_the_cleaner_run_without_a_res
         assert set(latest.values()) <= set(records)  # every key's latest value stays, at its offset
         return len(records) < 60
     s.wait_until(compacted, timeout_s=60, what="the cleaner compacted the topic")
+
+
+# -- diskless.enable (KIP-1150's and Inkless's name) through Kafka's admin API ------------------------
+# Apache's kafka-topics checks --config names against its own LogConfig before it sends anything
+# ("Unknown topic config name: diskless.enable"), so the topic is made with an admin client, as
+# Terraform providers and operators make topics; kafka-configs sends names as given.
+def create_with_config(confluent: AdminClient, topic: str, config: dict[str, str], partitions: int = 1) -> None:
+    [future] = confluent.create_topics([NewTopic(topic, num_partitions=partitions, config=config)]).values()
+    future.result(timeout=30)
+
+
+def test_an_admin_client_makes_a_diskless_topic_with_diskless_enable_and_kafka_configs_shows_it(kcluster, confluent):
+    create_with_config(confluent, "kd", {"diskless.enable": "true", "retention.ms": "600000"}, partitions=2)
+    with Admin(kcluster.bootstrap) as admin:
+        info = admin.describe_topics(["kd"])["kd"]
+    # The flag is the topic's record; the key is not kept among its configs.
+    assert info.diskless and info.config == {"retention.ms": "600000"} and len(info.partitions) == 2
+    out = ok(tool("kafka-configs", "--bootstrap-server", kcluster.kafka_bootstrap, "--describe", "--entity-type",
+                  "topics", "--entity-name", "kd"))
+    assert any(line.strip().startswith("diskless.enable=true ") for line in out.splitlines()), out
+
+
+def test_diskless_enable_never_changes_on_an_existing_topic_and_takes_only_true_or_false(kcluster, confluent):
+    bootstrap = kcluster.kafka_bootstrap
+    create_with_config(confluent, "kd-fixed", {"diskless.enable": "true"})
+    s.create_topic(kcluster, "kd-classic")
+    assert described(confluent, "kd-classic")["diskless.enable"].value == "false"
+    for topic, value in (("kd-fixed", "false"), ("kd-classic", "true")):
+        refused = tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "topics",
+                       "--entity-name", topic, "--add-config", f"diskless.enable={value}")
+        assert refused.returncode != 0, refused.stdout
+        assert "diskless.enable cannot be changed on an existing topic" in refused.stderr + refused.stdout
+    # Setting it to what it is changes nothing and is no error (a tool sending back what it described).
+    incremental(confluent, "kd-fixed", set_entry("diskless.enable", "true"), set_entry("retention.ms", "700000"))
+    assert topic_config(kcluster, "kd-fixed") == {"retention.ms": "700000"}
+    with pytest.raises(KafkaException) as refused_create:
+        create_with_config(confluent, "kd-bad", {"diskless.enable": "yes"})
+    assert refused_create.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "diskless.enable" in refused_create.value.args[0].str()
+    with Admin(kcluster.bootstrap) as admin:
+        assert "kd-bad" not in admin.list_topics()
