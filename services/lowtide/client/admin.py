@@ -75,6 +75,7 @@ class CommittedOffset:
     offset: int
     metadata: str = ""
     error: LowtideError | None = None
+    leader_epoch: int = -1  # committed with the offset (Kafka's committed_leader_epoch); -1: not known
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +371,8 @@ class Admin(PooledClient):
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
         response = self.call("OffsetFetch", request)
         return {(r.topic, r.partition): CommittedOffset(offset=r.offset, metadata=r.metadata,
-                                                        error=error_or_none(r.error_code, r.error_message))
+                                                        error=error_or_none(r.error_code, r.error_message),
+                                                        leader_epoch=r.leader_epoch)
                 for r in response.partitions}
 
     def list_groups(self) -> list[str]:

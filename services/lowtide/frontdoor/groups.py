@@ -72,7 +72,8 @@ class GroupStore:
         now_ms = now_ms if now_ms is not None else clock.now_ms()
         self.topic.write(group_id, [OffsetWrite(key=OffsetKey(group=group_id, topic=c.topic, partition=c.partition),
                                                 value=OffsetValue(offset=c.offset, metadata=c.metadata,
-                                                                  commit_timestamp=now_ms))
+                                                                  commit_timestamp=now_ms,
+                                                                  leader_epoch=c.leader_epoch))
                                     for c in commits])
 
     def commit_in_txn(self, group_id: str, commits: Sequence[OffsetCommit], *, producer_id: int,
@@ -83,7 +84,8 @@ class GroupStore:
         now_ms = now_ms if now_ms is not None else clock.now_ms()
         self.topic.write(group_id, [OffsetWrite(key=OffsetKey(group=group_id, topic=c.topic, partition=c.partition),
                                                 value=OffsetValue(offset=c.offset, metadata=c.metadata,
-                                                                  commit_timestamp=now_ms))
+                                                                  commit_timestamp=now_ms,
+                                                                  leader_epoch=c.leader_epoch))
                                     for c in commits], producer=(producer_id, producer_epoch))
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
@@ -95,7 +97,8 @@ class GroupStore:
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return {(e.key.topic, e.key.partition): CommittedOffset(
             topic=e.key.topic, partition=e.key.partition, offset=e.value.offset, metadata=e.value.metadata,
-            commit_ms=e.value.commit_timestamp) for e in self.topic.entries(group_id)}
+            commit_ms=e.value.commit_timestamp, leader_epoch=e.value.leader_epoch)
+            for e in self.topic.entries(group_id)}
 
     def group_ids(self) -> list[str]:
         return self.topic.group_ids()

@@ -53,7 +53,7 @@ def _code(error: LowtideError | None) -> tuple[int, str]:
 def _offset_result(c: CommittedOffset) -> admin_pb2.OffsetFetchResult:
     code, message = _code(c.error)
     return admin_pb2.OffsetFetchResult(topic=c.topic, partition=c.partition, offset=c.offset, metadata=c.metadata,
-                                       error_code=code, error_message=message)
+                                       error_code=code, error_message=message, leader_epoch=c.leader_epoch)
 
 
 def _group_description(o: GroupOutcome) -> admin_pb2.GroupDescription:
@@ -244,7 +244,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def OffsetCommit(self, request, context):  # noqa: N802
         results = self._front.groups.commit_offsets(
             principal=self._principal(context), group_id=request.group_id,
-            commits=[OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata)
+            commits=[OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata,
+                                 leader_epoch=p.leader_epoch if p.HasField("leader_epoch") else -1)
                      for p in request.partitions],
             generation_id=request.generation_id if request.HasField("generation_id") else -1,
             member_id=request.member_id, group_instance_id=request.group_instance_id)
@@ -418,7 +419,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def TxnOffsetCommit(self, request, context):  # noqa: N802
         principal = self._principal(context)
-        commits = [OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata)
+        commits = [OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata,
+                                 leader_epoch=p.leader_epoch if p.HasField("leader_epoch") else -1)
                    for p in request.partitions]
         try:
             self._front.transactions.check_offsets_in_txn(

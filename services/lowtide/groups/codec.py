@@ -23,7 +23,7 @@ OffsetCommitValue, version 3 (the record value; null = tombstone)::
 
     +---------+--------+--------------+----------------------+------------------+
     | version | offset | leader_epoch | metadata             | commit_timestamp |
-    | int16=3 | int64  | int32 (-1)   | int16 len | utf-8    | int64 (ms)       |
+    | int16=3 | int64  | int32        | int16 len | utf-8    | int64 (ms)       |
     +---------+--------+--------------+----------------------+------------------+
 
     Older versions, read for data written by other producers of the format:
@@ -70,7 +70,8 @@ class OffsetKey:
 
 @dataclass(frozen=True, slots=True)
 class OffsetValue:
-    """What was committed (``leader_epoch`` -1: not known, as lowtide's clients do not send it)."""
+    """What was committed; ``leader_epoch`` is the client's ``committed_leader_epoch`` (KIP-320),
+    -1 when it sent none (lowtide's own clients, OffsetCommit before v6)."""
 
     offset: int
     metadata: str

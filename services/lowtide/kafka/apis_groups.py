@@ -86,7 +86,8 @@ def offset_commit(call: Call, body: Any) -> Any:
         group_id=body.group_id, member_id=getattr(body, "member_id", "") or "",
         group_instance_id=getattr(body, "group_instance_id", None) or "",
         partitions=[admin_pb2.OffsetCommitPartition(topic=t.name, partition=p.partition_index,
-                                                    offset=p.committed_offset, metadata=p.committed_metadata or "")
+                                                    offset=p.committed_offset, metadata=p.committed_metadata or "",
+                                                    leader_epoch=getattr(p, "committed_leader_epoch", -1))
                     for t in body.topics for p in t.partitions])
     if generation >= 0:
         request.generation_id = generation
@@ -117,7 +118,7 @@ def _fetch_group(call: Call, group_id: str, topics, *, require_stable: bool) -> 
         return err.code, {}
     out: dict[str, list] = {}
     for r in answer.partitions:
-        out.setdefault(r.topic, []).append((r.partition, r.offset, r.metadata, r.error_code))
+        out.setdefault(r.topic, []).append((r.partition, r.offset, r.metadata, r.error_code, r.leader_epoch))
     return 0, out
 
 
@@ -139,8 +140,8 @@ def offset_fetch(call: Call, body: Any) -> Any:
 
 def _fetched_topics(call: Call, topics: dict[str, list], topic_type: str, partition_type: str) -> tuple:
     return tuple(call.make(topic_type, name=name, partitions=tuple(
-        call.make(partition_type, partition_index=p, committed_offset=off, committed_leader_epoch=-1,
-                  metadata=meta, error_code=error_code(code)) for p, off, meta, code in sorted(parts)))
+        call.make(partition_type, partition_index=p, committed_offset=off, committed_leader_epoch=epoch,
+                  metadata=meta, error_code=error_code(code)) for p, off, meta, code, epoch in sorted(parts)))
         for name, parts in sorted(topics.items()))
 
 

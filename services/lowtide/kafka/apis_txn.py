@@ -124,7 +124,8 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
         group_instance_id=getattr(body, "group_instance_id", None) or "",
         partitions=[transactions_pb2.TxnOffsetCommitPartition(topic=t.name, partition=p.partition_index,
                                                               offset=p.committed_offset,
-                                                              metadata=p.committed_metadata or "")
+                                                              metadata=p.committed_metadata or "",
+                                                              leader_epoch=getattr(p, "committed_leader_epoch", -1))
                     for t in body.topics for p in t.partitions])
     generation = getattr(body, "generation_id", -1)
     if generation >= 0:

@@ -119,6 +119,7 @@ class OffsetCommit:
     partition: int
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1  # Kafka's committed_leader_epoch (-1: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,7 @@ class CommittedOffset:
     metadata: str = ""
     commit_ms: int = -1
     error: LowtideError | None = None
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

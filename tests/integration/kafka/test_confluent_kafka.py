@@ -238,3 +238,25 @@ def test_after_a_kill_9_the_restarted_old_leader_answers_not_leader_or_follower(
     assert answers[-1] == (0, 10)
     code, _ = _list_latest_offset_v1(_kafka_address(kcluster, f"replica-{old}"), "c-not-leader", 0)
     assert code == 6  # NOT_LEADER_OR_FOLLOWER, as a Kafka follower answers
+
+
+def test_a_commit_keeps_the_leader_epoch_the_consumer_saw_and_offset_fetch_returns_it(kcluster, admin):
+    # KIP-320: the consumer commits the epoch of the last record it read; after a restart it
+    # validates its position against that epoch (OffsetForLeaderEpoch) instead of trusting it blindly.
+    _create(admin, "c-epoch", 1)
+    _produce(kcluster.kafka_bootstrap, "c-epoch", [b"e%d" % i for i in range(10)], 1)
+    consumer = Consumer({"bootstrap.servers": kcluster.kafka_bootstrap, "group.id": "c-epoch-group",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition("c-epoch", 0, 0)])
+        got = _poll(consumer, 10)
+        epoch = got[-1].leader_epoch()
+        assert epoch is not None and epoch >= 0
+        consumer.commit(message=got[-1], asynchronous=False)
+        [committed] = consumer.committed([TopicPartition("c-epoch", 0)], timeout=10)
+    finally:
+        consumer.close()
+    assert (committed.offset, committed.leader_epoch) == (10, epoch)
+    with Admin(kcluster.bootstrap) as lowtide_admin:
+        stored = lowtide_admin.fetch_offsets("c-epoch-group", [("c-epoch", 0)])[("c-epoch", 0)]
+    assert (stored.offset, stored.leader_epoch) == (10, epoch)
