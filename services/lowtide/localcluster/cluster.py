@@ -355,8 +355,10 @@ class LocalCluster:
             return entry
 
     def pause(self, name: str) -> None:
-        """SIGSTOP: the process stays alive but answers nothing (a hung broker)."""
+        """SIGSTOP: the process stays alive but answers nothing (a hung broker); returns once
+        every thread of it is stopped."""
         self._signal_running(name, signal.SIGSTOP)
+        control.wait_until_stopped(self.service(name).pid)
 
     def resume(self, name: str) -> None:
         self._signal_running(name, signal.SIGCONT)

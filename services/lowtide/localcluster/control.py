@@ -99,6 +99,24 @@ def send_signal(pid: int, sig: int) -> bool:
         return False
 
 
+def wait_until_stopped(pid: int, *, timeout_s: float = 2.0) -> bool:
+    """After SIGSTOP: wait until every thread of ``pid`` is stopped (state T in /proc). kill()
+    returns once the signal is queued; a thread running on another core goes on for a moment, so
+    a request sent right after could still be answered. False if not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            states = [(Path(f"/proc/{pid}/task") / tid / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for tid in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            return False  # gone (or not Linux): nothing left to wait for
+        if all(state in ("T", "t") for state in states):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+
+
 def wait_for_exit(pid: int, *, timeout_s: float, proc: subprocess.Popen | None = None) -> bool:
     """Wait until ``pid`` is gone; True if it went within ``timeout_s``."""
     if proc is not None:

@@ -23,9 +23,12 @@ is t; entries are only added when t grows, so they are sorted by both fields.
 Both are an ``AbstractIndex`` (as in Kafka): a file of (key, value) entries sorted by key, looked up by
 binary search over the key column; the subclasses only say what the key and the value mean. Both
 indexes are sparse (an entry roughly every ``index_interval_bytes`` of log), unlike Kafka they are
-not preallocated or memory-mapped: entries are appended to the file with os.write and mirrored in
-``array`` columns for bisect lookups. They are derived data: a missing or inconsistent index is
-rebuilt from the .log by the segment, so the files need no version header and no checksum.
+not preallocated or memory-mapped: entries live in ``array`` columns (bisect lookups) and reach the
+file when the segment is flushed (a roll, a clean close) or renamed; no file descriptor stays open
+between, so a partition costs one descriptor (its .log), not three. They are derived data: a
+missing, short or inconsistent index is rebuilt from the .log by the segment, and one short of its
+last entries after a crash is still right (sparse: a lookup lands earlier and scans forward), so
+the files need no version header and no checksum.
 
 Not thread-safe: the owning segment's caller (PartitionLog) holds the lock.
 """
@@ -82,22 +85,19 @@ class AbstractIndex(ABC):
     def __init__(self, path: Path, *, base_offset: int) -> None:
         self.base_offset = base_offset
         self._path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._keys = array(self._key_typecode)
         self._values = array(self._value_typecode)
+        self._written = 0  # entries the file holds (the rest wait for the next flush, close or rename)
 
     @classmethod
     def open(cls, path: Path, *, base_offset: int) -> Self:
         """Open (creating if missing) and load; raises KafkaStorageError if the file is inconsistent."""
         index = cls(path, base_offset=base_offset)
-        try:
-            index._keys, index._values = index._decode(index._read_all())
-            values_in_order = operator.lt if cls.VALUES_STRICTLY_INCREASING else operator.le
-            if not (_is_ordered(index._keys, operator.lt) and _is_ordered(index._values, values_in_order)):
-                raise KafkaStorageError(f"{cls.NAME} file {path} entries are not increasing")
-        except BaseException:
-            index.close()
-            raise
+        index._keys, index._values = index._decode(index._read_all())
+        index._written = len(index._keys)
+        values_in_order = operator.lt if cls.VALUES_STRICTLY_INCREASING else operator.le
+        if not (_is_ordered(index._keys, operator.lt) and _is_ordered(index._values, values_in_order)):
+            raise KafkaStorageError(f"{cls.NAME} file {path} entries are not increasing")
         return index
 
     @property
@@ -130,20 +130,40 @@ class AbstractIndex(ABC):
         self._truncate_entries(0)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """Write the entries the file lacks, then fsync it."""
+        self._write_pending(sync=True)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Write the entries the file lacks (the segment fsyncs on its own flush)."""
+        self._write_pending(sync=False)
 
     def delete(self) -> None:
-        self.close()
+        self._written = len(self._keys)  # nothing left to write to a file that goes
         self._path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
+        self._write_pending(sync=False)
         os.rename(self._path, path)
         self._path = path
+
+    def _write_pending(self, *, sync: bool) -> None:
+        pending = range(self._written, len(self._keys))
+        if not pending and not sync:
+            return
+        data = b"".join(self.ENTRY.pack(self._keys[i], self._values[i]) for i in pending)
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write {self.NAME} file {self._path}: {exc}") from exc
+        self._written = len(self._keys)
 
     # -- for the subclasses ------------------------------------------------------------------------
 
@@ -169,7 +189,6 @@ class AbstractIndex(ABC):
         return self._values[i - 1] if i else None
 
     def _append_entry(self, key: int, value: int) -> None:
-        os.write(self._fd, self.ENTRY.pack(key, value))
         self._keys.append(key)
         self._values.append(value)
 
@@ -177,12 +196,25 @@ class AbstractIndex(ABC):
         if keep < len(self._keys):
             del self._keys[keep:]
             del self._values[keep:]
-            os.ftruncate(self._fd, keep * self.ENTRY.size)
+        if keep < self._written:
+            try:
+                os.truncate(self._path, keep * self.ENTRY.size)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot truncate {self.NAME} file {self._path}: {exc}") from exc
+            self._written = keep
 
     # -- file contents -----------------------------------------------------------------------------
 
     def _read_all(self) -> bytes:
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
+        # Created when missing, as the segment expects its three files to exist once open.
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CREAT, 0o644)
+            try:
+                data = os.pread(fd, os.fstat(fd).st_size, 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read {self.NAME} file {self._path}: {exc}") from exc
         if len(data) % self.ENTRY.size:
             raise KafkaStorageError(
                 f"index file {self.path} has {len(data)} bytes, not a multiple of {self.ENTRY.size}"

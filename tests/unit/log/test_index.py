@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lowtide.errors import KafkaStorageError
@@ -55,6 +57,8 @@ def test_offset_index_truncate_drops_entries_at_and_after_offset_in_memory_and_o
     index = OffsetIndex.open(path, base_offset=0)
     for i in range(1, 6):
         index.append(offset=i * 10, position=i * 100)
+    index.flush()
+    assert path.stat().st_size == 5 * 8
     index.truncate_to(30)
     assert index.last_entry == (20, 200)
     assert path.stat().st_size == 2 * 8
@@ -95,3 +99,20 @@ def test_time_index_entries_are_big_endian_timestamp_and_relative_offset(tmp_pat
     reopened.truncate_to(102)
     assert reopened.last_entry is None
     reopened.close()
+
+
+def test_entries_reach_the_file_at_flush_close_or_rename_and_no_descriptor_stays_open(tmp_path):
+    fds = len(os.listdir("/proc/self/fd"))
+    index = OffsetIndex.open(tmp_path / "a.index", base_offset=0)
+    index.append(offset=10, position=100)
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert (tmp_path / "a.index").read_bytes() == b""
+    index.flush()
+    assert (tmp_path / "a.index").read_bytes() == bytes.fromhex("0000000a" "00000064")
+    index.append(offset=20, position=200)
+    index.rename(tmp_path / "b.index")
+    assert (tmp_path / "b.index").read_bytes() == bytes.fromhex("0000000a" "00000064"
+                                                                  "00000014" "000000c8")
+    index.append(offset=30, position=300)
+    index.close()
+    assert OffsetIndex.open(tmp_path / "b.index", base_offset=0).last_entry == (30, 300)
