@@ -37,6 +37,7 @@ from tests.bench import orphans as bench_orphans
 from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
+from tests.bench import scale as bench_scale
 from tests.bench import snapshot as bench_snapshot
 from tests.bench import spark as bench_spark
 from tests.bench import standby as bench_standby
@@ -47,7 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby", "diskless_scaling", "metadata")
+            "snapshot", "standby", "diskless_scaling", "metadata", "scale")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         if "metadata" in only:  # issue 51: its own cluster; metadata changes on etcd, failover and restart
             _section("metadata", figures, lambda: bench_metadata.metadata_figures(data_dir / "metadata", quick=quick),
                      "failover_kill9_s", "failover after kill -9", "s")
+        if "scale" in only:  # issue 48: a cluster of its own per size; what partitions cost at rest
+            _section("scale", figures, lambda: bench_scale.scale_figures(data_dir / "scale", quick=quick),
+                     "scale_300_idle_cpu_pct", "idle CPU, 300 partitions RF 3", "% of a core")
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")
