@@ -115,6 +115,24 @@ def require_tool(name: str, hint: str) -> str:
     return path
 
 
+def stop_child(proc: subprocess.Popen | None, pid: int, *, timeout_s: float) -> None:
+    """SIGTERM a server we started (``proc``, or a detached one by ``pid``); wait for our own child
+    up to ``timeout_s``, then SIGKILL it. A detached one is only signalled."""
+    pid = proc.pid if proc is not None else pid
+    if not pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if proc is not None:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass
 class RedisProcess:
     """A redis-server child process on a loopback port, with its data in ``data_dir``."""
@@ -129,19 +147,7 @@ class RedisProcess:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self, *, timeout_s: float = 5.0) -> None:
-        pid = self.proc.pid if self.proc else self.pid
-        if not pid:
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, self.pid, timeout_s=timeout_s)
 
 
 def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool = False,
@@ -192,19 +198,7 @@ class EtcdMember:
         return f"127.0.0.1:{self.client_port}"
 
     def stop(self, *, timeout_s: float = 5.0) -> None:
-        pid = self.proc.pid if self.proc else self.pid
-        if not pid:
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc, self.pid, timeout_s=timeout_s)
 
 
 def etcd_member_argv(*, name: str, data_dir: Path, client_port: int, peer_port: int,
