@@ -96,7 +96,7 @@ def _measure_size(data_dir: Path, *, partitions: int, settle_s: float, window_s:
                params=params),
         Figure(f"scale_{partitions}_idle_cpu_pct", f"idle CPU, all server processes, {partitions} partitions RF 3",
                sum(cpu.values()), "% of a core", target=idle_target, target_value=25.0 if idle_target else None,
-               better="lower" if idle_target else None, params=params),
+               better="lower" if idle_target else None, params=params).judge(),
         Figure(f"scale_{partitions}_replica_rss_mib", f"replica RSS, {partitions} partitions RF 3", rss, "MiB",
                params=params),
         Figure(f"scale_{partitions}_replica_fds", f"replica open descriptors, {partitions} partitions RF 3", fds,

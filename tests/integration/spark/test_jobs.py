@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lowtide.client import Admin
+from tests.integration import support as s
 
 JOBS = Path(__file__).resolve().parents[3] / "spark-jobs"
 
@@ -72,11 +73,9 @@ exec {python} "$@"
 @pytest.mark.timeout(600)
 def test_the_consumer_job_restarts_its_query_when_a_python_worker_starts_too_slowly(spark_cluster, tmp_path):
     bootstrap = spark_cluster.bootstrap
-    with Admin(bootstrap) as admin:
-        admin.create_topic("jobs-slow-worker", partitions=1, replication_factor=1)
-    proc = run_job("producer.py", "--bootstrap-server", bootstrap, "--topic", "jobs-slow-worker", "--records", "300",
-                   "--record-size", "50", "--output", "json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    s.create_topic(spark_cluster, "jobs-slow-worker", rf=1)
+    produced = s.produce(spark_cluster, "jobs-slow-worker", [b"v" * 50] * 300)  # only the consumer is under test
+    assert produced.error_code == 0, produced
     python = tmp_path / "slow-python"
     python.write_text(SLOW_FIRST_WORKER.format(mark=tmp_path / "delayed-once", python=sys.executable))
     python.chmod(0o755)
