@@ -56,7 +56,9 @@ def test_kafka_topics_creates_exactly_the_replica_assignment_given(four):
 def test_kafka_python_creates_three_partitions_assigned_by_hand(four, admin):
     admin.create_topics({"by-hand": {"assignments": {0: [1, 2], 1: [2, 3], 2: [3, 0]}}})
     assert placement(four, "by-hand") == [(1, 2), (2, 3), (3, 0)]
-    assert s.produce(four, "by-hand", [b"on-1-and-2"], partition=0).error_code == 0
+    # CreateTopics answers once the metadata holds the topic; its leader hosts it a moment later.
+    s.wait_until(lambda: s.produce(four, "by-hand", [b"on-1-and-2"], partition=0).error_code == 0, timeout_s=30,
+                 interval_s=0.1, what="a produce to by-hand-0 at its leader, broker 1")
 
 
 @pytest.mark.parametrize(("spec", "error", "message"), [
