@@ -267,6 +267,20 @@ class GroupIdNotFound(LowtideError):
     code, name = 69, "GROUP_ID_NOT_FOUND"
 
 
+class FetchSessionIdNotFound(RetriableError):
+    """A follower named a fetch session this leader does not hold (it restarted, or a newer session
+    of that follower replaced it): the follower opens a new one (KIP-227)."""
+
+    code, name = 70, "FETCH_SESSION_ID_NOT_FOUND"
+
+
+class InvalidFetchSessionEpoch(RetriableError):
+    """A fetch session round out of turn (a resent or stale request): the follower opens a new
+    session (KIP-227)."""
+
+    code, name = 71, "INVALID_FETCH_SESSION_EPOCH"
+
+
 class MemberIdRequired(LowtideError):
     # Kafka JoinGroup v4+: the first join gets a member id with this error and must rejoin with it.
     code, name = 79, "MEMBER_ID_REQUIRED"

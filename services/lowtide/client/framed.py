@@ -23,7 +23,7 @@ from typing import Any
 
 from lowtide.errors import LowtideError, NetworkException, RequestTimedOut, error_or_none
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import FetchedPartition, FetchPosition, ProducedPartition
+from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound, ProducedPartition
 from lowtide.rpc.framed import (
     CALL,
     ERROR,
@@ -143,11 +143,11 @@ class SocketReplicationStream:
         return self._connection.finished
 
     def fetch(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int = 1,
-              max_bytes: int = 0) -> list[FetchedPartition]:
+              max_bytes: int = 0, session: FetchSessionRound | None = None) -> list[FetchedPartition]:
         from lowtide.client.replica import _fetch_request, _parse_fetch_response  # one wire format for both
 
         request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                 max_bytes=max_bytes)
+                                 max_bytes=max_bytes, session=session)
         return _parse_fetch_response(self._connection.call(REQUEST, request.SerializeToString()))
 
     def cancel(self) -> None:
@@ -246,12 +246,13 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
         raise _refusal(self.address, answer_kind, body)
 
     def fetch_steps(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int,
-                    min_bytes: int = 1, max_bytes: int = 0, timeout_s: float) -> Steps[list[FetchedPartition]]:
+                    min_bytes: int = 1, max_bytes: int = 0, timeout_s: float,
+                    session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
         """One follower round (``SocketReplicationStream.fetch``) as steps."""
         from lowtide.client.replica import _fetch_request, _parse_fetch_response  # one wire format for both
 
         request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                 max_bytes=max_bytes)
+                                 max_bytes=max_bytes, session=session)
         answer = yield from self.call_steps(REQUEST, request.SerializeToString(), timeout_s=timeout_s)
         return _parse_fetch_response(answer)
 

@@ -28,6 +28,7 @@ from lowtide.messages.replica import (
     EpochQuery,
     FetchedPartition,
     FetchPosition,
+    FetchSessionRound,
     LogDescription,
     PartitionOffset,
     ProducedPartition,
@@ -86,10 +87,12 @@ class ReplicaClient(PooledClient):
 
     def fetch(self, address: str, positions: Iterable[FetchPosition], *, replica_id: int = -1, max_wait_ms: int,
               min_bytes: int = 1, max_bytes: int = 0, deadline_s: float,
-              isolation_level: int = READ_UNCOMMITTED) -> list[FetchedPartition]:
-        """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch."""
+              isolation_level: int = READ_UNCOMMITTED,
+              session: FetchSessionRound | None = None) -> list[FetchedPartition]:
+        """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch, which may be a
+        round of a fetch ``session`` (KIP-227)."""
         request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                 max_bytes=max_bytes)
+                                 max_bytes=max_bytes, session=session)
         request.isolation_level = isolation_level
         return _fetched(call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s))
 
@@ -172,13 +175,17 @@ class ReplicaClient(PooledClient):
 
 
 def _fetch_request(positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-                   max_bytes: int) -> replica_pb2.FetchRequest:
-    return replica_pb2.FetchRequest(
+                   max_bytes: int, session: FetchSessionRound | None = None) -> replica_pb2.FetchRequest:
+    request = replica_pb2.FetchRequest(
         replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         partitions=[replica_pb2.FetchPartition(
             topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
             log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
             current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
+    if session is not None:
+        request.session_id, request.session_epoch = session.session_id, session.epoch
+        request.forgotten.extend(common_pb2.TopicPartition(topic=t, partition=p) for t, p in session.forgotten)
+    return request
 
 
 def _fetched(response: replica_pb2.FetchResponse,
@@ -239,11 +246,11 @@ class ReplicationStream:
         self.finished = False
 
     def fetch(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int = 1,
-              max_bytes: int = 0) -> list[FetchedPartition]:
+              max_bytes: int = 0, session: FetchSessionRound | None = None) -> list[FetchedPartition]:
         if self.finished:
             raise NetworkException("the replication stream is finished; open a new one")
         self._requests.put(_fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms,
-                                          min_bytes=min_bytes, max_bytes=max_bytes))
+                                          min_bytes=min_bytes, max_bytes=max_bytes, session=session))
         try:
             return next(self._responses)  # already FetchedPartitions (_parse_fetch_response)
         except StopIteration:

@@ -52,6 +52,17 @@ class FetchPosition:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchSessionRound:
+    """A follower round's place in its fetch session with the leader (KIP-227; the protocol is
+    drawn in lowtide/replica/fetch_session.py): ``epoch`` 1 opens session ``session_id``, a
+    higher one continues it; ``forgotten`` leave it."""
+
+    session_id: int
+    epoch: int
+    forgotten: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class FetchedPartition(PartitionResult):
     """One partition of a Fetch response: whole record batches, and the leader's offsets."""
 

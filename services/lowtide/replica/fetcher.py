@@ -28,18 +28,25 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from lowtide.client.framed import LoopFramedConnection, SocketReplicationStream
 from lowtide.client.replica import ReplicaClient, ReplicationStream
-from lowtide.errors import LowtideError, NetworkException, OffsetOutOfRange
+from lowtide.errors import (
+    FetchSessionIdNotFound,
+    InvalidFetchSessionEpoch,
+    LowtideError,
+    NetworkException,
+    OffsetOutOfRange,
+)
 from lowtide.log.partition_log import LogStartOffsetCommit
 from lowtide.messages import TopicPartition
-from lowtide.messages.replica import EpochQuery, FetchedPartition, FetchPosition
+from lowtide.messages.replica import EpochQuery, FetchedPartition, FetchPosition, FetchSessionRound
 from lowtide.metadata.model import BrokerInfo
+from lowtide.replica.fetch_session import FollowerSession
 from lowtide.replica.partition import FOLLOWER, Partition
 from lowtide.replica.quota import FOLLOWER as FOLLOWER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
@@ -68,6 +75,7 @@ class FetcherConfig:
     max_wait_ms: int
     max_bytes: int
     transport: str = "socket"  # socket | stream | fetch (see module doc)
+    sessions: bool = True  # KIP-227 incremental fetch sessions (fetch_session.py)
 
 
 class _Pause:
@@ -132,6 +140,12 @@ class Fetcher:
         self._replication_address = ""  # the leader's replication listener, if it advertises one
         self._socket_retry_at = 0.0
         self._round_deadline = 0.0
+        # The followed partitions, listed again only when the registry's version moves.
+        self._version = -1
+        self._parts: dict[TopicPartition, Partition] = {}
+        self._truncating: set[TopicPartition] = set()  # pending truncation: not fetched meanwhile
+        self._truncated: set[TopicPartition] = set()  # settled since the last round: listed again
+        self._session = FollowerSession()
 
     @property
     def on_loop(self) -> bool:
@@ -212,8 +226,9 @@ class Fetcher:
 
     def _one_round(self) -> Steps[None]:
         cfg = self.config
-        parts = self.registry.following(self.leader_id)
+        parts, changed = self._following()
         if not parts:
+            self._session.reset()
             yield _Pause(self, 0.2)
             return
         address = self._fresh_address()
@@ -226,33 +241,85 @@ class Fetcher:
         if address is None:
             yield _Pause(self, RETRY_BACKOFF_S)
             return
-        if any(p.truncation_pending for p in parts):
-            truncating = parts
+        if self._truncating:
+            truncating = [parts[k] for k in self._truncating if k in parts]
             yield Blocking(lambda: self._truncate_by_epoch(address, truncating))
-            parts = [p for p in parts if not p.truncation_pending]
-            if not parts:
+            settled = {p.key for p in truncating if not p.truncation_pending}
+            self._truncating = {p.key for p in truncating} - settled
+            self._truncated |= settled
+        if cfg.sessions and self.quotas.follower.rate is None:
+            positions, session = self._session_positions(parts, changed)
+            throttled: set[TopicPartition] = set()
+            refill_s = 0.0
+        else:
+            # A replication throttle shares a bucket out per round: every partition is listed.
+            self._session.reset()
+            session = None
+            plain = [p for k, p in parts.items() if k not in self._truncating]
+            if not plain:
                 yield _Pause(self, RETRY_BACKOFF_S)
                 return
-        positions, throttled, refill_s = self._positions(parts)
-        if not positions:  # everything is held back by the throttle
-            yield _Pause(self, refill_s)
-            return
+            positions, throttled, refill_s = self._positions(plain)
+            if not positions:  # everything is held back by the throttle
+                yield _Pause(self, refill_s)
+                return
         wait_ms = min(cfg.max_wait_ms, max(1, int(refill_s * 1000))) if refill_s else cfg.max_wait_ms
         try:
             if self._loop is not None and cfg.transport == "socket" and self._replication_address:
-                fetched = yield from self._round_on_loop(positions, wait_ms)
+                fetched = yield from self._round_on_loop(positions, wait_ms, session)
             else:
-                fetched = yield Blocking(lambda: self._fetch_round(address, positions, max_wait_ms=wait_ms))
+                fetched = yield Blocking(lambda: self._fetch_round(address, positions, max_wait_ms=wait_ms,
+                                                                   session=session))
+        except (FetchSessionIdNotFound, InvalidFetchSessionEpoch) as exc:
+            # The leader restarted or lost our session: open a new one at once.
+            log.info("fetch session with leader %s ended (%s); opening a new one", self.leader_id, exc.name)
+            self._session.reset()
+            return
         except LowtideError as exc:
+            self._session.reset()
             self._stale = True
             self._close_stream()
             if not self.stopping:
                 log.debug("fetch from leader %s failed: %s", self.leader_id, exc.name)
                 yield _Pause(self, RETRY_BACKOFF_S)
             return
+        if session is not None:
+            self._session.answered(fetched)
         yield from self._apply(fetched, throttled=throttled)
 
-    def _round_on_loop(self, positions: list[FetchPosition], wait_ms: int) -> Steps[list[FetchedPartition]]:
+    def _following(self) -> tuple[dict[TopicPartition, Partition], bool]:
+        """The partitions followed from this leader, and whether they (or their roles, leaders or
+        epochs) may have changed since the last round: listed again only then."""
+        version = self.registry.version  # before the listing: a change after it is seen next round
+        if version == self._version:
+            return self._parts, False
+        self._version = version
+        self._parts = {p.key: p for p in self.registry.following(self.leader_id)}
+        self._truncating = {k for k, p in self._parts.items() if p.truncation_pending}
+        return self._parts, True
+
+    def _session_positions(self, parts: dict[TopicPartition, Partition],
+                           changed: bool) -> tuple[list[FetchPosition], FetchSessionRound]:
+        """This round of the fetch session: every followed partition when the session is new or
+        the followed set changed, else the last answer's and those whose truncation settled."""
+        session = self._session
+        check: Iterable[TopicPartition] = parts if changed or not session.open else session.recheck() | self._truncated
+        self._truncated = set()
+        if self._truncating:
+            session.leave(self._truncating)
+        max_bytes = self.config.max_bytes
+        positions = {}
+        for k in check:
+            p = parts.get(k)
+            if p is not None and k not in self._truncating:
+                plog = p.log
+                positions[k] = FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=plog.log_end_offset,
+                                             log_start_offset=plog.log_start_offset, max_bytes=max_bytes,
+                                             current_leader_epoch=p.leader_epoch)
+        return session.plan(positions, following=parts if changed else None)
+
+    def _round_on_loop(self, positions: list[FetchPosition], wait_ms: int,
+                       session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
         assert self._loop is not None
         cfg, address, stream = self.config, self._replication_address, self._stream
         if not isinstance(stream, LoopFramedConnection) or stream.finished or self._stream_address != address:
@@ -269,7 +336,7 @@ class Fetcher:
                 stream.cancel()
         return (yield from stream.fetch_steps(positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms,
                                               min_bytes=1, max_bytes=cfg.max_bytes,
-                                              timeout_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S))
+                                              timeout_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S, session=session))
 
     def _listener_unreachable(self, address: str) -> None:
         # Unreachable (a firewall, a port not exposed): the gRPC stream for a while.
@@ -278,15 +345,15 @@ class Fetcher:
         self._socket_retry_at = time.monotonic() + SOCKET_RETRY_S
         self._replication_address = ""
 
-    def _fetch_round(self, address: str, positions: list[FetchPosition], *,
-                     max_wait_ms: int | None = None) -> list[FetchedPartition]:
+    def _fetch_round(self, address: str, positions: list[FetchPosition], *, max_wait_ms: int | None = None,
+                     session: FetchSessionRound | None = None) -> list[FetchedPartition]:
         """One round on a blocking transport (may block: a thread, or the executor)."""
         cfg = self.config
         wait_ms = cfg.max_wait_ms if max_wait_ms is None else max_wait_ms
         if cfg.transport == "fetch":
             return self.client.fetch(address, positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms,
                                      min_bytes=1, max_bytes=cfg.max_bytes,
-                                     deadline_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S)
+                                     deadline_s=wait_ms / 1000 + CALL_DEADLINE_MARGIN_S, session=session)
         stream = self._stream
         if cfg.transport == "socket" and self._replication_address:
             address = self._replication_address  # the leader's replication listener
@@ -307,7 +374,7 @@ class Fetcher:
         self._round_deadline = time.monotonic() + wait_ms / 1000 + CALL_DEADLINE_MARGIN_S
         try:
             return stream.fetch(positions, replica_id=cfg.replica_id, max_wait_ms=wait_ms, min_bytes=1,
-                                max_bytes=cfg.max_bytes)
+                                max_bytes=cfg.max_bytes, session=session)
         finally:
             self._round_deadline = 0.0
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from lowtide.errors import InvalidUpdateVersion, LowtideError
 from lowtide.metadata.model import IsrChange
 from lowtide.metadata.store import MetadataStore
+from lowtide.replica.fetch_session import FetchSessions
 from lowtide.replica.metrics import ISR_EXPANDS, ISR_SHRINKS
 from lowtide.replica.partition import Partition
 from lowtide.replica.registry import PartitionRegistry
@@ -38,10 +39,12 @@ class IsrUpdater:
     """
 
     def __init__(self, *, store: MetadataStore, registry: PartitionRegistry,
-                 wake_reconciler: Callable[[], None]) -> None:
+                 wake_reconciler: Callable[[], None], sessions: FetchSessions | None = None) -> None:
         self.store = store
         self.registry = registry
         self.wake_reconciler = wake_reconciler
+        # A follower's fetch session rounds keep its unmoved partitions caught up (fetch_session.py).
+        self.sessions = sessions
 
     def change(self, p: Partition, isr: Iterable[int]) -> bool:
         """Write ``isr`` for ``p``; returns whether its HW moved."""
@@ -97,7 +100,8 @@ class IsrUpdater:
         live = self.registry.live_brokers
         changes = []
         for p in self.registry.all():
-            new_isr = p.isr_shrink_candidate(lag_time_max_ms=lag_time_max_ms, live_brokers=live)
+            new_isr = p.isr_shrink_candidate(lag_time_max_ms=lag_time_max_ms, live_brokers=live,
+                                             seen_ms=self.sessions.seen_ms if self.sessions is not None else None)
             if new_isr is not None:
                 changes.append((p, new_isr))
         return bool(self.change_many(changes))

@@ -35,6 +35,7 @@ from lowtide.messages.replica import (
     EpochQuery,
     FetchedPartition,
     FetchPosition,
+    FetchSessionRound,
 )
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient
@@ -42,6 +43,7 @@ from lowtide.purgatory.purgatory import Purgatory
 from lowtide.replica.config import ReplicaConfig
 from lowtide.replica.consumed_retention import ConsumedRetention
 from lowtide.replica.delete_records import DeleteRecordsHandler, LowWatermarkListener
+from lowtide.replica.fetch_session import FetchSessions
 from lowtide.replica.fetcher import FetcherConfig, FetcherManager
 from lowtide.replica.housekeeping import Housekeeping, ReplicaCheckpoints
 from lowtide.replica.isr import IsrUpdater
@@ -84,7 +86,10 @@ class ReplicaManager:
         self.delete_purgatory = Purgatory(name="DeleteRecords", redis=redis, owner=f"replica-{self.broker_id}")
         self.deletes = DeleteRecordsHandler(registry=self.registry, purgatory=self.delete_purgatory)
         self.reconcile_trigger = ReconcileTrigger()
-        self.isr = IsrUpdater(store=store, registry=self.registry, wake_reconciler=self.reconcile_trigger.wake)
+        # Followers' fetch sessions on this leader: the fetch path keeps them, the ISR check asks them.
+        self.fetch_sessions = FetchSessions(registry=self.registry)
+        self.isr = IsrUpdater(store=store, registry=self.registry, wake_reconciler=self.reconcile_trigger.wake,
+                              sessions=self.fetch_sessions)
         # KIP-73 replication throttles: one pair of buckets shared by the leader and follower paths.
         self.quotas = ReplicationQuotas(broker_id=self.broker_id)
         self.quota_watcher = QuotaConfigWatcher(store=store, quotas=self.quotas)
@@ -107,7 +112,8 @@ class ReplicaManager:
         self.requests = ReplicaRequests(registry=self.registry, isr=self.isr, deletes=self.deletes,
                                         min_insync_replicas=config.min_insync_replicas,
                                         fetch_limits=config.fetch_limits, quotas=self.quotas,
-                                        replication_linger_ms=config.replication_linger_ms)
+                                        replication_linger_ms=config.replication_linger_ms,
+                                        sessions=self.fetch_sessions)
         # KIP-68 broker side: group offsets read straight from __consumer_offsets' leaders.
         self.offsets_client = ReplicaClient(metadata=token_file_metadata(config.token_file))
         self.consumed_retention = ConsumedRetention(
@@ -241,11 +247,12 @@ class ReplicaManager:
 
     def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
                     max_bytes: int, peer: str = "", isolation_level: int = 0,
-                    on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
+                    on_cancel: Callable[[Callable[[], None]], object] | None = None,
+                    session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
         """``fetch`` as steps (rpc/steps.py), for a caller on an event loop."""
         return self.requests.fetch_steps(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                          max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
-                                         on_cancel=on_cancel)
+                                         on_cancel=on_cancel, session=session)
 
     def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
         """KIP-107 on the leader: one ``DeleteRecordsResult`` per item, in request order."""

@@ -10,6 +10,7 @@ Follower side: applies the leader's records, HW and LSO.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lowtide.clock import now_ms
@@ -22,6 +23,7 @@ from lowtide.errors import (
     UnknownLeaderEpoch,
 )
 from lowtide.log.partition_log import AppendInfo, LogConfig, LogStartOffsetCommit, PartitionLog
+from lowtide.messages import TopicPartition
 from lowtide.metadata.model import PartitionState, TopicInfo
 
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
@@ -239,15 +241,27 @@ class Partition:
             return self.isr | {replica_id}
 
     def isr_shrink_candidate(self, *, lag_time_max_ms: int,
-                             live_brokers: set[int] | frozenset[int] | None = None) -> frozenset[int] | None:
+                             live_brokers: set[int] | frozenset[int] | None = None,
+                             seen_ms: Callable[[int, TopicPartition], int] | None = None) -> frozenset[int] | None:
         """The ISR without followers that lag by more than ``lag_time_max_ms`` and, when
-        ``live_brokers`` is given, without members that are not live; None if nothing changes."""
+        ``live_brokers`` is given, without members that are not live; None if nothing changes.
+
+        ``seen_ms(replica, key)``: when that follower's fetch session holding this partition last
+        had a round (0: none). A session round does not list a partition that did not move, so a
+        follower whose last told position is our LEO counts as caught up at that time."""
         with self._lock:
             if self.role != LEADER:
                 return None
             t = now_ms()
-            lagging = {r for r in self.isr if r != self.broker_id and r in self.followers
-                       and t - self.followers[r].last_caught_up_ms > lag_time_max_ms}
+            lagging = set()
+            for r in self.isr:
+                f = self.followers.get(r)
+                if r == self.broker_id or f is None or t - f.last_caught_up_ms <= lag_time_max_ms:
+                    continue
+                if seen_ms is not None and f.log_end_offset >= self.log.log_end_offset:
+                    f.last_caught_up_ms = max(f.last_caught_up_ms, seen_ms(r, (self.topic, self.partition)))
+                if t - f.last_caught_up_ms > lag_time_max_ms:
+                    lagging.add(r)
             if live_brokers is not None:
                 lagging |= {r for r in self.isr if r != self.broker_id and r not in live_brokers}
             return self.isr - lagging if lagging else None

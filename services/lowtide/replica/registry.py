@@ -35,6 +35,10 @@ class Waiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_key: dict[TopicPartition, set[threading.Event]] = {}
+        # Watchers see every notified key (None = all): a leader's fetch sessions, which stay
+        # registered for as long as they live instead of once per parked round (fetch_session.py).
+        # A tuple, replaced on change: notify reads it without the lock.
+        self._watchers: tuple[Any, ...] = ()
 
     @contextmanager
     def waiting(self, keys: list[TopicPartition], event: Any = None) -> Iterator[Any]:
@@ -70,8 +74,21 @@ class Waiters:
                     if not events:
                         del by_key[k]
 
+    def watch(self, watcher: Any) -> None:
+        """Call ``watcher.changed(keys)`` on every ``notify`` from now on (``keys`` a list, or None
+        for all), until ``unwatch``. It runs on the notifying thread: it must be quick."""
+        with self._lock:
+            self._watchers = (*self._watchers, watcher)
+
+    def unwatch(self, watcher: Any) -> None:
+        with self._lock:
+            self._watchers = tuple(w for w in self._watchers if w is not watcher)
+
     def notify(self, keys: Iterable[TopicPartition] | None) -> None:
         """Set the events waiting on ``keys``; None wakes every waiter."""
+        watchers = self._watchers
+        if watchers and keys is not None and not isinstance(keys, list):
+            keys = list(keys)  # read twice: by the events and by the watchers
         with self._lock:
             if keys is None:
                 events = {e for evs in self._by_key.values() for e in evs}
@@ -79,6 +96,8 @@ class Waiters:
                 events = {e for k in keys for e in self._by_key.get(k, ())}
         for e in events:
             e.set()
+        for w in watchers:
+            w.changed(keys)
 
 
 class OffsetWaiters:
@@ -174,6 +193,9 @@ class PartitionRegistry:
         self._live_brokers: frozenset[int] = frozenset()
         self._live_lock = threading.Lock()
         self._waiters = Waiters()
+        # Moves whenever an assignment changed what is hosted or any hosted partition's role,
+        # leader or leader epoch: a follower fetcher lists its partitions again only then.
+        self.version = 0
 
     # -- lookups --------------------------------------------------------------------------------
     def get(self, topic: str, partition: int) -> Partition:
@@ -210,6 +232,7 @@ class PartitionRegistry:
         """
         changes = AssignmentChanges()
         with self._lock:
+            hosted_before = len(self._parts)
             for tp, st in states.items():
                 p = self._parts.get(tp)
                 if p is None:
@@ -221,6 +244,8 @@ class PartitionRegistry:
                     changes.became.append((p, role))
             gone = [tp for tp in self._parts if tp not in states]
             changes.removed = [self._parts.pop(tp) for tp in gone]
+            if changes.became or changes.removed or changes.resized or len(self._parts) != hosted_before:
+                self.version += 1
         return changes
 
     def close_logs(self, *, threads: int = 1) -> None:
@@ -254,6 +279,13 @@ class PartitionRegistry:
     def notify(self, keys: Iterable[TopicPartition] | None = None) -> None:
         """Wake requests parked on these partitions (data, HW, LSO or leadership changed); None = all."""
         self._waiters.notify(keys)
+
+    def watch(self, watcher: Any) -> None:
+        """See every notified key from now on (``Waiters.watch``)."""
+        self._waiters.watch(watcher)
+
+    def unwatch(self, watcher: Any) -> None:
+        self._waiters.unwatch(watcher)
 
     def waiting(self, keys: list[TopicPartition], event: Any = None) -> AbstractContextManager[Any]:
         """Context manager: an event set whenever one of ``keys`` is notified (``event`` if given,

@@ -56,11 +56,13 @@ from lowtide.messages.replica import (
     EpochQuery,
     FetchedPartition,
     FetchPosition,
+    FetchSessionRound,
     TxnMarkerRequest,
 )
 from lowtide.record import iter_batches
 from lowtide.record.control import build_marker_batch
 from lowtide.replica.delete_records import DeleteRecordsHandler
+from lowtide.replica.fetch_session import FetchSession, FetchSessions
 from lowtide.replica.isr import IsrUpdater
 from lowtide.replica.parking import FetchLimits, ParkingLot
 from lowtide.replica.partition import LEADER, Partition
@@ -119,8 +121,11 @@ class ReplicaRequests:
     def __init__(self, *, registry: PartitionRegistry, isr: IsrUpdater, deletes: DeleteRecordsHandler,
                  min_insync_replicas: int, fetch_limits: FetchLimits = FetchLimits(),
                  quotas: ReplicationQuotas | None = None, replication_linger_ms: int = 0,
-                 arrivals: ordering.ProduceArrivals = ordering.ARRIVALS) -> None:
+                 arrivals: ordering.ProduceArrivals = ordering.ARRIVALS,
+                 sessions: FetchSessions | None = None) -> None:
         self.registry, self.isr, self.deletes = registry, isr, deletes
+        # Followers' fetch sessions on this leader (shared with the ISR check: IsrUpdater).
+        self.sessions = sessions if sessions is not None else FetchSessions(registry=registry)
         self.arrivals = arrivals
         self.linger_s = max(0, replication_linger_ms) / 1000
         self.min_insync_replicas = min_insync_replicas
@@ -132,6 +137,7 @@ class ReplicaRequests:
 
     def stop(self) -> None:
         self._stop.set()
+        self.sessions.close()
 
     # -- produce ---------------------------------------------------------------------------------
     def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
@@ -243,10 +249,16 @@ class ReplicaRequests:
 
     def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
                     max_bytes: int, peer: str = "", isolation_level: int = 0,
-                    on_cancel: Callable[[Callable[[], None]], object] | None = None) -> Steps[list[FetchedPartition]]:
+                    on_cancel: Callable[[Callable[[], None]], object] | None = None,
+                    session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
         """``fetch`` as steps (rpc/steps.py): each park is a yielded wait (the replication
-        listener runs follower rounds on its event loop)."""
+        listener runs follower rounds on its event loop). A follower round of a fetch ``session``
+        (epoch > 0) answers only what changed (fetch_session.py)."""
         follower = replica_id >= 0
+        if follower and session is not None and session.epoch > 0:
+            return (yield from self._session_fetch_steps(items, session, replica_id=replica_id,
+                                                         max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                                         on_cancel=on_cancel))
         if follower:
             yield from self._record_follower_fetch(replica_id, items)
         limits = self.parking.limits
@@ -304,6 +316,77 @@ class ReplicaRequests:
         finally:
             if parked:
                 self.parking.leave(peer)
+
+    def _session_fetch_steps(self, items: list[FetchPosition], round_: FetchSessionRound, *, replica_id: int,
+                             max_wait_ms: int, max_bytes: int,
+                             on_cancel: Callable[[Callable[[], None]], object] | None) -> Steps[list[FetchedPartition]]:
+        """One round of a follower's fetch session: records the positions listed, reads those
+        partitions and the ones changed here since the last round (the session's dirty set, kept
+        by its registry watcher), parks on the session's wake-up, answers what changed."""
+        session = self.sessions.begin(replica_id, round_, items)
+        wake = WakeRelay()
+        session.wake = wake
+        cancelled = [False]
+        try:
+            if on_cancel is not None:
+                def cancel() -> None:
+                    cancelled[0] = True
+                    wake.set()
+
+                on_cancel(cancel)
+            pending = session.take_dirty()
+            yield from self._record_follower_fetch(replica_id, items + self._unlisted_moves(session, pending, items))
+            max_wait_ms = min(max(0, max_wait_ms), self.parking.limits.max_wait_ms)
+            deadline = time.monotonic() + max_wait_ms / 1000
+            woken = False
+            linger_until = 0.0
+            while True:
+                wake.clear()  # before reading: a change during the read makes the wait return at once
+                if self.quotas.leader.rate is not None:
+                    # A partition the leader bucket held back is read again once it refilled.
+                    pending = list(session.positions)
+                else:
+                    pending = list(dict.fromkeys([*pending, *session.take_dirty()]))
+                positions = [pos for k in pending if (pos := session.position(k)) is not None]
+                outcomes, size, now, refill_s = self._read(positions, follower=True, max_bytes=max_bytes,
+                                                           replica_id=replica_id)
+                answer = [o for o in outcomes if session.worth_answering(o)]
+                if size > 0 or now or time.monotonic() >= deadline or self._stop.is_set() or cancelled[0]:
+                    if woken and not now and not (self._stop.is_set() or cancelled[0]):
+                        linger_until = linger_until or time.monotonic() + self.linger_s
+                        pause_s = self._linger_s(size, linger_until)
+                        if pause_s > 0:
+                            pending = [(o.topic, o.partition) for o in answer]
+                            yield wake.until(pause_s)
+                            continue
+                    session.answered(answer)
+                    return answer
+                pending = [(o.topic, o.partition) for o in answer]
+                wait_s = max(0.0, deadline - time.monotonic())
+                yield wake.until(min(wait_s, refill_s) if refill_s else wait_s)
+                woken = True
+        finally:
+            if session.wake is wake:
+                session.wake = None
+
+    def _unlisted_moves(self, session: FetchSession, dirty: list[TopicPartition],
+                        listed: list[FetchPosition]) -> list[FetchPosition]:
+        """Positions to record again although the follower did not list them: partitions that
+        changed here, led under the epoch the follower last told, whose ISR lacks it (an HW
+        that caught up with it makes it an ISR candidate, as a sessionless round would find)."""
+        if not dirty:
+            return []
+        named = {(it.topic, it.partition) for it in listed}
+        again = []
+        for k in dirty:
+            if k in named:
+                continue
+            p = self.registry.find(*k)
+            pos = session.position(k)
+            if (p is not None and pos is not None and p.role == LEADER and session.replica_id not in p.isr
+                    and pos.current_leader_epoch == p.leader_epoch):
+                again.append(pos)
+        return again
 
     def _linger_s(self, size: int, until: float) -> float:
         """How long a woken follower fetch holding ``size`` bytes waits for the next append

@@ -16,7 +16,7 @@ from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from lowtide.common import ordering
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
-from lowtide.messages.replica import EpochQuery, FetchPosition, TxnMarkerRequest
+from lowtide.messages.replica import EpochQuery, FetchPosition, FetchSessionRound, TxnMarkerRequest
 from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
@@ -303,10 +303,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         # when the caller cancels or disconnects, which releases a parked fetch at once. With
         # diskless partitions too, the classic ones are read without waiting and the diskless
         # read waits (unless the classic read found data).
+        session = FetchSessionRound(
+            session_id=request.session_id, epoch=request.session_epoch,
+            forgotten=tuple((t.topic, t.partition) for t in request.forgotten)) if request.session_epoch else None
         outcomes = (yield from self.manager.fetch_steps(
             classic, replica_id=request.replica_id, max_wait_ms=0 if diskless else request.max_wait_ms,
             min_bytes=request.min_bytes, max_bytes=request.max_bytes, peer=peer,
-            isolation_level=request.isolation_level, on_cancel=on_cancel)) if classic else []
+            isolation_level=request.isolation_level, on_cancel=on_cancel,
+            session=session)) if classic or session is not None else []
         if diskless:
             cancelled = threading.Event()
             on_cancel(cancelled.set)

@@ -53,6 +53,8 @@ def test_a_fetcher_that_fails_asks_for_a_reconcile_and_the_next_sync_replaces_it
     manager.sync()  # what the reconcile it asked for runs
     second = manager.running()[0]
     assert second is not first
+    wait_until(lambda: len(calls) >= 2, what="the new fetcher's first round")
+    registry.version += 1  # the followed set may have changed: the next round lists it again
     wait_until(lambda: len(calls) >= 3, what="the new fetcher's rounds")  # no leader address: it pauses and looks again
     assert not second.finished
 
