@@ -3,6 +3,8 @@ every ISR member (election picks from the ISR, so a replica leaves it before it 
 
 from __future__ import annotations
 
+from lowtide.clock import now_ms
+
 ALL_LIVE = frozenset({0, 1, 2})
 
 
@@ -62,3 +64,20 @@ def test_a_live_follower_not_heard_from_since_the_leadership_began_makes_it_minu
 
 def test_a_replica_that_is_not_the_leader_reports_no_low_watermark(replicas):
     assert replicas.follower(1).low_watermark(ALL_LIVE) == -1
+
+
+def test_a_caught_up_follower_seen_in_a_recent_session_round_stays_in_the_isr_and_a_behind_one_leaves(replicas):
+    leader = replicas.leader
+    for f in leader.followers.values():
+        f.last_caught_up_ms = 1  # long ago: no fetch listed these partitions since
+    recent = {1: now_ms(), 2: now_ms()}
+    seen = lambda replica, key: recent[replica] if key == (replicas.topic.name, 0) else 0  # noqa: E731
+    assert leader.isr_shrink_candidate(lag_time_max_ms=1000, seen_ms=seen) is None
+    replicas.produce(5)  # the leader moves on; follower 2's last told position is behind it now
+    replicas.replicate(1)
+    for f in leader.followers.values():
+        f.last_caught_up_ms = 1
+    assert leader.isr_shrink_candidate(lag_time_max_ms=1000, seen_ms=seen) == {0, 1}
+    for f in leader.followers.values():
+        f.last_caught_up_ms = 1
+    assert leader.isr_shrink_candidate(lag_time_max_ms=1000) == {0}, "without sessions both lag"
