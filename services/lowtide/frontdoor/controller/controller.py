@@ -22,9 +22,9 @@ Every write is a compare-and-set on the partition epoch, which publishes on the 
 the replicas react; losing a race to a leader's own ISR change simply re-evaluates next round.
 
 Each round also finishes partition reassignments whose adding replicas have joined the ISR
-(``frontdoor/reassignments.py:complete_reassignments``, KIP-455).
+(``frontdoor/controller/reassignments.py:complete_reassignments``, KIP-455).
 
-With a ``LeaderBalancer`` (frontdoor/elections.py) the controller also moves leadership back to
+With a ``LeaderBalancer`` (frontdoor/controller/elections.py) the controller also moves leadership back to
 preferred replicas every ``check_interval_s`` (Kafka's auto.leader.rebalance.enable).
 """
 

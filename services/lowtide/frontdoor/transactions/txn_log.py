@@ -119,7 +119,7 @@ class TxnStateLog:
         self._folds: dict[int, _Fold] = {}
         self._num_partitions: int | None = None
 
-    # -- the store interface (frontdoor/transactions.py) ---------------------------------------
+    # -- the store interface (frontdoor/transactions/transactions.py) --------------------------
     def load(self, transactional_id: str) -> TxnState | None:
         partition = self._partition(transactional_id, create=False)
         if partition is None:
