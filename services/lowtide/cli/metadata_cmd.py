@@ -17,7 +17,7 @@ import argparse
 
 from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import emit, progress
-from lowtide.frontdoor.producer_ids import raise_floor
+from lowtide.frontdoor.transactions.producer_ids import raise_floor
 from lowtide.metadata.legacy_redis import read_legacy_metadata
 from lowtide.metadata.store import MetadataStore, import_cluster
 

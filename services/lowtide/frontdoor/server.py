@@ -30,29 +30,29 @@ from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap, join_cluster
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag
 from lowtide.diskless.topics import ShardDirectory
-from lowtide.frontdoor.acls import AclAdmin
-from lowtide.frontdoor.admin import TopicAdmin
-from lowtide.frontdoor.config_admin import TopicConfigAdmin
-from lowtide.frontdoor.controller import Controller, ControllerConfig
-from lowtide.frontdoor.delete_records import RecordsDeleter
-from lowtide.frontdoor.diskless import DisklessTopicAdmin
-from lowtide.frontdoor.elections import BalanceConfig, LeaderBalancer, LeaderElections
-from lowtide.frontdoor.groups import GroupCoordinator, GroupStore
-from lowtide.frontdoor.membership import GroupMembership, MembershipConfig
+from lowtide.frontdoor.admin.acls import AclAdmin
+from lowtide.frontdoor.admin.admin import TopicAdmin
+from lowtide.frontdoor.admin.config_admin import TopicConfigAdmin
+from lowtide.frontdoor.admin.delete_records import RecordsDeleter
+from lowtide.frontdoor.admin.diskless import DisklessTopicAdmin
+from lowtide.frontdoor.admin.partitions import PartitionCreator
+from lowtide.frontdoor.admin.scram import ScramAdmin
+from lowtide.frontdoor.controller.controller import Controller, ControllerConfig
+from lowtide.frontdoor.controller.elections import BalanceConfig, LeaderBalancer, LeaderElections
+from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.groups import GroupCoordinator, GroupStore
+from lowtide.frontdoor.groups.membership import GroupMembership, MembershipConfig
+from lowtide.frontdoor.groups.offsets_migration import migrate_legacy_offsets
+from lowtide.frontdoor.groups.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.metrics import ClusterCollector
-from lowtide.frontdoor.offsets_migration import migrate_legacy_offsets
-from lowtide.frontdoor.offsets_topic import DEFAULT_OFFSETS_TOPIC_PARTITIONS, OffsetsTopic, OffsetsTopicConfig
-from lowtide.frontdoor.partitions import PartitionCreator
-from lowtide.frontdoor.reassignments import PartitionReassigner
 from lowtide.frontdoor.scanner_proxy import add_scanner_proxy
-from lowtide.frontdoor.scram import ScramAdmin
 from lowtide.frontdoor.servicer import AdminServicer, FrontDoor
-from lowtide.frontdoor.transactions import (
+from lowtide.frontdoor.transactions.transactions import (
     DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
     TransactionCoordinator,
     TxnStateStore,
 )
-from lowtide.frontdoor.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
+from lowtide.frontdoor.transactions.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
 from lowtide.kafka.services import InProcess
@@ -83,12 +83,12 @@ class FrontDoorConfig:
     # offsets.topic.num.partitions); an existing topic keeps its own count.
     offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
     # Consumer group membership (JoinGroup...): session timeout bounds, initial rebalance delay,
-    # group size limit (Kafka's group.* broker settings; frontdoor/membership.py).
+    # group size limit (Kafka's group.* broker settings; frontdoor/groups/membership.py).
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     # Partitions of __transaction_state when this front door creates it (Kafka's
     # transaction.state.log.num.partitions); an existing topic keeps its own count.
     txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
-    # Kafka's transactional.id.expiration.ms (frontdoor/transactions.py).
+    # Kafka's transactional.id.expiration.ms (frontdoor/transactions/transactions.py).
     transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
     # Mutual TLS: callers' principals from their client certificates (tls/principal.py); the
     # front door's own identity is then its certificate, not token_file.
@@ -155,11 +155,11 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                            config=OffsetsTopicConfig(partitions=config.offsets_topic_partitions))
     offsets.run_after_load(lambda: migrate_legacy_offsets(redis=redis, topic=offsets))
     # Transaction states in __transaction_state, producer ids in blocks from the metadata store
-    # (frontdoor/txn_log.py, frontdoor/producer_ids.py): nothing of transactions is in Redis.
+    # (frontdoor/transactions/txn_log.py, frontdoor/transactions/producer_ids.py): nothing of transactions is in Redis.
     txn_states = TxnStateLog(store=store, replicas=replicas, topics=topics,
                              config=TxnLogConfig(partitions=config.txn_state_partitions),
                              migrate_from=TxnStateStore(metadata=store))
-    # Group membership lives in this process's memory (frontdoor/membership.py says what follows).
+    # Group membership lives in this process's memory (frontdoor/groups/membership.py says what follows).
     members = GroupMembership(authorizer=authorizer, config=config.membership)
     front = FrontDoor(
         authenticator=authenticator,
@@ -181,7 +181,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         reassigner=PartitionReassigner(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
-    front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions.py)
+    front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions/transactions.py)
     offsets.start()
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets,
                           cache=cache)

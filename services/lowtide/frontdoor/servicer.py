@@ -13,17 +13,17 @@ import grpc
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL, Authorizer
 from lowtide.auth.tokens import Authenticator
 from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator
-from lowtide.frontdoor.acls import AclAdmin
-from lowtide.frontdoor.admin import TopicAdmin
-from lowtide.frontdoor.config_admin import TopicConfigAdmin
-from lowtide.frontdoor.delete_records import RecordsDeleter
-from lowtide.frontdoor.elections import ElectionType, LeaderElections
-from lowtide.frontdoor.groups import GroupCoordinator
-from lowtide.frontdoor.membership import GroupMembership
-from lowtide.frontdoor.partitions import PartitionCreator
-from lowtide.frontdoor.reassignments import PartitionReassigner
-from lowtide.frontdoor.scram import ScramAdmin
-from lowtide.frontdoor.transactions import TransactionCoordinator
+from lowtide.frontdoor.admin.acls import AclAdmin
+from lowtide.frontdoor.admin.admin import TopicAdmin
+from lowtide.frontdoor.admin.config_admin import TopicConfigAdmin
+from lowtide.frontdoor.admin.delete_records import RecordsDeleter
+from lowtide.frontdoor.admin.partitions import PartitionCreator
+from lowtide.frontdoor.admin.scram import ScramAdmin
+from lowtide.frontdoor.controller.elections import ElectionType, LeaderElections
+from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.groups import GroupCoordinator
+from lowtide.frontdoor.groups.membership import GroupMembership
+from lowtide.frontdoor.transactions.transactions import TransactionCoordinator
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import (
     CommittedOffset,
@@ -289,7 +289,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             admin_pb2.OffsetCommitResult(topic=o.topic, partition=o.partition, error_code=_code(o.error)[0],
                                          error_message=_code(o.error)[1]) for o in outcomes])
 
-    # -- group membership (frontdoor/membership.py): Kafka answers errors, so do these ------------
+    # -- group membership (frontdoor/groups/membership.py): Kafka answers errors, so do these -----
     def _members(self) -> GroupMembership:
         if self._front.members is None:
             raise NotCoordinator("this front door does not coordinate group membership")
@@ -378,7 +378,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                                filters=[filter_from_proto(f) for f in request.filters])
         return admin_pb2.DeleteAclsResponse(deleted=[binding_to_proto(b) for b in deleted])
 
-    # -- transactions (frontdoor/transactions.py) ----------------------------------------------
+    # -- transactions (frontdoor/transactions/transactions.py) ---------------------------------
     def InitProducerId(self, request, context):  # noqa: N802
         try:
             pid, epoch = self._front.transactions.init_producer_id(
@@ -465,7 +465,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return admin_pb2.WhoAmIResponse(principal=self._principal(context),
                                         authorization_enabled=self._front.authorizer.enabled)
 
-    # -- SCRAM credentials (frontdoor/scram.py) ------------------------------------------------
+    # -- SCRAM credentials (frontdoor/admin/scram.py) ------------------------------------------
     def _scram(self) -> ScramAdmin:
         if self._front.scram is None:
             raise InvalidRequest("this front door keeps no SCRAM credentials")

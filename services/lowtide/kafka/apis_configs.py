@@ -17,7 +17,7 @@ when set on that broker, DYNAMIC_DEFAULT_BROKER_CONFIG when set cluster-wide, el
 accept SET/DELETE of the throttle rates, and DELETE of
 ``replica.alter.log.dirs.io.max.bytes.per.second`` as a no-op (``kafka-reassign-partitions
 --verify`` clears all three), through the front door's Admin.AlterConfigs with the resource named
-``broker:<id>`` (``frontdoor/config_admin.py``: ALTER_CONFIGS on the CLUSTER); any other broker
+``broker:<id>`` (``frontdoor/admin/config_admin.py``: ALTER_CONFIGS on the CLUSTER); any other broker
 key is POLICY_VIOLATION naming what to change instead. Other resource types (loggers, groups,
 client metrics) are INVALID_REQUEST.
 """

@@ -3,16 +3,16 @@ AlterPartitionReassignments (45), ListPartitionReassignments (46).
 
 ``kafka-topics --alter --partitions N`` (and AdminClient.createPartitions) send CreatePartitions
 to the controller, which is any broker here: the request becomes the front door's
-Admin.CreatePartitions (frontdoor/partitions.py), with the same checks and Kafka's messages.
+Admin.CreatePartitions (frontdoor/admin/partitions.py), with the same checks and Kafka's messages.
 A null ``assignments`` is Kafka's "place them for me".
 
 ``kafka-leader-election`` sends ElectLeaders: the front door's Admin.ElectLeaders
-(frontdoor/elections.py). A null partition list is "all partitions"; a whole-call refusal
+(frontdoor/controller/elections.py). A null partition list is "all partitions"; a whole-call refusal
 (CLUSTER_AUTHORIZATION_FAILED) is the top-level error of v1+ and every asked partition's error in v0.
 
 ``kafka-reassign-partitions`` sends AlterPartitionReassignments (null replicas: cancel that
 partition's move) and ListPartitionReassignments (null topics: every move): the front door's
-Admin RPCs of the same names (frontdoor/reassignments.py). Both have a top-level error in every
+Admin RPCs of the same names (frontdoor/controller/reassignments.py). Both have a top-level error in every
 version, so a whole-call refusal (CLUSTER_AUTHORIZATION_FAILED: ALTER / DESCRIBE on the CLUSTER)
 goes there with no per-partition answers, as Kafka's ``getErrorResponse`` does.
 """

@@ -6,8 +6,8 @@ converts them to and from protos/lowtide/v1/admin.proto. The answers the Python 
 the service live here too (``GroupListing``), as do the ones shared with the Replica service
 (``lowtide.messages.replica``: ``PartitionOffset`` for ListOffsets, ``DeleteRecordsResult``).
 
-Not here, with a reason: the Metadata views (``frontdoor.admin.ClusterView``) carry the metadata
-store's own records (``lowtide.metadata.model``), a layer above this one; ``frontdoor.scram.
+Not here, with a reason: the Metadata views (``frontdoor.admin.admin.ClusterView``) carry the metadata
+store's own records (``lowtide.metadata.model``), a layer above this one; ``frontdoor.admin.scram.
 UserCredentials`` carries ``auth.scram_store.CredentialInfo`` likewise. The Python client's
 results that differ in shape from the service's (``lowtide.client.admin``: ``CommittedOffset``
 keyed by partition, ``GroupOffsets``, ``JoinGroupResult``, ...) are the client's public API.

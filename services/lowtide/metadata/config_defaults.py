@@ -18,7 +18,7 @@ from lowtide.messages.admin import BROKER_RESOURCE_PREFIX
 LONG_MAX = str(2**63 - 1)
 
 # Topic key -> its default.
-# KIP-1150's / Inkless's creation-time switch for a diskless topic (frontdoor/topic_config.py).
+# KIP-1150's / Inkless's creation-time switch for a diskless topic (frontdoor/admin/topic_config.py).
 DISKLESS_ENABLE = "diskless.enable"
 
 TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {
@@ -80,7 +80,7 @@ BROKER_SYNONYMS: Mapping[str, str] = {
 }
 
 # What CreateTopics gets for -1 partitions, and the cap of its default replication factor, which
-# is min(this, live brokers) (frontdoor/admin.py).
+# is min(this, live brokers) (frontdoor/admin/admin.py).
 DEFAULT_NUM_PARTITIONS = 1
 DEFAULT_MAX_REPLICATION_FACTOR = 3
 

@@ -160,7 +160,7 @@ NO_REPLICAS = ThrottledReplicas()
 
 def parse_throttled_replicas(value: str) -> ThrottledReplicas:
     """``*`` -> every replica; ``0:1,0:2`` -> those (partition, broker) pairs; empty -> none.
-    The front door validates the value (``frontdoor/topic_config.py``); an entry that is not a
+    The front door validates the value (``frontdoor/admin/topic_config.py``); an entry that is not a
     pair of numbers (a config written by hand) is skipped rather than failing the replica."""
     entries = [e.strip() for e in value.split(",") if e.strip()]
     if "*" in entries:

@@ -9,7 +9,7 @@ import pytest
 import redis as redis_lib
 
 from lowtide.common.procs import start_etcd
-from lowtide.frontdoor.producer_ids import ProducerIdBlocks
+from lowtide.frontdoor.transactions.producer_ids import ProducerIdBlocks
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
 from lowtide.metadata.store import MetadataStore
 from tests.integration.support import lowtide_cli

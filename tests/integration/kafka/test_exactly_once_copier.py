@@ -34,7 +34,7 @@ import pytest
 
 from lowtide.client import Admin, Consumer, Producer
 from lowtide.client.admin import OffsetSpec
-from lowtide.frontdoor.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
+from lowtide.frontdoor.transactions.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
 from lowtide.groups import OFFSETS_TOPIC, partition_for_group
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition

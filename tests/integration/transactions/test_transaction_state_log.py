@@ -1,4 +1,4 @@
-"""Transaction states in ``__transaction_state`` (frontdoor/txn_log.py) on a real 3-replica cluster:
+"""Transaction states in ``__transaction_state`` (frontdoor/transactions/txn_log.py) on a real 3-replica cluster:
 two stores stand for two front doors; the compare-and-set between them, the states read back by a
 store that starts later, the move of states kept in the metadata store, a kill -9 of the
 partition's leader, and a commit left half-way by a front door that died, completed once."""
@@ -17,8 +17,8 @@ from lowtide.auth.store import AclStore
 from lowtide.client import Consumer, Producer
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.frontdoor.admin import TopicAdmin
-from lowtide.frontdoor.transactions import (
+from lowtide.frontdoor.admin.admin import TopicAdmin
+from lowtide.frontdoor.transactions.transactions import (
     ABANDONED_PREPARE_MS,
     COMPLETE_COMMIT,
     EMPTY,
@@ -28,8 +28,8 @@ from lowtide.frontdoor.transactions import (
     TxnState,
     TxnStateStore,
 )
-from lowtide.frontdoor.txn_log import TxnStateLog
-from lowtide.frontdoor.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
+from lowtide.frontdoor.transactions.txn_log import TxnStateLog
+from lowtide.frontdoor.transactions.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
 from tests.integration import support as s
 
 

@@ -12,9 +12,9 @@ from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.frontdoor.admin import TopicAdmin
-from lowtide.frontdoor.transactions import COMPLETE_COMMIT, EMPTY, ONGOING, TransactionCoordinator
-from lowtide.frontdoor.txn_log import TxnStateLog
+from lowtide.frontdoor.admin.admin import TopicAdmin
+from lowtide.frontdoor.transactions.transactions import COMPLETE_COMMIT, EMPTY, ONGOING, TransactionCoordinator
+from lowtide.frontdoor.transactions.txn_log import TxnStateLog
 from lowtide.groups import OFFSETS_TOPIC
 from lowtide_pb import admin_pb2, common_pb2, transactions_pb2
 from tests.integration import support as s
