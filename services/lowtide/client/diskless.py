@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from lowtide.client.framed import ListenerCaller, ListenerUnreachable
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, UnknownServerError, error_or_none
 from lowtide.messages.commit_wire import pack_batches, unpack_results
 from lowtide.messages.coordinator import BatchToCommit, CommitResult, FoundBatch, FoundPartition, PartitionAnswer
 from lowtide.rpc.channels import ChannelPool, PooledClient, call
+from lowtide.rpc.framed.callers import ListenerCaller, ListenerUnreachable
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
 

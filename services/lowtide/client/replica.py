@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -37,18 +37,15 @@ from lowtide.messages.replica import (
     TxnMarkerResult,
 )
 from lowtide.rpc.channels import PooledClient, call
-from lowtide.rpc.messages import delete_results_from_proto
+from lowtide.rpc.messages import (
+    delete_results_from_proto,
+    epoch_or_none,
+    fetch_request,
+    fetched_from_proto,
+    parse_fetch_response,
+)
 from lowtide.rpc.status import error_from_rpc
-from lowtide.rpc.wire import split_bytes_field
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
-
-if TYPE_CHECKING:
-    from lowtide.client.framed import SocketReplicationStream
-
-
-def _epoch_or_none(epoch: int) -> int | None:
-    # proto3 ``optional``: None leaves the field unset, which the server reads as "unchecked".
-    return epoch if epoch >= 0 else None
 
 
 class ReplicaClient(PooledClient):
@@ -76,7 +73,7 @@ class ReplicaClient(PooledClient):
         expected = expected_end_offsets or {}
         request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
             replica_pb2.ProducePartition(topic=t, partition=p, records=records,
-                                         current_leader_epoch=_epoch_or_none(epochs.get((t, p), -1)),
+                                         current_leader_epoch=epoch_or_none(epochs.get((t, p), -1)),
                                          expected_log_end_offset=expected.get((t, p)))
             for t, p, records in partitions], coordinator_append=coordinator_append)
         response = call(self._stub(address).Produce, request, metadata=self.metadata, timeout=deadline_s)
@@ -91,29 +88,21 @@ class ReplicaClient(PooledClient):
               session: FetchSessionRound | None = None) -> list[FetchedPartition]:
         """One (long-polled) Fetch; ``replica_id`` >= 0 marks a follower's fetch, which may be a
         round of a fetch ``session`` (KIP-227)."""
-        request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        request = fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                  max_bytes=max_bytes, session=session)
         request.isolation_level = isolation_level
-        return _fetched(call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s))
+        return fetched_from_proto(call(self._stub(address).Fetch, request, metadata=self.metadata, timeout=deadline_s))
 
     def open_replication(self, address: str) -> ReplicationStream:
         """A follower's Replicate stream to the leader at ``address`` (see ``ReplicationStream``)."""
         return ReplicationStream(self.channels.stub(address, _ReplicationStub).Replicate, metadata=self.metadata)
-
-    def open_replication_socket(self, address: str, *, connect_timeout_s: float = 5.0) -> SocketReplicationStream:
-        """A follower's connection to the leader's replication listener at ``address``
-        (lowtide.rpc.framed_listener): ``ReplicationStream``'s contract without gRPC."""
-        from lowtide.client.framed import SocketReplicationStream  # servers only: not loaded with the client
-
-        return SocketReplicationStream(address, tls=self.channels.tls, metadata=self.metadata,
-                                       connect_timeout_s=connect_timeout_s)
 
     def offset_for_leader_epoch(self, address: str, queries: Iterable[EpochQuery], *, replica_id: int = -1,
                                 timeout_s: float) -> list[EpochEndOffset]:
         """KIP-101/KIP-279: where each queried leader epoch ends on the leader at ``address``."""
         request = replica_pb2.OffsetForLeaderEpochRequest(replica_id=replica_id, partitions=[
             replica_pb2.EpochQuery(topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch,
-                                   current_leader_epoch=_epoch_or_none(q.current_leader_epoch))
+                                   current_leader_epoch=epoch_or_none(q.current_leader_epoch))
             for q in queries])
         response = call(self._stub(address).OffsetForLeaderEpoch, request, metadata=self.metadata,
                         timeout=timeout_s)
@@ -130,7 +119,7 @@ class ReplicaClient(PooledClient):
         epochs = leader_epochs or {}
         request = common_pb2.ListOffsetsRequest(isolation_level=isolation_level, partitions=[
             common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=ts,
-                                            current_leader_epoch=_epoch_or_none(epochs.get((t, p), -1)))
+                                            current_leader_epoch=epoch_or_none(epochs.get((t, p), -1)))
             for t, p, ts in queries])
         response = call(self._stub(address).ListOffsets, request, metadata=self.metadata, timeout=timeout_s)
         return [PartitionOffset(topic=r.topic, partition=r.partition, offset=r.offset, timestamp=r.timestamp,
@@ -174,45 +163,6 @@ class ReplicaClient(PooledClient):
             dir=i.dir) for i in response.logs])
 
 
-def _fetch_request(positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-                   max_bytes: int, session: FetchSessionRound | None = None) -> replica_pb2.FetchRequest:
-    request = replica_pb2.FetchRequest(
-        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        partitions=[replica_pb2.FetchPartition(
-            topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
-            log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes,
-            current_leader_epoch=_epoch_or_none(p.current_leader_epoch)) for p in positions])
-    if session is not None:
-        request.session_id, request.session_epoch = session.session_id, session.epoch
-        request.forgotten.extend(common_pb2.TopicPartition(topic=t, partition=p) for t, p in session.forgotten)
-    return request
-
-
-def _fetched(response: replica_pb2.FetchResponse,
-             records: Sequence[bytes | memoryview] | None = None) -> list[FetchedPartition]:
-    """``records``: each partition's batches when they were lifted out of the message
-    (``_parse_fetch_response``), else they are read from it."""
-    return [FetchedPartition(topic=r.topic, partition=r.partition, error=error_or_none(r.error_code, r.error_message),
-                             high_watermark=r.high_watermark, log_start_offset=r.log_start_offset,
-                             log_end_offset=r.log_end_offset, leader_epoch=r.leader_epoch,
-                             records=r.records if records is None else records[i],
-                             last_stable_offset=r.last_stable_offset,
-                             aborted_transactions=tuple((a.producer_id, a.first_offset)
-                                                        for a in r.aborted_transactions))
-            for i, r in enumerate(response.partitions)]
-
-
-_FETCH_PARTITIONS = replica_pb2.FetchResponse.DESCRIPTOR.fields_by_name["partitions"].number
-_FETCH_RECORDS = replica_pb2.FetchResult.DESCRIPTOR.fields_by_name["records"].number
-
-
-def _parse_fetch_response(raw: bytes) -> list[FetchedPartition]:
-    """A FetchResponse off the wire, each partition's records a view of ``raw`` (no copy:
-    ``lowtide.rpc.wire``); upb parses only the rest."""
-    stripped, records = split_bytes_field(raw, repeated_field=_FETCH_PARTITIONS, bytes_field=_FETCH_RECORDS)
-    return _fetched(replica_pb2.FetchResponse.FromString(stripped), records)
-
-
 class _ReplicationStub:
     """``Replica.Replicate`` answered as ``FetchedPartition`` lists whose records are views of the
     received message: a follower writes them to its log without copying them first."""
@@ -220,7 +170,7 @@ class _ReplicationStub:
     def __init__(self, channel: grpc.Channel) -> None:
         self.Replicate = channel.stream_stream(
             "/lowtide.v1.Replica/Replicate", request_serializer=replica_pb2.FetchRequest.SerializeToString,
-            response_deserializer=_parse_fetch_response, _registered_method=True)
+            response_deserializer=parse_fetch_response, _registered_method=True)
 
 
 _END_OF_STREAM = object()
@@ -249,10 +199,10 @@ class ReplicationStream:
               max_bytes: int = 0, session: FetchSessionRound | None = None) -> list[FetchedPartition]:
         if self.finished:
             raise NetworkException("the replication stream is finished; open a new one")
-        self._requests.put(_fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms,
+        self._requests.put(fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms,
                                           min_bytes=min_bytes, max_bytes=max_bytes, session=session))
         try:
-            return next(self._responses)  # already FetchedPartitions (_parse_fetch_response)
+            return next(self._responses)  # already FetchedPartitions (parse_fetch_response)
         except StopIteration:
             self.finished = True
             raise NetworkException("the leader ended the replication stream") from None

@@ -29,7 +29,7 @@ from prometheus_client import start_http_server
 from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.purgatory.connection import RedisError
 from lowtide.rpc.channels import CHANNEL_OPTIONS
-from lowtide.rpc.framed_listener import FramedListener
+from lowtide.rpc.framed.listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide.tls.config import ServerTls, add_tls_flags

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from lowtide.client.framed import ListenerProducer, ListenerUnreachable
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     LeaderNotAvailable,
@@ -51,6 +50,7 @@ from lowtide.errors import (
 from lowtide.messages.replica import FetchPosition, ProducedPartition
 from lowtide.metadata.store import MetadataStore, assign_replicas
 from lowtide.record import decode_batches
+from lowtide.rpc.framed.callers import ListenerProducer, ListenerUnreachable
 from lowtide.rpc.steps import Blocking, Sleep, Steps, run_blocking
 
 log = logging.getLogger(__name__)

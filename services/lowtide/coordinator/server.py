@@ -36,7 +36,6 @@ import grpc
 from prometheus_client import REGISTRY
 
 from lowtide.client.diskless_files import describe_files
-from lowtide.client.framed import ListenerProducer
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import (
@@ -62,7 +61,8 @@ from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.store import MetadataStore
 from lowtide.objectstore import open_object_store
 from lowtide.rpc.channels import ChannelPool, call
-from lowtide.rpc.framed_listener import FramedListener
+from lowtide.rpc.framed.callers import ListenerProducer
+from lowtide.rpc.framed.listener import FramedListener
 from lowtide.rpc.interceptor import ErrorInterceptor
 from lowtide.rpc.metrics import MetricsInterceptor
 from lowtide_pb import coordinator_pb2, coordinator_pb2_grpc

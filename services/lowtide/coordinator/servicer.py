@@ -18,7 +18,8 @@ from lowtide.coordinator.service import ShardService
 from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
 from lowtide.messages.commit_wire import pack_results, unpack_batches
-from lowtide.rpc.framed import CALL, decode_call
+from lowtide.rpc.framed.codec import CALL
+from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.steps import Steps
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc
@@ -95,8 +96,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
         return commit_file_reply(resp, packed=bool(request.packed_batches))
 
     def open_framed_session(self, principal: str, peer: str) -> _FramedSession:
-        """A framed listener connection's calls (lowtide.rpc.framed_listener), from ``principal``."""
-        return _FramedSession(self, principal)
+        """A framed listener connection's calls (lowtide.rpc.framed.listener), from ``principal``."""
+        return _FramedSession(self, principal, peer)
 
     def DeleteRecords(self, request, context):
         self._authorize(context)
@@ -220,37 +221,33 @@ def commit_file_reply(resp: m.CommitFileResponse, *, packed: bool) -> pb.Diskles
     return reply
 
 
-class _FramedSession:
-    """A framed listener connection's CALL frames (rpc/framed_listener.py), each checked and
+class _FramedSession(FrameDispatcher):
+    """A framed listener connection's CALL frames (lowtide.rpc.framed.listener), each checked and
     answered exactly as its gRPC method: only ``CommitFile``, a broker's call on every file
     (docs/design/diskless.md#cost-per-commit). The call is queued for the shard's writer and its
     outcome waited for on the listener's loop (pipeline.WaiterWait), no thread parked meanwhile.
-    Thread-safety: the listener's loop only."""
+    A commit is not abandoned with its caller (``cancel`` does nothing): once submitted it is
+    decided and logged. Thread-safety: the listener's loop only."""
 
-    def __init__(self, servicer: CoordinatorServicer, principal: str) -> None:
-        self.servicer, self.principal = servicer, principal
+    UNSERVED_KIND = f"a coordinator shard's framed listener serves CALL frames ({CALL}), got kind {{kind}}"
+
+    def __init__(self, servicer: CoordinatorServicer, principal: str, peer: str) -> None:
+        super().__init__(principal, peer)
+        self.servicer = servicer
 
     def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
         try:
-            answer = yield from self._answer_steps(kind, payload)
+            answer = yield from super().handle_steps(kind, payload)
         except LowtideError as exc:
             self.servicer.count_commit("framed", exc.name)
             raise
         self.servicer.count_commit("framed", "NONE")
         return answer
 
-    def _answer_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        if kind != CALL:
-            raise InvalidRequest(f"a coordinator shard's framed listener serves CALL frames ({CALL}), got kind {kind}")
-        method, body = decode_call(payload)
-        if method != "CommitFile":
-            raise InvalidRequest(f"{method} is not served on the framed listener; call it over gRPC")
+    def _commit_file_steps(self, body: bytes) -> Steps[bytes]:
         servicer = self.servicer
         servicer.access.require_cluster(self.principal, AclOperation.CLUSTER_ACTION)
-        try:
-            request = pb.DisklessCommitFileRequest.FromString(body)
-        except Exception as exc:  # upb's DecodeError: refused as the gRPC port would
-            raise InvalidRequest(f"malformed DisklessCommitFileRequest: {exc}") from None
+        request = parse_request(pb.DisklessCommitFileRequest.FromString, body, "DisklessCommitFileRequest")
         started = time.perf_counter()
         req = commit_file_request(request)
         waiter = servicer.shard.submit(lambda core: core.commit_file(req))
@@ -260,8 +257,5 @@ class _FramedSession:
         servicer.observe_commit(time.perf_counter() - started)
         return commit_file_reply(resp, packed=bool(request.packed_batches)).SerializeToString()
 
-    def cancel(self) -> None:
-        pass  # a commit is not abandoned with its caller: once submitted it is decided and logged
-
-    def close(self) -> None:
-        pass
+    FRAMES = {CALL: FrameDispatcher.call_steps}
+    CALLS = {"CommitFile": _commit_file_steps}

@@ -3,7 +3,7 @@ that leader in one long-polled Fetch (Kafka's ReplicaFetcherThread). Each runs o
 Kafka listener loop when it has one (``Fetcher`` says why), else on a thread of its own.
 
 Transport: by default (``transport="socket"``) every round travels on one long-lived connection
-to the leader's replication listener (lowtide.rpc.framed_listener: the same request and
+to the leader's replication listener (lowtide.rpc.framed.listener: the same request and
 answer as a Fetch, framed on a TCP or TLS socket, no gRPC), or, when the leader advertises no
 replication port, on one long-lived ``Replicate`` stream per follower-leader pair (``"stream"``
 always uses the stream); ``transport="fetch"`` uses a unary Fetch per round. A stream has no deadline of its own, so a
@@ -33,7 +33,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from lowtide.client.framed import LoopFramedConnection, SocketReplicationStream
 from lowtide.client.replica import ReplicaClient, ReplicationStream
 from lowtide.errors import (
     FetchSessionIdNotFound,
@@ -52,6 +51,8 @@ from lowtide.replica.quota import FOLLOWER as FOLLOWER_DIRECTION
 from lowtide.replica.quota import MIN_WAIT_S, ReplicationQuotas
 from lowtide.replica.registry import PartitionRegistry
 from lowtide.rpc.channels import ChannelPool
+from lowtide.rpc.framed.callers import SocketReplicationStream
+from lowtide.rpc.framed.connection import LoopFramedConnection
 from lowtide.rpc.steps import Blocking, Steps, drive_on_loop, run_blocking
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,9 @@ class Fetcher:
             self._close_stream()
             if address == self._replication_address:
                 try:
-                    stream = self._stream = self.client.open_replication_socket(address)
+                    stream = self._stream = SocketReplicationStream(
+                        address, tls=self.client.channels.tls, metadata=self.client.metadata,
+                        connect_timeout_s=CONNECT_TIMEOUT_S)
                 except NetworkException:
                     self._listener_unreachable(address)
                     raise

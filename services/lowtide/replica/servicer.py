@@ -27,7 +27,8 @@ from lowtide.replica.metrics import (
 )
 from lowtide.replica.partition import LEADER
 from lowtide.replica.registration import parse_produce_request
-from lowtide.rpc.framed import PRODUCE, REQUEST
+from lowtide.rpc.framed.codec import PRODUCE, REQUEST
+from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide.rpc.steps import Blocking, Steps, run_blocking
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
@@ -266,7 +267,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                 REPLICATION_STREAMS.labels(str(follower)).dec()
 
     def open_framed_session(self, principal: str, peer: str) -> _FramedSession:
-        """The requests of one replication listener connection (lowtide.rpc.framed_listener)."""
+        """The requests of one replication listener connection (lowtide.rpc.framed.listener)."""
         return _FramedSession(self, principal, peer)
 
     @property
@@ -447,32 +448,27 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return replica_pb2.DescribeLogsResponse(replica_id=self.manager.broker_id, logs=logs)
 
 
-class _FramedSession:
-    """A replication listener connection's requests (lowtide.rpc.framed_listener), each checked
+class _FramedSession(FrameDispatcher):
+    """A replication listener connection's requests (lowtide.rpc.framed.listener), each checked
     and answered exactly as its gRPC method: REQUEST a round of ``Replicate`` (follower fetches
-    only), PRODUCE a ``Produce``. Thread-safety: the listener's loop only."""
+    only), PRODUCE a ``Produce``; the listener and ``FrameDispatcher`` do the rest. Thread-safety:
+    the listener's loop only."""
+
+    UNSERVED_KIND = "a replica's replication listener serves no frame of kind {kind} (a CALL is a coordinator shard's)"
 
     def __init__(self, servicer: ReplicaServicer, principal: str, peer: str) -> None:
-        self.servicer, self.principal, self.peer = servicer, principal, peer
+        super().__init__(principal, peer)
+        self.servicer = servicer
         self.follower = -1
         self._rounds = None  # the rounds counter's child for this follower
         self._gone = _StreamCancelHook()  # fired by the listener when the follower goes away
 
-    def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        """One frame's answer as steps (rpc/steps.py): the listener runs it on its event loop."""
-        if kind == PRODUCE:
-            try:
-                request = parse_produce_request(payload)
-            except Exception as exc:  # WireFormatError, upb's DecodeError: refused as the gRPC port would
-                raise InvalidRequest(f"malformed ProduceRequest: {exc}") from None
-            return (yield from self.servicer.produce_steps(request, self.principal)).SerializeToString()
-        if kind != REQUEST:
-            raise InvalidRequest(f"a replica's replication listener serves no frame of kind {kind} (a CALL is a "
-                                 "coordinator shard's)")
-        try:
-            fetch = replica_pb2.FetchRequest.FromString(payload)
-        except Exception as exc:
-            raise InvalidRequest(f"malformed FetchRequest: {exc}") from None
+    def _produce_steps(self, payload: bytes) -> Steps[bytes]:
+        request = parse_request(parse_produce_request, payload, "ProduceRequest")
+        return (yield from self.servicer.produce_steps(request, self.principal)).SerializeToString()
+
+    def _fetch_steps(self, payload: bytes) -> Steps[bytes]:
+        fetch = parse_request(replica_pb2.FetchRequest.FromString, payload, "FetchRequest")
         if fetch.replica_id < 0:
             raise InvalidRequest("the replication listener carries follower fetches: replica_id must be >= 0, "
                                  f"got {fetch.replica_id}; consumers use Fetch")
@@ -486,6 +482,8 @@ class _FramedSession:
                                                          on_cancel=self._gone.register)
         self._rounds.inc()
         return response.SerializeToString()
+
+    FRAMES = {PRODUCE: _produce_steps, REQUEST: _fetch_steps}
 
     def cancel(self) -> None:
         self._gone.fire()

@@ -10,10 +10,10 @@ import pytest
 
 from lowtide.auth.identity import bearer_metadata
 from lowtide.auth.tokens import add_token
-from lowtide.client.framed import ListenerCaller
 from lowtide.coordinator.leadership import read_shards
 from lowtide.errors import LowtideError
 from lowtide.localcluster import ClusterConfig
+from lowtide.rpc.framed.callers import ListenerCaller
 from lowtide_pb import coordinator_pb2 as pb
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.coordinator.dc import call_retrying, commit_request, kafka_name, new_topic_id, shard_stub

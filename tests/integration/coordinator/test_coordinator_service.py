@@ -15,7 +15,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client.diskless import DisklessCoordinatorClient
-from lowtide.client.framed import ListenerCaller
 from lowtide.common.procs import find_free_port
 from lowtide.coordinator.leadership import read_epoch, read_shards
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, encode_record
@@ -26,6 +25,7 @@ from lowtide.messages.commit_wire import pack_batches, unpack_results
 from lowtide.messages.coordinator import BatchToCommit
 from lowtide.objectstore import open_object_store
 from lowtide.record import encode_batch
+from lowtide.rpc.framed.callers import ListenerCaller
 from lowtide_pb import common_pb2, coordinator_pb2_grpc
 from lowtide_pb import coordinator_pb2 as pb
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster

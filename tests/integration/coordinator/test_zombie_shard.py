@@ -25,7 +25,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from lowtide.client.framed import ListenerCaller
 from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import ShardLease, read_epoch, read_shards, read_standbys
 from lowtide.coordinator.metadata_log import METADATA_TOPIC, MetadataLog
@@ -36,6 +35,7 @@ from lowtide.errors import CoordinatorLoadInProgress, NotCoordinator
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.metadata.store import MetadataStore
 from lowtide.rpc.channels import ChannelPool
+from lowtide.rpc.framed.callers import ListenerCaller
 from lowtide.rpc.steps import Blocking
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc

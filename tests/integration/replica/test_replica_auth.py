@@ -20,11 +20,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lowtide.auth.acl import AclBinding
 from lowtide.auth.tokens import add_token
 from lowtide.client import Admin, Producer
-from lowtide.client.replica import ReplicaClient
 from lowtide.errors import ClusterAuthorizationFailed, SaslAuthenticationFailed
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
+from lowtide.rpc.framed.callers import SocketReplicationStream
 from lowtide_pb import common_pb2, replica_pb2
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
@@ -223,7 +223,7 @@ def test_a_follower_fetch_is_accepted_only_from_the_broker_whose_replica_id_it_n
 
     def listen_as_follower(md):
         port = s.store(cluster).brokers()[leader].replication_port
-        stream = ReplicaClient(metadata=md).open_replication_socket(f"127.0.0.1:{port}")
+        stream = SocketReplicationStream(f"127.0.0.1:{port}", tls=None, metadata=md, connect_timeout_s=5)
         try:
             return stream.fetch([FetchPosition(topic="follow", partition=0, fetch_offset=10, log_start_offset=6)],
                                 replica_id=follower, max_wait_ms=0)

@@ -1,5 +1,5 @@
 """Replication's long-lived connections on real processes: followers replicate over one
-connection per leader, to its replication listener (issue 32; lowtide.rpc.framed_listener)
+connection per leader, to its replication listener (issue 32; lowtide.rpc.framed.listener)
 or on a gRPC Replicate stream (issue 11, ``--replication-transport stream``); a follower that dies
 mid-stream reconnects on a new connection, a leader change moves them to the new leader, and a
 stopped follower costs the leader no memory (a round carries only what the follower asked for, so
@@ -18,13 +18,13 @@ import socket
 import grpc
 import pytest
 
-from lowtide.client.framed import FramedConnection, ListenerProducer, ListenerUnreachable
-from lowtide.client.replica import ReplicaClient
 from lowtide.common.procs import find_free_port
 from lowtide.errors import InvalidRequest, OutOfOrderSequenceNumber
 from lowtide.messages.replica import FetchPosition
 from lowtide.record import encode_batch
-from lowtide.rpc.framed import ERROR, HELLO, PRODUCE, REQUEST, encode_frame, encode_hello
+from lowtide.rpc.framed.callers import ListenerProducer, ListenerUnreachable, SocketReplicationStream
+from lowtide.rpc.framed.codec import ERROR, HELLO, PRODUCE, REQUEST, encode_frame, encode_hello
+from lowtide.rpc.framed.connection import FramedConnection
 from lowtide_pb import replica_pb2
 from tests.bench.common import rss_bytes
 from tests.integration import support as s
@@ -72,7 +72,7 @@ def test_the_replication_listener_refuses_a_consumer_request_and_a_malformed_fra
     s.create_topic(cluster, "rs-listener-refusals", partitions=1, rf=3)
     leader = s.leader_of(cluster, "rs-listener-refusals")
     address = f"127.0.0.1:{s.store(cluster).brokers()[leader].replication_port}"
-    consumer = ReplicaClient().open_replication_socket(address)
+    consumer = SocketReplicationStream(address, tls=None, metadata=(), connect_timeout_s=5)
     with pytest.raises(InvalidRequest, match="replica_id must be >= 0"):
         consumer.fetch([FetchPosition(topic="rs-listener-refusals", partition=0, fetch_offset=0)], replica_id=-1,
                        max_wait_ms=0)

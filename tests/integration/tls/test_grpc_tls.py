@@ -23,14 +23,14 @@ from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lowtide.client import Admin, Consumer, Producer
-from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import read_shards
 from lowtide.errors import ClusterAuthorizationFailed, MetadataStoreUnavailable, NetworkException
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import FetchPosition
 from lowtide.metadata.etcd import EtcdClient
-from lowtide.rpc.channels import ChannelPool, open_channel
+from lowtide.rpc.channels import open_channel
+from lowtide.rpc.framed.callers import SocketReplicationStream
 from lowtide.tls.certs import CertificateAuthority
 from lowtide.tls.config import ClientTls
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc
@@ -194,7 +194,7 @@ def test_the_replication_listener_speaks_mutual_tls_and_knows_a_follower_by_its_
     position = [FetchPosition(topic="listener-identity", partition=0, fetch_offset=0)]
 
     def round_as(tls: ClientTls | None, replica_id: int):
-        stream = ReplicaClient(channels=ChannelPool(tls=tls or False)).open_replication_socket(address)
+        stream = SocketReplicationStream(address, tls=tls, metadata=(), connect_timeout_s=5)
         try:
             return stream.fetch(position, replica_id=replica_id, max_wait_ms=0)
         finally:

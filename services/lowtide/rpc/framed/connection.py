@@ -1,13 +1,12 @@
-"""Clients of a leader's replication listener (lowtide.rpc.framed_listener): the
-connection both use (``FramedConnection``), a follower's replication rounds
-(``SocketReplicationStream``; ``LoopFramedConnection`` on an event loop), a coordinator's
-appends to its metadata partition (``ListenerProducer``) and a broker's CommitFile calls to a
-coordinator shard's framed listener (``ListenerCaller``), without gRPC (lowtide.rpc.framed draws
-the frames).
+"""Connections to a framed listener (lowtide.rpc.framed.listener), the client half of the
+framed protocol (lowtide.rpc.framed.codec draws the frames): ``FramedConnection`` answers on the
+calling thread (blocking sockets), ``LoopFramedConnection`` on an event loop (steps,
+lowtide.rpc.steps), and ``ConnectionPool`` keeps both kinds per address for the callers that
+share them (lowtide.rpc.framed.callers).
 
-Why a coordinator appends here: each committed diskless file is one acks=all append to
-``__diskless_metadata-K``, and a unary gRPC Produce costs both ends about half a millisecond of
-CPU in grpcio's Python layer alone (docs/design/diskless.md#cost-per-commit).
+Every connection opens with a HELLO carrying the caller's metadata, then sends one request frame
+at a time and reads its answer: a RESPONSE's payload is returned, an ERROR frame raised as the
+error it carries (the listener then closes), anything else NETWORK_EXCEPTION.
 """
 
 from __future__ import annotations
@@ -18,32 +17,28 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lowtide.errors import LowtideError, NetworkException, RequestTimedOut, error_or_none
-from lowtide.messages import TopicPartition
-from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound, ProducedPartition
-from lowtide.rpc.framed import (
-    CALL,
+from lowtide.errors import LowtideError, NetworkException, RequestTimedOut
+from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound
+from lowtide.rpc.framed.codec import (
     ERROR,
     HEADER,
     HELLO,
-    PRODUCE,
     REQUEST,
     RESPONSE,
     FrameReader,
     check_header,
     decode_error,
-    encode_call,
     encode_frame,
     encode_hello,
     frame_header,
     write_frame,
 )
+from lowtide.rpc.messages import fetch_request, parse_fetch_response
 from lowtide.rpc.steps import Steps
 from lowtide.tls.config import ClientTls
-from lowtide_pb import replica_pb2
 
 
 class ListenerUnreachable(NetworkException):
@@ -127,34 +122,6 @@ class FramedConnection:
             self._sock.close()
         except OSError:
             pass
-
-
-class SocketReplicationStream:
-    """``ReplicationStream`` (lowtide.client.replica) over a leader's replication listener:
-    ``fetch`` sends one follower fetch and returns the leader's answer on the calling thread, no
-    thread hand-off. Errors and thread-safety: ``FramedConnection``'s."""
-
-    def __init__(self, address: str, *, tls: ClientTls | None, metadata: Sequence[tuple[str, str]],
-                 connect_timeout_s: float) -> None:
-        self._connection = FramedConnection(address, tls=tls, metadata=metadata, connect_timeout_s=connect_timeout_s)
-
-    @property
-    def finished(self) -> bool:
-        return self._connection.finished
-
-    def fetch(self, positions: Iterable[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int = 1,
-              max_bytes: int = 0, session: FetchSessionRound | None = None) -> list[FetchedPartition]:
-        from lowtide.client.replica import _fetch_request, _parse_fetch_response  # one wire format for both
-
-        request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                 max_bytes=max_bytes, session=session)
-        return _parse_fetch_response(self._connection.call(REQUEST, request.SerializeToString()))
-
-    def cancel(self) -> None:
-        self._connection.cancel()
-
-    def close(self) -> None:
-        self._connection.close()
 
 
 _HEADER_BYTES = HEADER.size
@@ -249,12 +216,10 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
                     min_bytes: int = 1, max_bytes: int = 0, timeout_s: float,
                     session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
         """One follower round (``SocketReplicationStream.fetch``) as steps."""
-        from lowtide.client.replica import _fetch_request, _parse_fetch_response  # one wire format for both
-
-        request = _fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        request = fetch_request(positions, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                                  max_bytes=max_bytes, session=session)
         answer = yield from self.call_steps(REQUEST, request.SerializeToString(), timeout_s=timeout_s)
-        return _parse_fetch_response(answer)
+        return parse_fetch_response(answer)
 
     # The Wait of the call in flight (lowtide.rpc.steps).
     def arm(self, event: Any) -> None:
@@ -387,9 +352,14 @@ class FutureWait:
             self._callback = None
 
 
-class _ConnectionPool:
+class ConnectionPool:
     """Pooled ``FramedConnection``s per address: one per request in flight to it, an idle one
-    reused; a connection that failed is dropped, never reused. Thread-safety: any thread."""
+    reused; a connection that failed is dropped, never reused. The base of the callers that send
+    requests to many listeners (lowtide.rpc.framed.callers); ``_loop_idle`` keeps the
+    ``LoopFramedConnection``s of callers on an event loop (that loop's thread only).
+
+    Thread-safety: any thread (``_loop_idle``: its loop's thread).
+    """
 
     def __init__(self, *, tls: ClientTls | None, metadata: Sequence[tuple[str, str]],
                  connect_timeout_s: float = 5.0) -> None:
@@ -444,85 +414,3 @@ class _ConnectionPool:
             addresses = list(self._idle)
         for address in addresses:
             self.forget(address)
-
-
-class ListenerProducer(_ConnectionPool):
-    """Produce requests to leaders' replication listeners, on pooled connections (one per request
-    in flight to an address; an idle one is reused). Same answers and errors as
-    ``ReplicaClient.produce``; a connection that failed is dropped, never reused.
-
-    Thread-safety: every method from any thread.
-    """
-
-    def produce(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                deadline_s: float, expected_end_offsets: Mapping[TopicPartition, int] | None = None,
-                coordinator_append: bool = False) -> list[ProducedPartition]:
-        request = encode_produce(partitions, acks=acks, timeout_ms=timeout_ms,
-                                 expected_end_offsets=expected_end_offsets, coordinator_append=coordinator_append)
-        return decode_produced(self._exchange(address, PRODUCE, request, timeout_s=deadline_s))
-
-    def produce_steps(self, address: str, partitions: Sequence[tuple[str, int, bytes]], *,
-                      loop: asyncio.AbstractEventLoop, acks: int, timeout_ms: int, deadline_s: float,
-                      expected_end_offsets: Mapping[TopicPartition, int] | None = None,
-                      coordinator_append: bool = False) -> Steps[list[ProducedPartition]]:
-        """``produce`` as steps on ``loop`` (rpc/steps.py), on the loop's own pooled connections
-        (``LoopFramedConnection``): a coordinator shard's appends, answered on the loop that
-        answers its brokers (coordinator/service.py). Loop's thread only."""
-        request = encode_produce(partitions, acks=acks, timeout_ms=timeout_ms,
-                                 expected_end_offsets=expected_end_offsets, coordinator_append=coordinator_append)
-        idle = self._loop_idle.setdefault(address, [])
-        while idle and idle[-1].finished:
-            idle.pop()
-        if idle:
-            connection = idle.pop()
-        else:
-            try:
-                connection = yield from LoopFramedConnection.open_steps(
-                    address, loop=loop, tls=self.tls, metadata=self.metadata, connect_timeout_s=self.connect_timeout_s)
-            except NetworkException as exc:
-                raise ListenerUnreachable(str(exc)) from None
-        answer = yield from connection.call_steps(PRODUCE, request, timeout_s=deadline_s)
-        if self._closed:
-            connection.close()
-        else:
-            idle.append(connection)
-        return decode_produced(answer)
-
-    def close_loop_connections(self) -> None:
-        """On the loop's thread: close the connections ``produce_steps`` keeps."""
-        for connections in self._loop_idle.values():
-            for connection in connections:
-                connection.close()
-        self._loop_idle.clear()
-
-
-def encode_produce(partitions: Sequence[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                   expected_end_offsets: Mapping[TopicPartition, int] | None = None,
-                   coordinator_append: bool = False) -> bytes:
-    """A PRODUCE frame's payload: replica.proto's ProduceRequest."""
-    expected = expected_end_offsets or {}
-    return replica_pb2.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
-        replica_pb2.ProducePartition(topic=t, partition=p, records=records,
-                                     expected_log_end_offset=expected.get((t, p)))
-        for t, p, records in partitions], coordinator_append=coordinator_append).SerializeToString()
-
-
-def decode_produced(answer: bytes | bytearray) -> list[ProducedPartition]:
-    """The partitions of a PRODUCE frame's answer (replica.proto's ProduceResponse)."""
-    response = replica_pb2.ProduceResponse.FromString(bytes(answer))
-    return [ProducedPartition(topic=r.topic, partition=r.partition, base_offset=r.base_offset,
-                              log_start_offset=r.log_start_offset, error=error_or_none(r.error_code, r.error_message))
-            for r in response.partitions]
-
-
-class ListenerCaller(_ConnectionPool):
-    """Calls of a gRPC service's methods as CALL frames to its framed listener (a coordinator
-    shard's CommitFile, docs/design/diskless.md#cost-per-commit), on pooled connections: the
-    serialized request in, the serialized response out. A refusal raises the error the server
-    sent (as the gRPC method's status would), ListenerUnreachable when nothing was sent.
-
-    Thread-safety: every method from any thread.
-    """
-
-    def call(self, address: str, method: str, request: bytes, *, timeout_s: float) -> bytes:
-        return self._exchange(address, CALL, encode_call(method, request), timeout_s=timeout_s)

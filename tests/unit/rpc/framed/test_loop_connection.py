@@ -1,5 +1,5 @@
 """``LoopFramedConnection``: a follower's replication rounds read by an event loop, against a real
-replication listener (lowtide.rpc.framed_listener) on loopback whose session answers as told."""
+replication listener (lowtide.rpc.framed.listener) on loopback whose session answers as told."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from lowtide.client.framed import LoopFramedConnection
 from lowtide.common.procs import find_free_port
 from lowtide.errors import InvalidRequest, NetworkException, RequestTimedOut
-from lowtide.rpc.framed import PRODUCE, REQUEST
-from lowtide.rpc.framed_listener import FramedListener
+from lowtide.rpc.framed.codec import PRODUCE, REQUEST
+from lowtide.rpc.framed.connection import LoopFramedConnection
+from lowtide.rpc.framed.listener import FramedListener
 from lowtide.rpc.steps import Steps, drive_to_future
 from tests.waiting import wait_until
 

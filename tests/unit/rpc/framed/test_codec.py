@@ -1,4 +1,4 @@
-"""The replication listener's frames (lowtide.rpc.framed), byte for byte, over a real socket pair."""
+"""The replication listener's frames (lowtide.rpc.framed.codec), byte for byte, over a real socket pair."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from lowtide.errors import ClusterAuthorizationFailed, InvalidRequest, NetworkException
-from lowtide.rpc.framed import (
+from lowtide.rpc.framed.codec import (
     CALL,
     ERROR,
     HELLO,

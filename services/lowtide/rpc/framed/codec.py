@@ -1,6 +1,6 @@
-"""Length-prefixed frames on a plain (or TLS) socket: the wire of the replication listener
-(lowtide.rpc.framed_listener), which carries follower fetch rounds and coordinator appends
-without gRPC.
+"""Length-prefixed frames on a plain (or TLS) socket: the wire of the framed listeners
+(lowtide.rpc.framed.listener), which carry follower fetch rounds, coordinator appends and
+CommitFile calls to coordinator shards without gRPC.
 
 Why not gRPC for this one exchange: a follower round is one small request and one answer, all day
 long, on one connection. On this 2-core machine a round on a gRPC stream costs ~520 us of CPU
@@ -25,7 +25,33 @@ Frame layout (all integers big-endian)::
                       serialized request of that method of the server's gRPC service (a
                       coordinator shard's ``CommitFile``); answered by a RESPONSE (its response)
 
-Requests and answers alternate: a client sends a REQUEST or PRODUCE only after it read the answer
+One frame on the wire, byte by byte (``encode_frame(REQUEST, b"abc")``)::
+
+    offset   0     1     2     3     4     5     6     7
+           +-----+-----+-----+-----+-----+-----+-----+-----+
+           | 00  | 00  | 00  | 04  | 02  | 'a' | 'b' | 'c' |
+           +-----+-----+-----+-----+-----+-----+-----+-----+
+           |  length = 1 + 3 (BE uint32) | kind| payload ...
+                                           = REQUEST
+
+    a CALL frame's payload (``encode_call("CommitFile", request)``)::
+
+           +-----+-----+-----+-- ... --+-----+------------ ... ------------+
+           | 0a  | 'C' | 'o' |   ...   | 'e' | request (serialized protobuf) |
+           +-----+-----+-----+-- ... --+-----+------------ ... ------------+
+           len=10 |<--- method: 10 ASCII bytes --->|
+
+    a connection: HELLO, then REQUEST/PRODUCE/CALL and RESPONSE in turn, or an ERROR and the end::
+
+        client                                   server
+          | HELLO {"metadata": [...]}           ->  |  authenticated once per connection
+          | REQUEST | PRODUCE | CALL            ->  |
+          | <-  RESPONSE                             |
+          | ...                                      |
+          | REQUEST | PRODUCE | CALL            ->  |
+          | <-  ERROR {"code", "message"}            |  then the server closes
+
+Requests and answers alternate: a client sends a REQUEST, PRODUCE or CALL only after it read the answer
 to the previous one, so no correlation id is needed.
 
 Thread-safety: ``FrameReader`` belongs to one reading thread (``read_frame_async`` to one

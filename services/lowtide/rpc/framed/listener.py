@@ -1,14 +1,18 @@
 """The replication listener: a plain TCP (or TLS) port beside a replica's gRPC port, carrying
-follower fetch rounds and coordinator appends as frames (lowtide.rpc.framed draws them;
+follower fetch rounds and coordinator appends as frames (lowtide.rpc.framed.codec draws them;
 docs/design/kip-107-delete-records.md#replication-and-the-low-watermark). A coordinator shard
 serves its brokers' CommitFile calls on one too (CALL frames; docs/design/diskless.md#cost-per-commit).
 
 A peer opens a connection and keeps it: a HELLO frame with its call metadata (the token a gRPC call
-would carry), then one request frame at a time (REQUEST: a follower fetch; PRODUCE: an append),
-each answered by one RESPONSE, or by one ERROR after which the listener closes the connection.
+would carry), then one request frame at a time (REQUEST: a follower fetch; PRODUCE: an append;
+CALL: a method of the server's gRPC service), each answered by one RESPONSE, or by one ERROR
+after which the listener closes the connection.
 The listener authenticates once per connection (the token, or with mutual TLS the client
-certificate) and hands every request to the handler (the replica's servicer:
-``ReplicaServicer.open_framed_session``), which checks and answers it exactly as its gRPC method.
+certificate) and hands every request to the connection's session (``FramedSession``,
+lowtide.rpc.framed.session; the replica's servicer: ``ReplicaServicer.open_framed_session``, a
+coordinator shard's: ``CoordinatorServicer.open_framed_session``), which checks and answers it
+exactly as its gRPC method. Every frame of this plumbing (HELLO, RESPONSE, ERROR) is the
+listener's; a session holds only its server's handlers.
 
 Why a second port: a round on a gRPC stream costs about six times the CPU of a round on a socket
 (four thread hand-offs per message inside grpcio), and with small produce requests and diskless
@@ -39,10 +43,10 @@ import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 from lowtide.errors import InvalidRequest, LowtideError, NetworkException, UnknownServerError
-from lowtide.rpc.framed import (
+from lowtide.rpc.framed.codec import (
     CALL,
     ERROR,
     HELLO,
@@ -55,7 +59,8 @@ from lowtide.rpc.framed import (
     frame_header,
     read_frame_async,
 )
-from lowtide.rpc.steps import Steps, drive_to_future
+from lowtide.rpc.framed.session import FramedSession
+from lowtide.rpc.steps import drive_to_future
 from lowtide.tls.config import ServerTls
 
 log = logging.getLogger(__name__)
@@ -64,21 +69,6 @@ HANDSHAKE_TIMEOUT_S = 10.0  # TLS handshake and HELLO: a connection that says no
 MAX_CONNECTIONS = 256
 BLOCKING_WORKERS = 8  # HELLO authentication, diskless reads
 WRITE_SLICE_BYTES = 256 * 1024
-
-
-class FramedSession(Protocol):
-    """One connection's requests, as the handler answers them (``open_framed_session``)."""
-
-    def handle_steps(self, kind: int, payload: bytes) -> Steps[bytes]:
-        """The RESPONSE payload for one REQUEST, PRODUCE or CALL frame, as steps (rpc/steps.py);
-        raises a LowtideError to refuse (a kind the handler does not serve: INVALID_REQUEST)."""
-
-    def cancel(self) -> None:
-        """The peer went away (EOF or a broken connection), perhaps with a request in flight:
-        release what that request waits for, so it ends now rather than after its long poll."""
-
-    def close(self) -> None:
-        """The connection ended."""
 
 
 class FramedListener:
