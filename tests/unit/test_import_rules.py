@@ -142,7 +142,8 @@ def find_violations(root: Path) -> list[str]:
 
 
 # The packages that run servers (or their domain code): they call other services through
-# lowtide.client's callers, but take every message type from lowtide.messages.
+# lowtide.client's callers (gRPC) or lowtide.rpc.framed's (the framed transport), but take every
+# message type from lowtide.messages.
 SERVER_PACKAGES = {"replica", "frontdoor", "coordinator", "diskless", "scanner", "kafka", "groups", "common",
                    "log", "metadata", "purgatory", "objectstore", "leases", "observability"}
 
@@ -188,6 +189,63 @@ def find_client_type_imports(root: Path) -> list[str]:
                 if alias.name in messages or alias.name not in defined:
                     violations.append(f"{where}: {alias.name} is a message type: import it from lowtide.messages")
     return violations
+
+
+# The framed transport (issue 47): the servers that talk to each other's framed listeners take
+# its callers and connections from lowtide.rpc.framed, never through the public client.
+FRAMED_TRANSPORT = "rpc/framed"
+FRAMED_CALLERS_PACKAGES = {"replica", "coordinator"}
+
+
+def _public_classes_and_functions(path: Path) -> set[str]:
+    return {node.name for node in ast.parse(path.read_text(), filename=str(path)).body
+            if isinstance(node, ast.ClassDef | ast.FunctionDef) and not node.name.startswith("_")}
+
+
+def find_framed_calls_through_the_client(root: Path) -> list[str]:
+    """Imports in ``FRAMED_CALLERS_PACKAGES`` of a ``lowtide.client.framed`` module, or of a class
+    or function the framed transport defines from any ``lowtide.client`` module (a re-export), as
+    ``path:line: message``."""
+    framed = set().union(set(), *(_public_classes_and_functions(path)
+                                  for path in (root / "lowtide" / FRAMED_TRANSPORT).glob("*.py")))
+    violations = []
+    for package in sorted(FRAMED_CALLERS_PACKAGES):
+        for path in sorted((root / "lowtide" / package).rglob("*.py")):
+            for line, name in imported_names(path):
+                parts = name.split(".")
+                if parts[:2] != ["lowtide", "client"]:
+                    continue
+                where = f"{path.relative_to(root)}:{line}"
+                if len(parts) > 2 and parts[2] == "framed":
+                    violations.append(f"{where}: lowtide.{package} takes the framed transport from "
+                                      f"lowtide.rpc.framed, not the client ({name})")
+                elif parts[-1] in framed:
+                    violations.append(f"{where}: {parts[-1]} is the framed transport's: import it from "
+                                      "lowtide.rpc.framed")
+    return violations
+
+
+def test_the_replicas_and_coordinators_take_the_framed_transport_from_rpc_framed_not_the_client(tmp_path):
+    assert find_framed_calls_through_the_client(SERVICES) == []
+    # The checker's own negative case: a client module of the old layout, and a framed caller
+    # re-exported by a client module, are caught; the framed package and a gRPC client are not.
+    for name in ("rpc/framed", "client", "coordinator", "replica"):
+        (tmp_path / "lowtide" / name).mkdir(parents=True)
+    (tmp_path / "lowtide" / "rpc" / "framed" / "callers.py").write_text(
+        "class ListenerProducer:\n    pass\n\n\nclass ListenerCaller:\n    pass\n")
+    (tmp_path / "lowtide" / "coordinator" / "metadata_log.py").write_text(
+        "from lowtide.client.framed import ListenerProducer\nfrom lowtide.client.diskless import ListenerCaller\n"
+        "from lowtide.client.replica import ReplicaClient\n")
+    (tmp_path / "lowtide" / "replica" / "fetcher.py").write_text(
+        "import lowtide.client.framed\nfrom lowtide.rpc.framed.callers import ListenerProducer\n")
+    assert find_framed_calls_through_the_client(tmp_path) == [
+        "lowtide/coordinator/metadata_log.py:1: lowtide.coordinator takes the framed transport from "
+        "lowtide.rpc.framed, not the client (lowtide.client.framed.ListenerProducer)",
+        "lowtide/coordinator/metadata_log.py:2: ListenerCaller is the framed transport's: import it from "
+        "lowtide.rpc.framed",
+        "lowtide/replica/fetcher.py:1: lowtide.replica takes the framed transport from lowtide.rpc.framed, not "
+        "the client (lowtide.client.framed)",
+    ]
 
 
 def _upward_edges() -> list[str]:

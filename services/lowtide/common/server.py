@@ -90,7 +90,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 def listener_from_flag(value: str, *, grpc_addr: str, tls: ServerTls | None, name: str,
                        flag: str) -> FramedListener | None:
-    """The framed listener (lowtide.rpc.framed_listener) a ``--...-listener`` flag asks for: ``off``
+    """The framed listener (lowtide.rpc.framed.listener) a ``--...-listener`` flag asks for: ``off``
     (None), ``auto`` (the gRPC listen host, a free port) or ``HOST:PORT``; a bad value exits
     naming ``flag``."""
     value = value.strip()

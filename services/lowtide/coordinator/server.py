@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="host the standby shards' gRPC ports (one ephemeral port each) listen on")
     add_flag(parser, "--framed-listener", default="auto",
              help="where brokers send CommitFile without gRPC, as framed calls on a plain TCP/TLS port "
-                  "(lowtide.rpc.framed_listener; cheaper per file): HOST:PORT, 'auto' (the gRPC listen host, a free "
+                  "(lowtide.rpc.framed.listener; cheaper per file): HOST:PORT, 'auto' (the gRPC listen host, a free "
                   "port, advertised in the shard registry) or 'off' (gRPC only)")
     add_flag(parser, "--append-timeout-ms", type=int, default=10000, help="acks=all wait of a metadata append")
     add_flag(parser, "--appends-in-flight", type=int, default=2,

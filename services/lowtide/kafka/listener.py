@@ -163,7 +163,7 @@ class KafkaListener:
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop serving this listener (after ``start``): other servers of the process
-        may serve on it too (the replication listener, rpc/framed_listener.py)."""
+        may serve on it too (the replication listener, rpc/framed/listener.py)."""
         return self._loop
 
     def stop(self, grace_s: float = 2.0) -> None:

@@ -25,7 +25,7 @@ class BrokerInfo:
     # Every Kafka listener by name (PLAINTEXT, SSL, SASL_SSL...) -> its advertised "host:port";
     # records written before named listeners have none (their one listener is kafka_port).
     kafka_listeners: dict[str, str] = field(default_factory=dict, hash=False)
-    # The replication listener on ``host`` (lowtide.rpc.framed_listener); 0 = none, and
+    # The replication listener on ``host`` (lowtide.rpc.framed.listener); 0 = none, and
     # followers use the gRPC Replicate stream.
     replication_port: int = 0
 

@@ -38,7 +38,7 @@ class ReplicaConfig:
     # (the Replicate stream where a leader advertises none); "stream": one Replicate stream per
     # pair; "fetch": a unary Fetch per round (docs/design/kip-107-delete-records.md#replication-and-the-low-watermark).
     replication_transport: str = "socket"
-    # This broker's replication listener port (lowtide.rpc.framed_listener); 0 = none.
+    # This broker's replication listener port (lowtide.rpc.framed.listener); 0 = none.
     replication_port: int = 0
     # How long a woken follower fetch may wait for Produce requests about to append (requests.py).
     replication_linger_ms: int = 5

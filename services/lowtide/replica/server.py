@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--replica-fetch-wait-max-ms", type=int, default=500, help="follower long-poll")
     add_flag(parser, "--replication-listener", default="auto",
              help="where followers fetch from this broker and coordinators append to it without gRPC "
-                  "(lowtide.rpc.framed_listener): "
+                  "(lowtide.rpc.framed.listener): "
                   "HOST:PORT, 'auto' (the gRPC listen host, a free port, advertised in the broker's registration) "
                   "or 'off'")
     add_flag(parser, "--replication-transport", default="socket",
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         manager.start()
         if replication is not None:
             # On the Kafka listener's loop: a Produce's append, the follower rounds it wakes and the
-            # HW move answering it then run on one thread (rpc/framed_listener.py).
+            # HW move answering it then run on one thread (rpc/framed/listener.py).
             replication.start(open_session=servicer.open_framed_session, authenticate=access.authenticate_peer,
                               draining=lambda: servicer.draining, loop=kafka.loop if kafka is not None else None)
 
