@@ -43,7 +43,7 @@ from lowtide.tls.config import ClientTls
 
 class ListenerUnreachable(NetworkException):
     """The replication listener could not be connected to: nothing was sent (safe to send the same
-    request another way)."""
+    request another way). Raised by the pooled callers (lowtide.rpc.framed.callers)."""
 
 
 def _refusal(address: str, kind: int, payload: bytes | bytearray) -> LowtideError:
@@ -330,7 +330,7 @@ class LoopFramedConnection(asyncio.BufferedProtocol):
 
 class FutureWait:
     """A steps ``Wait`` (lowtide.rpc.steps) for an asyncio future of the driving loop; at its
-    deadline the future is cancelled."""
+    deadline the future is cancelled. Thread-safety: the driving loop's thread only."""
 
     def __init__(self, future: asyncio.Future, *, deadline: float) -> None:
         self.future, self.deadline = future, deadline

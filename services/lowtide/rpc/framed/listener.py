@@ -78,8 +78,11 @@ class FramedListener:
     ``start(open_session, authenticate, draining, loop)`` accepts connections on ``loop`` (None: a
     loop of its own): ``authenticate(metadata, certificate_der)`` names the principal once per
     connection, ``open_session(principal, peer)`` gives the ``FramedSession`` answering its
-    requests, ``draining()`` true ends each connection after its current request (peers reconnect
-    to whoever leads next). ``stop()`` closes the port and every connection.
+    requests (a server's ``FrameDispatcher``, lowtide.rpc.framed.session), ``draining()`` true
+    ends each connection after its current request (peers reconnect to whoever leads next).
+    ``stop()`` closes the port and every connection.
+
+    Thread-safety: ``bind``/``start``/``stop`` from any thread; everything else on the loop.
     """
 
     def __init__(self, *, host: str, port: int, tls: ServerTls | None, name: str,
