@@ -38,6 +38,7 @@ from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
 from tests.bench import retention as bench_retention
 from tests.bench import scale as bench_scale
+from tests.bench import scale_fault as bench_scale_fault
 from tests.bench import snapshot as bench_snapshot
 from tests.bench import spark as bench_spark
 from tests.bench import standby as bench_standby
@@ -48,7 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby", "diskless_scaling", "metadata", "scale")
+            "snapshot", "standby", "diskless_scaling", "metadata", "scale", "scale_fault")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -238,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         if "scale" in only:  # issue 48: a cluster of its own per size; what partitions cost at rest
             _section("scale", figures, lambda: bench_scale.scale_figures(data_dir / "scale", quick=quick),
                      "scale_300_idle_cpu_pct", "idle CPU, 300 partitions RF 3", "% of a core")
+        if "scale_fault" in only:  # issue 48: its own cluster; kill -9 and restart under acks=all to every partition
+            _section("scale_fault", figures,
+                     lambda: bench_scale_fault.scale_fault_figures(data_dir / "scale_fault", quick=quick),
+                     "scale_fault_lost", "fault test at scale: acknowledged records lost", "records")
         if "orphans" in only:  # its own cluster: two coordinator shards vouching for the scan
             _section("orphans", figures, lambda: bench_orphans.orphan_figures(data_dir / "orphans", quick=quick),
                      "orphan_scan_s", "orphan scan of 100,000 objects (local store)", "s")

@@ -29,6 +29,7 @@ CPython's dict.get and list(dict.items()) are atomic).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -36,6 +37,9 @@ from collections.abc import Callable
 
 from lowtide.errors import MetadataStoreUnavailable
 from lowtide.metadata.etcd import EtcdClient, KeyValue, Watch, WatchEvent
+
+# Above every character a key holds: ``prefix + _LAST_CHAR`` bounds the keys under ``prefix``.
+_LAST_CHAR = "\U0010ffff"
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,10 @@ class MetadataImage:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.entries: dict[str, KeyValue] = {}
+        # The keys of ``entries``, sorted, for ``under``: replaced (never changed in place) when a
+        # key comes or goes, so a reader bisects a consistent list without a lock. A scan of every
+        # entry per prefix read cost an idle replica at 10,000 partitions a fifth of its CPU.
+        self._keys: list[str] = []
         self.revision = 0
         self.loaded = threading.Event()
         self._listeners: list[Listener] = []
@@ -151,8 +159,11 @@ class MetadataImage:
         return self.entries.get(key)
 
     def under(self, prefix: str) -> list[KeyValue]:
-        """The entries whose key starts with ``prefix`` (unordered)."""
-        return [kv for k, kv in list(self.entries.items()) if k.startswith(prefix)]
+        """The entries whose key starts with ``prefix``, in key order."""
+        keys, entries = self._keys, self.entries
+        lo = bisect.bisect_left(keys, prefix)
+        hi = bisect.bisect_left(keys, prefix + _LAST_CHAR, lo)
+        return [kv for k in keys[lo:hi] if (kv := entries.get(k)) is not None]
 
     def wait_for(self, revision: int, *, timeout_s: float = 5.0) -> bool:
         """Wait until the image reflects ``revision``; False if it did not within ``timeout_s``."""
@@ -210,6 +221,7 @@ class MetadataImage:
             old = self.entries
             changed = [k for k in entries.keys() | old.keys() if old.get(k) != entries.get(k)]
             self.entries = entries
+            self._keys = sorted(entries)
             # Lower only when the store went back (restored from a backup: Watch._run); a
             # version that moves either way still tells caches to look again.
             self.revision = revision
@@ -230,14 +242,22 @@ class MetadataImage:
         # per change would cost O(partitions) per ISR change.
         with self._changed:
             entries = self.entries
+            keys: list[str] | None = None  # a new sorted key list, once a key comes or goes
             for e in events:
                 if e.deleted:
-                    entries.pop(e.key, None)
+                    if entries.pop(e.key, None) is not None:
+                        keys = list(self._keys) if keys is None else keys
+                        del keys[bisect.bisect_left(keys, e.key)]
                 else:
                     old = entries.get(e.key)
+                    if old is None:
+                        keys = list(self._keys) if keys is None else keys
+                        bisect.insort(keys, e.key)
                     entries[e.key] = KeyValue(key=e.key, value=e.value, mod_revision=e.revision,
                                               create_revision=old.create_revision if old else e.revision,
                                               version=(old.version + 1) if old else 1, lease=e.lease)
+            if keys is not None:
+                self._keys = keys
             self.revision = max(self.revision, revision)
             self.confirmed_at = time.monotonic()
             self._changed.notify_all()

@@ -38,6 +38,9 @@ class ReplicaConfig:
     # (the Replicate stream where a leader advertises none); "stream": one Replicate stream per
     # pair; "fetch": a unary Fetch per round (docs/design/kip-107-delete-records.md#replication-and-the-low-watermark).
     replication_transport: str = "socket"
+    # KIP-227 incremental fetch sessions: a follower round lists and gets only what changed
+    # (replica/fetch_session.py); off = every round lists every followed partition.
+    replica_fetch_sessions: bool = True
     # This broker's replication listener port (lowtide.rpc.framed.listener); 0 = none.
     replication_port: int = 0
     # How long a woken follower fetch may wait for Produce requests about to append (requests.py).

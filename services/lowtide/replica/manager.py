@@ -97,7 +97,7 @@ class ReplicaManager:
             registry=self.registry,
             config=FetcherConfig(replica_id=self.broker_id, max_wait_ms=config.replica_fetch_wait_max_ms,
                                  max_bytes=config.replica_fetch_max_bytes,
-                                 transport=config.replication_transport),
+                                 transport=config.replication_transport, sessions=config.replica_fetch_sessions),
             lookup_brokers=store.brokers, request_reconcile=self.reconcile_trigger.force,
             call_metadata=tuple(token_file_metadata(config.token_file)), quotas=self.quotas)
         self.reconciler = PartitionReconciler(

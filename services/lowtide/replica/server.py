@@ -88,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "or 'off'")
     add_flag(parser, "--replication-transport", default="socket",
              help="how followers fetch: stream (one Replicate stream per leader) | fetch (unary Fetch calls)")
+    add_flag(parser, "--replica-fetch-sessions", default="on",
+             help="followers fetch in incremental fetch sessions (KIP-227): a round lists and answers only the "
+                  "partitions that changed; off = every round carries every followed partition")
     add_flag(parser, "--replication-linger-ms", type=int, default=ReplicaConfig.replication_linger_ms,
              help="how long a leader holds a woken follower fetch (under 64 KiB) while Kafka Produce requests "
                   "are about to append, so they share one replication round (0 = never)")
@@ -148,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=args.replica_fetch_wait_max_ms,
         replication_transport=args.replication_transport, replication_linger_ms=args.replication_linger_ms,
+        replica_fetch_sessions=args.replica_fetch_sessions == "on",
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
         producer_id_expiration_check_interval_ms=args.producer_id_expiration_check_interval_ms,
@@ -159,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         super_users=parse_super_users(args.super_users),
         # With mutual TLS the broker's certificate is its identity (its token would be refused).
         token_file=Path(args.token_file) if args.token_file and not (boot.tls and boot.tls.mutual) else None)
+    if args.replica_fetch_sessions not in ("on", "off"):
+        raise SystemExit(f"{name}: --replica-fetch-sessions must be on or off, got {args.replica_fetch_sessions!r}")
     if config.replication_transport not in ("socket", "stream", "fetch"):
         raise SystemExit(f"{name}: --replication-transport must be socket, stream or fetch, "
                          f"got {config.replication_transport!r}")

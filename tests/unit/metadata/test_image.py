@@ -15,7 +15,7 @@ import pytest
 
 from lowtide.common.procs import EtcdMember
 from lowtide.errors import MetadataStoreUnavailable
-from lowtide.metadata.etcd import EtcdClient
+from lowtide.metadata.etcd import EtcdClient, WatchEvent
 from lowtide.metadata.image import MetadataImage
 from lowtide.metadata.model import BrokerInfo
 from lowtide.metadata.store import MetadataStore
@@ -235,3 +235,20 @@ def test_an_image_that_started_while_etcd_was_down_loads_once_it_is_back(tmp_pat
     finally:
         store.close()
         member.stop()
+
+
+def test_under_answers_a_prefix_in_key_order_as_keys_come_and_go_without_scanning_the_rest():
+    image = MetadataImage(client=None, prefix="/p/")  # fed by hand: no etcd needed to apply events
+    image._apply([WatchEvent(key=k, value=b"v", revision=1, deleted=False)
+                  for k in ("/p/b/2", "/p/a/1", "/p/b/10", "/p/bb/1", "/p/c")], 1)
+    assert [kv.key for kv in image.under("/p/b/")] == ["/p/b/10", "/p/b/2"]
+    assert [kv.key for kv in image.under("/p/b")] == ["/p/b/10", "/p/b/2", "/p/bb/1"]
+    before = image._keys
+    image._apply([WatchEvent(key="/p/b/2", value=b"w", revision=2, deleted=False)], 2)
+    assert image._keys is before, "a changed value keeps the key list"
+    assert image.under("/p/b/")[1].value == b"w"
+    image._apply([WatchEvent(key="/p/b/10", value=b"", revision=3, deleted=True),
+                  WatchEvent(key="/p/b/3", value=b"n", revision=3, deleted=False)], 3)
+    assert [kv.key for kv in image.under("/p/b/")] == ["/p/b/2", "/p/b/3"]
+    assert before == ["/p/a/1", "/p/b/10", "/p/b/2", "/p/bb/1", "/p/c"], "a reader's list never changes under it"
+    assert image.under("/p/z") == [] and len(image.under("/p/")) == 5
