@@ -30,7 +30,7 @@ import grpc
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch
-from lowtide_pb import replica_pb2
+from lowtide_pb import common_pb2, replica_pb2
 from tests.bench.common import Bench, Figure, say
 
 TOPIC = "scale-fault"
@@ -58,6 +58,7 @@ class _Load:
         self.bench, self.partitions = bench, partitions
         self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         self.rounds = self.refused = 0
+        self.errors: dict[str, int] = {}  # refusals by Kafka error name (UNAVAILABLE: the call failed)
         self.stopping = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fault-load")
         self._thread = threading.Thread(target=self._run, name="fault-load", daemon=True)
@@ -94,8 +95,9 @@ class _Load:
             replica_pb2.ProducePartition(topic=TOPIC, partition=p, records=encode_batch([values[p]])) for p in parts])
         try:
             response = self.bench.replica_stub(address).Produce(request, timeout=20)
-        except grpc.RpcError:
+        except grpc.RpcError as exc:
             self.refused += len(parts)
+            self.errors[exc.code().name] = self.errors.get(exc.code().name, 0) + len(parts)
             return False
         ok = True
         for r in response.partitions:
@@ -103,6 +105,8 @@ class _Load:
                 self.acked[r.partition].append((r.base_offset, values[r.partition]))
             else:
                 self.refused += 1
+                name = common_pb2.ErrorCode.Name(r.error_code)
+                self.errors[name] = self.errors.get(name, 0) + 1
                 ok = False
         return ok
 
@@ -132,7 +136,8 @@ def _run(cluster: LocalCluster, store: MetadataStore, *, partitions: int, warm_s
         time.sleep(tail_s)
         load.stop()
         acked, lost = _verify(bench, load)
-        say(f"scale-fault: {load.rounds} rounds, {acked} acknowledged, {load.refused} refused, {lost} lost")
+        say(f"scale-fault: {load.rounds} rounds, {acked} acknowledged, {load.refused} refused {load.errors}, "
+            f"{lost} lost")
     finally:
         load.stopping.set()
         bench.close()

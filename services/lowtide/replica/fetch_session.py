@@ -3,7 +3,7 @@
 Why: without a session every follower round lists every partition it follows from that leader,
 and the leader reads, records and answers every one of them, twice a second per follower even
 when nothing moves. At 10,000 partitions RF 3 that was 149 % of a core summed over an idle
-cluster (docs/operations.md#sizing). With a session a round costs what changed since the last.
+cluster (docs/operations.md#scaling). With a session a round costs what changed since the last.
 
 The protocol, in FetchRequest fields 8-10 (protos/lowtide/v1/replica.proto)::
 

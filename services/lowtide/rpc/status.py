@@ -95,6 +95,8 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.FencedInstanceId: _S.FAILED_PRECONDITION,
     e.GroupSubscribedToTopic: _S.FAILED_PRECONDITION,
     e.FencedLeaderEpoch: _S.FAILED_PRECONDITION,
+    e.FetchSessionIdNotFound: _S.FAILED_PRECONDITION,
+    e.InvalidFetchSessionEpoch: _S.FAILED_PRECONDITION,
     e.UnknownLeaderEpoch: _S.FAILED_PRECONDITION,
     e.OffsetNotAvailable: _S.UNAVAILABLE,
     e.InvalidRecord: _S.INVALID_ARGUMENT,
