@@ -118,6 +118,8 @@ def _run(cluster: LocalCluster, store: MetadataStore, *, partitions: int, warm_s
     try:
         bench.create_topic(TOPIC, partitions, 3)
         _wait(lambda: all(len(s.isr) == 3 for s in store.partition_states(TOPIC)), 300, "every ISR full")
+        # Every leader hosts its partitions (the replicas create them after the store holds them).
+        bench.produce_all(TOPIC, {p: encode_batch([b"warm-up"]) for p in range(partitions)})
         load.start()
         time.sleep(warm_s)
         led = {s.partition for s in store.partition_states(TOPIC) if s.leader == VICTIM}

@@ -42,6 +42,9 @@ SNAPSHOT_SUFFIX = ".snapshot"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".lowtide-clean-shutdown"
+# Where a replica builds new partition directories in bulk before renaming them into place
+# (lowtide/replica/reconcile.py); whatever a crash leaves there is removed.
+CREATING_DIR = ".lowtide-creating"
 LOG_START_OFFSET_FILE = "log-start-offset"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 

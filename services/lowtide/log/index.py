@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from lowtide.errors import KafkaStorageError
+from lowtide.log.checkpoint import fsync
 
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -158,7 +159,7 @@ class AbstractIndex(ABC):
                 while view:
                     view = view[os.write(fd, view):]
                 if sync:
-                    os.fsync(fd)
+                    fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from lowtide.errors import KafkaStorageError
+from lowtide.log.checkpoint import fsync, fsync_directory
 from lowtide.log.filenames import PARTITION_METADATA_FILE, tmp_file_name
 
 VERSION = 0
@@ -30,13 +31,9 @@ def write_partition_metadata(dir: Path, *, topic_id: str) -> None:
     with open(tmp, "w", encoding="ascii") as fh:
         fh.write(f"version: {VERSION}\ntopic_id: {topic_id}\n")
         fh.flush()
-        os.fsync(fh.fileno())
+        fsync(fh.fileno())
     os.replace(tmp, path)
-    fd = os.open(dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(dir)
 
 
 def read_partition_metadata(dir: Path) -> str | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from lowtide.clock import now_ms
 from lowtide.errors import KafkaStorageError, LowtideError
 from lowtide.log import filenames
+from lowtide.log.checkpoint import fsync
 from lowtide.log.index import OffsetIndex, TimeIndex
 from lowtide.record import (
     BATCH_HEADER_SIZE,
@@ -227,7 +228,7 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and both indexes."""
-        os.fsync(self._fd)
+        fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
 

@@ -49,7 +49,6 @@ durable.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 import threading
@@ -59,7 +58,7 @@ from crc32c import crc32c
 
 from lowtide.errors import KafkaStorageError
 from lowtide.log import filenames
-from lowtide.log.checkpoint import write_file_atomically
+from lowtide.log.checkpoint import SYNCFS, syncfs, write_file_atomically
 
 MAGIC = b"LTSO"
 VERSION = 0
@@ -75,28 +74,10 @@ _PAD = bytes(SLOT_SIZE - _BODY.size - _CRC.size)
 PER_FILE_FLUSH_MAX = 16
 
 
-def _load_syncfs():
-    """libc's syncfs(2) (Linux >= 2.6.39; reports write-back errors since 5.8), or None."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNCFS = _load_syncfs()
+_SYNCFS = SYNCFS
 # Filesystems (st_dev) this process has synced before using a value read back (module doc).
 _synced_devices: set[int] = set()
 _synced_lock = threading.Lock()
-
-
-def _syncfs(fd: int) -> None:
-    # ctypes releases the GIL for the call: other threads run while the filesystem flushes.
-    if _SYNCFS(fd) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"syncfs: {os.strerror(err)}")
 
 
 def _fdatasync_path(path: Path) -> None:
@@ -117,7 +98,7 @@ def _make_read_value_durable(fd: int, device: int) -> None:
         return
     with _synced_lock:  # readers on this filesystem wait until it is synced
         if device not in _synced_devices:
-            _syncfs(fd)
+            syncfs(fd)
             _synced_devices.add(device)
 
 
@@ -322,7 +303,7 @@ class StartOffsetSyncGroup:
                     os.fdatasync(fd)
             elif _SYNCFS is not None:
                 for fd in self._fs_fds.values():
-                    _syncfs(fd)
+                    syncfs(fd)
             else:  # no syncfs here (not Linux): file by file
                 for file, _ in self._written:
                     _fdatasync_path(file.path)

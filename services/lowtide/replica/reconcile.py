@@ -8,6 +8,14 @@ the deleted topic's id). A partition of a topic the metadata does not name, or n
 another id, with no record of a deletion, is *stray*: its directory is renamed aside
 (``<topic>-<p>.<unique>-stray``) and kept until the operator removes it.
 
+New partitions in bulk (a CreateTopics of thousands): each new directory would cost about seven
+fsyncs (its files, their renames, the directory itself), 10-14 s for 3,000 partitions RF 3 on
+one disk. From ``BULK_CREATE_MIN`` new partitions in a pass, their directories are built under
+``.lowtide-creating/`` with no fsync, made durable at once with one syncfs of the data
+directory's filesystem, renamed into place (a rename is atomic) and the data directory fsynced;
+then they are opened as existing directories. A crash before the renames leaves only the staging
+directory, which the next bulk creation or orphan pass removes; nothing in it was ever served.
+
 A pass runs at start, then whenever the metadata version moved (a metadata event or a periodic
 look) or someone knows its view is stale (``ReconcileTrigger.force``: a follower fetch answered
 NOT_LEADER_OR_FOLLOWER although the metadata did not change yet in our eyes).
@@ -26,8 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lowtide.errors import LowtideError, MetadataStoreUnavailable
-from lowtide.log.checkpoint import fsync_directory
+from lowtide.log.checkpoint import deferring_fsync, fsync_directory, sync_filesystem
 from lowtide.log.filenames import (
+    CREATING_DIR,
     is_deleted_partition_dir,
     is_stray_partition_dir,
     parse_partition_dir,
@@ -48,6 +57,8 @@ from lowtide.replica.registry import PartitionRegistry
 log = logging.getLogger(__name__)
 # How often the loop looks at the metadata version when nothing woke it.
 RECONCILE_POLL_S = 2.0
+# From this many new partitions in one pass their directories are created in bulk (module doc).
+BULK_CREATE_MIN = 32
 
 
 class ReconcileTrigger:
@@ -265,6 +276,9 @@ class PartitionReconciler:
         if len(tps) < 2 or self.config.log_open_threads < 2:
             return {}
         started = time.monotonic()
+        new = [tp for tp in tps if not (self.data_dir / partition_dir_name(*tp)).exists()]
+        if len(new) >= BULK_CREATE_MIN:
+            self._create_in_bulk(new, topics)
         opened: dict[TopicPartition, Partition] = {}
         with ThreadPoolExecutor(max_workers=min(self.config.log_open_threads, len(tps)),
                                 thread_name_prefix="log-open") as pool:
@@ -278,6 +292,45 @@ class PartitionReconciler:
             "partitions": len(opened), "seconds": round(time.monotonic() - started, 3),
             "threads": self.config.log_open_threads, "after_clean_shutdown": self.clean_start}})
         return opened
+
+    def _create_in_bulk(self, tps: list[TopicPartition], topics: Mapping[str, TopicInfo]) -> None:
+        """Create these new partitions' directories with one filesystem sync (module doc); on any
+        failure none is renamed into place and each is created the usual way. (Becoming leader
+        still writes the leader-epoch file with its fsyncs: an epoch starting at the log end is
+        dropped when a log opens, as Kafka drops it.)"""
+        started = time.monotonic()
+        staging = self.data_dir / CREATING_DIR
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+
+        def build(tp: TopicPartition) -> None:
+            topic = topics[tp[0]]
+            dir = staging / partition_dir_name(*tp)
+            with deferring_fsync():
+                PartitionLog.open(dir, topic=tp[0], partition=tp[1],
+                                  config=build_log_config(topic, defaults=self.config.log_defaults),
+                                  log_start_offset=0, recover=False).close()
+                write_partition_metadata(dir, topic_id=topic.topic_id)
+
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.config.log_open_threads, len(tps)),
+                                    thread_name_prefix="log-create") as pool:
+                list(pool.map(build, tps))
+            sync_filesystem(staging)
+            for tp in tps:
+                name = partition_dir_name(*tp)
+                os.rename(staging / name, self.data_dir / name)
+                # New: a start-up checkpoint entry of the same name was for an earlier topic.
+                self._saved_lso.pop(tp, None)
+                self._saved_hw.pop(tp, None)
+            fsync_directory(self.data_dir)
+        except (OSError, LowtideError) as exc:
+            log.warning("bulk creation of partition directories failed; creating them one by one",
+                        extra={"fields": {"partitions": len(tps), "error": str(exc)}})
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        log.info("created partition directories", extra={"fields": {
+            "partitions": len(tps), "seconds": round(time.monotonic() - started, 3)}})
 
     def _open(self, topic: TopicInfo, tp: TopicPartition, *, deleted: set[str] = frozenset()) -> Partition:
         dir = self.data_dir / partition_dir_name(*tp)
@@ -313,6 +366,9 @@ class PartitionReconciler:
                             deleted: set[str]) -> None:
         for entry in os.scandir(self.data_dir):
             if not entry.is_dir():
+                continue
+            if entry.name == CREATING_DIR:  # a bulk creation a crash interrupted: never served
+                shutil.rmtree(entry.path, ignore_errors=True)
                 continue
             if is_stray_partition_dir(entry.name):
                 self._expire_stray(Path(entry.path))

@@ -141,3 +141,37 @@ def test_the_logs_of_a_topic_deleted_through_the_api_are_deleted_not_set_aside(s
     r.reconcile()
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
     assert registry.find("gone", 0) is None
+
+
+def test_many_new_partitions_are_created_in_bulk_with_one_filesystem_sync_and_stale_checkpoints_ignored(
+        store, tmp_path, monkeypatch):
+    import traceback
+
+    from lowtide.log import checkpoint
+    from lowtide.log.filenames import CREATING_DIR
+    from lowtide.replica import reconcile
+
+    syncs, fsyncs = [], []
+    monkeypatch.setattr(reconcile, "sync_filesystem", lambda path: syncs.append(path))
+    real_fsync = checkpoint.os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync",
+                        lambda fd: fsyncs.append([f.name for f in traceback.extract_stack()]) or real_fsync(fd))
+    n = reconcile.BULK_CREATE_MIN
+    store.create_topic(name="wide", partitions=n, replication_factor=1, config={}, assignment=[[0]] * n)
+    # A crash left a bulk creation's staging behind; a start-up checkpoint names wide-3 (an earlier topic's).
+    (tmp_path / CREATING_DIR / "wide-0").mkdir(parents=True)
+    r, registry = reconciler(store, tmp_path, [], saved={("wide", 3): 40})
+    r.reconcile()
+    assert syncs == [tmp_path / CREATING_DIR], "one filesystem sync for the batch"
+    # ... and one fsync, of the data directory after the renames; becoming leader writes each
+    # partition's leader-epoch file as before.
+    assert len([f for f in fsyncs if "assign_leader_epoch" not in f]) == 1
+    assert not (tmp_path / CREATING_DIR).exists()
+    logs = [registry.get("wide", p).log for p in range(n)]
+    assert {(log.log_start_offset, log.log_end_offset) for log in logs} == {(0, 0)}
+    builder = BatchBuilder()
+    builder.append(timestamp_ms=1, key=None, value=b"v")
+    logs[3].append_as_leader(bytearray(builder.build()), leader_epoch=0)
+    assert logs[3].log_end_offset == 1
+    assert (tmp_path / "wide-5" / "partition.metadata").read_text().endswith(
+        f"topic_id: {store.topic('wide').topic_id}\n")
