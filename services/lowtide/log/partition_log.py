@@ -753,8 +753,11 @@ class PartitionLog:
             self._closed = True
             try:
                 self._segments.flush()
-                if self._snapshots.latest() != self._segments.next_offset:
-                    self._take_snapshot()  # clean shutdown: the next open reads no header
+                next_offset = self._segments.next_offset
+                # Clean shutdown: the next open reads no header. A log never written to has
+                # nothing to describe (thousands of them are created at once: a file each saved).
+                if self._snapshots.latest() != next_offset and (next_offset or self._producers.entries()):
+                    self._take_snapshot()
             finally:
                 self._segments.close()
                 self._finish_pending_deletes()
