@@ -10,7 +10,8 @@
  * module failed to build, and tests run both on the same inputs and compare.
  *
  * Input of columnize: the records of each batch (after decompression), what follows its 61-byte
- * header:
+ * header. They are walked by the one record walker (_walk.h: every check below is its, in its order);
+ * this module's hook (columnize_record) turns each accepted record into a row:
  *
  *     Records => Record x RecordCount, back to back, nothing after the last one
  *
@@ -75,7 +76,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
-#include "_walk.h" /* walk_records, walk_next_header, read_varint */
+#include "_walk.h" /* walk_records, walk_fail_record, walk_next_header */
 #include <stdio.h>
 #include <string.h>
 
