@@ -76,7 +76,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
-#include "_walk.h" /* walk_records, walk_fail_record, walk_next_header */
+#include "_walk.h" /* walk_records, walk_fail_record */
 #include <stdio.h>
 #include <string.h>
 
@@ -182,7 +182,8 @@ grow(growbuf *b, size_t extra)
     return 0;
 }
 
-static inline int
+/* always_inline: per record in columnize, where GCC's growth limits would outline it */
+static inline __attribute__((always_inline)) int
 put32(growbuf *b, uint32_t v)
 {
     if (b->cap - b->len < 4 && grow(b, 4) < 0)
@@ -192,7 +193,8 @@ put32(growbuf *b, uint32_t v)
     return 0;
 }
 
-static inline int
+/* always_inline: per record in columnize, where GCC's growth limits would outline it */
+static inline __attribute__((always_inline)) int
 put64(growbuf *b, uint64_t v)
 {
     if (b->cap - b->len < 8 && grow(b, 8) < 0)
@@ -395,9 +397,9 @@ typedef struct {
     const batch *batch; /* the one being walked */
 } columnizer;
 
-/* The walker's hook: a record in [min_offset, max_offset) becomes a row. Called once the walk has
- * checked the whole record, so its headers are read back without checks. */
-static int
+/* The walker's record hook: a record in [min_offset, max_offset) becomes a row. Called once the walk
+ * has checked the whole record. */
+WALK_HOOK
 columnize_record(void *ctx, const unsigned char *buf, const walk_record *r, walk_error *err)
 {
     columnizer *st = (columnizer *)ctx;
@@ -422,20 +424,27 @@ columnize_record(void *ctx, const unsigned char *buf, const walk_record *r, walk
         column_append(&st->values, buf + r->value, r->value_len, &st->fail) < 0)
         return -1;
     st->rows++;
-    if (st->with_headers) {
-        Py_ssize_t pos = r->headers;
-        walk_header h;
-        for (int64_t i = 0; i < r->header_count; i++) {
-            pos = walk_next_header(buf, r->end, pos, &h);
-            if (st->header_keys.rows >= INT32_MAX)
-                return fail(&st->fail, FAIL_OVERFLOW, "more than 2147483647 headers: too many for one Arrow list");
-            if (column_append(&st->header_keys, buf + h.key, h.key_len, &st->fail) < 0 ||
-                column_append(&st->header_values, buf + h.value, h.value_len, &st->fail) < 0)
-                return -1;
-        }
-        if (put32(&st->list_offsets, (uint32_t)st->header_keys.rows) < 0)
-            return fail(&st->fail, FAIL_MEMORY, "out of memory");
-    }
+    if (st->with_headers && put32(&st->list_offsets, (uint32_t)st->header_keys.rows) < 0)
+        return fail(&st->fail, FAIL_MEMORY, "out of memory");
+    err->code = 0;
+    return 0;
+}
+
+/* The walker's header hook (only when with_headers): the headers of a record in range. Called as
+ * the walk reads them, before the record's last checks: a failing record fails the whole call, so
+ * what was appended for it is never seen. */
+WALK_HOOK
+columnize_header(void *ctx, const unsigned char *buf, const walk_record *r, const walk_header *h, walk_error *err)
+{
+    columnizer *st = (columnizer *)ctx;
+    if (r->offset < st->min_offset || r->offset >= st->max_offset)
+        return 0;
+    err->code = -1; /* failures are the columns' own, in st->fail */
+    if (st->header_keys.rows >= INT32_MAX)
+        return fail(&st->fail, FAIL_OVERFLOW, "more than 2147483647 headers: too many for one Arrow list");
+    if (column_append(&st->header_keys, buf + h->key, h->key_len, &st->fail) < 0 ||
+        column_append(&st->header_values, buf + h->value, h->value_len, &st->fail) < 0)
+        return -1;
     err->code = 0;
     return 0;
 }
@@ -445,8 +454,12 @@ columnize_batch(columnizer *st, const batch *b)
 {
     walk_batch wb = {.expected = b->count, .base_offset = b->base_offset};
     walk_error err;
+    const unsigned char *buf = (const unsigned char *)b->view.buf;
     st->batch = b;
-    if (walk_records((const unsigned char *)b->view.buf, b->view.len, &wb, columnize_record, st, &err) == 0)
+    /* Two specialisations of the walk: without headers, none of the header hook's code runs. */
+    int rc = st->with_headers ? walk_records(buf, b->view.len, &wb, columnize_record, columnize_header, st, &err)
+                              : walk_records(buf, b->view.len, &wb, columnize_record, NULL, st, &err);
+    if (rc == 0)
         return 0;
     if (err.code == -1) /* the hook's own failure, in st->fail */
         return -1;

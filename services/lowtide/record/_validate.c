@@ -48,10 +48,10 @@ validate_records(PyObject *Py_UNUSED(module), PyObject *args)
     if (b.expected >= GIL_RELEASE_MIN_RECORDS) {
         /* The exported buffer stays pinned (a bytearray cannot resize while exported). */
         Py_BEGIN_ALLOW_THREADS
-        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, &err);
+        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, NULL, &err);
         Py_END_ALLOW_THREADS
     } else {
-        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, &err);
+        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, NULL, &err);
     }
     PyBuffer_Release(&view);
     if (rc == 0)
@@ -61,7 +61,7 @@ validate_records(PyObject *Py_UNUSED(module), PyObject *args)
 
 /* record_fields' hook: one tuple per record (needs the GIL: it builds objects). Built item by item:
  * Py_BuildValue would parse its format string for every record, a third of the cost. */
-static int
+WALK_HOOK
 append_fields(void *ctx, const unsigned char *Py_UNUSED(buf), const walk_record *r, walk_error *err)
 {
     const long long items[12] = {r->start, r->body, r->delta_pos, r->end, r->timestamp_delta, r->offset_delta,
@@ -98,7 +98,7 @@ record_fields(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     PyObject *rows = PyList_New(0);
     if (rows != NULL &&
-        walk_records((const unsigned char *)view.buf, view.len, &b, append_fields, rows, &err) < 0) {
+        walk_records((const unsigned char *)view.buf, view.len, &b, append_fields, NULL, rows, &err) < 0) {
         Py_CLEAR(rows);
         PyObject *exc_args = err.code != -1 ? Py_BuildValue("(is)", err.code, err.message) : NULL;
         if (exc_args != NULL) { /* ValueError(code, message) */

@@ -35,11 +35,13 @@
  * inconsistent inside; the message names the record and the byte where it starts. The walk stops
  * after RecordCount records, so its cost is bounded by the header's count even for a large body.
  *
- * How the users hook in: walk_records calls on_record(ctx, buf, record, error) once per record,
- * after every check of that record passed; on_record may fail (return -1, error filled in with
- * walk_fail_record or its own code). walk_records is always inlined and the hook is a constant at
- * each call site, so each user gets its own specialised loop with the hook inlined (no indirect
- * call per record), and validation, which passes NULL, gets the bare walk.
+ * How the users hook in: walk_records calls on_header(ctx, buf, record, header, error) for each
+ * header as it is read (so the headers are walked once, even by a user that collects them) and
+ * on_record(ctx, buf, record, error) once per record, after every check of that record passed.
+ * Either may fail (return -1, error filled in with walk_fail_record or a code of the user's own);
+ * either may be NULL. walk_records is always inlined and the hooks are constants at each call
+ * site, so each user gets its own specialised loop with its hooks inlined (no indirect call per
+ * record), and validation, which passes NULL, gets the bare walk.
  */
 #ifndef LOWTIDE_RECORD_WALK_H
 #define LOWTIDE_RECORD_WALK_H
@@ -73,7 +75,15 @@ typedef struct {
     char message[240];
 } walk_error;
 
+/* One header of the record being walked: positions of its key and value, their lengths. */
+typedef struct {
+    Py_ssize_t key, value;
+    int64_t key_len, value_len; /* value_len < 0: null */
+} walk_header;
+
 typedef int (*walk_hook)(void *ctx, const unsigned char *buf, const walk_record *rec, walk_error *err);
+typedef int (*walk_header_hook)(void *ctx, const unsigned char *buf, const walk_record *rec, const walk_header *h,
+                                walk_error *err);
 
 static int
 walk_fail(walk_error *err, int code, const char *fmt, ...)
@@ -127,14 +137,19 @@ walk_fail_record(walk_error *err, int code, long long index, Py_ssize_t start, c
 
 /* Walk the n bytes of records at buf: 0 when they are exactly b->expected well-formed records
  * (on_record, when not NULL, was called for each), -1 with *err filled in otherwise. */
+/* Hooks are declared WALK_HOOK: inlined into the walk (a hook used by two specialisations of the
+ * walk would otherwise stay a call per record). */
+#define WALK_HOOK static inline __attribute__((always_inline)) int
+
 static inline __attribute__((always_inline)) int
-walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_hook on_record, void *ctx,
-             walk_error *err)
+walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_hook on_record,
+             walk_header_hook on_header, void *ctx, walk_error *err)
 {
     const int consecutive = b->expected == b->last_offset_delta + 1;
     Py_ssize_t pos = 0;
-    int64_t prev_delta = -1, length, hk_len, hv_len;
+    int64_t prev_delta = -1, length;
     walk_record r;
+    walk_header h;
     r.index = 0;
     err->code = 0;
     while (pos < n) {
@@ -189,9 +204,13 @@ walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_h
                                     (long long)r.header_count);
         r.headers = pos;
         /* Each header takes at least 2 bytes, so a huge count ends at the record's end. */
-        for (int64_t h = 0; h < r.header_count; h++) {
-            WALK_FIELD_BYTES("header key", 0, hk_len);
-            WALK_FIELD_BYTES("header value", -1, hv_len);
+        for (int64_t i = 0; i < r.header_count; i++) {
+            WALK_FIELD_BYTES("header key", 0, h.key_len);
+            h.key = pos - (Py_ssize_t)h.key_len;
+            WALK_FIELD_BYTES("header value", -1, h.value_len);
+            h.value = pos - (h.value_len > 0 ? (Py_ssize_t)h.value_len : 0);
+            if (on_header != NULL && on_header(ctx, buf, &r, &h, err) < 0)
+                return -1;
         }
         if (pos != r.end)
             return walk_fail_record(err, INVALID_RECORD, r.index, r.start, "its fields take %zd of its length %lld bytes",
@@ -208,23 +227,5 @@ walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_h
 
 #undef WALK_FIELD_VARINT
 #undef WALK_FIELD_BYTES
-
-/* One header of a record the walk accepted: no checks left to make. */
-typedef struct {
-    Py_ssize_t key, value;
-    int64_t key_len, value_len; /* value_len < 0: null */
-} walk_header;
-
-static inline Py_ssize_t
-walk_next_header(const unsigned char *buf, Py_ssize_t end, Py_ssize_t pos, walk_header *h)
-{
-    h->key_len = 0, h->value_len = -1; /* never kept: the walk checked these varints */
-    (void)read_varint(buf, end, &pos, 5, 4, &h->key_len);
-    h->key = pos;
-    pos += (Py_ssize_t)h->key_len;
-    (void)read_varint(buf, end, &pos, 5, 4, &h->value_len);
-    h->value = pos;
-    return pos + (h->value_len > 0 ? (Py_ssize_t)h->value_len : 0);
-}
 
 #endif /* LOWTIDE_RECORD_WALK_H */

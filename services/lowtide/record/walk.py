@@ -57,8 +57,7 @@ _INT64_MAX = (1 << 63) - 1
 RecordFields = tuple[int, int, int, int, int, int, int, int, int, int, int, int]
 
 
-# The bytes fields of a record, then of each header: (name in messages, lowest valid length).
-_KEY_VALUE = (("key", -1), ("value", -1))
+# The bytes fields of a header: (name in messages, lowest valid length).
 _HEADER = (("header key", 0), ("header value", -1))
 
 
@@ -88,11 +87,15 @@ def read_varint(data: bytes, pos: int, end: int, max_bytes: int, last_bits: int)
 
 
 def _varint(data: bytes, pos: int, end: int, max_bytes: int, last_bits: int) -> tuple[int, int] | int:
-    """read_varint with the one-byte case first: almost every length and delta is one byte."""
-    if pos < end:
+    """read_varint with the one- and two-byte cases first: almost every length and delta (< 8192)."""
+    if pos + 1 < end:
         c = data[pos]
         if c < 0x80:
             return (c >> 1) ^ -(c & 1), pos + 1
+        d = data[pos + 1]
+        if d < 0x80:
+            raw = (c & 0x7F) | (d << 7)
+            return (raw >> 1) ^ -(raw & 1), pos + 2
     return read_varint(data, pos, end, max_bytes, last_bits)
 
 
@@ -160,21 +163,30 @@ def iter_records(
             prev_delta = delta
         if not _INT64_MIN <= base_offset + delta <= _INT64_MAX:
             raise _invalid(index, start, f"offset delta {delta} overflows the base offset")
-        # Key, value, then each header's key and value: (name, lowest valid length) in that order.
-        sizes = []
-        for name, low in _KEY_VALUE:
-            got = _varint(data, pos, end, 5, 4)
-            if got.__class__ is not tuple:
-                raise _bad_varint(got, f"{name} length", index, start, length)  # type: ignore[arg-type]
-            size, pos = got  # type: ignore[misc]
-            if size < low:
-                raise _invalid(index, start, f"invalid {name} length {size}")
-            sizes.append(pos)
-            sizes.append(size)
-            if size > 0:
-                if size > end - pos:
-                    raise _invalid(index, start, f"{name} runs past the record's length {length}")
-                pos += size
+        # Key then value: a length varint (>= -1), then that many bytes. Written out twice rather
+        # than looped over: this fallback's cost is per field.
+        got = _varint(data, pos, end, 5, 4)
+        if got.__class__ is not tuple:
+            raise _bad_varint(got, "key length", index, start, length)  # type: ignore[arg-type]
+        key_len, key = got  # type: ignore[misc]
+        if key_len < -1:
+            raise _invalid(index, start, f"invalid key length {key_len}")
+        pos = key
+        if key_len > 0:
+            if key_len > end - pos:
+                raise _invalid(index, start, f"key runs past the record's length {length}")
+            pos += key_len
+        got = _varint(data, pos, end, 5, 4)
+        if got.__class__ is not tuple:
+            raise _bad_varint(got, "value length", index, start, length)  # type: ignore[arg-type]
+        value_len, value = got  # type: ignore[misc]
+        if value_len < -1:
+            raise _invalid(index, start, f"invalid value length {value_len}")
+        pos = value
+        if value_len > 0:
+            if value_len > end - pos:
+                raise _invalid(index, start, f"value runs past the record's length {length}")
+            pos += value_len
         got = _varint(data, pos, end, 5, 4)
         if got.__class__ is not tuple:
             raise _bad_varint(got, "header count", index, start, length)  # type: ignore[arg-type]
@@ -196,7 +208,7 @@ def iter_records(
                     pos += size
         if pos != end:
             raise _invalid(index, start, f"its fields take {pos - body} of its length {length} bytes")
-        yield (start, body, delta_pos, end, ts_delta, delta, *sizes, headers, header_count)  # type: ignore[misc]
+        yield (start, body, delta_pos, end, ts_delta, delta, key, key_len, value, value_len, headers, header_count)
         pos = end
         index += 1
     if index != expected_count:
