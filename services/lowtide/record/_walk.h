@@ -85,7 +85,7 @@ typedef int (*walk_hook)(void *ctx, const unsigned char *buf, const walk_record 
 typedef int (*walk_header_hook)(void *ctx, const unsigned char *buf, const walk_record *rec, const walk_header *h,
                                 walk_error *err);
 
-static int
+static int __attribute__((format(printf, 3, 4)))
 walk_fail(walk_error *err, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -97,7 +97,7 @@ walk_fail(walk_error *err, int code, const char *fmt, ...)
 }
 
 /* "record I at byte S: <problem>": what every per-record message looks like (hooks use it too). */
-static int
+static int __attribute__((format(printf, 5, 6)))
 walk_fail_record(walk_error *err, int code, long long index, Py_ssize_t start, const char *fmt, ...)
 {
     char problem[200];

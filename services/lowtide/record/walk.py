@@ -117,8 +117,8 @@ def iter_records(
     the record passed every check; raise WalkError at the first problem, checking in _walk.h's
     order. ``last_offset_delta``: check the offset deltas (module docstring); None: any order.
 
-    One flat loop with the field reads written out: a helper call per field would double the cost
-    of this fallback, which is every record of every batch when the C module is missing."""
+    One flat loop, the key and value reads written out and messages formatted only on failure:
+    without the C module this runs for every record of every batch, so its cost is per field."""
     check_deltas = last_offset_delta is not None
     consecutive = check_deltas and expected_count == last_offset_delta + 1  # type: ignore[operator]
     n = len(data)
@@ -163,8 +163,7 @@ def iter_records(
             prev_delta = delta
         if not _INT64_MIN <= base_offset + delta <= _INT64_MAX:
             raise _invalid(index, start, f"offset delta {delta} overflows the base offset")
-        # Key then value: a length varint (>= -1), then that many bytes. Written out twice rather
-        # than looped over: this fallback's cost is per field.
+        # Key then value: a length varint (>= -1), then that many bytes.
         got = _varint(data, pos, end, 5, 4)
         if got.__class__ is not tuple:
             raise _bad_varint(got, "key length", index, start, length)  # type: ignore[arg-type]
