@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 import lowtide.log.cleaner.batch_filter as batch_filter
 import lowtide.record.batch as batch_module
 import lowtide.record.columns as columns_module
+import lowtide.record.control as control_module
 import lowtide.record.validate as validate_module
 from lowtide.log.cleaner.batch_filter import BatchFilter, ChunkRows, OffsetMap
 from lowtide.record import BatchBuilder, Compression, decode_batch, iter_batches, validate_batches
@@ -66,8 +67,8 @@ def _force_python() -> Iterator[None]:
     swap(columns_module, "KERNELS", columns_module.PYTHON_KERNELS)
     record_fields_py = getattr(validate_module, "record_fields_py", None)
     if record_fields_py is not None:
-        swap(batch_module, "record_fields", record_fields_py)
-        swap(batch_filter, "record_fields", record_fields_py)
+        for module in (batch_module, batch_filter, control_module):
+            swap(module, "record_fields", record_fields_py)
     try:
         yield
     finally:
