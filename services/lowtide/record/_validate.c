@@ -39,12 +39,14 @@ static PyObject *
 validate_records(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer view;
-    walk_batch b = {0};
+    long long expected, last_offset_delta;
     walk_error err;
     int rc;
-    if (!PyArg_ParseTuple(args, "y*LL:walk_records", &view, &b.expected, &b.last_offset_delta))
+    if (!PyArg_ParseTuple(args, "y*LL:walk_records", &view, &expected, &last_offset_delta))
         return NULL;
-    b.check_deltas = 1;
+    /* Filled in after the parse, never by address: the compiler then knows base_offset is 0 and
+     * drops the walk's overflow check, which cannot fire here. */
+    const walk_batch b = {.expected = expected, .check_deltas = 1, .last_offset_delta = last_offset_delta};
     if (b.expected >= GIL_RELEASE_MIN_RECORDS) {
         /* The exported buffer stays pinned (a bytearray cannot resize while exported). */
         Py_BEGIN_ALLOW_THREADS
@@ -92,10 +94,11 @@ static PyObject *
 record_fields(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer view;
-    walk_batch b = {0};
+    long long expected;
     walk_error err;
-    if (!PyArg_ParseTuple(args, "y*L:record_fields", &view, &b.expected))
+    if (!PyArg_ParseTuple(args, "y*L:record_fields", &view, &expected))
         return NULL;
+    const walk_batch b = {.expected = expected};
     PyObject *rows = PyList_New(0);
     if (rows != NULL &&
         walk_records((const unsigned char *)view.buf, view.len, &b, append_fields, NULL, rows, &err) < 0) {

@@ -120,13 +120,15 @@ walk_fail_record(walk_error *err, int code, long long index, Py_ssize_t start, c
                                     (NAME));                                                    \
     } while (0)
 
-/* A length varint that must be >= LOW, then step over that many bytes (negative = null). */
-#define WALK_FIELD_BYTES(NAME, LOW, LEN)                                                        \
+/* A length varint that must be >= LOW (into LEN), where the bytes start (into AT), then step over
+ * them (negative = null, nothing to step over). */
+#define WALK_FIELD_BYTES(NAME, LOW, LEN, AT)                                                    \
     do {                                                                                        \
         WALK_FIELD_VARINT(NAME " length", 5, 4, LEN);                                           \
         if ((LEN) < (LOW))                                                                      \
             return walk_fail_record(err, INVALID_RECORD, r.index, r.start, "invalid %s %lld",   \
                                     NAME " length", (long long)(LEN));                          \
+        (AT) = pos;                                                                             \
         if ((LEN) > 0) {                                                                        \
             if ((LEN) > r.end - pos)                                                            \
                 return walk_fail_record(err, INVALID_RECORD, r.index, r.start,                  \
@@ -194,10 +196,8 @@ walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_h
         if (__builtin_add_overflow(b->base_offset, (long long)r.offset_delta, &r.offset))
             return walk_fail_record(err, INVALID_RECORD, r.index, r.start, "offset delta %lld overflows the base offset",
                                     (long long)r.offset_delta);
-        WALK_FIELD_BYTES("key", -1, r.key_len);
-        r.key = pos - (r.key_len > 0 ? (Py_ssize_t)r.key_len : 0);
-        WALK_FIELD_BYTES("value", -1, r.value_len);
-        r.value = pos - (r.value_len > 0 ? (Py_ssize_t)r.value_len : 0);
+        WALK_FIELD_BYTES("key", -1, r.key_len, r.key);
+        WALK_FIELD_BYTES("value", -1, r.value_len, r.value);
         WALK_FIELD_VARINT("header count", 5, 4, r.header_count);
         if (r.header_count < 0)
             return walk_fail_record(err, INVALID_RECORD, r.index, r.start, "invalid %s %lld", "header count",
@@ -205,10 +205,8 @@ walk_records(const unsigned char *buf, Py_ssize_t n, const walk_batch *b, walk_h
         r.headers = pos;
         /* Each header takes at least 2 bytes, so a huge count ends at the record's end. */
         for (int64_t i = 0; i < r.header_count; i++) {
-            WALK_FIELD_BYTES("header key", 0, h.key_len);
-            h.key = pos - (Py_ssize_t)h.key_len;
-            WALK_FIELD_BYTES("header value", -1, h.value_len);
-            h.value = pos - (h.value_len > 0 ? (Py_ssize_t)h.value_len : 0);
+            WALK_FIELD_BYTES("header key", 0, h.key_len, h.key);
+            WALK_FIELD_BYTES("header value", -1, h.value_len, h.value);
             if (on_header != NULL && on_header(ctx, buf, &r, &h, err) < 0)
                 return -1;
         }
