@@ -84,7 +84,8 @@ PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages", "lowtide.messages.admin",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
-    "lowtide.record.varint", "lowtide.record._validate", "lowtide.record.columns", "lowtide.record._columns",
+    "lowtide.record.varint", "lowtide.record.walk", "lowtide.record._validate", "lowtide.record.columns",
+    "lowtide.record._columns",
     "lowtide.rpc", "lowtide.rpc.acls", "lowtide.rpc.channels", "lowtide.rpc.messages", "lowtide.rpc.status",
     "lowtide.rpc.wire",
     "lowtide.auth", "lowtide.auth.acl",

@@ -10,7 +10,8 @@
  * module failed to build, and tests run both on the same inputs and compare.
  *
  * Input of columnize: the records of each batch (after decompression), what follows its 61-byte
- * header:
+ * header. They are walked by the one record walker (_walk.h: every check below is its, in its order);
+ * this module's hook (columnize_record) turns each accepted record into a row:
  *
  *     Records => Record x RecordCount, back to back, nothing after the last one
  *
@@ -75,7 +76,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
-#include "_varint.h" /* read_varint, VARINT_OK / _TRUNCATED / _MALFORMED */
+#include "_walk.h" /* walk_records, walk_fail_record */
 #include <stdio.h>
 #include <string.h>
 
@@ -181,7 +182,8 @@ grow(growbuf *b, size_t extra)
     return 0;
 }
 
-static inline int
+/* always_inline: per record in columnize, where GCC's growth limits would outline it */
+static inline __attribute__((always_inline)) int
 put32(growbuf *b, uint32_t v)
 {
     if (b->cap - b->len < 4 && grow(b, 4) < 0)
@@ -191,7 +193,8 @@ put32(growbuf *b, uint32_t v)
     return 0;
 }
 
-static inline int
+/* always_inline: per record in columnize, where GCC's growth limits would outline it */
+static inline __attribute__((always_inline)) int
 put64(growbuf *b, uint64_t v)
 {
     if (b->cap - b->len < 8 && grow(b, 8) < 0)
@@ -391,157 +394,77 @@ typedef struct {
     growbuf offsets, timestamps, types, list_offsets;
     column keys, values, header_keys, header_values;
     failure fail;
+    const batch *batch; /* the one being walked */
 } columnizer;
 
-static int
-fail_batch(columnizer *st, const batch *b, const char *fmt, ...)
+/* The walker's record hook: a record in [min_offset, max_offset) becomes a row. Called once the walk
+ * has checked the whole record. */
+WALK_HOOK
+columnize_record(void *ctx, const unsigned char *buf, const walk_record *r, walk_error *err)
 {
-    char problem[240];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(problem, sizeof problem, fmt, ap);
-    va_end(ap);
-    return fail(&st->fail, FAIL_VALUE, "batch at position %zd (base offset %lld): %s", b->position,
-                b->base_offset, problem);
+    columnizer *st = (columnizer *)ctx;
+    const batch *b = st->batch;
+    if (r->offset < st->min_offset || r->offset >= st->max_offset)
+        return 0;
+    long long ts_ms, ts_us;
+    if (b->log_append_time)
+        ts_ms = b->max_timestamp;
+    else if (__builtin_add_overflow(b->base_timestamp, (long long)r->timestamp_delta, &ts_ms))
+        return walk_fail_record(err, INVALID_RECORD, r->index, r->start,
+                                "timestamp delta %lld overflows the base timestamp", (long long)r->timestamp_delta);
+    if (__builtin_mul_overflow(ts_ms, 1000LL, &ts_us))
+        return walk_fail_record(err, INVALID_RECORD, r->index, r->start,
+                                "timestamp %lld ms is out of range in microseconds", ts_ms);
+    /* From here on failures are the columns' own (memory, 2 GiB columns): err->code -1, st->fail. */
+    err->code = -1;
+    if (put64(&st->offsets, (uint64_t)r->offset) < 0 || put64(&st->timestamps, (uint64_t)ts_us) < 0 ||
+        put32(&st->types, (uint32_t)b->log_append_time) < 0)
+        return fail(&st->fail, FAIL_MEMORY, "out of memory");
+    if (column_append(&st->keys, buf + r->key, r->key_len, &st->fail) < 0 ||
+        column_append(&st->values, buf + r->value, r->value_len, &st->fail) < 0)
+        return -1;
+    st->rows++;
+    if (st->with_headers && put32(&st->list_offsets, (uint32_t)st->header_keys.rows) < 0)
+        return fail(&st->fail, FAIL_MEMORY, "out of memory");
+    err->code = 0;
+    return 0;
 }
 
-static int
-fail_record(columnizer *st, const batch *b, long long index, Py_ssize_t start, const char *fmt, ...)
+/* The walker's header hook (only when with_headers): the headers of a record in range. Called as
+ * the walk reads them, before the record's last checks: a failing record fails the whole call, so
+ * what was appended for it is never seen. */
+WALK_HOOK
+columnize_header(void *ctx, const unsigned char *buf, const walk_record *r, const walk_header *h, walk_error *err)
 {
-    char problem[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(problem, sizeof problem, fmt, ap);
-    va_end(ap);
-    return fail(&st->fail, FAIL_VALUE, "batch at position %zd (base offset %lld): record %lld at byte %zd: %s",
-                b->position, b->base_offset, index, start, problem);
+    columnizer *st = (columnizer *)ctx;
+    if (r->offset < st->min_offset || r->offset >= st->max_offset)
+        return 0;
+    err->code = -1; /* failures are the columns' own, in st->fail */
+    if (st->header_keys.rows >= INT32_MAX)
+        return fail(&st->fail, FAIL_OVERFLOW, "more than 2147483647 headers: too many for one Arrow list");
+    if (column_append(&st->header_keys, buf + h->key, h->key_len, &st->fail) < 0 ||
+        column_append(&st->header_values, buf + h->value, h->value_len, &st->fail) < 0)
+        return -1;
+    err->code = 0;
+    return 0;
 }
-
-/* A varint field inside record `index`. */
-#define FIELD_VARINT(NAME, MAX, BITS, OUT)                                                      \
-    do {                                                                                        \
-        int st_ = read_varint(buf, rec_end, &pos, (MAX), (BITS), &(OUT));                      \
-        if (st_ == VARINT_TRUNCATED)                                                            \
-            return fail_record(st, b, index, start, "%s runs past the record's length %lld",    \
-                               (NAME), (long long)length);                                      \
-        if (st_ == VARINT_MALFORMED)                                                            \
-            return fail_record(st, b, index, start, "%s is not a valid varint", (NAME));        \
-    } while (0)
-
-/* Step over `LEN` bytes of field NAME (negative = null, nothing to skip). */
-#define FIELD_BYTES(NAME, LEN)                                                                  \
-    do {                                                                                        \
-        if ((LEN) > 0) {                                                                        \
-            if ((LEN) > rec_end - pos)                                                          \
-                return fail_record(st, b, index, start, "%s runs past the record's length %lld", \
-                                   (NAME), (long long)length);                                  \
-            pos += (Py_ssize_t)(LEN);                                                           \
-        }                                                                                       \
-    } while (0)
-
-#define INVALID(NAME, VALUE)                                                                    \
-    return fail_record(st, b, index, start, "invalid %s %lld", (NAME), (long long)(VALUE))
-
-#define NOMEM() return fail(&st->fail, FAIL_MEMORY, "out of memory")
 
 static int
 columnize_batch(columnizer *st, const batch *b)
 {
+    walk_batch wb = {.expected = b->count, .base_offset = b->base_offset};
+    walk_error err;
     const unsigned char *buf = (const unsigned char *)b->view.buf;
-    const Py_ssize_t n = b->view.len;
-    Py_ssize_t pos = 0;
-    long long index = 0;
-    while (index < b->count && pos < n) {
-        const Py_ssize_t start = pos;
-        int64_t length, ts_delta, offset_delta, key_len, value_len, header_count, hk_len, hv_len;
-        int s = read_varint(buf, n, &pos, 5, 4, &length);
-        if (s == VARINT_TRUNCATED)
-            return fail_record(st, b, index, start, "its length runs past the end of the records");
-        if (s == VARINT_MALFORMED)
-            return fail_record(st, b, index, start, "its length is not a valid varint");
-        if (length < 0)
-            return fail_record(st, b, index, start, "negative length %lld", (long long)length);
-        if (length > n - pos)
-            return fail_record(st, b, index, start,
-                               "length %lld runs past the end of the records (%zd bytes left)",
-                               (long long)length, n - pos);
-        const Py_ssize_t body_start = pos, rec_end = pos + (Py_ssize_t)length;
-        if (pos >= rec_end)
-            return fail_record(st, b, index, start, "%s runs past the record's length %lld", "attributes",
-                               (long long)length);
-        pos++; /* attributes: unused by RecordBatch v2 */
-        FIELD_VARINT("timestamp delta", 10, 1, ts_delta);
-        FIELD_VARINT("offset delta", 5, 4, offset_delta);
-        long long offset;
-        if (__builtin_add_overflow(b->base_offset, (long long)offset_delta, &offset))
-            return fail_record(st, b, index, start, "offset delta %lld overflows the base offset",
-                               (long long)offset_delta);
-        const int keep = offset >= st->min_offset && offset < st->max_offset;
-        FIELD_VARINT("key length", 5, 4, key_len);
-        if (key_len < -1)
-            INVALID("key length", key_len);
-        const unsigned char *key = buf + pos;
-        FIELD_BYTES("key", key_len);
-        FIELD_VARINT("value length", 5, 4, value_len);
-        if (value_len < -1)
-            INVALID("value length", value_len);
-        const unsigned char *value = buf + pos;
-        FIELD_BYTES("value", value_len);
-        FIELD_VARINT("header count", 5, 4, header_count);
-        if (header_count < 0)
-            INVALID("header count", header_count);
-        if (keep) {
-            long long ts_ms, ts_us;
-            if (b->log_append_time)
-                ts_ms = b->max_timestamp;
-            else if (__builtin_add_overflow(b->base_timestamp, (long long)ts_delta, &ts_ms))
-                return fail_record(st, b, index, start, "timestamp delta %lld overflows the base timestamp",
-                                   (long long)ts_delta);
-            if (__builtin_mul_overflow(ts_ms, 1000LL, &ts_us))
-                return fail_record(st, b, index, start, "timestamp %lld ms is out of range in microseconds",
-                                   ts_ms);
-            if (put64(&st->offsets, (uint64_t)offset) < 0 || put64(&st->timestamps, (uint64_t)ts_us) < 0 ||
-                put32(&st->types, (uint32_t)b->log_append_time) < 0)
-                NOMEM();
-            if (column_append(&st->keys, key, key_len, &st->fail) < 0 ||
-                column_append(&st->values, value, value_len, &st->fail) < 0)
-                return -1;
-            st->rows++;
-        }
-        const int collect = keep && st->with_headers;
-        /* Each header takes at least 2 bytes, so a huge count ends at the record's end. */
-        for (int64_t h = 0; h < header_count; h++) {
-            FIELD_VARINT("header key length", 5, 4, hk_len);
-            if (hk_len < 0)
-                INVALID("header key length", hk_len);
-            const unsigned char *hk = buf + pos;
-            FIELD_BYTES("header key", hk_len);
-            FIELD_VARINT("header value length", 5, 4, hv_len);
-            if (hv_len < -1)
-                INVALID("header value length", hv_len);
-            const unsigned char *hv = buf + pos;
-            FIELD_BYTES("header value", hv_len);
-            if (collect) {
-                if (st->header_keys.rows >= INT32_MAX)
-                    return fail(&st->fail, FAIL_OVERFLOW, "more than 2147483647 headers: too many for one Arrow list");
-                if (column_append(&st->header_keys, hk, hk_len, &st->fail) < 0 ||
-                    column_append(&st->header_values, hv, hv_len, &st->fail) < 0)
-                    return -1;
-            }
-        }
-        if (pos != rec_end)
-            return fail_record(st, b, index, start, "its fields take %zd of its length %lld bytes",
-                               pos - body_start, (long long)length);
-        if (collect && put32(&st->list_offsets, (uint32_t)st->header_keys.rows) < 0)
-            NOMEM();
-        index++;
-    }
-    if (index < b->count)
-        return fail_batch(st, b, "the batch declares %lld records but its records hold %lld", b->count, index);
-    if (pos < n)
-        return fail_batch(st, b, "%zd bytes at byte %zd after the %lld records the batch declares", n - pos, pos,
-                          b->count);
-    return 0;
+    st->batch = b;
+    /* Two specialisations of the walk: without headers, none of the header hook's code runs. */
+    int rc = st->with_headers ? walk_records(buf, b->view.len, &wb, columnize_record, columnize_header, st, &err)
+                              : walk_records(buf, b->view.len, &wb, columnize_record, NULL, st, &err);
+    if (rc == 0)
+        return 0;
+    if (err.code == -1) /* the hook's own failure, in st->fail */
+        return -1;
+    return fail(&st->fail, FAIL_VALUE, "batch at position %zd (base offset %lld): %s", b->position, b->base_offset,
+                err.message);
 }
 
 static int

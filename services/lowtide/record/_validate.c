@@ -1,215 +1,135 @@
 /*
- * lowtide.record._validate: the per-record walk of a RecordBatch v2 body, in C.
+ * lowtide.record._validate: the record walker's (_walk.h) entry points for the per-batch users:
+ * the leader's validation, batch parsing (decode_batch) and the cleaner's rewrite_batch.
  *
- * The leader must check every record of a produced batch (docs/design/invariants.md, rule 5) but the produce path
- * may not loop per record in Python (docs/testing.md#targets), so the walk lives here. The Python twin
- * is lowtide.record.validate.walk_records_py: same rules, same return values, same messages, used
- * only when this module failed to build; tests run both on the same inputs and compare.
+ * The leader must check every record of a produced batch (docs/design/invariants.md, rule 5) but the
+ * produce path may not loop per record in Python (docs/testing.md#targets), so the walk is C. The
+ * Python twins are lowtide.record.validate.walk_records_py and record_fields_py, both on the one
+ * Python walker (lowtide.record.walk.iter_records): same rules, same return values, same messages,
+ * used only when this module failed to build; tests run both on the same inputs and compare.
  *
- * Input: the records of one batch (after decompression), i.e. what follows the 61-byte header:
- *
- *     Records => Record x RecordCount, back to back, nothing after the last one
- *
- *     Record =>                                       checked here
- *       Length            => Varint   (int32)         >= 0, record ends inside the body
- *       Attributes        => Int8                     present (value unused)
- *       TimestampDelta    => Varlong  (int64)         well formed
- *       OffsetDelta       => Varint                   == record index (see "offset deltas")
- *       KeyLength         => Varint   (-1 = null)     >= -1, key inside the record
- *       Key               => Bytes
- *       ValueLength       => Varint   (-1 = null)     >= -1, value inside the record
- *       Value             => Bytes
- *       HeaderCount       => Varint                   >= 0
- *       Headers           => Header x HeaderCount
- *         HeaderKeyLength   => Varint                 >= 0 (a header key is never null)
- *         HeaderKey         => Bytes (UTF-8)
- *         HeaderValueLength => Varint  (-1 = null)    >= -1
- *         HeaderValue       => Bytes
- *       (the fields end exactly Length bytes after the Length varint)
- *
- *     Varint  = zig-zag, 7 bits per byte, low group first, high bit = more bytes follow;
- *               an int32 takes at most 5 bytes (the 5th holds 4 bits), an int64 at most 10 (the
- *               10th holds 1 bit). Anything longer or wider is malformed, as in Kafka's ByteUtils.
- *
- * Offset deltas: when RecordCount == LastOffsetDelta + 1 (every produced batch) record i must have
- * delta i. Otherwise (a compacted batch) deltas must rise strictly and stay <= LastOffsetDelta.
+ * Input: the records of one batch (after decompression), drawn with what is checked at the top of
+ * _walk.h.
  *
  * walk_records(buffer, expected_count, last_offset_delta) -> None | (code, message)
- *   None when the body holds exactly expected_count well-formed records; else Kafka's error code
- *   (2 CORRUPT_MESSAGE: the body cannot be cut into the declared records; 87 INVALID_RECORD: one
- *   record is inconsistent inside) and a message naming the record and its byte position.
- *   Any contiguous buffer is accepted ("y*"). The walk stops after expected_count records, so its
- *   cost is bounded by the header's count even when the body is large.
+ *   None when the body holds exactly expected_count well-formed records whose offset deltas follow
+ *   the rules (_walk.h, check_deltas); else Kafka's error code (2 CORRUPT_MESSAGE: the body cannot
+ *   be cut into the declared records; 87 INVALID_RECORD: one record is inconsistent inside) and a
+ *   message naming the record and its byte position. Any contiguous buffer is accepted ("y*").
+ *
+ * record_fields(buffer, expected_count) -> list of tuples, one per record:
+ *     (start, body, delta_pos, end, timestamp_delta, offset_delta,
+ *      key, key_len, value, value_len, headers, header_count)
+ *   byte positions in the buffer and field values as in _walk.h's walk_record (lengths -1 = null;
+ *   offset deltas are not checked against an order). A body the walk refuses raises
+ *   ValueError(code, message) with walk_records' code and message.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdint.h>
-#include "_varint.h" /* read_varint, VARINT_OK / _TRUNCATED / _MALFORMED */
-#include <stdio.h>
-
-#define CORRUPT_MESSAGE 2
-#define INVALID_RECORD 87
+#include "_walk.h" /* walk_records, CORRUPT_MESSAGE, INVALID_RECORD */
 
 /* Releasing the GIL costs a reacquire that can wait out another thread's switch interval (5 ms),
  * far more than walking a few records. Only batches with this many records (tens of microseconds
  * of walking) release it. */
 #define GIL_RELEASE_MIN_RECORDS 2048
 
-typedef struct {
-    int code; /* 0 = valid */
-    char message[200];
-} walk_result;
-
-#define FAIL(CODE, ...)                                                                         \
-    do {                                                                                        \
-        res->code = (CODE);                                                                     \
-        snprintf(res->message, sizeof res->message, __VA_ARGS__);                              \
-        return;                                                                                 \
-    } while (0)
-
-/* A varint field inside record `index`: errors are per-record (INVALID_RECORD). */
-#define FIELD_VARINT(NAME, MAX, BITS, OUT)                                                      \
-    do {                                                                                        \
-        int st_ = read_varint(buf, rec_end, &pos, (MAX), (BITS), &(OUT));                      \
-        if (st_ == VARINT_TRUNCATED)                                                            \
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: %s runs past the record's length %lld", \
-                 index, start, (NAME), (long long)length);                                      \
-        if (st_ == VARINT_MALFORMED)                                                            \
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: %s is not a valid varint", index,     \
-                 start, (NAME));                                                                \
-    } while (0)
-
-/* Skip `LEN` bytes of field NAME (negative = null, nothing to skip). */
-#define FIELD_BYTES(NAME, LEN)                                                                  \
-    do {                                                                                        \
-        if ((LEN) > 0) {                                                                        \
-            if ((LEN) > rec_end - pos)                                                          \
-                FAIL(INVALID_RECORD, "record %lld at byte %zd: %s runs past the record's length %lld", \
-                     index, start, (NAME), (long long)length);                                  \
-            pos += (Py_ssize_t)(LEN);                                                           \
-        }                                                                                       \
-    } while (0)
-
-static void
-walk(const unsigned char *buf, Py_ssize_t n, long long expected, long long last_offset_delta,
-     walk_result *res)
-{
-    const int consecutive = expected == last_offset_delta + 1;
-    Py_ssize_t pos = 0;
-    long long index = 0;
-    int64_t prev_delta = -1;
-    res->code = 0;
-    while (pos < n) {
-        if (index >= expected)
-            FAIL(CORRUPT_MESSAGE, "%zd bytes at byte %zd after the %lld records the batch declares",
-                 n - pos, pos, expected);
-        const Py_ssize_t start = pos;
-        int64_t length, value, delta, count;
-        int st = read_varint(buf, n, &pos, 5, 4, &length);
-        if (st == VARINT_TRUNCATED)
-            FAIL(CORRUPT_MESSAGE, "record %lld at byte %zd: its length runs past the end of the records",
-                 index, start);
-        if (st == VARINT_MALFORMED)
-            FAIL(CORRUPT_MESSAGE, "record %lld at byte %zd: its length is not a valid varint", index,
-                 start);
-        if (length < 0)
-            FAIL(CORRUPT_MESSAGE, "record %lld at byte %zd: negative length %lld", index, start,
-                 (long long)length);
-        if (length > n - pos)
-            FAIL(CORRUPT_MESSAGE,
-                 "record %lld at byte %zd: length %lld runs past the end of the records (%zd bytes left)",
-                 index, start, (long long)length, n - pos);
-        const Py_ssize_t body_start = pos, rec_end = pos + (Py_ssize_t)length;
-
-        if (pos >= rec_end)
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: %s runs past the record's length %lld", index,
-                 start, "attributes", (long long)length);
-        pos++; /* attributes: unused by RecordBatch v2 */
-        FIELD_VARINT("timestamp delta", 10, 1, value);
-        FIELD_VARINT("offset delta", 5, 4, delta);
-        if (consecutive) {
-            if (delta != index)
-                FAIL(INVALID_RECORD, "record %lld at byte %zd: offset delta %lld, expected %lld", index,
-                     start, (long long)delta, index);
-        } else if (delta <= prev_delta || delta > last_offset_delta) {
-            FAIL(INVALID_RECORD,
-                 "record %lld at byte %zd: offset delta %lld is not above %lld or is past the last "
-                 "offset delta %lld",
-                 index, start, (long long)delta, (long long)prev_delta, last_offset_delta);
-        }
-        prev_delta = delta;
-        FIELD_VARINT("key length", 5, 4, value);
-        if (value < -1)
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: invalid %s %lld", index, start, "key length",
-                 (long long)value);
-        FIELD_BYTES("key", value);
-        FIELD_VARINT("value length", 5, 4, value);
-        if (value < -1)
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: invalid %s %lld", index, start,
-                 "value length", (long long)value);
-        FIELD_BYTES("value", value);
-        FIELD_VARINT("header count", 5, 4, count);
-        if (count < 0)
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: invalid %s %lld", index, start,
-                 "header count", (long long)count);
-        /* Each header takes at least 2 bytes, so a huge count ends at the record's end. */
-        for (int64_t h = 0; h < count; h++) {
-            FIELD_VARINT("header key length", 5, 4, value);
-            if (value < 0)
-                FAIL(INVALID_RECORD, "record %lld at byte %zd: invalid %s %lld", index, start,
-                     "header key length", (long long)value);
-            FIELD_BYTES("header key", value);
-            FIELD_VARINT("header value length", 5, 4, value);
-            if (value < -1)
-                FAIL(INVALID_RECORD, "record %lld at byte %zd: invalid %s %lld", index, start,
-                     "header value length", (long long)value);
-            FIELD_BYTES("header value", value);
-        }
-        if (pos != rec_end)
-            FAIL(INVALID_RECORD, "record %lld at byte %zd: its fields take %zd of its length %lld bytes",
-                 index, start, pos - body_start, (long long)length);
-        index++;
-    }
-    if (index != expected)
-        FAIL(CORRUPT_MESSAGE, "the batch declares %lld records but its records hold %lld", expected,
-             index);
-}
-
 static PyObject *
-walk_records(PyObject *Py_UNUSED(module), PyObject *args)
+validate_records(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer view;
     long long expected, last_offset_delta;
-    walk_result res;
+    walk_error err;
+    int rc;
     if (!PyArg_ParseTuple(args, "y*LL:walk_records", &view, &expected, &last_offset_delta))
         return NULL;
-    if (expected >= GIL_RELEASE_MIN_RECORDS) {
+    /* Filled in after the parse, never by address: the compiler then knows base_offset is 0 and
+     * drops the walk's overflow check, which cannot fire here. */
+    const walk_batch b = {.expected = expected, .check_deltas = 1, .last_offset_delta = last_offset_delta};
+    if (b.expected >= GIL_RELEASE_MIN_RECORDS) {
         /* The exported buffer stays pinned (a bytearray cannot resize while exported). */
         Py_BEGIN_ALLOW_THREADS
-        walk((const unsigned char *)view.buf, view.len, expected, last_offset_delta, &res);
+        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, NULL, &err);
         Py_END_ALLOW_THREADS
     } else {
-        walk((const unsigned char *)view.buf, view.len, expected, last_offset_delta, &res);
+        rc = walk_records((const unsigned char *)view.buf, view.len, &b, NULL, NULL, NULL, &err);
     }
     PyBuffer_Release(&view);
-    if (res.code == 0)
+    if (rc == 0)
         Py_RETURN_NONE;
-    return Py_BuildValue("(is)", res.code, res.message);
+    return Py_BuildValue("(is)", err.code, err.message);
+}
+
+/* record_fields' hook: one tuple per record (needs the GIL: it builds objects). Built item by item:
+ * Py_BuildValue would parse its format string for every record, a third of the cost. */
+WALK_HOOK
+append_fields(void *ctx, const unsigned char *Py_UNUSED(buf), const walk_record *r, walk_error *err)
+{
+    const long long items[12] = {r->start, r->body, r->delta_pos, r->end, r->timestamp_delta, r->offset_delta,
+                                 r->key, r->key_len, r->value, r->value_len, r->headers, r->header_count};
+    PyObject *row = PyTuple_New(12);
+    if (row == NULL)
+        goto error;
+    for (int i = 0; i < 12; i++) {
+        PyObject *item = PyLong_FromLongLong(items[i]);
+        if (item == NULL) {
+            Py_DECREF(row); /* a tuple with NULL slots deallocates fine */
+            goto error;
+        }
+        PyTuple_SET_ITEM(row, i, item);
+    }
+    if (PyList_Append((PyObject *)ctx, row) < 0) {
+        Py_DECREF(row);
+        goto error;
+    }
+    Py_DECREF(row);
+    return 0;
+error:
+    err->code = -1; /* a Python exception is set */
+    return -1;
+}
+
+static PyObject *
+record_fields(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    long long expected;
+    walk_error err;
+    if (!PyArg_ParseTuple(args, "y*L:record_fields", &view, &expected))
+        return NULL;
+    const walk_batch b = {.expected = expected};
+    PyObject *rows = PyList_New(0);
+    if (rows != NULL &&
+        walk_records((const unsigned char *)view.buf, view.len, &b, append_fields, NULL, rows, &err) < 0) {
+        Py_CLEAR(rows);
+        PyObject *exc_args = err.code != -1 ? Py_BuildValue("(is)", err.code, err.message) : NULL;
+        if (exc_args != NULL) { /* ValueError(code, message) */
+            PyErr_SetObject(PyExc_ValueError, exc_args);
+            Py_DECREF(exc_args);
+        }
+    }
+    PyBuffer_Release(&view);
+    return rows;
 }
 
 static PyMethodDef methods[] = {
-    {"walk_records", walk_records, METH_VARARGS,
+    {"walk_records", validate_records, METH_VARARGS,
      "walk_records(buffer, expected_count, last_offset_delta) -> None | (code, message)\n\n"
      "Walk the records of one RecordBatch v2 body; None when they are exactly expected_count\n"
      "well-formed records, else (2 CORRUPT_MESSAGE | 87 INVALID_RECORD, what is wrong)."},
+    {"record_fields", record_fields, METH_VARARGS,
+     "record_fields(buffer, expected_count) -> list[tuple]\n\n"
+     "Walk the records of one RecordBatch v2 body; per record (start, body, delta_pos, end,\n"
+     "timestamp_delta, offset_delta, key, key_len, value, value_len, headers, header_count).\n"
+     "ValueError(code, message) for a body walk_records refuses."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "lowtide.record._validate",
-    "Per-record walk of RecordBatch v2 bodies (see lowtide.record.validate).",
+    "The record walker's per-batch entry points (see lowtide.record.validate).",
     -1,
     methods,
 };

@@ -1,5 +1,5 @@
 /*
- * lowtide.record: the zig-zag varint reader shared by the C extensions _validate.c and _columns.c.
+ * lowtide.record: the zig-zag varint reader of the record walker (_walk.h).
  *
  *     Varint = zig-zag, 7 bits per byte, low group first, high bit = more bytes follow; an int32
  *     takes at most 5 bytes (the 5th holds 4 bits), an int64 at most 10 (the 10th holds 1 bit).

@@ -40,7 +40,8 @@ Layout (all integers big-endian; offsets in the table are byte positions inside 
 Hot path: the broker side (``read_header``, ``iter_batches``, ``validate_batches``,
 ``assign_offsets``) works per batch with ``struct`` on the fixed 61-byte header and C CRC-32C over the
 batch bytes. The leader's ``validate_batches`` also walks every record, in C (``record/validate.py``,
-``_validate.c``); records are only walked one by one in Python in the consumer-side ``decode_batch``.
+``_validate.c`` on the one record walker ``_walk.h``). The consumer-side ``decode_batch`` takes each
+record's field positions from the same walk and builds its ``Record`` objects in Python.
 
 KIP-534 (delete horizon): a cleaner that retains a tombstone or marker sets BaseTimestamp to the
 horizon, re-expresses every TimestampDelta relative to it and sets attribute bit 6. Because a record's
@@ -59,8 +60,10 @@ import crc32c as _crc32c_mod
 from lowtide.clock import now_ms
 from lowtide.errors import CorruptMessage, InvalidRecord, LowtideError, UnsupportedForMessageFormat
 from lowtide.record.compression import SUPPORTED, Compression, compress, decompress, describe_unsupported
-from lowtide.record.validate import CORRUPT_MESSAGE, walk_records
-from lowtide.record.varint import decode_varint, encode_varint
+from lowtide.record.validate import CORRUPT_MESSAGE, record_fields, walk_records
+from lowtide.record.varint import decode_varint as decode_varint  # re-exported (tests, older callers)
+from lowtide.record.varint import encode_varint
+from lowtide.record.walk import iter_headers
 
 MAGIC = 2
 BATCH_HEADER_SIZE = 61
@@ -693,48 +696,29 @@ def decode_batch(
             raise CorruptMessage(
                 f"batch at offset {header.base_offset} has CRC {header.crc:#010x}, computed {actual:#010x}"
             )
-    data: bytes | memoryview = view[pos + BATCH_HEADER_SIZE : end]
-    if header.compression:
-        data = decompress(header.compression, data)
-    else:
-        data = bytes(data)
+    raw: bytes | memoryview = view[pos + BATCH_HEADER_SIZE : end]
+    # bytes either way: the records' keys and values are slices of it.
+    data = decompress(header.compression, raw) if header.compression else bytes(raw)
     base_offset = header.base_offset
+    try:
+        fields = record_fields(data, header.record_count)  # the one record walker, in C
+    except ValueError as exc:  # (code, message) of the walk
+        raise CorruptMessage(f"batch at offset {base_offset}: {exc.args[-1]}") from None
     base_ts = header.base_timestamp
     log_append_ts = header.max_timestamp if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME else None
     records: list[Record] = []
-    p = 0
-    n = len(data)
-    for _ in range(header.record_count):
-        length, p = decode_varint(data, p)
-        rec_end = p + length
-        if length < 0 or rec_end > n:
-            raise CorruptMessage(f"record in batch at offset {base_offset} overruns the batch")
-        p += 1  # record attributes
-        ts_delta, p = decode_varint(data, p)
-        off_delta, p = decode_varint(data, p)
-        key, p = _read_bytes(data, p)
-        value, p = _read_bytes(data, p)
-        header_count, p = decode_varint(data, p)
-        hdrs: list[tuple[str, bytes | None]] = []
-        for _h in range(header_count):
-            name, p = _read_bytes(data, p)
-            if name is None:
-                raise CorruptMessage(f"null header key in batch at offset {base_offset}")
-            hval, p = _read_bytes(data, p)
-            hdrs.append((name.decode("utf-8"), hval))
-        if p != rec_end:
-            raise CorruptMessage(f"record length mismatch in batch at offset {base_offset}")
-        records.append(
-            Record(
-                offset=base_offset + off_delta,
-                timestamp=log_append_ts if log_append_ts is not None else base_ts + ts_delta,
-                key=key,
-                value=value,
-                headers=tuple(hdrs),
-            )
-        )
-    if p != n:
-        raise CorruptMessage(f"{n - p} unexpected bytes after the records of batch at offset {base_offset}")
+    append = records.append
+    for _, _, _, _, ts_delta, off_delta, key, key_len, value, value_len, headers, header_count in fields:
+        append(Record(
+            offset=base_offset + off_delta,
+            timestamp=log_append_ts if log_append_ts is not None else base_ts + ts_delta,
+            key=data[key : key + key_len] if key_len >= 0 else None,
+            value=data[value : value + value_len] if value_len >= 0 else None,
+            headers=tuple(
+                (data[k : k + k_len].decode("utf-8"), data[v : v + v_len] if v_len >= 0 else None)
+                for k, k_len, v, v_len in iter_headers(data, headers, header_count)
+            ) if header_count else (),
+        ))
     return header, records
 
 
@@ -742,12 +726,3 @@ def decode_batches(buf: bytes | bytearray | memoryview) -> list[tuple[BatchHeade
     """Decode every complete batch in ``buf`` (a trailing partial batch is ignored)."""
     return [decode_batch(buf, pos=pos) for _, pos in iter_batches(buf)]
 
-
-def _read_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(data, pos)
-    if length < 0:
-        return None, pos
-    end = pos + length
-    if end > len(data):
-        raise CorruptMessage("record field overruns the batch")
-    return data[pos:end], end

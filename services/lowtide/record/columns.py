@@ -51,8 +51,8 @@ from lowtide.record.batch import (
     seal_batch,
 )
 from lowtide.record.compression import Compression, decompress
-from lowtide.record.validate import VARINT_MALFORMED, VARINT_TRUNCATED, read_varint
 from lowtide.record.varint import encode_varint
+from lowtide.record.walk import INVALID_RECORD, WalkError, iter_headers, iter_records
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +239,8 @@ def _kernel_column(column: BinaryColumn, name: str) -> KernelColumn:
 
 # ---------------------------------------------------------------------------------------------------
 # Python twins of the C kernels (used only when _columns is not built). Same rules, same results,
-# same messages, character for character; see the comment block at the top of _columns.c. The varint
-# reader is validate.py's, as the C side shares _varint.h.
+# same messages, character for character; see the comment block at the top of _columns.c. The walk
+# is walk.py's (iter_records), as the C side's is _walk.h's.
 
 
 class _ColumnBuilder:
@@ -289,15 +289,11 @@ def _le(typecode: str, values: list[int]) -> bytes:
     return packed.tobytes()
 
 
-class _Malformed(Exception):
-    """A problem with one record (its text); columnize_py adds where it is."""
-
-
 def columnize_py(batches: Sequence[KernelBatch], min_offset: int, max_offset: int, with_headers: bool) -> tuple:
     """Pure-Python twin of ``_columns.columnize``: (rows, offsets, timestamps_us, timestamp_types,
     *keys, *values, headers | None), a binary column being (validity | None, null_count, offsets,
     data) and headers (list_offsets, *header_keys, *header_values, header_count). ValueError on a
-    malformed record."""
+    malformed record. The walk is ``walk.iter_records``; this adds the rows."""
     offsets: list[int] = []
     timestamps: list[int] = []
     types: list[int] = []
@@ -306,117 +302,42 @@ def columnize_py(batches: Sequence[KernelBatch], min_offset: int, max_offset: in
     list_offsets = [0]
     for body, position, base_offset, base_ts, max_ts, log_append_time, count in batches:
         data = bytes(body)
-        n = len(data)
-        pos = 0
-        index = 0
-        prefix = f"batch at position {position} (base offset {base_offset}): "
-        while index < count and pos < n:
-            start = pos
-            try:
-                pos = _columnize_record(
-                    data, pos, n, base_offset, base_ts, max_ts, log_append_time, min_offset, max_offset,
-                    with_headers, offsets, timestamps, types, keys, values, header_keys, header_values,
-                    list_offsets,
-                )
-            except _Malformed as exc:
-                raise ValueError(f"{prefix}record {index} at byte {start}: {exc}") from None
-            index += 1
-        if index < count:
-            raise ValueError(f"{prefix}the batch declares {count} records but its records hold {index}")
-        if pos < n:
-            raise ValueError(f"{prefix}{n - pos} bytes at byte {pos} after the {count} records the batch declares")
-    headers = None
+        try:
+            for index, (start, _, _, _, ts_delta, offset_delta, key, key_len, value, value_len, headers,
+                        header_count) in enumerate(iter_records(data, count, base_offset=base_offset)):
+                offset = base_offset + offset_delta
+                if not min_offset <= offset < max_offset:
+                    continue
+                # The same checks, messages and order as the C hook (columnize_record).
+                if log_append_time:
+                    ts_ms = max_ts
+                else:
+                    ts_ms = base_ts + ts_delta
+                    if not _INT64_MIN <= ts_ms <= _INT64_MAX:
+                        raise WalkError(INVALID_RECORD, f"record {index} at byte {start}: timestamp delta {ts_delta} "
+                                                        "overflows the base timestamp")
+                if not _INT64_MIN <= ts_ms * 1000 <= _INT64_MAX:
+                    raise WalkError(INVALID_RECORD, f"record {index} at byte {start}: timestamp {ts_ms} ms is out of "
+                                                    "range in microseconds")
+                offsets.append(offset)
+                timestamps.append(ts_ms * 1000)
+                types.append(1 if log_append_time else 0)
+                keys.append(data, key, key_len)
+                values.append(data, value, value_len)
+                if with_headers:
+                    for hk, hk_len, hv, hv_len in iter_headers(data, headers, header_count):
+                        if header_keys.rows >= _INT32_MAX:
+                            raise OverflowError("more than 2147483647 headers: too many for one Arrow list")
+                        header_keys.append(data, hk, hk_len)
+                        header_values.append(data, hv, hv_len)
+                    list_offsets.append(header_keys.rows)
+        except WalkError as exc:
+            raise ValueError(f"batch at position {position} (base offset {base_offset}): {exc.message}") from None
+    headers_out = None
     if with_headers:
-        headers = (_le("i", list_offsets), *header_keys.result(), *header_values.result(), header_keys.rows)
+        headers_out = (_le("i", list_offsets), *header_keys.result(), *header_values.result(), header_keys.rows)
     return (len(offsets), _le("q", offsets), _le("q", timestamps), _le("i", types), *keys.result(),
-            *values.result(), headers)
-
-
-def _columnize_record(
-    data: bytes, pos: int, n: int, base_offset: int, base_ts: int, max_ts: int, log_append_time: bool,
-    min_offset: int, max_offset: int, with_headers: bool, offsets: list[int], timestamps: list[int],
-    types: list[int], keys: _ColumnBuilder, values: _ColumnBuilder, header_keys: _ColumnBuilder,
-    header_values: _ColumnBuilder, list_offsets: list[int],
-) -> int:
-    """Read the record at ``pos``, append it when its offset is in range; the position after it."""
-    got = read_varint(data, pos, n, 5, 4)
-    if got == VARINT_TRUNCATED:
-        raise _Malformed("its length runs past the end of the records")
-    if got == VARINT_MALFORMED:
-        raise _Malformed("its length is not a valid varint")
-    length, pos = got  # type: ignore[misc]
-    if length < 0:
-        raise _Malformed(f"negative length {length}")
-    if length > n - pos:
-        raise _Malformed(f"length {length} runs past the end of the records ({n - pos} bytes left)")
-    body_start, rec_end = pos, pos + length
-    past = f"runs past the record's length {length}"
-
-    def varint(name: str, max_bytes: int = 5, last_bits: int = 4) -> int:
-        nonlocal pos
-        got = read_varint(data, pos, rec_end, max_bytes, last_bits)
-        if got == VARINT_TRUNCATED:
-            raise _Malformed(f"{name} {past}")
-        if got == VARINT_MALFORMED:
-            raise _Malformed(f"{name} is not a valid varint")
-        value, pos = got  # type: ignore[misc]
-        return value
-
-    def field(name: str, low: int) -> tuple[int, int]:
-        """(start, length) of a bytes field whose length varint must be >= low."""
-        nonlocal pos
-        size = varint(f"{name} length")
-        if size < low:
-            raise _Malformed(f"invalid {name} length {size}")
-        start = pos
-        if size > 0:
-            if size > rec_end - pos:
-                raise _Malformed(f"{name} {past}")
-            pos += size
-        return start, size
-
-    if pos >= rec_end:
-        raise _Malformed(f"attributes {past}")
-    pos += 1  # attributes: unused by RecordBatch v2
-    ts_delta = varint("timestamp delta", 10, 1)
-    offset_delta = varint("offset delta")
-    offset = base_offset + offset_delta
-    if not _INT64_MIN <= offset <= _INT64_MAX:
-        raise _Malformed(f"offset delta {offset_delta} overflows the base offset")
-    keep = min_offset <= offset < max_offset
-    key_start, key_len = field("key", -1)
-    value_start, value_len = field("value", -1)
-    header_count = varint("header count")
-    if header_count < 0:
-        raise _Malformed(f"invalid header count {header_count}")
-    if keep:
-        if log_append_time:
-            ts_ms = max_ts
-        else:
-            ts_ms = base_ts + ts_delta
-            if not _INT64_MIN <= ts_ms <= _INT64_MAX:
-                raise _Malformed(f"timestamp delta {ts_delta} overflows the base timestamp")
-        if not _INT64_MIN <= ts_ms * 1000 <= _INT64_MAX:
-            raise _Malformed(f"timestamp {ts_ms} ms is out of range in microseconds")
-        offsets.append(offset)
-        timestamps.append(ts_ms * 1000)
-        types.append(1 if log_append_time else 0)
-        keys.append(data, key_start, key_len)
-        values.append(data, value_start, value_len)
-    collect = keep and with_headers
-    for _ in range(header_count):  # each header takes >= 2 bytes: a huge count ends at the record's end
-        hk_start, hk_len = field("header key", 0)
-        hv_start, hv_len = field("header value", -1)
-        if collect:
-            if header_keys.rows >= _INT32_MAX:
-                raise OverflowError("more than 2147483647 headers: too many for one Arrow list")
-            header_keys.append(data, hk_start, hk_len)
-            header_values.append(data, hv_start, hv_len)
-    if pos != rec_end:
-        raise _Malformed(f"its fields take {pos - body_start} of its length {length} bytes")
-    if collect:
-        list_offsets.append(header_keys.rows)
-    return pos
+            *values.result(), headers_out)
 
 
 class _ColumnIn:

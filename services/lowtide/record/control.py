@@ -29,11 +29,11 @@ from lowtide.record.batch import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
-    decode_varint,
     encode_varint,
     read_header,
     seal_batch,
 )
+from lowtide.record.validate import record_fields
 
 ABORT = 0
 COMMIT = 1
@@ -86,7 +86,7 @@ def is_marker_header(header: BatchHeader) -> bool:
 
 def read_marker_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | None:
     """ABORT / COMMIT of the control batch at ``pos``, None when it holds no record (a control batch
-    the cleaner emptied). Only the first record's key is read: control batches are never compressed."""
+    the cleaner emptied): the first record's key (control batches are never compressed)."""
     header = read_header(buf, pos)
     if not header.is_control:
         raise CorruptMessage(f"batch at offset {header.base_offset} is not a control batch")
@@ -96,11 +96,11 @@ def read_marker_type(buf: bytes | bytearray | memoryview, pos: int = 0) -> int |
         raise CorruptMessage(f"control batch at offset {header.base_offset} is compressed")
     end = pos + header.size_in_bytes
     data = bytes(memoryview(buf)[pos + BATCH_HEADER_SIZE:end])
-    _, p = decode_varint(data, 0)  # record length
-    p += 1  # record attributes
-    _, p = decode_varint(data, p)  # timestamp delta
-    _, p = decode_varint(data, p)  # offset delta
-    key_length, p = decode_varint(data, p)
-    if key_length < 0 or p + key_length > len(data):
-        raise CorruptMessage(f"control batch at offset {header.base_offset} has a bad key length {key_length}")
-    return decode_control_key(data[p:p + key_length])
+    try:
+        fields = record_fields(data, header.record_count)  # the one record walker, in C
+    except ValueError as exc:  # (code, message) of the walk
+        raise CorruptMessage(f"control batch at offset {header.base_offset}: {exc.args[-1]}") from None
+    key, key_length = fields[0][6:8]
+    if key_length < 0:
+        raise CorruptMessage(f"control batch at offset {header.base_offset} has a null key")
+    return decode_control_key(data[key:key + key_length])

@@ -276,5 +276,6 @@ def test_missing_c_module_selects_the_python_walker_with_one_warning(monkeypatch
         spec.loader.exec_module(probe)
     assert probe.WALKER == "python"
     assert probe.walk_records is probe.walk_records_py
+    assert probe.record_fields is probe.record_fields_py
     warnings = [r for r in caplog.records if r.name == "lowtide_validate_without_c"]
     assert len(warnings) == 1 and "pure Python" in warnings[0].getMessage()

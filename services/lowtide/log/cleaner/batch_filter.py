@@ -2,10 +2,10 @@
 
 A pass reads each segment in windows of whole batches ("chunks"). Per chunk:
 
-1. ``ChunkRows.of(chunk)``: ONE call into the C record walker (``record/_columns.c``, through
-   ``columnize``) turns every record of every data batch of the chunk into columns: offset, key,
-   and whether key and value are null. The CRC of each batch is checked on the way. Control
-   batches and empty batches give no rows.
+1. ``ChunkRows.of(chunk)``: ONE call into the C record walker (``record/_walk.h`` in
+   ``record/_columns.c``, through ``columnize``) turns every record of every data batch of the
+   chunk into columns: offset, key, and whether key and value are null. The CRC of each batch
+   is checked on the way. Control batches and empty batches give no rows.
 2. Map building (``OffsetMap.add``): ``dict.update(zip(keys, offsets))`` — the loop runs in C,
    and since offsets rise, each key ends up with its latest offset.
 3. Filtering (``BatchFilter.filter``): for all rows at once, in C (``map`` over builtins),
@@ -50,8 +50,9 @@ the removed records and, for KIP-534, sets BaseTimestamp to the horizon, attribu
 re-expresses each kept record's TimestampDelta against the horizon, so every record reads back
 its original timestamp (``timestamp = BaseTimestamp + TimestampDelta``). Kept records are copied
 as bytes: only the Length and TimestampDelta varints of a record are rewritten, and only when the
-base timestamp changes. MaxTimestamp becomes the largest kept timestamp (LogAppendTime batches keep
-theirs, which is every record's timestamp).
+base timestamp changes. Where each record's fields are comes from the one record walker
+(``record_fields``: ``_walk.h`` in C, ``record/walk.py`` without it). MaxTimestamp becomes the
+largest kept timestamp (LogAppendTime batches keep theirs, which is every record's timestamp).
 
 An empty batch is the 61-byte header alone (``empty_batch``): RecordCount 0, same base offset,
 last offset delta, producer id/epoch, base sequence and attributes (no codec: nothing to compress).
@@ -87,7 +88,8 @@ from lowtide.record import (
 )
 from lowtide.record.columns import columnize
 from lowtide.record.compression import compress, decompress
-from lowtide.record.varint import decode_varint, encode_varint
+from lowtide.record.validate import record_fields
+from lowtide.record.varint import encode_varint
 
 _ALL_OFFSETS = (1 << 63) - 1
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -458,33 +460,28 @@ def rewrite_batch(batch: bytes | bytearray | memoryview, keep: Sequence[bool], *
     records = decompress(codec, body) if codec else bytes(body)
     base_ts = header.base_timestamp
     new_base = base_ts if delete_horizon_ms is None else delete_horizon_ms
+    try:
+        fields = record_fields(records, header.record_count)  # the one record walker, in C
+    except ValueError as exc:  # (code, message) of the walk
+        raise CorruptMessage(f"batch at offset {header.base_offset}: {exc.args[-1]}") from None
     out = bytearray()
     kept = 0
     max_ts = NO_TIMESTAMP
-    position = 0
-    end_of_records = len(records)
-    for k in range(header.record_count):
-        length, after_length = decode_varint(records, position)
-        end = after_length + length
-        if length < 2 or end > end_of_records:
-            raise CorruptMessage(f"record {k} of the batch at offset {header.base_offset} overruns it")
-        if keep[k]:
-            kept += 1
-            delta, after_delta = decode_varint(records, after_length + 1)  # after the attributes byte
-            timestamp = base_ts + delta
-            if timestamp > max_ts:
-                max_ts = timestamp
-            if new_base == base_ts:
-                out += records[position:end]
-            else:
-                new_delta = encode_varint(timestamp - new_base)
-                out += encode_varint(1 + len(new_delta) + end - after_delta)
-                out.append(records[after_length])  # record attributes
-                out += new_delta
-                out += records[after_delta:end]
-        position = end
-    if position != end_of_records:
-        raise CorruptMessage(f"bytes after the last record of the batch at offset {header.base_offset}")
+    for k, (start, attributes, delta_pos, end, ts_delta, *_) in enumerate(fields):
+        if not keep[k]:
+            continue
+        kept += 1
+        timestamp = base_ts + ts_delta
+        if timestamp > max_ts:
+            max_ts = timestamp
+        if new_base == base_ts:
+            out += records[start:end]
+        else:  # only Length and TimestampDelta change; the bytes from OffsetDelta on are copied
+            new_delta = encode_varint(timestamp - new_base)
+            out += encode_varint(1 + len(new_delta) + end - delta_pos)
+            out.append(records[attributes])  # record attributes (unused, copied)
+            out += new_delta
+            out += records[delta_pos:end]
     if not kept:
         return None
     if header.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
