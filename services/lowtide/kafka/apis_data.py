@@ -15,10 +15,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from lowtide.auth.acl import ANONYMOUS_PRINCIPAL
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
+from lowtide.messages.replica import ProducedPartition, ProduceItem
 from lowtide.rpc.steps import Steps
 from lowtide_pb import common_pb2, replica_pb2
 
@@ -39,22 +41,25 @@ def _not_here(call: Call, topics: list[tuple[str, list[int]]], build) -> tuple:
 # -- Produce ---------------------------------------------------------------------------------
 def produce(call: Call, body: Any) -> Steps[Any]:
     """Steps (rpc/steps.py): the listener runs a Produce on its event loop; the acks=all wait
-    for the followers is yielded, not slept on a thread."""
+    for the followers is yielded, not slept on a thread. The replica's Produce handler is called
+    in process with ``ProduceItem``s: no protobuf between the Kafka message and the log."""
     acks = int(body.acks)
+    services = call.services
     # Never coordinator_append: a Kafka client's produce to an internal topic is refused by the
     # replica (INVALID_TOPIC_EXCEPTION) whoever it is; lowtide's coordinators write over gRPC.
-    request = replica_pb2.ProduceRequest(acks=acks, timeout_ms=millis(body.timeout), partitions=[
-        replica_pb2.ProducePartition(topic=t.name, partition=p.index, records=p.records or b"")
-        for t in body.topic_data for p in t.partition_data])
-    if call.services.replica is None:
-        results = {(p.topic, p.partition): replica_pb2.ProduceResult(
-            topic=p.topic, partition=p.partition, error_code=NotLeaderOrFollower.code, base_offset=-1,
-            log_start_offset=-1, log_append_time_ms=-1) for p in request.partitions}
+    items = [ProduceItem(topic=t.name, partition=p.index, records=p.records or b"")
+             for t in body.topic_data for p in t.partition_data]
+    if services.producer is None:
+        produced = [ProducedPartition(topic=i.topic, partition=i.partition,
+                                      error=NotLeaderOrFollower("no partitions are hosted here")) for i in items]
     else:
-        answer = yield from call.replica_steps("Produce", request)
-        results = {(r.topic, r.partition): r for r in answer.partitions}
+        principal = services.authenticate(call.conn.metadata) if services.authenticate is not None \
+            else ANONYMOUS_PRINCIPAL
+        produced = yield from services.producer.produce_steps(principal, items, acks=acks,
+                                                              timeout_ms=millis(body.timeout))
     if acks == 0:
         return None  # Kafka sends no response at all for acks=0
+    results = {(r.topic, r.partition): r for r in produced}
     if produce_codec.MIN_VERSION <= call.version <= produce_codec.MAX_VERSION:
         return EncodedBody(produce_codec.encode_produce_response(call.version, [
             (t.name, [_answer(p.index, results.get((t.name, p.index))) for p in t.partition_data])
@@ -63,23 +68,22 @@ def produce(call: Call, body: Any) -> Steps[Any]:
     for t in body.topic_data:
         parts = []
         for p in t.partition_data:
-            r = results.get((t.name, p.index))
+            a = _answer(p.index, results.get((t.name, p.index)))
             parts.append(call.make(
-                "PartitionProduceResponse", index=p.index, error_code=error_code(r.error_code if r else -1),
-                base_offset=r.base_offset if r else -1, log_append_time=_time(r.log_append_time_ms if r else -1),
-                log_start_offset=r.log_start_offset if r else -1, record_errors=(),
-                error_message=(r.error_message or None) if r else None))
+                "PartitionProduceResponse", index=p.index, error_code=error_code(a.error_code),
+                base_offset=a.base_offset, log_append_time=_time(a.log_append_time_ms),
+                log_start_offset=a.log_start_offset, record_errors=(), error_message=a.error_message))
         responses.append(call.make("TopicProduceResponse", name=t.name, partition_responses=tuple(parts)))
     return call.make(call.response, responses=tuple(responses), throttle_time=NO_THROTTLE, node_endpoints=())
 
 
-def _answer(index: int, r: Any) -> produce_codec.PartitionAnswer:
+def _answer(index: int, r: ProducedPartition | None) -> produce_codec.PartitionAnswer:
     if r is None:
         return produce_codec.PartitionAnswer(index, int(error_code(-1)), -1, -1, -1, None)
-    code = r.error_code
-    return produce_codec.PartitionAnswer(index, code if code == 0 else int(error_code(code)), r.base_offset,
-                                         r.log_append_time_ms if r.log_append_time_ms >= 0 else -1,
-                                         r.log_start_offset, r.error_message or None)
+    if r.error is not None:
+        return produce_codec.PartitionAnswer(index, int(error_code(r.error.code)), -1, -1, -1,
+                                             r.error.message or None)
+    return produce_codec.PartitionAnswer(index, 0, r.base_offset, r.log_append_time_ms, r.log_start_offset, None)
 
 
 # -- Fetch -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from types import GeneratorType
 from typing import Any, Protocol
@@ -42,7 +42,8 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
-from lowtide.rpc.steps import Blocking, Steps, run_blocking
+from lowtide.messages.replica import ProducedPartition, ProduceItem
+from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,13 @@ class CertificateLogins(Protocol):
     def login(self, conn: Connection) -> None: ...
 
 
+class ProduceHandler(Protocol):
+    """The replica's Produce handler (``lowtide.replica.produce_handler.ProduceHandler``)."""
+
+    def produce_steps(self, principal: str, items: Sequence[ProduceItem], *, acks: int,
+                      timeout_ms: int) -> Steps[list[ProducedPartition]]: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -117,6 +125,11 @@ class KafkaServices:
     certificates: CertificateLogins | None = None
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
+    # The replica of this process, called in process with lowtide.messages types (no protobuf,
+    # no method names): Produce's handler, and how a connection's metadata names its principal
+    # (checked per request, as a gRPC call's token is).
+    producer: ProduceHandler | None = None
+    authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
 
 
 @dataclass
@@ -151,18 +164,6 @@ class Call:
         if self.services.replica is None:
             raise LowtideError("no partitions are hosted here")
         return self.services.replica(method, request, conn=self.conn)
-
-    def replica_steps(self, method: str, request: Any) -> Steps[Any]:
-        """``replica`` as steps (rpc/steps.py): the servicer's own steps where it has them (an
-        in-process Produce), else the whole call as one ``Blocking`` step."""
-        replica = self.services.replica
-        if replica is None:
-            raise LowtideError("no partitions are hosted here")
-        steps = getattr(replica, "steps", None)
-        found = steps(method, request, conn=self.conn) if steps is not None else None
-        if found is not None:
-            return (yield from found)
-        return (yield Blocking(lambda: replica(method, request, conn=self.conn)))
 
 
 Handler = Callable[[Call, Any], Any]

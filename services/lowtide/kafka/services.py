@@ -23,7 +23,6 @@ import grpc
 from lowtide.errors import LowtideError, UnknownServerError
 from lowtide.kafka.listener import Connection
 from lowtide.rpc.channels import ChannelPool, call
-from lowtide.rpc.steps import Steps
 
 
 class ServiceCaller(Protocol):
@@ -67,10 +66,6 @@ class _Context:
         pass
 
 
-# Servicer methods that also exist as steps, and the name of their steps form.
-_STEPS = {"Produce": "produce_steps_for"}
-
-
 @dataclass(frozen=True)
 class InProcess:
     """Calls ``servicer.<method>(request, context)`` in this process."""
@@ -79,12 +74,6 @@ class InProcess:
 
     def __call__(self, method: str, request: Any, *, conn: Connection, timeout_s: float | None = None) -> Any:
         return getattr(self.servicer, method)(request, _Context(conn))
-
-    def steps(self, method: str, request: Any, *, conn: Connection) -> Steps[Any] | None:
-        """The method as steps (rpc/steps.py) when the servicer has them (``Produce``:
-        ``produce_steps_for``), else None."""
-        found = getattr(self.servicer, _STEPS.get(method, ""), None)
-        return found(request, _Context(conn)) if found is not None else None
 
 
 class Remote:

@@ -30,12 +30,27 @@ class PartitionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ProduceItem:
+    """One partition of a Produce: its record batches as sent, and the conditions it carries
+    (None: unchecked): the leader epoch the producer believes current, and for a conditional
+    append (lowtide's coordinators) the log end offset the append must land at."""
+
+    topic: str
+    partition: int
+    records: bytes
+    current_leader_epoch: int | None = None
+    expected_log_end_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProducedPartition(PartitionResult):
-    """Where a partition's batches of one Produce landed (``base_offset`` -1 on error)."""
+    """Where a partition's batches of one Produce landed (offsets -1 on error; the append time -1
+    unless the topic uses LogAppendTime)."""
 
     base_offset: int = -1
     log_start_offset: int = -1
     error: LowtideError | None = None
+    log_append_time_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)

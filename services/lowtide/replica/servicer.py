@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from contextlib import nullcontext
 
 from lowtide.auth.access import AccessControl, Screened
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
-from lowtide.common import ordering
+from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
-from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
-from lowtide.messages.replica import EpochQuery, FetchPosition, FetchSessionRound, TxnMarkerRequest
-from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
+from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.messages.replica import EpochQuery, FetchPosition, FetchSessionRound, ProduceItem, TxnMarkerRequest
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
     REPLICATION_STREAMS,
     count_fetched_bytes,
-    count_produced_bytes,
 )
 from lowtide.replica.partition import LEADER
+from lowtide.replica.produce_handler import ProduceHandler, internal_only
 from lowtide.replica.registration import parse_produce_request
 from lowtide.rpc.framed.codec import PRODUCE, REQUEST
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
@@ -50,19 +47,6 @@ def _topic(message) -> str:
     return message.topic
 
 
-def _internal_only(partitions) -> bool:
-    # __consumer_offsets is written by the front door and read by the brokers (consumed
-    # retention) acting for callers they authorized themselves, as Kafka's coordinators do:
-    # CLUSTER_ACTION covers those calls; topic ACLs still decide for everyone else.
-    return bool(partitions) and all(p.topic.startswith(INTERNAL_TOPIC_PREFIX) for p in partitions)
-
-
-def _client_write_to_coordinator_topic(p) -> LowtideError | None:
-    if p.topic in COORDINATOR_TOPICS:
-        return InvalidTopic(f"Cannot append to internal topic {p.topic}")  # Kafka's own message
-    return None
-
-
 def _refusal(message_type, **no_offsets):
     """The answer to a refused partition: its error and -1 for every offset it would have carried."""
     def build(p, error: LowtideError):
@@ -71,7 +55,6 @@ def _refusal(message_type, **no_offsets):
     return build
 
 
-_REFUSED_PRODUCE = _refusal(replica_pb2.ProduceResult, base_offset=-1, log_start_offset=-1)
 _REFUSED_FETCH = _refusal(replica_pb2.FetchResult, high_watermark=-1, log_start_offset=-1, log_end_offset=-1,
                           leader_epoch=-1)
 _REFUSED_LIST_OFFSETS = _refusal(common_pb2.ListOffsetsResult, offset=-1, timestamp=-1, leader_epoch=-1)
@@ -134,6 +117,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.manager = manager
         self.access = access or AccessControl.allow_all()
         self.diskless = diskless  # KIP-1164: Produce/consumer Fetch of diskless partitions go there
+        # Produce's policy, shared with the Kafka listener (which calls it with no protobuf).
+        self.producer = ProduceHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -148,84 +133,22 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     def Produce(self, request, context):
         return self.produce(request, self._principal(context))
 
-    def produce_steps_for(self, request, context) -> Steps[replica_pb2.ProduceResponse]:
-        """``Produce`` as steps (rpc/steps.py): the Kafka listener runs it on its event loop."""
-        return self.produce_steps(request, self._principal(context))
-
     def produce(self, request, principal: str) -> replica_pb2.ProduceResponse:
         """``Produce`` for an authenticated ``principal`` (the gRPC method, the replication listener)."""
         return run_blocking(self.produce_steps(request, principal))
 
     def produce_steps(self, request, principal: str) -> Steps[replica_pb2.ProduceResponse]:
-        """``produce`` as steps: the appends run in the first step, the acks=all wait is yielded,
-        and a diskless partition's commit is a ``Blocking`` step (it waits for a commit interval)."""
-        screened = self.access.screen(principal, request.partitions,
-                                      operation=AclOperation.WRITE, topic=_topic,
-                                      or_cluster_action=_internal_only(request.partitions))
-        if not (request.coordinator_append and self.access.allows(
-                principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)):
-            # Internal topics are written by their coordinators only (Kafka's appendToLocalLog
-            # refuses them unless internalTopicsAllowed), after the ACL check as in Kafka. A
-            # coordinator says so (coordinator_append) *and* holds CLUSTER_ACTION: the identity
-            # alone cannot decide, since with auth off every caller is ANONYMOUS holding
-            # everything, and the flag alone would let any principal rewrite a group's offsets
-            # with auth on. The Kafka listener never sets the flag, so a Kafka client is refused
-            # whoever it is; with auth off only a gRPC caller declaring itself a coordinator
-            # passes, as anyone may call every gRPC API of an unauthenticated cluster.
-            screened = screened.refusing(_client_write_to_coordinator_topic)
-        kinds = self._diskless_kinds(screened.allowed)
-        classic = [p for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
-        items = [(p.topic, p.partition, p.records) for p in classic]
-        # Sizes from the items: every read of a message's ``records`` copies the bytes.
-        produced_sizes = {(t, part): len(records) for t, part, records in items}
-        epochs = {(p.topic, p.partition): _epoch(p) for p in classic if p.HasField("current_leader_epoch")}
-        expected = {(p.topic, p.partition): p.expected_log_end_offset for p in classic
-                    if p.HasField("expected_log_end_offset")}
-        # With diskless partitions too, the request's appends are not done when the classic ones
-        # are: the next request of a Kafka connection starts only after the diskless ones too.
-        with ordering.held() if len(classic) != len(kinds) else nullcontext():
-            results = (yield from self.manager.produce_steps(
-                items, acks=request.acks, timeout_ms=request.timeout_ms or 30000, leader_epochs=epochs,
-                expected_end_offsets=expected)) if items else []
-        out = []
-        for topic, partition, info in results:
-            code, msg = _err(info)
-            r = replica_pb2.ProduceResult(topic=topic, partition=partition, error_code=code, error_message=msg)
-            if not code:
-                count_produced_bytes(topic, produced_sizes.get((topic, partition), 0))
-                r.base_offset = info.base_offset
-                r.log_append_time_ms = -1
-                r.log_start_offset = self.manager.get_partition(topic, partition).log.log_start_offset
-            else:
-                r.base_offset = -1
-            out.append(r)
-        if len(classic) != len(kinds):
-            diskless = [(k, p) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None]
-            timeout_ms = request.timeout_ms or 30000
-            out = _interleave(kinds, out, (yield Blocking(
-                lambda: self._produce_diskless(diskless, timeout_ms=timeout_ms))))
-        return replica_pb2.ProduceResponse(partitions=screened.merge(out, _REFUSED_PRODUCE))
-
-    def _produce_diskless(self, parts, *, timeout_ms: int) -> list:
-        # A condition on the log end is refused, not ignored: a diskless partition has no local log
-        # to compare with, and its offsets are assigned by the coordinator at commit time.
-        conditional = [p.HasField("expected_log_end_offset") for _, p in parts]
-        todo = [(info, p.partition, p.records) for (info, p), c in zip(parts, conditional, strict=True) if not c]
-        produced = iter(self.diskless.produce(todo, timeout_ms=timeout_ms) if todo else [])
-        results = [InvalidRequest(f"{p.topic} is a diskless topic: a conditional append (expected_log_end_offset) "
-                                  f"is only for classic topics") if c else next(produced)
-                   for (_, p), c in zip(parts, conditional, strict=True)]
-        out = []
-        for (_, p), res in zip(parts, results, strict=True):
-            code, msg = _err(res)
-            r = replica_pb2.ProduceResult(topic=p.topic, partition=p.partition, error_code=code, error_message=msg,
-                                          base_offset=-1, log_start_offset=-1, log_append_time_ms=-1)
-            if not code:
-                count_produced_bytes(p.topic, len(p.records))
-                r.base_offset, r.log_start_offset = res.base_offset, res.log_start_offset
-                r.log_append_time_ms = res.log_append_time
-            out.append(r)
-        return out
+        """``produce`` as steps: the handler's (replica/produce_handler.py), protobuf in and out."""
+        produced = yield from self.producer.produce_steps(principal, [ProduceItem(
+            topic=p.topic, partition=p.partition, records=p.records,
+            current_leader_epoch=p.current_leader_epoch if p.HasField("current_leader_epoch") else None,
+            expected_log_end_offset=p.expected_log_end_offset if p.HasField("expected_log_end_offset") else None)
+            for p in request.partitions], acks=request.acks, timeout_ms=request.timeout_ms,
+            coordinator_append=request.coordinator_append)
+        return replica_pb2.ProduceResponse(partitions=[replica_pb2.ProduceResult(
+            topic=r.topic, partition=r.partition, error_code=r.error.code if r.error else 0,
+            error_message=r.error.message if r.error else "", base_offset=r.base_offset,
+            log_start_offset=r.log_start_offset, log_append_time_ms=r.log_append_time_ms) for r in produced])
 
     def Fetch(self, request, context):
         response = self._fetch(request, self._principal(context), peer=context.peer(),
@@ -291,7 +214,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             screened = Screened.everything(request.partitions)
         else:
             screened = self.access.screen(principal, request.partitions, operation=AclOperation.READ, topic=_topic,
-                                          or_cluster_action=_internal_only(request.partitions))
+                                          or_cluster_action=internal_only(request.partitions))
         items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
                                log_start_offset=p.log_start_offset,
                                max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,

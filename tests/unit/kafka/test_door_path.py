@@ -1,0 +1,76 @@
+"""The Kafka door's Produce path reaches the log with no protobuf and no call by method name
+(issue 47): every function on it, from the Kafka handler to the replica's request path, is read
+here, and a name it uses that is a protobuf module or message, a servicer's method name as a
+string, or the by-name service callers (``call.replica`` / ``call.admin``), fails the test.
+
+The path is listed by hand, as a reader follows it; a function added on the way must be added
+here too (the last test checks that each one calls the next)."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+from google.protobuf.message import Message
+
+from lowtide.kafka import apis_data
+from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.produce_handler import ProduceHandler
+from lowtide.replica.requests import ReplicaRequests
+from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
+
+# Each calls the next; the handler also calls its diskless branch.
+PRODUCE_CHAIN = [apis_data.produce, ProduceHandler.produce_steps, ReplicaManager.produce_steps,
+                 ReplicaRequests.produce_steps]
+PRODUCE_PATH = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless]
+
+SERVICER_METHODS = {name for servicer in (replica_pb2_grpc.ReplicaServicer, admin_pb2_grpc.AdminServicer)
+                    for name in vars(servicer) if not name.startswith("_")}
+
+
+def _codes(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def offences(fn) -> list[str]:
+    """What on ``fn``'s body puts protobuf or a call by method name on the path."""
+    fn = inspect.unwrap(fn)
+    found = []
+    for code in _codes(fn.__code__):
+        for name in code.co_names:
+            value = fn.__globals__.get(name)
+            if isinstance(value, types.ModuleType) and value.__name__.startswith("lowtide_pb"):
+                found.append(f"uses the protobuf module {name}")
+            elif isinstance(value, type) and issubclass(value, Message):
+                found.append(f"uses the protobuf message {name}")
+        if {"replica", "admin"} & set(code.co_names) and "call" in code.co_varnames:
+            found.append("calls a service by method name (call.replica / call.admin)")
+        found += [f"names the servicer method {c!r}" for c in code.co_consts
+                  if isinstance(c, str) and c in SERVICER_METHODS]
+    return found
+
+
+@pytest.mark.parametrize("fn", PRODUCE_PATH, ids=lambda f: f.__qualname__)
+def test_a_kafka_produce_reaches_the_log_through_no_protobuf_and_no_method_name(fn):
+    assert offences(fn) == []
+
+
+def test_the_check_catches_a_protobuf_request_and_a_call_by_method_name():
+    def wrapped(call, body):
+        return call.replica("Produce", replica_pb2.ProduceRequest(acks=body.acks))
+
+    assert sorted(offences(wrapped)) == ["calls a service by method name (call.replica / call.admin)",
+                                         "names the servicer method 'Produce'", "uses the protobuf module replica_pb2"]
+
+
+def test_each_function_on_the_path_calls_the_next():
+    def names(fn) -> set[str]:
+        return {n for code in _codes(inspect.unwrap(fn).__code__) for n in code.co_names}
+
+    for fn, following in zip(PRODUCE_CHAIN, PRODUCE_CHAIN[1:], strict=False):
+        assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
+    assert "_produce_diskless" in names(ProduceHandler.produce_steps)
