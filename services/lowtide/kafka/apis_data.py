@@ -13,6 +13,7 @@ as from a broker that evicted its session.
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
 from lowtide.auth.acl import ANONYMOUS_PRINCIPAL
@@ -20,11 +21,13 @@ from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
-from lowtide.messages.replica import ProducedPartition, ProduceItem
+from lowtide.messages.replica import FetchPosition, ProducedPartition, ProduceItem
 from lowtide.rpc.steps import Steps
-from lowtide_pb import common_pb2, replica_pb2
+from lowtide_pb import common_pb2
 
 FETCH_SESSION_ID_NOT_FOUND = 70
+# A partition's Fetch budget when the request names none (Kafka's clients always name one).
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 PRODUCE_KEY, FETCH_KEY, LIST_OFFSETS_KEY = 0, 1, 2
 
 
@@ -87,7 +90,10 @@ def _answer(index: int, r: ProducedPartition | None) -> produce_codec.PartitionA
 
 
 # -- Fetch -----------------------------------------------------------------------------------
-def fetch(call: Call, body: Any) -> Any:
+def fetch(call: Call, body: Any) -> Steps[Any]:
+    """Steps (rpc/steps.py): the listener runs a consumer's Fetch on its event loop; its long poll
+    is yielded. The replica's Fetch handler is called in process with ``FetchPosition``s: no
+    protobuf, and the records answered are the bytes the log read."""
     session_id = getattr(body, "session_id", 0)
     if session_id:
         return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(FETCH_SESSION_ID_NOT_FOUND),
@@ -96,20 +102,25 @@ def fetch(call: Call, body: Any) -> Any:
         # Followers replicate over gRPC (Replicate); a Kafka follower fetch is not served.
         return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(42), session_id=0,
                          responses=())
-    request = replica_pb2.FetchRequest(
-        replica_id=-1, max_wait_ms=millis(body.max_wait), min_bytes=int(body.min_bytes),
-        max_bytes=int(getattr(body, "max_bytes", 0) or 0), isolation_level=int(getattr(body, "isolation_level", 0)))
+    isolation = int(getattr(body, "isolation_level", 0))
+    items = []
     for t in body.topics:
         for p in t.partitions:
-            fp = request.partitions.add(topic=t.topic, partition=p.partition, fetch_offset=p.fetch_offset,
-                                        partition_max_bytes=p.partition_max_bytes)
             epoch = getattr(p, "current_leader_epoch", -1)
-            if epoch >= 0:
-                fp.current_leader_epoch = epoch
-    if call.services.replica is None:
-        results = {}
+            items.append(FetchPosition(topic=t.topic, partition=p.partition, fetch_offset=p.fetch_offset,
+                                       max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
+                                       current_leader_epoch=epoch if epoch is not None and epoch >= 0 else -1))
+    services = call.services
+    if services.fetcher is None:
+        results: dict = {}
     else:
-        results = {(r.topic, r.partition): r for r in call.replica("Fetch", request).partitions}
+        conn = call.conn
+        principal = services.authenticate(conn.metadata) if services.authenticate is not None else ANONYMOUS_PRINCIPAL
+        fetched = yield from services.fetcher.fetch_steps(
+            principal, items, max_wait_ms=millis(body.max_wait), min_bytes=int(body.min_bytes),
+            max_bytes=int(getattr(body, "max_bytes", 0) or 0), isolation_level=isolation, peer=conn.peer,
+            on_cancel=functools.partial(conn.on_close_slot, "fetch"))
+        results = {(r.topic, r.partition): r for r in fetched}
     responses = []
     for t in body.topics:
         parts = []
@@ -121,15 +132,15 @@ def fetch(call: Call, body: Any) -> Any:
                                        last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                                        preferred_read_replica=-1, records=b""))
                 continue
-            aborted = tuple(call.make("AbortedTransaction", producer_id=a.producer_id, first_offset=a.first_offset)
-                            for a in r.aborted_transactions) if request.isolation_level else None
+            ok = r.error is None
+            aborted = tuple(call.make("AbortedTransaction", producer_id=pid, first_offset=first)
+                            for pid, first in r.aborted_transactions) if isolation else None
             parts.append(call.make(
-                "PartitionData", partition_index=p.partition, error_code=error_code(r.error_code),
-                high_watermark=r.high_watermark if not r.error_code else -1,
-                last_stable_offset=(r.last_stable_offset if request.isolation_level else r.high_watermark)
-                if not r.error_code else -1,
-                log_start_offset=r.log_start_offset if not r.error_code else -1,
-                aborted_transactions=aborted, preferred_read_replica=-1, records=r.records))
+                "PartitionData", partition_index=p.partition, error_code=error_code(0 if ok else r.error.code),
+                high_watermark=r.high_watermark if ok else -1,
+                last_stable_offset=(r.last_stable_offset if isolation else r.high_watermark) if ok else -1,
+                log_start_offset=r.log_start_offset if ok else -1,
+                aborted_transactions=aborted, preferred_read_replica=-1, records=bytes(r.records)))
         responses.append(call.make("FetchableTopicResponse", topic=t.topic, partitions=tuple(parts)))
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), session_id=0,
                      responses=tuple(responses))

@@ -42,7 +42,7 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
-from lowtide.messages.replica import ProducedPartition, ProduceItem
+from lowtide.messages.replica import FetchedPartition, FetchPosition, ProducedPartition, ProduceItem
 from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,15 @@ class ProduceHandler(Protocol):
                       timeout_ms: int) -> Steps[list[ProducedPartition]]: ...
 
 
+class FetchHandler(Protocol):
+    """The replica's Fetch handler (``lowtide.replica.fetch_handler.FetchHandler``)."""
+
+    def fetch_steps(self, principal: str, items: Sequence[FetchPosition], *, max_wait_ms: int, min_bytes: int,
+                    max_bytes: int, isolation_level: int = 0, peer: str = "",
+                    on_cancel: Callable[[Callable[[], None]], object] | None = None
+                    ) -> Steps[list[FetchedPartition]]: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -126,9 +135,10 @@ class KafkaServices:
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
     # The replica of this process, called in process with lowtide.messages types (no protobuf,
-    # no method names): Produce's handler, and how a connection's metadata names its principal
+    # no method names): Produce's and Fetch's handlers, and how a connection's metadata names its principal
     # (checked per request, as a gRPC call's token is).
     producer: ProduceHandler | None = None
+    fetcher: FetchHandler | None = None
     authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
 
 

@@ -76,6 +76,7 @@ class Connection:
     session: object | None = None  # what ends with the connection (a SCRAM session token)
     closed: threading.Event = field(default_factory=threading.Event)
     _on_close: list[Callable[[], None]] = field(default_factory=list)
+    _on_close_slots: dict[str, Callable[[], None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_close(self, callback: Callable[[], None]) -> None:
@@ -85,10 +86,21 @@ class Connection:
                 return
         callback()
 
+    def on_close_slot(self, slot: str, callback: Callable[[], None]) -> None:
+        """``on_close`` for what every request of a kind registers (a parked Fetch's release):
+        the callback replaces the slot's previous one, so a long-lived consumer connection holds
+        one, not one per Fetch it ever sent."""
+        with self._lock:
+            if not self.closed.is_set():
+                self._on_close_slots[slot] = callback
+                return
+        callback()
+
     def close(self) -> None:
         with self._lock:
             self.closed.set()
-            callbacks, self._on_close = self._on_close, []
+            callbacks, self._on_close = [*self._on_close, *self._on_close_slots.values()], []
+            self._on_close_slots = {}
         for cb in callbacks:
             try:
                 cb()

@@ -10,24 +10,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from lowtide.auth.access import AccessControl, Screened
+from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.messages.replica import EpochQuery, FetchPosition, FetchSessionRound, ProduceItem, TxnMarkerRequest
+from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
     REPLICATION_STREAMS,
-    count_fetched_bytes,
 )
 from lowtide.replica.partition import LEADER
-from lowtide.replica.produce_handler import ProduceHandler, internal_only
+from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.registration import parse_produce_request
 from lowtide.rpc.framed.codec import PRODUCE, REQUEST
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.messages import delete_results_to_proto
-from lowtide.rpc.steps import Blocking, Steps, run_blocking
+from lowtide.rpc.steps import Steps, run_blocking
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -55,8 +55,6 @@ def _refusal(message_type, **no_offsets):
     return build
 
 
-_REFUSED_FETCH = _refusal(replica_pb2.FetchResult, high_watermark=-1, log_start_offset=-1, log_end_offset=-1,
-                          leader_epoch=-1)
 _REFUSED_LIST_OFFSETS = _refusal(common_pb2.ListOffsetsResult, offset=-1, timestamp=-1, leader_epoch=-1)
 _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
@@ -119,6 +117,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.diskless = diskless  # KIP-1164: Produce/consumer Fetch of diskless partitions go there
         # Produce's policy, shared with the Kafka listener (which calls it with no protobuf).
         self.producer = ProduceHandler(manager=manager, access=self.access, diskless=diskless)
+        self.fetcher = FetchHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -206,47 +205,17 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         return run_blocking(self._fetch_steps(request, principal, peer=peer, on_cancel=on_cancel))
 
     def _fetch_steps(self, request, principal: str, *, peer: str, on_cancel) -> Steps[replica_pb2.FetchResponse]:
-        """``Fetch`` as steps: parks are yielded; a diskless read is a ``Blocking`` step."""
-        if request.replica_id >= 0:
-            # Before anything is read or recorded: a refused follower fetch must not move the
-            # follower's LEO/LSO as the leader sees them (HW, ISR, low watermark).
-            self.access.require_follower(principal, request.replica_id)
-            screened = Screened.everything(request.partitions)
-        else:
-            screened = self.access.screen(principal, request.partitions, operation=AclOperation.READ, topic=_topic,
-                                          or_cluster_action=internal_only(request.partitions))
-        items = [FetchPosition(topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset,
-                               log_start_offset=p.log_start_offset,
-                               max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES,
-                               current_leader_epoch=_epoch(p))
-                 for p in screened.allowed]
-        kinds = self._diskless_kinds(screened.allowed) if request.replica_id < 0 else [None] * len(items)
-        classic = [it for it, k in zip(items, kinds, strict=True) if k is None]
-        diskless = [(k, it) for it, k in zip(items, kinds, strict=True) if k is not None]
-        # peer = the caller's connection (parking bounds); on_cancel registers a callback fired
-        # when the caller cancels or disconnects, which releases a parked fetch at once. With
-        # diskless partitions too, the classic ones are read without waiting and the diskless
-        # read waits (unless the classic read found data).
-        session = FetchSessionRound(
-            session_id=request.session_id, epoch=request.session_epoch,
-            forgotten=tuple((t.topic, t.partition) for t in request.forgotten)) if request.session_epoch else None
-        outcomes = (yield from self.manager.fetch_steps(
-            classic, replica_id=request.replica_id, max_wait_ms=0 if diskless else request.max_wait_ms,
-            min_bytes=request.min_bytes, max_bytes=request.max_bytes, peer=peer,
-            isolation_level=request.isolation_level, on_cancel=on_cancel,
-            session=session)) if classic or session is not None else []
-        if diskless:
-            cancelled = threading.Event()
-            on_cancel(cancelled.set)
-            found = any(o.records for o in outcomes)
-            outcomes = _interleave(kinds, outcomes, (yield Blocking(lambda: self.diskless.fetch(
-                diskless, max_wait_ms=0 if found else request.max_wait_ms, min_bytes=request.min_bytes,
-                max_bytes=request.max_bytes, cancelled=cancelled.is_set))))
-        kind = "follower" if request.replica_id >= 0 else "consumer"
-        for o in outcomes:
-            if o.records:
-                count_fetched_bytes(o.topic, kind, len(o.records))
-        return replica_pb2.FetchResponse(partitions=screened.merge([
+        """``Fetch`` as steps: the handler's (replica/fetch_handler.py), protobuf in and out."""
+        outcomes = yield from self.fetcher.fetch_steps(principal, [FetchPosition(
+            topic=p.topic, partition=p.partition, fetch_offset=p.fetch_offset, log_start_offset=p.log_start_offset,
+            max_bytes=p.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, current_leader_epoch=_epoch(p))
+            for p in request.partitions], replica_id=request.replica_id, max_wait_ms=request.max_wait_ms,
+            min_bytes=request.min_bytes, max_bytes=request.max_bytes, isolation_level=request.isolation_level,
+            peer=peer, on_cancel=on_cancel, session=FetchSessionRound(
+                session_id=request.session_id, epoch=request.session_epoch,
+                forgotten=tuple((t.topic, t.partition) for t in request.forgotten))
+            if request.session_epoch else None)
+        return replica_pb2.FetchResponse(partitions=[
             replica_pb2.FetchResult(topic=o.topic, partition=o.partition,
                                     error_code=o.error.code if o.error else 0,
                                     error_message=o.error.message if o.error else "",
@@ -256,7 +225,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                     aborted_transactions=[
                                         transactions_pb2.AbortedTransaction(producer_id=pid, first_offset=first)
                                         for pid, first in o.aborted_transactions])
-            for o in outcomes], _REFUSED_FETCH))
+            for o in outcomes])
 
     def ListOffsets(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,

@@ -1,4 +1,4 @@
-"""The Kafka door's Produce path reaches the log with no protobuf and no call by method name
+"""The Kafka door's Produce and Fetch paths reach the log with no protobuf and no call by method name
 (issue 47): every function on it, from the Kafka handler to the replica's request path, is read
 here, and a name it uses that is a protobuf module or message, a servicer's method name as a
 string, or the by-name service callers (``call.replica`` / ``call.admin``), fails the test.
@@ -15,15 +15,18 @@ import pytest
 from google.protobuf.message import Message
 
 from lowtide.kafka import apis_data
+from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.requests import ReplicaRequests
 from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
 
-# Each calls the next; the handler also calls its diskless branch.
+# Each calls the next; the Produce handler also calls its diskless branch.
 PRODUCE_CHAIN = [apis_data.produce, ProduceHandler.produce_steps, ReplicaManager.produce_steps,
                  ReplicaRequests.produce_steps]
-PRODUCE_PATH = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless]
+FETCH_CHAIN = [apis_data.fetch, FetchHandler.fetch_steps, ReplicaManager.fetch_steps, ReplicaRequests.fetch_steps,
+               ReplicaRequests._read]
+DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN]
 
 SERVICER_METHODS = {name for servicer in (replica_pb2_grpc.ReplicaServicer, admin_pb2_grpc.AdminServicer)
                     for name in vars(servicer) if not name.startswith("_")}
@@ -54,8 +57,8 @@ def offences(fn) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("fn", PRODUCE_PATH, ids=lambda f: f.__qualname__)
-def test_a_kafka_produce_reaches_the_log_through_no_protobuf_and_no_method_name(fn):
+@pytest.mark.parametrize("fn", DOOR_PATHS, ids=lambda f: f.__qualname__)
+def test_a_kafka_produce_or_fetch_reaches_the_log_through_no_protobuf_and_no_method_name(fn):
     assert offences(fn) == []
 
 
@@ -71,6 +74,7 @@ def test_each_function_on_the_path_calls_the_next():
     def names(fn) -> set[str]:
         return {n for code in _codes(inspect.unwrap(fn).__code__) for n in code.co_names}
 
-    for fn, following in zip(PRODUCE_CHAIN, PRODUCE_CHAIN[1:], strict=False):
-        assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
+    for chain in (PRODUCE_CHAIN, FETCH_CHAIN):
+        for fn, following in zip(chain, chain[1:], strict=False):
+            assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
     assert "_produce_diskless" in names(ProduceHandler.produce_steps)
