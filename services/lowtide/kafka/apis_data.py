@@ -21,7 +21,7 @@ from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
-from lowtide.messages.replica import FetchPosition, ProducedPartition, ProduceItem
+from lowtide.messages.replica import FetchPosition, OffsetQuery, ProducedPartition, ProduceItem
 from lowtide.rpc.steps import Steps
 from lowtide_pb import common_pb2
 
@@ -156,21 +156,29 @@ def _epoch_or_none(p: Any) -> int | None:
 
 
 def list_offsets(call: Call, body: Any) -> Any:
-    request = common_pb2.ListOffsetsRequest(isolation_level=int(getattr(body, "isolation_level", 0)), partitions=[
-        common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
-                                        current_leader_epoch=_epoch_or_none(p))
-        for t in body.topics for p in t.partitions])
-    if call.services.replica is not None:
-        answer = call.replica("ListOffsets", request)
+    isolation = int(getattr(body, "isolation_level", 0))
+    services = call.services
+    if services.offsets is not None:
+        # This replica answers in process, with no protobuf.
+        principal = services.authenticate(call.conn.metadata) if services.authenticate is not None \
+            else ANONYMOUS_PRINCIPAL
+        answers = services.offsets.list_offsets(principal, [
+            OffsetQuery(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
+                        current_leader_epoch=_epoch_or_none(p)) for t in body.topics for p in t.partitions],
+            isolation_level=isolation)
+        results = {(a.topic, a.partition): (a.error.code if a.error else 0, a) for a in answers}
     else:
+        request = common_pb2.ListOffsetsRequest(isolation_level=isolation, partitions=[
+            common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
+                                            current_leader_epoch=_epoch_or_none(p))
+            for t in body.topics for p in t.partitions])
         answer = call.admin("ListOffsets", request)  # a front door asks the leaders itself
-    results = {(r.topic, r.partition): r for r in answer.partitions}
+        results = {(r.topic, r.partition): (r.error_code, r) for r in answer.partitions}
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
-            r = results.get((t.name, p.partition_index))
-            code = r.error_code if r else -1
+            code, r = results.get((t.name, p.partition_index), (-1, None))
             parts.append(call.make(
                 "ListOffsetsPartitionResponse", partition_index=p.partition_index, error_code=error_code(code),
                 timestamp=r.timestamp if r and not code else -1, offset=r.offset if r and not code else -1,

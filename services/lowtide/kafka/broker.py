@@ -42,7 +42,14 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
-from lowtide.messages.replica import FetchedPartition, FetchPosition, ProducedPartition, ProduceItem
+from lowtide.messages.replica import (
+    FetchedPartition,
+    FetchPosition,
+    OffsetQuery,
+    PartitionOffset,
+    ProducedPartition,
+    ProduceItem,
+)
 from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
@@ -114,6 +121,13 @@ class FetchHandler(Protocol):
                     ) -> Steps[list[FetchedPartition]]: ...
 
 
+class ListOffsetsHandler(Protocol):
+    """The replica's ListOffsets handler (``lowtide.replica.list_offsets_handler.ListOffsetsHandler``)."""
+
+    def list_offsets(self, principal: str, queries: Sequence[OffsetQuery], *,
+                     isolation_level: int = 0) -> list[PartitionOffset]: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -135,10 +149,11 @@ class KafkaServices:
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
     # The replica of this process, called in process with lowtide.messages types (no protobuf,
-    # no method names): Produce's and Fetch's handlers, and how a connection's metadata names its principal
-    # (checked per request, as a gRPC call's token is).
+    # no method names): Produce's, Fetch's and ListOffsets' handlers, and how a connection's
+    # metadata names its principal (checked per request, as a gRPC call's token is).
     producer: ProduceHandler | None = None
     fetcher: FetchHandler | None = None
+    offsets: ListOffsetsHandler | None = None
     authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
 
 

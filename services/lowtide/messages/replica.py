@@ -114,6 +114,17 @@ class TxnMarkerResult(PartitionResult):
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetQuery:
+    """One partition of a ListOffsets: a timestamp, or Kafka's specs -1 latest, -2 earliest,
+    -3 max timestamp; the leader epoch the caller believes current (None: unchecked)."""
+
+    topic: str
+    partition: int
+    timestamp: int
+    current_leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionOffset(PartitionResult):
     """A ListOffsets answer of one partition: ``offset`` -1 when nothing matches or on error."""
 

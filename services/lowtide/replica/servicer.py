@@ -14,8 +14,16 @@ from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, LowtideError
-from lowtide.messages.replica import EpochQuery, FetchPosition, FetchSessionRound, ProduceItem, TxnMarkerRequest
+from lowtide.messages.replica import (
+    EpochQuery,
+    FetchPosition,
+    FetchSessionRound,
+    OffsetQuery,
+    ProduceItem,
+    TxnMarkerRequest,
+)
 from lowtide.replica.fetch_handler import FetchHandler
+from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
     REPLICATION_ROUNDS,
@@ -55,7 +63,6 @@ def _refusal(message_type, **no_offsets):
     return build
 
 
-_REFUSED_LIST_OFFSETS = _refusal(common_pb2.ListOffsetsResult, offset=-1, timestamp=-1, leader_epoch=-1)
 _REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 _REFUSED_PRODUCERS = _refusal(transactions_pb2.PartitionProducers)
@@ -118,6 +125,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         # Produce's policy, shared with the Kafka listener (which calls it with no protobuf).
         self.producer = ProduceHandler(manager=manager, access=self.access, diskless=diskless)
         self.fetcher = FetchHandler(manager=manager, access=self.access, diskless=diskless)
+        self.offsets = ListOffsetsHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -228,30 +236,13 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             for o in outcomes])
 
     def ListOffsets(self, request, context):
-        screened = self.access.screen(self._principal(context), request.partitions,
-                                      operation=AclOperation.DESCRIBE, topic=_topic, or_cluster_action=True)
-        kinds = self._diskless_kinds(screened.allowed)
-        out = []
-        for q in (q for q, k in zip(screened.allowed, kinds, strict=True) if k is None):
-            r = common_pb2.ListOffsetsResult(topic=q.topic, partition=q.partition, offset=-1, timestamp=-1)
-            try:
-                offset, ts, epoch = self.manager.list_offset(q.topic, q.partition, q.timestamp,
-                                                             isolation_level=request.isolation_level,
-                                                             current_leader_epoch=_epoch(q))
-                r.offset, r.timestamp, r.leader_epoch = offset, ts, epoch
-            except LowtideError as err:
-                r.error_code, r.error_message = err.code, err.message
-            out.append(r)
-        if len(out) != len(kinds):
-            # Diskless partitions: their shard answers (no transactions there, so LATEST is the HW
-            # at either isolation level).
-            answers = self.diskless.list_offsets(
-                [(k, q.partition, q.timestamp) for q, k in zip(screened.allowed, kinds, strict=True) if k is not None])
-            out = _interleave(kinds, out, [common_pb2.ListOffsetsResult(
-                topic=a.topic, partition=a.partition, offset=a.offset if a.error is None else -1,
-                timestamp=a.timestamp if a.error is None else -1, leader_epoch=-1, **_err_fields(a.error))
-                for a in answers])
-        return common_pb2.ListOffsetsResponse(partitions=screened.merge(out, _REFUSED_LIST_OFFSETS))
+        answers = self.offsets.list_offsets(self._principal(context), [OffsetQuery(
+            topic=q.topic, partition=q.partition, timestamp=q.timestamp,
+            current_leader_epoch=q.current_leader_epoch if q.HasField("current_leader_epoch") else None)
+            for q in request.partitions], isolation_level=request.isolation_level)
+        return common_pb2.ListOffsetsResponse(partitions=[common_pb2.ListOffsetsResult(
+            topic=a.topic, partition=a.partition, offset=a.offset, timestamp=a.timestamp, leader_epoch=a.leader_epoch,
+            **_err_fields(a.error)) for a in answers])
 
     def DeleteRecords(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,

@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 
 from lowtide.kafka import apis_data
 from lowtide.replica.fetch_handler import FetchHandler
+from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.requests import ReplicaRequests
@@ -26,7 +27,9 @@ PRODUCE_CHAIN = [apis_data.produce, ProduceHandler.produce_steps, ReplicaManager
                  ReplicaRequests.produce_steps]
 FETCH_CHAIN = [apis_data.fetch, FetchHandler.fetch_steps, ReplicaManager.fetch_steps, ReplicaRequests.fetch_steps,
                ReplicaRequests._read]
-DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN]
+LIST_OFFSETS_CHAIN = [apis_data.list_offsets, ListOffsetsHandler.list_offsets, ReplicaManager.list_offset,
+                      ReplicaRequests.list_offset]
+DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN, *LIST_OFFSETS_CHAIN[1:]]
 
 SERVICER_METHODS = {name for servicer in (replica_pb2_grpc.ReplicaServicer, admin_pb2_grpc.AdminServicer)
                     for name in vars(servicer) if not name.startswith("_")}
@@ -62,6 +65,14 @@ def test_a_kafka_produce_or_fetch_reaches_the_log_through_no_protobuf_and_no_met
     assert offences(fn) == []
 
 
+def test_a_kafka_list_offsets_on_a_replica_asks_its_handler_and_only_a_front_door_asks_by_method_name():
+    # A front door's listener hosts no replica: it asks the leaders through its own Admin service.
+    source = inspect.getsource(apis_data.list_offsets)
+    in_process, _, front_door = source.partition("else:")
+    assert "services.offsets.list_offsets" in in_process and "_pb2" not in in_process
+    assert 'call.admin("ListOffsets"' in front_door
+
+
 def test_the_check_catches_a_protobuf_request_and_a_call_by_method_name():
     def wrapped(call, body):
         return call.replica("Produce", replica_pb2.ProduceRequest(acks=body.acks))
@@ -74,7 +85,7 @@ def test_each_function_on_the_path_calls_the_next():
     def names(fn) -> set[str]:
         return {n for code in _codes(inspect.unwrap(fn).__code__) for n in code.co_names}
 
-    for chain in (PRODUCE_CHAIN, FETCH_CHAIN):
+    for chain in (PRODUCE_CHAIN, FETCH_CHAIN, LIST_OFFSETS_CHAIN):
         for fn, following in zip(chain, chain[1:], strict=False):
             assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
     assert "_produce_diskless" in names(ProduceHandler.produce_steps)
