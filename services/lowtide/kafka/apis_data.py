@@ -91,9 +91,9 @@ def _answer(index: int, r: ProducedPartition | None) -> produce_codec.PartitionA
 
 # -- Fetch -----------------------------------------------------------------------------------
 def fetch(call: Call, body: Any) -> Steps[Any]:
-    """Steps (rpc/steps.py): the listener runs a consumer's Fetch on its event loop; its long poll
-    is yielded. The replica's Fetch handler is called in process with ``FetchPosition``s: no
-    protobuf, and the records answered are the bytes the log read."""
+    """Steps (rpc/steps.py), driven on one of the listener's worker threads (only Produce runs on
+    its event loop), where the long poll parks. The replica's Fetch handler is called in process
+    with ``FetchPosition``s: no protobuf, and the records answered are the bytes the log read."""
     session_id = getattr(body, "session_id", 0)
     if session_id:
         return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(FETCH_SESSION_ID_NOT_FOUND),
