@@ -42,7 +42,9 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
+from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
+    DeleteRecordsResult,
     FetchedPartition,
     FetchPosition,
     OffsetQuery,
@@ -128,6 +130,15 @@ class ListOffsetsHandler(Protocol):
                      isolation_level: int = 0) -> list[PartitionOffset]: ...
 
 
+class DeleteRecordsHandler(Protocol):
+    """The replica's DeleteRecords handler (``lowtide.replica.delete_records_handler``)."""
+
+    def serves_here(self, items: Sequence[DeleteRequestItem]) -> bool: ...
+
+    def delete_records(self, principal: str, items: Sequence[DeleteRequestItem], *,
+                       timeout_ms: int) -> list[DeleteRecordsResult]: ...
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -149,11 +160,12 @@ class KafkaServices:
     admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
     # The replica of this process, called in process with lowtide.messages types (no protobuf,
-    # no method names): Produce's, Fetch's and ListOffsets' handlers, and how a connection's
-    # metadata names its principal (checked per request, as a gRPC call's token is).
+    # no method names): the Produce, Fetch, ListOffsets and DeleteRecords handlers, and how a
+    # connection's metadata names its principal (checked per request, as a gRPC call's token is).
     producer: ProduceHandler | None = None
     fetcher: FetchHandler | None = None
     offsets: ListOffsetsHandler | None = None
+    deleter: DeleteRecordsHandler | None = None
     authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
 
 

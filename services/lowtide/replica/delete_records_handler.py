@@ -20,6 +20,7 @@ from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import DeleteRecordsResult
+from lowtide.replica.handler_parts import interleave
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.partition import LEADER
 
@@ -72,6 +73,5 @@ class DeleteRecordsRequestHandler:
             answers = self.diskless.delete_records(
                 [(k, p.partition, p.offset) for p, k in zip(allowed, kinds, strict=True) if k is not None],
                 timeout_ms=timeout_ms)
-            classic_out, diskless_out = iter(out), iter(answers)
-            out = [next(classic_out) if k is None else next(diskless_out) for k in kinds]
+            out = interleave(kinds, out, answers)
         return screened.merge(out, _refused)

@@ -28,9 +28,9 @@ from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound
+from lowtide.replica.handler_parts import interleave, internal_only
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import count_fetched_bytes
-from lowtide.replica.produce_handler import internal_only
 from lowtide.rpc.steps import Blocking, Steps
 
 
@@ -84,8 +84,7 @@ class FetchHandler:
             read = yield Blocking(lambda: self.diskless.fetch(
                 diskless, max_wait_ms=0 if found else max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
                 cancelled=cancelled.is_set))
-            classic_out, diskless_out = iter(outcomes), iter(read)
-            outcomes = [next(classic_out) if k is None else next(diskless_out) for k in kinds]
+            outcomes = interleave(kinds, outcomes, read)
         kind = "follower" if replica_id >= 0 else "consumer"
         for o in outcomes:
             if o.records:

@@ -18,6 +18,7 @@ from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.replica import OffsetQuery, PartitionOffset
+from lowtide.replica.handler_parts import interleave
 from lowtide.replica.manager import ReplicaManager
 
 
@@ -61,8 +62,7 @@ class ListOffsetsHandler:
             assert self.diskless is not None
             answers = self.diskless.list_offsets(
                 [(k, q.partition, q.timestamp) for q, k in zip(allowed, kinds, strict=True) if k is not None])
-            classic_out, diskless_out = iter(out), iter(answers)
-            out = [next(classic_out) if k is None else _without_epoch(next(diskless_out)) for k in kinds]
+            out = interleave(kinds, out, [_without_epoch(a) for a in answers])
         return screened.merge(out, _refused)
 
 

@@ -29,7 +29,8 @@ from lowtide.common import ordering
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import ProducedPartition, ProduceItem
-from lowtide.metadata.model import COORDINATOR_TOPICS, INTERNAL_TOPIC_PREFIX
+from lowtide.metadata.model import COORDINATOR_TOPICS
+from lowtide.replica.handler_parts import interleave, internal_only
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import count_produced_bytes
 from lowtide.rpc.steps import Blocking, Steps
@@ -39,11 +40,6 @@ DEFAULT_TIMEOUT_MS = 30000
 
 def _topic(item: ProduceItem) -> str:
     return item.topic
-
-
-def internal_only(items: Sequence[object]) -> bool:
-    """Every item names an internal topic (``__``): CLUSTER_ACTION may stand in for topic ACLs."""
-    return bool(items) and all(p.topic.startswith(INTERNAL_TOPIC_PREFIX) for p in items)  # type: ignore[attr-defined]
 
 
 def _client_write_to_coordinator_topic(item: ProduceItem) -> LowtideError | None:
@@ -102,8 +98,7 @@ class ProduceHandler:
         if len(classic) != len(kinds):
             diskless = [(k, p) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None]
             answered = yield Blocking(lambda: self._produce_diskless(diskless, timeout_ms=timeout_ms))
-            classic_out, diskless_out = iter(out), iter(answered)
-            out = [next(classic_out) if k is None else next(diskless_out) for k in kinds]
+            out = interleave(kinds, out, answered)
         return screened.merge(out, _refused)
 
     def _produce_diskless(self, parts: list[tuple[object, ProduceItem]], *, timeout_ms: int) -> list[ProducedPartition]:

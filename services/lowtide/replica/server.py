@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), producer=servicer.producer, fetcher=servicer.fetcher,
-            offsets=servicer.offsets,
+            offsets=servicer.offsets, deleter=servicer.deleter,
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
             scram=build_scram_login(connections.metadata, auth_enabled=config.auth_enabled,

@@ -14,6 +14,7 @@ from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     EpochQuery,
     FetchPosition,
@@ -22,6 +23,7 @@ from lowtide.messages.replica import (
     ProduceItem,
     TxnMarkerRequest,
 )
+from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
@@ -63,19 +65,12 @@ def _refusal(message_type, **no_offsets):
     return build
 
 
-_REFUSED_DELETE = _refusal(common_pb2.DeleteRecordsResult, low_watermark=-1)
 _REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 _REFUSED_PRODUCERS = _refusal(transactions_pb2.PartitionProducers)
 
 
 def _err_fields(error: LowtideError | None) -> dict:
     return {} if error is None else {"error_code": error.code, "error_message": error.message}
-
-
-def _interleave(kinds: list, classic: list, diskless: list) -> list:
-    """Answers back in request order: ``classic`` answer the None kinds, ``diskless`` the others."""
-    a, b = iter(classic), iter(diskless)
-    return [next(a) if k is None else next(b) for k in kinds]
 
 
 class _StreamCancelHook:
@@ -126,6 +121,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.producer = ProduceHandler(manager=manager, access=self.access, diskless=diskless)
         self.fetcher = FetchHandler(manager=manager, access=self.access, diskless=diskless)
         self.offsets = ListOffsetsHandler(manager=manager, access=self.access, diskless=diskless)
+        self.deleter = DeleteRecordsRequestHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -245,21 +241,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             **_err_fields(a.error)) for a in answers])
 
     def DeleteRecords(self, request, context):
-        screened = self.access.screen(self._principal(context), request.partitions,
-                                      operation=AclOperation.DELETE, topic=_topic, or_cluster_action=True)
-        timeout_ms = request.timeout_ms or 30000
-        kinds = self._diskless_kinds(screened.allowed)
-        items = [(p.topic, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
-        results = self.manager.delete_records(items, timeout_ms=timeout_ms) if items else []
-        out = delete_results_to_proto(results)
-        if len(out) != len(kinds):
-            # Diskless partitions: KIP-107 on their shard (LW = its log start offset), as the front
-            # door does.
-            answers = self.diskless.delete_records(
-                [(k, p.partition, p.offset) for p, k in zip(screened.allowed, kinds, strict=True) if k is not None],
-                timeout_ms=timeout_ms)
-            out = _interleave(kinds, out, delete_results_to_proto(answers))
-        return common_pb2.DeleteRecordsResponse(partitions=screened.merge(out, _REFUSED_DELETE))
+        return common_pb2.DeleteRecordsResponse(partitions=delete_results_to_proto(self.deleter.delete_records(
+            self._principal(context), [DeleteRequestItem(topic=p.topic, partition=p.partition, offset=p.offset)
+                                       for p in request.partitions], timeout_ms=request.timeout_ms)))
 
     def OffsetForLeaderEpoch(self, request, context):
         screened = self.access.screen(self._principal(context), request.partitions,

@@ -14,7 +14,9 @@ import types
 import pytest
 from google.protobuf.message import Message
 
-from lowtide.kafka import apis_data
+from lowtide.kafka import apis_admin, apis_data
+from lowtide.replica.delete_records import DeleteRecordsHandler as LeaderDeletes
+from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
@@ -29,7 +31,12 @@ FETCH_CHAIN = [apis_data.fetch, FetchHandler.fetch_steps, ReplicaManager.fetch_s
                ReplicaRequests._read]
 LIST_OFFSETS_CHAIN = [apis_data.list_offsets, ListOffsetsHandler.list_offsets, ReplicaManager.list_offset,
                       ReplicaRequests.list_offset]
-DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN, *LIST_OFFSETS_CHAIN[1:]]
+DELETE_RECORDS_CHAIN = [apis_admin.delete_records, DeleteRecordsRequestHandler.delete_records,
+                        ReplicaManager.delete_records, LeaderDeletes.delete_records]
+# The Kafka handlers of ListOffsets and DeleteRecords keep a branch for a front door's listener
+# (no replica there: it asks the leaders through its Admin service); the test below reads them.
+DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN, *LIST_OFFSETS_CHAIN[1:],
+              *DELETE_RECORDS_CHAIN[1:], DeleteRecordsRequestHandler.serves_here]
 
 SERVICER_METHODS = {name for servicer in (replica_pb2_grpc.ReplicaServicer, admin_pb2_grpc.AdminServicer)
                     for name in vars(servicer) if not name.startswith("_")}
@@ -65,12 +72,15 @@ def test_a_kafka_produce_or_fetch_reaches_the_log_through_no_protobuf_and_no_met
     assert offences(fn) == []
 
 
-def test_a_kafka_list_offsets_on_a_replica_asks_its_handler_and_only_a_front_door_asks_by_method_name():
-    # A front door's listener hosts no replica: it asks the leaders through its own Admin service.
-    source = inspect.getsource(apis_data.list_offsets)
+@pytest.mark.parametrize(("fn", "handler", "method"), [
+    (apis_data.list_offsets, "services.offsets.list_offsets", "ListOffsets"),
+    (apis_admin.delete_records, "services.deleter.delete_records", "DeleteRecords")])
+def test_a_replica_answers_list_offsets_and_delete_records_in_process_and_only_else_asks_by_method_name(
+        fn, handler, method):
+    source = inspect.getsource(fn)
     in_process, _, front_door = source.partition("else:")
-    assert "services.offsets.list_offsets" in in_process and "_pb2" not in in_process
-    assert 'call.admin("ListOffsets"' in front_door
+    assert handler in in_process and "_pb2" not in in_process
+    assert f'call.admin("{method}"' in front_door
 
 
 def test_the_check_catches_a_protobuf_request_and_a_call_by_method_name():
@@ -85,7 +95,7 @@ def test_each_function_on_the_path_calls_the_next():
     def names(fn) -> set[str]:
         return {n for code in _codes(inspect.unwrap(fn).__code__) for n in code.co_names}
 
-    for chain in (PRODUCE_CHAIN, FETCH_CHAIN, LIST_OFFSETS_CHAIN):
+    for chain in (PRODUCE_CHAIN, FETCH_CHAIN, LIST_OFFSETS_CHAIN, DELETE_RECORDS_CHAIN):
         for fn, following in zip(chain, chain[1:], strict=False):
             assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
     assert "_produce_diskless" in names(ProduceHandler.produce_steps)
