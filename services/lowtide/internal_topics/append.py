@@ -45,7 +45,7 @@ from lowtide.rpc.steps import Blocking, Sleep, Steps, run_blocking
 class RetryPolicy:
     """The back-off between attempts of a call to an internal topic's leader: ``step_s`` times the
     attempt number, at most ``max_backoff_s``; no attempt starts if its back-off would end past
-    the deadline."""
+    the deadline. Immutable: shared by every caller."""
 
     step_s: float = 0.05
     max_backoff_s: float = 0.5
@@ -76,7 +76,7 @@ class AppendPolicy:
     not be in the log) is raised as it is, never retried. ``whole_timeout_each_attempt``: each
     Produce waits the whole timeout for the in-sync replicas (else what is left of it).
     ``give_up``: what is raised when the deadline passes with a retriable failure, from the topic
-    partition's name and that failure (None: the failure itself).
+    partition's name and that failure (None: the failure itself). Immutable: shared by every caller.
     """
 
     retry: RetryPolicy = RetryPolicy()

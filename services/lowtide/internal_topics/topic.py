@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class InternalTopicSpec:
-    """What an internal topic is created with: its name, partition count and topic config."""
+    """What an internal topic is created with: its name, partition count and topic config (immutable)."""
 
     name: str
     partitions: int
@@ -101,6 +101,8 @@ class LeaderRouter(Protocol):
     ``cached_leader`` must not block (an appender on an event loop asks it before each append);
     ``find_leader`` may (a metadata store lookup) and raises the LowtideError that says why there
     is no leader now; ``forget_leader`` drops what a failed call proved stale.
+
+    Thread-safety: an implementation is called from any thread that appends or reads.
     """
 
     def cached_leader(self, partition: int) -> str | None: ...
