@@ -38,9 +38,13 @@ MAY_IMPORT: dict[str, set[str]] = {
     "purgatory": BASE,
     # Diskless topics (KIP-1164): WAL file storage, and the coordinator's domain core over it.
     "objectstore": BASE,
-    # The service around it: its metadata log on the replicas (client, record, metadata), the
-    # server scaffolding (common, rpc) and CLUSTER_ACTION checks (auth).
-    "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth", "leases"},
+    # One runtime for the internal topics (issue 47): create, route, append (as rpc steps, over the
+    # replica client or a transport handed in), fold to the high watermark; below all its users.
+    "internal_topics": BASE | {"record", "metadata", "rpc", "client"},
+    # The service around it: its metadata log on the replicas (client, record, metadata,
+    # internal_topics), the server scaffolding (common, rpc) and CLUSTER_ACTION checks (auth).
+    "coordinator": BASE | {"objectstore", "record", "metadata", "rpc", "client", "common", "auth", "leases",
+                           "internal_topics"},
     # Diskless topics on the brokers: WAL files in the object store, commits and FindBatches to the
     # shards through the client, the shard registry (coordinator.leadership), topics from metadata.
     "diskless": BASE | {"objectstore", "record", "metadata", "rpc", "client", "coordinator"},
@@ -48,14 +52,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     # registry and its own registration in the cluster metadata.
     "scanner": BASE | {"objectstore", "rpc", "client", "common", "auth", "metadata"},
     # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
-    "groups": BASE | {"record"},
+    # Its reading loop is the internal topics' runtime's.
+    "groups": BASE | {"record", "internal_topics"},
     # Server scaffolding and the one server bootstrap (access control and own-token metadata
     # from the auth flags every server takes).
     "common": BASE | {"rpc", "auth", "tls", "metadata", "purgatory"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
-                        "groups", "diskless", "kafka"},
+                        "groups", "diskless", "kafka", "internal_topics"},
     "frontdoor": BASE | {"metadata", "purgatory", "auth", "rpc", "client", "common", "groups", "record", "diskless",
-                         "leases", "kafka", "tls"},
+                         "leases", "kafka", "tls", "internal_topics"},
     # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
     # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
     # record: only record.varint, the Produce codec's unsigned varints (batches stay bytes).
@@ -146,7 +151,7 @@ def find_violations(root: Path) -> list[str]:
 # lowtide.client's callers (gRPC) or lowtide.rpc.framed's (the framed transport), but take every
 # message type from lowtide.messages.
 SERVER_PACKAGES = {"replica", "frontdoor", "coordinator", "diskless", "scanner", "kafka", "groups", "common",
-                   "log", "metadata", "purgatory", "objectstore", "leases", "observability"}
+                   "log", "metadata", "purgatory", "objectstore", "leases", "observability", "internal_topics"}
 
 
 def _message_types(path: Path) -> set[str]:

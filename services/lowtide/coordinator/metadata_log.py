@@ -24,6 +24,13 @@ batch: every 32,768 epochs the producer id moves on, and across that one boundar
 append on the log end (below) is what fences. The topic's ``producer.id.expiration.ms`` is set
 past any pause, so the replicas never forget the id's epoch.
 
+Creating the topic, the append loop with its retry policy and the leader calls' back-off are the
+internal topics' runtime's (``lowtide.internal_topics``); what is the coordinator's stays here: the
+topic's own replica assignment (the coordinator may not use the front door's topic admin), the
+cached leader and its replication listener, and the transport (``_produce_steps``: the framed
+listener on the shard's event loop, gRPC as the fallback), which the runtime's ``Appender`` takes
+as a parameter.
+
 Thread-safety: ``MetadataLog`` is used by the shard's appender, loader and snapshot threads at
 once; it holds no per-call state besides a cached leader address (a plain attribute swap).
 """
@@ -33,10 +40,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
@@ -44,16 +50,18 @@ from lowtide.errors import (
     LowtideError,
     NotEnoughReplicas,
     NotLeaderOrFollower,
-    TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from lowtide.internal_topics import Appender, AppendPolicy, InternalTopicSpec, call_leader, ensure_topic, grpc_produce
 from lowtide.messages.replica import FetchPosition, ProducedPartition
+from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore, assign_replicas
 from lowtide.record import decode_batches
 from lowtide.rpc.framed.callers import ListenerProducer, ListenerUnreachable
-from lowtide.rpc.steps import Blocking, Sleep, Steps, run_blocking
+from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 METADATA_TOPIC = "__diskless_metadata"
 # Replicated like Kafka's internal topics; never deleted by time or size: only DeleteRecords below
@@ -71,6 +79,15 @@ FETCH_MAX_BYTES = 8 << 20
 LISTENER_RETRY_S = 30.0
 # Produce answers that mean "nothing was appended": safe to send the same batches again.
 NOT_WRITTEN = (LeaderNotAvailable, NotLeaderOrFollower, UnknownTopicOrPartition, NotEnoughReplicas)
+
+
+def _not_written(error: LowtideError) -> bool:
+    return isinstance(error, NOT_WRITTEN)
+
+
+# ``append`` explains each: only answers that say nothing was written are retried, a failed call is
+# raised as it is (the caller reloads from the log), and each attempt waits the whole timeout.
+METADATA_APPENDS = AppendPolicy(retry_on=_not_written, call_errors_final=True, whole_timeout_each_attempt=True)
 
 
 def writer_id(epoch: int) -> tuple[int, int]:
@@ -95,7 +112,14 @@ class LogRead:
 
 
 class MetadataLog:
-    """Shard ``shard``'s partition of ``__diskless_metadata``: create, append, read, truncate."""
+    """Shard ``shard``'s partition of ``__diskless_metadata``: create, append, read, truncate.
+
+    Contract: as each method says; appends are acks=all (``append``), reads return only committed
+    entries. It is also the ``LeaderRouter`` of its ``Appender`` (the cached leader) and, through
+    ``_produce_steps``, its transport.
+
+    Thread-safety: module doc (a cached leader address, swapped as a plain attribute).
+    """
 
     def __init__(self, *, shard: int, shards: int, store: MetadataStore, replicas: ReplicaClient,
                  request_timeout_ms: int = 10_000, listener: ListenerProducer | None = None) -> None:
@@ -110,6 +134,9 @@ class MetadataLog:
         self._leader: str | None = None
         self._leader_listener: str | None = None
         self._listener_retry_at = 0.0
+        self._grpc_produce = grpc_produce(replicas, METADATA_TOPIC)
+        self._appender = Appender(topic=METADATA_TOPIC, router=self, produce=self._produce_steps,
+                                  policy=METADATA_APPENDS)
 
     # ---- topic ---------------------------------------------------------------------------------
     def topic_exists(self) -> bool:
@@ -130,25 +157,32 @@ class MetadataLog:
     def ensure_topic(self) -> None:
         """Create ``__diskless_metadata`` with ``shards`` partitions if missing (whoever starts
         first wins; the store's create is atomic). Raises while no replica is live."""
-        try:
-            info = self.store.topic(METADATA_TOPIC)
-        except UnknownTopicOrPartition:
-            live = sorted(self.store.live_broker_ids())
-            if not live:
-                raise LeaderNotAvailable(f"no live replica to host {METADATA_TOPIC}") from None
-            rf = min(MAX_REPLICATION_FACTOR, len(live))
-            assignment = assign_replicas(broker_ids=live, partitions=self.shards, replication_factor=rf,
-                                         start=self.shard % len(live), racks=self.store.broker_racks())
-            try:
-                info = self.store.create_topic(name=METADATA_TOPIC, partitions=self.shards, replication_factor=rf,
-                                               config=dict(METADATA_TOPIC_CONFIG), assignment=assignment)
-                log.info("created %s", METADATA_TOPIC, extra={"fields": {"partitions": self.shards,
-                                                                         "replication_factor": rf}})
-            except TopicAlreadyExists:
-                info = self.store.topic(METADATA_TOPIC)
+        spec = InternalTopicSpec(name=METADATA_TOPIC, partitions=self.shards, config=METADATA_TOPIC_CONFIG)
+        info, _ = ensure_topic(self.store, spec, self._create_topic)
+        assert info is not None
         self._check_partition(info.partitions)
 
-    # ---- routing -------------------------------------------------------------------------------
+    def _create_topic(self, spec: InternalTopicSpec) -> TopicInfo:
+        """Create the topic with RF = min(3, live replicas), its leaders spread from this shard's."""
+        live = sorted(self.store.live_broker_ids())
+        if not live:
+            raise LeaderNotAvailable(f"no live replica to host {spec.name}")
+        rf = min(MAX_REPLICATION_FACTOR, len(live))
+        assignment = assign_replicas(broker_ids=live, partitions=spec.partitions, replication_factor=rf,
+                                     start=self.shard % len(live), racks=self.store.broker_racks())
+        return self.store.create_topic(name=spec.name, partitions=spec.partitions, replication_factor=rf,
+                                       config=dict(spec.config), assignment=assignment)
+
+    # ---- routing (the appender's LeaderRouter) -------------------------------------------------
+    def cached_leader(self, partition: int) -> str | None:
+        return self._leader
+
+    def find_leader(self, partition: int, *, refresh: bool) -> str:
+        return self.leader_address(refresh=refresh)
+
+    def forget_leader(self, partition: int) -> None:
+        self._leader = None
+
     def leader_address(self, *, refresh: bool = False) -> str:
         if self._leader is not None and not refresh:
             return self._leader
@@ -163,16 +197,17 @@ class MetadataLog:
                                  broker.replication_port and time.monotonic() >= self._listener_retry_at else None)
         return self._leader
 
-    def _produce_steps(self, address: str, batches: bytes, *, timeout_ms: int, expected_end_offset: int | None,
+    def _produce_steps(self, address: str, partition: int, batches: bytes, *, timeout_ms: int,
+                       expected_end_offset: int | None,
                        loop: asyncio.AbstractEventLoop | None) -> Steps[ProducedPartition]:
-        """One acks=all Produce of ``batches`` to the leader at ``address``: on its replication
-        listener if it has one (on ``loop``'s connections when given), else (or while the
-        listener is unreachable) over gRPC."""
-        partitions = [(METADATA_TOPIC, self.shard, batches)]
+        """The appender's transport (``ProduceSteps``): one acks=all Produce of ``batches`` to the
+        leader at ``address``: on its replication listener if it has one (on ``loop``'s
+        connections when given), else (or while the listener is unreachable) over gRPC."""
+        partitions = [(METADATA_TOPIC, partition, batches)]
         kwargs: dict[str, Any] = dict(
             acks=-1, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + 5, coordinator_append=True,
             expected_end_offsets=None if expected_end_offset is None else
-            {(METADATA_TOPIC, self.shard): expected_end_offset})
+            {(METADATA_TOPIC, partition): expected_end_offset})
         listener = self._leader_listener
         if listener is not None and self.listener is not None:
             try:
@@ -186,21 +221,12 @@ class MetadataLog:
                             "gRPC for %.0f s", METADATA_TOPIC, self.shard, listener, exc, LISTENER_RETRY_S)
                 self._listener_retry_at = time.monotonic() + LISTENER_RETRY_S
                 self._leader_listener = None
-        got = yield Blocking(partial(self.replicas.produce, address, partitions, **kwargs))
-        return got[0]
+        return (yield from self._grpc_produce(address, partition, batches, timeout_ms=timeout_ms,
+                                              expected_end_offset=expected_end_offset, loop=loop))
 
-    def _with_leader(self, action, *, deadline: float):
+    def _with_leader(self, action: Callable[[str], T], *, deadline: float) -> T:
         """Run ``action(address)`` against the leader, re-resolving it while leadership moves."""
-        attempt = 0
-        while True:
-            try:
-                return action(self.leader_address(refresh=attempt > 0))
-            except LowtideError as exc:
-                if not exc.retriable or time.monotonic() + 0.05 * (attempt + 1) > deadline:
-                    raise
-                self._leader = None
-            attempt += 1
-            time.sleep(min(0.5, 0.05 * attempt))
+        return call_leader(action, router=self, partition=self.shard, deadline=deadline)
 
     # ---- append / read / truncate ------------------------------------------------------------
     def append(self, batches: bytes, *, timeout_ms: int | None = None, expected_end_offset: int | None = None) -> int:
@@ -225,42 +251,10 @@ class MetadataLog:
         Produce goes on the loop's own connections to the leader's replication listener, so its
         answer lands on the loop that answers the shard's brokers (coordinator/service.py); what
         may block (a leader lookup in the metadata store, a Produce over gRPC) is a ``Blocking``."""
-        timeout_ms = timeout_ms or self.request_timeout_ms
-        deadline = time.monotonic() + timeout_ms / 1000
-        attempt = 0
-        while True:
-            try:
-                if attempt > 0 or self._leader is None:  # a lookup in the metadata store
-                    address = yield Blocking(partial(self.leader_address, refresh=attempt > 0))
-                else:
-                    address = self._leader
-            except LowtideError as exc:
-                problem: LowtideError = exc
-            else:
-                try:
-                    got = yield from self._produce_steps(address, batches, timeout_ms=timeout_ms,
-                                                         expected_end_offset=expected_end_offset, loop=loop)
-                except LowtideError:
-                    self._leader = None
-                    raise
-                if got.error is None:
-                    return got.base_offset
-                problem, got = got.error, None
-                if not isinstance(problem, NOT_WRITTEN):
-                    self._leader = None
-                    break
-            self._leader = None
-            attempt += 1
-            if not isinstance(problem, NOT_WRITTEN) or time.monotonic() + 0.05 * attempt > deadline:
-                break
-            yield Sleep(min(0.5, 0.05 * attempt))
-        try:
-            raise problem
-        finally:
-            # The error's traceback holds this frame; were the frame to hold the error, the two
-            # would be a cycle only the cyclic GC frees, with the caller's frames and the group of
-            # requests they hold (a refused conditional append is routine with two in flight).
-            problem = None  # noqa: F841
+        # Not a generator itself: the appender's steps are handed out as they are (no extra frame
+        # per step on the hot path).
+        return self._appender.append_steps(self.shard, batches, timeout_ms=timeout_ms or self.request_timeout_ms,
+                                           expected_end_offset=expected_end_offset, loop=loop)
 
     def read(self, offset: int, *, max_wait_ms: int = 0) -> LogRead:
         """The committed entries (below the HW) from ``offset`` on, as far as one fetch reaches.

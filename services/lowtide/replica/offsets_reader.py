@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.groups import OFFSETS_TOPIC, TopicCommit
-from lowtide.groups.tail import FetchedOffsets, OffsetsTail
-from lowtide.messages.replica import FetchPosition
+from lowtide.groups.tail import OffsetsTail
+from lowtide.internal_topics import grpc_fetch
 from lowtide.metadata.store import MetadataStore
 
 FETCH_MAX_BYTES = 1 << 20
@@ -46,6 +46,7 @@ class ConsumerOffsetsReader:
         self._replicas = replicas
         self._fetch_timeout_s = fetch_timeout_s
         self._tail = OffsetsTail()
+        self._fetch = grpc_fetch(replicas, OFFSETS_TOPIC, max_bytes=FETCH_MAX_BYTES, deadline_s=fetch_timeout_s)
 
     def refresh(self, partitions: Iterable[int] | None = None) -> OffsetsReadResult:
         """Read the given partitions (default: all) up to their leaders' high watermarks."""
@@ -80,10 +81,3 @@ class ConsumerOffsetsReader:
             else:
                 by_address.setdefault(brokers[state.leader].address, []).append(p)
         return by_address, failed
-
-    def _fetch(self, address: str, asks: list[tuple[int, int]]) -> list[FetchedOffsets]:
-        got = self._replicas.fetch(address, [FetchPosition(topic=OFFSETS_TOPIC, partition=p, fetch_offset=o,
-                                                           max_bytes=FETCH_MAX_BYTES) for p, o in asks],
-                                   max_wait_ms=0, deadline_s=self._fetch_timeout_s)
-        return [FetchedOffsets(partition=r.partition, records=r.records, high_watermark=r.high_watermark,
-                               log_start_offset=r.log_start_offset, error=r.error) for r in got]

@@ -17,6 +17,10 @@ COORDINATOR_LOAD_IN_PROGRESS), then keeps tailing, so commits made through anoth
 show up within ``tail_interval_s``. Writes: one batch per call to the partition's leader with
 acks=all; only an acknowledged write is applied to the in-memory state, at the log offsets the
 leader assigned (``groups.state`` explains why that makes own writes and the tail agree).
+
+Creating the topic, routing, the append and its retries, and the reading loop are the internal
+topics' runtime's (``lowtide.internal_topics``, bound for the front door in
+``frontdoor/internal_topics.py``); this module keeps the records, the tail thread and the API.
 """
 
 from __future__ import annotations
@@ -29,17 +33,9 @@ from dataclasses import dataclass
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.errors import (
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
-    InvalidProducerEpoch,
-    LowtideError,
-    ProducerFenced,
-    TopicAlreadyExists,
-    UnknownTopicOrPartition,
-)
+from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, ProducerFenced
 from lowtide.frontdoor.admin.admin import TopicAdmin
-from lowtide.frontdoor.routing import route_partitions
+from lowtide.frontdoor.internal_topics import FrontDoorRouter, create_with_admin, new_appender
 from lowtide.groups import (
     OFFSETS_TOPIC,
     CommittedEntry,
@@ -50,9 +46,8 @@ from lowtide.groups import (
     encode_offset_value,
     partition_for_group,
 )
-from lowtide.groups.tail import FetchedOffsets, OffsetsTail
-from lowtide.messages.admin import TopicRequest
-from lowtide.messages.replica import FetchPosition
+from lowtide.groups.tail import OffsetsTail
+from lowtide.internal_topics import InternalTopic, InternalTopicSpec, grpc_fetch
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import encode_batch
 
@@ -102,7 +97,13 @@ class OffsetsTopic:
         self._clock = clock
         self._cond = threading.Condition()
         self._tail = OffsetsTail()
-        self._num_partitions: int | None = None  # None: the topic does not exist (yet)
+        self._topic = InternalTopic(
+            spec=InternalTopicSpec(name=OFFSETS_TOPIC, partitions=config.partitions, config={
+                "cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)}),
+            store=store, create=create_with_admin(topics))
+        self._router = FrontDoorRouter(store=store, topic=OFFSETS_TOPIC)
+        self._appender = new_appender(store=store, replicas=replicas, topic=OFFSETS_TOPIC)
+        self._fetch = grpc_fetch(replicas, OFFSETS_TOPIC, max_bytes=FETCH_MAX_BYTES, deadline_s=config.fetch_timeout_s)
         self._loaded = False
         self._load_problem = "not started"
         self._stop = threading.Event()
@@ -159,14 +160,16 @@ class OffsetsTopic:
 
     def partition_of(self, group: str) -> int:
         """The ``__consumer_offsets`` partition of ``group`` (creating the topic if missing)."""
-        return partition_for_group(group, partitions=self._ensure_topic())
+        count = self._topic.partition_count(create=True)
+        assert count is not None
+        return partition_for_group(group, partitions=count)
 
     def catch_up(self, group: str) -> None:
         """Read ``group``'s partition up to its leader's high watermark now (not at the next tail
         round): what any front door had acknowledged before this call is then folded in.
         COORDINATOR_LOAD_IN_PROGRESS when the leader cannot be read."""
         self.wait_loaded()
-        failures = self._tail.read_to_high_watermark([self.partition_of(group)], route=self._route,
+        failures = self._tail.read_to_high_watermark([self.partition_of(group)], route=self._router.route,
                                                      fetch=self._fetch)
         if failures:
             raise CoordinatorLoadInProgress(f"{OFFSETS_TOPIC}: {next(iter(failures.values()))}")
@@ -186,7 +189,7 @@ class OffsetsTopic:
                              keys=[encode_offset_key(w.key) for w in writes], timestamp_ms=now,
                              producer_id=pid, producer_epoch=epoch, is_transactional=producer is not None)
         try:
-            base_offset = self._produce(partition, batch)
+            base_offset = self._appender.append(partition, batch, timeout_ms=self.config.write_timeout_ms)
         except InvalidProducerEpoch as err:
             raise ProducerFenced(err.message) from None
         if producer is not None:
@@ -197,59 +200,6 @@ class OffsetsTopic:
             return
         self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i)
                                      for i, w in enumerate(writes)])
-
-    def _ensure_topic(self) -> int:
-        """The partition count of ``__consumer_offsets``, creating the topic if it is missing."""
-        with self._cond:
-            if self._num_partitions is not None:
-                return self._num_partitions
-        try:
-            info = self._store.topic(OFFSETS_TOPIC)
-        except UnknownTopicOrPartition:
-            try:
-                info = self._topics.create_topic(TopicRequest(
-                    name=OFFSETS_TOPIC, partitions=self.config.partitions, replication_factor=0,
-                    config={"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES)}))
-                log.info("created %s", OFFSETS_TOPIC, extra={"fields": {
-                    "partitions": self.config.partitions, "replication_factor": info.replication_factor}})
-            except TopicAlreadyExists:  # another front door won the race
-                info = self._store.topic(OFFSETS_TOPIC)
-            except LowtideError as err:
-                raise CoordinatorNotAvailable(f"cannot create {OFFSETS_TOPIC}: {err.name}: {err.message}") from None
-        with self._cond:
-            self._num_partitions = info.partitions
-            return info.partitions
-
-    def _produce(self, partition: int, batch: bytes) -> int:
-        """Send ``batch`` to the partition's leader (acks=all), retrying while leadership settles;
-        the base offset it got."""
-        deadline = time.monotonic() + self.config.write_timeout_ms / 1000
-        key = (OFFSETS_TOPIC, partition)
-        problem: LowtideError = CoordinatorNotAvailable("no attempt made")
-        attempt = 0
-        while True:
-            routes = route_partitions(self._store, [key])
-            address = next(iter(routes.by_address), None)
-            if address is None:
-                problem = {**routes.unknown, **routes.unroutable}.get(key, problem)
-            else:
-                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-                try:
-                    got = self._replicas.produce(address, [(OFFSETS_TOPIC, partition, batch)], acks=-1,
-                                                 timeout_ms=left_ms, deadline_s=left_ms / 1000 + 5,
-                                                 coordinator_append=True)[0]
-                    if got.error is None:
-                        return got.base_offset
-                    problem = got.error
-                except LowtideError as err:
-                    problem = err
-                if not problem.retriable:
-                    raise problem
-            attempt += 1
-            if time.monotonic() + 0.05 * attempt > deadline:
-                raise CoordinatorNotAvailable(f"{OFFSETS_TOPIC}-{partition} did not take the write: "
-                                              f"{problem.name}: {problem.message}")
-            time.sleep(min(0.5, 0.05 * attempt))
 
     # -- the tail ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -289,22 +239,10 @@ class OffsetsTopic:
         info = self._store.topics().get(OFFSETS_TOPIC)
         if info is None:
             return True
-        with self._cond:
-            self._num_partitions = info.partitions
-        failures = self._tail.read_to_high_watermark(range(info.partitions), route=self._route, fetch=self._fetch)
+        self._topic.note_partitions(info.partitions)
+        failures = self._tail.read_to_high_watermark(range(info.partitions), route=self._router.route,
+                                                     fetch=self._fetch)
         if failures:
             partition, why = min(failures.items())
             self._note_problem(f"{OFFSETS_TOPIC}-{partition}: {why}")
         return not failures
-
-    def _route(self, partitions: list[int]) -> tuple[dict[str, list[int]], dict[int, str]]:
-        routes = route_partitions(self._store, [(OFFSETS_TOPIC, p) for p in partitions])
-        failed = {p: f"{err.name}: {err.message}" for (_, p), err in {**routes.unknown, **routes.unroutable}.items()}
-        return {a: [p for _, p in keys] for a, keys in routes.by_address.items()}, failed
-
-    def _fetch(self, address: str, asks: list[tuple[int, int]]) -> list[FetchedOffsets]:
-        got = self._replicas.fetch(address, [FetchPosition(topic=OFFSETS_TOPIC, partition=p, fetch_offset=o,
-                                                           max_bytes=FETCH_MAX_BYTES) for p, o in asks],
-                                   max_wait_ms=0, deadline_s=self.config.fetch_timeout_s)
-        return [FetchedOffsets(partition=r.partition, records=r.records, high_watermark=r.high_watermark,
-                               log_start_offset=r.log_start_offset, error=r.error) for r in got]

@@ -27,6 +27,10 @@ read back before the next decision. Records above the high watermark are waited 
 high watermark lags what the old one acknowledged until its followers fetch again): a state read
 there could be older than one the old leader acknowledged.
 
+Creating the topic, routing, the conditional append and its retries, and the back-off of reads
+are the internal topics' runtime's (``lowtide.internal_topics``, bound for the front door in
+``frontdoor/internal_topics.py``); this module keeps the records, the fold and the compare-and-set.
+
 Producer ids come from blocks claimed in the metadata store (``producer_ids.py``, Kafka's
 AllocateProducerIds): never handed out twice, by two front doors or across their restarts.
 Nothing of transactions is kept in Redis.
@@ -48,11 +52,9 @@ from lowtide.errors import (
     LowtideError,
     OffsetOutOfRange,
     OutOfOrderSequenceNumber,
-    TopicAlreadyExists,
-    UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.admin.admin import TopicAdmin
-from lowtide.frontdoor.routing import route_partitions
+from lowtide.frontdoor.internal_topics import FrontDoorRouter, create_with_admin, new_appender
 from lowtide.frontdoor.transactions.producer_ids import ProducerIdBlocks
 from lowtide.frontdoor.transactions.transactions import TxnState, TxnStates
 from lowtide.frontdoor.transactions.txn_records import (
@@ -64,8 +66,9 @@ from lowtide.frontdoor.transactions.txn_records import (
     encode_txn_value,
     partition_for_transactional_id,
 )
-from lowtide.messages.admin import TopicRequest
-from lowtide.messages.replica import FetchPosition
+from lowtide.internal_topics import InternalTopic, InternalTopicSpec, RetryPolicy, call_leader
+from lowtide.messages.replica import FetchedPartition, FetchPosition
+from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import decode_batches, encode_batch
 
@@ -75,6 +78,9 @@ DEFAULT_TXN_STATE_PARTITIONS = 8
 # Kafka's transaction.state.log.segment.bytes: small, so the cleaner gets at old states soon.
 TXN_STATE_SEGMENT_BYTES = 100 * 1024 * 1024
 FETCH_MAX_BYTES = 1 << 20
+# Waiting for records above the high watermark to be decided (``_catch_up``): shorter steps than a
+# leader's move, since a follower's next fetch usually decides them within milliseconds.
+SETTLE_RETRY = RetryPolicy(step_s=0.02, max_backoff_s=0.2)
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,12 @@ class TxnStateLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._folds: dict[int, _Fold] = {}
-        self._num_partitions: int | None = None
+        self._topic = InternalTopic(
+            spec=InternalTopicSpec(name=TXN_STATE_TOPIC, partitions=config.partitions, config={
+                "cleanup.policy": "compact", "segment.bytes": str(TXN_STATE_SEGMENT_BYTES)}),
+            store=store, create=create_with_admin(topics, extra_config=self._min_isr), on_created=self._created)
+        self._router = FrontDoorRouter(store=store, topic=TXN_STATE_TOPIC)
+        self._appender = new_appender(store=store, replicas=replicas, topic=TXN_STATE_TOPIC)
 
     # -- the store interface (frontdoor/transactions/transactions.py) --------------------------
     def load(self, transactional_id: str) -> TxnState | None:
@@ -169,7 +180,8 @@ class TxnStateLog:
                 state=new.state, partitions=new.partitions, last_update_ms=now, start_ms=new.start_ms))
             batch = encode_batch([value], keys=[encode_txn_key(state.transactional_id)], timestamp_ms=now)
             try:
-                base_offset = self._append(partition, batch, expected_end=fold.position)
+                base_offset = self._appender.append(partition, batch, timeout_ms=self.config.write_timeout_ms,
+                                                    expected_end_offset=fold.position)
             except OutOfOrderSequenceNumber:
                 # Another front door appended first (or an earlier attempt of ours did, its answer
                 # lost): nothing was written now; the caller reads again, which reads that record.
@@ -195,39 +207,18 @@ class TxnStateLog:
 
     def _partition_count(self, *, create: bool) -> int | None:
         """The topic's partition count; None when it does not exist and ``create`` is False."""
-        with self._lock:
-            if self._num_partitions is not None:
-                return self._num_partitions
-        try:
-            info = self._store.topic(TXN_STATE_TOPIC)
-        except UnknownTopicOrPartition:
-            if not create:
-                return None
-            info = self._create_topic()
-        with self._lock:
-            self._num_partitions = info.partitions
-        return info.partitions
+        return self._topic.partition_count(create=create)
 
-    def _create_topic(self):
-        config = {"cleanup.policy": "compact", "segment.bytes": str(TXN_STATE_SEGMENT_BYTES)}
+    def _min_isr(self) -> dict[str, str]:
         if len(self._store.live_broker_ids()) >= 2:
             # Kafka's transaction.state.log.min.isr (2): an acknowledged state is on two disks, so
             # losing one broker loses no decided transaction.
-            config["min.insync.replicas"] = "2"
-        try:
-            info = self._topics.create_topic(TopicRequest(
-                name=TXN_STATE_TOPIC, partitions=self.config.partitions, replication_factor=0, config=config))
-        except TopicAlreadyExists:  # another front door won the race
-            return self._store.topic(TXN_STATE_TOPIC)
-        except LowtideError as err:
-            raise CoordinatorNotAvailable(f"cannot create {TXN_STATE_TOPIC}: {err.name}: {err.message}") from None
-        log.info("created %s", TXN_STATE_TOPIC, extra={"fields": {
-            "partitions": info.partitions, "replication_factor": info.replication_factor}})
-        with self._lock:
-            self._num_partitions = info.partitions
+            return {"min.insync.replicas": "2"}
+        return {}
+
+    def _created(self, info: TopicInfo) -> None:
         if self._migrate_from is not None:
             self._migrate(self._migrate_from)
-        return info
 
     def _migrate(self, source: TxnStates) -> None:
         """Copy the states of ``source`` (the metadata store's, module doc; only the front door that
@@ -242,27 +233,11 @@ class TxnStateLog:
     def _catch_up(self, partition: int, fold: _Fold) -> None:
         """Fold the partition's records up to its leader's high watermark (caller holds fold.lock)."""
         deadline = time.monotonic() + self.config.fetch_timeout_s
-        attempt = 0
+        settle_attempt = 0
         while True:
-            try:
-                address = self._leader(partition)
-                got = self._replicas.fetch(address, [FetchPosition(
-                    topic=TXN_STATE_TOPIC, partition=partition, fetch_offset=fold.position, max_bytes=FETCH_MAX_BYTES)],
-                    max_wait_ms=0, deadline_s=self.config.fetch_timeout_s)[0]
-                problem = got.error
-            except LowtideError as err:
-                problem = err
-            if isinstance(problem, OffsetOutOfRange):
+            got = self._fetch(partition, fold.position, deadline=deadline)
+            if isinstance(got.error, OffsetOutOfRange):
                 fold.position, fold.states = max(0, got.log_start_offset), {}
-                continue
-            if problem is not None:
-                # A leader moving, or a partition just created and not hosted yet: retried a while.
-                attempt += 1
-                if not (problem.retriable or isinstance(problem, CoordinatorNotAvailable)) or \
-                        time.monotonic() + 0.05 * attempt > deadline:
-                    raise CoordinatorNotAvailable(f"{TXN_STATE_TOPIC}-{partition} unreadable: {problem.name}: "
-                                                  f"{problem.message}")
-                time.sleep(min(0.5, 0.05 * attempt))
                 continue
             start = fold.position
             for header, records in decode_batches(bytes(got.records)):
@@ -284,54 +259,35 @@ class TxnStateLog:
                 # Records above the high watermark: a write in flight, or a new leader whose high
                 # watermark has not caught up with what the old one acknowledged yet. Deciding on
                 # the older state could undo an acknowledged one: wait until they are decided.
-                attempt += 1
-                if time.monotonic() + 0.02 * attempt > deadline:
+                settle_attempt += 1
+                if not SETTLE_RETRY.has_time(settle_attempt, deadline):
                     raise CoordinatorLoadInProgress(
                         f"{TXN_STATE_TOPIC}-{partition}: records above the high watermark {got.high_watermark} "
                         f"(log end {got.log_end_offset}) are not decided yet")
-                time.sleep(min(0.2, 0.02 * attempt))
+                SETTLE_RETRY.sleep(settle_attempt)
                 continue
             if fold.position == start:
                 raise CoordinatorLoadInProgress(f"{TXN_STATE_TOPIC}-{partition}: no progress at offset {start} "
                                                 f"below the high watermark {got.high_watermark}")
 
-    def _leader(self, partition: int) -> str:
-        key = (TXN_STATE_TOPIC, partition)
-        routes = route_partitions(self._store, [key])
-        address = next(iter(routes.by_address), None)
-        if address is None:
-            problem = {**routes.unknown, **routes.unroutable}.get(key)
-            raise CoordinatorNotAvailable(f"{TXN_STATE_TOPIC}-{partition} has no leader now"
-                                          + (f": {problem.message}" if problem else ""))
-        return address
+    def _fetch(self, partition: int, offset: int, *, deadline: float) -> FetchedPartition:
+        """One fetch at ``offset`` from the partition's leader, retried while leadership settles (a
+        leader moving, or a partition just created and not hosted yet); OFFSET_OUT_OF_RANGE is
+        answered, not raised. COORDINATOR_NOT_AVAILABLE when the leader cannot be read."""
 
-    def _append(self, partition: int, batch: bytes, *, expected_end: int) -> int:
-        """Conditional acks=all append at the leader, retried while leadership settles; its base offset."""
-        deadline = time.monotonic() + self.config.write_timeout_ms / 1000
-        key = (TXN_STATE_TOPIC, partition)
-        attempt = 0
-        while True:
-            problem: LowtideError
-            try:
-                address = self._leader(partition)
-                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-                got = self._replicas.produce(address, [(TXN_STATE_TOPIC, partition, batch)], acks=-1,
-                                             timeout_ms=left_ms, deadline_s=left_ms / 1000 + 5,
-                                             expected_end_offsets={key: expected_end}, coordinator_append=True)[0]
-                if got.error is None:
-                    return got.base_offset
-                problem = got.error
-            except LowtideError as err:
-                problem = err
-            if isinstance(problem, OutOfOrderSequenceNumber):
-                raise problem
-            if not problem.retriable and not isinstance(problem, CoordinatorNotAvailable):
-                raise problem
-            attempt += 1
-            if time.monotonic() + 0.05 * attempt > deadline:
-                raise CoordinatorNotAvailable(f"{TXN_STATE_TOPIC}-{partition} did not take the write: "
-                                              f"{problem.name}: {problem.message}")
-            time.sleep(min(0.5, 0.05 * attempt))
+        def fetch(address: str) -> FetchedPartition:
+            got = self._replicas.fetch(address, [FetchPosition(
+                topic=TXN_STATE_TOPIC, partition=partition, fetch_offset=offset, max_bytes=FETCH_MAX_BYTES)],
+                max_wait_ms=0, deadline_s=self.config.fetch_timeout_s)[0]
+            if got.error is not None and not isinstance(got.error, OffsetOutOfRange):
+                raise got.error
+            return got
+
+        try:
+            return call_leader(fetch, router=self._router, partition=partition, deadline=deadline)
+        except LowtideError as problem:
+            raise CoordinatorNotAvailable(f"{TXN_STATE_TOPIC}-{partition} unreadable: {problem.name}: "
+                                          f"{problem.message}") from None
 
 
 def _state(transactional_id: str, value: TxnLogValue, *, version: int) -> TxnState:
