@@ -22,7 +22,6 @@ import uuid
 import zlib
 from typing import Any
 
-from lowtide.auth.acl import ANONYMOUS_PRINCIPAL
 from lowtide.errors import CoordinatorNotAvailable, LowtideError
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
@@ -217,8 +216,7 @@ def delete_records(call: Call, body: Any) -> Any:
     if services.deleter is not None and services.deleter.serves_here(items):
         # Kafka's AdminClient sends each partition to its leader: this replica answers in
         # process, with no protobuf. Anything else goes through the front door, which finds the leaders.
-        principal = services.authenticate(call.conn.metadata) if services.authenticate is not None \
-            else ANONYMOUS_PRINCIPAL
+        principal = call.principal()
         answers = services.deleter.delete_records(principal, items, timeout_ms=timeout_ms)
     else:
         request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[

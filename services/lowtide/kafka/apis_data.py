@@ -16,7 +16,6 @@ import datetime
 import functools
 from typing import Any
 
-from lowtide.auth.acl import ANONYMOUS_PRINCIPAL
 from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
@@ -56,8 +55,7 @@ def produce(call: Call, body: Any) -> Steps[Any]:
         produced = [ProducedPartition(topic=i.topic, partition=i.partition,
                                       error=NotLeaderOrFollower("no partitions are hosted here")) for i in items]
     else:
-        principal = services.authenticate(call.conn.metadata) if services.authenticate is not None \
-            else ANONYMOUS_PRINCIPAL
+        principal = call.principal()
         produced = yield from services.producer.produce_steps(principal, items, acks=acks,
                                                               timeout_ms=millis(body.timeout))
     if acks == 0:
@@ -115,7 +113,7 @@ def fetch(call: Call, body: Any) -> Steps[Any]:
         results: dict = {}
     else:
         conn = call.conn
-        principal = services.authenticate(conn.metadata) if services.authenticate is not None else ANONYMOUS_PRINCIPAL
+        principal = call.principal()
         fetched = yield from services.fetcher.fetch_steps(
             principal, items, max_wait_ms=millis(body.max_wait), min_bytes=int(body.min_bytes),
             max_bytes=int(getattr(body, "max_bytes", 0) or 0), isolation_level=isolation, peer=conn.peer,
@@ -160,8 +158,7 @@ def list_offsets(call: Call, body: Any) -> Any:
     services = call.services
     if services.offsets is not None:
         # This replica answers in process, with no protobuf.
-        principal = services.authenticate(call.conn.metadata) if services.authenticate is not None \
-            else ANONYMOUS_PRINCIPAL
+        principal = call.principal()
         answers = services.offsets.list_offsets(principal, [
             OffsetQuery(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
                         current_leader_epoch=_epoch_or_none(p)) for t in body.topics for p in t.partitions],

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 
-from lowtide.errors import LowtideError, SaslAuthenticationFailed
+from lowtide.errors import LowtideError, SaslAuthenticationFailed, UnknownServerError
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import (
     API_VERSIONS_KEY,
@@ -196,6 +196,15 @@ class Call:
     def admin(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
         return self.services.admin(method, request, conn=self.conn,
                                    timeout_s=timeout_s or self.services.admin_timeout_s)
+
+    def principal(self) -> str:
+        """The connection's principal as the in-process handlers take it: the service's own
+        authenticator reads the connection's identity (metadata), per request, as it reads a
+        gRPC call's token."""
+        authenticate = self.services.authenticate
+        if authenticate is None:
+            raise UnknownServerError("this listener has no authenticator for in-process calls")
+        return authenticate(self.conn.metadata)
 
     def replica(self, method: str, request: Any) -> Any:
         if self.services.replica is None:
