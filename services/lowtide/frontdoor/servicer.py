@@ -206,7 +206,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                                         isr=list(s.isr), adding_replicas=list(s.adding_replicas),
                                                         removing_replicas=list(s.removing_replicas))
                             for s in t.partitions]))
-        return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id)
+        return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id,
+                                          revision=view.revision)
 
     def AlterConfigs(self, request, context):  # noqa: N802
         if self._front.configs is None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lowtide.errors import CoordinatorNotAvailable, LowtideError
 from lowtide.kafka.broker import Api, Call
-from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
+from lowtide.kafka.protocol import NO_THROTTLE, encode_body, error_code, millis
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.metadata.config_defaults import DISKLESS_ENABLE
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
@@ -64,6 +64,12 @@ def metadata(call: Call, body: Any) -> Any:
         names: list[str] | None = None  # all topics
     else:
         names = [t.name for t in body.topics if t.name]
+    kept = call.services.metadata_responses
+    key = (call.version, None if names is None else tuple(names), call.conn.listener, call.conn.metadata)
+    if kept is not None:
+        answer = kept.get(key)
+        if answer is not None:
+            return answer
     if names == []:
         meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))  # brokers only
         meta_topics: list = []
@@ -90,11 +96,16 @@ def metadata(call: Call, body: Any) -> Any:
         topics.append(call.make("MetadataResponseTopic", error_code=error_code(0), name=t.name,
                                 topic_id=_uuid(t.topic_id), is_internal=t.name.startswith(INTERNAL_TOPIC_PREFIX),
                                 partitions=tuple(parts), topic_authorized_operations=_NO_OPERATIONS))
-    return call.make(call.response, throttle_time=NO_THROTTLE, cluster_id=meta.cluster_id or None,
-                     controller_id=brokers[0].id if brokers else -1,
-                     brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=endpoint(call, b)[0],
-                                             port=endpoint(call, b)[1], rack=b.rack or None) for b in brokers),
-                     topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)
+    response = call.make(call.response, throttle_time=NO_THROTTLE, cluster_id=meta.cluster_id or None,
+                         controller_id=brokers[0].id if brokers else -1,
+                         brokers=tuple(call.make("MetadataResponseBroker", node_id=b.id, host=endpoint(call, b)[0],
+                                                 port=endpoint(call, b)[1], rack=b.rack or None) for b in brokers),
+                         topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)
+    if kept is None or not meta.revision:
+        return response
+    encoded = encode_body(response)
+    kept.put(key, revision=meta.revision, body=encoded)
+    return encoded
 
 
 def describe_cluster(call: Call, body: Any) -> Any:

@@ -30,6 +30,7 @@ from prometheus_client import Counter, Histogram
 
 from lowtide.errors import LowtideError, SaslAuthenticationFailed, UnknownServerError
 from lowtide.kafka.listener import Connection
+from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.protocol import (
     API_VERSIONS_KEY,
     UNSUPPORTED_VERSION,
@@ -162,6 +163,8 @@ class KafkaServices:
     # The replica of this process, called in process with lowtide.messages types (no protobuf,
     # no method names): the Produce, Fetch, ListOffsets and DeleteRecords handlers, and how a
     # connection's metadata names its principal (checked per request, as a gRPC call's token is).
+    # Encoded Metadata answers kept while this process's view of the store is no newer.
+    metadata_responses: MetadataResponses | None = None
     producer: ProduceHandler | None = None
     fetcher: FetchHandler | None = None
     offsets: ListOffsetsHandler | None = None

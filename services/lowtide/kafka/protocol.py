@@ -127,6 +127,13 @@ class EncodedBody:
     flexible: bool
 
 
+def encode_body(body: Any) -> EncodedBody:
+    """A kio response entity encoded once, to be sent again as it is (``EncodedBody``)."""
+    buf = io.BytesIO()
+    _writer(type(body))(buf, body)
+    return EncodedBody(buf.getvalue(), flexible=bool(type(body).__flexible__))
+
+
 def encode_response(head: RequestHead, body: Any) -> bytes:
     """The whole response frame (size prefix included) answering ``head`` with ``body`` (a kio
     entity, or an ``EncodedBody``)."""

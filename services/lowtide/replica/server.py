@@ -22,6 +22,7 @@ from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, li
 from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
+from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
 from lowtide.kafka.services import InProcess, Remote
 from lowtide.purgatory.connection import RedisClient, RedisError, wait_for_redis
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), producer=servicer.producer, fetcher=servicer.fetcher,
             offsets=servicer.offsets, deleter=servicer.deleter,
+            metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
             scram=build_scram_login(connections.metadata, auth_enabled=config.auth_enabled,

@@ -263,3 +263,17 @@ def test_a_commit_keeps_the_leader_epoch_the_consumer_saw_and_offset_fetch_retur
     with Admin(kcluster.bootstrap) as lowtide_admin:
         stored = lowtide_admin.fetch_offsets("c-epoch-group", [("c-epoch", 0)])[("c-epoch", 0)]
     assert (stored.offset, stored.leader_epoch) == (10, epoch)
+
+
+def test_metadata_answers_are_kept_while_current_and_a_new_topic_shows_at_once(kcluster, admin):
+    listener = next(e for e in kcluster.services("replica") if e.kafka)
+    kept_before = s.metric(kcluster, listener.name, "lowtide_kafka_metadata_answers_total", source="kept")
+    client = AdminClient({"bootstrap.servers": listener.kafka})
+    first = client.list_topics(timeout=10)
+    again = client.list_topics(timeout=10)
+    assert set(first.topics) == set(again.topics)
+    assert s.metric(kcluster, listener.name, "lowtide_kafka_metadata_answers_total", source="kept") > kept_before
+    _create(admin, "c-meta-new", 3)
+    s.wait_until(lambda: len(s.store(kcluster).partition_states("c-meta-new")) == 3)
+    # The store moved: the kept answer is not served, and the new topic is in the next one.
+    s.wait_until(lambda: len(client.list_topics(timeout=10).topics["c-meta-new"].partitions) == 3)

@@ -65,6 +65,7 @@ class ClusterView:
     cluster_id: str
     brokers: tuple[BrokerView, ...]
     topics: tuple[TopicView, ...]
+    revision: int = 0  # the store revision this view reflects at least
 
 
 class TopicAdmin:
@@ -203,6 +204,7 @@ class TopicAdmin:
         """Brokers (with liveness) and the named topics; all non-internal topics ``principal`` may
         DESCRIBE when none are named. A named topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED
         (checked before existence, so a refused caller cannot probe which names exist)."""
+        revision = self._store.version()  # read first: what follows reflects at least this revision
         brokers = self._store.brokers()
         live = self._store.live_broker_ids(brokers)
         all_topics = self._store.topics()
@@ -228,7 +230,8 @@ class TopicAdmin:
                 states = list(self._diskless.partition_states(info, brokers=brokers, live=live))
             views.append(TopicView(name=name, info=info, partitions=tuple(states)))
         broker_views = tuple(BrokerView(info=b, live=b.id in live) for _, b in sorted(brokers.items()))
-        return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views))
+        return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views),
+                           revision=revision)
 
     # -- offsets -----------------------------------------------------------------------------
     def list_offsets(self, *, principal: str, queries: Sequence[OffsetQuery],
