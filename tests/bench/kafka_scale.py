@@ -19,12 +19,16 @@ Through Kafka's admin API (confluent-kafka, i.e. librdkafka) and producer:
   ``kafka_scale_<n>_rss_<process>_mib`` and ``kafka_scale_<n>_fds_<process>`` at the end of the
   window, and ``kafka_scale_<n>_broker_rss_mib`` / ``_broker_fds`` for the largest broker (beside
   lowtide's largest replica);
-* ``kafka_scale_<n>_produce_all_s``: one acks=all record to every partition (kafka-python's
-  producer, which like Kafka's Java producer sends one ProduceRequest per broker holding every
-  ready partition; already connected with the topic's metadata, ``linger.ms`` 5), until
-  ``flush()`` returns with every record acknowledged;
-* ``kafka_scale_<n>_delete_records_s``: DeleteRecords of every partition up to offset 1, in one
-  admin call (librdkafka sends one request per leader), until every partition answered;
+* ``kafka_scale_<n>_produce_all_s``: one acks=all record to every partition with Kafka's own Java
+  producer (``JAVA_CLIENT``: defaults but ``acks=all``, ``linger.ms`` 5; already connected with the
+  topic's metadata when its clock starts), until ``flush()`` returns and every send is acknowledged;
+  ``kafka_scale_<n>_produce_all_kafka_python_s``: the same with kafka-python's producer (which also
+  sends one ProduceRequest per broker holding every ready partition), second: the Java producer's
+  round is the first write to each partition (as lowtide's ``scale_<n>_produce_all_s`` is) and its
+  JVM's client code is cold, kafka-python's finds every partition written once;
+* ``kafka_scale_<n>_delete_records_s``: DeleteRecords of every partition up to offset 1 in one call
+  of Kafka's Java Admin (one request per leader), until every partition answered;
+  ``kafka_scale_<n>_delete_records_librdkafka_s``: the same to offset 2 through confluent-kafka;
 * ``kafka_scale_<n>_failover_s``: kill -9 of broker 2 until the metadata shows every partition it
   led with another leader (includes the broker session timeout);
 * ``kafka_scale_<n>_restart_full_isr_s``: that broker started again until every partition's ISR
@@ -66,6 +70,64 @@ JVM_OPTS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:Initiatin
             "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
+# Kafka's own clients (the Java producer and Admin of kafka-clients), as a single-file Java program run
+# by the JDK's source launcher (``java -cp 'lib/*' KafkaScaleClient.java``: no javac, no build); it
+# times the work itself, so JVM start and compilation are outside the figure.
+JAVA_CLIENT = r"""import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+
+/** lowtide bench (kafka_scale): Kafka's own clients, timed inside the JVM.
+ *  produce BOOTSTRAP TOPIC N: one acks=all record to each partition, flush; delete BOOTSTRAP TOPIC N OFFSET:
+ *  DeleteRecords of every partition up to OFFSET in one Admin call. Prints "elapsed_s SECONDS". */
+public class KafkaScaleClient {
+    public static void main(String[] args) throws Exception {
+        String mode = args[0], bootstrap = args[1], topic = args[2];
+        int n = Integer.parseInt(args[3]);
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        if (mode.equals("produce")) {
+            props.put("acks", "all");
+            props.put("linger.ms", "5");
+            props.put("key.serializer", "org.apache.kafka.common.serialization.ByteArraySerializer");
+            props.put("value.serializer", "org.apache.kafka.common.serialization.ByteArraySerializer");
+            try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+                producer.partitionsFor(topic);  // connected, with the topic's metadata, before the clock starts
+                long t0 = System.nanoTime();
+                List<Future<RecordMetadata>> sent = new ArrayList<>(n);
+                for (int p = 0; p < n; p++) {
+                    sent.add(producer.send(new ProducerRecord<>(topic, p, null, ("kafka-scale-" + p).getBytes())));
+                }
+                producer.flush();
+                for (Future<RecordMetadata> f : sent) f.get();
+                System.out.println("elapsed_s " + (System.nanoTime() - t0) / 1e9);
+            }
+        } else {
+            long offset = Long.parseLong(args[4]);
+            try (Admin admin = Admin.create(props)) {
+                admin.describeCluster().nodes().get();  // connected before the clock starts
+                Map<TopicPartition, RecordsToDelete> items = new HashMap<>();
+                for (int p = 0; p < n; p++) {
+                    items.put(new TopicPartition(topic, p), RecordsToDelete.beforeOffset(offset));
+                }
+                long t0 = System.nanoTime();
+                admin.deleteRecords(items).all().get();
+                System.out.println("elapsed_s " + (System.nanoTime() - t0) / 1e9);
+            }
+        }
+    }
+}
+"""
+
 # (metric, name template, unit) of every figure a size reports, in order; {n} is the size.
 PROCS = ("controller", "broker1", "broker2", "broker3")
 METRICS: list[tuple[str, str, str]] = [
@@ -76,8 +138,14 @@ METRICS: list[tuple[str, str, str]] = [
     ("broker_fds", "Kafka 4.1: largest broker open descriptors, {n} partitions RF 3", "fds"),
     *[(f"rss_{p}_mib", f"Kafka 4.1: RSS, {p}, {{n}} partitions RF 3", "MiB") for p in PROCS],
     *[(f"fds_{p}", f"Kafka 4.1: open descriptors, {p}, {{n}} partitions RF 3", "fds") for p in PROCS],
-    ("produce_all_s", "Kafka 4.1: one acks=all record to every partition, {n} partitions RF 3", "s"),
-    ("delete_records_s", "Kafka 4.1: DeleteRecords of every partition in one call, {n} partitions RF 3", "s"),
+    ("produce_all_s", "Kafka 4.1: one acks=all record to every partition (Java producer), {n} partitions RF 3",
+     "s"),
+    ("produce_all_kafka_python_s", "Kafka 4.1: one acks=all record to every partition (kafka-python), {n} "
+     "partitions RF 3", "s"),
+    ("delete_records_s", "Kafka 4.1: DeleteRecords of every partition in one call (Java Admin), {n} partitions "
+     "RF 3", "s"),
+    ("delete_records_librdkafka_s", "Kafka 4.1: DeleteRecords of every partition in one call (librdkafka), {n} "
+     "partitions RF 3", "s"),
     ("failover_s", "Kafka 4.1: failover after kill -9 of a broker, {n} partitions RF 3", "s"),
     ("restart_full_isr_s", "Kafka 4.1: broker restart until every ISR is full, {n} partitions RF 3", "s"),
 ]
@@ -187,6 +255,19 @@ class KafkaCluster:
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
+
+    def java_client(self, mode: str, topic: str, partitions: int, *args: str, timeout_s: float) -> float:
+        """Run ``JAVA_CLIENT`` (``produce`` or ``delete``) against the cluster; the seconds it timed."""
+        source = self.dir / "KafkaScaleClient.java"
+        source.write_text(JAVA_CLIENT)
+        out = subprocess.run(["java", f"-Dlog4j2.configurationFile={self._log4j}", "-cp", f"{self.lib}/*",
+                              str(source), mode, self.bootstrap, topic, str(partitions), *args],
+                             capture_output=True, text=True, timeout=timeout_s, cwd=self.dir)
+        for line in out.stdout.splitlines():
+            if line.startswith("elapsed_s "):
+                return float(line.split()[1])
+        raise RuntimeError(f"Kafka's Java client ({mode}) exited {out.returncode}: {out.stdout[-300:]} "
+                           f"{out.stderr[-600:]}")
 
     def kill(self, node: int) -> None:
         proc = self.procs.pop(self.name(node))
@@ -362,9 +443,12 @@ def _run_size(cluster: KafkaCluster, partitions: int, settle_s: float, window_s:
         f"{', '.join(f'{n} {r:.0f}' for n, r in sorted(rss.items()))} MiB; fds "
         f"{', '.join(f'{n} {f}' for n, f in sorted(fds.items()))}")
 
-    # one acks=all record to every partition, with Kafka's own batching (kafka-python groups the
-    # ready partitions into one ProduceRequest per broker, as the Java producer does; librdkafka
-    # sends a partition per request, which measures the client: 300 partitions took it 5-18 s here)
+    # one acks=all record to every partition: Kafka's Java producer, then kafka-python (which also
+    # groups the ready partitions into one ProduceRequest per broker; librdkafka sends a partition
+    # per request, which measures the client: 300 partitions took it 5-18 s here)
+    values["produce_all_s"] = cluster.java_client("produce", TOPIC, partitions, timeout_s=budget_left("produce"))
+    say(f"kafka_scale: one acks=all record to each of {partitions} partitions (Java producer) in "
+        f"{values['produce_all_s']:.2f}s")
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks="all", linger_ms=5,
                              max_block_ms=60000, request_timeout_ms=60000)
     try:
@@ -378,23 +462,28 @@ def _run_size(cluster: KafkaCluster, partitions: int, settle_s: float, window_s:
         producer.close(timeout=10)
     if errors:
         raise RuntimeError(f"produce: {len(errors)} of {partitions} records not acknowledged (first {errors[0]!r})")
-    values["produce_all_s"] = values_produce
-    params["producer"] = "kafka-python, acks=all, linger.ms 5"
-    say(f"kafka_scale: one acks=all record to each of {partitions} partitions in {values_produce:.2f}s")
+    values["produce_all_kafka_python_s"] = values_produce
+    say(f"kafka_scale: one acks=all record to each of {partitions} partitions (kafka-python) in "
+        f"{values_produce:.2f}s")
 
-    # DeleteRecords, every partition, one call
+    # DeleteRecords, every partition, one call: Kafka's Java Admin (to offset 1), then librdkafka's (to 2)
+    values["delete_records_s"] = cluster.java_client("delete", TOPIC, partitions, "1",
+                                                     timeout_s=budget_left("DeleteRecords"))
+    say(f"kafka_scale: DeleteRecords of {partitions} partitions in one call (Java Admin): "
+        f"{values['delete_records_s']:.2f}s")
     t0 = time.monotonic()
-    futs = admin.delete_records([TopicPartition(TOPIC, p, 1) for p in range(partitions)],
+    futs = admin.delete_records([TopicPartition(TOPIC, p, 2) for p in range(partitions)],
                                 request_timeout=120, operation_timeout=60)
     bad = []
     for tp, fut in futs.items():
         result = fut.result(timeout=budget_left("DeleteRecords"))
-        if getattr(result, "low_watermark", 1) != 1:
+        if getattr(result, "low_watermark", 2) != 2:
             bad.append((tp.partition, result))
-    values["delete_records_s"] = time.monotonic() - t0
+    values["delete_records_librdkafka_s"] = time.monotonic() - t0
     if bad:
         raise RuntimeError(f"DeleteRecords: {len(bad)} partitions answered another low watermark (first {bad[0]})")
-    say(f"kafka_scale: DeleteRecords of {partitions} partitions in one call: {values['delete_records_s']:.2f}s")
+    say(f"kafka_scale: DeleteRecords of {partitions} partitions in one call (librdkafka): "
+        f"{values['delete_records_librdkafka_s']:.2f}s")
 
     # failover after kill -9 of one broker
     parts = topic_md()
