@@ -32,6 +32,7 @@ from tests.bench import diskless as bench_diskless
 from tests.bench import diskless_scaling as bench_diskless_scaling
 from tests.bench import idempotence as bench_idempotence
 from tests.bench import kafka_clients as bench_kafka
+from tests.bench import kafka_scale as bench_kafka_scale
 from tests.bench import metadata as bench_metadata
 from tests.bench import orphans as bench_orphans
 from tests.bench import reassign as bench_reassign
@@ -49,7 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby", "diskless_scaling", "metadata", "scale", "scale_fault")
+            "snapshot", "standby", "diskless_scaling", "metadata", "scale", "kafka_scale", "scale_fault")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention"}
@@ -138,6 +139,26 @@ def _relate_ceiling(figures: list[Figure]) -> None:
         else:
             per_server = ref.value / ceiling.SERVERS
             f.ratio, f.ratio_of = f.value / per_server, "transport ceiling servers' CPU per MiB (sum / 3)"
+
+
+# lowtide's scale figure -> Apache Kafka's figure of the same size (kafka_scale) it is read against.
+_KAFKA_SCALE_PAIRS = {"create_s": "create_s", "idle_cpu_pct": "idle_cpu_pct", "replica_rss_mib": "broker_rss_mib",
+                      "replica_fds": "broker_fds", "produce_all_s": "produce_all_s",
+                      "delete_records_s": "delete_records_s"}
+
+
+def _relate_kafka_scale(figures: list[Figure]) -> None:
+    """lowtide's scale figures as multiples of Apache Kafka 4.1's at the same size (the ratio
+    column), when the scale and kafka_scale sections ran together."""
+    by_key = {f.key: f for f in figures}
+    for f in figures:
+        if f.value is None or f.ratio is not None or not f.key.startswith("scale_"):
+            continue
+        size, _, metric = f.key.removeprefix("scale_").partition("_")
+        ref = by_key.get(f"kafka_scale_{size}_{_KAFKA_SCALE_PAIRS.get(metric, '-')}")
+        if ref is None or not ref.value:
+            continue
+        f.ratio, f.ratio_of = f.value / ref.value, f"Apache Kafka 4.1 on this box ({ref.value:.3g} {ref.unit})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         if "scale" in only:  # issue 48: a cluster of its own per size; what partitions cost at rest
             _section("scale", figures, lambda: bench_scale.scale_figures(data_dir / "scale", quick=quick),
                      "scale_300_idle_cpu_pct", "idle CPU, 300 partitions RF 3", "% of a core")
+        if "kafka_scale" in only:  # issue 48: Apache Kafka 4.1 (KRaft, 1 controller + 3 brokers) at the same sizes
+            _section("kafka_scale", figures,
+                     lambda: bench_kafka_scale.kafka_scale_figures(data_dir / "kafka_scale", quick=quick),
+                     "kafka_scale_300_idle_cpu_pct", "Kafka 4.1: idle CPU, 300 partitions RF 3", "% of a core")
         if "scale_fault" in only:  # issue 48: its own cluster; kill -9 and restart under acks=all to every partition
             _section("scale_fault", figures,
                      lambda: bench_scale_fault.scale_fault_figures(data_dir / "scale_fault", quick=quick),
@@ -268,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(data_dir, ignore_errors=True)
     _relate_latencies(figures)
     _relate_ceiling(figures)
+    _relate_kafka_scale(figures)
     if only & {"diskless", "orphans"}:  # a section run alone (--only) gets no other section's placeholders
         figures += report.placeholders({f.key for f in figures})
     elapsed = time.monotonic() - began

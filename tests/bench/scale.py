@@ -10,20 +10,30 @@ is created through the front door, then the bench waits ``settle_s`` and measure
   Redis), in % of one core, from /proc (utime + stime);
 * ``scale_<n>_replica_rss_mib`` / ``scale_<n>_replica_fds``: the largest replica's resident memory
   and open file descriptors at the end of the window;
-* ``scale_<n>_create_s``: CreateTopics until the store holds every partition.
+* ``scale_<n>_create_s``: CreateTopics until the store holds every partition;
 
-Kafka's side of the curve (the same sizes against Apache Kafka on this box) is not run here yet.
+then, after the window:
+
+* ``scale_<n>_produce_all_s``: one acks=all record to every partition, one Produce per leader
+  (raw gRPC, the three leaders in parallel), until every leader answered without error;
+* ``scale_<n>_delete_records_s``: DeleteRecords of every partition up to offset 1 in one call
+  through the front door, until it answered without error.
+
+Apache Kafka 4.1's side of the curve (the same sizes and rows on this box) is the ``kafka_scale``
+section (kafka_scale.py); run together, ``run.py`` gives each of these figures its ratio to Kafka's.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.metadata.store import MetadataStore
-from tests.bench.common import Figure, say
+from lowtide.record import encode_batch
+from tests.bench.common import Bench, Figure, check_delete, say
 
 TOPIC = "scale-bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -56,8 +66,6 @@ def scale_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
 
 
 def _measure_size(data_dir: Path, *, partitions: int, settle_s: float, window_s: float) -> list[Figure]:
-    from tests.bench.common import Bench
-
     cluster = LocalCluster(ClusterConfig(data_dir=data_dir, replicas=3, coordinators=0, orphan_scanners=0))
     cluster.up(detach=True, progress=lambda m: say(f"  scale cluster: {m}"))
     store = MetadataStore.from_url(cluster.metadata_url)
@@ -85,6 +93,16 @@ def _measure_size(data_dir: Path, *, partitions: int, settle_s: float, window_s:
         say(f"scale: {partitions} partitions RF 3: idle CPU {sum(cpu.values()):.1f}% of a core "
             f"({', '.join(f'{n} {c:.1f}%' for n, c in sorted(cpu.items()))}); replica RSS {rss:.0f} MiB, "
             f"{fds} fds")
+        bench = Bench(cluster)
+        produce_s = _produce_all(bench, partitions)
+        say(f"scale: one acks=all record to each of {partitions} partitions in {produce_s:.2f}s")
+        began = time.monotonic()
+        resp = bench.delete_records_frontdoor([(TOPIC, p, 1) for p in range(partitions)], timeout_ms=60000)
+        delete_s = time.monotonic() - began
+        check_delete(resp)
+        if len(resp.partitions) != partitions:
+            raise RuntimeError(f"DeleteRecords: {len(resp.partitions)} results for {partitions} partitions")
+        say(f"scale: DeleteRecords of {partitions} partitions in one call: {delete_s:.2f}s")
     finally:
         bench.close()
         store.close()
@@ -101,4 +119,23 @@ def _measure_size(data_dir: Path, *, partitions: int, settle_s: float, window_s:
                params=params),
         Figure(f"scale_{partitions}_replica_fds", f"replica open descriptors, {partitions} partitions RF 3", fds,
                "fds", params=params),
+        Figure(f"scale_{partitions}_produce_all_s", f"one acks=all record to every partition, {partitions} "
+               "partitions RF 3", produce_s, "s", params={**params, "producer": "raw gRPC, one Produce per leader"}),
+        Figure(f"scale_{partitions}_delete_records_s", f"DeleteRecords of every partition in one call, {partitions} "
+               "partitions RF 3", delete_s, "s", params=params),
     ]
+
+
+def _produce_all(bench: Bench, partitions: int) -> float:
+    """Seconds for one acks=all record to every partition: one Produce per leader, in parallel."""
+    leaders = bench.leaders(TOPIC)
+    by_leader: dict[str, dict[int, bytes]] = {}
+    for p, addr in leaders.items():
+        by_leader.setdefault(addr, {})[p] = encode_batch([b"lowtide-scale-%d" % p])
+    for addr in by_leader:
+        bench.replica_stub(addr)  # channels open before the clock starts
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(by_leader)) as pool:
+        for f in [pool.submit(bench.produce_once, addr, TOPIC, items, -1) for addr, items in by_leader.items()]:
+            f.result()
+    return time.monotonic() - began
