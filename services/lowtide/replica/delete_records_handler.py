@@ -14,37 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
-from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import DeleteRecordsResult
-from lowtide.replica.handler_parts import interleave
-from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.handler_parts import RequestHandler, interleave, topic_of
 from lowtide.replica.partition import LEADER
 
 DEFAULT_TIMEOUT_MS = 30000
 
-
-def _topic(item: DeleteRequestItem) -> str:
-    return item.topic
 
 
 def _refused(item: DeleteRequestItem, error: LowtideError) -> DeleteRecordsResult:
     return DeleteRecordsResult(topic=item.topic, partition=item.partition, error=error)
 
 
-class DeleteRecordsRequestHandler:
+class DeleteRecordsRequestHandler(RequestHandler):
     """DeleteRecords for an authenticated principal (module doc has the policy).
 
     Thread-safety: stateless; what it calls is thread-safe. ``delete_records`` blocks until every
     answer is known (the low watermark, or the timeout): call it off any event loop.
     """
-
-    def __init__(self, *, manager: ReplicaManager, access: AccessControl,
-                 diskless: DisklessBroker | None = None) -> None:
-        self.manager, self.access, self.diskless = manager, access, diskless
 
     def serves_here(self, items: Sequence[DeleteRequestItem]) -> bool:
         """Whether every item is a partition this replica leads, or a diskless one (any replica
@@ -62,10 +52,10 @@ class DeleteRecordsRequestHandler:
     def delete_records(self, principal: str, items: Sequence[DeleteRequestItem], *,
                        timeout_ms: int) -> list[DeleteRecordsResult]:
         timeout_ms = timeout_ms or DEFAULT_TIMEOUT_MS
-        screened = self.access.screen(principal, items, operation=AclOperation.DELETE, topic=_topic,
+        screened = self.access.screen(principal, items, operation=AclOperation.DELETE, topic=topic_of,
                                       or_cluster_action=True)
         allowed = screened.allowed
-        kinds = [None] * len(allowed) if self.diskless is None else [self.diskless.topic(p.topic) for p in allowed]
+        kinds = self.diskless_kinds(allowed)
         classic = [(p.topic, p.partition, p.offset) for p, k in zip(allowed, kinds, strict=True) if k is None]
         out = self.manager.delete_records(classic, timeout_ms=timeout_ms) if classic else []
         if len(out) != len(kinds):

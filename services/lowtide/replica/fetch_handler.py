@@ -23,35 +23,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from lowtide.auth.access import AccessControl, Screened
+from lowtide.auth.access import Screened
 from lowtide.auth.acl import AclOperation
-from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound
-from lowtide.replica.handler_parts import interleave, internal_only
-from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.handler_parts import RequestHandler, interleave, internal_only, topic_of
 from lowtide.replica.metrics import count_fetched_bytes
 from lowtide.rpc.steps import Blocking, Steps
-
-
-def _topic(item: FetchPosition) -> str:
-    return item.topic
 
 
 def _refused(item: FetchPosition, error: LowtideError) -> FetchedPartition:
     return FetchedPartition(topic=item.topic, partition=item.partition, error=error)
 
 
-class FetchHandler:
+class FetchHandler(RequestHandler):
     """Fetch for an authenticated principal (module doc has the policy).
 
     Thread-safety: stateless; what it calls is thread-safe. ``fetch_steps`` runs as steps
     (rpc/steps.py): parks are yielded, a diskless read is a ``Blocking`` step.
     """
-
-    def __init__(self, *, manager: ReplicaManager, access: AccessControl,
-                 diskless: DisklessBroker | None = None) -> None:
-        self.manager, self.access, self.diskless = manager, access, diskless
 
     def fetch_steps(self, principal: str, items: Sequence[FetchPosition], *, replica_id: int = -1,
                     max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int = 0, peer: str = "",
@@ -64,11 +54,10 @@ class FetchHandler:
             self.access.require_follower(principal, replica_id)
             screened = Screened.everything(items)
         else:
-            screened = self.access.screen(principal, items, operation=AclOperation.READ, topic=_topic,
+            screened = self.access.screen(principal, items, operation=AclOperation.READ, topic=topic_of,
                                           or_cluster_action=internal_only(items))
         allowed = screened.allowed
-        kinds = [None] * len(allowed) if replica_id >= 0 or self.diskless is None else [
-            self.diskless.topic(p.topic) for p in allowed]
+        kinds = [None] * len(allowed) if replica_id >= 0 else self.diskless_kinds(allowed)
         classic = [it for it, k in zip(allowed, kinds, strict=True) if k is None]
         diskless = [(k, it) for it, k in zip(allowed, kinds, strict=True) if k is not None]
         outcomes = (yield from self.manager.fetch_steps(

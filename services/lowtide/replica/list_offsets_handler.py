@@ -13,40 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
-from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import LowtideError
 from lowtide.messages.replica import OffsetQuery, PartitionOffset
-from lowtide.replica.handler_parts import interleave
-from lowtide.replica.manager import ReplicaManager
-
-
-def _topic(query: OffsetQuery) -> str:
-    return query.topic
+from lowtide.replica.handler_parts import RequestHandler, interleave, topic_of
 
 
 def _refused(query: OffsetQuery, error: LowtideError) -> PartitionOffset:
     return PartitionOffset(topic=query.topic, partition=query.partition, error=error)
 
 
-class ListOffsetsHandler:
+class ListOffsetsHandler(RequestHandler):
     """ListOffsets for an authenticated principal (module doc has the policy).
 
     Thread-safety: stateless; what it calls is thread-safe. It never waits on a peer but the
     diskless shard's answer (a blocking call).
     """
 
-    def __init__(self, *, manager: ReplicaManager, access: AccessControl,
-                 diskless: DisklessBroker | None = None) -> None:
-        self.manager, self.access, self.diskless = manager, access, diskless
-
     def list_offsets(self, principal: str, queries: Sequence[OffsetQuery], *,
                      isolation_level: int = 0) -> list[PartitionOffset]:
-        screened = self.access.screen(principal, queries, operation=AclOperation.DESCRIBE, topic=_topic,
+        screened = self.access.screen(principal, queries, operation=AclOperation.DESCRIBE, topic=topic_of,
                                       or_cluster_action=True)
         allowed = screened.allowed
-        kinds = [None] * len(allowed) if self.diskless is None else [self.diskless.topic(q.topic) for q in allowed]
+        kinds = self.diskless_kinds(allowed)
         out: list[PartitionOffset] = []
         for q in (q for q, k in zip(allowed, kinds, strict=True) if k is None):
             try:

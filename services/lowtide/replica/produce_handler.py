@@ -23,23 +23,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 
-from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, ResourceType
 from lowtide.common import ordering
-from lowtide.diskless.broker import DisklessBroker
 from lowtide.errors import InvalidRequest, InvalidTopic, LowtideError
 from lowtide.messages.replica import ProducedPartition, ProduceItem
 from lowtide.metadata.model import COORDINATOR_TOPICS
-from lowtide.replica.handler_parts import interleave, internal_only
-from lowtide.replica.manager import ReplicaManager
+from lowtide.replica.handler_parts import RequestHandler, interleave, internal_only, topic_of
 from lowtide.replica.metrics import count_produced_bytes
 from lowtide.rpc.steps import Blocking, Steps
 
 DEFAULT_TIMEOUT_MS = 30000
 
-
-def _topic(item: ProduceItem) -> str:
-    return item.topic
 
 
 def _client_write_to_coordinator_topic(item: ProduceItem) -> LowtideError | None:
@@ -52,7 +46,7 @@ def _refused(item: ProduceItem, error: LowtideError) -> ProducedPartition:
     return ProducedPartition(topic=item.topic, partition=item.partition, error=error)
 
 
-class ProduceHandler:
+class ProduceHandler(RequestHandler):
     """Produce for an authenticated principal (module doc has the policy).
 
     Thread-safety: stateless; the manager and the diskless broker it calls are thread-safe.
@@ -60,21 +54,16 @@ class ProduceHandler:
     wait yielded, a diskless commit as a ``Blocking`` step.
     """
 
-    def __init__(self, *, manager: ReplicaManager, access: AccessControl,
-                 diskless: DisklessBroker | None = None) -> None:
-        self.manager, self.access, self.diskless = manager, access, diskless
-
     def produce_steps(self, principal: str, items: Sequence[ProduceItem], *, acks: int, timeout_ms: int,
                       coordinator_append: bool = False) -> Steps[list[ProducedPartition]]:
         """One answer per item, in order."""
         timeout_ms = timeout_ms or DEFAULT_TIMEOUT_MS
-        screened = self.access.screen(principal, items, operation=AclOperation.WRITE, topic=_topic,
+        screened = self.access.screen(principal, items, operation=AclOperation.WRITE, topic=topic_of,
                                       or_cluster_action=internal_only(items))
         if not (coordinator_append and self.access.allows(
                 principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME)):
             screened = screened.refusing(_client_write_to_coordinator_topic)
-        kinds = [None] * len(screened.allowed) if self.diskless is None else [
-            self.diskless.topic(p.topic) for p in screened.allowed]
+        kinds = self.diskless_kinds(screened.allowed)
         classic = [p for p, k in zip(screened.allowed, kinds, strict=True) if k is None]
         epochs = {(p.topic, p.partition): p.current_leader_epoch for p in classic
                   if p.current_leader_epoch is not None}
