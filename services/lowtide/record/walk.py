@@ -110,6 +110,23 @@ def _bad_varint(got: int, name: str, index: int, start: int, length: int) -> Wal
     return _invalid(index, start, f"{name} is not a valid varint")
 
 
+def _bytes_field(data, pos: int, end: int, what: str, index: int, start: int,
+                 length: int) -> tuple[int, int, int]:
+    """A record's key or value at ``pos``: (its length, -1 for null; where its bytes start; where
+    the next field starts)."""
+    got = _varint(data, pos, end, 5, 4)
+    if got.__class__ is not tuple:
+        raise _bad_varint(got, f"{what} length", index, start, length)  # type: ignore[arg-type]
+    size, at = got  # type: ignore[misc]
+    if size < -1:
+        raise _invalid(index, start, f"invalid {what} length {size}")
+    if size > 0:
+        if size > end - at:
+            raise _invalid(index, start, f"{what} runs past the record's length {length}")
+        return size, at, at + size
+    return size, at, at
+
+
 def iter_records(
     data: bytes, expected_count: int, *, last_offset_delta: int | None = None, base_offset: int = 0
 ) -> Iterator[RecordFields]:
@@ -164,28 +181,8 @@ def iter_records(
         if not _INT64_MIN <= base_offset + delta <= _INT64_MAX:
             raise _invalid(index, start, f"offset delta {delta} overflows the base offset")
         # Key then value: a length varint (>= -1), then that many bytes.
-        got = _varint(data, pos, end, 5, 4)
-        if got.__class__ is not tuple:
-            raise _bad_varint(got, "key length", index, start, length)  # type: ignore[arg-type]
-        key_len, key = got  # type: ignore[misc]
-        if key_len < -1:
-            raise _invalid(index, start, f"invalid key length {key_len}")
-        pos = key
-        if key_len > 0:
-            if key_len > end - pos:
-                raise _invalid(index, start, f"key runs past the record's length {length}")
-            pos += key_len
-        got = _varint(data, pos, end, 5, 4)
-        if got.__class__ is not tuple:
-            raise _bad_varint(got, "value length", index, start, length)  # type: ignore[arg-type]
-        value_len, value = got  # type: ignore[misc]
-        if value_len < -1:
-            raise _invalid(index, start, f"invalid value length {value_len}")
-        pos = value
-        if value_len > 0:
-            if value_len > end - pos:
-                raise _invalid(index, start, f"value runs past the record's length {length}")
-            pos += value_len
+        key_len, key, pos = _bytes_field(data, pos, end, "key", index, start, length)
+        value_len, value, pos = _bytes_field(data, pos, end, "value", index, start, length)
         got = _varint(data, pos, end, 5, 4)
         if got.__class__ is not tuple:
             raise _bad_varint(got, "header count", index, start, length)  # type: ignore[arg-type]
