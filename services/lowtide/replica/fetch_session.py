@@ -34,7 +34,8 @@ round parked on the session. A round reads only the partitions listed and the di
 Two things a sessionless round did on every partition now happen otherwise:
 
 * the follower's progress is recorded (``Partition.update_follower``) for the partitions listed,
-  and again for a dirty one whose HW moved (it may have become an ISR candidate);
+  and again, every round, for one whose ISR lacks the follower (an HW that moved may have made it
+  a candidate, and an expansion the store refused is tried again);
 * an ISR member whose partition did not move is still caught up: the ISR check asks ``seen_ms``,
   the time of the last round of a session holding that partition, for a follower whose position
   there equals the leader's LEO (``Partition.isr_shrink_candidate``).
@@ -55,6 +56,7 @@ from lowtide.clock import now_ms
 from lowtide.errors import FetchSessionIdNotFound, InvalidFetchSessionEpoch
 from lowtide.messages import TopicPartition
 from lowtide.messages.replica import FetchedPartition, FetchPosition, FetchSessionRound
+from lowtide.replica.partition import LEADER
 
 # A session without a round for this long is dropped when another session begins.
 SESSION_IDLE_MS = 120_000
@@ -80,6 +82,9 @@ class FetchSession:
         self.last_round_ms = now_ms()
         self.wake: Any = None
         self._answered: dict[TopicPartition, tuple[int, int, int]] = {}
+        # Partitions led here whose ISR lacked this follower when it was last recorded: recorded
+        # again every round until it joins (the leader's round only, no lock needed).
+        self.outside_isr: set[TopicPartition] = set()
         self._dirty: set[TopicPartition] = set()
         self._all_dirty = False
         self._lock = threading.Lock()
@@ -114,6 +119,18 @@ class FetchSession:
                 self.positions[key] = it
                 self._dirty.add(key)
             self.last_round_ms = now_ms()
+
+    def note_isr(self, registry: Any, recorded: Iterable[FetchPosition]) -> None:
+        """After recording ``recorded``: remember which of them are led here with an ISR lacking
+        this follower (``outside_isr``), forget those where it joined or that left."""
+        outside = self.outside_isr
+        for pos in recorded:
+            key = (pos.topic, pos.partition)
+            p = registry.find(pos.topic, pos.partition)
+            if p is not None and key in self.positions and p.role == LEADER and self.replica_id not in p.isr:
+                outside.add(key)
+            else:
+                outside.discard(key)
 
     def take_dirty(self) -> list[TopicPartition]:
         """The partitions changed since the last call (all of them after a ``changed(None)``)."""

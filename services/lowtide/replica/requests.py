@@ -335,7 +335,13 @@ class ReplicaRequests:
 
                 on_cancel(cancel)
             pending = session.take_dirty()
-            yield from self._record_follower_fetch(replica_id, items + self._unlisted_moves(session, pending, items))
+            # The partitions where the follower was outside the ISR at its last recording are
+            # recorded again every round until it is in: an ISR expansion the store refused (an
+            # etcd hiccup, a partition epoch that moved) is tried again, as a sessionless round,
+            # which lists every partition, tries it again.
+            again = self._unlisted_moves(session, list(dict.fromkeys([*pending, *session.outside_isr])), items)
+            yield from self._record_follower_fetch(replica_id, items + again)
+            session.note_isr(self.registry, [*items, *again])
             max_wait_ms = min(max(0, max_wait_ms), self.parking.limits.max_wait_ms)
             deadline = time.monotonic() + max_wait_ms / 1000
             woken = False

@@ -134,3 +134,27 @@ def test_a_leader_refuses_rounds_out_of_turn_and_sessions_it_does_not_hold():
     assert sessions.seen_ms(2, ("t", 1)) == 0
     sessions.close()
     assert registry.watchers == []
+
+
+def test_a_leader_session_remembers_the_partitions_whose_isr_lacks_its_follower_until_it_joins():
+    class Led:
+        role = "leader"
+
+        def __init__(self, isr):
+            self.isr = isr
+
+    class Parts:
+        def __init__(self):
+            self.by_key = {("t", 0): Led({1}), ("t", 1): Led({1, 2})}
+
+        def find(self, topic, partition):
+            return self.by_key.get((topic, partition))
+
+    parts = Parts()
+    s = FetchSession(session_id=1, replica_id=2)
+    s.update([pos(0, 5), pos(1, 5)], ())
+    s.note_isr(parts, [pos(0, 5), pos(1, 5)])
+    assert s.outside_isr == {("t", 0)}, "recorded again every round: a refused expansion is tried again"
+    parts.by_key[("t", 0)] = Led({1, 2})
+    s.note_isr(parts, [pos(0, 5)])
+    assert s.outside_isr == set()
