@@ -42,7 +42,6 @@ section runs beside this one, ``run.py`` puts Kafka's value into lowtide's match
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -52,6 +51,7 @@ from typing import Any
 
 from lowtide.common.procs import find_free_port
 from tests.bench.common import Figure, failed, say
+from tests.bench.scale import TICKS, cpu_ticks, open_fds, rss_mib
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC = "kafka-scale-bench"
@@ -68,7 +68,6 @@ HEAP = ("-Xms256m", "-Xmx1g")
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS
 JVM_OPTS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
             "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true")
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 # Kafka's own clients (the Java producer and Admin of kafka-clients), as a single-file Java program run
 # by the JDK's source launcher (``java -cp 'lib/*' KafkaScaleClient.java``: no javac, no build); it
@@ -331,22 +330,6 @@ def _kafka_uuid() -> str:
             return cluster_id
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def kafka_scale_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     sizes = (300,) if quick else (300, 3000, 10000)
     settle_s, window_s = (10.0, 10.0) if quick else (60.0, 60.0)
@@ -452,14 +435,14 @@ def _run_size(cluster: KafkaCluster, partitions: int, settle_s: float, window_s:
     time.sleep(settle_s)
     cluster.check_alive()
     pids = cluster.pids()
-    start = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+    start = {name: cpu_ticks(pid) for name, pid in pids.items()}
     t0 = time.monotonic()
     time.sleep(window_s)
     elapsed = time.monotonic() - t0
     cluster.check_alive()
-    cpu = {name: (_cpu_ticks(pid) - start[name]) / _TICKS / elapsed * 100 for name, pid in pids.items()}
-    rss = {name: _rss_mib(pid) for name, pid in pids.items()}
-    fds = {name: _fds(pid) for name, pid in pids.items()}
+    cpu = {name: (cpu_ticks(pid) - start[name]) / TICKS / elapsed * 100 for name, pid in pids.items()}
+    rss = {name: rss_mib(pid) for name, pid in pids.items()}
+    fds = {name: open_fds(pid) for name, pid in pids.items()}
     values["idle_cpu_pct"] = sum(cpu.values())
     for name in PROCS:
         values[f"idle_cpu_{name}_pct"], values[f"rss_{name}_mib"], values[f"fds_{name}"] = (

@@ -36,22 +36,23 @@ from lowtide.record import encode_batch
 from tests.bench.common import Bench, Figure, check_delete, say
 
 TOPIC = "scale-bench"
-_TICKS = os.sysconf("SC_CLK_TCK")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_ticks(pid: int) -> int:
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of ``pid`` in clock ticks (``TICKS`` per second), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def _rss_mib(pid: int) -> float:
+def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
 
-def _fds(pid: int) -> int:
+def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
@@ -82,14 +83,14 @@ def _measure_size(data_dir: Path, *, partitions: int, settle_s: float, window_s:
         bench.close()
         time.sleep(settle_s)
         pids = {e.name: e.pid for e in cluster.services() if e.pid}
-        start = {name: _cpu_ticks(pid) for name, pid in pids.items()}
+        start = {name: cpu_ticks(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
         time.sleep(window_s)
         elapsed = time.monotonic() - t0
-        cpu = {name: (_cpu_ticks(pid) - start[name]) / _TICKS / elapsed * 100 for name, pid in pids.items()}
+        cpu = {name: (cpu_ticks(pid) - start[name]) / TICKS / elapsed * 100 for name, pid in pids.items()}
         replicas = [pid for name, pid in pids.items() if name.startswith("replica-")]
-        rss = max(_rss_mib(pid) for pid in replicas)
-        fds = max(_fds(pid) for pid in replicas)
+        rss = max(rss_mib(pid) for pid in replicas)
+        fds = max(open_fds(pid) for pid in replicas)
         say(f"scale: {partitions} partitions RF 3: idle CPU {sum(cpu.values()):.1f}% of a core "
             f"({', '.join(f'{n} {c:.1f}%' for n, c in sorted(cpu.items()))}); replica RSS {rss:.0f} MiB, "
             f"{fds} fds")
