@@ -31,7 +31,6 @@ current-member index is a plain int whose races only pick a different member).
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -297,6 +296,23 @@ class EtcdClient:
         resp = self._call("KV", "Range", pb.RangeRequest(key=b"\0", count_only=True), timeout_s=timeout_s)
         return resp.header.revision
 
+    def prefix_state(self, prefix: str, *, changed_after: int,
+                     timeout_s: float | None = None) -> tuple[int, int, bool]:
+        """``(revision, keys, changed)`` under ``prefix`` at one store revision (a linearizable
+        read): how many keys it holds, and whether any was written after revision
+        ``changed_after``. A copy of the prefix as of ``changed_after`` holding as many keys equals
+        the store's at ``revision`` when none was (MetadataImage.sync: why not progress notices).
+
+        Count-only ranges ignore the revision filters (etcd prunes the keys, not the count), so the
+        second range asks for at most one key instead."""
+        end = prefix_end(prefix)
+        count = pb.RequestOp(request_range=pb.RangeRequest(key=prefix.encode(), range_end=end, count_only=True))
+        newer = pb.RequestOp(request_range=pb.RangeRequest(key=prefix.encode(), range_end=end, keys_only=True,
+                                                           limit=1, min_mod_revision=changed_after + 1))
+        resp = self._call("KV", "Txn", pb.TxnRequest(success=[count, newer]), timeout_s=timeout_s)
+        counted, changed = resp.responses[0].response_range, resp.responses[1].response_range
+        return resp.header.revision, counted.count, bool(changed.kvs)
+
     # -- writes -----------------------------------------------------------------------------------
     def put(self, key: str, value: bytes, *, lease: int = 0, timeout_s: float | None = None) -> int:
         resp = self._call("KV", "Put", pb.PutRequest(key=key.encode(), value=value, lease=lease), timeout_s=timeout_s)
@@ -370,7 +386,9 @@ class EtcdClient:
         was compacted away, ``on_reset()`` must reload and return the revision it read at; the
         watch resumes after it. Errors reconnect (to the next member) and resume where delivery
         stopped, so no change is missed or repeated. ``on_progress(revision)``: every change up to
-        ``revision`` has been delivered (etcd's progress notices, see ``Watch.request_progress``)."""
+        ``revision`` has been delivered (etcd's timed progress notices, which it sends only to a
+        watch that has been sent everything; lowtide never requests one: etcd before 3.4.24 and
+        3.5.8 may answer a request ahead of changes still queued for the watch, etcd-io/etcd#15220)."""
         watch = Watch(self, prefix=prefix, start_revision=start_revision, on_events=on_events,
                       on_reset=on_reset, name=name, on_progress=on_progress)
         watch.start()
@@ -385,7 +403,6 @@ class Watch:
                  on_progress: Callable[[int], None] | None = None) -> None:
         self._client = client
         self._on_progress = on_progress
-        self._outbox: queue.SimpleQueue[pb.WatchRequest] = queue.SimpleQueue()
         self._prefix = prefix
         self.next_revision = start_revision
         self._on_events = on_events
@@ -418,11 +435,6 @@ class Watch:
         if call is not None:
             call.cancel()
 
-    def request_progress(self) -> None:
-        """Ask the member for a progress notice (``on_progress``): how ``sync`` learns that nothing
-        under the prefix changed up to the store's current revision."""
-        self._outbox.put(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
-
     def reconnect(self) -> None:
         """Drop the stream and follow from the next member (one that stopped answering)."""
         client = self._client
@@ -435,13 +447,9 @@ class Watch:
         yield pb.WatchRequest(create_request=pb.WatchCreateRequest(
             key=self._prefix.encode(), range_end=prefix_end(self._prefix), start_revision=self.next_revision,
             progress_notify=True))
-        # Keep the request side open until this connection ends (or the watch stops), sending the
-        # progress requests asked for meanwhile.
+        # Keep the request side open until this connection ends (or the watch stops).
         while not done.is_set() and not self._stop.is_set():
-            try:
-                yield self._outbox.get(timeout=0.5)
-            except queue.Empty:
-                continue
+            done.wait(0.5)
 
     def _run(self) -> None:
         failures = 0

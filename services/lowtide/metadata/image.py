@@ -14,8 +14,9 @@ Consistency:
 * ``wait_for(revision)``: a writer waits for its own write to reach the image before it returns,
   so a process reads its own writes.
 * ``sync()``: asks etcd for its current revision (a linearizable read) and waits until the image
-  has caught up; used where a miss must not be answered from a stale copy (a topic created a
-  moment ago by another process). With etcd unreachable it answers from the image at once.
+  has caught up, or confirms by a count that nothing under its prefix changed since; used where a
+  miss must not be answered from a stale copy (a topic created a moment ago by another process).
+  With etcd unreachable it answers from the image at once.
 * Listeners (``listen``) are called after each applied batch, with the keys that changed, on a
   thread of their own (``metadata-listeners``), never on the watch thread: a listener that waits
   for a lock held by a thread that waits for the image (a leader's ISR change catching up with
@@ -60,6 +61,10 @@ class MetadataImage:
         # entry per prefix read cost an idle replica at 10,000 partitions a fifth of its CPU.
         self._keys: list[str] = []
         self.revision = 0
+        # The revision of the last change applied from the store (a load or a watched change); the
+        # image holds exactly the prefix as etcd had it then. ``revision`` may be ahead of it by
+        # progress: revisions known to bring no change under the prefix.
+        self.applied_revision = 0
         self.loaded = threading.Event()
         self._listeners: list[Listener] = []
         self._guard: tuple[str, bytes, Callable[[str], None]] | None = None
@@ -180,25 +185,50 @@ class MetadataImage:
         """Catch up with etcd's current revision (module doc); False when etcd did not answer.
 
         The store's revision also moves for keys outside the image's prefix, which the watch never
-        delivers: when the image is behind, a progress notice (asked for on the watch) confirms
-        that nothing under the prefix changed up to that revision. A watch that brings neither
-        within the time left is on a member that stopped answering: it moves to another."""
+        delivers, so an image behind the store's revision may well be current. It is when, read
+        in one linearizable transaction, the prefix holds as many keys as the image and none
+        written after the last change the image applied. etcd's requested progress notices would
+        say so without a count, but the etcd Debian ships (3.4.23) may send one ahead of changes
+        still queued for the watch (etcd-io/etcd#15220), and an ACL removal then missed a binding
+        added a moment before. A watch that brings no change within the time left is on a member
+        that stopped answering: it moves to another."""
+        deadline = time.monotonic() + timeout_s
         try:
             revision = self._client.revision(timeout_s=timeout_s)
         except MetadataStoreUnavailable:
             return False
-        if self.wait_for(revision, timeout_s=min(0.05, timeout_s)):
+        # Mostly the image is current or a change is a moment away: no need to count the prefix
+        # (etcd reads every key under it for that).
+        if self._wait_applied(revision, deadline=min(deadline, time.monotonic() + 0.05)):
             return True
-        watch = self._watch
-        if watch is not None:
-            watch.request_progress()
-        if self.wait_for(revision, timeout_s=timeout_s):
-            return True
-        if watch is not None:
+        while True:
+            with self._changed:
+                applied, keys = self.applied_revision, len(self.entries)
+            try:
+                revision, held, changed = self._client.prefix_state(
+                    self._prefix, changed_after=applied, timeout_s=max(0.05, deadline - time.monotonic()))
+            except MetadataStoreUnavailable:
+                return False
+            if applied >= revision or (held == keys and not changed):
+                self._progress(revision)
+                return True
+            # Behind: changes are on their way down the watch. Look again once one arrives.
+            if not self._wait_applied(applied + 1, deadline=deadline):
+                break
+        if self._watch is not None:
             log.warning("metadata watch is behind etcd (revision %d < %d); following another member",
-                        self.revision, revision)
-            watch.reconnect()
+                        self.applied_revision, revision)
+            self._watch.reconnect()
         return False
+
+    def _wait_applied(self, revision: int, *, deadline: float) -> bool:
+        with self._changed:
+            while self.applied_revision < revision:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
 
     def _progress(self, revision: int) -> None:
         with self._changed:
@@ -225,6 +255,7 @@ class MetadataImage:
             # Lower only when the store went back (restored from a backup: Watch._run); a
             # version that moves either way still tells caches to look again.
             self.revision = revision
+            self.applied_revision = revision
             self.confirmed_at = time.monotonic()
             self._changed.notify_all()
         self.loaded.set()
@@ -259,6 +290,7 @@ class MetadataImage:
             if keys is not None:
                 self._keys = keys
             self.revision = max(self.revision, revision)
+            self.applied_revision = max(self.applied_revision, revision)
             self.confirmed_at = time.monotonic()
             self._changed.notify_all()
         self._notify([e.key for e in events])

@@ -178,6 +178,17 @@ def test_a_prefix_read_returns_exactly_the_keys_under_the_prefix_sorted(client, 
     assert client.get_prefix(prefix + "none/") == ([], client.revision())
 
 
+def test_prefix_state_counts_the_keys_and_tells_whether_one_was_written_after_a_revision(client, prefix):
+    first = client.put(prefix + "p/1", b"1")
+    second = client.put(prefix + "p/2", b"2")
+    client.put(prefix + "q/1", b"outside")  # moves the store's revision, not the prefix
+    revision, keys, changed = client.prefix_state(prefix + "p/", changed_after=second)
+    assert (keys, changed) == (2, False) and revision > second
+    assert client.prefix_state(prefix + "p/", changed_after=first)[1:] == (2, True)
+    client.delete(prefix + "p/1")  # a deletion leaves no key behind: the count tells it
+    assert client.prefix_state(prefix + "p/", changed_after=second)[1:] == (1, False)
+
+
 def test_deleting_a_prefix_leaves_keys_that_merely_share_its_first_characters(client, prefix):
     for key in ("t/orders/0", "t/orders/1", "t/orders2/0"):
         client.put(prefix + key, b"")
