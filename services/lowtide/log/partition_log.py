@@ -514,6 +514,14 @@ class PartitionLog:
         with self._lock:
             return self._epochs.known
 
+    def release_idle_files(self) -> int:
+        """Close the files of segments unused since the last call (LogSegment.release_idle_file);
+        how many were closed. A later read or append opens them again, under this lock."""
+        with self._lock:
+            if self._closed:
+                return 0
+            return sum(segment.release_idle_file() for segment in self._segments)
+
     def assign_leader_epoch(self, epoch: int) -> None:
         """A new leadership: ``epoch`` starts at the current LEO (persisted before any append)."""
         with self._lock:

@@ -7,9 +7,14 @@ no per-file header: the batch CRCs make a torn tail detectable, and ``recover`` 
 Index files: index.py. They are derived data: missing, inconsistent or pointing past the end of the
 .log, they are rebuilt by scanning the batch headers.
 
-Every read of file data is ``os.pread`` on a long-lived fd and every append is one ``os.write`` of the
-whole (already validated, offset-assigned) buffer; batches are handled by their 61-byte headers and
-records are never decoded except for timestamp lookups.
+Every read of file data is ``os.pread`` on the segment's fd and every append is one ``os.write`` of
+the whole (already validated, offset-assigned) buffer; batches are handled by their 61-byte headers
+and records are never decoded except for timestamp lookups.
+
+The fd is opened with the segment and given back while the segment sits unused
+(``release_idle_file``, from the partition log's housekeeping): a replica of 10,000 idle partitions
+then holds no descriptor for them, where it held one per segment (issue 48). The next use opens the
+file again; the caller's lock makes that safe, as no other thread uses the segment meanwhile.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class LogSegment:
         self._base_offset = base_offset
         self._index_interval_bytes = index_interval_bytes
         self._fd = fd
+        self._closed = False
+        # Set by every use of the fd; a housekeeping pass that finds it clear releases the fd.
+        self._touched = True
         self.offset_index = offset_index
         self.time_index = time_index
         self._size = 0
@@ -157,7 +165,7 @@ class LogSegment:
 
     @property
     def last_modified_ms(self) -> int:
-        return int(os.fstat(self._fd).st_mtime * 1000)
+        return int((os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)).st_mtime * 1000)
 
     @property
     def log_path(self) -> Path:
@@ -183,11 +191,11 @@ class LogSegment:
         view = memoryview(buf)
         try:
             while view:
-                written = os.write(self._fd, view)
+                written = os.write(self._file(), view)
                 view = view[written:]
         except OSError as exc:
             # A partial write leaves a torn tail; cut it so the segment stays consistent.
-            os.ftruncate(self._fd, position)
+            os.ftruncate(self._file(), position)
             raise KafkaStorageError(f"cannot append to {self.log_path}: {exc}") from exc
         for header in headers:
             self._index_batch(header, position)
@@ -213,7 +221,7 @@ class LogSegment:
         if position is None:
             return 0
         removed = self._size - position
-        os.ftruncate(self._fd, position)
+        os.ftruncate(self._file(), position)
         self._size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(offset)
@@ -228,11 +236,12 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and both indexes."""
-        fsync(self._fd)
+        fsync(self._file())
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
+        self._closed = True
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -258,7 +267,7 @@ class LogSegment:
             raise KafkaStorageError(
                 f"cannot recycle segment {self.dir / filenames.log_file_name(self._base_offset)} at "
                 f"{base_offset}, below its next offset {self._next_offset}")
-        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._file(), 0)
         self.offset_index.reset()
         self.time_index.reset()
         log_name, index_name, time_name = filenames.segment_file_names(base_offset)
@@ -285,6 +294,38 @@ class LogSegment:
             renamed.append(target)
         return renamed
 
+    # -- the file descriptor ----------------------------------------------------------------------
+
+    def _file(self) -> int:
+        """The .log's fd, opened again if it was released while the segment sat unused."""
+        self._touched = True
+        fd = self._fd
+        if fd >= 0:
+            return fd
+        if self._closed:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        try:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open segment {self.log_path}: {exc}") from exc
+        return self._fd
+
+    def release_idle_file(self) -> bool:
+        """Close the fd if the segment was not used since the last call; True if it was closed.
+        Nothing is lost: appends are already in the file (the page cache), a flush opens it again."""
+        if self._touched:
+            self._touched = False
+            return False
+        if self._fd < 0:
+            return False
+        os.close(self._fd)
+        self._fd = -1
+        return True
+
+    @property
+    def file_open(self) -> bool:
+        return self._fd >= 0
+
     # -- reads ------------------------------------------------------------------------------------
 
     def read(self, position: int, max_bytes: int) -> bytes:
@@ -292,7 +333,7 @@ class LogSegment:
         length = min(max_bytes, self._size - position)
         if length <= 0:
             return b""
-        return os.pread(self._fd, length, position)
+        return os.pread(self._file(), length, position)
 
     def read_batches(self, position: int, *, end_position: int, max_bytes: int) -> bytes:
         """Whole batches in [position, end_position): as many as fit in ``max_bytes``, but at least
@@ -383,14 +424,14 @@ class LogSegment:
             position += header.size_in_bytes
 
     def _read_header_at(self, position: int) -> BatchHeader:
-        data = os.pread(self._fd, BATCH_HEADER_SIZE, position)
+        data = os.pread(self._file(), BATCH_HEADER_SIZE, position)
         try:
             return read_header(data)
         except LowtideError as exc:
             raise KafkaStorageError(f"{self.log_path} at position {position}: {exc}") from exc
 
     def _read_batch_size(self, position: int) -> int:
-        data = os.pread(self._fd, LOG_OVERHEAD, position)
+        data = os.pread(self._file(), LOG_OVERHEAD, position)
         if len(data) < LOG_OVERHEAD:
             raise KafkaStorageError(f"{self.log_path} at position {position}: truncated batch")
         length = _OFFSET_AND_LENGTH.unpack(data)[1]
@@ -407,7 +448,7 @@ class LogSegment:
         ``max_message_bytes`` is only a hint for read sizes: a complete batch with a valid CRC is kept
         even if larger, because a follower append or an older config may have written it.
         """
-        file_size = os.fstat(self._fd).st_size
+        file_size = os.fstat(self._file()).st_size
         self._reset_state()
         valid_end = 0
         chunk_size = max(_SCAN_CHUNK, min(max_message_bytes, 64 << 20))
@@ -418,7 +459,7 @@ class LogSegment:
         self._size = valid_end
         truncated = file_size - valid_end
         if truncated:
-            os.ftruncate(self._fd, valid_end)
+            os.ftruncate(self._file(), valid_end)
         return truncated
 
     def _scan_valid_batches(self, file_size: int, chunk_size: int) -> Iterator[tuple[BatchHeader, int]]:
@@ -430,7 +471,7 @@ class LogSegment:
         next_offset = self._base_offset
         while position < file_size:
             if position + BATCH_HEADER_SIZE > window_start + len(window):
-                window = os.pread(self._fd, chunk_size, position)
+                window = os.pread(self._file(), chunk_size, position)
                 window_start = position
             try:
                 header = read_header(window, position - window_start)
@@ -442,7 +483,7 @@ class LogSegment:
             if header.last_offset - self._base_offset > _MAX_RELATIVE_OFFSET:
                 return
             if end > window_start + len(window):
-                window = os.pread(self._fd, max(chunk_size, header.size_in_bytes), position)
+                window = os.pread(self._file(), max(chunk_size, header.size_in_bytes), position)
                 window_start = position
             view = memoryview(window)
             rel = position - window_start

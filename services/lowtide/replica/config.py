@@ -51,6 +51,9 @@ class ReplicaConfig:
     # KIP-854: how often idle producers are forgotten (producer.id.expiration.ms, a LogConfig key
     # set with --config, says after how long). Kafka's default: 10 minutes.
     producer_id_expiration_check_interval_ms: int = 600000
+    # A segment unused this long gives its file descriptor back (log/segment.py; 0 = never): a
+    # replica of many idle partitions holds no descriptor for them (issue 48).
+    segment_file_idle_ms: int = 30000
     min_insync_replicas: int = 1
     # Server-side bounds on consumer fetches (replica/parking.py).
     fetch_limits: FetchLimits = field(default_factory=FetchLimits)

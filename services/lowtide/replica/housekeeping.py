@@ -63,6 +63,8 @@ class Housekeeping:
     * every ``producer_id_expiration_check_interval_ms`` every hosted partition, led or not,
       forgets the producers idle for its ``producer.id.expiration.ms`` (KIP-854; Kafka expires on
       every replica too, from the batch timestamps, so replicas agree);
+    * every ``segment_file_idle_ms`` every hosted partition closes the files of the segments not
+      used since the last pass (``release_idle_files``; opened again on use);
     * an HW or LSO that moved wakes every parked request (``registry.notify``).
 
     Thread-safety: the one-pass methods (``shrink_isrs``, ``apply_retention``,
@@ -80,7 +82,8 @@ class Housekeeping:
 
     def start(self) -> None:
         for name, target in [("isr", self._run_isr_checks), ("checkpoint", self._run_checkpoints),
-                             ("retention", self._run_retention), ("producer-expiry", self._run_expiry)]:
+                             ("retention", self._run_retention), ("producer-expiry", self._run_expiry),
+                             ("file-release", self._run_file_release)]:
             threading.Thread(target=target, name=name, daemon=True).start()
 
     def stop(self) -> None:
@@ -123,7 +126,24 @@ class Housekeeping:
                 log.warning("producer expiry failed: %s", exc)
         return expired
 
+    def release_idle_files(self) -> int:
+        """One pass: every hosted partition closes its segments' files unused since the last pass;
+        how many were closed."""
+        released = 0
+        for p in self.registry.all():
+            try:
+                released += p.log.release_idle_files()
+            except LowtideError as exc:
+                log.warning("releasing idle segment files failed: %s", exc)
+        return released
+
     # -- loops -----------------------------------------------------------------------------------
+    def _run_file_release(self) -> None:
+        if self.config.segment_file_idle_ms <= 0:
+            return
+        while not self._stop.wait(self.config.segment_file_idle_ms / 1000):
+            self.release_idle_files()
+
     def _run_isr_checks(self) -> None:
         interval = max(0.1, self.config.replica_lag_time_max_ms / 2000)
         while not self._stop.wait(interval):

@@ -105,6 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="the same bound per client connection")
     add_flag(parser, "--checkpoint-interval-ms", type=int, default=5000, help="HW/LSO checkpoint period")
     add_flag(parser, "--retention-check-interval-ms", type=int, default=5000, help="retention pass period")
+    add_flag(parser, "--segment-file-idle-ms", type=int, default=30000,
+             help="a log segment unused this long closes its file until next used (0 = never)")
     add_flag(parser, "--producer-id-expiration-check-interval-ms", type=int, default=600000,
              help="how often producers idle for producer.id.expiration.ms are forgotten (KIP-854)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -155,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         replica_fetch_sessions=args.replica_fetch_sessions == "on",
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         retention_check_interval_ms=args.retention_check_interval_ms,
+        segment_file_idle_ms=args.segment_file_idle_ms,
         producer_id_expiration_check_interval_ms=args.producer_id_expiration_check_interval_ms,
         fetch_limits=FetchLimits(max_wait_ms=args.fetch_max_wait_ms, max_bytes=args.fetch_max_bytes,
                                  max_parked=args.max_parked_fetches,

@@ -83,6 +83,55 @@ def test_append_and_read_across_segment_rolls(log):
     assert seen == list(range(40))
 
 
+def open_log_files(path) -> set[str]:
+    """The .log files under ``path`` this process holds open."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)) and target.endswith(filenames.LOG_SUFFIX):
+            found.add(os.path.basename(target))
+    return found
+
+
+def test_segments_unused_for_a_pass_give_their_files_back_and_open_them_again_on_use(log, tmp_path):
+    for _ in range(10):
+        produce(log)
+    log.set_high_watermark(log.log_end_offset)
+    segments = log.num_segments
+    assert len(open_log_files(tmp_path)) == segments > 2
+    assert log.release_idle_files() == 0  # every segment was used since it opened
+    assert log.release_idle_files() == segments  # none since the last pass
+    assert open_log_files(tmp_path) == set()
+
+    assert offsets_of(log.read(0, max_bytes=150, max_offset=log.high_watermark)) == [0, 1]  # opens one
+    assert open_log_files(tmp_path) == {filenames.log_file_name(0)}
+    end = log.log_end_offset
+    assert produce(log) == end  # the active segment opens again to append
+    log.set_high_watermark(log.log_end_offset)
+    assert offsets_of(log.read(end, max_bytes=10_000, max_offset=log.high_watermark)) == [end, end + 1]
+    assert log.release_idle_files() == 0  # both used since the last pass
+    log.flush()  # a use too: the active segment's file is synced, so it stays open this pass
+    assert log.release_idle_files() == 1
+    assert open_log_files(tmp_path) == {log_files(log.dir)[-1]}  # the active segment
+
+
+def test_a_log_reopened_after_its_files_were_released_has_every_record(tmp_path):
+    log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL, log_start_offset=0)
+    for _ in range(6):
+        produce(log)
+    log.release_idle_files()
+    log.release_idle_files()
+    log.close()
+    again = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=SMALL)
+    again.set_high_watermark(again.log_end_offset)
+    assert again.log_end_offset == 12
+    assert offsets_of(again.read(0, max_bytes=100_000, max_offset=12))[:2] == [0, 1]
+    again.close()
+
+
 def test_segments_roll_when_older_than_segment_ms(tmp_path):
     log = PartitionLog.open(tmp_path / "t-0", topic="t", partition=0, config=LogConfig(segment_ms=1))
     produce(log)
