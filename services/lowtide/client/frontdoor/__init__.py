@@ -48,6 +48,22 @@ class RemoteFrontDoorView:
                  timeout_s: float) -> None:
         parts = {"metadata": metadata, "timeout_s": timeout_s}
         # Each area's remote objects are added here as they are converted (issue 47).
+        # Imported here: the area modules subclass RemotePart from this one (an import cycle at the top).
+        from lowtide.client.frontdoor.topics import (
+            RemoteConfigs,
+            RemoteElections,
+            RemotePartitions,
+            RemoteReassigner,
+            RemoteRecordsDeleter,
+            RemoteTopics,
+        )
+
+        self.topics = RemoteTopics(stub, **parts)
+        self.deleter = RemoteRecordsDeleter(stub, **parts)
+        self.configs = RemoteConfigs(stub, **parts)
+        self.partitions = RemotePartitions(stub, **parts)
+        self.elections = RemoteElections(stub, **parts)
+        self.reassigner = RemoteReassigner(stub, **parts)
         self._stub, self._parts = stub, parts
 
 
