@@ -1,4 +1,6 @@
-"""Cluster and topic APIs over the Kafka protocol, answered by the front door's Admin service.
+"""Cluster and topic APIs over the Kafka protocol, answered by the front door's TopicAdmin and
+RecordsDeleter (``Call.front``: the objects themselves in a front door's process, their remote
+twins over its Admin service in a replica's), called with lowtide.messages types.
 
 Metadata lists the replica servers as Kafka brokers (node id = replica id, their Kafka listener
 as endpoint) with each partition's real leader, epoch, replicas and ISR, so clients send Produce

@@ -4,7 +4,8 @@ Topics: DescribeConfigs answers from the front door's Metadata (the topic's conf
 each key the topic sets as DYNAMIC_TOPIC_CONFIG and every other key lowtide knows with its default
 as DEFAULT_CONFIG, as a Kafka broker does (``kafka-topics --describe`` prints only the non-default
 ones; ``--under-min-isr-partitions`` needs min.insync.replicas to be there). Both alter APIs are
-the front door's Admin.AlterConfigs: the incremental one op by op, the legacy one with ``replace``
+the front door's TopicConfigAdmin (``Call.front.configs``, Admin.AlterConfigs over gRPC): the
+incremental one op by op, the legacy one with ``replace``
 (Kafka's whole-set semantics: keys not given return to their defaults).
 
 Brokers: lowtide's broker settings are static (each replica's flags at start), except the KIP-73
