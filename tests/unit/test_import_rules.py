@@ -189,6 +189,8 @@ def find_client_type_imports(root: Path) -> list[str]:
                     and node.module.startswith("lowtide.client.")):
                 continue
             source = root / (node.module.replace(".", "/") + ".py")
+            if not source.exists():  # a package (lowtide.client.frontdoor): its __init__
+                source = root / node.module.replace(".", "/") / "__init__.py"
             defined, messages = _defined_names(source), _message_types(source)
             for alias in node.names:
                 where = f"{path.relative_to(root)}:{node.lineno}"

@@ -289,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         host, _ = kafka.listener.host, kafka.start()
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
+            front_door=lambda _metadata: parts.front, authenticate=parts.front.principal_of,
             metadata_responses=MetadataResponses(revision=parts.store.version), auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,
             scram=build_scram_login(parts.store, auth_enabled=args.auth_enabled,

@@ -19,29 +19,24 @@ from lowtide.frontdoor.admin.config_admin import TopicConfigAdmin
 from lowtide.frontdoor.admin.delete_records import RecordsDeleter
 from lowtide.frontdoor.admin.partitions import PartitionCreator
 from lowtide.frontdoor.admin.scram import ScramAdmin
-from lowtide.frontdoor.controller.elections import ElectionType, LeaderElections
+from lowtide.frontdoor.controller.elections import LeaderElections
 from lowtide.frontdoor.controller.reassignments import PartitionReassigner
 from lowtide.frontdoor.groups.groups import GroupCoordinator
 from lowtide.frontdoor.groups.membership import GroupMembership
 from lowtide.frontdoor.transactions.transactions import TransactionCoordinator
-from lowtide.messages import TopicPartition
 from lowtide.messages.admin import (
     CommittedOffset,
-    ConfigChange,
-    ConfigOp,
-    DeleteRequestItem,
     Deletion,
+    ElectionType,
     GroupOutcome,
     JoinRequest,
     LeavingMember,
     OffsetCommit,
-    OffsetQuery,
-    PartitionsRequest,
     Protocol,
-    TopicRequest,
     Upsertion,
 )
 from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.rpc.convert import topics
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
@@ -100,6 +95,16 @@ class FrontDoor:
     elections: LeaderElections | None = field(default=None)
     reassigner: PartitionReassigner | None = field(default=None)
 
+    def principal_of(self, metadata) -> str:
+        """The caller's principal from its call metadata (a gRPC call's, or a Kafka connection's
+        identity). With authorization off a stale token is not an error: nothing is checked."""
+        try:
+            return self.authenticator.authenticate(metadata)
+        except LowtideError:
+            if self.authorizer.enabled:
+                raise
+            return ANONYMOUS_PRINCIPAL
+
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
     """Thin gRPC adapter over ``FrontDoor``. Thread-safe: holds no per-call state."""
@@ -115,73 +120,47 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 raise
             return ANONYMOUS_PRINCIPAL  # nothing is checked anyway; do not fail on a stale token
 
-    # -- topics ------------------------------------------------------------------------------
+    # -- topics (conversions: lowtide.rpc.convert.topics) -------------------------------------
     def CreateTopics(self, request, context):  # noqa: N802 - gRPC method names
-        principal = self._principal(context)
-        outcomes = self._front.topics.create_topics(
-            principal=principal, validate_only=request.validate_only,
-            requests=[TopicRequest(name=t.name, partitions=t.partitions, replication_factor=t.replication_factor,
-                                   config=dict(t.config), diskless=t.diskless,
-                                   assignments=tuple((a.partition, tuple(a.broker_ids)) for a in t.assignments))
-                      for t in request.topics])
-        return admin_pb2.CreateTopicsResponse(topics=[
-            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        outcomes = self._front.topics.create_topics(principal=self._principal(context),
+                                                    validate_only=request.validate_only,
+                                                    requests=topics.topic_requests_from_proto(request))
+        return admin_pb2.CreateTopicsResponse(topics=topics.topic_outcomes_to_proto(outcomes))
 
     def CreatePartitions(self, request, context):  # noqa: N802
         if self._front.partitions is None:
             raise InvalidRequest("this front door cannot add partitions")
         outcomes = self._front.partitions.create_partitions(
             principal=self._principal(context), validate_only=request.validate_only,
-            requests=[PartitionsRequest(name=t.name, count=t.count,
-                                        assignments=tuple(tuple(a.broker_ids) for a in t.assignments))
-                      for t in request.topics])
-        return admin_pb2.CreatePartitionsResponse(topics=[
-            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+            requests=topics.partitions_requests_from_proto(request))
+        return admin_pb2.CreatePartitionsResponse(topics=topics.topic_outcomes_to_proto(outcomes))
 
     def ElectLeaders(self, request, context):  # noqa: N802
         if self._front.elections is None:
             raise InvalidRequest("this front door cannot elect leaders")
-        if request.election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
-            raise InvalidRequest(f"election_type must be 0 (preferred) or 1 (unclean), got {request.election_type}")
-        outcomes = self._front.elections.elect(
-            principal=self._principal(context), election_type=ElectionType(request.election_type),
-            partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions] or None)
-        return admin_pb2.ElectLeadersResponse(results=[
-            admin_pb2.ElectionResult(topic=o.partition.topic, partition=o.partition.partition,
-                                     error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        election_type = ElectionType.of(request.election_type)
+        outcomes = self._front.elections.elect(principal=self._principal(context), election_type=election_type,
+                                               partitions=topics.topic_partitions_from_proto(request.partitions))
+        return admin_pb2.ElectLeadersResponse(results=topics.election_outcomes_to_proto(outcomes))
 
     def AlterPartitionReassignments(self, request, context):  # noqa: N802
         if self._front.reassigner is None:
             raise InvalidRequest("this front door cannot reassign partitions")
-        targets = {TopicPartition(p.topic, p.partition): None if p.cancel else tuple(p.replicas)
-                   for p in request.partitions}
         outcomes = self._front.reassigner.alter(
-            principal=self._principal(context), targets=targets,
+            principal=self._principal(context), targets=topics.reassignment_targets_from_proto(request),
             allow_replication_factor_change=not request.disallow_replication_factor_change)
-        return admin_pb2.AlterPartitionReassignmentsResponse(results=[
-            admin_pb2.ReassignmentResult(topic=o.partition.topic, partition=o.partition.partition,
-                                         error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        return admin_pb2.AlterPartitionReassignmentsResponse(results=topics.reassignment_outcomes_to_proto(outcomes))
 
     def ListPartitionReassignments(self, request, context):  # noqa: N802
         if self._front.reassigner is None:
             raise InvalidRequest("this front door cannot reassign partitions")
-        states = self._front.reassigner.list(
-            principal=self._principal(context),
-            partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions] or None)
-        return admin_pb2.ListPartitionReassignmentsResponse(reassignments=[
-            admin_pb2.OngoingReassignment(topic=s.topic, partition=s.partition, replicas=list(s.replicas),
-                                          adding_replicas=list(s.adding_replicas),
-                                          removing_replicas=list(s.removing_replicas)) for s in states])
+        moves = self._front.reassigner.list(principal=self._principal(context),
+                                            partitions=topics.topic_partitions_from_proto(request.partitions))
+        return admin_pb2.ListPartitionReassignmentsResponse(reassignments=topics.ongoing_to_proto(moves))
 
     def DeleteTopics(self, request, context):  # noqa: N802
         outcomes = self._front.topics.delete_topics(principal=self._principal(context), names=list(request.names))
-        return admin_pb2.DeleteTopicsResponse(topics=[
-            admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        return admin_pb2.DeleteTopicsResponse(topics=topics.topic_outcomes_to_proto(outcomes))
 
     def ListTopics(self, request, context):  # noqa: N802
         return admin_pb2.ListTopicsResponse(names=self._front.topics.list_topics(
@@ -189,56 +168,27 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def Metadata(self, request, context):  # noqa: N802
         view = self._front.topics.describe_cluster(principal=self._principal(context), topics=list(request.topics))
-        brokers = [admin_pb2.BrokerInfo(id=b.info.id, host=b.info.host, port=b.info.port, rack=b.info.rack,
-                                        live=b.live, kafka_port=b.info.kafka_port,
-                                        kafka_listeners=b.info.kafka_listeners) for b in view.brokers]
-        topics = []
-        for t in view.topics:
-            if t.error is not None or t.info is None:
-                code, message = _code(t.error)
-                topics.append(admin_pb2.TopicMetadata(name=t.name, error_code=code, error_message=message))
-                continue
-            topics.append(admin_pb2.TopicMetadata(
-                name=t.name, replication_factor=t.info.replication_factor, config=t.info.config,
-                diskless=t.info.diskless, topic_id=t.info.topic_id,
-                partitions=[admin_pb2.PartitionMetadata(partition=s.partition, leader=s.leader,
-                                                        leader_epoch=s.leader_epoch, replicas=list(s.replicas),
-                                                        isr=list(s.isr), adding_replicas=list(s.adding_replicas),
-                                                        removing_replicas=list(s.removing_replicas))
-                            for s in t.partitions]))
-        return admin_pb2.MetadataResponse(brokers=brokers, topics=topics, cluster_id=view.cluster_id,
-                                          revision=view.revision)
+        return topics.cluster_view_to_proto(view)
 
     def AlterConfigs(self, request, context):  # noqa: N802
         if self._front.configs is None:
             raise InvalidRequest("this front door does not alter configs")
-        outcomes = self._front.configs.alter_configs(
-            principal=self._principal(context), validate_only=request.validate_only,
-            changes=[ConfigChange(topic=r.topic, replace=r.replace, ops=tuple(
-                ConfigOp(key=o.key, op=o.op, value=o.value if o.HasField("value") else None)
-                for o in r.ops)) for r in request.resources])
-        return admin_pb2.AlterConfigsResponse(results=[
-            admin_pb2.AlterConfigsResult(topic=o.topic, error_code=_code(o.error)[0], error_message=_code(o.error)[1],
-                                         config=o.config) for o in outcomes])
+        outcomes = self._front.configs.alter_configs(principal=self._principal(context),
+                                                     validate_only=request.validate_only,
+                                                     changes=topics.config_changes_from_proto(request))
+        return admin_pb2.AlterConfigsResponse(results=topics.config_outcomes_to_proto(outcomes))
 
     # -- offsets and deletion ----------------------------------------------------------------
     def ListOffsets(self, request, context):  # noqa: N802
-        answers = self._front.topics.list_offsets(
-            principal=self._principal(context),
-            queries=[OffsetQuery(topic=p.topic, partition=p.partition, timestamp=p.timestamp,
-                                 current_leader_epoch=p.current_leader_epoch if p.HasField("current_leader_epoch")
-                                 else -1)
-                     for p in request.partitions], isolation_level=request.isolation_level)
-        return common_pb2.ListOffsetsResponse(partitions=[
-            common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=_code(a.error)[0],
-                                         error_message=_code(a.error)[1], offset=a.offset, timestamp=a.timestamp,
-                                         leader_epoch=a.leader_epoch) for a in answers])
+        answers = self._front.topics.list_offsets(principal=self._principal(context),
+                                                  queries=topics.offset_queries_from_proto(request),
+                                                  isolation_level=request.isolation_level)
+        return common_pb2.ListOffsetsResponse(partitions=topics.offsets_to_proto(answers))
 
     def DeleteRecords(self, request, context):  # noqa: N802
-        answers = self._front.deleter.delete_records(
-            principal=self._principal(context), timeout_ms=request.timeout_ms,
-            items=[DeleteRequestItem(topic=p.topic, partition=p.partition, offset=p.offset)
-                   for p in request.partitions])
+        answers = self._front.deleter.delete_records(principal=self._principal(context),
+                                                     timeout_ms=request.timeout_ms,
+                                                     items=topics.delete_items_from_proto(request))
         return common_pb2.DeleteRecordsResponse(partitions=delete_results_to_proto(answers))
 
     # -- groups ------------------------------------------------------------------------------

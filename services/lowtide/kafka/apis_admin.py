@@ -1,4 +1,6 @@
-"""Cluster and topic APIs over the Kafka protocol, answered by the front door's Admin service.
+"""Cluster and topic APIs over the Kafka protocol, answered by the front door's TopicAdmin and
+RecordsDeleter (``Call.front``: the objects themselves in a front door's process, their remote
+twins over its Admin service in a replica's), called with lowtide.messages types.
 
 Metadata lists the replica servers as Kafka brokers (node id = replica id, their Kafka listener
 as endpoint) with each partition's real leader, epoch, replicas and ISR, so clients send Produce
@@ -25,11 +27,9 @@ from typing import Any
 from lowtide.errors import CoordinatorNotAvailable, LowtideError
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, encode_body, error_code, millis
-from lowtide.messages.admin import DeleteRequestItem
+from lowtide.messages.admin import NO_TOPIC, BrokerView, ClusterView, DeleteRequestItem, TopicRequest
 from lowtide.metadata.config_defaults import DISKLESS_ENABLE
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
-from lowtide.rpc.messages import delete_results_from_proto
-from lowtide_pb import admin_pb2, common_pb2
 
 METADATA_KEY, FIND_COORDINATOR_KEY, CREATE_TOPICS_KEY, DELETE_TOPICS_KEY = 3, 10, 19, 20
 DELETE_RECORDS_KEY, DESCRIBE_CLUSTER_KEY = 21, 60
@@ -44,12 +44,18 @@ def _uuid(raw: str) -> uuid.UUID | None:
         return None
 
 
-def kafka_brokers(meta: admin_pb2.MetadataResponse) -> list[admin_pb2.BrokerInfo]:
+def kafka_brokers(meta: ClusterView) -> list[BrokerView]:
     """The live replica servers that have a Kafka listener, by id."""
     return sorted((b for b in meta.brokers if b.live and b.kafka_port > 0), key=lambda b: b.id)
 
 
-def endpoint(call: Call, broker: admin_pb2.BrokerInfo) -> tuple[str, int]:
+def describe(call: Call, topics: list[str]) -> ClusterView:
+    """The front door's Metadata: the brokers and ``topics`` (none named: every topic the caller
+    may DESCRIBE; ``[NO_TOPIC]``: the brokers only)."""
+    return call.front.topics.describe_cluster(principal=call.principal(), topics=topics)
+
+
+def endpoint(call: Call, broker: BrokerView) -> tuple[str, int]:
     """(host, port) of ``broker``'s listener named as the one this request arrived on."""
     address = broker.kafka_listeners.get(call.conn.listener)
     if address:
@@ -71,17 +77,17 @@ def metadata(call: Call, body: Any) -> Any:
         if answer is not None:
             return answer
     if names == []:
-        meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))  # brokers only
+        meta = describe(call, [NO_TOPIC])  # brokers only
         meta_topics: list = []
     else:
-        meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names or []))
+        meta = describe(call, names or [])
         meta_topics = list(meta.topics)
     brokers = kafka_brokers(meta)
     broker_ids = {b.id for b in brokers}
     topics = []
     for t in meta_topics:
-        if t.error_code:
-            topics.append(call.make("MetadataResponseTopic", error_code=error_code(t.error_code), name=t.name,
+        if t.error is not None:
+            topics.append(call.make("MetadataResponseTopic", error_code=error_code(t.error.code), name=t.name,
                                     topic_id=None, is_internal=t.name.startswith(INTERNAL_TOPIC_PREFIX),
                                     partitions=(), topic_authorized_operations=_NO_OPERATIONS))
             continue
@@ -109,7 +115,7 @@ def metadata(call: Call, body: Any) -> Any:
 
 
 def describe_cluster(call: Call, body: Any) -> Any:
-    meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"]))
+    meta = describe(call, [NO_TOPIC])
     brokers = kafka_brokers(meta)
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), error_message=None,
                      endpoint_type=1, cluster_id=meta.cluster_id, controller_id=brokers[0].id if brokers else -1,
@@ -119,18 +125,18 @@ def describe_cluster(call: Call, body: Any) -> Any:
 
 
 # -- FindCoordinator -------------------------------------------------------------------------
-def coordinator_for(call: Call, key: str) -> admin_pb2.BrokerInfo:
+def coordinator_for(call: Call, key: str) -> BrokerView:
     """Any live broker can coordinate (each forwards group and transaction requests to the front
     door); a hash of the key spreads the coordinator connections over them."""
     return coordinator_among(live_kafka_brokers(call), key)
 
 
-def live_kafka_brokers(call: Call) -> list[admin_pb2.BrokerInfo]:
+def live_kafka_brokers(call: Call) -> list[BrokerView]:
     """The live brokers with a Kafka listener, as Metadata lists them."""
-    return kafka_brokers(call.admin("Metadata", admin_pb2.MetadataRequest(topics=["\0none"])))
+    return kafka_brokers(describe(call, [NO_TOPIC]))
 
 
-def coordinator_among(brokers: list[admin_pb2.BrokerInfo], key: str) -> admin_pb2.BrokerInfo:
+def coordinator_among(brokers: list[BrokerView], key: str) -> BrokerView:
     """The coordinator of ``key`` (a group or transactional id) among ``brokers``, as
     FindCoordinator answers it."""
     if not brokers:
@@ -163,32 +169,34 @@ def find_coordinator(call: Call, body: Any) -> Any:
 
 # -- topics ----------------------------------------------------------------------------------
 def create_topics(call: Call, body: Any) -> Any:
-    request = admin_pb2.CreateTopicsRequest(validate_only=bool(getattr(body, "validate_only", False)))
+    validate_only = bool(getattr(body, "validate_only", False))
+    requests = []
     for t in body.topics:
-        assignments = [admin_pb2.ManualAssignment(partition=a.partition_index, broker_ids=list(a.broker_ids))
-                       for a in (getattr(t, "assignments", None) or ())]
+        config = {c.name: c.value for c in t.configs if c.value is not None}
+        assignments = tuple((a.partition_index, tuple(a.broker_ids)) for a in (getattr(t, "assignments", None) or ()))
         if assignments:  # the counts as sent: with assignments Kafka wants -1 for both
-            request.topics.add(name=t.name, partitions=t.num_partitions, replication_factor=t.replication_factor,
-                               config={c.name: c.value for c in t.configs if c.value is not None},
-                               assignments=assignments)
+            requests.append(TopicRequest(name=t.name, partitions=t.num_partitions,
+                                         replication_factor=t.replication_factor, config=config,
+                                         assignments=assignments))
             continue
-        request.topics.add(name=t.name, partitions=t.num_partitions if t.num_partitions > 0 else 1,
-                           replication_factor=t.replication_factor if t.replication_factor > 0 else 0,
-                           config={c.name: c.value for c in t.configs if c.value is not None})
-    answer = call.admin("CreateTopics", request)
-    results = {r.name: r for r in answer.topics}
-    created = [t.name for t in body.topics if t.name in results and not results[t.name].error_code]
+        requests.append(TopicRequest(name=t.name, partitions=t.num_partitions if t.num_partitions > 0 else 1,
+                                     replication_factor=t.replication_factor if t.replication_factor > 0 else 0,
+                                     config=config))
+    principal = call.principal()
+    outcomes = call.front.topics.create_topics(principal=principal, requests=requests, validate_only=validate_only)
+    results = {o.name: o for o in outcomes}
+    created = [t.name for t in body.topics if t.name in results and results[t.name].error is None]
     described = {}
-    if created and call.version >= 5 and not request.validate_only:
-        described = {m.name: m for m in call.admin("Metadata", admin_pb2.MetadataRequest(topics=created)).topics}
+    if created and call.version >= 5 and not validate_only:
+        described = {m.name: m for m in describe(call, created).topics}
     out = []
     for t in body.topics:
         r = results.get(t.name)
-        code = r.error_code if r else -1
+        code = -1 if r is None else 0 if r.error is None else r.error.code
         m = described.get(t.name)
         out.append(call.make(
             "CreatableTopicResult", name=t.name, topic_id=_uuid(m.topic_id) if m else None,
-            error_code=error_code(code), error_message=(r.error_message or None) if r and code else None,
+            error_code=error_code(code), error_message=r.error.message if r and r.error else None,
             topic_config_error_code=0,
             num_partitions=len(m.partitions) if m else (t.num_partitions if not code else -1),
             replication_factor=m.replication_factor if m else (t.replication_factor if not code else -1),
@@ -201,13 +209,20 @@ def create_topics(call: Call, body: Any) -> Any:
 
 def delete_topics(call: Call, body: Any) -> Any:
     names = list(body.topic_names) if hasattr(body, "topic_names") else [t.name for t in body.topics if t.name]
-    answer = call.admin("DeleteTopics", admin_pb2.DeleteTopicsRequest(names=names))
-    results = {r.name: r for r in answer.topics}
+    outcomes = call.front.topics.delete_topics(principal=call.principal(), names=names)
+    results = {o.name: o for o in outcomes}
     return call.make(call.response, throttle_time=NO_THROTTLE, responses=tuple(
         call.make("DeletableTopicResult", name=n, topic_id=None,
-                  error_code=error_code(results[n].error_code if n in results else -1),
-                  error_message=(results[n].error_message or None) if n in results else None)
+                  error_code=error_code(_outcome_code(results.get(n))),
+                  error_message=results[n].error.message if n in results and results[n].error else None)
         for n in names))
+
+
+def _outcome_code(outcome: Any) -> int:
+    """A per-topic outcome's error code: -1 (UNKNOWN_SERVER_ERROR) for a topic left unanswered."""
+    if outcome is None:
+        return -1
+    return 0 if outcome.error is None else outcome.error.code
 
 
 # -- DeleteRecords (KIP-107) -----------------------------------------------------------------
@@ -230,10 +245,7 @@ def delete_records(call: Call, body: Any) -> Any:
         principal = call.principal()
         answers = services.deleter.delete_records(principal, items, timeout_ms=timeout_ms)
     else:
-        request = common_pb2.DeleteRecordsRequest(timeout_ms=timeout_ms, partitions=[
-            common_pb2.DeleteRecordsPartition(topic=i.topic, partition=i.partition, offset=i.offset) for i in items])
-        answers = delete_results_from_proto(
-            call.admin("DeleteRecords", request, timeout_s=max(timeout_ms, 1000) / 1000 + 5))
+        answers = call.front.deleter.delete_records(principal=call.principal(), items=items, timeout_ms=timeout_ms)
     results = {(r.topic, r.partition): r for r in answers}
     by_topic: dict[str, list] = {}
     for topic, partition in offsets:

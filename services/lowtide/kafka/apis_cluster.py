@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowtide.errors import InvalidRequest, LowtideError, NotLeaderOrFollower, TopicAuthorizationFailed
-from lowtide.kafka.apis_admin import kafka_brokers
+from lowtide.kafka.apis_admin import describe, kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code
+from lowtide.messages.admin import PartitionView
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
 from lowtide_pb import admin_pb2, replica_pb2
 
@@ -79,16 +80,16 @@ def describe_topic_partitions(call: Call, body: Any) -> Any:
         return call.make(call.response, throttle_time=NO_THROTTLE, next_cursor=None, topics=tuple(
             _topic(call, t.name, InvalidRequest.code, (), topic_id=None) for t in body.topics))
     names = [n for n in requested if n >= after]
-    meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names))  # none named: every topic
+    meta = describe(call, names)  # none named: every topic
     by_name = {t.name: t for t in meta.topics}
     if fetch_all:
-        names = sorted(n for n, t in by_name.items() if n >= after and not t.error_code)
+        names = sorted(n for n, t in by_name.items() if n >= after and t.error is None)
     live = {b.id for b in kafka_brokers(meta)}
     remaining = max(min(MAX_PARTITIONS_PER_RESPONSE, int(body.response_partition_limit)), 1)
     topics, refused, next_cursor = [], [], None
     for name in names:
         t = by_name.get(name)
-        code = t.error_code if t is not None else -1
+        code = -1 if t is None else 0 if t.error is None else t.error.code
         if code == TopicAuthorizationFailed.code:
             refused.append(_topic(call, name, code, (), topic_id=None))  # answered last, as Kafka does
             continue
@@ -117,7 +118,7 @@ def _topic(call: Call, name: str, code: int, partitions: tuple, *, topic_id: uui
                      partitions=partitions, topic_authorized_operations=_NO_OPERATIONS)
 
 
-def _partition(call: Call, p: admin_pb2.PartitionMetadata, live: set[int]) -> Any:
+def _partition(call: Call, p: PartitionView, live: set[int]) -> Any:
     # Kafka answers a leaderless partition with leader -1 and no error here (Metadata says
     # LEADER_NOT_AVAILABLE); lowtide keeps no eligible leader replicas (KIP-966): both lists empty.
     return call.make("DescribeTopicPartitionsResponsePartition", error_code=error_code(0),

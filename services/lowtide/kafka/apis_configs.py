@@ -4,7 +4,8 @@ Topics: DescribeConfigs answers from the front door's Metadata (the topic's conf
 each key the topic sets as DYNAMIC_TOPIC_CONFIG and every other key lowtide knows with its default
 as DEFAULT_CONFIG, as a Kafka broker does (``kafka-topics --describe`` prints only the non-default
 ones; ``--under-min-isr-partitions`` needs min.insync.replicas to be there). Both alter APIs are
-the front door's Admin.AlterConfigs: the incremental one op by op, the legacy one with ``replace``
+the front door's TopicConfigAdmin (``Call.front.configs``, Admin.AlterConfigs over gRPC): the
+incremental one op by op, the legacy one with ``replace``
 (Kafka's whole-set semantics: keys not given return to their defaults).
 
 Brokers: lowtide's broker settings are static (each replica's flags at start), except the KIP-73
@@ -27,9 +28,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lowtide.kafka.apis_admin import kafka_brokers
+from lowtide.errors import InvalidRequest
+from lowtide.kafka.apis_admin import describe, kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code
+from lowtide.messages.admin import NO_TOPIC, ConfigChange, ConfigOp, ConfigOpType, ConfigOutcome
 from lowtide.metadata.config_defaults import (
     BROKER_SYNONYMS,
     DISKLESS_ENABLE,
@@ -38,7 +41,6 @@ from lowtide.metadata.config_defaults import (
     broker_config_defaults,
     broker_resource,
 )
-from lowtide_pb import admin_pb2
 
 ALTER_CONFIGS_KEY, DESCRIBE_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 32, 44
 # Kafka's ConfigResource.Type and ConfigEntry.ConfigSource numbers.
@@ -98,20 +100,32 @@ def _broker_entries(call: Call, body: Any, *, own: Mapping[str, str], default: M
     return tuple(out)
 
 
+def _alter_configs(call: Call, changes: list[ConfigChange], *, validate_only: bool) -> list[ConfigOutcome]:
+    """The front door's TopicConfigAdmin (one outcome per change, in order); a front door that
+    runs none refuses the call as its Admin service does."""
+    configs = call.front.configs
+    if configs is None:
+        raise InvalidRequest("this front door does not alter configs")
+    return configs.alter_configs(principal=call.principal(), changes=changes, validate_only=validate_only)
+
+
+def _outcome(outcome: ConfigOutcome) -> tuple[int, str | None]:
+    return (0, None) if outcome.error is None else (outcome.error.code, outcome.error.message)
+
+
 def _dynamic_broker_configs(call: Call, names: set[str]) -> dict[str, tuple[int, str | None, dict[str, str]]]:
     """Broker name ("" = default) -> (error code, message, its dynamic configs), read back from
-    the front door (Admin.AlterConfigs, validate_only with no ops: DESCRIBE_CONFIGS on the CLUSTER)."""
+    the front door (AlterConfigs, validate_only with no ops: DESCRIBE_CONFIGS on the CLUSTER)."""
     ordered = sorted(names | {""})
-    request = admin_pb2.AlterConfigsRequest(validate_only=True, resources=[
-        admin_pb2.AlterConfigsResource(topic=broker_resource(n)) for n in ordered])
-    answers = call.admin("AlterConfigs", request).results
-    return {n: (a.error_code, a.error_message or None, dict(a.config)) for n, a in zip(ordered, answers, strict=True)}
+    answers = _alter_configs(call, [ConfigChange(topic=broker_resource(n), ops=()) for n in ordered],
+                             validate_only=True)
+    return {n: (*_outcome(a), dict(a.config)) for n, a in zip(ordered, answers, strict=True)}
 
 
 def describe_configs(call: Call, body: Any) -> Any:
     """Topic and broker configs (module doc); per-resource errors, in request order."""
     names = [r.resource_name for r in body.resources if r.resource_type == RESOURCE_TOPIC]
-    meta = call.admin("Metadata", admin_pb2.MetadataRequest(topics=names or ["\0none"]))
+    meta = describe(call, names or [NO_TOPIC])
     topics = {t.name: t for t in meta.topics} if names else {}
     brokers = kafka_brokers(meta)
     known = {str(b.id) for b in brokers}
@@ -124,9 +138,9 @@ def describe_configs(call: Call, body: Any) -> Any:
         keys = None if r.configuration_keys is None else set(r.configuration_keys)  # null = every key
         if r.resource_type == RESOURCE_TOPIC:
             t = topics.get(r.resource_name)
-            if t is None or t.error_code:
-                code = t.error_code if t is not None else UNKNOWN_TOPIC_OR_PARTITION
-                message = (t.error_message or None) if t is not None else None
+            if t is None or t.error is not None:
+                code = t.error.code if t is not None else UNKNOWN_TOPIC_OR_PARTITION
+                message = t.error.message if t is not None else None
             else:
                 configs = _topic_entries(call, body, t.config, keys, diskless=t.diskless)
         elif r.resource_type == RESOURCE_BROKER:
@@ -154,22 +168,20 @@ def _refusal(resource_type: int) -> tuple[int, str]:
 
 
 def _alter(call: Call, body: Any, *, replace: bool) -> Any:
-    request = admin_pb2.AlterConfigsRequest(validate_only=bool(body.validate_only))
+    changes = []
     for r in body.resources:
         if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
             continue
         name = r.resource_name if r.resource_type == RESOURCE_TOPIC else broker_resource(r.resource_name)
-        resource = request.resources.add(topic=name, replace=replace)
-        for c in r.configs:
-            op = resource.ops.add(key=c.name, op=admin_pb2.CONFIG_SET if replace else c.config_operation)
-            if c.value is not None:
-                op.value = c.value
-    answers = iter(call.admin("AlterConfigs", request).results if request.resources else ())
+        # The op as the client sent it: one that is no ConfigOpType is refused per resource.
+        changes.append(ConfigChange(topic=name, replace=replace, ops=tuple(
+            ConfigOp(key=c.name, op=ConfigOpType.SET if replace else int(c.config_operation), value=c.value)
+            for c in r.configs)))
+    answers = iter(_alter_configs(call, changes, validate_only=bool(body.validate_only)) if changes else ())
     responses = []
     for r in body.resources:
         if r.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER):
-            a = next(answers)  # one result per topic or broker resource, in order
-            code, message = a.error_code, a.error_message or None
+            code, message = _outcome(next(answers))  # one result per topic or broker resource, in order
         else:
             code, message = _refusal(r.resource_type)
         responses.append(call.make("AlterConfigsResourceResponse", error_code=error_code(code),

@@ -20,9 +20,9 @@ from lowtide.errors import NotLeaderOrFollower
 from lowtide.kafka import produce_codec
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
+from lowtide.messages.admin import OffsetQuery as AdminOffsetQuery
 from lowtide.messages.replica import FetchPosition, OffsetQuery, ProducedPartition, ProduceItem
 from lowtide.rpc.steps import Steps
-from lowtide_pb import common_pb2
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 # A partition's Fetch budget when the request names none (Kafka's clients always name one).
@@ -153,6 +153,12 @@ def _epoch_or_none(p: Any) -> int | None:
     return epoch if epoch is not None and epoch >= 0 else None
 
 
+def _epoch_or_minus_one(p: Any) -> int:
+    """The same epoch as the front door's ``OffsetQuery`` takes it (-1: unchecked)."""
+    epoch = _epoch_or_none(p)
+    return -1 if epoch is None else epoch
+
+
 def list_offsets(call: Call, body: Any) -> Any:
     isolation = int(getattr(body, "isolation_level", 0))
     services = call.services
@@ -163,14 +169,13 @@ def list_offsets(call: Call, body: Any) -> Any:
             OffsetQuery(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
                         current_leader_epoch=_epoch_or_none(p)) for t in body.topics for p in t.partitions],
             isolation_level=isolation)
-        results = {(a.topic, a.partition): (a.error.code if a.error else 0, a) for a in answers}
     else:
-        request = common_pb2.ListOffsetsRequest(isolation_level=isolation, partitions=[
-            common_pb2.ListOffsetsPartition(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
-                                            current_leader_epoch=_epoch_or_none(p))
-            for t in body.topics for p in t.partitions])
-        answer = call.admin("ListOffsets", request)  # a front door asks the leaders itself
-        results = {(r.topic, r.partition): (r.error_code, r) for r in answer.partitions}
+        # A front door's listener (no replica here): the front door asks the leaders itself.
+        answers = call.front.topics.list_offsets(principal=call.principal(), queries=[
+            AdminOffsetQuery(topic=t.name, partition=p.partition_index, timestamp=p.timestamp,
+                             current_leader_epoch=_epoch_or_minus_one(p)) for t in body.topics for p in t.partitions],
+            isolation_level=isolation)
+    results = {(a.topic, a.partition): (a.error.code if a.error else 0, a) for a in answers}
     topics = []
     for t in body.topics:
         parts = []

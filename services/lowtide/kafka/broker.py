@@ -140,6 +140,24 @@ class DeleteRecordsHandler(Protocol):
                        timeout_ms: int) -> list[DeleteRecordsResult]: ...
 
 
+class FrontDoorParts(Protocol):
+    """The front door's domain objects (``lowtide.frontdoor.servicer.FrontDoor``, or its remote
+    twin ``lowtide.client.frontdoor.RemoteFrontDoorView``): each takes and answers
+    lowtide.messages types and the caller's principal. A part a front door does not run is None."""
+
+    topics: Any
+    deleter: Any
+    configs: Any
+    partitions: Any
+    elections: Any
+    reassigner: Any
+    groups: Any
+    members: Any
+    transactions: Any
+    acls: Any
+    scram: Any
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -170,6 +188,9 @@ class KafkaServices:
     offsets: ListOffsetsHandler | None = None
     deleter: DeleteRecordsHandler | None = None
     authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
+    # The front door's domain objects for a connection's identity (Call.front): the FrontDoor of
+    # this process (a front door's listener), or RemoteFrontDoor.bound (a replica's).
+    front_door: Callable[[Sequence[tuple[str, str]]], FrontDoorParts] | None = None
 
 
 @dataclass
@@ -199,6 +220,15 @@ class Call:
     def admin(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
         return self.services.admin(method, request, conn=self.conn,
                                    timeout_s=timeout_s or self.services.admin_timeout_s)
+
+    @property
+    def front(self) -> FrontDoorParts:
+        """The front door's domain objects (admin, groups, transactions), called with
+        lowtide.messages types: in process in a front door, over gRPC from a replica."""
+        front_door = self.services.front_door
+        if front_door is None:
+            raise LowtideError("the front door is not reachable from this listener")
+        return front_door(self.conn.metadata)
 
     def principal(self) -> str:
         """The connection's principal as the in-process handlers take it: the service's own

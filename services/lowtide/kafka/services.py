@@ -83,7 +83,7 @@ class Remote:
                  timeout_s: float = 30.0) -> None:
         self.address = address
         self._stub_type = stub_type
-        self._channels = channels or ChannelPool()
+        self.channels = self._channels = channels or ChannelPool()
         self._timeout_s = timeout_s
 
     def __call__(self, method: str, request: Any, *, conn: Connection, timeout_s: float | None = None) -> Any:

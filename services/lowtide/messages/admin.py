@@ -6,9 +6,11 @@ converts them to and from protos/lowtide/v1/admin.proto. The answers the Python 
 the service live here too (``GroupListing``), as do the ones shared with the Replica service
 (``lowtide.messages.replica``: ``PartitionOffset`` for ListOffsets, ``DeleteRecordsResult``).
 
-Not here, with a reason: the Metadata views (``frontdoor.admin.admin.ClusterView``) carry the metadata
-store's own records (``lowtide.metadata.model``), a layer above this one; ``frontdoor.admin.scram.
-UserCredentials`` carries ``auth.scram_store.CredentialInfo`` likewise. The Python client's
+Not here, with a reason: ``frontdoor.admin.scram.UserCredentials`` carries
+``auth.scram_store.CredentialInfo``, a layer above this one. The Metadata views (``ClusterView``)
+are here: the front door copies the metadata store's records into them, so the Kafka listener and
+the front door's remote twin (``lowtide.client.frontdoor``) share one shape without importing the
+store. The Python client's
 results that differ in shape from the service's (``lowtide.client.admin``: ``CommittedOffset``
 keyed by partition, ``GroupOffsets``, ``JoinGroupResult``, ...) are the client's public API.
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from lowtide.errors import LowtideError
+from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.messages import TopicPartition
 
 
 # ---- Topics (CreateTopics, DeleteTopics) and ListOffsets, DeleteRecords --------------------------
@@ -110,6 +113,101 @@ class ConfigOutcome:
     topic: str
     error: LowtideError | None = None
     config: dict[str, str] = field(default_factory=dict)
+
+
+# ---- Cluster metadata (Metadata), leader elections, partition reassignments ----------------------
+# Metadata asked for this topic name answers the brokers only: no topic may have it ("\0" is no
+# topic name character), so its one entry is an error every caller ignores.
+NO_TOPIC = "\0none"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    """A registered broker as Metadata reports it (the store's ``BrokerInfo`` and its liveness).
+    ``kafka_port`` 0: no Kafka listener; ``kafka_listeners``: listener name -> "host:port"."""
+
+    id: int
+    host: str
+    port: int
+    rack: str = ""
+    live: bool = False
+    kafka_port: int = 0
+    kafka_listeners: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition's state as Metadata reports it; ``leader`` -1 when none."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """A topic as Metadata reports it; ``error`` is set (and the rest left empty) for a topic that
+    is unknown or that the caller may not DESCRIBE."""
+
+    name: str
+    error: LowtideError | None = None
+    topic_id: str = ""
+    replication_factor: int = 0
+    config: dict[str, str] = field(default_factory=dict)
+    diskless: bool = False
+    partitions: tuple[PartitionView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """A Metadata answer: every registered broker and the topics asked for."""
+
+    cluster_id: str
+    brokers: tuple[BrokerView, ...]
+    topics: tuple[TopicView, ...]
+    revision: int = 0  # the store revision this view reflects at least (0: unknown)
+
+
+class ElectionType(enum.IntEnum):
+    """Kafka's ``ElectionType`` (same numbers on the wire and in lowtide.v1)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+    @classmethod
+    def of(cls, value: int) -> ElectionType:
+        """The type a client sent; any other number is INVALID_REQUEST, as the Admin service answers."""
+        if value not in (cls.PREFERRED, cls.UNCLEAN):
+            raise InvalidRequest(f"election_type must be 0 (preferred) or 1 (unclean), got {value}")
+        return cls(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionOutcome:
+    partition: TopicPartition
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentOutcome:
+    partition: TopicPartition
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition moving now (KIP-455): ``replicas`` is the target followed by the replicas
+    being removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 # ---- Committed offsets (OffsetCommit, OffsetFetch, OffsetDelete) and groups ----------------------

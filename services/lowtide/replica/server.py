@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from lowtide.auth.access import parse_super_users
 from lowtide.auth.scram_store import build_scram_login
 from lowtide.auth.tokens import end_session, mint_session
+from lowtide.client.frontdoor import RemoteFrontDoor
 from lowtide.common.bootstrap import ServerBootstrap
 from lowtide.common.server import add_auth_flags, add_common_flags, add_flag, listener_from_flag
 from lowtide.diskless.broker import DisklessBroker
@@ -192,10 +193,11 @@ def run(args: argparse.Namespace) -> int:
     frontdoor = None
     if kafka is not None:
         frontdoor = Remote(address=args.frontdoor_addr, stub_type=admin_pb2_grpc.AdminStub)
+        remote_front = RemoteFrontDoor(address=args.frontdoor_addr, channels=frontdoor.channels)
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), producer=servicer.producer, fetcher=servicer.fetcher,
-            offsets=servicer.offsets, deleter=servicer.deleter,
+            offsets=servicer.offsets, deleter=servicer.deleter, front_door=remote_front.bound,
             metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,

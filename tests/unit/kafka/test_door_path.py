@@ -14,7 +14,7 @@ import types
 import pytest
 from google.protobuf.message import Message
 
-from lowtide.kafka import apis_admin, apis_data
+from lowtide.kafka import apis_admin, apis_cluster, apis_configs, apis_data, apis_partitions
 from lowtide.replica.delete_records import DeleteRecordsHandler as LeaderDeletes
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
@@ -72,15 +72,16 @@ def test_a_kafka_produce_or_fetch_reaches_the_log_through_no_protobuf_and_no_met
     assert offences(fn) == []
 
 
-@pytest.mark.parametrize(("fn", "handler", "method"), [
-    (apis_data.list_offsets, "services.offsets.list_offsets", "ListOffsets"),
-    (apis_admin.delete_records, "services.deleter.delete_records", "DeleteRecords")])
-def test_a_replica_answers_list_offsets_and_delete_records_in_process_and_only_else_asks_by_method_name(
-        fn, handler, method):
+@pytest.mark.parametrize(("fn", "handler", "front_door"), [
+    (apis_data.list_offsets, "services.offsets.list_offsets", "call.front.topics.list_offsets("),
+    (apis_admin.delete_records, "services.deleter.delete_records", "call.front.deleter.delete_records(")])
+def test_a_replica_answers_list_offsets_and_delete_records_in_process_and_only_else_asks_the_front_door(
+        fn, handler, front_door):
     source = inspect.getsource(fn)
-    in_process, _, front_door = source.partition("else:")
-    assert handler in in_process and "_pb2" not in in_process
-    assert f'call.admin("{method}"' in front_door
+    in_process, _, elsewhere = source.partition("else:")
+    assert handler in in_process and "call.front" not in in_process
+    assert front_door in elsewhere and handler not in elsewhere
+    assert offences(fn) == []
 
 
 def test_the_check_catches_a_protobuf_request_and_a_call_by_method_name():
@@ -99,3 +100,22 @@ def test_each_function_on_the_path_calls_the_next():
         for fn, following in zip(chain, chain[1:], strict=False):
             assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
     assert "_produce_diskless" in names(ProduceHandler.produce_steps)
+
+
+# The topic and cluster admin handlers (issue 47): every function of these modules calls the front
+# door's objects (``Call.front``) with lowtide.messages types, and the modules import no protobuf.
+TOPICS_MODULES = [apis_admin, apis_configs, apis_partitions]
+TOPICS_HANDLERS = [fn for module in TOPICS_MODULES for fn in vars(module).values()
+                   if inspect.isfunction(fn) and fn.__module__ == module.__name__]
+TOPICS_HANDLERS += [apis_data.list_offsets, apis_cluster.describe_topic_partitions, apis_cluster._partition]
+
+
+@pytest.mark.parametrize("fn", TOPICS_HANDLERS, ids=lambda f: f"{f.__module__.rpartition('.')[2]}.{f.__qualname__}")
+def test_a_topic_or_cluster_admin_handler_calls_the_front_door_with_no_protobuf_and_no_method_name(fn):
+    assert offences(fn) == []
+
+
+@pytest.mark.parametrize("module", TOPICS_MODULES, ids=lambda m: m.__name__)
+def test_the_topic_and_cluster_admin_modules_import_no_protobuf(module):
+    assert [name for name, value in vars(module).items()
+            if isinstance(value, types.ModuleType) and value.__name__.startswith("lowtide_pb")] == []

@@ -26,10 +26,10 @@ from lowtide.kafka.server import (
     parse_protocol_map,
 )
 from lowtide.kafka.tls_identity import CertificateLogin
+from lowtide.messages.admin import BrokerView
 from lowtide.tls.certs import CertificateAuthority
 from lowtide.tls.config import ServerTls, ServerTlsConfig
 from lowtide.tls.principal import LOWTIDE_RULES, PrincipalMapper
-from lowtide_pb import admin_pb2
 
 
 def test_listeners_in_kafkas_syntax_with_the_default_and_a_custom_protocol_map():
@@ -86,13 +86,13 @@ def test_the_plain_listener_keeps_its_flag_and_advertises_the_bound_port_unless_
 
 
 def test_metadata_endpoints_follow_the_listener_a_request_arrived_on():
-    broker = admin_pb2.BrokerInfo(id=1, host="10.0.0.1", kafka_port=9092,
-                                  kafka_listeners={"SSL": "kafka-1.example:9093", "V6": "[::1]:9095"})
+    broker = BrokerView(id=1, host="10.0.0.1", port=7000, live=True, kafka_port=9092,
+                        kafka_listeners={"SSL": "kafka-1.example:9093", "V6": "[::1]:9095"})
     on = lambda listener: SimpleNamespace(conn=Connection(peer="p", listener=listener))  # noqa: E731
     assert endpoint(on("SSL"), broker) == ("kafka-1.example", 9093)
     assert endpoint(on("V6"), broker) == ("::1", 9095)
     assert endpoint(on("PLAINTEXT"), broker) == ("10.0.0.1", 9092)  # not named: the one kafka_port
-    old = admin_pb2.BrokerInfo(id=2, host="10.0.0.2", kafka_port=9092)  # a record from before named listeners
+    old = BrokerView(id=2, host="10.0.0.2", port=7000, live=True, kafka_port=9092)  # from before named listeners
     assert endpoint(on("SSL"), old) == ("10.0.0.2", 9092)
 
 

@@ -1,9 +1,9 @@
 """Kafka's IncrementalAlterConfigs, AlterConfigs and DescribeConfigs on the KIP-73 throttle configs,
-through the Kafka listener's handlers (lowtide.kafka.apis_configs) against an in-process front door
-on a real Redis: what ``kafka-reassign-partitions --execute --throttle`` sets and ``--verify``
-deletes on BROKER and TOPIC resources, other broker keys still POLICY_VIOLATION, and the sources
-DescribeConfigs reports (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG).
-Every answer also encodes."""
+through the Kafka listener's handlers (lowtide.kafka.apis_configs) against a front door on a real
+Redis (its own objects, and their remote twins over its gRPC server): what
+``kafka-reassign-partitions --execute --throttle`` sets and ``--verify`` deletes on BROKER and
+TOPIC resources, other broker keys still POLICY_VIOLATION, and the sources DescribeConfigs reports
+(DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG). Every answer also encodes."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from kio.schema.alter_configs.v2 import request as legacy
 from kio.schema.describe_configs.v4 import request as describe
 from kio.schema.incremental_alter_configs.v1 import request as incremental
 
+from lowtide.client.frontdoor import RemoteFrontDoor
 from lowtide.kafka.apis_configs import alter_configs, describe_configs, incremental_alter_configs
 from lowtide.kafka.broker import Call, KafkaServices, Node
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import RequestHead, encode_response
-from lowtide.kafka.services import Remote
 from lowtide.metadata.model import BrokerInfo
-from lowtide_pb import admin_pb2_grpc
 
 TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1
@@ -30,16 +29,20 @@ POLICY_VIOLATION, INVALID_REQUEST = 44, 42
 LONG_MAX = str(2**63 - 1)
 
 
-@pytest.fixture
-def kafka(front_door):
+@pytest.fixture(params=["in process", "over grpc"])
+def kafka(request, front_door):
+    """The handlers with a front door's own objects (its listener) or their remote twins (a replica's)."""
     store = front_door.store
     for broker in (0, 1, 2):
         store.register_broker(BrokerInfo(id=broker, host="127.0.0.1", port=9092 + broker, kafka_port=19092 + broker),
                               incarnation="x", session_timeout_ms=60000)
     store.create_topic(name="orders", partitions=2, replication_factor=2, config={},
                        assignment=[[0, 1], [1, 2]])
-    admin = Remote(address=front_door.address, stub_type=admin_pb2_grpc.AdminStub)
-    services = KafkaServices(node=Node(node_id=0, host="127.0.0.1", port=9092), admin=admin)
+    remote = RemoteFrontDoor(address=front_door.address)
+    front = front_door.parts.front
+    services = KafkaServices(node=Node(node_id=0, host="127.0.0.1", port=9092), admin=None,
+                             front_door=(lambda _metadata: front) if request.param == "in process" else remote.bound,
+                             authenticate=front.principal_of)
 
     def run(handler, api_key: int, version: int, body):
         head = RequestHead(api_key=api_key, api_version=version, correlation_id=7)
@@ -48,7 +51,7 @@ def kafka(front_door):
         return answer
 
     yield run, store
-    admin.close()
+    remote.close()
 
 
 def incremental_request(*resources: tuple[int, str, list[tuple[str, int, str | None]]], validate_only=False):

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
@@ -34,7 +34,15 @@ from lowtide.frontdoor.admin.diskless import DisklessTopicAdmin
 from lowtide.frontdoor.admin.topic_config import take_diskless_enable, validate_topic_config
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.messages import TopicPartition
-from lowtide.messages.admin import OffsetQuery, TopicOutcome, TopicRequest
+from lowtide.messages.admin import (
+    BrokerView,
+    ClusterView,
+    OffsetQuery,
+    PartitionView,
+    TopicOutcome,
+    TopicRequest,
+    TopicView,
+)
 from lowtide.messages.replica import PartitionOffset
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.model import BrokerInfo, PartitionState, TopicInfo
@@ -42,30 +50,6 @@ from lowtide.metadata.store import MetadataStore, assign_replicas, validate_topi
 
 DEFAULT_MAX_REPLICATION_FACTOR = 3
 LIST_OFFSETS_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerView:
-    info: BrokerInfo
-    live: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TopicView:
-    """A topic as Metadata reports it; ``error`` is set (and the rest empty) for unknown topics."""
-
-    name: str
-    error: LowtideError | None = None
-    info: TopicInfo | None = None
-    partitions: tuple[PartitionState, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterView:
-    cluster_id: str
-    brokers: tuple[BrokerView, ...]
-    topics: tuple[TopicView, ...]
-    revision: int = 0  # the store revision this view reflects at least
 
 
 class TopicAdmin:
@@ -228,8 +212,8 @@ class TopicAdmin:
             states = partitions[name]
             if info.diskless and self._diskless is not None:
                 states = list(self._diskless.partition_states(info, brokers=brokers, live=live))
-            views.append(TopicView(name=name, info=info, partitions=tuple(states)))
-        broker_views = tuple(BrokerView(info=b, live=b.id in live) for _, b in sorted(brokers.items()))
+            views.append(_topic_view(info, states))
+        broker_views = tuple(_broker_view(b, live=b.id in live) for _, b in sorted(brokers.items()))
         return ClusterView(cluster_id=self._store.cluster_id(), brokers=broker_views, topics=tuple(views),
                            revision=revision)
 
@@ -329,6 +313,21 @@ def manual_assignment(assignments: Sequence[tuple[int, Sequence[int]]], *, regis
     if sorted(by_partition) != list(range(len(by_partition))):
         raise InvalidReplicaAssignment("partitions should be a consecutive 0-based integer sequence")
     return [by_partition[p] for p in range(len(by_partition))]
+
+
+def _broker_view(b: BrokerInfo, *, live: bool) -> BrokerView:
+    return BrokerView(id=b.id, host=b.host, port=b.port, rack=b.rack, live=live, kafka_port=b.kafka_port,
+                      kafka_listeners=dict(b.kafka_listeners))
+
+
+def _topic_view(info: TopicInfo, states: Sequence[PartitionState]) -> TopicView:
+    """The store's records of a topic as Metadata reports them (copies: the views are messages)."""
+    return TopicView(name=info.name, topic_id=info.topic_id, replication_factor=info.replication_factor,
+                     config=dict(info.config), diskless=info.diskless, partitions=tuple(
+                         PartitionView(partition=s.partition, leader=s.leader, leader_epoch=s.leader_epoch,
+                                       replicas=tuple(s.replicas), isr=tuple(s.isr),
+                                       adding_replicas=tuple(s.adding_replicas),
+                                       removing_replicas=tuple(s.removing_replicas)) for s in states))
 
 
 def _failed(topic: str, partition: int, error: LowtideError) -> PartitionOffset:

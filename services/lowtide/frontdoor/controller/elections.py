@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
@@ -45,16 +44,12 @@ from lowtide.errors import (
 )
 from lowtide.frontdoor.controller.controller import elect_leader
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import ElectionOutcome, ElectionType
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 ATTEMPTS = 10
-
-
-class ElectionType(IntEnum):
-    PREFERRED = 0  # Kafka's ElectionType.PREFERRED
-    UNCLEAN = 1
 
 
 def preferred_election(state: PartitionState, live: set[int]) -> PartitionState:
@@ -78,12 +73,6 @@ def unclean_election(state: PartitionState, live: set[int]) -> PartitionState:
             f"{state.topic}-{state.partition}: no live replica in the ISR {list(state.isr)}; unclean election "
             "(a replica outside the ISR) is disabled because it would lose acknowledged records")
     return new
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionOutcome:
-    partition: TopicPartition
-    error: LowtideError | None = None
 
 
 class LeaderElections:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
@@ -49,6 +49,7 @@ from lowtide.errors import (
     RequestTimedOut,
 )
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import OngoingReassignment, ReassignmentOutcome
 from lowtide.metadata.model import PartitionState
 from lowtide.metadata.store import MetadataStore
 
@@ -152,12 +153,6 @@ def _leadership_within(state: PartitionState, replicas: Sequence[int], isr: Sequ
     return None if leader < 0 else (leader, state.leader_epoch + 1)
 
 
-@dataclass(frozen=True, slots=True)
-class ReassignmentOutcome:
-    partition: TopicPartition
-    error: LowtideError | None = None
-
-
 class PartitionReassigner:
     """AlterPartitionReassignments and ListPartitionReassignments for the Admin service and the
     Kafka listener. Alter needs ALTER on the CLUSTER, List DESCRIBE on the CLUSTER (Kafka's ACLs).
@@ -189,12 +184,16 @@ class PartitionReassigner:
                 outcomes.append(ReassignmentOutcome(tp, err))
         return outcomes
 
-    def list(self, *, principal: str, partitions: Iterable[TopicPartition] | None = None) -> list[PartitionState]:
-        """The records of the partitions moving now (of ``partitions``, or all), by topic and partition."""
+    def list(self, *, principal: str,
+             partitions: Iterable[TopicPartition] | None = None) -> list[OngoingReassignment]:
+        """The partitions moving now (of ``partitions``, or all), by topic and partition."""
         self._authorize(principal, AclOperation.DESCRIBE, "list partition reassignments")
         states = self._store.all_partition_states()
         keys = sorted(states) if partitions is None else [tuple(tp) for tp in partitions]
-        return [states[k] for k in keys if k in states and states[k].reassigning]
+        return [OngoingReassignment(topic=s.topic, partition=s.partition, replicas=tuple(s.replicas),
+                                    adding_replicas=tuple(s.adding_replicas),
+                                    removing_replicas=tuple(s.removing_replicas))
+                for s in (states[k] for k in keys if k in states and states[k].reassigning)]
 
     def _authorize(self, principal: str, operation: AclOperation, what: str) -> None:
         if not self._authorizer.authorize(principal=principal, operation=operation,

@@ -132,7 +132,7 @@ def test_metadata_reports_broker_liveness_and_unknown_topics(admin, store):
     create(admin, rf=2, partitions=2)
     kill_broker(store, 1)
     view = admin.describe_cluster(principal=ANONYMOUS_PRINCIPAL, topics=["orders", "missing"])
-    assert [(b.info.id, b.live) for b in view.brokers] == [(0, True), (1, False)]
+    assert [(b.id, b.live) for b in view.brokers] == [(0, True), (1, False)]
     orders, missing = view.topics
     assert [s.partition for s in orders.partitions] == [0, 1]
     assert isinstance(missing.error, UnknownTopicOrPartition)
