@@ -7,8 +7,7 @@ the service live here too (``GroupListing``), as do the ones shared with the Rep
 (``lowtide.messages.replica``: ``PartitionOffset`` for ListOffsets, ``DeleteRecordsResult``).
 
 Not here, with a reason: the Metadata views (``frontdoor.admin.admin.ClusterView``) carry the metadata
-store's own records (``lowtide.metadata.model``), a layer above this one; ``frontdoor.admin.scram.
-UserCredentials`` carries ``auth.scram_store.CredentialInfo`` likewise. The Python client's
+store's own records (``lowtide.metadata.model``), a layer above this one. The Python client's
 results that differ in shape from the service's (``lowtide.client.admin``: ``CommittedOffset``
 keyed by partition, ``GroupOffsets``, ``JoinGroupResult``, ...) are the client's public API.
 """
@@ -248,7 +247,7 @@ class LeaveOutcome:
     error: LowtideError | None = None
 
 
-# ---- SCRAM credentials (AlterUserScramCredentials) -----------------------------------------------
+# ---- SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials) -----------------
 @dataclass(frozen=True, slots=True)
 class Upsertion:
     user: str
@@ -262,3 +261,20 @@ class Upsertion:
 class Deletion:
     user: str
     mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    """What DescribeUserScramCredentials shows of a credential: never its keys or salt."""
+
+    mechanism: int  # Kafka's ScramMechanism number (1 SCRAM-SHA-256, 2 SCRAM-SHA-512)
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserCredentials:
+    """One user's answer to DescribeUserScramCredentials: its credentials, or the error."""
+
+    user: str
+    error: LowtideError | None
+    credentials: tuple[ScramCredentialInfo, ...] = ()

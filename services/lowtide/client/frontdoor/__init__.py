@@ -48,6 +48,12 @@ class RemoteFrontDoorView:
                  timeout_s: float) -> None:
         parts = {"metadata": metadata, "timeout_s": timeout_s}
         # Each area's remote objects are added here as they are converted (issue 47).
+        # The parts' modules import RemotePart from here: imported once this module is loaded.
+        from lowtide.client.frontdoor.acls import RemoteAcls  # noqa: PLC0415
+        from lowtide.client.frontdoor.scram import RemoteScram  # noqa: PLC0415
+
+        self.acls = RemoteAcls(stub, **parts)
+        self.scram = RemoteScram(stub, **parts)
         self._stub, self._parts = stub, parts
 
 
