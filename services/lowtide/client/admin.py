@@ -17,10 +17,11 @@ from lowtide.client.metadata import (
 )
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.messages import TopicPartition
-from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, GroupListing
+from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, Deletion, GroupListing, Upsertion
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
-from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_to_proto
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
+from lowtide.rpc.convert import acls as acls_convert
+from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.messages import delete_results_from_proto
 from lowtide.tls.config import ClientTls
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
@@ -473,30 +474,28 @@ class Admin(PooledClient):
     # -- ACLs (KIP-11) -----------------------------------------------------------------------
     def create_acls(self, bindings: Sequence[AclBinding]) -> list[LowtideError | None]:
         """Add ``bindings``; one result per binding, in order (None = added)."""
-        response = self.call("CreateAcls", admin_pb2.CreateAclsRequest(acls=[binding_to_proto(b) for b in bindings]))
-        return [error_or_none(code) for code in response.results]
+        return acls_convert.create_results(self.call("CreateAcls", acls_convert.create_request(bindings)))
 
     def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
         """The ACLs matching ``acl_filter`` (all of them when None)."""
-        response = self.call("DescribeAcls", admin_pb2.DescribeAclsRequest(
-            filter=filter_to_proto(acl_filter or AclFilter())))
-        return [binding_from_proto(m) for m in response.acls]
+        response = self.call("DescribeAcls", acls_convert.describe_request(acl_filter or AclFilter()))
+        return [acls_convert.binding_from_proto(m) for m in response.acls]
 
     def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclBinding]:
         """Remove every ACL matching any of ``filters``; returns the removed bindings."""
-        response = self.call("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[filter_to_proto(f) for f in filters]))
-        return [binding_from_proto(m) for m in response.deleted]
+        response = self.call("DeleteAcls", acls_convert.delete_request(filters))
+        return [acls_convert.binding_from_proto(m) for m in response.deleted]
 
     # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
     def describe_user_scram_credentials(self, users: Sequence[str] = ()) -> dict[str, UserScramCredentials]:
         """The SCRAM credentials of ``users`` (every user that has one when empty), by user. A
         named user without a credential maps to a result whose error is RESOURCE_NOT_FOUND."""
-        response = self.call("DescribeUserScramCredentials",
-                              admin_pb2.DescribeUserScramCredentialsRequest(users=list(users)))
+        results = scram_convert.describe_results(
+            self.call("DescribeUserScramCredentials", scram_convert.describe_request(users)))
         return {r.user: UserScramCredentials(
-            user=r.user, error=error_or_none(r.error_code, r.error_message),
+            user=r.user, error=r.error,
             credentials=tuple((SCRAM_MECHANISM_NAMES.get(c.mechanism, str(c.mechanism)), c.iterations)
-                              for c in r.credentials)) for r in response.results}
+                              for c in r.credentials)) for r in results}
 
     def upsert_user_scram_credential(self, user: str, password: str, *, mechanism: str = "SCRAM-SHA-256",
                                      iterations: int | None = None) -> LowtideError | None:
@@ -509,16 +508,17 @@ class Admin(PooledClient):
             raise InvalidRequest(f"unknown SCRAM mechanism {mechanism!r} (SCRAM-SHA-256 or SCRAM-SHA-512)")
         rounds = iterations or DEFAULT_ITERATIONS
         salt = os.urandom(SALT_BYTES)
-        upsertion = admin_pb2.ScramCredentialUpsertion(user=user, mechanism=mech.code, iterations=rounds, salt=salt,
-                                                       salted_password=mech.salted_password(password, salt, rounds))
-        return self._alter_scram(admin_pb2.AlterUserScramCredentialsRequest(upsertions=[upsertion]))[user]
+        upsertion = Upsertion(user=user, mechanism=mech.code, iterations=rounds, salt=salt,
+                              salted_password=mech.salted_password(password, salt, rounds))
+        return self._alter_scram(upsertions=[upsertion])[user]
 
     def delete_user_scram_credential(self, user: str, *, mechanism: str = "SCRAM-SHA-256") -> LowtideError | None:
         """Delete ``user``'s credential for ``mechanism`` (RESOURCE_NOT_FOUND when it has none)."""
         code = {name: number for number, name in SCRAM_MECHANISM_NAMES.items()}.get(mechanism.upper(), 0)
-        deletion = admin_pb2.ScramCredentialDeletion(user=user, mechanism=code)
-        return self._alter_scram(admin_pb2.AlterUserScramCredentialsRequest(deletions=[deletion]))[user]
+        return self._alter_scram(deletions=[Deletion(user=user, mechanism=code)])[user]
 
-    def _alter_scram(self, request: admin_pb2.AlterUserScramCredentialsRequest) -> dict[str, LowtideError | None]:
-        response = self.call("AlterUserScramCredentials", request)
-        return {r.user: error_or_none(r.error_code, r.error_message) for r in response.results}
+    def _alter_scram(self, *, deletions: Sequence[Deletion] = (),
+                     upsertions: Sequence[Upsertion] = ()) -> dict[str, LowtideError | None]:
+        response = self.call("AlterUserScramCredentials",
+                             scram_convert.alter_request(deletions=deletions, upsertions=upsertions))
+        return dict(scram_convert.alter_results(response))

@@ -26,16 +26,15 @@ from lowtide.frontdoor.groups.membership import GroupMembership
 from lowtide.frontdoor.transactions.transactions import TransactionCoordinator
 from lowtide.messages.admin import (
     CommittedOffset,
-    Deletion,
     ElectionType,
     GroupOutcome,
     JoinRequest,
     LeavingMember,
     OffsetCommit,
     Protocol,
-    Upsertion,
 )
-from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.rpc.convert import acls as acls_convert
+from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.convert import topics
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
@@ -301,33 +300,31 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                              error_code=_code(o.error)[0], error_message=_code(o.error)[1])
             for o in outcomes])
 
-    # -- ACLs --------------------------------------------------------------------------------
+    # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802
         principal = self._principal(context)
-        results: list[int] = []
+        results: list[LowtideError | None] = []
         valid, positions = [], []
         for i, msg in enumerate(request.acls):
             try:
-                valid.append(binding_from_proto(msg))
+                valid.append(acls_convert.binding_from_proto(msg))
                 positions.append(i)
-                results.append(0)
+                results.append(None)
             except LowtideError as err:
-                results.append(err.code)
+                results.append(err)
         for i, error in zip(positions, self._front.acls.create_acls(principal=principal, bindings=valid),
                             strict=True):
-            results[i] = _code(error)[0]
-        return admin_pb2.CreateAclsResponse(results=results)
+            results[i] = error
+        return acls_convert.create_response(results)
 
     def DescribeAcls(self, request, context):  # noqa: N802
-        bindings = self._front.acls.describe_acls(
-            principal=self._principal(context),
-            acl_filter=filter_from_proto(request.filter if request.HasField("filter") else None))
-        return admin_pb2.DescribeAclsResponse(acls=[binding_to_proto(b) for b in bindings])
+        return acls_convert.describe_response(self._front.acls.describe_acls(
+            principal=self._principal(context), acl_filter=acls_convert.describe_filter(request)))
 
     def DeleteAcls(self, request, context):  # noqa: N802
         deleted = self._front.acls.delete_acls(principal=self._principal(context),
-                                               filters=[filter_from_proto(f) for f in request.filters])
-        return admin_pb2.DeleteAclsResponse(deleted=[binding_to_proto(b) for b in deleted])
+                                               filters=[acls_convert.filter_from_proto(f) for f in request.filters])
+        return acls_convert.delete_response(deleted)
 
     # -- transactions (frontdoor/transactions/transactions.py) ---------------------------------
     def InitProducerId(self, request, context):  # noqa: N802
@@ -423,19 +420,10 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return self._front.scram
 
     def DescribeUserScramCredentials(self, request, context):  # noqa: N802
-        results = self._scram().describe(principal=self._principal(context), users=list(request.users))
-        return admin_pb2.DescribeUserScramCredentialsResponse(results=[
-            admin_pb2.UserScramCredentials(
-                user=r.user, error_code=_code(r.error)[0], error_message=_code(r.error)[1],
-                credentials=[admin_pb2.ScramCredentialInfo(mechanism=i.mechanism.code, iterations=i.iterations)
-                             for i in r.credentials]) for r in results])
+        return scram_convert.describe_response(
+            self._scram().describe(principal=self._principal(context), users=list(request.users)))
 
     def AlterUserScramCredentials(self, request, context):  # noqa: N802
-        results = self._scram().alter(
-            principal=self._principal(context),
-            deletions=[Deletion(user=d.user, mechanism=d.mechanism) for d in request.deletions],
-            upsertions=[Upsertion(user=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
-                                  salted_password=u.salted_password) for u in request.upsertions])
-        return admin_pb2.AlterUserScramCredentialsResponse(results=[
-            admin_pb2.AlterUserScramCredentialsResult(user=user, error_code=_code(err)[0], error_message=_code(err)[1])
-            for user, err in results])
+        deletions, upsertions = scram_convert.alter_items(request)
+        return scram_convert.alter_response(self._scram().alter(
+            principal=self._principal(context), deletions=deletions, upsertions=upsertions))

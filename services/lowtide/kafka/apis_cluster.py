@@ -1,16 +1,18 @@
 """OffsetForLeaderEpoch, DescribeTopicPartitions and the ACL APIs over the Kafka protocol.
 
 * OffsetForLeaderEpoch (KIP-320: a consumer that sees a new leader epoch in Metadata asks the new
-  leader where the epoch of its position ends, and detects truncation): the replica's gRPC
-  OffsetForLeaderEpoch, the one its followers call. ``current_leader_epoch`` fences as in Fetch:
+  leader where the epoch of its position ends, and detects truncation): the replica's handler
+  (``KafkaServices.epochs``), the one its gRPC OffsetForLeaderEpoch (its followers') calls too.
+  ``current_leader_epoch`` fences as in Fetch:
   older than the leader's is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH; a replica that is not
   the leader (or a front door, which hosts nothing) answers NOT_LEADER_OR_FOLLOWER.
 * DescribeTopicPartitions (what Kafka 4's ``kafka-topics --describe`` asks first): the front
   door's Metadata, paged as Kafka's ``DescribeTopicPartitionsRequestHandler`` pages it: topics in
   name order from the cursor's, at most ``response_partition_limit`` partitions (capped at
   Kafka's default ``max.request.partition.size.limit``, 2000), ``next_cursor`` where it stopped.
-* CreateAcls, DescribeAcls, DeleteAcls: the front door's ACL store (Admin.CreateAcls...), so the
-  same rules hold as for ``lowtide acls``: ALTER on the CLUSTER to create or delete, DESCRIBE to
+* CreateAcls, DescribeAcls, DeleteAcls: the front door's ACL administration (``Call.front.acls``:
+  ``frontdoor.admin.acls.AclAdmin``, or its gRPC twin from a replica), so the same rules hold as
+  for ``lowtide acls``: ALTER on the CLUSTER to create or delete, DESCRIBE to
   list, else CLUSTER_AUTHORIZATION_FAILED. Kafka's numbers for resource types, pattern types,
   operations and permissions are the store's, so a binding maps field for field. lowtide ACLs
   carry no host: they hold for every host, so a binding must name host ``*``. What Kafka has and
@@ -32,9 +34,10 @@ from lowtide.errors import InvalidRequest, LowtideError, NotLeaderOrFollower, To
 from lowtide.kafka.apis_admin import describe, kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code
+from lowtide.messages.acls import AclBinding, AclFilter, AclOperation, AclPermission, ResourceType
 from lowtide.messages.admin import PartitionView
+from lowtide.messages.replica import EpochEndOffset, EpochQuery
 from lowtide.metadata.model import INTERNAL_TOPIC_PREFIX
-from lowtide_pb import admin_pb2, replica_pb2
 
 OFFSET_FOR_LEADER_EPOCH_KEY, DESCRIBE_ACLS_KEY, CREATE_ACLS_KEY, DELETE_ACLS_KEY = 23, 29, 30, 31
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
@@ -47,20 +50,20 @@ MAX_PARTITIONS_PER_RESPONSE = 2000
 # -- OffsetForLeaderEpoch (KIP-320) ------------------------------------------------------------
 def offset_for_leader_epoch(call: Call, body: Any) -> Any:
     asked = [(t.topic, p) for t in body.topics for p in t.partitions]
-    results: dict[tuple[str, int], Any] = {}
-    if asked and call.services.replica is not None:
-        request = replica_pb2.OffsetForLeaderEpochRequest(replica_id=max(int(getattr(body, "replica_id", -1)), -1))
-        for topic, p in asked:
-            query = request.partitions.add(topic=topic, partition=p.partition, leader_epoch=p.leader_epoch)
-            if p.current_leader_epoch >= 0:
-                query.current_leader_epoch = p.current_leader_epoch
-        results = {(r.topic, r.partition): r for r in call.replica("OffsetForLeaderEpoch", request).partitions}
+    results: dict[tuple[str, int], EpochEndOffset] = {}
+    epochs = call.services.epochs
+    if asked and epochs is not None:  # else a front door: it hosts nothing (NOT_LEADER_OR_FOLLOWER)
+        answers = epochs.offset_for_leader_epoch(call.principal(), [EpochQuery(
+            topic=topic, partition=p.partition, leader_epoch=p.leader_epoch,
+            current_leader_epoch=p.current_leader_epoch if p.current_leader_epoch >= 0 else -1)
+            for topic, p in asked])
+        results = {(a.topic, a.partition): a for a in answers}
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
             r = results.get((t.topic, p.partition))
-            code = NotLeaderOrFollower.code if r is None else r.error_code
+            code = NotLeaderOrFollower.code if r is None else r.error.code if r.error is not None else 0
             parts.append(call.make("EpochEndOffset", error_code=error_code(code), partition=p.partition,
                                    leader_epoch=r.leader_epoch if r is not None and not code else -1,
                                    end_offset=r.end_offset if r is not None and not code else -1))
@@ -146,10 +149,10 @@ OPERATIONS = ("UNKNOWN", "ANY", "ALL", "READ", "WRITE", "CREATE", "DELETE", "ALT
 PERMISSIONS = ("UNKNOWN", "ANY", "DENY", "ALLOW")
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 WILDCARD_HOST, WILDCARD_RESOURCE, PRINCIPAL_PREFIX = "*", "*", "User:"
-# What the store holds (the lowtide.v1 enums carry Kafka's numbers).
-STORE_RESOURCE_TYPES = frozenset(v for v in admin_pb2.ResourceType.values() if v)
-STORE_OPERATIONS = frozenset(v for v in admin_pb2.AclOperation.values() if v)
-STORE_PERMISSIONS = frozenset(v for v in admin_pb2.AclPermission.values() if v)
+# What the store holds (its enums carry Kafka's numbers).
+STORE_RESOURCE_TYPES = frozenset(int(v) for v in ResourceType)
+STORE_OPERATIONS = frozenset(int(v) for v in AclOperation)
+STORE_PERMISSIONS = frozenset(int(v) for v in AclPermission)
 
 
 def _kafka_name(names: tuple[str, ...], code: int) -> str:
@@ -157,9 +160,9 @@ def _kafka_name(names: tuple[str, ...], code: int) -> str:
 
 
 def binding_from_kafka(*, resource_type: int, resource_name: str, pattern_type: int, principal: str, host: str,
-                       operation: int, permission: int) -> admin_pb2.AclBinding:
-    """The store's binding of one Kafka AclCreation; InvalidRequest when the store cannot hold it.
-    (The front door checks the rest: principal form, the CLUSTER's name, a PREFIXED ``*``.)"""
+                       operation: int, permission: int) -> AclBinding:
+    """The store's binding of one Kafka AclCreation; InvalidRequest when the store cannot hold it
+    (here, or by the binding's own checks: principal form, the CLUSTER's name, a PREFIXED ``*``)."""
     if host != WILDCARD_HOST:
         raise InvalidRequest(f"lowtide ACLs apply to every host: host must be '*', not {host!r}")
     if pattern_type not in (LITERAL, PREFIXED):
@@ -170,19 +173,19 @@ def binding_from_kafka(*, resource_type: int, resource_name: str, pattern_type: 
                                     ("permission type", PERMISSIONS, permission, STORE_PERMISSIONS)):
         if code not in held:
             raise InvalidRequest(f"lowtide ACLs have no {what} {_kafka_name(names, code)}")
-    return admin_pb2.AclBinding(principal=principal, resource_type=resource_type, resource_name=resource_name,
-                                pattern_type=pattern_type, operation=operation, permission=permission)
+    return AclBinding(principal=principal, resource_type=resource_type, resource_name=resource_name,
+                      pattern_type=pattern_type, operation=operation, permission=permission)
 
 
 @dataclass(frozen=True)
 class AclSelection:
-    """A Kafka AclBindingFilter as the store can select it (``store``: exact fields, empty = any),
+    """A Kafka AclBindingFilter as the store can select it (``store``: exact fields, None = any),
     plus, for pattern type MATCH with a name, the resource whose covering patterns it keeps."""
 
-    store: admin_pb2.AclFilter
+    store: AclFilter
     covering: str | None = None
 
-    def selects(self, binding: admin_pb2.AclBinding) -> bool:
+    def selects(self, binding: AclBinding) -> bool:
         if self.covering is None:
             return True
         if binding.pattern_type == PREFIXED:
@@ -223,7 +226,7 @@ def selection_from_kafka(*, resource_type: int, resource_name: str | None, patte
             if not resource_name:
                 return None  # no binding has an empty name
             fields["resource_name"] = resource_name
-    return AclSelection(store=admin_pb2.AclFilter(principal=principal or "", **fields), covering=covering)
+    return AclSelection(store=AclFilter(principal=principal or None, **fields), covering=covering)
 
 
 def _store_principal(principal: str) -> bool:
@@ -231,9 +234,9 @@ def _store_principal(principal: str) -> bool:
     return principal.startswith(PRINCIPAL_PREFIX) and bool(name) and name == name.strip()
 
 
-def _exactly(b: admin_pb2.AclBinding) -> admin_pb2.AclFilter:
-    return admin_pb2.AclFilter(principal=b.principal, resource_type=b.resource_type, resource_name=b.resource_name,
-                               pattern_type=b.pattern_type, operation=b.operation, permission=b.permission)
+def _exactly(b: AclBinding) -> AclFilter:
+    return AclFilter(principal=b.principal, resource_type=b.resource_type, resource_name=b.resource_name,
+                     pattern_type=b.pattern_type, operation=b.operation, permission=b.permission)
 
 
 def _selection(f: Any) -> AclSelection | None:
@@ -242,17 +245,17 @@ def _selection(f: Any) -> AclSelection | None:
                                 host=f.host_filter, operation=f.operation, permission=f.permission_type)
 
 
-def _described(call: Call, selection: AclSelection | None) -> list[admin_pb2.AclBinding]:
+def _described(call: Call, selection: AclSelection | None) -> list[AclBinding]:
     if selection is None:
         return []
-    answer = call.admin("DescribeAcls", admin_pb2.DescribeAclsRequest(filter=selection.store))
-    return [b for b in answer.acls if selection.selects(b)]
+    bindings = call.front.acls.describe_acls(principal=call.principal(), acl_filter=selection.store)
+    return [b for b in bindings if selection.selects(b)]
 
 
 # -- CreateAcls / DescribeAcls / DeleteAcls -----------------------------------------------------
 def create_acls(call: Call, body: Any) -> Any:
     results: list[tuple[int, str | None]] = []
-    valid: list[tuple[int, admin_pb2.AclBinding]] = []
+    valid: list[tuple[int, AclBinding]] = []
     for i, c in enumerate(body.creations):
         try:
             valid.append((i, binding_from_kafka(
@@ -263,8 +266,10 @@ def create_acls(call: Call, body: Any) -> Any:
             results.append((err.code, err.message))
     if valid:
         try:
-            answer = call.admin("CreateAcls", admin_pb2.CreateAclsRequest(acls=[b for _, b in valid]))
-            answered = [(code, None) for code in answer.results]
+            errors = call.front.acls.create_acls(principal=call.principal(), bindings=[b for _, b in valid])
+            # Code only: the Admin service's CreateAcls answers carry no message, so a replica's
+            # listener (which asks over it) and the front door's answer alike.
+            answered = [(0 if e is None else e.code, None) for e in errors]
         except LowtideError as err:  # the whole call failed: each creation sent answers its error
             answered = [(err.code, err.message)] * len(valid)
         for (i, _), result in zip(valid, answered, strict=True):
@@ -284,13 +289,13 @@ def describe_acls(call: Call, body: Any) -> Any:
                      resources=tuple(_by_resource(call, bindings)))
 
 
-def _by_resource(call: Call, bindings: Iterable[admin_pb2.AclBinding]) -> list[Any]:
-    grouped: dict[tuple[int, str, int], list[admin_pb2.AclBinding]] = {}
+def _by_resource(call: Call, bindings: Iterable[AclBinding]) -> list[Any]:
+    grouped: dict[tuple[int, str, int], list[AclBinding]] = {}
     for b in bindings:
-        grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
+        grouped.setdefault((int(b.resource_type), b.resource_name, int(b.pattern_type)), []).append(b)
     return [call.make("DescribeAclsResource", resource_type=rtype, resource_name=name, pattern_type=ptype,
                       acls=tuple(call.make("AclDescription", principal=b.principal, host=WILDCARD_HOST,
-                                           operation=b.operation, permission_type=b.permission)
+                                           operation=int(b.operation), permission_type=int(b.permission))
                                  for b in sorted(acls, key=lambda b: (b.principal, b.operation, b.permission))))
             for (rtype, name, ptype), acls in sorted(grouped.items())]
 
@@ -303,13 +308,13 @@ def delete_acls(call: Call, body: Any) -> Any:
         try:
             selection = _selection(f)
             if selection is None:
-                deleted: list[admin_pb2.AclBinding] = []
+                deleted: list[AclBinding] = []
             elif selection.covering is None:
-                deleted = list(call.admin("DeleteAcls", admin_pb2.DeleteAclsRequest(filters=[selection.store])).deleted)
+                deleted = call.front.acls.delete_acls(principal=call.principal(), filters=[selection.store])
             else:  # MATCH: the store selects exactly, so the covering bindings are named one by one
                 covering = _described(call, selection)
-                deleted = list(call.admin("DeleteAcls", admin_pb2.DeleteAclsRequest(
-                    filters=[_exactly(b) for b in covering])).deleted) if covering else []
+                deleted = call.front.acls.delete_acls(principal=call.principal(), filters=[
+                    _exactly(b) for b in covering]) if covering else []
         except LowtideError as err:
             results.append(call.make("DeleteAclsFilterResult", error_code=error_code(err.code),
                                      error_message=err.message, matching_acls=()))
@@ -317,9 +322,10 @@ def delete_acls(call: Call, body: Any) -> Any:
         results.append(call.make("DeleteAclsFilterResult", error_code=error_code(0), error_message=None,
                                  matching_acls=tuple(call.make(
                                      "DeleteAclsMatchingAcl", error_code=error_code(0), error_message=None,
-                                     resource_type=b.resource_type, resource_name=b.resource_name,
-                                     pattern_type=b.pattern_type, principal=b.principal, host=WILDCARD_HOST,
-                                     operation=b.operation, permission_type=b.permission) for b in deleted)))
+                                     resource_type=int(b.resource_type), resource_name=b.resource_name,
+                                     pattern_type=int(b.pattern_type), principal=b.principal, host=WILDCARD_HOST,
+                                     operation=int(b.operation), permission_type=int(b.permission))
+                                     for b in deleted)))
     return call.make(call.response, throttle_time=NO_THROTTLE, filter_results=tuple(results))
 
 

@@ -46,6 +46,8 @@ from lowtide.kafka.services import ServiceCaller
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     DeleteRecordsResult,
+    EpochEndOffset,
+    EpochQuery,
     FetchedPartition,
     FetchPosition,
     OffsetQuery,
@@ -140,6 +142,12 @@ class DeleteRecordsHandler(Protocol):
                        timeout_ms: int) -> list[DeleteRecordsResult]: ...
 
 
+class OffsetForLeaderEpochHandler(Protocol):
+    """The replica's OffsetForLeaderEpoch handler (``lowtide.replica.leader_epoch_handler``)."""
+
+    def offset_for_leader_epoch(self, principal: str, queries: Sequence[EpochQuery]) -> list[EpochEndOffset]: ...
+
+
 class FrontDoorParts(Protocol):
     """The front door's domain objects (``lowtide.frontdoor.servicer.FrontDoor``, or its remote
     twin ``lowtide.client.frontdoor.RemoteFrontDoorView``): each takes and answers
@@ -187,6 +195,7 @@ class KafkaServices:
     fetcher: FetchHandler | None = None
     offsets: ListOffsetsHandler | None = None
     deleter: DeleteRecordsHandler | None = None
+    epochs: OffsetForLeaderEpochHandler | None = None
     authenticate: Callable[[Sequence[tuple[str, str]]], str] | None = None
     # The front door's domain objects for a connection's identity (Call.front): the FrontDoor of
     # this process (a front door's listener), or RemoteFrontDoor.bound (a replica's).

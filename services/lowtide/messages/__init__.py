@@ -8,6 +8,7 @@ package imports ``lowtide.client`` for a type:
                                     DeleteRecords, OffsetForLeaderEpoch, WriteTxnMarkers, DescribeLogs)
 * ``lowtide.messages.coordinator``  the ``lowtide.v1.DisklessCoordinator`` service (KIP-1164)
 * ``lowtide.messages.admin``        the ``lowtide.v1.Admin`` service (the front door)
+* ``lowtide.messages.acls``         its ACL bindings and filters (``lowtide.auth.acl`` re-exports them)
 
 This package is the lowest layer besides ``errors`` and ``clock``: it imports nothing else of
 lowtide (and no generated protobuf code), and every package may import it (docs/architecture.md#import-rules).

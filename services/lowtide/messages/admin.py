@@ -6,11 +6,9 @@ converts them to and from protos/lowtide/v1/admin.proto. The answers the Python 
 the service live here too (``GroupListing``), as do the ones shared with the Replica service
 (``lowtide.messages.replica``: ``PartitionOffset`` for ListOffsets, ``DeleteRecordsResult``).
 
-Not here, with a reason: ``frontdoor.admin.scram.UserCredentials`` carries
-``auth.scram_store.CredentialInfo``, a layer above this one. The Metadata views (``ClusterView``)
-are here: the front door copies the metadata store's records into them, so the Kafka listener and
-the front door's remote twin (``lowtide.client.frontdoor``) share one shape without importing the
-store. The Python client's
+Not here, with a reason: the Metadata views (``ClusterView``) are here: the front door copies the
+metadata store's records into them, so the Kafka listener and the front door's remote twin
+(``lowtide.client.frontdoor``) share one shape without importing the store. The Python client's
 results that differ in shape from the service's (``lowtide.client.admin``: ``CommittedOffset``
 keyed by partition, ``GroupOffsets``, ``JoinGroupResult``, ...) are the client's public API.
 """
@@ -346,7 +344,7 @@ class LeaveOutcome:
     error: LowtideError | None = None
 
 
-# ---- SCRAM credentials (AlterUserScramCredentials) -----------------------------------------------
+# ---- SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials) -----------------
 @dataclass(frozen=True, slots=True)
 class Upsertion:
     user: str
@@ -360,3 +358,20 @@ class Upsertion:
 class Deletion:
     user: str
     mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    """What DescribeUserScramCredentials shows of a credential: never its keys or salt."""
+
+    mechanism: int  # Kafka's ScramMechanism number (1 SCRAM-SHA-256, 2 SCRAM-SHA-512)
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserCredentials:
+    """One user's answer to DescribeUserScramCredentials: its credentials, or the error."""
+
+    user: str
+    error: LowtideError | None
+    credentials: tuple[ScramCredentialInfo, ...] = ()

@@ -25,6 +25,7 @@ from lowtide.messages.replica import (
 )
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
+from lowtide.replica.leader_epoch_handler import OffsetForLeaderEpochHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.metrics import (
@@ -65,7 +66,6 @@ def _refusal(message_type, **no_offsets):
     return build
 
 
-_REFUSED_EPOCH = _refusal(replica_pb2.EpochEndOffset, leader_epoch=-1, end_offset=-1)
 _REFUSED_PRODUCERS = _refusal(transactions_pb2.PartitionProducers)
 
 
@@ -122,6 +122,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.fetcher = FetchHandler(manager=manager, access=self.access, diskless=diskless)
         self.offsets = ListOffsetsHandler(manager=manager, access=self.access, diskless=diskless)
         self.deleter = DeleteRecordsRequestHandler(manager=manager, access=self.access, diskless=diskless)
+        self.epochs = OffsetForLeaderEpochHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -246,17 +247,12 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
                                        for p in request.partitions], timeout_ms=request.timeout_ms)))
 
     def OffsetForLeaderEpoch(self, request, context):
-        screened = self.access.screen(self._principal(context), request.partitions,
-                                      operation=AclOperation.DESCRIBE, topic=_topic, or_cluster_action=True)
-        queries = [EpochQuery(topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch,
-                              current_leader_epoch=_epoch(q)) for q in screened.allowed]
-        answers = self.manager.offset_for_leader_epoch(queries) if screened.any_allowed else []
-        return replica_pb2.OffsetForLeaderEpochResponse(partitions=screened.merge([
-            replica_pb2.EpochEndOffset(topic=a.topic, partition=a.partition,
-                                       error_code=a.error.code if a.error else 0,
-                                       error_message=a.error.message if a.error else "",
-                                       leader_epoch=a.leader_epoch, end_offset=a.end_offset)
-            for a in answers], _REFUSED_EPOCH))
+        answers = self.epochs.offset_for_leader_epoch(self._principal(context), [EpochQuery(
+            topic=q.topic, partition=q.partition, leader_epoch=q.leader_epoch, current_leader_epoch=_epoch(q))
+            for q in request.partitions])
+        return replica_pb2.OffsetForLeaderEpochResponse(partitions=[replica_pb2.EpochEndOffset(
+            topic=a.topic, partition=a.partition, leader_epoch=a.leader_epoch, end_offset=a.end_offset,
+            **_err_fields(a.error)) for a in answers])
 
     def DescribeProducers(self, request, context):
         """KIP-664: each partition's active producers from this replica's log of it (leader or

@@ -20,7 +20,7 @@ from lowtide.auth.tokens import Authenticator
 from lowtide.cli import acls_cmd
 from lowtide.cli.output import CliError
 from lowtide.errors import LowtideError, SaslAuthenticationFailed
-from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto
+from lowtide.rpc.convert.acls import binding_from_proto, binding_to_proto, filter_from_proto
 from lowtide.rpc.status import details_for, status_for
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 

@@ -16,7 +16,7 @@ from lowtide.auth.acl import (
     parse_principal,
 )
 from lowtide.errors import InvalidRequest
-from lowtide.rpc.acls import binding_from_proto, binding_to_proto, filter_from_proto, filter_to_proto
+from lowtide.rpc.convert.acls import binding_from_proto, binding_to_proto, filter_from_proto, filter_to_proto
 from lowtide_pb import admin_pb2
 
 

@@ -9,7 +9,7 @@ from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.auth.tokens import add_token
 from lowtide.client import Admin, OffsetSpec
 from lowtide.errors import ClusterAuthorizationFailed, SaslAuthenticationFailed, TopicAlreadyExists
-from lowtide.rpc.acls import binding_to_proto, filter_to_proto
+from lowtide.rpc.convert.acls import binding_to_proto, filter_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 from tests.unit.frontdoor.harness import register_broker
 

@@ -9,7 +9,7 @@ import pytest
 
 from lowtide.errors import InvalidRequest
 from lowtide.kafka.apis_cluster import binding_from_kafka, selection_from_kafka
-from lowtide_pb import admin_pb2
+from lowtide.messages.acls import AclBinding, AclFilter
 
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 TOPIC, GROUP, CLUSTER, USER = 2, 3, 4, 7
@@ -29,16 +29,16 @@ def kafka_filter(**overrides) -> dict:
     return {**values, **overrides}
 
 
-def binding(name: str, pattern: int = LITERAL, **overrides) -> admin_pb2.AclBinding:
+def binding(name: str, pattern: int = LITERAL, **overrides) -> AclBinding:
     values = {"principal": "User:alice", "resource_type": TOPIC, "resource_name": name, "pattern_type": pattern,
               "operation": READ, "permission": ALLOW}
-    return admin_pb2.AclBinding(**{**values, **overrides})
+    return AclBinding(**{**values, **overrides})
 
 
 def test_a_kafka_binding_maps_field_for_field_onto_the_stores():
     assert binding_from_kafka(**creation(pattern_type=PREFIXED, operation=WRITE, permission=DENY)) == \
-        admin_pb2.AclBinding(principal="User:alice", resource_type=TOPIC, resource_name="orders",
-                             pattern_type=PREFIXED, operation=WRITE, permission=DENY)
+        AclBinding(principal="User:alice", resource_type=TOPIC, resource_name="orders",
+                   pattern_type=PREFIXED, operation=WRITE, permission=DENY)
     cluster = binding_from_kafka(**creation(resource_type=CLUSTER, resource_name="kafka-cluster", operation=ALL))
     assert (cluster.resource_type, cluster.resource_name, cluster.operation) == (CLUSTER, "kafka-cluster", ALL)
 
@@ -61,14 +61,14 @@ def test_a_binding_the_store_cannot_hold_is_invalid_request(overrides, says):
 
 def test_any_selects_everything_and_exact_values_select_exactly():
     everything = selection_from_kafka(**kafka_filter())
-    assert everything.store == admin_pb2.AclFilter() and everything.covering is None
+    assert everything.store == AclFilter() and everything.covering is None
     exact = selection_from_kafka(**kafka_filter(resource_type=TOPIC, resource_name="orders", pattern_type=LITERAL,
                                                 principal="User:alice", host="*", operation=READ, permission=ALLOW))
-    assert exact.store == admin_pb2.AclFilter(principal="User:alice", resource_type=TOPIC, resource_name="orders",
-                                              pattern_type=LITERAL, operation=READ, permission=ALLOW)
+    assert exact.store == AclFilter(principal="User:alice", resource_type=TOPIC, resource_name="orders",
+                                    pattern_type=LITERAL, operation=READ, permission=ALLOW)
     # pattern type ANY with a name: that exact name, whatever its pattern type
     named = selection_from_kafka(**kafka_filter(resource_name="orders"))
-    assert named.store == admin_pb2.AclFilter(resource_name="orders") and named.covering is None
+    assert named.store == AclFilter(resource_name="orders") and named.covering is None
 
 
 @pytest.mark.parametrize("overrides", [
@@ -88,7 +88,7 @@ def test_kafkas_unknown_values_in_a_filter_are_invalid_request(field, code):
 
 def test_match_keeps_the_bindings_whose_pattern_covers_the_named_resource():
     match = selection_from_kafka(**kafka_filter(resource_type=TOPIC, resource_name="payroll", pattern_type=MATCH))
-    assert match.store == admin_pb2.AclFilter(resource_type=TOPIC)  # the name is matched here, not in the store
+    assert match.store == AclFilter(resource_type=TOPIC)  # the name is matched here, not in the store
     assert match.covering == "payroll"
     assert match.selects(binding("payroll"))
     assert match.selects(binding("*"))

@@ -14,10 +14,11 @@ import types
 import pytest
 from google.protobuf.message import Message
 
-from lowtide.kafka import apis_admin, apis_cluster, apis_configs, apis_data, apis_partitions
+from lowtide.kafka import apis_admin, apis_cluster, apis_configs, apis_data, apis_partitions, apis_scram
 from lowtide.replica.delete_records import DeleteRecordsHandler as LeaderDeletes
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
+from lowtide.replica.leader_epoch_handler import OffsetForLeaderEpochHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.produce_handler import ProduceHandler
@@ -119,3 +120,37 @@ def test_a_topic_or_cluster_admin_handler_calls_the_front_door_with_no_protobuf_
 def test_the_topic_and_cluster_admin_modules_import_no_protobuf(module):
     assert [name for name, value in vars(module).items()
             if isinstance(value, types.ModuleType) and value.__name__.startswith("lowtide_pb")] == []
+
+
+# -- ACLs, SCRAM credentials and OffsetForLeaderEpoch (issue 47) ---------------------------------
+def _functions(module) -> list:
+    return [f for f in vars(module).values() if inspect.isfunction(f) and f.__module__ == module.__name__]
+
+
+OFFSET_FOR_LEADER_EPOCH_CHAIN = [apis_cluster.offset_for_leader_epoch,
+                                 OffsetForLeaderEpochHandler.offset_for_leader_epoch,
+                                 ReplicaManager.offset_for_leader_epoch, ReplicaRequests.offset_for_leader_epoch]
+# Every function of apis_scram; apis_cluster's ACL handlers with their helpers, and OffsetForLeaderEpoch.
+ACL_SCRAM_EPOCH_PATHS = [*_functions(apis_scram), apis_cluster.create_acls, apis_cluster.describe_acls,
+                         apis_cluster.delete_acls, apis_cluster.binding_from_kafka, apis_cluster.selection_from_kafka,
+                         apis_cluster.AclSelection.selects, apis_cluster._selection, apis_cluster._described,
+                         apis_cluster._by_resource, apis_cluster._exactly, apis_cluster._store_principal,
+                         apis_cluster._kafka_name, *OFFSET_FOR_LEADER_EPOCH_CHAIN]
+
+
+@pytest.mark.parametrize("fn", ACL_SCRAM_EPOCH_PATHS, ids=lambda f: f.__qualname__)
+def test_kafka_acls_scram_credentials_and_leader_epochs_reach_their_domain_through_no_protobuf_and_no_method_name(fn):
+    assert offences(fn) == []
+
+
+def test_apis_scram_imports_no_protobuf():
+    assert not [name for name, value in vars(apis_scram).items()
+                if isinstance(value, types.ModuleType) and value.__name__.startswith("lowtide_pb")]
+
+
+def test_each_function_on_the_leader_epoch_path_calls_the_next():
+    def names(fn) -> set[str]:
+        return {n for code in _codes(inspect.unwrap(fn).__code__) for n in code.co_names}
+
+    for fn, following in zip(OFFSET_FOR_LEADER_EPOCH_CHAIN, OFFSET_FOR_LEADER_EPOCH_CHAIN[1:], strict=False):
+        assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"

@@ -64,6 +64,11 @@ class RemoteFrontDoorView:
         self.partitions = RemotePartitions(stub, **parts)
         self.elections = RemoteElections(stub, **parts)
         self.reassigner = RemoteReassigner(stub, **parts)
+        from lowtide.client.frontdoor.acls import RemoteAcls  # noqa: PLC0415
+        from lowtide.client.frontdoor.scram import RemoteScram  # noqa: PLC0415
+
+        self.acls = RemoteAcls(stub, **parts)
+        self.scram = RemoteScram(stub, **parts)
         self._stub, self._parts = stub, parts
 
 

@@ -17,8 +17,7 @@ derived from it are stored (lowtide/auth/scram.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType, parse_principal
 from lowtide.auth.identity import BROKER_PRINCIPAL_PREFIX, FRONTDOOR_PRINCIPAL
@@ -32,14 +31,11 @@ from lowtide.errors import (
     UnacceptableCredential,
     UnsupportedSaslMechanism,
 )
-from lowtide.messages.admin import Deletion, Upsertion
+from lowtide.messages.admin import Deletion, ScramCredentialInfo, Upsertion, UserCredentials
 
 
-@dataclass(frozen=True, slots=True)
-class UserCredentials:
-    user: str
-    error: LowtideError | None
-    credentials: tuple[CredentialInfo, ...] = ()
+def _shown(infos: Iterable[CredentialInfo]) -> tuple[ScramCredentialInfo, ...]:
+    return tuple(ScramCredentialInfo(mechanism=i.mechanism.code, iterations=i.iterations) for i in infos)
 
 
 def check_user_name(user: str) -> None:
@@ -75,7 +71,7 @@ class ScramAdmin:
         empty). Raises ClusterAuthorizationFailed without DESCRIBE on the CLUSTER."""
         self._require_cluster(principal, AclOperation.DESCRIBE)
         if not users:
-            return [UserCredentials(user, None, tuple(infos)) for user, infos in self._store.describe().items()]
+            return [UserCredentials(user, None, _shown(infos)) for user, infos in self._store.describe().items()]
         counts: dict[str, int] = {}
         for user in users:
             counts[user] = counts.get(user, 0) + 1
@@ -88,7 +84,7 @@ class ScramAdmin:
                 results.append(UserCredentials(user, ResourceNotFound(
                     f"attempt to describe a user credential that does not exist: {user!r}")))
             else:
-                results.append(UserCredentials(user, None, tuple(found[user])))
+                results.append(UserCredentials(user, None, _shown(found[user])))
         return results
 
     def alter(self, *, principal: str, deletions: Sequence[Deletion],
