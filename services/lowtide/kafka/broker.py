@@ -43,6 +43,7 @@ from lowtide.kafka.protocol import (
     response_type,
 )
 from lowtide.kafka.services import ServiceCaller
+from lowtide.messages import TopicPartition
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     DeleteRecordsResult,
@@ -50,8 +51,11 @@ from lowtide.messages.replica import (
     FetchPosition,
     OffsetQuery,
     PartitionOffset,
+    PartitionProducers,
     ProducedPartition,
     ProduceItem,
+    TxnMarkerRequest,
+    TxnMarkerResult,
 )
 from lowtide.rpc.steps import Steps, run_blocking
 
@@ -140,6 +144,21 @@ class DeleteRecordsHandler(Protocol):
                        timeout_ms: int) -> list[DeleteRecordsResult]: ...
 
 
+class TxnMarkersHandler(Protocol):
+    """The replica's WriteTxnMarkers handler (``lowtide.replica.txn_markers_handler``): per marker,
+    its partitions' ``TxnMarkerResult``; raises CLUSTER_AUTHORIZATION_FAILED for the whole call."""
+
+    def write_txn_markers(self, principal: str, markers: Sequence[TxnMarkerRequest], *,
+                          timeout_ms: int = 0) -> list[list[TxnMarkerResult]]: ...
+
+
+class DescribeProducersHandler(Protocol):
+    """The replica's DescribeProducers handler (``lowtide.replica.describe_producers_handler``)."""
+
+    def describe_producers(self, principal: str, partitions: Sequence[TopicPartition]
+                           ) -> list[PartitionProducers]: ...
+
+
 class FrontDoorParts(Protocol):
     """The front door's domain objects (``lowtide.frontdoor.servicer.FrontDoor``, or its remote
     twin ``lowtide.client.frontdoor.RemoteFrontDoorView``): each takes and answers
@@ -191,6 +210,10 @@ class KafkaServices:
     # The front door's domain objects for a connection's identity (Call.front): the FrontDoor of
     # this process (a front door's listener), or RemoteFrontDoor.bound (a replica's).
     front_door: Callable[[Sequence[tuple[str, str]]], FrontDoorParts] | None = None
+    # The replica's WriteTxnMarkers and DescribeProducers handlers (None: no replica here, a front
+    # door's listener, which answers each partition NOT_LEADER_OR_FOLLOWER).
+    txn_markers: TxnMarkersHandler | None = None
+    producer_states: DescribeProducersHandler | None = None
 
 
 @dataclass

@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             admin=frontdoor, replica=InProcess(servicer), producer=servicer.producer, fetcher=servicer.fetcher,
             offsets=servicer.offsets, deleter=servicer.deleter, front_door=remote_front.bound,
+            txn_markers=servicer.txn_markers, producer_states=servicer.producer_states,
             metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
