@@ -332,8 +332,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def InitProducerId(self, request, context):  # noqa: N802
         try:
             answer: tuple[int, int] | LowtideError = self._front.transactions.init_producer_id(
-                principal=self._principal(context), transactional_id=request.transactional_id,
-                timeout_ms=request.transaction_timeout_ms)
+                principal=self._principal(context), **convert_txn.init_producer_id_args(request))
         except LowtideError as err:
             answer = err
         return convert_txn.init_producer_id_response(answer)

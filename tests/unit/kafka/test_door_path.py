@@ -14,7 +14,7 @@ import types
 import pytest
 from google.protobuf.message import Message
 
-from lowtide.kafka import apis_admin, apis_data
+from lowtide.kafka import apis_admin, apis_data, apis_groups, apis_txn
 from lowtide.replica.delete_records import DeleteRecordsHandler as LeaderDeletes
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.fetch_handler import FetchHandler
@@ -99,3 +99,21 @@ def test_each_function_on_the_path_calls_the_next():
         for fn, following in zip(chain, chain[1:], strict=False):
             assert following.__name__ in names(fn), f"{fn.__qualname__} does not call {following.__qualname__}"
     assert "_produce_diskless" in names(ProduceHandler.produce_steps)
+
+
+# Consumer groups and transactions (issue 47): every handler calls the front door's domain objects
+# (Call.front) and the replica's handlers (KafkaServices) with lowtide.messages types.
+def _handlers(module) -> list:
+    return [fn for name, fn in vars(module).items()
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("__")]
+
+
+@pytest.mark.parametrize("fn", _handlers(apis_groups) + _handlers(apis_txn), ids=lambda f: f.__qualname__)
+def test_a_group_or_transaction_request_reaches_its_coordinator_through_no_protobuf_and_no_method_name(fn):
+    assert offences(fn) == []
+
+
+def test_the_group_and_transaction_handlers_import_no_protobuf():
+    for module in (apis_groups, apis_txn):
+        assert not [name for name, value in vars(module).items()
+                    if isinstance(value, types.ModuleType) and value.__name__.startswith("lowtide_pb")]

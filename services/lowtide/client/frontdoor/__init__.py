@@ -48,6 +48,12 @@ class RemoteFrontDoorView:
                  timeout_s: float) -> None:
         parts = {"metadata": metadata, "timeout_s": timeout_s}
         # Each area's remote objects are added here as they are converted (issue 47).
+        # Imported here, not at the top: these modules subclass RemotePart of this one.
+        from lowtide.client.frontdoor.groups import RemoteGroups, RemoteMembership
+        from lowtide.client.frontdoor.transactions import RemoteTransactions
+
+        self.groups, self.members = RemoteGroups(stub, **parts), RemoteMembership(stub, **parts)
+        self.transactions = RemoteTransactions(stub, **parts)
         self._stub, self._parts = stub, parts
 
 

@@ -20,6 +20,7 @@ from lowtide.messages import TopicPartition
 from lowtide.messages.admin import Described, OffsetCommit, TxnState
 from lowtide.messages.replica import PartitionProducers, ProducerDescription, TxnMarkerRequest, TxnMarkerResult
 from lowtide.rpc.convert.groups import commit_from_proto, error_fields
+from lowtide.rpc.convert.groups import commit_results_from_proto as groups_commit_results_from_proto
 from lowtide_pb import common_pb2, transactions_pb2
 
 
@@ -32,6 +33,15 @@ def _partitions_from_proto(partitions) -> list[TopicPartition]:
 
 
 # -- the producer's calls (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) -----------
+def init_producer_id_request(*, transactional_id: str, timeout_ms: int = 0) -> transactions_pb2.InitProducerIdRequest:
+    return transactions_pb2.InitProducerIdRequest(transactional_id=transactional_id,
+                                                  transaction_timeout_ms=timeout_ms)
+
+
+def init_producer_id_args(r: transactions_pb2.InitProducerIdRequest) -> dict:
+    return {"transactional_id": r.transactional_id, "timeout_ms": r.transaction_timeout_ms}
+
+
 def init_producer_id_response(answer: tuple[int, int] | LowtideError) -> transactions_pb2.InitProducerIdResponse:
     """The producer id and epoch, or the error (id and epoch -1)."""
     if isinstance(answer, LowtideError):
@@ -117,6 +127,12 @@ def commit_results_to_proto(results: Sequence[tuple[OffsetCommit, LowtideError |
                             ) -> transactions_pb2.TxnOffsetCommitResponse:
     return transactions_pb2.TxnOffsetCommitResponse(partitions=partition_results_to_proto(
         [(c.topic, c.partition, e) for c, e in results]))
+
+
+def commit_results_from_proto(commits: Sequence[OffsetCommit], response: transactions_pb2.TxnOffsetCommitResponse
+                              ) -> list[tuple[OffsetCommit, LowtideError | None]]:
+    """The answer to ``commits``, in their order (as OffsetCommit's: ``groups.commit_results_from_proto``)."""
+    return groups_commit_results_from_proto(commits, response.partitions)
 
 
 # -- ListTransactions, DescribeTransactions (KIP-664) ---------------------------------------------
