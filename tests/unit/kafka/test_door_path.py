@@ -17,11 +17,13 @@ from google.protobuf.message import Message
 from lowtide.kafka import apis_admin, apis_data, apis_groups, apis_txn
 from lowtide.replica.delete_records import DeleteRecordsHandler as LeaderDeletes
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
+from lowtide.replica.describe_producers_handler import DescribeProducersHandler
 from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
 from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.requests import ReplicaRequests
+from lowtide.replica.txn_markers_handler import TxnMarkersHandler
 from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
 
 # Each calls the next; the Produce handler also calls its diskless branch.
@@ -108,7 +110,8 @@ def _handlers(module) -> list:
             if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("__")]
 
 
-@pytest.mark.parametrize("fn", _handlers(apis_groups) + _handlers(apis_txn), ids=lambda f: f.__qualname__)
+@pytest.mark.parametrize("fn", _handlers(apis_groups) + _handlers(apis_txn) + [
+    DescribeProducersHandler.describe_producers, TxnMarkersHandler.write_txn_markers], ids=lambda f: f.__qualname__)
 def test_a_group_or_transaction_request_reaches_its_coordinator_through_no_protobuf_and_no_method_name(fn):
     assert offences(fn) == []
 
