@@ -374,6 +374,11 @@ class UnknownTopicId(InvalidMetadataError):
     code, name = 100, "UNKNOWN_TOPIC_ID"
 
 
+class TransactionalIdNotFound(LowtideError):
+    # Kafka (KIP-664): DescribeTransactions of a transactional id the coordinator has no state for.
+    code, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():
@@ -417,7 +422,3 @@ def error_for_name(name: str, message: str = "") -> LowtideError:
     cls = _BY_NAME.get(name, UnknownServerError)
     return cls(message)
 
-
-class TransactionalIdNotFound(LowtideError):
-    # Kafka (KIP-664): DescribeTransactions of a transactional id the coordinator has no state for.
-    code, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"

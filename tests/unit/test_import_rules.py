@@ -61,8 +61,8 @@ MAY_IMPORT: dict[str, set[str]] = {
                         "groups", "diskless", "kafka", "internal_topics"},
     "frontdoor": BASE | {"metadata", "purgatory", "auth", "rpc", "client", "common", "groups", "record", "diskless",
                          "leases", "kafka", "tls", "internal_topics"},
-    # The Kafka protocol listener: it translates Kafka messages to the lowtide.v1 protobuf requests
-    # and calls the services' servicers (in process) or the front door (rpc); never the log itself.
+    # The Kafka protocol listener: it translates Kafka messages to lowtide.messages types and calls
+    # the replica's handlers and the front door's objects (Call.front); never the log itself.
     # record: only record.varint, the Produce codec's unsigned varints (batches stay bytes).
     "kafka": BASE | {"rpc", "common", "metadata", "tls", "record"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
@@ -81,10 +81,10 @@ ETCD_CLIENT_MODULE = "metadata/etcd.py"
 METADATA_PORT_INTERNALS = {"etcd", "image"}
 # Modules (besides lowtide.rpc.* and lowtide.client.*) allowed to import generated code: the gRPC
 # servicers and servers (and lowtide/replica/registration.py, which registers the Replica servicer
-# with its own Produce deserializer), and the Kafka protocol's API translators
-# (lowtide/kafka/apis_*.py), which build the same protobuf requests a gRPC caller sends.
+# with its own Produce deserializer). The Kafka protocol listener imports none at all, its server
+# module included: its handlers call domain objects with lowtide.messages types (issue 47).
 PROTOBUF_MODULE_NAMES = {"servicer", "server", "registration"}
-PROTOBUF_PACKAGE_PREFIXES = {"kafka": "apis_"}
+PROTOBUF_FREE_PACKAGES = {"kafka"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages", "lowtide.messages.admin",
@@ -131,8 +131,9 @@ def find_violations(root: Path) -> list[str]:
                 if rel.as_posix() != ETCD_CLIENT_MODULE:
                     violations.append(f"{where}: only lowtide/{ETCD_CLIENT_MODULE} talks to etcd ({name})")
             elif parts[0] == "lowtide_pb":
-                translator = path.stem.startswith(PROTOBUF_PACKAGE_PREFIXES.get(package, "\0"))
-                if package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES and not translator:
+                if package in PROTOBUF_FREE_PACKAGES:
+                    violations.append(f"{where}: lowtide.{package} imports no generated code ({name})")
+                elif package not in ("rpc", "client") and path.stem not in PROTOBUF_MODULE_NAMES:
                     violations.append(f"{where}: only rpc/, client/ and servicers import generated code ({name})")
             elif parts[0] == "lowtide" and len(parts) > 2 and parts[1] == "metadata" and \
                     parts[2] in METADATA_PORT_INTERNALS and package != "metadata":

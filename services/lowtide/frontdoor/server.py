@@ -56,7 +56,6 @@ from lowtide.frontdoor.transactions.txn_log import DEFAULT_TXN_STATE_PARTITIONS,
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
-from lowtide.kafka.services import InProcess
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
@@ -288,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         # Only a bootstrap address: Metadata lists the replica servers as the brokers.
         host, _ = kafka.listener.host, kafka.start()
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
-            node=Node(node_id=-1, host=host, port=kafka.port), admin=InProcess(AdminServicer(parts.front)),
+            node=Node(node_id=-1, host=host, port=kafka.port),
             front_door=lambda _metadata: parts.front, authenticate=parts.front.principal_of,
             metadata_responses=MetadataResponses(revision=parts.store.version), auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,

@@ -25,44 +25,21 @@ from lowtide.frontdoor.groups.groups import GroupCoordinator
 from lowtide.frontdoor.groups.membership import GroupMembership
 from lowtide.frontdoor.transactions.transactions import TransactionCoordinator
 from lowtide.messages.admin import (
-    CommittedOffset,
     ElectionType,
-    GroupOutcome,
-    JoinRequest,
-    LeavingMember,
-    OffsetCommit,
-    Protocol,
+    JoinResult,
+    SyncResult,
 )
 from lowtide.rpc.convert import acls as acls_convert
+from lowtide.rpc.convert import groups as convert_groups
 from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.convert import topics
+from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
 def _code(error: LowtideError | None) -> tuple[int, str]:
     return (0, "") if error is None else (error.code, error.message)
-
-
-def _offset_result(c: CommittedOffset) -> admin_pb2.OffsetFetchResult:
-    code, message = _code(c.error)
-    return admin_pb2.OffsetFetchResult(topic=c.topic, partition=c.partition, offset=c.offset, metadata=c.metadata,
-                                       error_code=code, error_message=message, leader_epoch=c.leader_epoch)
-
-
-def _group_description(o: GroupOutcome) -> admin_pb2.GroupDescription:
-    code, message = _code(o.error)
-    description = admin_pb2.GroupDescription(group_id=o.group_id, error_code=code, error_message=message,
-                                              offsets=[_offset_result(c) for c in o.offsets])
-    if o.error is None:
-        g = o.group
-        description.state = g.state if g is not None else "Empty"
-        if g is not None:
-            description.protocol_type, description.protocol = g.protocol_type, g.protocol
-            description.members.extend(admin_pb2.GroupMemberDescription(
-                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
-                client_host=m.client_host, metadata=m.metadata, assignment=m.assignment) for m in g.members)
-    return description
 
 
 def _client_host(request_host: str, context: grpc.ServicerContext) -> str:
@@ -190,43 +167,31 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                                      items=topics.delete_items_from_proto(request))
         return common_pb2.DeleteRecordsResponse(partitions=delete_results_to_proto(answers))
 
-    # -- groups ------------------------------------------------------------------------------
+    # -- groups (frontdoor/groups/groups.py; converted by lowtide.rpc.convert.groups) -------------
     def OffsetCommit(self, request, context):  # noqa: N802
-        results = self._front.groups.commit_offsets(
-            principal=self._principal(context), group_id=request.group_id,
-            commits=[OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata,
-                                 leader_epoch=p.leader_epoch if p.HasField("leader_epoch") else -1)
-                     for p in request.partitions],
-            generation_id=request.generation_id if request.HasField("generation_id") else -1,
-            member_id=request.member_id, group_instance_id=request.group_instance_id)
-        return admin_pb2.OffsetCommitResponse(partitions=[
-            admin_pb2.OffsetCommitResult(topic=c.topic, partition=c.partition, error_code=_code(e)[0],
-                                         error_message=_code(e)[1]) for c, e in results])
+        results = self._front.groups.commit_offsets(principal=self._principal(context),
+                                                    **convert_groups.offset_commit_args(request))
+        return admin_pb2.OffsetCommitResponse(partitions=convert_groups.commit_results_to_proto(results))
 
     def OffsetFetch(self, request, context):  # noqa: N802
-        offsets = self._front.groups.fetch_offsets(
-            principal=self._principal(context), group_id=request.group_id,
-            partitions=[(p.topic, p.partition) for p in request.partitions], require_stable=request.require_stable)
+        offsets = self._front.groups.fetch_offsets(principal=self._principal(context),
+                                                   **convert_groups.offset_fetch_args(request))
         return admin_pb2.OffsetFetchResponse(group_id=request.group_id,
-                                             partitions=[_offset_result(c) for c in offsets])
+                                             partitions=[convert_groups.committed_to_proto(c) for c in offsets])
 
     def ListGroups(self, request, context):  # noqa: N802
-        listings = self._front.groups.list_group_listings(principal=self._principal(context))
-        return admin_pb2.ListGroupsResponse(group_ids=[g.group_id for g in listings], groups=[
-            admin_pb2.GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state)
-            for g in listings])
+        return convert_groups.listings_to_proto(self._front.groups.list_group_listings(
+            principal=self._principal(context)))
 
     def DescribeGroups(self, request, context):  # noqa: N802
         outcomes = self._front.groups.describe_groups(principal=self._principal(context),
                                                       group_ids=list(request.group_ids))
-        return admin_pb2.DescribeGroupsResponse(groups=[_group_description(o) for o in outcomes])
+        return admin_pb2.DescribeGroupsResponse(groups=[convert_groups.description_to_proto(o) for o in outcomes])
 
     def DeleteGroups(self, request, context):  # noqa: N802
         outcomes = self._front.groups.delete_groups(principal=self._principal(context),
                                                     group_ids=list(request.group_ids))
-        return admin_pb2.DeleteGroupsResponse(groups=[
-            admin_pb2.GroupResult(group_id=o.group_id, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        return admin_pb2.DeleteGroupsResponse(groups=convert_groups.group_results_to_proto(outcomes))
 
     def OffsetDelete(self, request, context):  # noqa: N802
         try:
@@ -234,10 +199,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 principal=self._principal(context), group_id=request.group_id,
                 partitions=[(p.topic, p.partition) for p in request.partitions])
         except LowtideError as err:
-            return admin_pb2.OffsetDeleteResponse(error_code=err.code, error_message=err.message)
-        return admin_pb2.OffsetDeleteResponse(partitions=[
-            admin_pb2.OffsetCommitResult(topic=o.topic, partition=o.partition, error_code=_code(o.error)[0],
-                                         error_message=_code(o.error)[1]) for o in outcomes])
+            return convert_groups.offset_delete_response(err)
+        return convert_groups.offset_delete_response(outcomes)
 
     # -- group membership (frontdoor/groups/membership.py): Kafka answers errors, so do these -----
     def _members(self) -> GroupMembership:
@@ -247,58 +210,34 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def JoinGroup(self, request, context):  # noqa: N802
         try:
-            result = self._members().join_group(principal=self._principal(context), request=JoinRequest(
-                group_id=request.group_id, session_timeout_ms=request.session_timeout_ms,
-                rebalance_timeout_ms=request.rebalance_timeout_ms, member_id=request.member_id,
-                group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
-                protocols=tuple(Protocol(name=p.name, metadata=p.metadata) for p in request.protocols),
-                require_known_member_id=request.require_known_member_id, client_id=request.client_id,
-                client_host=_client_host(request.client_host, context), reason=request.reason))
+            result = self._members().join_group(principal=self._principal(context),
+                                                request=convert_groups.join_request_from_proto(
+                                                    request, client_host=_client_host(request.client_host, context)))
         except LowtideError as err:
-            return admin_pb2.JoinGroupResponse(error_code=err.code, error_message=err.message, generation_id=-1,
-                                               member_id=request.member_id)
-        code, message = _code(result.error)
-        return admin_pb2.JoinGroupResponse(
-            error_code=code, error_message=message, generation_id=result.generation_id,
-            protocol_type=result.protocol_type, protocol_name=result.protocol_name, leader=result.leader,
-            member_id=result.member_id, members=[
-                admin_pb2.JoinGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                                          metadata=m.metadata) for m in result.members])
+            result = JoinResult(member_id=request.member_id, error=err)
+        return convert_groups.join_result_to_proto(result)
 
     def SyncGroup(self, request, context):  # noqa: N802
         try:
-            result = self._members().sync_group(
-                principal=self._principal(context), group_id=request.group_id, generation_id=request.generation_id,
-                member_id=request.member_id, group_instance_id=request.group_instance_id,
-                protocol_type=request.protocol_type, protocol_name=request.protocol_name,
-                assignments={a.member_id: a.assignment for a in request.assignments})
+            result = self._members().sync_group(principal=self._principal(context), **convert_groups.sync_args(request))
         except LowtideError as err:
-            return admin_pb2.SyncGroupResponse(error_code=err.code, error_message=err.message)
-        code, message = _code(result.error)
-        return admin_pb2.SyncGroupResponse(error_code=code, error_message=message, protocol_type=result.protocol_type,
-                                           protocol_name=result.protocol_name, assignment=result.assignment)
+            result = SyncResult(error=err)
+        return convert_groups.sync_result_to_proto(result)
 
     def Heartbeat(self, request, context):  # noqa: N802
         try:
-            self._members().heartbeat(principal=self._principal(context), group_id=request.group_id,
-                                      generation_id=request.generation_id, member_id=request.member_id,
-                                      group_instance_id=request.group_instance_id)
+            self._members().heartbeat(principal=self._principal(context), **convert_groups.heartbeat_args(request))
         except LowtideError as err:
             return admin_pb2.HeartbeatResponse(error_code=err.code, error_message=err.message)
         return admin_pb2.HeartbeatResponse()
 
     def LeaveGroup(self, request, context):  # noqa: N802
         try:
-            outcomes = self._members().leave_group(
-                principal=self._principal(context), group_id=request.group_id,
-                members=[LeavingMember(member_id=m.member_id, group_instance_id=m.group_instance_id, reason=m.reason)
-                         for m in request.members])
+            outcomes = self._members().leave_group(principal=self._principal(context), group_id=request.group_id,
+                                                   members=convert_groups.leaving_from_proto(request))
         except LowtideError as err:
             return admin_pb2.LeaveGroupResponse(error_code=err.code, error_message=err.message)
-        return admin_pb2.LeaveGroupResponse(members=[
-            admin_pb2.LeaveGroupMemberResult(member_id=o.member_id, group_instance_id=o.group_instance_id,
-                                             error_code=_code(o.error)[0], error_message=_code(o.error)[1])
-            for o in outcomes])
+        return convert_groups.leave_outcomes_to_proto(outcomes)
 
     # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802
@@ -326,88 +265,50 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                                filters=[acls_convert.filter_from_proto(f) for f in request.filters])
         return acls_convert.delete_response(deleted)
 
-    # -- transactions (frontdoor/transactions/transactions.py) ---------------------------------
+    # -- transactions (frontdoor/transactions/transactions.py; lowtide.rpc.convert.transactions) --
     def InitProducerId(self, request, context):  # noqa: N802
         try:
-            pid, epoch = self._front.transactions.init_producer_id(
-                principal=self._principal(context), transactional_id=request.transactional_id,
-                timeout_ms=request.transaction_timeout_ms)
+            answer: tuple[int, int] | LowtideError = self._front.transactions.init_producer_id(
+                principal=self._principal(context), **convert_txn.init_producer_id_args(request))
         except LowtideError as err:
-            return transactions_pb2.InitProducerIdResponse(error_code=err.code, error_message=err.message,
-                                                           producer_id=-1, producer_epoch=-1)
-        return transactions_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+            answer = err
+        return convert_txn.init_producer_id_response(answer)
 
     def AddPartitionsToTxn(self, request, context):  # noqa: N802
-        results = self._front.transactions.add_partitions(
-            principal=self._principal(context), transactional_id=request.transactional_id,
-            producer_id=request.producer_id, producer_epoch=request.producer_epoch,
-            partitions=[(p.topic, p.partition) for p in request.partitions])
-        return transactions_pb2.AddPartitionsToTxnResponse(partitions=[
-            transactions_pb2.TxnPartitionResult(topic=t, partition=p, error_code=_code(e)[0],
-                                                error_message=_code(e)[1]) for t, p, e in results])
+        results = self._front.transactions.add_partitions(principal=self._principal(context),
+                                                          **convert_txn.add_partitions_args(request))
+        return transactions_pb2.AddPartitionsToTxnResponse(partitions=convert_txn.partition_results_to_proto(results))
 
     def EndTxn(self, request, context):  # noqa: N802
         try:
-            self._front.transactions.end_txn(principal=self._principal(context),
-                                             transactional_id=request.transactional_id,
-                                             producer_id=request.producer_id, producer_epoch=request.producer_epoch,
-                                             commit=request.commit)
+            self._front.transactions.end_txn(principal=self._principal(context), **convert_txn.end_txn_args(request))
         except LowtideError as err:
             return transactions_pb2.EndTxnResponse(error_code=err.code, error_message=err.message)
         return transactions_pb2.EndTxnResponse()
 
     def AddOffsetsToTxn(self, request, context):  # noqa: N802
         try:
-            self._front.transactions.add_offsets(
-                principal=self._principal(context), transactional_id=request.transactional_id,
-                producer_id=request.producer_id, producer_epoch=request.producer_epoch, group_id=request.group_id)
+            self._front.transactions.add_offsets(principal=self._principal(context),
+                                                 **convert_txn.add_offsets_args(request))
         except LowtideError as err:
             return transactions_pb2.AddOffsetsToTxnResponse(error_code=err.code, error_message=err.message)
         return transactions_pb2.AddOffsetsToTxnResponse()
 
     def TxnOffsetCommit(self, request, context):  # noqa: N802
-        principal = self._principal(context)
-        commits = [OffsetCommit(topic=p.topic, partition=p.partition, offset=p.offset, metadata=p.metadata,
-                                 leader_epoch=p.leader_epoch if p.HasField("leader_epoch") else -1)
-                   for p in request.partitions]
-        try:
-            self._front.transactions.check_offsets_in_txn(
-                principal=principal, transactional_id=request.transactional_id, producer_id=request.producer_id,
-                producer_epoch=request.producer_epoch, group_id=request.group_id)
-            results = self._front.groups.commit_offsets(
-                principal=principal, group_id=request.group_id, commits=commits,
-                generation_id=request.generation_id if request.HasField("generation_id") else -1,
-                member_id=request.member_id, group_instance_id=request.group_instance_id,
-                txn_producer=(request.producer_id, request.producer_epoch))
-        except LowtideError as err:
-            results = [(c, err) for c in commits]
-        return transactions_pb2.TxnOffsetCommitResponse(partitions=[
-            transactions_pb2.TxnPartitionResult(topic=c.topic, partition=c.partition, error_code=_code(e)[0],
-                                                error_message=_code(e)[1]) for c, e in results])
+        # check_offsets_in_txn, then the groups' commit: one domain method, the Kafka listener's too.
+        return convert_txn.commit_results_to_proto(self._front.transactions.commit_offsets(
+            principal=self._principal(context), groups=self._front.groups,
+            **convert_txn.txn_offset_commit_args(request)))
 
     def ListTransactions(self, request, context):  # noqa: N802
-        found = self._front.transactions.list_transactions(
-            principal=self._principal(context), states=list(request.state_filters),
-            producer_ids=list(request.producer_id_filters), running_longer_than_ms=request.duration_filter_ms)
-        return transactions_pb2.ListTransactionsResponse(transactions=[
-            transactions_pb2.TransactionListing(transactional_id=st.transactional_id, producer_id=st.producer_id,
-                                                state=st.state) for st in found])
+        return convert_txn.listings_to_proto(self._front.transactions.list_transactions(
+            principal=self._principal(context), **convert_txn.list_args(request)))
 
     def DescribeTransactions(self, request, context):  # noqa: N802
         described = self._front.transactions.describe_transactions(
             principal=self._principal(context), transactional_ids=list(request.transactional_ids))
-        out = []
-        for transactional_id, st, err in described:
-            code, message = _code(err)
-            d = transactions_pb2.TransactionDescription(transactional_id=transactional_id, error_code=code,
-                                                        error_message=message, producer_id=-1, producer_epoch=-1,
-                                                        start_ms=-1)
-            if st is not None:
-                d.state, d.timeout_ms, d.start_ms = st.state, st.timeout_ms, st.start_ms
-                d.producer_id, d.producer_epoch = st.producer_id, st.producer_epoch
-                d.partitions.extend(common_pb2.TopicPartition(topic=t, partition=p) for t, p in sorted(st.partitions))
-            out.append(d)
-        return transactions_pb2.DescribeTransactionsResponse(transactions=out)
+        return transactions_pb2.DescribeTransactionsResponse(
+            transactions=[convert_txn.description_to_proto(d) for d in described])
 
     def WhoAmI(self, request, context):  # noqa: N802
         return admin_pb2.WhoAmIResponse(principal=self._principal(context),

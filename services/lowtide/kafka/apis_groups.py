@@ -1,103 +1,132 @@
 """Consumer groups over the Kafka protocol: the classic group protocol and committed offsets, answered
-by the front door's group coordinator (Admin JoinGroup/SyncGroup/Heartbeat/LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
+by the front door's group membership and group coordinator (``Call.front.members`` and
+``Call.front.groups``: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete), called with ``lowtide.messages`` types.
 
 Every broker answers FindCoordinator with a live broker and forwards these requests to the front
 door, so the coordinator a client talks to never moves the group's state: it is the front door's.
 A JoinGroup waits for the rebalance, up to the member's rebalance timeout, so its forward gets that
-long (plus a margin) instead of the usual admin deadline.
+long (plus a margin) instead of the usual admin deadline (``lowtide.client.frontdoor.groups``).
+
+An error the membership raises (a refused principal, a front door that runs no membership: that
+is NOT_COORDINATOR, as its servicer answers) is the answer's error code, as the front door's
+servicer answers it; so is a forward that failed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lowtide.errors import CoordinatorNotAvailable, LowtideError, NetworkException, RequestTimedOut
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, NetworkException, NotCoordinator, RequestTimedOut
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
-from lowtide_pb import admin_pb2, common_pb2
+from lowtide.messages.admin import JoinRequest, JoinResult, LeavingMember, OffsetCommit, Protocol, SyncResult
 
 OFFSET_COMMIT_KEY, OFFSET_FETCH_KEY, JOIN_GROUP_KEY, HEARTBEAT_KEY, LEAVE_GROUP_KEY = 8, 9, 11, 12, 13
 SYNC_GROUP_KEY, DESCRIBE_GROUPS_KEY, LIST_GROUPS_KEY, DELETE_GROUPS_KEY, OFFSET_DELETE_KEY = 14, 15, 16, 42, 47
 _NO_OPERATIONS = -(2**31)
 
 
+def _code(error: LowtideError | None) -> int:
+    return 0 if error is None else error.code
+
+
 # -- membership ------------------------------------------------------------------------------
+def _members(call: Call) -> Any:
+    """The front door's GroupMembership (or its remote twin); a front door without one is not
+    the coordinator, as its servicer answers."""
+    members = call.front.members
+    if members is None:
+        raise NotCoordinator("this front door does not coordinate group membership")
+    return members
+
+
 def join_group(call: Call, body: Any) -> Any:
     session_ms = millis(body.session_timeout)
     rebalance_ms = millis(getattr(body, "rebalance_timeout", session_ms))
-    request = admin_pb2.JoinGroupRequest(
-        group_id=body.group_id, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
-        member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None) or "",
-        protocol_type=body.protocol_type, require_known_member_id=call.version >= 4,
-        client_id=call.client_id or "", client_host=call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"),
-        reason=getattr(body, "reason", None) or "",
-        protocols=[admin_pb2.GroupProtocol(name=p.name, metadata=p.metadata) for p in body.protocols])
-    answer = call.admin("JoinGroup", request, timeout_s=max(rebalance_ms, session_ms) / 1000 + 30)
+    try:
+        result = _members(call).join_group(principal=call.principal(), request=JoinRequest(
+            group_id=body.group_id, session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+            member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None) or "",
+            protocol_type=body.protocol_type, require_known_member_id=call.version >= 4,
+            client_id=call.client_id or "", client_host=call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"),
+            reason=getattr(body, "reason", None) or "",
+            protocols=tuple(Protocol(name=p.name, metadata=p.metadata) for p in body.protocols)))
+    except LowtideError as err:
+        result = JoinResult(member_id=body.member_id, error=err)
+    failed = result.error is not None
     return call.make(
-        call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
-        generation_id=answer.generation_id if not answer.error_code else -1,
-        protocol_type=answer.protocol_type or None, protocol_name=answer.protocol_name or (None if call.version >= 7
+        call.response, throttle_time=NO_THROTTLE, error_code=error_code(_code(result.error)),
+        generation_id=result.generation_id if not failed else -1,
+        protocol_type=result.protocol_type or None, protocol_name=result.protocol_name or (None if call.version >= 7
                                                                                             else ""),
-        leader=answer.leader, skip_assignment=False, member_id=answer.member_id,
+        leader=result.leader, skip_assignment=False, member_id=result.member_id,
         members=tuple(call.make("JoinGroupResponseMember", member_id=m.member_id,
                                 group_instance_id=m.group_instance_id or None, metadata=m.metadata)
-                      for m in answer.members))
+                      for m in result.members))
 
 
 def sync_group(call: Call, body: Any) -> Any:
-    answer = call.admin("SyncGroup", admin_pb2.SyncGroupRequest(
-        group_id=body.group_id, generation_id=body.generation_id, member_id=body.member_id,
-        group_instance_id=getattr(body, "group_instance_id", None) or "",
-        protocol_type=getattr(body, "protocol_type", None) or "", protocol_name=getattr(body, "protocol_name", None)
-        or "", assignments=[admin_pb2.SyncGroupAssignment(member_id=a.member_id, assignment=a.assignment)
-                            for a in body.assignments]), timeout_s=330)
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
-                     protocol_type=answer.protocol_type or None, protocol_name=answer.protocol_name or None,
-                     assignment=answer.assignment)
+    try:
+        result = _members(call).sync_group(
+            principal=call.principal(), group_id=body.group_id, generation_id=body.generation_id,
+            member_id=body.member_id, group_instance_id=getattr(body, "group_instance_id", None) or "",
+            protocol_type=getattr(body, "protocol_type", None) or "",
+            protocol_name=getattr(body, "protocol_name", None) or "",
+            assignments={a.member_id: a.assignment for a in body.assignments})
+    except LowtideError as err:
+        result = SyncResult(error=err)
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(_code(result.error)),
+                     protocol_type=result.protocol_type or None, protocol_name=result.protocol_name or None,
+                     assignment=result.assignment)
 
 
 def heartbeat(call: Call, body: Any) -> Any:
-    answer = call.admin("Heartbeat", admin_pb2.HeartbeatRequest(
-        group_id=body.group_id, generation_id=body.generation_id, member_id=body.member_id,
-        group_instance_id=getattr(body, "group_instance_id", None) or ""))
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
+    try:
+        _members(call).heartbeat(principal=call.principal(), group_id=body.group_id,
+                                 generation_id=body.generation_id, member_id=body.member_id,
+                                 group_instance_id=getattr(body, "group_instance_id", None) or "")
+        code = 0
+    except LowtideError as err:
+        code = err.code
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
 def leave_group(call: Call, body: Any) -> Any:
     if hasattr(body, "members"):
-        members = [admin_pb2.LeaveGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id or "",
-                                              reason=getattr(m, "reason", None) or "") for m in body.members]
+        members = [LeavingMember(member_id=m.member_id, group_instance_id=m.group_instance_id or "",
+                                 reason=getattr(m, "reason", None) or "") for m in body.members]
     else:
-        members = [admin_pb2.LeaveGroupMember(member_id=body.member_id)]
-    answer = call.admin("LeaveGroup", admin_pb2.LeaveGroupRequest(group_id=body.group_id, members=members))
-    code = answer.error_code
-    if not hasattr(body, "members") and not code and answer.members:
-        code = answer.members[0].error_code  # v0-v2 name one member and carry one error
+        members = [LeavingMember(member_id=body.member_id)]
+    try:
+        outcomes = _members(call).leave_group(principal=call.principal(), group_id=body.group_id, members=members)
+        code = 0
+    except LowtideError as err:
+        outcomes, code = [], err.code
+    if not hasattr(body, "members") and not code and outcomes:
+        code = _code(outcomes[0].error)  # v0-v2 name one member and carry one error
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code), members=tuple(
-        call.make("MemberResponse", member_id=m.member_id, group_instance_id=m.group_instance_id or None,
-                  error_code=error_code(m.error_code)) for m in answer.members))
+        call.make("MemberResponse", member_id=o.member_id, group_instance_id=o.group_instance_id or None,
+                  error_code=error_code(_code(o.error))) for o in outcomes))
 
 
 # -- offsets ---------------------------------------------------------------------------------
 def offset_commit(call: Call, body: Any) -> Any:
     generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
-    request = admin_pb2.OffsetCommitRequest(
-        group_id=body.group_id, member_id=getattr(body, "member_id", "") or "",
-        group_instance_id=getattr(body, "group_instance_id", None) or "",
-        partitions=[admin_pb2.OffsetCommitPartition(topic=t.name, partition=p.partition_index,
-                                                    offset=p.committed_offset, metadata=p.committed_metadata or "",
-                                                    leader_epoch=getattr(p, "committed_leader_epoch", -1))
-                    for t in body.topics for p in t.partitions])
-    if generation >= 0:
-        request.generation_id = generation
+    commits = [OffsetCommit(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+                            metadata=p.committed_metadata or "",
+                            leader_epoch=getattr(p, "committed_leader_epoch", -1))
+               for t in body.topics for p in t.partitions]
     try:
-        results = {(r.topic, r.partition): r.error_code for r in call.admin("OffsetCommit", request).partitions}
+        results = {(c.topic, c.partition): _code(e) for c, e in call.front.groups.commit_offsets(
+            principal=call.principal(), group_id=body.group_id, commits=commits,
+            generation_id=generation if generation >= 0 else -1, member_id=getattr(body, "member_id", "") or "",
+            group_instance_id=getattr(body, "group_instance_id", None) or "")}
     except LowtideError as err:
         # Every partition gets the error: the generic whole-call answer has no partitions, which
         # a Java consumer reads as a commit that succeeded.
         code = CoordinatorNotAvailable.code if isinstance(err, (NetworkException, RequestTimedOut)) else err.code
-        results = {(p.topic, p.partition): code for p in request.partitions}
+        results = {(c.topic, c.partition): code for c in commits}
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("OffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -107,18 +136,15 @@ def offset_commit(call: Call, body: Any) -> Any:
 
 def _fetch_group(call: Call, group_id: str, topics, *, require_stable: bool) -> tuple[int, dict[str, list]]:
     """(group error, topic -> [(partition, offset, metadata, error)]) of one group."""
-    request = admin_pb2.OffsetFetchRequest(group_id=group_id, require_stable=require_stable)
-    if topics is not None:
-        for t in topics:
-            for p in t.partition_indexes:
-                request.partitions.add(topic=t.name, partition=p)
+    partitions = [] if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        answer = call.admin("OffsetFetch", request)
+        offsets = call.front.groups.fetch_offsets(principal=call.principal(), group_id=group_id,
+                                                  partitions=partitions, require_stable=require_stable)
     except LowtideError as err:  # a whole-group failure (authorization, bad id) is that group's error
         return err.code, {}
     out: dict[str, list] = {}
-    for r in answer.partitions:
-        out.setdefault(r.topic, []).append((r.partition, r.offset, r.metadata, r.error_code, r.leader_epoch))
+    for c in offsets:
+        out.setdefault(c.topic, []).append((c.partition, c.offset, c.metadata, _code(c.error), c.leader_epoch))
     return 0, out
 
 
@@ -146,23 +172,27 @@ def _fetched_topics(call: Call, topics: dict[str, list], topic_type: str, partit
 
 
 def offset_delete(call: Call, body: Any) -> Any:
-    answer = call.admin("OffsetDelete", admin_pb2.OffsetDeleteRequest(group_id=body.group_id, partitions=[
-        common_pb2.TopicPartition(topic=t.name, partition=p.partition_index)
-        for t in body.topics for p in t.partitions]))
-    results = {(r.topic, r.partition): r.error_code for r in answer.partitions}
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code), topics=tuple(
+    try:
+        outcomes = call.front.groups.delete_offsets(
+            principal=call.principal(), group_id=body.group_id,
+            partitions=[(t.name, p.partition_index) for t in body.topics for p in t.partitions])
+        group_code = 0
+    except LowtideError as err:  # the whole group refused (no such group, members, authorization)
+        outcomes, group_code = [], err.code
+    results = {(o.topic, o.partition): _code(o.error) for o in outcomes}
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(group_code), topics=tuple(
         call.make("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
             call.make("OffsetDeleteResponsePartition", partition_index=p.partition_index,
-                      error_code=error_code(results.get((t.name, p.partition_index), 0 if answer.error_code else -1)))
+                      error_code=error_code(results.get((t.name, p.partition_index), 0 if group_code else -1)))
             for p in t.partitions)) for t in body.topics))
 
 
 # -- listing ---------------------------------------------------------------------------------
 def list_groups(call: Call, body: Any) -> Any:
-    answer = call.admin("ListGroups", admin_pb2.ListGroupsRequest())
+    listings = call.front.groups.list_group_listings(principal=call.principal())
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
-    listed = [g for g in answer.groups if (not states or g.state.lower() in states)
+    listed = [g for g in listings if (not states or g.state.lower() in states)
               and (not types or "classic" in types)]
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), groups=tuple(
         call.make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
@@ -170,23 +200,26 @@ def list_groups(call: Call, body: Any) -> Any:
 
 
 def describe_groups(call: Call, body: Any) -> Any:
-    answer = call.admin("DescribeGroups", admin_pb2.DescribeGroupsRequest(group_ids=list(body.groups)))
-    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(
-        call.make("DescribedGroup", error_code=error_code(g.error_code), group_id=g.group_id,
-                  group_state=g.state or ("Dead" if g.error_code else "Empty"), protocol_type=g.protocol_type,
-                  protocol_data=g.protocol, authorized_operations=_NO_OPERATIONS, members=tuple(
-                      call.make("DescribedGroupMember", member_id=m.member_id,
-                                group_instance_id=m.group_instance_id or None, client_id=m.client_id,
-                                client_host=m.client_host, member_metadata=m.metadata,
-                                member_assignment=m.assignment) for m in g.members))
-        for g in answer.groups))
+    outcomes = call.front.groups.describe_groups(principal=call.principal(), group_ids=list(body.groups))
+    described = []
+    for o in outcomes:
+        g = o.group if o.error is None else None  # None: no members in memory (Empty), or failed (Dead)
+        described.append(call.make(
+            "DescribedGroup", error_code=error_code(_code(o.error)), group_id=o.group_id,
+            group_state=(g.state if g is not None else "") or ("Dead" if o.error is not None else "Empty"),
+            protocol_type=g.protocol_type if g is not None else "", protocol_data=g.protocol if g is not None else "",
+            authorized_operations=_NO_OPERATIONS, members=tuple(
+                call.make("DescribedGroupMember", member_id=m.member_id, group_instance_id=m.group_instance_id or None,
+                          client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
+                          member_assignment=m.assignment) for m in (g.members if g is not None else ()))))
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
 def delete_groups(call: Call, body: Any) -> Any:
-    answer = call.admin("DeleteGroups", admin_pb2.DeleteGroupsRequest(group_ids=list(body.groups_names)))
+    outcomes = call.front.groups.delete_groups(principal=call.principal(), group_ids=list(body.groups_names))
     return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(
-        call.make("DeletableGroupResult", group_id=r.group_id, error_code=error_code(r.error_code))
-        for r in answer.groups))
+        call.make("DeletableGroupResult", group_id=o.group_id, error_code=error_code(_code(o.error)))
+        for o in outcomes))
 
 
 APIS = [

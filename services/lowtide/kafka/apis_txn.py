@@ -1,18 +1,20 @@
 """Transactions over the Kafka protocol (KIP-98, KIP-447, KIP-664): the front door's transaction
-coordinator (``lowtide.frontdoor.transactions``) answers, through the front door's gRPC Admin
-service, as every group request does; DescribeProducers and WriteTxnMarkers are answered by the
-replicas' gRPC Replica service (DescribeProducers by any replica of the partition, from its own
-log, as Kafka's brokers answer it; WriteTxnMarkers by the partition's leader).
+coordinator (``lowtide.frontdoor.transactions``, ``Call.front.transactions``: in process in a front
+door, over its Admin gRPC service from a replica) answers, as every group request does;
+DescribeProducers and WriteTxnMarkers are answered by the replica of this process, in process
+(``KafkaServices.producer_states`` and ``txn_markers``, the handlers its Replica servicer calls:
+DescribeProducers by any replica of the partition, from its own log, as Kafka's brokers answer it;
+WriteTxnMarkers by the partition's leader). Every call takes and answers ``lowtide.messages`` types.
 
 What a Kafka transactional producer sends, and where it goes here::
 
     FindCoordinator(TRANSACTION)  any broker (apis_admin.find_coordinator): each forwards to the front door
-    InitProducerId                -> Admin.InitProducerId           (also idempotent producers: no id)
-    AddPartitionsToTxn v0-3       -> Admin.AddPartitionsToTxn       (v4+ is broker-to-broker, KIP-890)
+    InitProducerId                -> init_producer_id               (also idempotent producers: no id)
+    AddPartitionsToTxn v0-3       -> add_partitions                 (v4+ is broker-to-broker, KIP-890)
     Produce (transactional)       the leaders, as any produce
-    AddOffsetsToTxn               -> Admin.AddOffsetsToTxn          (the group's __consumer_offsets partition)
-    TxnOffsetCommit               -> Admin.TxnOffsetCommit          (offsets pending until the marker)
-    EndTxn v0-4                   -> Admin.EndTxn                   (v5 is transaction version 2, KIP-890)
+    AddOffsetsToTxn               -> add_offsets                    (the group's __consumer_offsets partition)
+    TxnOffsetCommit               -> commit_offsets                 (offsets pending until the marker)
+    EndTxn v0-4                   -> end_txn                        (v5 is transaction version 2, KIP-890)
 
 Versions stop where Kafka's transaction version 2 (KIP-890 part 2) starts: a broker that does not
 advertise the ``transaction.version`` feature is spoken to in version 1, so clients send
@@ -23,9 +25,9 @@ states) and DescribeProducers (a replica's producer state). ``kafka-transactions
 (Kafka's ``Admin.abortTransaction``) sends WriteTxnMarkers v1-2 with one ABORT marker to the
 partition's leader, which answers it as the coordinator's markers are answered::
 
-    DescribeProducers             -> Replica.DescribeProducers      (READ on the topic, per partition;
+    DescribeProducers             -> replica's describe_producers   (READ on the topic, per partition;
                                                                      leader or follower)
-    WriteTxnMarkers v1-2          -> Replica.WriteTxnMarkers        (CLUSTER_ACTION on the cluster)
+    WriteTxnMarkers v1-2          -> replica's write_txn_markers    (CLUSTER_ACTION on the cluster)
 
 A WriteTxnMarkers the replica refuses as a whole (CLUSTER_AUTHORIZATION_FAILED) answers every
 partition of every marker with that error, as Kafka's ``getErrorResponse`` does, so the client
@@ -36,7 +38,8 @@ replica takes any marker whose epoch is not below the producer's.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from lowtide.errors import (
@@ -51,7 +54,9 @@ from lowtide.errors import (
 from lowtide.kafka.apis_admin import coordinator_among, live_kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
-from lowtide_pb import common_pb2, transactions_pb2
+from lowtide.messages import TopicPartition
+from lowtide.messages.admin import OffsetCommit
+from lowtide.messages.replica import TxnMarkerRequest, TxnMarkerResult
 
 INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY, ADD_OFFSETS_TO_TXN_KEY, END_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 24, 25, 26, 28
@@ -59,27 +64,30 @@ WRITE_TXN_MARKERS_KEY = 27
 DESCRIBE_PRODUCERS_KEY, DESCRIBE_TRANSACTIONS_KEY, LIST_TRANSACTIONS_KEY = 61, 65, 66
 
 
-def _coordinator(call: Call, method: str, request: Any) -> Any:
-    """``call.admin`` where a front door that cannot be reached right now is, to a Kafka client,
-    COORDINATOR_NOT_AVAILABLE: the one answer every transactional request handles by finding
-    the coordinator again and retrying (a NETWORK_EXCEPTION from EndTxn is fatal to the Java producer)."""
+def _code(error: LowtideError | None) -> int:
+    return 0 if error is None else error.code
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """A coordinator that cannot be reached right now is, to a Kafka client, COORDINATOR_NOT_AVAILABLE:
+    the one answer every transactional request handles by finding the coordinator again and
+    retrying (a NETWORK_EXCEPTION from EndTxn is fatal to the Java producer). The remote coordinator
+    (``lowtide.client.frontdoor.transactions``) answers a failed call so; this does the same for
+    what escapes a call in process (a store that timed out) where the coordinator's answer has no
+    error of its own to carry it (add, commit, list and describe)."""
     try:
-        return call.admin(method, request)
+        yield
     except (NetworkException, RequestTimedOut, BrokerNotAvailable) as err:
         raise CoordinatorNotAvailable(
             f"the transaction coordinator is unreachable: {err.name}: {err.message}") from None
 
 
-def _per_partition(call: Call, method: str, request: Any) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> error code of a per-partition answer. A whole-call failure is every
-    asked partition's error here, not the broker's generic answer: that one has empty lists, and
-    the Java producer fails on an AddPartitionsToTxn answer without its partitions (a
-    NullPointerException in its I/O thread)."""
-    try:
-        answer = _coordinator(call, method, request)
-    except LowtideError as err:
-        return {(p.topic, p.partition): err.code for p in request.partitions}
-    return {(r.topic, r.partition): r.error_code for r in answer.partitions}
+def _every_partition(partitions: Sequence[tuple[str, int]], error: LowtideError) -> dict[tuple[str, int], int]:
+    """A whole-call failure as every asked partition's error, not the broker's generic answer: that
+    one has empty lists, and the Java producer fails on an AddPartitionsToTxn answer without its
+    partitions (a NullPointerException in its I/O thread)."""
+    return dict.fromkeys(partitions, error.code)
 
 
 def _v3(body: Any, name: str) -> Any:
@@ -88,21 +96,30 @@ def _v3(body: Any, name: str) -> Any:
 
 
 # -- the producer's calls ----------------------------------------------------------------------
+# InitProducerId, AddOffsetsToTxn and EndTxn answer any error of the coordinator (or of the call)
+# as the response's error code, as the front door's servicer answers them.
 def init_producer_id(call: Call, body: Any) -> Any:
-    answer = _coordinator(call, "InitProducerId", transactions_pb2.InitProducerIdRequest(
-        transactional_id=body.transactional_id or "", transaction_timeout_ms=millis(body.transaction_timeout)))
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code),
-                     producer_id=answer.producer_id if not answer.error_code else -1,
-                     producer_epoch=answer.producer_epoch if not answer.error_code else -1)
+    try:
+        producer_id, epoch = call.front.transactions.init_producer_id(
+            principal=call.principal(), transactional_id=body.transactional_id or "",
+            timeout_ms=millis(body.transaction_timeout))
+        code = 0
+    except LowtideError as err:
+        producer_id, epoch, code = -1, -1, err.code
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code),
+                     producer_id=producer_id, producer_epoch=epoch)
 
 
 def add_partitions_to_txn(call: Call, body: Any) -> Any:
-    request = transactions_pb2.AddPartitionsToTxnRequest(
-        transactional_id=_v3(body, "transactional_id"), producer_id=_v3(body, "producer_id"),
-        producer_epoch=_v3(body, "producer_epoch"),
-        partitions=[common_pb2.TopicPartition(topic=t.name, partition=p)
-                    for t in _v3(body, "topics") for p in t.partitions])
-    results = _per_partition(call, "AddPartitionsToTxn", request)
+    partitions = [TopicPartition(t.name, p) for t in _v3(body, "topics") for p in t.partitions]
+    try:
+        with _reachable():
+            results = {(t, p): _code(e) for t, p, e in call.front.transactions.add_partitions(
+                principal=call.principal(), transactional_id=_v3(body, "transactional_id"),
+                producer_id=_v3(body, "producer_id"), producer_epoch=_v3(body, "producer_epoch"),
+                partitions=partitions)}
+    except LowtideError as err:
+        results = _every_partition(partitions, err)
     return call.make(call.response, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
         call.make("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
             call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
@@ -111,26 +128,33 @@ def add_partitions_to_txn(call: Call, body: Any) -> Any:
 
 
 def add_offsets_to_txn(call: Call, body: Any) -> Any:
-    answer = _coordinator(call, "AddOffsetsToTxn", transactions_pb2.AddOffsetsToTxnRequest(
-        transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-        group_id=body.group_id))
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
+    try:
+        call.front.transactions.add_offsets(principal=call.principal(), transactional_id=body.transactional_id,
+                                            producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                                            group_id=body.group_id)
+        code = 0
+    except LowtideError as err:
+        code = err.code
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
 def txn_offset_commit(call: Call, body: Any) -> Any:
-    request = transactions_pb2.TxnOffsetCommitRequest(
-        transactional_id=body.transactional_id, group_id=body.group_id, producer_id=body.producer_id,
-        producer_epoch=body.producer_epoch, member_id=getattr(body, "member_id", "") or "",
-        group_instance_id=getattr(body, "group_instance_id", None) or "",
-        partitions=[transactions_pb2.TxnOffsetCommitPartition(topic=t.name, partition=p.partition_index,
-                                                              offset=p.committed_offset,
-                                                              metadata=p.committed_metadata or "",
-                                                              leader_epoch=getattr(p, "committed_leader_epoch", -1))
-                    for t in body.topics for p in t.partitions])
+    commits = [OffsetCommit(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+                            metadata=p.committed_metadata or "", leader_epoch=getattr(p, "committed_leader_epoch", -1))
+               for t in body.topics for p in t.partitions]
     generation = getattr(body, "generation_id", -1)
-    if generation >= 0:
-        request.generation_id = generation
-    results = _per_partition(call, "TxnOffsetCommit", request)
+    try:
+        with _reachable():
+            front = call.front
+            # The coordinator checks the transaction, then commits to the groups (one place, both doors).
+            results = {(c.topic, c.partition): _code(e) for c, e in front.transactions.commit_offsets(
+                principal=call.principal(), groups=front.groups, transactional_id=body.transactional_id,
+                producer_id=body.producer_id, producer_epoch=body.producer_epoch, group_id=body.group_id,
+                commits=commits, generation_id=generation if generation >= 0 else -1,
+                member_id=getattr(body, "member_id", "") or "",
+                group_instance_id=getattr(body, "group_instance_id", None) or "")}
+    except LowtideError as err:
+        results = _every_partition([(c.topic, c.partition) for c in commits], err)
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
         call.make("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             call.make("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -139,10 +163,14 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
 
 
 def end_txn(call: Call, body: Any) -> Any:
-    answer = _coordinator(call, "EndTxn", transactions_pb2.EndTxnRequest(
-        transactional_id=body.transactional_id, producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-        commit=bool(body.committed)))
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(answer.error_code))
+    try:
+        call.front.transactions.end_txn(principal=call.principal(), transactional_id=body.transactional_id,
+                                        producer_id=body.producer_id, producer_epoch=body.producer_epoch,
+                                        commit=bool(body.committed))
+        code = 0
+    except LowtideError as err:
+        code = err.code
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code))
 
 
 # -- kafka-transactions (KIP-664) --------------------------------------------------------------
@@ -167,10 +195,12 @@ def coordinated_here(call: Call, listed: Sequence[Any]) -> list[Any]:
 
 def list_transactions(call: Call, body: Any) -> Any:
     states = list(body.state_filters)
-    answer = _coordinator(call, "ListTransactions", transactions_pb2.ListTransactionsRequest(
-        state_filters=[s for s in states if s in _STATES], producer_id_filters=list(body.producer_id_filters),
-        duration_filter_ms=max(0, int(getattr(body, "duration_filter", -1)))))
-    listed = coordinated_here(call, answer.transactions)
+    with _reachable():
+        found = call.front.transactions.list_transactions(
+            principal=call.principal(), states=[s for s in states if s in _STATES],
+            producer_ids=list(body.producer_id_filters),
+            running_longer_than_ms=max(0, int(getattr(body, "duration_filter", -1))))
+    listed = coordinated_here(call, found)
     if states and not any(s in _STATES for s in states):
         listed = []  # only unknown states asked: Kafka lists nothing (and names them)
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0),
@@ -185,28 +215,32 @@ def _time(ms: int) -> datetime.datetime:
 
 
 def describe_transactions(call: Call, body: Any) -> Any:
-    answer = _coordinator(call, "DescribeTransactions", transactions_pb2.DescribeTransactionsRequest(
-        transactional_ids=list(body.transactional_ids)))
+    with _reachable():
+        described = call.front.transactions.describe_transactions(
+            principal=call.principal(), transactional_ids=list(body.transactional_ids))
     states = []
-    for d in answer.transactions:
+    for transactional_id, st, err in described:
         topics: dict[str, list[int]] = {}
-        for tp in d.partitions:
-            topics.setdefault(tp.topic, []).append(tp.partition)
+        for t, p in sorted(st.partitions) if st is not None else ():
+            topics.setdefault(t, []).append(p)
         states.append(call.make(
-            "TransactionState", error_code=error_code(d.error_code), transactional_id=d.transactional_id,
-            transaction_state=d.state, transaction_timeout=datetime.timedelta(milliseconds=d.timeout_ms),
-            transaction_start_time=_time(d.start_ms), producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+            "TransactionState", error_code=error_code(_code(err)), transactional_id=transactional_id,
+            transaction_state=st.state if st is not None else "",
+            transaction_timeout=datetime.timedelta(milliseconds=st.timeout_ms if st is not None else 0),
+            transaction_start_time=_time(st.start_ms if st is not None else -1),
+            producer_id=st.producer_id if st is not None else -1,
+            producer_epoch=st.producer_epoch if st is not None else -1,
             topics=tuple(call.make("TopicData", topic=t, partitions=tuple(ps)) for t, ps in topics.items())))
     return call.make(call.response, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
 
 
 def describe_producers(call: Call, body: Any) -> Any:
-    request = transactions_pb2.DescribeProducersRequest(partitions=[
-        common_pb2.TopicPartition(topic=t.name, partition=p) for t in body.topics for p in t.partition_indexes])
-    if call.services.replica is None:
+    handler = call.services.producer_states
+    if handler is None:  # a front door's listener: no partition here
         results = {}
     else:
-        results = {(r.topic, r.partition): r for r in call.replica("DescribeProducers", request).partitions}
+        results = {(r.topic, r.partition): r for r in handler.describe_producers(call.principal(), [
+            TopicPartition(t.name, p) for t in body.topics for p in t.partition_indexes])}
     topics = []
     for t in body.topics:
         parts = []
@@ -218,8 +252,8 @@ def describe_producers(call: Call, body: Any) -> Any:
                                        error_message="no partition of this broker", active_producers=()))
                 continue
             parts.append(call.make(
-                "PartitionResponse", partition_index=p, error_code=error_code(r.error_code),
-                error_message=r.error_message or None, active_producers=tuple(
+                "PartitionResponse", partition_index=p, error_code=error_code(_code(r.error)),
+                error_message=r.error.message if r.error is not None else None, active_producers=tuple(
                     call.make("ProducerState", producer_id=s.producer_id, producer_epoch=s.producer_epoch,
                               last_sequence=s.last_sequence, last_timestamp=s.last_timestamp,
                               coordinator_epoch=s.coordinator_epoch,
@@ -229,17 +263,16 @@ def describe_producers(call: Call, body: Any) -> Any:
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def txn_markers_request(body: Any) -> transactions_pb2.WriteTxnMarkersRequest:
-    """A Kafka WriteTxnMarkers request as the replica's: one TxnMarker per marker, in order
-    (``transaction_result`` true is COMMIT)."""
-    return transactions_pb2.WriteTxnMarkersRequest(markers=[transactions_pb2.TxnMarker(
-        producer_id=m.producer_id, producer_epoch=m.producer_epoch, commit=bool(m.transaction_result),
-        coordinator_epoch=m.coordinator_epoch,
-        partitions=[common_pb2.TopicPartition(topic=t.name, partition=p) for t in m.topics
-                    for p in t.partition_indexes]) for m in body.markers])
+def txn_markers_request(body: Any) -> list[TxnMarkerRequest]:
+    """A Kafka WriteTxnMarkers request as the replica's markers, in order (``transaction_result``
+    true is COMMIT)."""
+    return [TxnMarkerRequest(producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                             commit=bool(m.transaction_result), coordinator_epoch=m.coordinator_epoch,
+                             partitions=tuple(TopicPartition(t.name, p) for t in m.topics for p in t.partition_indexes))
+            for m in body.markers]
 
 
-def txn_marker_codes(body: Any, answer: transactions_pb2.WriteTxnMarkersResponse | LowtideError
+def txn_marker_codes(body: Any, answer: Sequence[Sequence[TxnMarkerResult]] | LowtideError
                      ) -> list[dict[tuple[str, int], int]]:
     """Per marker of ``body`` (in order), (topic, partition) -> error code: the replica's answer
     for that marker, or ``answer``'s code everywhere when the whole call failed. A partition the
@@ -247,22 +280,23 @@ def txn_marker_codes(body: Any, answer: transactions_pb2.WriteTxnMarkersResponse
     asked = [[(t.name, p) for t in m.topics for p in t.partition_indexes] for m in body.markers]
     if isinstance(answer, LowtideError):
         return [dict.fromkeys(keys, answer.code) for keys in asked]
-    if len(answer.markers) != len(asked):
+    if len(answer) != len(asked):
         return [dict.fromkeys(keys, UnknownServerError.code) for keys in asked]
     out = []
-    for keys, result in zip(asked, answer.markers, strict=True):
-        found = {(r.topic, r.partition): r.error_code for r in result.partitions}
+    for keys, results in zip(asked, answer, strict=True):
+        found = {(r.topic, r.partition): _code(r.error) for r in results}
         out.append({k: found.get(k, UnknownServerError.code) for k in keys})
     return out
 
 
 def write_txn_markers(call: Call, body: Any) -> Any:
-    answer: transactions_pb2.WriteTxnMarkersResponse | LowtideError
-    if call.services.replica is None:
+    answer: Sequence[Sequence[TxnMarkerResult]] | LowtideError
+    handler = call.services.txn_markers
+    if handler is None:
         answer = NotLeaderOrFollower("this listener leads no partition (a front door)")
     else:
         try:
-            answer = call.replica("WriteTxnMarkers", txn_markers_request(body))
+            answer = handler.write_txn_markers(call.principal(), txn_markers_request(body))
         except LowtideError as err:  # refused whole (CLUSTER_ACTION): every partition says so
             answer = err
     codes = txn_marker_codes(body, answer)

@@ -3,8 +3,11 @@ dispatch of one request to its handler.
 
 Each API is an ``Api`` row: Kafka's API key, the version range advertised by ApiVersions, and a
 handler ``(call, body) -> response entity``. Handlers live in ``lowtide.kafka.apis_*`` and only
-translate: the Kafka message into the lowtide.v1 protobuf request, the protobuf answer into the
-Kafka response of the version asked (``Call.make`` drops fields that version lacks).
+translate: the Kafka message into ``lowtide.messages`` types for a domain handler, called by its
+Python method (the replica's handlers on ``KafkaServices``, the front door's objects through
+``Call.front``), and its answer into the Kafka response of the version asked (``Call.make`` drops
+fields that version lacks). No protobuf and no method name is on the way
+(tests/unit/kafka/test_door_path.py).
 
 Answers to requests that are not served, as Kafka gives them:
 
@@ -42,7 +45,7 @@ from lowtide.kafka.protocol import (
     read_request,
     response_type,
 )
-from lowtide.kafka.services import ServiceCaller
+from lowtide.messages import TopicPartition
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     DeleteRecordsResult,
@@ -52,8 +55,11 @@ from lowtide.messages.replica import (
     FetchPosition,
     OffsetQuery,
     PartitionOffset,
+    PartitionProducers,
     ProducedPartition,
     ProduceItem,
+    TxnMarkerRequest,
+    TxnMarkerResult,
 )
 from lowtide.rpc.steps import Steps, run_blocking
 
@@ -148,6 +154,21 @@ class OffsetForLeaderEpochHandler(Protocol):
     def offset_for_leader_epoch(self, principal: str, queries: Sequence[EpochQuery]) -> list[EpochEndOffset]: ...
 
 
+class TxnMarkersHandler(Protocol):
+    """The replica's WriteTxnMarkers handler (``lowtide.replica.txn_markers_handler``): per marker,
+    its partitions' ``TxnMarkerResult``; raises CLUSTER_AUTHORIZATION_FAILED for the whole call."""
+
+    def write_txn_markers(self, principal: str, markers: Sequence[TxnMarkerRequest], *,
+                          timeout_ms: int = 0) -> list[list[TxnMarkerResult]]: ...
+
+
+class DescribeProducersHandler(Protocol):
+    """The replica's DescribeProducers handler (``lowtide.replica.describe_producers_handler``)."""
+
+    def describe_producers(self, principal: str, partitions: Sequence[TopicPartition]
+                           ) -> list[PartitionProducers]: ...
+
+
 class FrontDoorParts(Protocol):
     """The front door's domain objects (``lowtide.frontdoor.servicer.FrontDoor``, or its remote
     twin ``lowtide.client.frontdoor.RemoteFrontDoorView``): each takes and answers
@@ -172,8 +193,6 @@ class KafkaServices:
     (a replica: its broker id; a front door: -1, it is only a bootstrap address)."""
 
     node: Node
-    admin: ServiceCaller
-    replica: ServiceCaller | None = None
     auth_required: bool = False
     # Auth on: call metadata ("authorization: Bearer <token>") -> the principal, or raises
     # SaslAuthenticationFailed (the service's own authenticator). None = auth off: any SASL login
@@ -184,7 +203,6 @@ class KafkaServices:
     # SSL listeners: the client certificate as the connection's identity (kafka/tls_identity.py's
     # CertificateLogin; None: no SSL listener here).
     certificates: CertificateLogins | None = None
-    admin_timeout_s: float = 30.0
     extra: dict = field(default_factory=dict)
     # The replica of this process, called in process with lowtide.messages types (no protobuf,
     # no method names): the Produce, Fetch, ListOffsets and DeleteRecords handlers, and how a
@@ -200,6 +218,10 @@ class KafkaServices:
     # The front door's domain objects for a connection's identity (Call.front): the FrontDoor of
     # this process (a front door's listener), or RemoteFrontDoor.bound (a replica's).
     front_door: Callable[[Sequence[tuple[str, str]]], FrontDoorParts] | None = None
+    # The replica's WriteTxnMarkers and DescribeProducers handlers (None: no replica here, a front
+    # door's listener, which answers each partition NOT_LEADER_OR_FOLLOWER).
+    txn_markers: TxnMarkersHandler | None = None
+    producer_states: DescribeProducersHandler | None = None
 
 
 @dataclass
@@ -226,10 +248,6 @@ class Call:
         names = _field_names(cls)
         return cls(**{k: v for k, v in values.items() if k in names})
 
-    def admin(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
-        return self.services.admin(method, request, conn=self.conn,
-                                   timeout_s=timeout_s or self.services.admin_timeout_s)
-
     @property
     def front(self) -> FrontDoorParts:
         """The front door's domain objects (admin, groups, transactions), called with
@@ -247,11 +265,6 @@ class Call:
         if authenticate is None:
             raise UnknownServerError("this listener has no authenticator for in-process calls")
         return authenticate(self.conn.metadata)
-
-    def replica(self, method: str, request: Any) -> Any:
-        if self.services.replica is None:
-            raise LowtideError("no partitions are hosted here")
-        return self.services.replica(method, request, conn=self.conn)
 
 
 Handler = Callable[[Call, Any], Any]

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 
 from lowtide.errors import InvalidProducerEpoch, InvalidRecord, InvalidTxnState, OutOfOrderSequenceNumber
 from lowtide.log.segment import LogSegment
+from lowtide.messages.replica import ProducerDescription
 from lowtide.record import BATCH_HEADER_SIZE, BatchHeader, read_header
 from lowtide.record.control import ABORT, read_marker_type
 
@@ -130,19 +131,7 @@ class Duplicate:
     max_timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerDescription:
-    """One active producer of a partition as Kafka's DescribeProducers answers it (KIP-664): its
-    epoch, the sequence of its last record (-1: none in this epoch), its newest batch timestamp,
-    the coordinator epoch of its last marker (-1: not tracked here) and the first offset of its
-    ongoing transaction (-1: none)."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int
+# ProducerDescription is lowtide.messages.replica's: DescribeProducers hands it to both doors as is.
 
 
 @dataclass(frozen=True, slots=True)

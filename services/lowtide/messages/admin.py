@@ -375,3 +375,27 @@ class UserCredentials:
     user: str
     error: LowtideError | None
     credentials: tuple[ScramCredentialInfo, ...] = ()
+
+
+# ---- Transactions (ListTransactions, DescribeTransactions) ----------------------------------------
+@dataclass(frozen=True, slots=True)
+class TxnState:
+    """One transactional id's state at the transaction coordinator (``lowtide.frontdoor.transactions``,
+    which keeps and moves it) as ListTransactions and DescribeTransactions answer it. Here, not
+    there, so the front door's remote twin (``lowtide.client.frontdoor``) answers the same type.
+    ``state`` is Kafka's name (Empty, Ongoing, PrepareCommit, ...); ``start_ms`` -1: none ongoing;
+    ``version`` is the coordinator's compare-and-set version (0 over the wire: not carried)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str = "Empty"
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    start_ms: int = -1
+    timeout_ms: int = 60_000  # Kafka's default transaction.timeout.ms
+    updated_ms: int = 0
+    version: int = 0
+
+
+# (transactional id, its state or None, the error describing it): DescribeTransactions per id
+Described = tuple[str, "TxnState | None", "LowtideError | None"]

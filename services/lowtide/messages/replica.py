@@ -188,3 +188,28 @@ class LogDescription(PartitionResult):
 class ReplicaLogs:
     replica_id: int
     logs: list[LogDescription] = field(default_factory=list)
+
+
+# ---- DescribeProducers (KIP-664) ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """One active producer of a partition as Kafka's DescribeProducers answers it (KIP-664): its
+    epoch, the sequence of its last record (-1: none in this epoch), its newest batch timestamp,
+    the coordinator epoch of its last marker (-1: not tracked here) and the first offset of its
+    ongoing transaction (-1: none). The log's producer state (``lowtide.log.producer_state``)
+    describes itself with it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProducers(PartitionResult):
+    """A DescribeProducers answer of one partition: its active producers, or the error."""
+
+    producers: tuple[ProducerDescription, ...] = ()
+    error: LowtideError | None = None

@@ -25,7 +25,6 @@ from lowtide.diskless.produce import DisklessConfig
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
-from lowtide.kafka.services import InProcess, Remote
 from lowtide.purgatory.connection import RedisClient, RedisError, wait_for_redis
 from lowtide.purgatory.events import publish_low_watermarks
 from lowtide.replica.config import ReplicaConfig
@@ -35,7 +34,7 @@ from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.registration import add_replica_service
 from lowtide.replica.servicer import ReplicaServicer
-from lowtide_pb import admin_pb2_grpc, replica_pb2
+from lowtide_pb import replica_pb2
 
 log = logging.getLogger(__name__)
 
@@ -190,15 +189,15 @@ def run(args: argparse.Namespace) -> int:
             metadata=connections.metadata,
             call_metadata=connections.call_metadata)
     servicer = ReplicaServicer(manager, access=access, diskless=diskless)
-    frontdoor = None
+    remote_front = None
     if kafka is not None:
-        frontdoor = Remote(address=args.frontdoor_addr, stub_type=admin_pb2_grpc.AdminStub)
-        remote_front = RemoteFrontDoor(address=args.frontdoor_addr, channels=frontdoor.channels)
+        remote_front = RemoteFrontDoor(address=args.frontdoor_addr)
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
-            admin=frontdoor, replica=InProcess(servicer), producer=servicer.producer, fetcher=servicer.fetcher,
+            producer=servicer.producer, fetcher=servicer.fetcher,
             offsets=servicer.offsets, deleter=servicer.deleter, epochs=servicer.epochs,
             front_door=remote_front.bound,
+            txn_markers=servicer.txn_markers, producer_states=servicer.producer_states,
             metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,
@@ -220,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             replication.stop()
         if kafka is not None:
             kafka.stop()
-            frontdoor.close()
+            remote_front.close()
         if diskless is not None:
             diskless.stop()  # flushes and commits what producers are waiting for
         manager.stop()

@@ -21,9 +21,9 @@ from lowtide.messages.replica import (
     FetchSessionRound,
     OffsetQuery,
     ProduceItem,
-    TxnMarkerRequest,
 )
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
+from lowtide.replica.describe_producers_handler import DescribeProducersHandler
 from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.leader_epoch_handler import OffsetForLeaderEpochHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
@@ -35,6 +35,8 @@ from lowtide.replica.metrics import (
 from lowtide.replica.partition import LEADER
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.registration import parse_produce_request
+from lowtide.replica.txn_markers_handler import TxnMarkersHandler
+from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.framed.codec import PRODUCE, REQUEST
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.messages import delete_results_to_proto
@@ -48,25 +50,6 @@ FRAMED_TRANSPORT = "socket"  # lowtide_replication_rounds_total{transport} of th
 def _epoch(message) -> int:
     """A request's ``optional current_leader_epoch``; -1 (unchecked) when unset."""
     return message.current_leader_epoch if message.HasField("current_leader_epoch") else -1
-
-
-def _err(result) -> tuple[int, str]:
-    return (result.code, result.message) if isinstance(result, LowtideError) else (0, "")
-
-
-def _topic(message) -> str:
-    return message.topic
-
-
-def _refusal(message_type, **no_offsets):
-    """The answer to a refused partition: its error and -1 for every offset it would have carried."""
-    def build(p, error: LowtideError):
-        return message_type(topic=p.topic, partition=p.partition, error_code=error.code,
-                            error_message=error.message, **no_offsets)
-    return build
-
-
-_REFUSED_PRODUCERS = _refusal(transactions_pb2.PartitionProducers)
 
 
 def _err_fields(error: LowtideError | None) -> dict:
@@ -123,6 +106,8 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.offsets = ListOffsetsHandler(manager=manager, access=self.access, diskless=diskless)
         self.deleter = DeleteRecordsRequestHandler(manager=manager, access=self.access, diskless=diskless)
         self.epochs = OffsetForLeaderEpochHandler(manager=manager, access=self.access, diskless=diskless)
+        self.txn_markers = TxnMarkersHandler(manager=manager, access=self.access, diskless=diskless)
+        self.producer_states = DescribeProducersHandler(manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -255,43 +240,15 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             **_err_fields(a.error)) for a in answers])
 
     def DescribeProducers(self, request, context):
-        """KIP-664: each partition's active producers from this replica's log of it (leader or
-        follower, as Kafka answers); READ on the topic per partition, as Kafka's DescribeProducers asks."""
-        screened = self.access.screen(self._principal(context), request.partitions,
-                                      operation=AclOperation.READ, topic=_topic)
-        answers = self.manager.describe_producers(
-            [(p.topic, p.partition) for p in screened.allowed]) if screened.any_allowed else []
-        out = []
-        for topic, partition, producers in answers:
-            r = transactions_pb2.PartitionProducers(topic=topic, partition=partition)
-            if isinstance(producers, LowtideError):
-                r.error_code, r.error_message = producers.code, producers.message
-            else:
-                r.producers.extend(transactions_pb2.ProducerDescription(
-                    producer_id=d.producer_id, producer_epoch=d.producer_epoch, last_sequence=d.last_sequence,
-                    last_timestamp=d.last_timestamp, coordinator_epoch=d.coordinator_epoch,
-                    current_txn_start_offset=d.current_txn_start_offset) for d in producers)
-            out.append(r)
-        return transactions_pb2.DescribeProducersResponse(partitions=screened.merge(out, _REFUSED_PRODUCERS))
+        """KIP-664: the replica's DescribeProducersHandler (replica/describe_producers_handler.py)."""
+        return convert_txn.producers_to_proto(self.producer_states.describe_producers(
+            self._principal(context), convert_txn.producers_request_from_proto(request)))
 
     def WriteTxnMarkers(self, request, context):
-        """KIP-98 markers from the transaction coordinator: CLUSTER_ACTION on the cluster (as Kafka
-        asks of its WriteTxnMarkers), else the whole call fails and nothing is appended."""
-        self.access.require_cluster(self._principal(context), AclOperation.CLUSTER_ACTION)
-        markers = [TxnMarkerRequest(producer_id=m.producer_id, producer_epoch=m.producer_epoch, commit=m.commit,
-                                    coordinator_epoch=m.coordinator_epoch,
-                                    partitions=tuple((p.topic, p.partition) for p in m.partitions))
-                   for m in request.markers]
-        answers = self.manager.requests.write_txn_markers(markers, timeout_ms=request.timeout_ms or 30000)
-        out = []
-        for producer_id, results in answers:
-            partitions = []
-            for topic, partition, info in results:
-                code, msg = _err(info)
-                partitions.append(transactions_pb2.TxnPartitionResult(topic=topic, partition=partition,
-                                                                      error_code=code, error_message=msg))
-            out.append(transactions_pb2.TxnMarkerResult(producer_id=producer_id, partitions=partitions))
-        return transactions_pb2.WriteTxnMarkersResponse(markers=out)
+        """KIP-98 markers: the replica's TxnMarkersHandler (replica/txn_markers_handler.py)."""
+        markers = convert_txn.markers_from_proto(request)
+        return convert_txn.marker_results_to_proto(markers, self.txn_markers.write_txn_markers(
+            self._principal(context), markers, timeout_ms=request.timeout_ms))
 
     def DescribeLogs(self, request, context):
         self.access.require_cluster(self._principal(context), AclOperation.DESCRIBE)

@@ -68,7 +68,7 @@ def roundtrip(handler, key: int, version: int, body: Any, admin: RecordingReassi
         request_api_key=key, request_api_version=version, correlation_id=11, client_id="reassign-test"))
     entity_writer(request_cls)(payload, body)
     request = read_request(payload.getvalue(), head)
-    services = KafkaServices(node=Node(node_id=-1, host="127.0.0.1", port=9092), admin=None,
+    services = KafkaServices(node=Node(node_id=-1, host="127.0.0.1", port=9092),
                              front_door=lambda _metadata: SimpleNamespace(reassigner=admin),
                              authenticate=lambda _metadata: "User:ops")
     answer = handler(Call(conn=Connection(peer="test"), head=head, client_id=request.client_id, services=services),

@@ -22,7 +22,6 @@ from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.listener import Connection
 from lowtide.kafka.protocol import FrameError, RequestHead, request_type, response_type
 from lowtide.kafka.server import all_apis
-from lowtide.kafka.services import unavailable
 from lowtide.metadata.sections import section
 
 LIFETIME_MS = 60_000
@@ -39,7 +38,7 @@ def broker(metadata_store, tmp_path) -> KafkaBroker:
     tokens.write_text("alice-token User:alice\n")
     authenticator = Authenticator(metadata=metadata_store, tokens_file=tokens, required=True, cache_ttl_s=0)
     return KafkaBroker(apis=all_apis(), services=KafkaServices(
-        node=Node(1, "127.0.0.1", 9092), admin=unavailable("the front door"), auth_required=True,
+        node=Node(1, "127.0.0.1", 9092), auth_required=True,
         sasl_login=authenticator.authenticate,
         scram=build_scram_login(metadata_store, auth_enabled=True, session_lifetime_ms=LIFETIME_MS)))
 

@@ -40,7 +40,7 @@ def kafka(request, front_door):
                        assignment=[[0, 1], [1, 2]])
     remote = RemoteFrontDoor(address=front_door.address)
     front = front_door.parts.front
-    services = KafkaServices(node=Node(node_id=0, host="127.0.0.1", port=9092), admin=None,
+    services = KafkaServices(node=Node(node_id=0, host="127.0.0.1", port=9092),
                              front_door=(lambda _metadata: front) if request.param == "in process" else remote.bound,
                              authenticate=front.principal_of)
 

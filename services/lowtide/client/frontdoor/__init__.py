@@ -64,11 +64,16 @@ class RemoteFrontDoorView:
         self.partitions = RemotePartitions(stub, **parts)
         self.elections = RemoteElections(stub, **parts)
         self.reassigner = RemoteReassigner(stub, **parts)
-        from lowtide.client.frontdoor.acls import RemoteAcls  # noqa: PLC0415
-        from lowtide.client.frontdoor.scram import RemoteScram  # noqa: PLC0415
+        from lowtide.client.frontdoor.acls import RemoteAcls
+        from lowtide.client.frontdoor.scram import RemoteScram
 
         self.acls = RemoteAcls(stub, **parts)
         self.scram = RemoteScram(stub, **parts)
+        from lowtide.client.frontdoor.groups import RemoteGroups, RemoteMembership
+        from lowtide.client.frontdoor.transactions import RemoteTransactions
+
+        self.groups, self.members = RemoteGroups(stub, **parts), RemoteMembership(stub, **parts)
+        self.transactions = RemoteTransactions(stub, **parts)
         self._stub, self._parts = stub, parts
 
 

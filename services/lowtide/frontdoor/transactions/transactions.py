@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Protocol
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
@@ -61,6 +61,7 @@ from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.transactions.producer_ids import ProducerIdBlocks
 from lowtide.groups import OFFSETS_TOPIC
 from lowtide.messages import TopicPartition
+from lowtide.messages.admin import Described, OffsetCommit, TxnState
 from lowtide.messages.replica import TxnMarkerRequest
 from lowtide.metadata.sections import Entry, section
 from lowtide.metadata.store import MetadataStore
@@ -81,17 +82,8 @@ ABANDONED_PREPARE_MS = 5_000
 # this long is forgotten; its producer's next InitProducerId starts over with a new producer id.
 DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3_600_000
 
-@dataclass(frozen=True)
-class TxnState:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    state: str = EMPTY
-    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
-    start_ms: int = -1
-    timeout_ms: int = DEFAULT_TIMEOUT_MS
-    updated_ms: int = 0
-    version: int = 0
+# TxnState (one transactional id's state) is lowtide.messages.admin's: the front door's remote twin
+# answers ListTransactions / DescribeTransactions with it too.
 
 
 class TxnStates(Protocol):
@@ -109,8 +101,13 @@ class TxnStates(Protocol):
     def states(self) -> list[TxnState]: ...
 
 
-# (transactional id, its state or None, the error describing it)
-Described = tuple[str, "TxnState | None", "LowtideError | None"]
+class OffsetCommitter(Protocol):
+    """Where TxnOffsetCommit stores its offsets (``lowtide.frontdoor.groups.groups.GroupCoordinator``)."""
+
+    def commit_offsets(self, *, principal: str, group_id: str, commits: Sequence[OffsetCommit],
+                       generation_id: int = -1, member_id: str = "", group_instance_id: str = "",
+                       txn_producer: tuple[int, int] | None = None
+                       ) -> list[tuple[OffsetCommit, LowtideError | None]]: ...
 
 
 class TxnStateStore:
@@ -277,6 +274,24 @@ class TransactionCoordinator:
         if st.state != ONGOING or partition not in st.partitions:
             raise InvalidTxnState(f"the transaction of {transactional_id!r} ({st.state}) has not added the offsets "
                                   f"of group {group_id!r} (AddOffsetsToTxn first)")
+
+    def commit_offsets(self, *, principal: str, groups: OffsetCommitter, transactional_id: str, producer_id: int,
+                       producer_epoch: int, group_id: str, commits: Sequence[OffsetCommit], generation_id: int = -1,
+                       member_id: str = "", group_instance_id: str = ""
+                       ) -> list[tuple[OffsetCommit, LowtideError | None]]:
+        """Kafka's TxnOffsetCommit, for both doors (the Admin servicer and the Kafka listener):
+        ``check_offsets_in_txn``, then ``groups`` (the front door's GroupCoordinator) stores the
+        commits as records of this producer's transaction. A refusal of the whole request, by
+        either, is every commit's error."""
+        try:
+            self.check_offsets_in_txn(principal=principal, transactional_id=transactional_id,
+                                      producer_id=producer_id, producer_epoch=producer_epoch, group_id=group_id)
+            return groups.commit_offsets(principal=principal, group_id=group_id, commits=commits,
+                                         generation_id=generation_id, member_id=member_id,
+                                         group_instance_id=group_instance_id,
+                                         txn_producer=(producer_id, producer_epoch))
+        except LowtideError as err:
+            return [(c, err) for c in commits]
 
     # -- descriptions (kafka-transactions list / describe, KIP-664) ------------------------------
 
