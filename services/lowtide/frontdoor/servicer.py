@@ -38,10 +38,6 @@ from lowtide.rpc.messages import delete_results_to_proto
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
-def _code(error: LowtideError | None) -> tuple[int, str]:
-    return (0, "") if error is None else (error.code, error.message)
-
-
 def _client_host(request_host: str, context: grpc.ServicerContext) -> str:
     """The member's host as Kafka shows it ("/1.2.3.4"): the request's, else the caller's address."""
     if request_host:

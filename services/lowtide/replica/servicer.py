@@ -13,7 +13,7 @@ from collections.abc import Callable
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
-from lowtide.errors import InvalidRequest, LowtideError
+from lowtide.errors import InvalidRequest
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     EpochQuery,
@@ -36,6 +36,7 @@ from lowtide.replica.partition import LEADER
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.registration import parse_produce_request
 from lowtide.replica.txn_markers_handler import TxnMarkersHandler
+from lowtide.rpc.convert import error_kwargs
 from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.framed.codec import PRODUCE, REQUEST
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
@@ -50,10 +51,6 @@ FRAMED_TRANSPORT = "socket"  # lowtide_replication_rounds_total{transport} of th
 def _epoch(message) -> int:
     """A request's ``optional current_leader_epoch``; -1 (unchecked) when unset."""
     return message.current_leader_epoch if message.HasField("current_leader_epoch") else -1
-
-
-def _err_fields(error: LowtideError | None) -> dict:
-    return {} if error is None else {"error_code": error.code, "error_message": error.message}
 
 
 class _StreamCancelHook:
@@ -224,7 +221,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             for q in request.partitions], isolation_level=request.isolation_level)
         return common_pb2.ListOffsetsResponse(partitions=[common_pb2.ListOffsetsResult(
             topic=a.topic, partition=a.partition, offset=a.offset, timestamp=a.timestamp, leader_epoch=a.leader_epoch,
-            **_err_fields(a.error)) for a in answers])
+            **error_kwargs(a.error)) for a in answers])
 
     def DeleteRecords(self, request, context):
         return common_pb2.DeleteRecordsResponse(partitions=delete_results_to_proto(self.deleter.delete_records(
@@ -237,7 +234,7 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
             for q in request.partitions])
         return replica_pb2.OffsetForLeaderEpochResponse(partitions=[replica_pb2.EpochEndOffset(
             topic=a.topic, partition=a.partition, leader_epoch=a.leader_epoch, end_offset=a.end_offset,
-            **_err_fields(a.error)) for a in answers])
+            **error_kwargs(a.error)) for a in answers])
 
     def DescribeProducers(self, request, context):
         """KIP-664: the replica's DescribeProducersHandler (replica/describe_producers_handler.py)."""

@@ -32,12 +32,8 @@ from lowtide.messages.admin import (
     Protocol,
     SyncResult,
 )
+from lowtide.rpc.convert import error_fields, error_kwargs
 from lowtide_pb import admin_pb2, common_pb2
-
-
-def error_fields(error: LowtideError | None) -> tuple[int, str]:
-    """(error_code, error_message) of an answer: (0, "") for success."""
-    return (0, "") if error is None else (error.code, error.message)
 
 
 def _optional(value: int) -> int | None:
@@ -73,8 +69,7 @@ def offset_commit_args(request: admin_pb2.OffsetCommitRequest) -> dict:
 
 def commit_results_to_proto(results: Sequence[tuple[OffsetCommit, LowtideError | None]]
                             ) -> list[admin_pb2.OffsetCommitResult]:
-    return [admin_pb2.OffsetCommitResult(topic=c.topic, partition=c.partition, error_code=error_fields(e)[0],
-                                         error_message=error_fields(e)[1]) for c, e in results]
+    return [admin_pb2.OffsetCommitResult(topic=c.topic, partition=c.partition, **error_kwargs(e)) for c, e in results]
 
 
 def commit_results_from_proto(commits: Sequence[OffsetCommit], partitions
@@ -120,8 +115,7 @@ def offset_delete_response(outcomes: Sequence[PartitionOutcome] | LowtideError) 
     if isinstance(outcomes, LowtideError):
         return admin_pb2.OffsetDeleteResponse(error_code=outcomes.code, error_message=outcomes.message)
     return admin_pb2.OffsetDeleteResponse(partitions=[
-        admin_pb2.OffsetCommitResult(topic=o.topic, partition=o.partition, error_code=error_fields(o.error)[0],
-                                     error_message=error_fields(o.error)[1]) for o in outcomes])
+        admin_pb2.OffsetCommitResult(topic=o.topic, partition=o.partition, **error_kwargs(o.error)) for o in outcomes])
 
 
 def offset_delete_outcomes(response: admin_pb2.OffsetDeleteResponse) -> list[PartitionOutcome] | LowtideError:
@@ -174,8 +168,7 @@ def description_from_proto(d: admin_pb2.GroupDescription) -> GroupOutcome:
 
 
 def group_results_to_proto(outcomes: Sequence[GroupOutcome]) -> list[admin_pb2.GroupResult]:
-    return [admin_pb2.GroupResult(group_id=o.group_id, error_code=error_fields(o.error)[0],
-                                  error_message=error_fields(o.error)[1]) for o in outcomes]
+    return [admin_pb2.GroupResult(group_id=o.group_id, **error_kwargs(o.error)) for o in outcomes]
 
 
 def group_results_from_proto(results: Sequence[admin_pb2.GroupResult]) -> list[GroupOutcome]:
@@ -272,7 +265,7 @@ def leaving_from_proto(r: admin_pb2.LeaveGroupRequest) -> list[LeavingMember]:
 def leave_outcomes_to_proto(outcomes: Sequence[LeaveOutcome]) -> admin_pb2.LeaveGroupResponse:
     return admin_pb2.LeaveGroupResponse(members=[
         admin_pb2.LeaveGroupMemberResult(member_id=o.member_id, group_instance_id=o.group_instance_id,
-                                         error_code=error_fields(o.error)[0], error_message=error_fields(o.error)[1])
+                                         **error_kwargs(o.error))
         for o in outcomes])
 
 

@@ -12,11 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from lowtide.errors import LowtideError, error_or_none
 from lowtide.messages.admin import Deletion, ScramCredentialInfo, Upsertion, UserCredentials
+from lowtide.rpc.convert import error_kwargs
 from lowtide_pb import admin_pb2
-
-
-def _code(error: LowtideError | None) -> tuple[int, str]:
-    return (0, "") if error is None else (error.code, error.message)
 
 
 # -- DescribeUserScramCredentials ----------------------------------------------------------------
@@ -28,7 +25,7 @@ def describe_request(users: Iterable[str] | None) -> admin_pb2.DescribeUserScram
 def describe_response(results: Iterable[UserCredentials]) -> admin_pb2.DescribeUserScramCredentialsResponse:
     return admin_pb2.DescribeUserScramCredentialsResponse(results=[
         admin_pb2.UserScramCredentials(
-            user=r.user, error_code=_code(r.error)[0], error_message=_code(r.error)[1],
+            user=r.user, **error_kwargs(r.error),
             credentials=[admin_pb2.ScramCredentialInfo(mechanism=i.mechanism, iterations=i.iterations)
                          for i in r.credentials]) for r in results])
 
@@ -59,7 +56,7 @@ def alter_items(request: admin_pb2.AlterUserScramCredentialsRequest) -> tuple[li
 def alter_response(results: Sequence[tuple[str, LowtideError | None]]
                    ) -> admin_pb2.AlterUserScramCredentialsResponse:
     return admin_pb2.AlterUserScramCredentialsResponse(results=[
-        admin_pb2.AlterUserScramCredentialsResult(user=user, error_code=_code(err)[0], error_message=_code(err)[1])
+        admin_pb2.AlterUserScramCredentialsResult(user=user, **error_kwargs(err))
         for user, err in results])
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from lowtide.errors import LowtideError, error_or_none
+from lowtide.errors import error_or_none
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import (
     BrokerView,
@@ -35,11 +35,8 @@ from lowtide.messages.admin import (
     TopicView,
 )
 from lowtide.messages.replica import PartitionOffset
+from lowtide.rpc.convert import error_fields, error_kwargs
 from lowtide_pb import admin_pb2, common_pb2
-
-
-def _code(error: LowtideError | None) -> tuple[int, str]:
-    return (0, "") if error is None else (error.code, error.message)
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -61,7 +58,7 @@ def topic_requests_from_proto(request: admin_pb2.CreateTopicsRequest) -> list[To
 
 def topic_outcomes_to_proto(outcomes: Iterable[TopicOutcome]) -> list[admin_pb2.TopicResult]:
     """CreateTopics', DeleteTopics' and CreatePartitions' per-topic answers."""
-    return [admin_pb2.TopicResult(name=o.name, error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+    return [admin_pb2.TopicResult(name=o.name, **error_kwargs(o.error))
             for o in outcomes]
 
 
@@ -87,7 +84,7 @@ def cluster_view_to_proto(view: ClusterView) -> admin_pb2.MetadataResponse:
     topics = []
     for t in view.topics:
         if t.error is not None:
-            code, message = _code(t.error)
+            code, message = error_fields(t.error)
             topics.append(admin_pb2.TopicMetadata(name=t.name, error_code=code, error_message=message))
             continue
         topics.append(admin_pb2.TopicMetadata(
@@ -145,7 +142,7 @@ def election_request_to_proto(*, election_type: ElectionType,
 
 def election_outcomes_to_proto(outcomes: Iterable[ElectionOutcome]) -> list[admin_pb2.ElectionResult]:
     return [admin_pb2.ElectionResult(topic=o.partition.topic, partition=o.partition.partition,
-                                     error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+                                     **error_kwargs(o.error))
             for o in outcomes]
 
 
@@ -171,7 +168,7 @@ def reassignment_targets_from_proto(
 
 def reassignment_outcomes_to_proto(outcomes: Iterable[ReassignmentOutcome]) -> list[admin_pb2.ReassignmentResult]:
     return [admin_pb2.ReassignmentResult(topic=o.partition.topic, partition=o.partition.partition,
-                                         error_code=_code(o.error)[0], error_message=_code(o.error)[1])
+                                         **error_kwargs(o.error))
             for o in outcomes]
 
 
@@ -208,7 +205,7 @@ def config_changes_from_proto(request: admin_pb2.AlterConfigsRequest) -> list[Co
 
 
 def config_outcomes_to_proto(outcomes: Iterable[ConfigOutcome]) -> list[admin_pb2.AlterConfigsResult]:
-    return [admin_pb2.AlterConfigsResult(topic=o.topic, error_code=_code(o.error)[0], error_message=_code(o.error)[1],
+    return [admin_pb2.AlterConfigsResult(topic=o.topic, **error_kwargs(o.error),
                                          config=o.config) for o in outcomes]
 
 
@@ -234,9 +231,9 @@ def offset_queries_from_proto(request: common_pb2.ListOffsetsRequest) -> list[Of
 
 
 def offsets_to_proto(answers: Iterable[PartitionOffset]) -> list[common_pb2.ListOffsetsResult]:
-    return [common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, error_code=_code(a.error)[0],
-                                         error_message=_code(a.error)[1], offset=a.offset, timestamp=a.timestamp,
-                                         leader_epoch=a.leader_epoch) for a in answers]
+    return [common_pb2.ListOffsetsResult(topic=a.topic, partition=a.partition, **error_kwargs(a.error),
+                                         offset=a.offset, timestamp=a.timestamp, leader_epoch=a.leader_epoch)
+            for a in answers]
 
 
 def offsets_from_proto(response: common_pb2.ListOffsetsResponse) -> list[PartitionOffset]:

@@ -19,7 +19,8 @@ from lowtide.errors import LowtideError, error_or_none
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import Described, OffsetCommit, TxnState
 from lowtide.messages.replica import PartitionProducers, ProducerDescription, TxnMarkerRequest, TxnMarkerResult
-from lowtide.rpc.convert.groups import commit_from_proto, error_fields
+from lowtide.rpc.convert import error_fields, error_kwargs
+from lowtide.rpc.convert.groups import commit_from_proto
 from lowtide.rpc.convert.groups import commit_results_from_proto as groups_commit_results_from_proto
 from lowtide_pb import common_pb2, transactions_pb2
 
@@ -70,8 +71,7 @@ def add_partitions_args(r: transactions_pb2.AddPartitionsToTxnRequest) -> dict:
 
 def partition_results_to_proto(results: Sequence[tuple[str, int, LowtideError | None]]
                                ) -> list[transactions_pb2.TxnPartitionResult]:
-    return [transactions_pb2.TxnPartitionResult(topic=t, partition=p, error_code=error_fields(e)[0],
-                                                error_message=error_fields(e)[1]) for t, p, e in results]
+    return [transactions_pb2.TxnPartitionResult(topic=t, partition=p, **error_kwargs(e)) for t, p, e in results]
 
 
 def partition_results_from_proto(results) -> list[tuple[str, int, LowtideError | None]]:
