@@ -128,11 +128,11 @@ def _wrap_stream_stream(behavior, translate: Translate | None):
     return handler
 
 
-class ErrorInterceptor(grpc.ServerInterceptor):
-    """Maps exceptions escaping a unary or bidi-streaming handler to gRPC status (see module doc)."""
+class WrappingInterceptor(grpc.ServerInterceptor):
+    """Base of lowtide's server interceptors: wraps each method's unary and bidi-streaming handler
+    once (``WrappedHandlers``) with ``_unary`` / ``_bidi``; other kinds pass through."""
 
-    def __init__(self, *, translate: Translate | None = None) -> None:
-        self._translate = translate
+    def __init__(self) -> None:
         self._handlers = WrappedHandlers(self._wrap)
 
     def intercept_service(self, continuation, handler_call_details):
@@ -141,17 +141,43 @@ class ErrorInterceptor(grpc.ServerInterceptor):
             return handler
         return self._handlers.get(handler_call_details.method, handler)
 
+    def _unary(self, method: str, behavior):
+        raise NotImplementedError
+
+    def _bidi(self, method: str, behavior):
+        raise NotImplementedError
+
+    def _deserializer(self, method: str, deserializer):
+        return deserializer
+
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, self._translate),
-                request_deserializer=_tolerant(method, handler.request_deserializer),
+                self._unary(method, handler.unary_unary),
+                request_deserializer=self._deserializer(method, handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream_stream(handler.stream_stream, self._translate),
-                request_deserializer=_tolerant(method, handler.request_deserializer),
+                self._bidi(method, handler.stream_stream),
+                request_deserializer=self._deserializer(method, handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+
+class ErrorInterceptor(WrappingInterceptor):
+    """Maps exceptions escaping a unary or bidi-streaming handler to gRPC status (see module doc)."""
+
+    def __init__(self, *, translate: Translate | None = None) -> None:
+        self._translate = translate
+        super().__init__()
+
+    def _unary(self, method: str, behavior):
+        return _wrap_unary(behavior, self._translate)
+
+    def _bidi(self, method: str, behavior):
+        return _wrap_stream_stream(behavior, self._translate)
+
+    def _deserializer(self, method: str, deserializer):
+        return _tolerant(method, deserializer)

@@ -25,7 +25,7 @@ import time
 import grpc
 from prometheus_client import Counter, Histogram
 
-from lowtide.rpc.interceptor import WrappedHandlers
+from lowtide.rpc.interceptor import WrappingInterceptor
 
 _LABELS = ["grpc_service", "grpc_method", "grpc_type"]
 STARTED = Counter("lowtide_grpc_server_started", "RPCs started on the server", _LABELS)
@@ -114,12 +114,12 @@ def _wrap_stream_stream(behavior, children: _Children):
     return handler
 
 
-class MetricsInterceptor(grpc.ServerInterceptor):
+class MetricsInterceptor(WrappingInterceptor):
     """Counts and times every unary and bidi-streaming call (see module doc). Thread-safe."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[str, str], _Children] = {}
-        self._handlers = WrappedHandlers(self._wrap)
+        super().__init__()
 
     def _children_for(self, method: str, kind: str) -> _Children:
         key = (method, kind)
@@ -129,23 +129,8 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             children = self._children[key] = _Children((service, name, kind))
         return children
 
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return self._handlers.get(handler_call_details.method, handler)
+    def _unary(self, method: str, behavior):
+        return _wrap_unary(behavior, self._children_for(method, "unary"))
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, self._children_for(method, "unary")),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream_stream(handler.stream_stream, self._children_for(method, "bidi_stream")),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+    def _bidi(self, method: str, behavior):
+        return _wrap_stream_stream(behavior, self._children_for(method, "bidi_stream"))

@@ -66,7 +66,10 @@ class GroupStore:
     def __init__(self, *, topic: OffsetsTopic) -> None:
         self.topic = topic
 
-    def commit(self, group_id: str, commits: Sequence[OffsetCommit], *, now_ms: int | None = None) -> None:
+    def commit(self, group_id: str, commits: Sequence[OffsetCommit], *, producer: tuple[int, int] | None = None,
+               now_ms: int | None = None) -> None:
+        """Commit the offsets; with ``producer`` (id, epoch), as records of that producer's
+        transaction (pending until its marker)."""
         if not commits:
             return
         now_ms = now_ms if now_ms is not None else clock.now_ms()
@@ -74,19 +77,7 @@ class GroupStore:
                                                 value=OffsetValue(offset=c.offset, metadata=c.metadata,
                                                                   commit_timestamp=now_ms,
                                                                   leader_epoch=c.leader_epoch))
-                                    for c in commits])
-
-    def commit_in_txn(self, group_id: str, commits: Sequence[OffsetCommit], *, producer_id: int,
-                      producer_epoch: int, now_ms: int | None = None) -> None:
-        """Commit as records of the producer's transaction (pending until its marker)."""
-        if not commits:
-            return
-        now_ms = now_ms if now_ms is not None else clock.now_ms()
-        self.topic.write(group_id, [OffsetWrite(key=OffsetKey(group=group_id, topic=c.topic, partition=c.partition),
-                                                value=OffsetValue(offset=c.offset, metadata=c.metadata,
-                                                                  commit_timestamp=now_ms,
-                                                                  leader_epoch=c.leader_epoch))
-                                    for c in commits], producer=(producer_id, producer_epoch))
+                                    for c in commits], producer=producer)
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions whose offsets an undecided transaction of the group holds, after reading the
@@ -193,11 +184,7 @@ class GroupCoordinator:
                 accepted.append(c)
             results.append((c, error))
         try:
-            if txn_producer is None:
-                self._store.commit(group_id, accepted)
-            else:
-                self._store.commit_in_txn(group_id, accepted, producer_id=txn_producer[0],
-                                          producer_epoch=txn_producer[1])
+            self._store.commit(group_id, accepted, producer=txn_producer)
         except LowtideError as err:  # nothing was acknowledged: every accepted commit failed with it
             failed = {id(c) for c in accepted}
             results = [(c, err if id(c) in failed else e) for c, e in results]
