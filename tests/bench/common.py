@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
-import resource
 import socket
+import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -218,31 +219,39 @@ def _python_workload() -> int:
     return hits
 
 
+# The echoing side of ``_round_trips``: another interpreter (not a fork: a fork of a process with
+# gRPC threads can die in gRPC's poller, which once failed two bench sections), timing its own loop.
+_ECHO = """
+import socket, struct, sys, time
+s = socket.socket(fileno=int(sys.argv[1]))
+s.sendall(b"r")
+began = time.process_time()
+for _ in range(int(sys.argv[2])):
+    s.sendall(s.recv(64))
+s.sendall(struct.pack("!d", time.process_time() - began))
+"""
+
+
 def _round_trips(count: int) -> float:
     """CPU seconds of both processes for ``count`` 64-byte round trips over a socket pair (one
     process each side): a send, a wake-up of the other process and a receive, twice."""
     parent, child = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:  # the echoing side: its CPU is counted through RUSAGE_CHILDREN
-        parent.close()
-        try:
-            for _ in range(count):
-                child.sendall(child.recv(64))
-        finally:
-            os._exit(0)
+    echo = subprocess.Popen([sys.executable, "-c", _ECHO, str(child.fileno()), str(count)],
+                            pass_fds=(child.fileno(),))
     child.close()
-    began = resource.getrusage(resource.RUSAGE_SELF)
-    before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    message = b"x" * 64
-    for _ in range(count):
-        parent.sendall(message)
-        parent.recv(64)
-    ended = resource.getrusage(resource.RUSAGE_SELF)
-    os.waitpid(pid, 0)
-    parent.close()
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    mine = (ended.ru_utime + ended.ru_stime) - (began.ru_utime + began.ru_stime)
-    theirs = (children.ru_utime + children.ru_stime) - (before_children.ru_utime + before_children.ru_stime)
+    try:
+        if parent.recv(1) != b"r":
+            raise RuntimeError("the echo process did not start")
+        message = b"x" * 64
+        began = time.process_time()
+        for _ in range(count):
+            parent.sendall(message)
+            parent.recv(64)
+        mine = time.process_time() - began
+        theirs = struct.unpack("!d", parent.recv(8))[0]
+    finally:
+        parent.close()
+        echo.wait(timeout=30)
     return mine + theirs
 
 

@@ -234,4 +234,5 @@ def speed_reference() -> list[Figure]:
                    unit="ms", note="tests.bench.common._python_workload, best of 3; lower is faster"),
             Figure(key="speed_round_trip_us", name="machine speed: message round trip between two processes, CPU",
                    value=speed["round_trip_us"], unit="µs",
-                   note="64 bytes each way over a socket pair, both processes' CPU, best of 3; lower is faster")]
+                   note="64 bytes each way over a socket pair, both processes' CPU in the loop (the echo side a "
+                        "spawned interpreter since session 40, no longer a fork), best of 3; lower is faster")]
