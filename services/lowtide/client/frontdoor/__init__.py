@@ -18,63 +18,80 @@ Thread-safe: the channel pool is; a bound view holds only the call metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from functools import cached_property
 
-from lowtide.rpc.channels import ChannelPool, call
+from lowtide.client.frontdoor.acls import RemoteAcls
+from lowtide.client.frontdoor.groups import RemoteGroups, RemoteMembership
+from lowtide.client.frontdoor.part import RemotePart
+from lowtide.client.frontdoor.scram import RemoteScram
+from lowtide.client.frontdoor.topics import (
+    RemoteConfigs,
+    RemoteElections,
+    RemotePartitions,
+    RemoteReassigner,
+    RemoteRecordsDeleter,
+    RemoteTopics,
+)
+from lowtide.client.frontdoor.transactions import RemoteTransactions
+from lowtide.rpc.channels import ChannelPool
 from lowtide_pb import admin_pb2_grpc
 
-T = TypeVar("T")
+__all__ = ["RemoteFrontDoor", "RemoteFrontDoorView", "RemotePart"]
 
 
-class RemotePart:
-    """Base of one remote domain object: the Admin stub, the caller's metadata, the deadline."""
+class RemoteFrontDoorView:
+    """``FrontDoor``'s parts for one caller (see the module doc). Built per request: each part is
+    made when first used, so a request builds only the one it calls."""
 
     def __init__(self, stub: admin_pb2_grpc.AdminStub, *, metadata: Sequence[tuple[str, str]],
                  timeout_s: float) -> None:
         self._stub = stub
-        self._metadata = metadata
-        self._timeout_s = timeout_s
+        self._parts = {"metadata": metadata, "timeout_s": timeout_s}
 
-    def _call(self, rpc: Callable[..., T], request: Any, *, timeout_s: float | None = None) -> T:
-        """One unary call; a failed call raises the LowtideError it carried."""
-        return call(rpc, request, metadata=self._metadata, timeout=timeout_s or self._timeout_s)
+    @cached_property
+    def topics(self) -> RemoteTopics:
+        return RemoteTopics(self._stub, **self._parts)
 
+    @cached_property
+    def deleter(self) -> RemoteRecordsDeleter:
+        return RemoteRecordsDeleter(self._stub, **self._parts)
 
-class RemoteFrontDoorView:
-    """``FrontDoor``'s parts for one caller (see the module doc). Built per request: cheap."""
+    @cached_property
+    def configs(self) -> RemoteConfigs:
+        return RemoteConfigs(self._stub, **self._parts)
 
-    def __init__(self, stub: admin_pb2_grpc.AdminStub, *, metadata: Sequence[tuple[str, str]],
-                 timeout_s: float) -> None:
-        parts = {"metadata": metadata, "timeout_s": timeout_s}
-        # Each area's remote objects are added here as they are converted (issue 47).
-        # Imported here: the area modules subclass RemotePart from this one (an import cycle at the top).
-        from lowtide.client.frontdoor.topics import (
-            RemoteConfigs,
-            RemoteElections,
-            RemotePartitions,
-            RemoteReassigner,
-            RemoteRecordsDeleter,
-            RemoteTopics,
-        )
+    @cached_property
+    def partitions(self) -> RemotePartitions:
+        return RemotePartitions(self._stub, **self._parts)
 
-        self.topics = RemoteTopics(stub, **parts)
-        self.deleter = RemoteRecordsDeleter(stub, **parts)
-        self.configs = RemoteConfigs(stub, **parts)
-        self.partitions = RemotePartitions(stub, **parts)
-        self.elections = RemoteElections(stub, **parts)
-        self.reassigner = RemoteReassigner(stub, **parts)
-        from lowtide.client.frontdoor.acls import RemoteAcls
-        from lowtide.client.frontdoor.scram import RemoteScram
+    @cached_property
+    def elections(self) -> RemoteElections:
+        return RemoteElections(self._stub, **self._parts)
 
-        self.acls = RemoteAcls(stub, **parts)
-        self.scram = RemoteScram(stub, **parts)
-        from lowtide.client.frontdoor.groups import RemoteGroups, RemoteMembership
-        from lowtide.client.frontdoor.transactions import RemoteTransactions
+    @cached_property
+    def reassigner(self) -> RemoteReassigner:
+        return RemoteReassigner(self._stub, **self._parts)
 
-        self.groups, self.members = RemoteGroups(stub, **parts), RemoteMembership(stub, **parts)
-        self.transactions = RemoteTransactions(stub, **parts)
-        self._stub, self._parts = stub, parts
+    @cached_property
+    def groups(self) -> RemoteGroups:
+        return RemoteGroups(self._stub, **self._parts)
+
+    @cached_property
+    def members(self) -> RemoteMembership:
+        return RemoteMembership(self._stub, **self._parts)
+
+    @cached_property
+    def transactions(self) -> RemoteTransactions:
+        return RemoteTransactions(self._stub, **self._parts)
+
+    @cached_property
+    def acls(self) -> RemoteAcls:
+        return RemoteAcls(self._stub, **self._parts)
+
+    @cached_property
+    def scram(self) -> RemoteScram:
+        return RemoteScram(self._stub, **self._parts)
 
 
 class RemoteFrontDoor:

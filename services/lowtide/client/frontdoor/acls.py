@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowtide.client.frontdoor import RemotePart
+from lowtide.client.frontdoor.part import RemotePart
 from lowtide.errors import LowtideError
 from lowtide.messages.acls import AclBinding, AclFilter
 from lowtide.rpc.convert import acls as convert

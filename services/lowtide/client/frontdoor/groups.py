@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lowtide.client.frontdoor import RemotePart
+from lowtide.client.frontdoor.part import RemotePart
 from lowtide.errors import InvalidRequest, LowtideError
 from lowtide.messages.admin import (
     CommittedOffset,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowtide.client.frontdoor import RemotePart
+from lowtide.client.frontdoor.part import RemotePart
 from lowtide.errors import LowtideError
 from lowtide.messages.admin import Deletion, Upsertion, UserCredentials
 from lowtide.rpc.convert import scram as convert

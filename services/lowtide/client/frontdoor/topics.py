@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from lowtide.client.frontdoor import RemotePart
+from lowtide.client.frontdoor.part import RemotePart
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import (
     ClusterView,

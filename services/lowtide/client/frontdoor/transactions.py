@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lowtide.client.frontdoor import RemotePart
+from lowtide.client.frontdoor.part import RemotePart
 from lowtide.errors import (
     BrokerNotAvailable,
     CoordinatorNotAvailable,
