@@ -7,7 +7,7 @@ to its domain object and merges the refused ones back in request order::
     principal = access.authenticate(context.invocation_metadata())
     screened = access.screen(principal, request.partitions, operation=AclOperation.WRITE,
                              topic=lambda p: p.topic)
-    results = manager.produce([...for p in screened.allowed...]) if screened.any_allowed else []
+    results = requests.produce([...for p in screened.allowed...]) if screened.any_allowed else []
     return screened.merge(results, refuse=lambda p, err: <result of p carrying err>)
 
 so the request paths below the servicer stay free of authorization. A refused partition gets

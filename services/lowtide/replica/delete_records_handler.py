@@ -57,7 +57,7 @@ class DeleteRecordsRequestHandler(RequestHandler):
         allowed = screened.allowed
         kinds = self.diskless_kinds(allowed)
         classic = [(p.topic, p.partition, p.offset) for p, k in zip(allowed, kinds, strict=True) if k is None]
-        out = self.manager.delete_records(classic, timeout_ms=timeout_ms) if classic else []
+        out = self.deletes.delete_records(classic, timeout_ms=timeout_ms) if classic else []
         if len(out) != len(kinds):
             assert self.diskless is not None
             answers = self.diskless.delete_records(

@@ -33,7 +33,7 @@ class DescribeProducersHandler(RequestHandler):
     def describe_producers(self, principal: str, partitions: Sequence[TopicPartition]) -> list[PartitionProducers]:
         screened = self.access.screen(principal, [TopicPartition(t, p) for t, p in partitions],
                                       operation=AclOperation.READ, topic=topic_of)
-        answers = self.manager.describe_producers(list(screened.allowed)) if screened.any_allowed else []
+        answers = self.requests.describe_producers(list(screened.allowed)) if screened.any_allowed else []
         return screened.merge([
             _refused(TopicPartition(topic, partition), producers) if isinstance(producers, LowtideError)
             else PartitionProducers(topic=topic, partition=partition, producers=tuple(producers))

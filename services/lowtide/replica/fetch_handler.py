@@ -60,7 +60,7 @@ class FetchHandler(RequestHandler):
         kinds = [None] * len(allowed) if replica_id >= 0 else self.diskless_kinds(allowed)
         classic = [it for it, k in zip(allowed, kinds, strict=True) if k is None]
         diskless = [(k, it) for it, k in zip(allowed, kinds, strict=True) if k is not None]
-        outcomes = (yield from self.manager.fetch_steps(
+        outcomes = (yield from self.requests.fetch_steps(
             classic, replica_id=replica_id, max_wait_ms=0 if diskless else max_wait_ms, min_bytes=min_bytes,
             max_bytes=max_bytes, peer=peer, isolation_level=isolation_level, on_cancel=on_cancel,
             session=session)) if classic or session is not None else []

@@ -45,6 +45,8 @@ class RequestHandler:
     def __init__(self, *, manager: ReplicaManager, access: AccessControl,
                  diskless: DisklessBroker | None = None) -> None:
         self.manager, self.access, self.diskless = manager, access, diskless
+        # The request paths themselves (no ReplicaManager method between: issue 47).
+        self.requests, self.deletes = manager.requests, manager.deletes
 
     def diskless_kinds(self, items: Sequence[Any]) -> list[TopicInfo | None]:
         """Per item, its diskless topic's info, or None for a classic topic."""

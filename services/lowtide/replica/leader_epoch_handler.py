@@ -6,7 +6,7 @@ with ``lowtide.messages`` types.
 The policy: DESCRIBE on each topic, or CLUSTER_ACTION (brokers, and the front door acting for a
 caller it checked); a refused partition is TOPIC_AUTHORIZATION_FAILED with epoch and end offset -1.
 The others are answered from this replica's log, fenced on the caller's leader epoch
-(``ReplicaManager.offset_for_leader_epoch``). One answer per query, in order.
+(``ReplicaRequests.offset_for_leader_epoch``). One answer per query, in order.
 """
 
 from __future__ import annotations
@@ -32,5 +32,5 @@ class OffsetForLeaderEpochHandler(RequestHandler):
     def offset_for_leader_epoch(self, principal: str, queries: Sequence[EpochQuery]) -> list[EpochEndOffset]:
         screened = self.access.screen(principal, queries, operation=AclOperation.DESCRIBE, topic=topic_of,
                                       or_cluster_action=True)
-        answers = self.manager.offset_for_leader_epoch(list(screened.allowed)) if screened.any_allowed else []
+        answers = self.requests.offset_for_leader_epoch(list(screened.allowed)) if screened.any_allowed else []
         return screened.merge(answers, _refused)

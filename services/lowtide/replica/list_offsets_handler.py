@@ -39,7 +39,7 @@ class ListOffsetsHandler(RequestHandler):
         out: list[PartitionOffset] = []
         for q in (q for q, k in zip(allowed, kinds, strict=True) if k is None):
             try:
-                offset, ts, epoch = self.manager.list_offset(
+                offset, ts, epoch = self.requests.list_offset(
                     q.topic, q.partition, q.timestamp, isolation_level=isolation_level,
                     current_leader_epoch=q.current_leader_epoch if q.current_leader_epoch is not None else -1)
             except LowtideError as err:

@@ -18,7 +18,6 @@ in order, and is the one surface the servicer, the metrics collector and the ser
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lowtide.auth.identity import token_file_metadata
@@ -29,14 +28,6 @@ from lowtide.log.clean_shutdown import mark_clean_shutdown, take_clean_shutdown_
 from lowtide.log.cleaner.config import CleanerSettings, CompactionConfig
 from lowtide.log.cleaner.scheduler import LogCleaner
 from lowtide.log.partition_log import PartitionLog
-from lowtide.messages.replica import (
-    DeleteRecordsResult,
-    EpochEndOffset,
-    EpochQuery,
-    FetchedPartition,
-    FetchPosition,
-    FetchSessionRound,
-)
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient
 from lowtide.purgatory.purgatory import Purgatory
@@ -53,8 +44,7 @@ from lowtide.replica.partition import Partition
 from lowtide.replica.quota import QuotaConfigWatcher, ReplicationQuotas
 from lowtide.replica.reconcile import PartitionReconciler, ReconcileTrigger
 from lowtide.replica.registry import PartitionRegistry
-from lowtide.replica.requests import ProduceResult, ProducersResult, ReplicaRequests
-from lowtide.rpc.steps import Steps
+from lowtide.replica.requests import ReplicaRequests
 
 log = logging.getLogger(__name__)
 
@@ -219,53 +209,6 @@ class ReplicaManager:
 
     def partitions_following(self, leader_id: int) -> list[Partition]:
         return self.registry.following(leader_id)
-
-    # -- requests --------------------------------------------------------------------------------
-    def produce(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                leader_epochs: Mapping[tuple[str, int], int] | None = None,
-                expected_end_offsets: Mapping[tuple[str, int], int] | None = None) -> list[ProduceResult]:
-        """One (topic, partition, AppendInfo | LowtideError) per item."""
-        return self.requests.produce(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
-                                     expected_end_offsets=expected_end_offsets)
-
-    def produce_steps(self, items: list[tuple[str, int, bytes]], *, acks: int, timeout_ms: int,
-                      leader_epochs: Mapping[tuple[str, int], int] | None = None,
-                      expected_end_offsets: Mapping[tuple[str, int], int] | None = None) -> Steps[list[ProduceResult]]:
-        """``produce`` as steps (rpc/steps.py), for a caller on an event loop."""
-        return self.requests.produce_steps(items, acks=acks, timeout_ms=timeout_ms, leader_epochs=leader_epochs,
-                                           expected_end_offsets=expected_end_offsets)
-
-    def offset_for_leader_epoch(self, queries: list[EpochQuery]) -> list[EpochEndOffset]:
-        return self.requests.offset_for_leader_epoch(queries)
-
-    def fetch(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-              max_bytes: int, peer: str = "", isolation_level: int = 0,
-              on_cancel: Callable[[Callable[[], None]], object] | None = None) -> list[FetchedPartition]:
-        return self.requests.fetch(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                   max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
-                                   on_cancel=on_cancel)
-
-    def fetch_steps(self, items: list[FetchPosition], *, replica_id: int, max_wait_ms: int, min_bytes: int,
-                    max_bytes: int, peer: str = "", isolation_level: int = 0,
-                    on_cancel: Callable[[Callable[[], None]], object] | None = None,
-                    session: FetchSessionRound | None = None) -> Steps[list[FetchedPartition]]:
-        """``fetch`` as steps (rpc/steps.py), for a caller on an event loop."""
-        return self.requests.fetch_steps(items, replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                         max_bytes=max_bytes, peer=peer, isolation_level=isolation_level,
-                                         on_cancel=on_cancel, session=session)
-
-    def delete_records(self, items: list[tuple[str, int, int]], *, timeout_ms: int) -> list[DeleteRecordsResult]:
-        """KIP-107 on the leader: one ``DeleteRecordsResult`` per item, in request order."""
-        return self.deletes.delete_records(items, timeout_ms=timeout_ms)
-
-    def describe_producers(self, keys: list[tuple[str, int]]) -> list[ProducersResult]:
-        """Kafka's DescribeProducers from this replica's logs: one (topic, partition, producers | error) per key."""
-        return self.requests.describe_producers(keys)
-
-    def list_offset(self, topic: str, partition: int, timestamp: int, *,
-                    isolation_level: int = 0, current_leader_epoch: int = -1) -> tuple[int, int, int]:
-        return self.requests.list_offset(topic, partition, timestamp, isolation_level=isolation_level,
-                                         current_leader_epoch=current_leader_epoch)
 
     # -- maintenance -----------------------------------------------------------------------------
     def notify_changed(self, keys: list[tuple[str, int]] | None = None) -> None:

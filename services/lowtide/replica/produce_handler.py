@@ -12,7 +12,7 @@ The policy, in the order it applies (as Kafka's ``KafkaApis.handleProduceRequest
    Kafka's own message, unless the request says ``coordinator_append`` *and* its principal holds
    CLUSTER_ACTION (with auth off anyone holds everything, so the flag is needed as well; the Kafka
    listener never sets it).
-3. **Classic or diskless**: a classic partition is appended here (``ReplicaManager.produce_steps``:
+3. **Classic or diskless**: a classic partition is appended here (``ReplicaRequests.produce_steps``:
    acks 0/1/all, a leader epoch to fence on, a conditional append on the log end); a diskless one
    goes to the diskless broker (KIP-1164), which refuses a conditional append.
 4. Answers come back one per request item, in request order.
@@ -72,7 +72,7 @@ class ProduceHandler(RequestHandler):
         # With diskless partitions too, the request's appends are not done when the classic ones
         # are: the next request of a Kafka connection starts only after the diskless ones too.
         with ordering.held() if len(classic) != len(kinds) else nullcontext():
-            results = (yield from self.manager.produce_steps(
+            results = (yield from self.requests.produce_steps(
                 [(p.topic, p.partition, p.records) for p in classic], acks=acks, timeout_ms=timeout_ms,
                 leader_epochs=epochs, expected_end_offsets=expected)) if classic else []
         out: list[ProducedPartition] = []

@@ -24,21 +24,20 @@ from lowtide.replica.describe_producers_handler import DescribeProducersHandler
 from lowtide.replica.fetch_handler import FetchHandler
 from lowtide.replica.leader_epoch_handler import OffsetForLeaderEpochHandler
 from lowtide.replica.list_offsets_handler import ListOffsetsHandler
-from lowtide.replica.manager import ReplicaManager
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.requests import ReplicaRequests
 from lowtide.replica.txn_markers_handler import TxnMarkersHandler
 from lowtide_pb import admin_pb2_grpc, replica_pb2, replica_pb2_grpc
 
 # Each calls the next; the Produce handler also calls its diskless branch.
-PRODUCE_CHAIN = [apis_data.produce, ProduceHandler.produce_steps, ReplicaManager.produce_steps,
+PRODUCE_CHAIN = [apis_data.produce, ProduceHandler.produce_steps,
                  ReplicaRequests.produce_steps]
-FETCH_CHAIN = [apis_data.fetch, FetchHandler.fetch_steps, ReplicaManager.fetch_steps, ReplicaRequests.fetch_steps,
+FETCH_CHAIN = [apis_data.fetch, FetchHandler.fetch_steps, ReplicaRequests.fetch_steps,
                ReplicaRequests._read]
-LIST_OFFSETS_CHAIN = [apis_data.list_offsets, ListOffsetsHandler.list_offsets, ReplicaManager.list_offset,
+LIST_OFFSETS_CHAIN = [apis_data.list_offsets, ListOffsetsHandler.list_offsets,
                       ReplicaRequests.list_offset]
 DELETE_RECORDS_CHAIN = [apis_admin.delete_records, DeleteRecordsRequestHandler.delete_records,
-                        ReplicaManager.delete_records, LeaderDeletes.delete_records]
+                        LeaderDeletes.delete_records]
 # The Kafka handlers of ListOffsets and DeleteRecords keep a branch for a front door's listener
 # (no replica there: it asks the leaders through its Admin service); the test below reads them.
 DOOR_PATHS = [*PRODUCE_CHAIN, ProduceHandler._produce_diskless, *FETCH_CHAIN, *LIST_OFFSETS_CHAIN[1:],
@@ -122,7 +121,7 @@ KAFKA_HANDLERS += [cls_fn for module in APIS_MODULES for cls in vars(module).val
 REPLICA_HANDLERS = [DescribeProducersHandler.describe_producers, TxnMarkersHandler.write_txn_markers]
 OFFSET_FOR_LEADER_EPOCH_CHAIN = [apis_cluster.offset_for_leader_epoch,
                                  OffsetForLeaderEpochHandler.offset_for_leader_epoch,
-                                 ReplicaManager.offset_for_leader_epoch, ReplicaRequests.offset_for_leader_epoch]
+                                 ReplicaRequests.offset_for_leader_epoch]
 
 
 def test_every_module_serving_a_kafka_api_is_checked():
