@@ -71,6 +71,22 @@ def _clean(doc: Any) -> Any:
     return doc
 
 
+def _beside_old_main(figures: list[Figure]) -> list[str]:
+    """``run.py --baseline REV``: every figure the old checkout also measured, old and new side by side."""
+    rows = [f for f in figures if "old_main" in f.params]
+    if not rows:
+        return []
+    rev = rows[0].params["old_main"]["rev"]
+    lines = ["", f"## Beside the old main ({rev}, measured in this run)", "",
+             f"| figure | now | old main {rev} | now / old | target | status |", "|---|---|---|---|---|---|"]
+    for f in sorted(rows, key=lambda f: f.target is None):
+        old = f.params["old_main"]["value"]
+        change = f"{f.value / old:.2f}×" if old else "—"
+        lines.append(f"| {f.name} | {_fmt(f.value, f.unit)} | {_fmt(old, f.unit)} | {change} | {f.target or '—'} | "
+                     f"{STATUS.get(f.status, f.status)} |")
+    return lines
+
+
 def render_markdown(machine: dict[str, Any], figures: list[Figure], *, elapsed_s: float, argv: list[str]) -> str:
     targeted = [f for f in figures if f.target is not None]
     passed = sum(1 for f in targeted if f.status == "pass")
@@ -108,6 +124,7 @@ def render_markdown(machine: dict[str, Any], figures: list[Figure], *, elapsed_s
     for f in targeted:
         value = _fmt(f.value, f.unit) if f.value is not None else (f.note or "—")
         lines.append(f"| {f.name} | {value} | {f.target} | {STATUS.get(f.status, f.status)} | {_ratio(f)} |")
+    lines += _beside_old_main(figures)
     lines += ["", "## All figures", "", "| figure | value | ratio | note |", "|---|---|---|---|"]
     for f in figures:
         note = f.note

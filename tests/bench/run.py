@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
+from tests.bench import baseline as bench_baseline
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
 from tests.bench import cleaner as bench_cleaner
 from tests.bench import consumer as bench_consumer
@@ -37,6 +38,7 @@ from tests.bench import metadata as bench_metadata
 from tests.bench import orphans as bench_orphans
 from tests.bench import reassign as bench_reassign
 from tests.bench import recovery as bench_recovery
+from tests.bench import request_cost as bench_request_cost
 from tests.bench import retention as bench_retention
 from tests.bench import scale as bench_scale
 from tests.bench import scale_fault as bench_scale_fault
@@ -50,10 +52,11 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
-            "snapshot", "standby", "diskless_scaling", "metadata", "scale", "kafka_scale", "scale_fault")
+            "snapshot", "standby", "diskless_scaling", "metadata", "scale", "kafka_scale", "scale_fault",
+            "request_cost")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
-                    "retention"}
+                    "retention", "request_cost"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -69,6 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--soak-seconds", type=float, default=None, help="RSS soak length (quick 20, full 600)")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    parser.add_argument("--baseline", metavar="REV", default=None,
+                        help="also run the same sections on a checkout of REV (e.g. issue 47's fe36f24), in "
+                             "this run, and show each figure beside its old value (tests/bench/baseline.py)")
     parser.add_argument("--no-client", action="store_true", help="skip the client Producer variant")
     args = parser.parse_args(argv)
     if args.out is None:
@@ -161,6 +167,18 @@ def _relate_kafka_scale(figures: list[Figure]) -> None:
         f.ratio, f.ratio_of = f.value / ref.value, f"Apache Kafka 4.1 on this box ({ref.value:.3g} {ref.unit})"
 
 
+def _run_baseline(args: argparse.Namespace, only: list[str], figures: list[Figure], *, quick: bool) -> list[Figure]:
+    """``--baseline REV``: the sections again on REV's code (tests/bench/baseline.py); adds no figure,
+    writes the old values into the current ones."""
+    work = (args.data_dir or BENCH_DIR / "out").resolve() / f"baseline-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        sha, old = bench_baseline.run_sections(args.baseline, only, work, quick=quick)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    bench_baseline.relate(figures, sha, old)
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -230,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             if "kafka" in only:
                 _section("kafka", figures, lambda: bench_kafka.kafka_client_figures(bench, quick=quick),
                          "kafka_confluent_kafka_produce_mbs", "Kafka listener produce", "MB/s")
+            if "request_cost" in only:  # issue 47: Kafka's consumer tools, lowtide against Apache Kafka 4.1
+                _section("request_cost", figures,
+                         lambda: bench_request_cost.consume_tools_figures(bench, data_dir / "request_cost",
+                                                                          quick=quick),
+                         "ctools_consumer_perf_mbs", "Kafka's ConsumerPerformance reading lowtide", "MB/s")
             if "idempotence" in only:  # issue 34: the sequence check's cost, Kafka's ProducerPerformance on/off
                 _section("idempotence", figures, lambda: bench_idempotence.idempotence_figures(bench, quick=quick),
                          "kafka_perf_idempotence_cost_pct", "idempotent produce cost", "%")
@@ -291,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         pool.shutdown(wait=False, cancel_futures=True)
         if not args.keep_data and args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
+    if args.baseline:  # the same sections on an older checkout, after this run's, before the data dir goes
+        _section("baseline", figures, lambda: _run_baseline(args, sorted(only), figures, quick=quick),
+                 "baseline", f"the same sections on {args.baseline}", "")
     _relate_latencies(figures)
     _relate_ceiling(figures)
     _relate_kafka_scale(figures)

@@ -35,6 +35,7 @@ from lowtide.messages import TopicPartition
 from lowtide.messages.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPartition, FetchPosition
 from lowtide.record import iter_batches
 from lowtide.record.columns import BinaryColumn, Columns, columnize
+from lowtide.record.columns import head as head_columns
 from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ClientTls
 
@@ -53,8 +54,8 @@ class ConsumerRecord:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def _cells(column: BinaryColumn, count: int) -> list[bytes | None]:
-    """Row values of a binary column (None where its validity bit is clear)."""
+def column_cells(column: BinaryColumn, count: int) -> list[bytes | None]:
+    """Row values of the first ``count`` rows of a binary column (None where its validity bit is clear)."""
     ends = memoryview(column.offsets).cast("i").tolist()
     data = bytes(column.data)
     cells: list[bytes | None] = [data[ends[i]:ends[i + 1]] for i in range(count)]
@@ -73,15 +74,15 @@ def records_from_columns(columns: Columns, *, topic: str, partition: int) -> lis
         return []
     offsets = memoryview(columns.offsets).cast("q").tolist()
     stamps = [us // 1000 for us in memoryview(columns.timestamps_us).cast("q").tolist()]
-    keys = _cells(columns.keys, n)
-    values = _cells(columns.values, n)
+    keys = column_cells(columns.keys, n)
+    values = column_cells(columns.values, n)
     h = columns.headers
     if h is None or not h.count:
         return [ConsumerRecord(topic, partition, o, ts, k, v) for o, ts, k, v in zip(offsets, stamps, keys, values,
                                                                                      strict=True)]
     bounds = memoryview(h.list_offsets).cast("i").tolist()
-    names = [name.decode() if name is not None else "" for name in _cells(h.keys, h.count)]
-    payloads = _cells(h.values, h.count)
+    names = [name.decode() if name is not None else "" for name in column_cells(h.keys, h.count)]
+    payloads = column_cells(h.values, h.count)
     pairs = list(zip(names, payloads, strict=True))
     return [ConsumerRecord(topic, partition, o, ts, k, v, tuple(pairs[bounds[i]:bounds[i + 1]]))
             for i, (o, ts, k, v) in enumerate(zip(offsets, stamps, keys, values, strict=True))]
@@ -240,13 +241,28 @@ class Consumer:
             records = records[:max_records]
         return records
 
-    def poll_columns(self, *, max_wait_ms: int | None = None,
-                     with_headers: bool = False) -> list[tuple[TopicPartition, Columns]]:
+    def poll_columns(self, *, max_wait_ms: int | None = None, with_headers: bool = False,
+                     max_records: int | None = None) -> list[tuple[TopicPartition, Columns]]:
         """The batch-level poll for bulk readers: per partition with new records, its records as
         columns (``lowtide.record.columns.Columns``: offsets, timestamps, keys and values each one
         buffer plus offsets), cut from the fetched batches in C. No Python object per record; the
-        positions advance past everything returned, as with ``poll``."""
-        return self._gather(max_wait_ms, with_headers=with_headers)
+        positions advance past everything returned, as with ``poll`` (``max_records`` too: what is
+        cut off is returned by the next poll)."""
+        out = self._gather(max_wait_ms, with_headers=with_headers)
+        if max_records is None:
+            return out
+        kept: list[tuple[TopicPartition, Columns]] = []
+        left = max_records
+        for tp, columns in out:
+            if left < columns.count:
+                cut = head_columns(columns, left)
+                self._positions[tp] = min(self._positions[tp], cut.next_offset)
+                if not cut.count:
+                    continue
+                columns = cut
+            kept.append((tp, columns))
+            left -= columns.count
+        return kept
 
     def _gather(self, max_wait_ms: int | None, *, with_headers: bool) -> list[tuple[TopicPartition, Columns]]:
         if not self._assigned:

@@ -900,6 +900,121 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* text_lines: a console consumer's output                                                         */
+
+/* 1 when every byte of [p, p + n) is printable ASCII other than the backslash (the bytes the CLI
+ * prints as they are). Eight bytes a step (SWAR): with ones = 0x01 in every byte, a byte of w is
+ * zero somewhere iff (w - ones) & ~w has a high bit set, below 0x20 iff (w - 0x20 * ones) & ~w
+ * does, and 0x7f or 0x5c iff w ^ that byte has a zero. Borrows can only mark a byte above a truly
+ * marked one, so "any byte is bad" is exact; a byte >= 0x80 is bad through its own high bit. */
+static inline int
+plain_text(const unsigned char *p, int64_t n)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t bad = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        const uint64_t del = w ^ (ones * 0x7f), slash = w ^ (ones * 0x5c);
+        bad |= w | ((w - ones * 0x20) & ~w) | ((del - ones) & ~del) | ((slash - ones) & ~slash);
+    }
+    if (bad & highs)
+        return 0;
+    for (; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e || p[i] == 0x5c)
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    Py_ssize_t count;
+    column_in values, keys;
+    int has_keys;
+    int64_t total;
+    unsigned char *out;
+    failure fail;
+} liner;
+
+/* The output size, or 1 when a cell is null or not plain (no lines then), or -1 on bad offsets. */
+static int
+lines_measure(liner *l)
+{
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < l->count; i++) {
+        const unsigned char *cell = NULL;
+        int64_t len = 0;
+        for (int k = l->has_keys ? 0 : 1; k < 2; k++) {
+            if (column_in_row(k ? &l->values : &l->keys, i, &cell, &len, &l->fail) < 0)
+                return -1;
+            if (len < 0 || !plain_text(cell, len))
+                return 1;
+            total += len + 1; /* the tab after the key, the newline after the value */
+        }
+    }
+    l->total = total;
+    return 0;
+}
+
+static void
+lines_write(liner *l)
+{
+    unsigned char *p = l->out;
+    for (Py_ssize_t i = 0; i < l->count; i++) {
+        const unsigned char *cell = NULL;
+        int64_t len = 0;
+        for (int k = l->has_keys ? 0 : 1; k < 2; k++) {
+            (void)column_in_row(k ? &l->values : &l->keys, i, &cell, &len, &l->fail); /* measured: valid */
+            memcpy(p, cell, (size_t)len);
+            p += len;
+            *p++ = k ? '\n' : '\t';
+        }
+    }
+}
+
+static PyObject *
+text_lines(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *keys, *result = NULL;
+    liner l;
+    memset(&l, 0, sizeof l);
+    if (!PyArg_ParseTuple(args, "nOO:text_lines", &l.count, &values, &keys))
+        return NULL;
+    if (l.count < 0) {
+        PyErr_Format(PyExc_ValueError, "count %zd is not a row count", l.count);
+        return NULL;
+    }
+    if (column_in_get(values, "values", l.count, &l.values) < 0)
+        return NULL;
+    if (keys != Py_None) {
+        if (column_in_get(keys, "keys", l.count, &l.keys) < 0)
+            goto done;
+        l.has_keys = 1;
+    }
+    const int release = l.count >= GIL_RELEASE_MIN_RECORDS ||
+                        l.values.data.len + (l.has_keys ? l.keys.data.len : 0) >= GIL_RELEASE_MIN_BYTES;
+    int rc;
+    MAYBE_WITHOUT_GIL(release, rc = lines_measure(&l));
+    if (rc < 0) {
+        raise_failure(&l.fail);
+        goto done;
+    }
+    if (rc > 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)l.total);
+    if (result == NULL)
+        goto done;
+    l.out = (unsigned char *)PyBytes_AS_STRING(result);
+    MAYBE_WITHOUT_GIL(release, lines_write(&l));
+done:
+    column_in_release(&l.values);
+    column_in_release(&l.keys);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"columnize", columnize, METH_VARARGS,
@@ -914,6 +1029,10 @@ static PyMethodDef methods[] = {
      "partitions_for_keys(count, keys, num_partitions) -> bytes\n\n"
      "int32 LE per row: toPositive(murmur2(key)) % num_partitions, -1 for a null key."},
     {"murmur2", murmur2, METH_VARARGS, "murmur2(buffer) -> int: Kafka's Utils.murmur2 as a signed int."},
+    {"text_lines", text_lines, METH_VARARGS,
+     "text_lines(count, values, keys) -> bytes | None\n\n"
+     "Each row as a line: value + '\\n' (keys not None: key + '\\t' + value + '\\n'); None when a cell\n"
+     "is null or holds a byte other than printable ASCII but the backslash."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,9 +3,10 @@
 Hot paths handle batches as bytes and never loop per record in Python, so the per-record work is
 ``_columns.c`` (built by ``pip install -e .``): ``columnize`` cuts a fetch into batches, checks their
 CRCs, skips control batches and inflates compressed ones here, then hands all the batches' records to the C
-module in ONE call; ``encode_records`` / ``encode_batch_from_columns`` / ``partitions_for_keys`` are
-one C call each. When the C build failed (no compiler or Python headers) the pure-Python twins below
-(``columnize_py``, ``encode_records_py``, ``partitions_py``, ``murmur2_py``) are used instead, with the
+module in ONE call; ``encode_records`` / ``encode_batch_from_columns`` / ``partitions_for_keys`` /
+``text_lines`` (the CLI's text output) are one C call each. When the C build failed (no compiler or
+Python headers) the pure-Python twins below (``columnize_py``, ``encode_records_py``,
+``partitions_py``, ``murmur2_py``, ``text_lines_py``) are used instead, with the
 same rules, results and messages, and one warning is logged at import; ``NATIVE`` says which.
 Tests run both on the same inputs and compare.
 
@@ -38,7 +39,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from lowtide.errors import CorruptMessage, LowtideError
@@ -120,6 +121,7 @@ class Kernels(NamedTuple):
     encode_records: Callable[[int, KernelColumn, KernelColumn | None], bytes]
     partitions_for_keys: Callable[[int, KernelColumn, int], bytes]
     murmur2: Callable[[Any], int]
+    text_lines: Callable[[int, KernelColumn, KernelColumn | None], bytes | None]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -190,6 +192,32 @@ def columnize(
                    headers=headers)
 
 
+def head(columns: Columns, n: int) -> Columns:
+    """The first ``n`` rows of ``columns`` (``columns`` itself when it has no more), for a reader
+    that takes only some of a fetch; ``next_offset`` becomes the first row left out. The binary
+    columns keep their data and validity buffers whole (offsets are absolute, bit i stays row i);
+    the header columns too, cut by their list offsets."""
+    if n >= columns.count:
+        return columns
+    n = max(n, 0)
+    rest = memoryview(columns.offsets).cast("q")[n]
+    headers = columns.headers
+    if headers is not None:
+        headers = replace(headers, list_offsets=headers.list_offsets[:4 * (n + 1)])
+    return replace(columns, count=n, next_offset=rest, offsets=columns.offsets[:8 * n],
+                   timestamps_us=columns.timestamps_us[:8 * n], timestamp_types=columns.timestamp_types[:4 * n],
+                   keys=_head_column(columns.keys, n), values=_head_column(columns.values, n), headers=headers)
+
+
+def _head_column(column: BinaryColumn, n: int) -> BinaryColumn:
+    nulls = 0
+    if column.validity is not None and column.null_count:
+        bits = int.from_bytes(bytes(column.validity)[: (n + 7) // 8], "little") & ((1 << n) - 1)
+        nulls = n - bits.bit_count()
+    return BinaryColumn(validity=column.validity if nulls else None, null_count=nulls,
+                        offsets=column.offsets[:4 * (n + 1)], data=column.data)
+
+
 def encode_records(*, values: BinaryColumn, keys: BinaryColumn | None, count: int) -> bytes:
     """The Records part (what follows the 61-byte header) of a batch holding ``count`` records.
 
@@ -224,6 +252,14 @@ def partitions_for_keys(keys: BinaryColumn, count: int, num_partitions: int) -> 
     partitioner) picks for the key.
     """
     return KERNELS.partitions_for_keys(count, _kernel_column(keys, "keys"), num_partitions)
+
+
+def text_lines(*, values: BinaryColumn, keys: BinaryColumn | None, count: int) -> bytes | None:
+    """The first ``count`` rows as lines of text, one C call: ``value + "\\n"`` each (with ``keys``:
+    ``key + "\\t" + value + "\\n"``); None when a cell is null or holds a byte other than printable
+    ASCII but the backslash (a console consumer escapes those, row by row)."""
+    return KERNELS.text_lines(count, _kernel_column(values, "values"),
+                              _kernel_column(keys, "keys") if keys is not None else None)
 
 
 def murmur2(data: bytes | bytearray | memoryview) -> int:
@@ -449,7 +485,28 @@ def partitions_py(count: int, keys: KernelColumn, num_partitions: int) -> bytes:
     return _le("i", out)
 
 
-PYTHON_KERNELS = Kernels("python", columnize_py, encode_records_py, partitions_py, murmur2_py)
+# Printable ASCII but the backslash: what text_lines copies as it is.
+_PLAIN_TEXT = bytes(range(0x20, 0x7F)).replace(b"\\", b"")
+
+
+def text_lines_py(count: int, values: KernelColumn, keys: KernelColumn | None) -> bytes | None:
+    """Pure-Python twin of ``_columns.text_lines``."""
+    if count < 0:
+        raise ValueError(f"count {count} is not a row count")
+    columns = [_ColumnIn(keys, "keys", count)] if keys is not None else []
+    columns.append(_ColumnIn(values, "values", count))
+    out = bytearray()
+    for i in range(count):
+        for column, end in zip(columns, (b"\t", b"\n")[-len(columns):], strict=True):
+            cell = column.row(i)
+            if cell is None or cell.translate(None, _PLAIN_TEXT):
+                return None
+            out += cell
+            out += end
+    return bytes(out)
+
+
+PYTHON_KERNELS = Kernels("python", columnize_py, encode_records_py, partitions_py, murmur2_py, text_lines_py)
 
 C_KERNELS: Kernels | None
 try:
@@ -464,7 +521,7 @@ except ImportError as exc:  # the optional C build failed: slower, same answers
     )
 else:
     C_KERNELS = Kernels("c", _columns.columnize, _columns.encode_records, _columns.partitions_for_keys,
-                        _columns.murmur2)
+                        _columns.murmur2, _columns.text_lines)
 
 # What the public functions call (tests swap it to run both implementations through them).
 KERNELS: Kernels = C_KERNELS if C_KERNELS is not None else PYTHON_KERNELS

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lowtide.client import Admin, Consumer, Producer
+from lowtide.client.consumer import column_cells
 from lowtide.client.partitioner import partition_for_key
 from lowtide.errors import OffsetOutOfRange, UnknownTopicOrPartition
 from tests.unit.frontdoor.harness import move_leader
@@ -100,6 +101,34 @@ def test_consumer_with_a_group_starts_at_the_commit_and_commits_its_position(clu
     with Consumer(front_door.address, group_id="etl") as consumer:
         consumer.assign([("orders", 2)])
         assert [r.value for r in consumer.poll(max_wait_ms=10)] == [b"c"]
+
+
+def test_poll_columns_with_max_records_returns_the_rest_at_the_next_poll_and_commits_what_it_gave(cluster):
+    front_door, _ = cluster
+    with Producer(front_door.address) as producer:
+        for p in (0, 1):
+            producer.produce_values("orders", [f"{p}-{i}".encode() for i in range(3)], partition=p)
+    got: dict[int, list[bytes]] = {0: [], 1: []}
+
+    def take(polled) -> int:
+        for (_, partition), columns in polled:
+            got[partition] += column_cells(columns.values, columns.count)
+        return sum(columns.count for _, columns in polled)
+
+    with Consumer(front_door.address, group_id="cols") as consumer:
+        consumer.assign([("orders", 0), ("orders", 1)])
+        taken = 0
+        for _ in range(50):
+            taken += take(consumer.poll_columns(max_wait_ms=50, max_records=4 - taken))
+            if taken == 4:
+                break
+        assert taken == 4
+        consumer.commit()
+        assert sum(consumer.committed([("orders", 0), ("orders", 1)]).values()) == 4
+        for _ in range(50):
+            if take(consumer.poll_columns(max_wait_ms=50)) and sum(map(len, got.values())) == 6:
+                break
+    assert got == {p: [f"{p}-{i}".encode() for i in range(3)] for p in (0, 1)}
 
 
 def test_seeking_below_the_log_start_offset_is_out_of_range(cluster):

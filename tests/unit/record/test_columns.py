@@ -640,3 +640,67 @@ def test_the_record_package_does_not_import_pyarrow_or_the_client():
             "or m.startswith('lowtide.client')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------------
+# head
+
+
+@pytest.mark.parametrize("n", [0, 1, 6, 14])
+def test_head_keeps_the_first_rows_and_continues_at_the_first_row_left_out(kernels, n):
+    from lowtide.client.consumer import records_from_columns
+
+    cols = columns.columnize(mixed_fetch(), min_offset=0, max_offset=100, with_headers=True)
+    cut = columns.head(cols, n)
+    every = records_from_columns(cols, topic="t", partition=0)
+    assert cut.count == n and cut.next_offset == n
+    assert records_from_columns(cut, topic="t", partition=0) == every[:n]
+    for column, whole in ((cut.keys, cols.keys), (cut.values, cols.values)):
+        nulls = sum(1 for i in range(n) if not (whole.validity[i >> 3] >> (i & 7)) & 1)
+        assert column.null_count == nulls and (column.validity is None) == (nulls == 0)
+
+
+def test_head_of_at_least_every_row_is_the_columns_themselves(kernels):
+    cols = columns.columnize(mixed_fetch(), min_offset=0, max_offset=100, with_headers=False)
+    assert columns.head(cols, 15) is cols and columns.head(cols, 99) is cols
+
+
+# ---------------------------------------------------------------------------------------------------
+# text_lines
+
+
+def test_text_lines_puts_each_value_on_a_line_and_a_key_before_a_tab(kernels):
+    values, keys = column_of([b"v1", b"", b"a b ~"]), column_of([b"k1", b"k2", b""])
+    assert columns.text_lines(values=values, keys=None, count=3) == b"v1\n\na b ~\n"
+    assert columns.text_lines(values=values, keys=keys, count=3) == b"k1\tv1\nk2\t\n\ta b ~\n"
+    assert columns.text_lines(values=values, keys=keys, count=0) == b""
+
+
+def test_text_lines_reads_offsets_that_do_not_start_at_zero(kernels):
+    assert columns.text_lines(values=column_of([b"x", b"yz"], start=5), keys=None, count=2) == b"x\nyz\n"
+
+
+@pytest.mark.parametrize("cell", [None, b"back\\slash", b"new\nline", b"tab\t", b"\x7f", b"caf\xc3\xa9", b"\x00"])
+def test_text_lines_gives_none_for_a_null_or_a_byte_a_console_consumer_escapes(kernels, cell):
+    assert columns.text_lines(values=column_of([b"ok", cell]), keys=None, count=2) is None
+    assert columns.text_lines(values=column_of([b"ok", b"ok"]), keys=column_of([b"k", cell]), count=2) is None
+    # Rows past count are not looked at.
+    assert columns.text_lines(values=column_of([b"ok", cell]), keys=None, count=1) == b"ok\n"
+
+
+def test_text_lines_refuses_offsets_outside_the_data(kernels):
+    bad = BinaryColumn(validity=None, null_count=0, offsets=struct.pack("<2i", 0, 9), data=b"abc")
+    with pytest.raises(ValueError, match="outside the 3 bytes"):
+        columns.text_lines(values=bad, keys=None, count=1)
+
+
+def test_text_lines_judges_every_byte_value_at_every_place_of_a_word_and_its_tail(kernels):
+    # The C checks eight bytes a step (SWAR) and the rest one by one: every byte at each of the 11
+    # places of an 11-byte cell covers both.
+    for byte in range(256):
+        plain = 0x20 <= byte <= 0x7E and byte != 0x5C
+        for place in range(11):
+            cell = bytearray(b"abcdefghijk")
+            cell[place] = byte
+            got = columns.text_lines(values=column_of([bytes(cell)]), keys=None, count=1)
+            assert (got == bytes(cell) + b"\n") if plain else got is None, (byte, place)
