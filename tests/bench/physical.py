@@ -176,7 +176,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def _git_commit(repo: Path) -> str:
+def git_commit(repo: Path) -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
@@ -220,7 +220,7 @@ def machine_info(data_dir: Path, repo: Path, mode: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "mode": mode,
-        "git_commit": _git_commit(repo),
+        "git_commit": git_commit(repo),
         "data_dir": str(data_dir),
     }
 

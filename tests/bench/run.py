@@ -25,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
+import lowtide
 from tests.bench import baseline as bench_baseline
 from tests.bench import ceiling, delete, physical, produce, report, soak, workers
 from tests.bench import cleaner as bench_cleaner
@@ -193,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if quick else "full"
     say(f"lowtide bench, mode {mode}, data dir {data_dir}")
     machine = physical.machine_info(data_dir, REPO, mode)
+    # Which checkout's code the cluster runs (--baseline's child runs an older one).
+    code = Path(lowtide.__file__).resolve().parents[2]
+    if code != REPO:
+        machine["git_commit"] = f"{physical.git_commit(code)} (lowtide from {code})"
+    say(f"lowtide code from {code}, commit {machine['git_commit']}")
     figures: list[Figure] = []
     disk_write: float | None = None
 
