@@ -38,7 +38,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclOperation, Authorizer
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     EligibleLeadersNotAvailable,
@@ -195,8 +195,7 @@ class PartitionReassigner:
                 for s in (states[k] for k in keys if k in states and states[k].reassigning)]
 
     def _authorize(self, principal: str, operation: AclOperation, what: str) -> None:
-        if not self._authorizer.authorize(principal=principal, operation=operation,
-                                          resource_type=ResourceType.CLUSTER, resource_name=CLUSTER_RESOURCE_NAME):
+        if not self._authorizer.authorize_cluster(principal=principal, operation=operation):
             raise ClusterAuthorizationFailed(f"{principal} may not {what} (needs {operation.name} on CLUSTER)")
 
     def _check_topic(self, name: str, seen: dict[str, bool]) -> None:
