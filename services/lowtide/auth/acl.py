@@ -205,6 +205,16 @@ class Authorizer:
                 f"{principal} is not authorized to {op.name} on {rtype.name} {resource_name!r}"
             )
 
+    def authorize_cluster(self, *, principal: str, operation: AclOperation) -> bool:
+        """``authorize`` on the one CLUSTER resource, which the admin operations are checked on."""
+        return self.authorize(principal=principal, operation=operation, resource_type=ResourceType.CLUSTER,
+                              resource_name=CLUSTER_RESOURCE_NAME)
+
+    def require_cluster(self, *, principal: str, operation: AclOperation) -> None:
+        """``require`` on the CLUSTER resource: ClusterAuthorizationFailed naming what was refused."""
+        self.require(principal=principal, operation=operation, resource_type=ResourceType.CLUSTER,
+                     resource_name=CLUSTER_RESOURCE_NAME)
+
     def refresh(self) -> None:
         """Reload now if the store's version changed (blocking; normally the listener's
         ``invalidate`` makes the next ``authorize`` do it)."""

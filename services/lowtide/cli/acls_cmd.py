@@ -12,8 +12,9 @@ bearer token from ``--command-config`` (``lowtide.auth.token=...``). JSON output
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from lowtide.auth.acl import (
     CLUSTER_RESOURCE_NAME,
@@ -31,6 +32,8 @@ from lowtide.cli.client_args import build_admin
 from lowtide.cli.main import add_output_flag
 from lowtide.cli.output import CliError, emit
 from lowtide.client.admin import Admin
+
+_Acl = TypeVar("_Acl", AclBinding, AclFilter)
 
 OPERATION_CHOICES = ["read", "write", "delete", "alter", "describe", "cluster-action", "describe-configs",
                      "alter-configs", "all"]
@@ -130,18 +133,8 @@ def bindings_from_args(args: argparse.Namespace) -> list[AclBinding]:
         raise CliError("INVALID_REQUEST", "name a resource: --topic NAME, --group NAME or --cluster")
     principal = parse_principal(args.principal)
     permission = args.permission or AclPermission.ALLOW
-    return [
-        AclBinding(
-            principal=principal,
-            resource_type=rtype,
-            resource_name=name,
-            pattern_type=_pattern_type(args, rtype),
-            operation=operation,
-            permission=permission,
-        )
-        for rtype, name in resources
-        for operation in _unique_operations(args.operation)
-    ]
+    return _per_resource_and_operation(AclBinding, args, principal=principal, resources=resources,
+                                       operations=_unique_operations(args.operation), permission=permission)
 
 
 def filters_from_args(args: argparse.Namespace) -> list[AclFilter]:
@@ -149,14 +142,24 @@ def filters_from_args(args: argparse.Namespace) -> list[AclFilter]:
     principal = parse_principal(args.principal) if args.principal else None
     resources: list[tuple[ResourceType | None, str | None]] = list(resources_from_args(args)) or [(None, None)]
     operations: list[AclOperation | None] = list(_unique_operations(args.operation or [])) or [None]
+    return _per_resource_and_operation(AclFilter, args, principal=principal, resources=resources,
+                                       operations=operations, permission=args.permission)
+
+
+def _per_resource_and_operation(kind: type[_Acl], args: argparse.Namespace, *, principal: str | None,
+                                resources: Sequence[tuple[ResourceType | None, str | None]],
+                                operations: Sequence[AclOperation | None],
+                                permission: AclPermission | None) -> list[_Acl]:
+    """One ``kind`` (a binding to add, a filter to list or remove) per resource x operation, each
+    with its resource's pattern type (``_pattern_type``): the shape kafka-acls.sh gives its flags."""
     return [
-        AclFilter(
+        kind(
             principal=principal,
             resource_type=rtype,
             resource_name=name,
             pattern_type=_pattern_type(args, rtype),
             operation=operation,
-            permission=args.permission,
+            permission=permission,
         )
         for rtype, name in resources
         for operation in operations

@@ -24,12 +24,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lowtide.errors import InvalidReplicationFactor
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, tuple[int, ...]]
+# (partition, hi, lo): a replica or the leadership of a partition moves from broker hi to lo.
+_Move = tuple[TopicPartition, int, int]
 # Bytes per broker are even enough when the fullest and the emptiest differ by at most this share
 # of the mean: closer than that, each exchange copies a partition for little gain.
 BYTES_TOLERANCE = 0.10
@@ -139,17 +141,7 @@ def _even_replicas(planned: dict[TopicPartition, list[int]], current: Mapping[To
     """Swap single replicas from the most to the least loaded broker until the spread is at most
     one (or no swap the rack rule allows is left)."""
     for _ in range(sum(len(r) for r in planned.values()) * 2 + 1):
-        by_load = sorted(counts, key=lambda b: (counts[b], b))
-        swap = None
-        for hi in reversed(by_load):
-            for lo in by_load:
-                if counts[hi] - counts[lo] <= 1:
-                    break
-                swap = _find_swap(planned, current, rule, hi, lo)
-                if swap:
-                    break
-            if swap:
-                break
+        swap = _first_move(counts, lambda hi, lo: _find_swap(planned, current, rule, hi, lo))
         if swap is None:
             return
         tp, hi, lo = swap
@@ -157,6 +149,20 @@ def _even_replicas(planned: dict[TopicPartition, list[int]], current: Mapping[To
         row[row.index(hi)] = lo
         counts[hi] -= 1
         counts[lo] += 1
+
+
+def _first_move(counts: Counter[int], find: Callable[[int, int], _Move | None]) -> _Move | None:
+    """The first move ``find(hi, lo)`` offers, trying the most loaded brokers ``hi`` against the
+    least loaded ``lo`` while their counts differ by more than one; None when it offers none."""
+    by_load = sorted(counts, key=lambda b: (counts[b], b))
+    for hi in reversed(by_load):
+        for lo in by_load:
+            if counts[hi] - counts[lo] <= 1:
+                break
+            move = find(hi, lo)
+            if move:
+                return move
+    return None
 
 
 def _find_swap(planned: dict[TopicPartition, list[int]], current: Mapping[TopicPartition, Sequence[int]],
@@ -247,20 +253,16 @@ def _even_leaders(planned: dict[TopicPartition, list[int]], current: Mapping[Top
     reassignment to record, though nothing is copied)."""
     leaders: Counter[int] = Counter({b: 0 for b in eligible})
     leaders.update(row[0] for row in planned.values() if row)
+
+    def leadership_move(hi: int, lo: int) -> _Move | None:
+        options = [tp for tp, row in sorted(planned.items()) if row and row[0] == hi and lo in row]
+        if not options:
+            return None
+        options.sort(key=lambda tp: (list(current.get(tp, ())) == planned[tp], tp))
+        return options[0], hi, lo
+
     for _ in range(len(planned) * 2 + 1):
-        by_count = sorted(leaders, key=lambda b: (leaders[b], b))
-        move = None
-        for hi in reversed(by_count):
-            for lo in by_count:
-                if leaders[hi] - leaders[lo] <= 1:
-                    break
-                options = [tp for tp, row in sorted(planned.items()) if row and row[0] == hi and lo in row]
-                if options:
-                    options.sort(key=lambda tp: (list(current.get(tp, ())) == planned[tp], tp))
-                    move = (options[0], hi, lo)
-                    break
-            if move:
-                break
+        move = _first_move(leaders, leadership_move)
         if move is None:
             return
         tp, hi, lo = move

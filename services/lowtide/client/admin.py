@@ -6,15 +6,18 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.client.metadata import (
     BrokerMetadata,
+    ClusterMetadata,
     ClusterSnapshot,
     PartitionMetadata,
     TopicMetadata,
     topic_from_error,
 )
+from lowtide.client.replica import ReplicaClient
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, Deletion, GroupListing, Upsertion
@@ -522,3 +525,24 @@ class Admin(PooledClient):
         response = self.call("AlterUserScramCredentials",
                              scram_convert.alter_request(deletions=deletions, upsertions=upsertions))
         return dict(scram_convert.alter_results(response))
+
+
+class ClusterConnections(NamedTuple):
+    """What a data client (``Producer``, ``Consumer``, the Spark reader) holds: one channel pool,
+    shared by the front door's ``Admin`` and the leaders' ``ReplicaClient`` (a broker that is both
+    is dialled once), and the metadata cache that routes over the Admin. Closing ``channels``
+    closes them all."""
+
+    channels: ChannelPool
+    admin: Admin
+    replicas: ReplicaClient
+    cluster: ClusterMetadata
+
+
+def open_connections(bootstrap: str, *, metadata: Sequence[tuple[str, str]],
+                     tls: ClientTls | None) -> ClusterConnections:
+    """The connections to the cluster behind ``bootstrap``, every call carrying ``metadata``."""
+    channels = ChannelPool(tls=tls)
+    admin = Admin(bootstrap, metadata=metadata, channels=channels)
+    return ClusterConnections(channels, admin, ReplicaClient(channels=channels, metadata=metadata),
+                              ClusterMetadata(admin))

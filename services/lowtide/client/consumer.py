@@ -22,9 +22,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from lowtide.client.admin import Admin, OffsetSpec
-from lowtide.client.metadata import ClusterMetadata
-from lowtide.client.replica import ReplicaClient
+from lowtide.client.admin import OffsetSpec, open_connections
 from lowtide.errors import (
     InvalidRequest,
     LeaderNotAvailable,
@@ -36,7 +34,6 @@ from lowtide.messages.replica import ISOLATION_LEVELS, READ_COMMITTED, FetchedPa
 from lowtide.record import iter_batches
 from lowtide.record.columns import BinaryColumn, Columns, columnize
 from lowtide.record.columns import head as head_columns
-from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ClientTls
 
 MiB = 1 << 20
@@ -138,10 +135,8 @@ class Consumer:
         self.max_bytes = max_bytes
         self.partition_max_bytes = partition_max_bytes
         self.request_timeout_s = request_timeout_s
-        self._channels = ChannelPool(tls=tls)
-        self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
-        self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
-        self.cluster = ClusterMetadata(self.admin)
+        self._channels, self.admin, self.replicas, self.cluster = open_connections(bootstrap, metadata=metadata,
+                                                                                   tls=tls)
         self._assigned: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._explicit: set[TopicPartition] = set()  # positions the caller chose with seek()

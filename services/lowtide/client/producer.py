@@ -40,10 +40,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from lowtide.client.admin import Admin
-from lowtide.client.metadata import ClusterMetadata
+from lowtide.client.admin import open_connections
 from lowtide.client.partitioner import partition_for_key
-from lowtide.client.replica import ReplicaClient
 from lowtide.client.transactions import TransactionManager
 from lowtide.clock import now_ms
 from lowtide.errors import (
@@ -68,7 +66,6 @@ from lowtide.record import (
     read_header,
 )
 from lowtide.record.compression import BY_NAME, decompress
-from lowtide.rpc.channels import ChannelPool
 from lowtide.tls.config import ClientTls
 
 MiB = 1 << 20
@@ -135,10 +132,8 @@ class Producer:
         self.linger_ms = linger_ms
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
-        self._channels = ChannelPool(tls=tls)
-        self.admin = Admin(bootstrap, metadata=metadata, channels=self._channels)
-        self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
-        self.cluster = ClusterMetadata(self.admin)
+        self._channels, self.admin, self.replicas, self.cluster = open_connections(bootstrap, metadata=metadata,
+                                                                                   tls=tls)
         self._pool = ThreadPoolExecutor(max_workers=self.max_in_flight, thread_name_prefix="produce")
         self._rng = random.Random()
         self._buffer: dict[tuple[str, int | None], list[tuple[bytes | None, bytes | None]]] = {}

@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -134,20 +134,28 @@ def stop_child(proc: subprocess.Popen | None, pid: int, *, timeout_s: float) -> 
 
 
 @dataclass
-class RedisProcess:
+class ServerProcess:
+    """A server process we started: ``proc`` while it is our child (None for a detached one
+    known by ``pid`` alone), and its pid. Keyword-only, so each kind of server lists its own
+    fields first."""
+
+    proc: subprocess.Popen | None = field(default=None, kw_only=True)
+    pid: int = field(default=0, kw_only=True)
+
+    def stop(self, *, timeout_s: float = 5.0) -> None:
+        stop_child(self.proc, self.pid, timeout_s=timeout_s)
+
+
+@dataclass
+class RedisProcess(ServerProcess):
     """A redis-server child process on a loopback port, with its data in ``data_dir``."""
 
     port: int
     data_dir: Path
-    proc: subprocess.Popen | None = None
-    pid: int = 0
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self, *, timeout_s: float = 5.0) -> None:
-        stop_child(self.proc, self.pid, timeout_s=timeout_s)
 
 
 def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool = False,
@@ -183,22 +191,17 @@ def start_redis(data_dir: Path | str, *, port: int | None = None, detach: bool =
 
 
 @dataclass
-class EtcdMember:
+class EtcdMember(ServerProcess):
     """One etcd member child process: its client endpoint (``host:port``) and data directory."""
 
     name: str
     client_port: int
     peer_port: int
     data_dir: Path
-    proc: subprocess.Popen | None = None
-    pid: int = 0
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
-
-    def stop(self, *, timeout_s: float = 5.0) -> None:
-        stop_child(self.proc, self.pid, timeout_s=timeout_s)
 
 
 def etcd_member_argv(*, name: str, data_dir: Path, client_port: int, peer_port: int,

@@ -50,29 +50,27 @@ class CoordinatorCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         label = str(self.shard.config.shard)
         numbers = self.shard.gauges()
-        leader = GaugeMetricFamily("lowtide_coordinator_leader", "1 while this process leads the shard",
-                                   labels=["shard"])
-        leader.add_metric([label], 1.0 if numbers["status"] == LEADER else 0.0)
-        yield leader
-        batches = GaugeMetricFamily("lowtide_coordinator_batches", "Live batches in the shard's state",
-                                    labels=["shard"])
-        batches.add_metric([label], numbers["batches"])
-        yield batches
+        yield _shard_gauge("lowtide_coordinator_leader", "1 while this process leads the shard", label,
+                           1.0 if numbers["status"] == LEADER else 0.0)
+        yield _shard_gauge("lowtide_coordinator_batches", "Live batches in the shard's state", label,
+                           numbers["batches"])
         files = GaugeMetricFamily("lowtide_coordinator_files", "File rows of the shard by lifetime state",
                                   labels=["shard", "state"])
         for state in sorted(set(FILE_STATES) | set(numbers["files"])):
             files.add_metric([label, state], numbers["files"].get(state, 0))
         yield files
-        pending = GaugeMetricFamily("lowtide_coordinator_pending_records",
-                                    "Metadata records appended but not yet applied", labels=["shard"])
-        pending.add_metric([label], numbers["pending_records"])
-        yield pending
-        applied = GaugeMetricFamily("lowtide_coordinator_applied_offset", "Last applied metadata log offset",
-                                    labels=["shard"])
-        applied.add_metric([label], numbers["applied_offset"])
-        yield applied
-        age = GaugeMetricFamily("lowtide_coordinator_snapshot_age_seconds", "Age of the newest state snapshot",
-                                labels=["shard"])
-        if numbers["snapshot_time"] is not None:
-            age.add_metric([label], max(0.0, time.time() - numbers["snapshot_time"]))
-        yield age
+        yield _shard_gauge("lowtide_coordinator_pending_records", "Metadata records appended but not yet applied",
+                           label, numbers["pending_records"])
+        yield _shard_gauge("lowtide_coordinator_applied_offset", "Last applied metadata log offset", label,
+                           numbers["applied_offset"])
+        snapshot_time = numbers["snapshot_time"]
+        yield _shard_gauge("lowtide_coordinator_snapshot_age_seconds", "Age of the newest state snapshot", label,
+                           None if snapshot_time is None else max(0.0, time.time() - snapshot_time))
+
+
+def _shard_gauge(name: str, documentation: str, shard: str, value: float | None) -> GaugeMetricFamily:
+    """A gauge labelled by shard with the shard's one sample (none while ``value`` is None)."""
+    gauge = GaugeMetricFamily(name, documentation, labels=["shard"])
+    if value is not None:
+        gauge.add_metric([shard], value)
+    return gauge

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowtide.clock import now_ms
-from lowtide.coordinator.state import SCHEMA, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, snapshot_offset
+from lowtide.coordinator.state import SCHEMA, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, fsync_path, snapshot_offset
 from lowtide.errors import KafkaStorageError
 from lowtide.objectstore.base import ObjectInfo, ObjectNotFound, ObjectStore
 
@@ -120,14 +120,6 @@ def manifest_key(shard: int, offset: int) -> str:
 def local_name(offset: int) -> str:
     """The local snapshot file name of ``offset`` (state.CoordinatorState.snapshot's)."""
     return f"{SNAPSHOT_PREFIX}{offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-def _fsync(path: Path, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _schema_columns(db: sqlite3.Connection) -> dict[str, list[str]]:
@@ -281,7 +273,7 @@ class SnapshotStore:
                                       f"{snapshot.manifest_key} says {manifest.size} bytes with {manifest.sha256}")
             verify_database(tmp, offset=snapshot.offset, key=key)
             os.replace(tmp, final)
-            _fsync(directory, directory=True)
+            fsync_path(directory, directory=True)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -231,7 +231,9 @@ def _execute_rows(cur: sqlite3.Cursor, prefix: str, suffix: str, rows: list[tupl
         cur.execute(_rows_sql(prefix, suffix, width, len(rows) - full), tuple(chain.from_iterable(rows[full:])))
 
 
-def _fsync_path(path: Path, *, directory: bool = False) -> None:
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    """fsync a file, or with ``directory`` a directory (so a rename into it survives a crash);
+    the shard's snapshot files, here and in snapshot_store."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -734,9 +736,9 @@ class CoordinatorState:
             target.close()
             source.close()
         final = directory / f"{SNAPSHOT_PREFIX}{offset:020d}{SNAPSHOT_SUFFIX}"
-        _fsync_path(tmp)
+        fsync_path(tmp)
         os.replace(tmp, final)
-        _fsync_path(directory, directory=True)
+        fsync_path(directory, directory=True)
         return final
 
     def _open_snapshot_source(self) -> sqlite3.Connection:

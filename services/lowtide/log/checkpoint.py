@@ -126,6 +126,28 @@ def format_checkpoint(entries: Mapping[tuple[str, int], int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checkpoint_body(text: str, *, what: str) -> list[str]:
+    """The entry lines of a text in Kafka's CheckpointFile v0 layout (version line, count line,
+    one line per entry: this module's files and the leader-epoch-checkpoint), once the header
+    checks out; else KafkaStorageError starting with ``what`` (the file, by kind and path)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise KafkaStorageError(f"{what} is truncated: expected version and count")
+    if lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise KafkaStorageError(
+            f"{what} has unsupported version {lines[0].strip()!r}, expected {CHECKPOINT_VERSION}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise KafkaStorageError(f"{what} has malformed count {lines[1]!r}") from None
+    body = lines[2:]
+    if len(body) != count:
+        raise KafkaStorageError(f"{what} declares {count} entries but has {len(body)}")
+    return body
+
+
 class CheckpointFile:
     """One checkpoint file: map (topic, partition) -> offset.
 
@@ -151,26 +173,8 @@ class CheckpointFile:
             return {}
         except (OSError, UnicodeDecodeError) as exc:
             raise KafkaStorageError(f"cannot read checkpoint file {self.path}: {exc}") from exc
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        if len(lines) < 2:
-            raise KafkaStorageError(f"checkpoint file {self.path} is truncated: expected version and count")
-        if lines[0].strip() != str(CHECKPOINT_VERSION):
-            raise KafkaStorageError(
-                f"checkpoint file {self.path} has unsupported version {lines[0].strip()!r}, expected 0"
-            )
-        try:
-            count = int(lines[1])
-        except ValueError:
-            raise KafkaStorageError(f"checkpoint file {self.path} has malformed count {lines[1]!r}") from None
-        body = lines[2:]
-        if len(body) != count:
-            raise KafkaStorageError(
-                f"checkpoint file {self.path} declares {count} entries but has {len(body)}"
-            )
         entries: dict[tuple[str, int], int] = {}
-        for number, line in enumerate(body, start=3):
+        for number, line in enumerate(checkpoint_body(text, what=f"checkpoint file {self.path}"), start=3):
             parts = line.split(" ")
             try:
                 if len(parts) != 3 or not parts[0]:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from lowtide.errors import KafkaStorageError
 from lowtide.log import filenames
-from lowtide.log.checkpoint import write_file_atomically
+from lowtide.log.checkpoint import CHECKPOINT_VERSION, checkpoint_body, write_file_atomically
 
-VERSION = 0
+VERSION = CHECKPOINT_VERSION  # the same file layout as checkpoint.py's (Kafka's CheckpointFile)
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
@@ -148,21 +148,8 @@ def format_entries(entries: list[tuple[int, int]]) -> str:
 
 def parse_entries(text: str, *, path: Path) -> list[tuple[int, int]]:
     """Entries of a leader-epoch-checkpoint text; KafkaStorageError naming ``path`` when malformed."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) < 2:
-        raise KafkaStorageError(f"leader epoch file {path} is truncated: expected version and count")
-    if lines[0].strip() != str(VERSION):
-        raise KafkaStorageError(f"leader epoch file {path} has unsupported version {lines[0].strip()!r}")
-    try:
-        count = int(lines[1])
-    except ValueError:
-        raise KafkaStorageError(f"leader epoch file {path} has malformed count {lines[1]!r}") from None
-    if len(lines) - 2 != count:
-        raise KafkaStorageError(f"leader epoch file {path} declares {count} entries but has {len(lines) - 2}")
     entries: list[tuple[int, int]] = []
-    for number, line in enumerate(lines[2:], start=3):
+    for number, line in enumerate(checkpoint_body(text, what=f"leader epoch file {path}"), start=3):
         parts = line.split(" ")
         try:
             if len(parts) != 2:

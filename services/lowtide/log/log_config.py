@@ -14,6 +14,18 @@ from lowtide.errors import InvalidConfig
 _DAY_MS = 24 * 60 * 60 * 1000
 
 
+def parse_config_int(key: str, raw: object, minimum: int) -> int:
+    """A topic or broker config's integer value, or InvalidConfig naming ``key`` when it is not
+    an integer or is below ``minimum`` (the log's and the cleaner's keys alike)."""
+    try:
+        number = int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfig(f"{key} must be an integer, got {raw!r}") from None
+    if number < minimum:
+        raise InvalidConfig(f"{key} must be >= {minimum}, got {number}")
+    return number
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """Per-topic log settings, with Kafka's defaults and topic config names."""
@@ -76,12 +88,7 @@ class LogConfig:
             if spec is None:
                 continue
             field, minimum = spec
-            try:
-                number = int(str(raw).strip())
-            except ValueError:
-                raise InvalidConfig(f"{key} must be an integer, got {raw!r}") from None
-            if number < minimum:
-                raise InvalidConfig(f"{key} must be >= {minimum}, got {number}")
+            number = parse_config_int(key, raw, minimum)
             if field is not None:
                 values[field] = number
         return dataclasses.replace(base or cls(), **values)

@@ -172,14 +172,7 @@ class MetadataImage:
 
     def wait_for(self, revision: int, *, timeout_s: float = 5.0) -> bool:
         """Wait until the image reflects ``revision``; False if it did not within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while self.revision < revision:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-        return True
+        return self._wait_until(lambda: self.revision >= revision, deadline=time.monotonic() + timeout_s)
 
     def sync(self, *, timeout_s: float = 2.0) -> bool:
         """Catch up with etcd's current revision (module doc); False when etcd did not answer.
@@ -222,8 +215,13 @@ class MetadataImage:
         return False
 
     def _wait_applied(self, revision: int, *, deadline: float) -> bool:
+        return self._wait_until(lambda: self.applied_revision >= revision, deadline=deadline)
+
+    def _wait_until(self, reached: Callable[[], bool], *, deadline: float) -> bool:
+        """Wait under the image's lock until ``reached()`` (looked at again on every change);
+        False if it was not by ``deadline`` (time.monotonic)."""
         with self._changed:
-            while self.applied_revision < revision:
+            while not reached():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Self
 
 INTERNAL_TOPIC_PREFIX = "__"
 # The topics only their coordinators write (Kafka's Topic.isInternal, plus the diskless
@@ -13,8 +14,20 @@ INTERNAL_TOPIC_PREFIX = "__"
 COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__diskless_metadata"})
 
 
+class JsonRecord:
+    """A dataclass record kept as JSON in the metadata store: its fields with sorted keys (the
+    same record, the same bytes), read back ignoring fields it does not know (``_known_fields``)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Self:
+        return cls(**_known_fields(cls, json.loads(raw)))
+
+
 @dataclass(frozen=True)
-class BrokerInfo:
+class BrokerInfo(JsonRecord):
     id: int
     host: str
     port: int
@@ -33,16 +46,9 @@ class BrokerInfo:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> BrokerInfo:
-        return cls(**_known_fields(cls, json.loads(raw)))
-
 
 @dataclass(frozen=True)
-class TopicInfo:
+class TopicInfo(JsonRecord):
     name: str
     topic_id: str
     partitions: int
@@ -61,13 +67,6 @@ class TopicInfo:
     @property
     def cleanup_policy(self) -> set[str]:
         return {p.strip() for p in self.config.get("cleanup.policy", "delete").split(",") if p.strip()}
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> TopicInfo:
-        return cls(**_known_fields(cls, json.loads(raw)))
 
 
 @dataclass(frozen=True)

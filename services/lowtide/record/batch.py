@@ -61,8 +61,8 @@ from lowtide.clock import now_ms
 from lowtide.errors import CorruptMessage, InvalidRecord, LowtideError, UnsupportedForMessageFormat
 from lowtide.record.compression import SUPPORTED, Compression, compress, decompress, describe_unsupported
 from lowtide.record.validate import CORRUPT_MESSAGE, record_fields, walk_records
+from lowtide.record.varint import append_nullable_bytes, encode_varint
 from lowtide.record.varint import decode_varint as decode_varint  # re-exported (tests, older callers)
-from lowtide.record.varint import encode_varint
 from lowtide.record.walk import iter_headers
 
 MAGIC = 2
@@ -617,11 +617,7 @@ def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
         raw = name.encode("utf-8")
         out += encode_varint(len(raw))
         out += raw
-        if value is None:
-            out += b"\x01"
-        else:
-            out += encode_varint(len(value))
-            out += value
+        append_nullable_bytes(out, value)
     return bytes(out)
 
 

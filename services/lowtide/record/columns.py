@@ -52,7 +52,7 @@ from lowtide.record.batch import (
     seal_batch,
 )
 from lowtide.record.compression import Compression, decompress
-from lowtide.record.varint import encode_varint
+from lowtide.record.varint import append_nullable_bytes, encode_varint
 from lowtide.record.walk import INVALID_RECORD, WalkError, iter_headers, iter_records
 
 log = logging.getLogger(__name__)
@@ -426,16 +426,8 @@ def encode_records_py(count: int, values: KernelColumn, keys: KernelColumn | Non
         out += encode_varint(size)
         out += b"\x00\x00"  # attributes, timestamp delta 0
         out += encode_varint(i)
-        if key is None:
-            out += b"\x01"
-        else:
-            out += encode_varint(len(key))
-            out += key
-        if value is None:
-            out += b"\x01"
-        else:
-            out += encode_varint(len(value))
-            out += value
+        append_nullable_bytes(out, key)
+        append_nullable_bytes(out, value)
         out += b"\x00"  # header count
     return bytes(out)
 

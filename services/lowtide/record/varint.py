@@ -46,6 +46,16 @@ def encode_varint(value: int) -> bytes:
     return encode_uvarint(z)
 
 
+def append_nullable_bytes(out: bytearray, value: bytes | None) -> None:
+    """Append a nullable bytes field of a record (key, value, header value): its varint length
+    and the bytes, or the length -1 (the one byte 01) for null."""
+    if value is None:
+        out += b"\x01"
+    else:
+        out += encode_varint(len(value))
+        out += value
+
+
 def decode_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint at ``pos``; return (value, position after it)."""
     try:

@@ -96,6 +96,20 @@ def _hw_moved(key: TopicPartition) -> tuple[str, int, str]:
     return (key[0], key[1], "hw")
 
 
+def _watch_cancel(wake: WakeRelay, on_cancel: Callable[[Callable[[], None]], object] | None) -> list[bool]:
+    """A fetch's cancelled flag, ``[False]`` until on_cancel's callback (from any thread) sets it
+    and wakes the fetch. A plain one-item list, read by the fetch's loop: a threading.Event per
+    fetch cost a Condition and a lock each time."""
+    cancelled = [False]
+    if on_cancel is not None:
+        def cancel() -> None:
+            cancelled[0] = True
+            wake.set()
+
+        on_cancel(cancel)
+    return cancelled
+
+
 class ReplicaRequests:
     """Produce, Fetch and ListOffsets against the hosted partitions.
 
@@ -266,9 +280,6 @@ class ReplicaRequests:
         if not follower:
             max_bytes = min(max_bytes or limits.max_bytes, limits.max_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000
-        # [cancelled]: set by on_cancel's callback from any thread, read by this fetch (a plain
-        # flag: a threading.Event per fetch cost a Condition and a lock each time).
-        cancelled = [False]
         parked = woken = False
         linger_until = 0.0
         try:
@@ -280,12 +291,7 @@ class ReplicaRequests:
             wake = WakeRelay()
             self.registry.register_waiter(keys, wake)
             try:
-                if on_cancel is not None:
-                    def cancel() -> None:
-                        cancelled[0] = True
-                        wake.set()
-
-                    on_cancel(cancel)
+                cancelled = _watch_cancel(wake, on_cancel)
                 while True:
                     wake.clear()  # before reading: a change during the read makes the wait return at once
                     outcomes, size, now, refill_s = self._read(
@@ -326,14 +332,8 @@ class ReplicaRequests:
         session = self.sessions.begin(replica_id, round_, items)
         wake = WakeRelay()
         session.wake = wake
-        cancelled = [False]
         try:
-            if on_cancel is not None:
-                def cancel() -> None:
-                    cancelled[0] = True
-                    wake.set()
-
-                on_cancel(cancel)
+            cancelled = _watch_cancel(wake, on_cancel)
             pending = session.take_dirty()
             # The partitions where the follower was outside the ISR at its last recording are
             # recorded again every round until it is in: an ISR expansion the store refused (an

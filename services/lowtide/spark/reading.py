@@ -20,13 +20,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lowtide.client.admin import Admin, OffsetSpec
-from lowtide.client.metadata import ClusterMetadata
-from lowtide.client.replica import ReplicaClient
+from lowtide.client.admin import OffsetSpec, open_connections
 from lowtide.errors import LeaderNotAvailable, LowtideError, OffsetOutOfRange, RequestTimedOut
 from lowtide.messages.replica import FetchPosition
 from lowtide.record.columns import columnize
-from lowtide.rpc.channels import ChannelPool
 from lowtide.spark.arrow import to_record_batch
 from lowtide.spark.options import Connection
 from lowtide.spark.planning import OffsetRange, data_loss_message
@@ -49,11 +46,8 @@ class RangeReader:
 
     def __init__(self, connection: Connection, settings: ReadSettings) -> None:
         self.settings = settings
-        self._channels = ChannelPool(tls=connection.tls)
-        metadata = connection.call_metadata()
-        self.admin = Admin(connection.bootstrap, metadata=metadata, channels=self._channels)
-        self.replicas = ReplicaClient(channels=self._channels, metadata=metadata)
-        self.cluster = ClusterMetadata(self.admin)
+        self._channels, self.admin, self.replicas, self.cluster = open_connections(
+            connection.bootstrap, metadata=connection.call_metadata(), tls=connection.tls)
 
     def close(self) -> None:
         self._channels.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclBinding, AclFilter, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclBinding, AclFilter, AclOperation, Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.errors import LowtideError
 
@@ -21,14 +21,10 @@ class AclAdmin:
         self._store = store
         self._authorizer = authorizer
 
-    def _require_cluster(self, principal: str, operation: AclOperation) -> None:
-        self._authorizer.require(principal=principal, operation=operation, resource_type=ResourceType.CLUSTER,
-                                 resource_name=CLUSTER_RESOURCE_NAME)
-
     def create_acls(self, *, principal: str, bindings: Sequence[AclBinding]) -> list[LowtideError | None]:
         """Add the bindings; one result per binding (Kafka answers CreateAcls per binding)."""
         try:
-            self._require_cluster(principal, AclOperation.ALTER)
+            self._authorizer.require_cluster(principal=principal, operation=AclOperation.ALTER)
         except LowtideError as err:
             return [err for _ in bindings]
         self._store.add(list(bindings))
@@ -36,11 +32,11 @@ class AclAdmin:
         return [None for _ in bindings]
 
     def describe_acls(self, *, principal: str, acl_filter: AclFilter) -> list[AclBinding]:
-        self._require_cluster(principal, AclOperation.DESCRIBE)
+        self._authorizer.require_cluster(principal=principal, operation=AclOperation.DESCRIBE)
         return self._store.list(acl_filter)
 
     def delete_acls(self, *, principal: str, filters: Sequence[AclFilter]) -> list[AclBinding]:
-        self._require_cluster(principal, AclOperation.ALTER)
+        self._authorizer.require_cluster(principal=principal, operation=AclOperation.ALTER)
         deleted = self._store.remove(list(filters))
         self._authorizer.invalidate()
         return deleted

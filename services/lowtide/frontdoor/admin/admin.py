@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
     ClusterAuthorizationFailed,
@@ -76,9 +76,7 @@ class TopicAdmin:
     # -- topics ------------------------------------------------------------------------------
     def create_topics(self, *, principal: str, requests: Sequence[TopicRequest],
                       validate_only: bool = False) -> list[TopicOutcome]:
-        allowed = self._authorizer.authorize(principal=principal, operation=AclOperation.ALTER,
-                                             resource_type=ResourceType.CLUSTER,
-                                             resource_name=CLUSTER_RESOURCE_NAME)
+        allowed = self._authorizer.authorize_cluster(principal=principal, operation=AclOperation.ALTER)
         outcomes = []
         for request in requests:
             try:

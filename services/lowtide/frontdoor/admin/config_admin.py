@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     InvalidConfig,
@@ -152,8 +152,7 @@ class TopicConfigAdmin:
                       duplicate: bool) -> ConfigOutcome:
         reading = validate_only and not change.ops and not change.replace
         operation = AclOperation.DESCRIBE_CONFIGS if reading else AclOperation.ALTER_CONFIGS
-        if not self._authorizer.authorize(principal=principal, operation=operation,
-                                          resource_type=ResourceType.CLUSTER, resource_name=CLUSTER_RESOURCE_NAME):
+        if not self._authorizer.authorize_cluster(principal=principal, operation=operation):
             raise ClusterAuthorizationFailed(f"{principal} is not authorized to {operation.name} on the CLUSTER")
         if duplicate:
             raise InvalidRequest(f"broker resource {broker or '<default>'} is named more than once in one request")

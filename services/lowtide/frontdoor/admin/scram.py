@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType, parse_principal
+from lowtide.auth.acl import AclOperation, Authorizer, parse_principal
 from lowtide.auth.identity import BROKER_PRINCIPAL_PREFIX, FRONTDOOR_PRINCIPAL
 from lowtide.auth.scram import Mechanism, ScramCredential, check_credential_input, mechanism_by_code
 from lowtide.auth.scram_store import CredentialInfo, ScramStore
@@ -62,14 +62,10 @@ class ScramAdmin:
         self._store = store
         self._authorizer = authorizer
 
-    def _require_cluster(self, principal: str, operation: AclOperation) -> None:
-        self._authorizer.require(principal=principal, operation=operation, resource_type=ResourceType.CLUSTER,
-                                 resource_name=CLUSTER_RESOURCE_NAME)
-
     def describe(self, *, principal: str, users: Sequence[str] | None) -> list[UserCredentials]:
         """One result per user (request order; every user with a credential when ``users`` is
         empty). Raises ClusterAuthorizationFailed without DESCRIBE on the CLUSTER."""
-        self._require_cluster(principal, AclOperation.DESCRIBE)
+        self._authorizer.require_cluster(principal=principal, operation=AclOperation.DESCRIBE)
         if not users:
             return [UserCredentials(user, None, _shown(infos)) for user, infos in self._store.describe().items()]
         counts: dict[str, int] = {}
@@ -92,7 +88,7 @@ class ScramAdmin:
         """(user, error or None) per user, in the order users first appear (deletions first)."""
         users = list(dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions]))
         try:
-            self._require_cluster(principal, AclOperation.ALTER)
+            self._authorizer.require_cluster(principal=principal, operation=AclOperation.ALTER)
         except LowtideError as err:
             return [(user, err) for user in users]
         errors: dict[str, LowtideError] = {}

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclOperation, Authorizer
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     ElectionNotNeeded,
@@ -89,8 +89,7 @@ class LeaderElections:
 
     def elect(self, *, principal: str, election_type: ElectionType,
               partitions: Sequence[TopicPartition] | None) -> list[ElectionOutcome]:
-        if not self._authorizer.authorize(principal=principal, operation=AclOperation.ALTER,
-                                          resource_type=ResourceType.CLUSTER, resource_name=CLUSTER_RESOURCE_NAME):
+        if not self._authorizer.authorize_cluster(principal=principal, operation=AclOperation.ALTER):
             raise ClusterAuthorizationFailed(f"{principal} may not elect leaders (needs ALTER on CLUSTER)")
         states = self._store.all_partition_states()
         everything = partitions is None

@@ -38,7 +38,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
+from lowtide.auth.acl import AclOperation, Authorizer
 from lowtide.errors import (
     ClusterAuthorizationFailed,
     EligibleLeadersNotAvailable,
@@ -89,21 +89,15 @@ def start_reassignment(state: PartitionState, target: Sequence[int], live: set[i
     adding = tuple(r for r in target if r not in original)
     removing = tuple(r for r in original if r not in target)
     replicas = target + removing
-    # Replicas that were adding for an earlier target and are not in this one leave the ISR with it.
-    isr = tuple(r for r in state.isr if r in replicas)
-    # The leader leaves only when it was an adding replica of the earlier target: hand over.
-    leadership = _leadership_within(state, replicas, isr, live)
-    if leadership is None:
+    # Replicas that were adding for an earlier target and are not in this one leave the ISR with it;
+    # the leader leaves only when it was an adding replica of the earlier target: hand over. A new
+    # target that is the original set (maybe reordered) is a cancel: nothing adding or removing.
+    moved = _with_replicas(state, replicas, live, adding=adding, removing=removing)
+    if moved is None:
         raise EligibleLeadersNotAvailable(
             f"{state.topic}-{state.partition}: the leader {state.leader} is not in the new target and no other "
             f"replica of {list(replicas)} is live and in the ISR {list(state.isr)}")
-    leader, epoch = leadership
-    if adding == () and removing == ():
-        # The new target is the original set (maybe reordered): a move back is a cancel.
-        return replace(state, replicas=target, isr=isr, leader=leader, leader_epoch=epoch,
-                       adding_replicas=(), removing_replicas=())
-    return replace(state, replicas=replicas, isr=isr, leader=leader, leader_epoch=epoch,
-                   adding_replicas=adding, removing_replicas=removing)
+    return moved
 
 
 def complete_reassignment(state: PartitionState, live: set[int]) -> PartitionState | None:
@@ -113,17 +107,10 @@ def complete_reassignment(state: PartitionState, live: set[int]) -> PartitionSta
         return None
     if not set(state.adding_replicas) <= set(state.isr):
         return None
-    target = state.target_replicas
-    isr = tuple(r for r in state.isr if r in target)
     # Leadership moves in the same write (KRaft's PartitionChangeBuilder): the old leader sees a
     # new epoch, its parked acks=all produces answer NOT_LEADER_OR_FOLLOWER and the client
     # retries at the new leader, which holds every acknowledged record (an ISR member).
-    leadership = _leadership_within(state, target, isr, live, keep_only_if_live=True)
-    if leadership is None:
-        return None
-    leader, epoch = leadership
-    return replace(state, replicas=target, isr=isr, leader=leader, leader_epoch=epoch,
-                   adding_replicas=(), removing_replicas=())
+    return _with_replicas(state, state.target_replicas, live, keep_only_if_live=True)
 
 
 def cancel_reassignment(state: PartitionState, live: set[int]) -> PartitionState:
@@ -131,15 +118,27 @@ def cancel_reassignment(state: PartitionState, live: set[int]) -> PartitionState
     if not state.reassigning:
         raise NoReassignmentInProgress(f"{state.topic}-{state.partition} has no reassignment in progress")
     original = state.original_replicas
-    isr = tuple(r for r in state.isr if r in original)
-    leadership = _leadership_within(state, original, isr, live)
-    if leadership is None:
+    moved = _with_replicas(state, original, live)
+    if moved is None:
         raise EligibleLeadersNotAvailable(
             f"{state.topic}-{state.partition}: cannot cancel, the leader {state.leader} is an adding replica "
             f"and no original replica of {list(original)} is live and in the ISR {list(state.isr)}")
+    return moved
+
+
+def _with_replicas(state: PartitionState, replicas: tuple[int, ...], live: set[int], *,
+                   adding: tuple[int, ...] = (), removing: tuple[int, ...] = (),
+                   keep_only_if_live: bool = False) -> PartitionState | None:
+    """The record with ``replicas`` as its replica set (``adding``/``removing`` the move's, none
+    once it is over): the ISR cut to them and leadership kept or handed over
+    (``_leadership_within``); None when none of them can lead."""
+    isr = tuple(r for r in state.isr if r in replicas)
+    leadership = _leadership_within(state, replicas, isr, live, keep_only_if_live=keep_only_if_live)
+    if leadership is None:
+        return None
     leader, epoch = leadership
-    return replace(state, replicas=original, isr=isr, leader=leader, leader_epoch=epoch,
-                   adding_replicas=(), removing_replicas=())
+    return replace(state, replicas=replicas, isr=isr, leader=leader, leader_epoch=epoch,
+                   adding_replicas=adding, removing_replicas=removing)
 
 
 def _leadership_within(state: PartitionState, replicas: Sequence[int], isr: Sequence[int], live: set[int], *,
@@ -196,8 +195,7 @@ class PartitionReassigner:
                 for s in (states[k] for k in keys if k in states and states[k].reassigning)]
 
     def _authorize(self, principal: str, operation: AclOperation, what: str) -> None:
-        if not self._authorizer.authorize(principal=principal, operation=operation,
-                                          resource_type=ResourceType.CLUSTER, resource_name=CLUSTER_RESOURCE_NAME):
+        if not self._authorizer.authorize_cluster(principal=principal, operation=operation):
             raise ClusterAuthorizationFailed(f"{principal} may not {what} (needs {operation.name} on CLUSTER)")
 
     def _check_topic(self, name: str, seen: dict[str, bool]) -> None:

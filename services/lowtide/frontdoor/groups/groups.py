@@ -19,7 +19,7 @@ consumers subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, KIP-496).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from lowtide import clock
@@ -225,31 +225,35 @@ class GroupCoordinator:
         return self._members.snapshot(group_id) if self._members is not None else None
 
     def describe_groups(self, *, principal: str, group_ids: Sequence[str]) -> list[GroupOutcome]:
-        out = []
-        for group_id in group_ids:
-            try:
-                validate_group_id(group_id)
-                self._require_group(principal, AclOperation.DESCRIBE, group_id)
-                snapshot = self._snapshot(group_id)
-                committed = self._store.committed(group_id)
-                if not committed and snapshot is None:
-                    raise GroupIdNotFound(f"group {group_id!r} does not exist")
-                out.append(GroupOutcome(group_id=group_id, offsets=tuple(committed[k] for k in sorted(committed)),
-                                        group=snapshot))
-            except LowtideError as err:
-                out.append(GroupOutcome(group_id=group_id, error=err))
-        return out
+        def describe(group_id: str) -> GroupOutcome:
+            snapshot = self._snapshot(group_id)
+            committed = self._store.committed(group_id)
+            if not committed and snapshot is None:
+                raise GroupIdNotFound(f"group {group_id!r} does not exist")
+            return GroupOutcome(group_id=group_id, offsets=tuple(committed[k] for k in sorted(committed)),
+                                group=snapshot)
+
+        return self._per_group(principal, group_ids, AclOperation.DESCRIBE, describe)
 
     def delete_groups(self, *, principal: str, group_ids: Sequence[str]) -> list[GroupOutcome]:
+        def delete(group_id: str) -> GroupOutcome:
+            in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
+            if not self._store.delete(group_id) and not in_memory:
+                raise GroupIdNotFound(f"group {group_id!r} does not exist")
+            return GroupOutcome(group_id=group_id)
+
+        return self._per_group(principal, group_ids, AclOperation.DELETE, delete)
+
+    def _per_group(self, principal: str, group_ids: Sequence[str], operation: AclOperation,
+                   answer: Callable[[str], GroupOutcome]) -> list[GroupOutcome]:
+        """One outcome per group id, in request order: ``answer(group_id)`` once the id is valid and
+        ``principal`` may do ``operation`` on the group, else the error (Kafka answers per group)."""
         out = []
         for group_id in group_ids:
             try:
                 validate_group_id(group_id)
-                self._require_group(principal, AclOperation.DELETE, group_id)
-                in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
-                if not self._store.delete(group_id) and not in_memory:
-                    raise GroupIdNotFound(f"group {group_id!r} does not exist")
-                out.append(GroupOutcome(group_id=group_id))
+                self._require_group(principal, operation, group_id)
+                out.append(answer(group_id))
             except LowtideError as err:
                 out.append(GroupOutcome(group_id=group_id, error=err))
         return out

@@ -425,20 +425,10 @@ class Cleaner:
             views = [SegmentView.of(s) for s in list(segments)[:-1]]
         out: dict[int, int] = {}
         for view in views:
-            try:
-                fd = _open_segment(log, view)
-            except GroupChanged:
-                continue
-            try:
-                position = 0
-                while position < view.size_bytes:
-                    header = read_header(os.pread(fd, BATCH_HEADER_SIZE, position))
-                    horizon = header.delete_horizon_ms
-                    if horizon is not None:  # a tombstone's, or a marker's waiting to go
-                        out[view.base_offset] = min(horizon, out.get(view.base_offset, horizon))
-                    position += header.size_in_bytes
-            finally:
-                os.close(fd)
+            for header in _headers(log, view):  # none when the segment left the log
+                horizon = header.delete_horizon_ms
+                if horizon is not None:  # a tombstone's, or a marker's waiting to go
+                    out[view.base_offset] = min(horizon, out.get(view.base_offset, horizon))
         return out
 
 
@@ -461,6 +451,7 @@ def _without_aborted(chunk: memoryview, batches: list[tuple[BatchHeader, int]],
 
 
 def _headers(log: PartitionLog, view: SegmentView) -> Iterator[BatchHeader]:
+    """The batch headers of ``view``'s .log, one pread each; none if the segment left the log."""
     try:
         fd = _open_segment(log, view)
     except GroupChanged:

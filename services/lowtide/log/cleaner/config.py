@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lowtide.errors import InvalidConfig
+from lowtide.log.log_config import parse_config_int
 
 LONG_MAX = 2**63 - 1
 # CPython: dict slot + hash/key/value (~40 bytes at 2/3 load), a bytes object's header (33), an int
@@ -38,15 +39,7 @@ MAP_ENTRY_OVERHEAD = 110
 
 def _integer(config: Mapping[str, str], key: str, default: int, minimum: int) -> int:
     raw = config.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise InvalidConfig(f"{key} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise InvalidConfig(f"{key} must be >= {minimum}, got {value}")
-    return value
+    return default if raw is None else parse_config_int(key, raw, minimum)
 
 
 def _number(config: Mapping[str, str], key: str, default: float, minimum: float, maximum: float) -> float:

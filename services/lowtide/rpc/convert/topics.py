@@ -13,6 +13,7 @@ as (error_code, error_message) and comes back as the ``LowtideError`` of that co
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from lowtide.errors import error_or_none
 from lowtide.messages import TopicPartition
@@ -37,6 +38,9 @@ from lowtide.messages.admin import (
 from lowtide.messages.replica import PartitionOffset
 from lowtide.rpc.convert import error_fields, error_kwargs
 from lowtide_pb import admin_pb2, common_pb2
+
+_PartitionResult = TypeVar("_PartitionResult", admin_pb2.ElectionResult, admin_pb2.ReassignmentResult)
+_PartitionOutcome = TypeVar("_PartitionOutcome", ElectionOutcome, ReassignmentOutcome)
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -140,15 +144,26 @@ def election_request_to_proto(*, election_type: ElectionType,
                                          partitions=topic_partitions_to_proto(partitions))
 
 
-def election_outcomes_to_proto(outcomes: Iterable[ElectionOutcome]) -> list[admin_pb2.ElectionResult]:
-    return [admin_pb2.ElectionResult(topic=o.partition.topic, partition=o.partition.partition,
-                                     **error_kwargs(o.error))
+def partition_outcomes_to_proto(outcomes: Iterable[ElectionOutcome | ReassignmentOutcome],
+                                result_type: type[_PartitionResult]) -> list[_PartitionResult]:
+    """A per-partition (partition, error) answer as ``result_type`` (ElectionResult or
+    ReassignmentResult: the same topic, partition and error fields)."""
+    return [result_type(topic=o.partition.topic, partition=o.partition.partition, **error_kwargs(o.error))
             for o in outcomes]
 
 
-def election_outcomes_from_proto(results: Iterable[admin_pb2.ElectionResult]) -> list[ElectionOutcome]:
-    return [ElectionOutcome(TopicPartition(r.topic, r.partition), error_or_none(r.error_code, r.error_message))
+def partition_outcomes_from_proto(results: Iterable[admin_pb2.ElectionResult | admin_pb2.ReassignmentResult],
+                                  outcome_type: type[_PartitionOutcome]) -> list[_PartitionOutcome]:
+    return [outcome_type(TopicPartition(r.topic, r.partition), error_or_none(r.error_code, r.error_message))
             for r in results]
+
+
+def election_outcomes_to_proto(outcomes: Iterable[ElectionOutcome]) -> list[admin_pb2.ElectionResult]:
+    return partition_outcomes_to_proto(outcomes, admin_pb2.ElectionResult)
+
+
+def election_outcomes_from_proto(results: Iterable[admin_pb2.ElectionResult]) -> list[ElectionOutcome]:
+    return partition_outcomes_from_proto(results, ElectionOutcome)
 
 
 def reassignments_to_proto(targets: Mapping[TopicPartition, Sequence[int] | None], *,
@@ -167,14 +182,11 @@ def reassignment_targets_from_proto(
 
 
 def reassignment_outcomes_to_proto(outcomes: Iterable[ReassignmentOutcome]) -> list[admin_pb2.ReassignmentResult]:
-    return [admin_pb2.ReassignmentResult(topic=o.partition.topic, partition=o.partition.partition,
-                                         **error_kwargs(o.error))
-            for o in outcomes]
+    return partition_outcomes_to_proto(outcomes, admin_pb2.ReassignmentResult)
 
 
 def reassignment_outcomes_from_proto(results: Iterable[admin_pb2.ReassignmentResult]) -> list[ReassignmentOutcome]:
-    return [ReassignmentOutcome(TopicPartition(r.topic, r.partition), error_or_none(r.error_code, r.error_message))
-            for r in results]
+    return partition_outcomes_from_proto(results, ReassignmentOutcome)
 
 
 def ongoing_to_proto(moves: Iterable[OngoingReassignment]) -> list[admin_pb2.OngoingReassignment]:

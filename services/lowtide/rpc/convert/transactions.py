@@ -33,6 +33,12 @@ def _partitions_from_proto(partitions) -> list[TopicPartition]:
     return [TopicPartition(p.topic, p.partition) for p in partitions]
 
 
+def _producer_args(r) -> dict:
+    """The producer's identity, which every transactional call after InitProducerId carries
+    (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), as the coordinator's keyword arguments."""
+    return {"transactional_id": r.transactional_id, "producer_id": r.producer_id, "producer_epoch": r.producer_epoch}
+
+
 # -- the producer's calls (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn) -----------
 def init_producer_id_request(*, transactional_id: str, timeout_ms: int = 0) -> transactions_pb2.InitProducerIdRequest:
     return transactions_pb2.InitProducerIdRequest(transactional_id=transactional_id,
@@ -65,8 +71,7 @@ def add_partitions_request(*, transactional_id: str, producer_id: int, producer_
 
 def add_partitions_args(r: transactions_pb2.AddPartitionsToTxnRequest) -> dict:
     """``TransactionCoordinator.add_partitions``' keyword arguments (all but the principal)."""
-    return {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-            "producer_epoch": r.producer_epoch, "partitions": _partitions_from_proto(r.partitions)}
+    return {**_producer_args(r), "partitions": _partitions_from_proto(r.partitions)}
 
 
 def partition_results_to_proto(results: Sequence[tuple[str, int, LowtideError | None]]
@@ -85,8 +90,7 @@ def add_offsets_request(*, transactional_id: str, producer_id: int, producer_epo
 
 
 def add_offsets_args(r: transactions_pb2.AddOffsetsToTxnRequest) -> dict:
-    return {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-            "producer_epoch": r.producer_epoch, "group_id": r.group_id}
+    return {**_producer_args(r), "group_id": r.group_id}
 
 
 def end_txn_request(*, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -96,8 +100,7 @@ def end_txn_request(*, transactional_id: str, producer_id: int, producer_epoch: 
 
 
 def end_txn_args(r: transactions_pb2.EndTxnRequest) -> dict:
-    return {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-            "producer_epoch": r.producer_epoch, "commit": r.commit}
+    return {**_producer_args(r), "commit": r.commit}
 
 
 # -- TxnOffsetCommit ------------------------------------------------------------------------------
