@@ -72,6 +72,7 @@ def relate(figures: list[Figure], sha: str, old: list[dict]) -> None:
         was = old_by_key.get(f.key)
         if was is None or f.value is None:
             continue
-        f.params["old_main"] = {"rev": sha, "value": was["value"]}
+        # A copy: figures of one section often share one params dict.
+        f.params = {**f.params, "old_main": {"rev": sha, "value": was["value"]}}
         text = f"old main {sha}, same run: {was['value']:.3g} {f.unit}"
         f.note = f"{text}; {f.note}" if f.note else text

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import multiprocessing
 import shutil
 import sys
@@ -177,6 +178,8 @@ def _run_baseline(args: argparse.Namespace, only: list[str], figures: list[Figur
     finally:
         shutil.rmtree(work, ignore_errors=True)
     bench_baseline.relate(figures, sha, old)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results-old-main.json").write_text(json.dumps({"rev": sha, "figures": old}, indent=2) + "\n")
     return []
 
 
