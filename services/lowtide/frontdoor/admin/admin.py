@@ -190,6 +190,10 @@ class TopicAdmin:
         brokers = self._store.brokers()
         live = self._store.live_broker_ids(brokers)
         all_topics = self._store.topics()
+        if any(n not in all_topics for n in topics) and self._store.sync():
+            # A topic made a moment ago through another process may not have reached this image
+            # yet: catch up with etcd before saying it does not exist (one revision read, only then).
+            revision, all_topics = self._store.version(), self._store.topics()
         if topics:
             names = list(topics)
         else:
