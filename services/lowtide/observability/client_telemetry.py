@@ -235,7 +235,7 @@ class ClientTelemetry(Collector):
     def __init__(self, config: TelemetryConfig | None = None, *, accepted_compression_types: Sequence[int] = (),
                  clock: Clock = _monotonic_ms) -> None:
         self.config = config or TelemetryConfig()
-        self.accepted_compression_types = tuple(accepted_compression_types)
+        self.accepted_compression_types = tuple(int(c) for c in accepted_compression_types)
         self.requested_metrics = self.config.requested_metrics if self.config.enabled else ()
         self.push_interval_ms = self.config.push_interval_ms if self.config.enabled else OFF_PUSH_INTERVAL_MS
         self.subscription_id = _int32(zlib.crc32(repr((

@@ -1,0 +1,70 @@
+"""KIP-714 client telemetry end to end: Apache Kafka's own producer (``kafka-producer-perf-test``,
+ProducerPerformance, Kafka 4.1) with ``enable.metrics.push=true`` against a one-replica cluster
+whose processes ask for a push every second (``LOWTIDE_CLIENT_TELEMETRY_PUSH_INTERVAL_MS``): while
+it produces, the replica's ``/metrics`` shows the producer's own request latency under its client
+id, and the replica answered its GetTelemetrySubscriptions and PushTelemetry without throttling a
+single push (the push rule's slack holds for the real client's timing)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lowtide.localcluster import ClusterConfig
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.kafka_tools import kafka_tool
+from tests.waiting import wait_until
+
+TOPIC, CLIENT_ID = "telemetry", "telemetry-perf"
+PUSH_INTERVAL_MS = 1000
+LATENCY_AVG = "org.apache.kafka.producer.request.latency.avg"
+
+
+@pytest.fixture(scope="module")
+def kcluster(request, tmp_path_factory):
+    yield from running_cluster(request, ClusterConfig(
+        data_dir=tmp_path_factory.mktemp("client-telemetry"), replicas=1, replica_config=dict(DEFAULT_REPLICA_CONFIG),
+        extra_env={"LOWTIDE_CLIENT_TELEMETRY_PUSH_INTERVAL_MS": str(PUSH_INTERVAL_MS)}))
+
+
+def pushed(kcluster, service: str) -> dict[tuple[str, str], float]:
+    """(client_id, name) -> value of the client metrics on ``service``'s /metrics."""
+    out = {}
+    for family in text_string_to_metric_families(s.metrics_text(kcluster, service)):
+        if family.name == "lowtide_client_metric":
+            out.update({(x.labels["client_id"], x.labels["name"]): x.value for x in family.samples})
+    return out
+
+
+def test_a_java_producers_pushed_request_latency_shows_on_the_replicas_metrics_under_its_client_id(kcluster):
+    s.create_topic(kcluster, TOPIC, rf=1)
+    replica = kcluster.service("replica-0")
+    # About 10 s of producing (2000 records at 200/s): several push intervals.
+    tool = subprocess.Popen(
+        [str(kafka_tool("kafka-producer-perf-test")), "--topic", TOPIC, "--num-records", "2000",
+         "--record-size", "100", "--throughput", "200", "--producer-props", f"bootstrap.servers={replica.kafka}",
+         f"client.id={CLIENT_ID}", "enable.metrics.push=true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # A number once the producer has measured a request (NaN before: Kafka's empty average).
+        wait_until(lambda: pushed(kcluster, "replica-0").get((CLIENT_ID, LATENCY_AVG), -1.0) >= 0, timeout_s=20,
+                   interval_s=0.5, what=f"{LATENCY_AVG} of client {CLIENT_ID} on replica-0's /metrics")
+        metrics = pushed(kcluster, "replica-0")
+        assert (CLIENT_ID, "org.apache.kafka.producer.request.latency.max") in metrics
+        assert {client for client, _ in metrics} == {CLIENT_ID}
+        assert all(name.startswith("org.apache.kafka.producer.") for _, name in metrics)  # the default prefixes
+        assert s.metric(kcluster, "replica-0", "lowtide_client_telemetry_clients") >= 1
+    finally:
+        out, err = tool.communicate(timeout=60)
+    assert tool.returncode == 0, err[-4000:]
+    assert "2000 records sent" in out
+    requests = "lowtide_kafka_requests_total"
+    assert s.metric(kcluster, "replica-0", requests, api="GetTelemetrySubscriptions", outcome="ok") >= 1
+    assert s.metric(kcluster, "replica-0", requests, api="PushTelemetry", outcome="ok") >= 3
+    assert s.metric(kcluster, "replica-0", requests, api="PushTelemetry", outcome="THROTTLING_QUOTA_EXCEEDED") == 0
+    # Closed: its last push was a terminating one, or its series expired after 3 intervals.
+    wait_until(lambda: not pushed(kcluster, "replica-0"), timeout_s=3 * PUSH_INTERVAL_MS / 1000 + 5, interval_s=0.5,
+               what="the producer's series gone once it closed")
