@@ -268,7 +268,7 @@ class ClientTelemetry(Collector):
         TELEMETRY_TOO_LARGE. Not throttled, the push counts as the client's last one."""
         now = self._clock()
         with self._lock:
-            client = self._client(client_instance_id)
+            client = self._client(client_instance_id, touch=False)
             subscribed_since = client.last_get is not None and (
                 client.last_push is None or client.last_get > client.last_push)
             previous = client.last_push if client.last_push is not None else client.last_get
@@ -278,6 +278,7 @@ class ClientTelemetry(Collector):
                     f"client instance {client_instance_id} pushed {now - previous} ms after its last push; "
                     f"the push interval is {self.push_interval_ms} ms")
             client.last_push = now
+            self._clients.move_to_end(client_instance_id)
         if subscription_id != self.subscription_id:
             raise UnknownSubscriptionId(f"subscription {subscription_id} is not the current one "
                                         f"({self.subscription_id}): get the subscription again")
@@ -300,7 +301,9 @@ class ClientTelemetry(Collector):
         points = decode_metrics(payload) if self.requested_metrics else []
         series, dropped = self._select(points)
         with self._lock:
-            client = self._client(client_instance_id)
+            client = self._client(client_instance_id, touch=False)
+            if client.last_push is None:  # expired (or evicted) since it was admitted: anew
+                client.last_push = self._clock()
             client.client_id = client_id[:MAX_LABEL_CHARS]
             client.series = series
             self._dropped_series += dropped
@@ -343,8 +346,10 @@ class ClientTelemetry(Collector):
                                   "Client instances evicted by the cap on client instances", value=evicted)
 
     # -- under the lock ----------------------------------------------------------------------------
-    def _client(self, client_instance_id: uuid.UUID) -> _Client:
-        """The client's entry, made most recent (a new one may evict the least recent)."""
+    def _client(self, client_instance_id: uuid.UUID, *, touch: bool = True) -> _Client:
+        """The client's entry (a new one may evict the least recent), made most recent when
+        ``touch`` (the caller sets its last Get or push to now: the order stays that of those
+        times, which ``_expire`` relies on)."""
         self._expire(self._clock())
         client = self._clients.get(client_instance_id)
         if client is None:
@@ -352,11 +357,13 @@ class ClientTelemetry(Collector):
             while len(self._clients) > self.config.max_clients:
                 self._clients.popitem(last=False)
                 self._evicted_clients += 1
-        else:
+        elif touch:
             self._clients.move_to_end(client_instance_id)
         return client
 
     def _expire(self, now: int) -> None:
+        """Drop the clients not heard from for EXPIRY_INTERVALS push intervals (the least recent
+        first: they are in the order of their last Get or push)."""
         horizon = now - EXPIRY_INTERVALS * self.push_interval_ms
         while self._clients:
             instance, client = next(iter(self._clients.items()))

@@ -79,7 +79,8 @@ def send(broker: KafkaBroker, api_key: int, version: int, body: Any, **kw) -> An
     """Dispatch one encoded request; the decoded answer."""
     answer = answer_bytes(broker, api_key, version, body, **kw)
     answer_type = response_type(api_key, version)
-    return entity_reader(answer_type)(answer, 8 + (1 if answer_type.__flexible__ else 0))[0]
+    # size, correlation id, [tagged fields: flexible versions, but never ApiVersions (header v0)]
+    return entity_reader(answer_type)(answer, 8 + (1 if answer_type.__flexible__ and api_key != 18 else 0))[0]
 
 
 def subscribe(broker: KafkaBroker, instance: uuid.UUID | None = None) -> Any:
