@@ -38,10 +38,11 @@ def kcluster(request, tmp_path_factory):
         extra_env={"LOWTIDE_CLIENT_TELEMETRY_PUSH_INTERVAL_MS": str(PUSH_INTERVAL_MS)}))
 
 
-def pushed(kcluster, service: str) -> dict[tuple[str, str], float]:
-    """(client_id, name) -> value of the client metrics on ``service``'s /metrics."""
+def pushed(kcluster, service: str, *, text: str | None = None) -> dict[tuple[str, str], float]:
+    """(client_id, name) -> value of the client metrics on ``service``'s /metrics (or in ``text``,
+    a scrape of it)."""
     out = {}
-    for family in text_string_to_metric_families(s.metrics_text(kcluster, service)):
+    for family in text_string_to_metric_families(s.metrics_text(kcluster, service) if text is None else text):
         if family.name == "lowtide_client_metric":
             out.update({(x.labels["client_id"], x.labels["name"]): x.value for x in family.samples})
     return out
@@ -57,14 +58,21 @@ def test_a_java_producers_pushed_request_latency_shows_on_the_replicas_metrics_u
          f"client.id={CLIENT_ID}", "enable.metrics.push=true"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # A number once the producer has measured a request (NaN before: Kafka's empty average).
-        wait_until(lambda: pushed(kcluster, "replica-0").get((CLIENT_ID, LATENCY_AVG), -1.0) >= 0, timeout_s=20,
-                   interval_s=0.5, what=f"{LATENCY_AVG} of client {CLIENT_ID} on replica-0's /metrics")
-        metrics = pushed(kcluster, "replica-0")
+        # One scrape, read whole: the producer may close (and its series go) right after it.
+        scrape = {"text": ""}
+
+        def measured() -> bool:  # a number once the producer measured a request (NaN before)
+            scrape["text"] = s.metrics_text(kcluster, "replica-0")
+            return pushed(kcluster, "replica-0", text=scrape["text"]).get((CLIENT_ID, LATENCY_AVG), -1.0) >= 0
+
+        wait_until(measured, timeout_s=20, interval_s=0.5,
+                   what=f"{LATENCY_AVG} of client {CLIENT_ID} on replica-0's /metrics")
+        metrics = pushed(kcluster, "replica-0", text=scrape["text"])
         assert (CLIENT_ID, "org.apache.kafka.producer.request.latency.max") in metrics
         # The default prefixes: the producer's metrics only (not app-info, not kafka-metrics-count).
         assert all(name.startswith("org.apache.kafka.producer.") for client, name in metrics if client == CLIENT_ID)
-        assert s.metric(kcluster, "replica-0", "lowtide_client_telemetry_clients") >= 1
+        assert "\nlowtide_client_telemetry_clients 0.0" not in scrape["text"]
+        assert "\nlowtide_client_telemetry_clients " in scrape["text"]
     finally:
         out, err = tool.communicate(timeout=60)
     assert tool.returncode == 0, err[-4000:]
