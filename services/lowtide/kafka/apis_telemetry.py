@@ -17,8 +17,12 @@ only translates, and inflates the payload with lowtide's record codecs (record/c
   INVALID_RECORD (data that does not decompress or decode). A terminating push is accepted and its
   client's series go at once.
 
-A listener built without telemetry (``KafkaServices.telemetry`` None) answers as one with
-telemetry off: no metric requested, and pushes accepted and dropped.
+A listener built without telemetry (``KafkaServices.telemetry`` None: unit tests, tools that
+build a broker for its API list) answers as one with telemetry off: no metric requested, no codec
+offered, and an uncompressed push accepted and dropped.
+
+Thread-safety: the handlers run on the listener's worker threads; ``ClientTelemetry`` is
+thread-safe.
 """
 
 from __future__ import annotations
