@@ -340,8 +340,20 @@ class UnknownLeaderEpoch(InvalidMetadataError):
     code, name = 75, "UNKNOWN_LEADER_EPOCH"
 
 
+class UnsupportedCompressionType(LowtideError):
+    # Kafka: a codec the broker does not read (KIP-714: a PushTelemetry compressed with a codec
+    # GetTelemetrySubscriptions did not offer); the client asks for its subscription again.
+    code, name = 76, "UNSUPPORTED_COMPRESSION_TYPE"
+
+
 class InvalidRecord(LowtideError):
     code, name = 87, "INVALID_RECORD"
+
+
+class ThrottlingQuotaExceeded(RetriableError):
+    # Kafka: a request sooner than its quota allows (KIP-714: a PushTelemetry before the push
+    # interval has passed); the client retries after the interval.
+    code, name = 89, "THROTTLING_QUOTA_EXCEEDED"
 
 
 class UnstableOffsetCommit(RetriableError):
@@ -377,6 +389,17 @@ class UnknownTopicId(InvalidMetadataError):
 class TransactionalIdNotFound(LowtideError):
     # Kafka (KIP-664): DescribeTransactions of a transactional id the coordinator has no state for.
     code, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class UnknownSubscriptionId(LowtideError):
+    # Kafka (KIP-714): a PushTelemetry naming a subscription that is no longer the current one; the
+    # client gets its subscription again (GetTelemetrySubscriptions) and pushes with the new id.
+    code, name = 117, "UNKNOWN_SUBSCRIPTION_ID"
+
+
+class TelemetryTooLarge(LowtideError):
+    # Kafka (KIP-714): a PushTelemetry larger than the subscription's telemetry_max_bytes.
+    code, name = 118, "TELEMETRY_TOO_LARGE"
 
 
 def _all_subclasses(cls: type) -> list[type]:

@@ -63,8 +63,10 @@ MAY_IMPORT: dict[str, set[str]] = {
                          "leases", "kafka", "tls", "internal_topics"},
     # The Kafka protocol listener: it translates Kafka messages to lowtide.messages types and calls
     # the replica's handlers and the front door's objects (Call.front); never the log itself.
-    # record: only record.varint, the Produce codec's unsigned varints (batches stay bytes).
-    "kafka": BASE | {"rpc", "common", "metadata", "tls", "record"},
+    # record: record.varint, the Produce codec's unsigned varints (batches stay bytes), and
+    # record.compression, which inflates KIP-714 telemetry pushes. observability: the process's
+    # client telemetry store, which the telemetry handlers fill and /metrics exports.
+    "kafka": BASE | {"rpc", "common", "metadata", "tls", "record", "observability"},
     # Leader leases (Redis keys or Kubernetes Leases): their flags come from the server scaffolding.
     "leases": BASE | {"common"},
     "localcluster": BASE | {"rpc", "client", "common", "metadata", "auth", "observability", "tls", "purgatory"},

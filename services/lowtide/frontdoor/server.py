@@ -55,7 +55,7 @@ from lowtide.frontdoor.transactions.transactions import (
 from lowtide.frontdoor.transactions.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
-from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login, client_telemetry
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
@@ -289,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=-1, host=host, port=kafka.port),
             front_door=lambda _metadata: parts.front, authenticate=parts.front.principal_of,
+            telemetry=client_telemetry(args, name=args.name),
             metadata_responses=MetadataResponses(revision=parts.store.version), auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,
             scram=build_scram_login(parts.store, auth_enabled=args.auth_enabled,

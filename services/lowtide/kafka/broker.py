@@ -24,6 +24,7 @@ import functools
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from types import GeneratorType
@@ -169,6 +170,22 @@ class DescribeProducersHandler(Protocol):
                            ) -> list[PartitionProducers]: ...
 
 
+class TelemetryHandler(Protocol):
+    """The process's KIP-714 client telemetry (``lowtide.observability.client_telemetry.
+    ClientTelemetry``): the subscription, the push rules and the pushed metrics."""
+
+    max_inflated_bytes: int
+
+    def subscribe(self, client_instance_id: uuid.UUID | None) -> Any: ...
+
+    def admit(self, client_instance_id: uuid.UUID, *, subscription_id: int, terminating: bool,
+              compression_type: int, size: int) -> None: ...
+
+    def record(self, client_instance_id: uuid.UUID, *, client_id: str, payload: bytes) -> int: ...
+
+    def forget(self, client_instance_id: uuid.UUID) -> None: ...
+
+
 class FrontDoorParts(Protocol):
     """The front door's domain objects (``lowtide.frontdoor.servicer.FrontDoor``, or its remote
     twin ``lowtide.client.frontdoor.RemoteFrontDoorView``): each takes and answers
@@ -222,6 +239,8 @@ class KafkaServices:
     # door's listener, which answers each partition NOT_LEADER_OR_FOLLOWER).
     txn_markers: TxnMarkersHandler | None = None
     producer_states: DescribeProducersHandler | None = None
+    # KIP-714 client telemetry of this process (kafka/apis_telemetry.py; None: telemetry off).
+    telemetry: TelemetryHandler | None = None
 
 
 @dataclass

@@ -24,6 +24,12 @@ same SASL mechanisms as SASL_PLAINTEXT; no client certificate asked: Kafka too a
 the process's own certificate (``--tls-cert``/``--tls-key``, re-read when rotated; client
 certificates checked against ``--tls-ca``); a TLS listener without ``--tls-cert`` stops start-up.
 
+KIP-714 client telemetry (kafka/apis_telemetry.py, observability/client_telemetry.py):
+``--client-telemetry-push-interval-ms`` (0 = off), ``--client-telemetry-metrics`` (the metric name
+prefixes clients are asked for), ``--client-telemetry-max-bytes``, ``--client-telemetry-max-clients``
+and ``--client-telemetry-max-series-per-client``; ``client_telemetry`` builds the process's store
+and registers it with ``/metrics``.
+
 Also ``--kafka-max-request-bytes`` (Kafka's ``socket.request.max.bytes``) and
 ``--kafka-connections-max-reauth-ms`` (Kafka's ``connections.max.reauth.ms``: how long a SASL/SCRAM
 login's, or an SSL certificate login's, session token lasts; apis_sasl.py). A replica server also
@@ -43,6 +49,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
 from lowtide.common.server import add_flag
 from lowtide.errors import InvalidConfig
 from lowtide.kafka import (
@@ -54,12 +62,24 @@ from lowtide.kafka import (
     apis_partitions,
     apis_sasl,
     apis_scram,
+    apis_telemetry,
     apis_txn,
 )
 from lowtide.kafka.broker import Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
 from lowtide.kafka.tls_identity import CertificateLogin, End, Mint
+from lowtide.observability.client_telemetry import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_CLIENTS,
+    DEFAULT_MAX_SERIES_PER_CLIENT,
+    DEFAULT_PUSH_INTERVAL_MS,
+    DEFAULT_REQUESTED_METRICS,
+    ClientTelemetry,
+    TelemetryConfig,
+    parse_requested_metrics,
+)
+from lowtide.record.compression import Compression, readable
 from lowtide.rpc.steps import Steps
 from lowtide.tls.config import ServerTls
 
@@ -71,7 +91,7 @@ DEFAULT_SESSION_LIFETIME_MS = 3_600_000
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
     return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
-            *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS]
+            *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS, *apis_telemetry.APIS]
 
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -161,6 +181,18 @@ def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -
     add_flag(parser, "--kafka-connections-max-reauth-ms", default=DEFAULT_SESSION_LIFETIME_MS, type=int,
              help="lifetime of a SASL/SCRAM login's session (Kafka's connections.max.reauth.ms): clients "
                   "re-authenticate before it ends, else their connection is closed (at least 1000)")
+    add_flag(parser, "--client-telemetry-push-interval-ms", default=DEFAULT_PUSH_INTERVAL_MS, type=int,
+             help="KIP-714 client telemetry: how often clients push their metrics (0 = telemetry off: "
+                  "clients are asked for no metric)")
+    add_flag(parser, "--client-telemetry-metrics", default=",".join(DEFAULT_REQUESTED_METRICS),
+             help="KIP-714 client telemetry: comma-separated prefixes of the metric names clients are asked "
+                  "to push (* = all, empty = none)")
+    add_flag(parser, "--client-telemetry-max-bytes", default=DEFAULT_MAX_BYTES, type=int,
+             help="KIP-714 client telemetry: largest push accepted, as sent (Kafka's telemetry.max.bytes)")
+    add_flag(parser, "--client-telemetry-max-clients", default=DEFAULT_MAX_CLIENTS, type=int,
+             help="KIP-714 client telemetry: client instances kept (the least recently heard from is evicted)")
+    add_flag(parser, "--client-telemetry-max-series-per-client", default=DEFAULT_MAX_SERIES_PER_CLIENT, type=int,
+             help="KIP-714 client telemetry: series kept per client instance (client-wide ones first)")
     if needs_frontdoor:
         add_flag(parser, "--frontdoor-addr", default=None,
                  help="gRPC address of the front door, where the Kafka listener sends admin and group requests")
@@ -284,6 +316,29 @@ class KafkaEndpoint:
         if not self._ready.wait(timeout=10):
             raise FrameError("the service is still starting")
         return self._broker(conn, head, payload)
+
+
+# The codecs clients may compress their telemetry with, in order of preference (they use the first).
+TELEMETRY_CODECS = (Compression.ZSTD, Compression.LZ4, Compression.GZIP)
+
+
+def client_telemetry(args: argparse.Namespace, *, name: str,
+                     registry: CollectorRegistry | None = REGISTRY) -> ClientTelemetry:
+    """The process's KIP-714 client telemetry from the ``--client-telemetry-*`` flags, its
+    collector registered with ``registry`` (the process's /metrics; None: not registered).
+    SystemExit for bad flags. Call once per process: a registry takes a collector's names once."""
+    try:
+        config = TelemetryConfig(
+            push_interval_ms=args.client_telemetry_push_interval_ms,
+            requested_metrics=parse_requested_metrics(args.client_telemetry_metrics or ""),
+            max_bytes=args.client_telemetry_max_bytes, max_clients=args.client_telemetry_max_clients,
+            max_series_per_client=args.client_telemetry_max_series_per_client)
+    except InvalidConfig as exc:
+        raise SystemExit(f"{name}: {exc.message}") from None
+    telemetry = ClientTelemetry(config, accepted_compression_types=[c for c in TELEMETRY_CODECS if readable(c)])
+    if registry is not None:
+        registry.register(telemetry)
+    return telemetry
 
 
 def certificate_login(endpoint: KafkaEndpoint, *, mint: Mint | None, end: End | None, session_lifetime_ms: int,

@@ -69,6 +69,17 @@ def _quantiles(metric: str, selector: str, by: str = "") -> list[Target]:
                    f"{legend}p{int(q * 100)}") for q in (0.5, 0.99)]
 
 
+# KIP-714 metric names (Kafka's: group without "-metrics", then the metric, dots for dashes).
+PRODUCE_LATENCY = "org.apache.kafka.producer.request.latency"
+FETCH_LATENCY = "org.apache.kafka.consumer.fetch.manager.fetch.latency"
+
+
+def _client_latency(metric: str) -> list[Target]:
+    """A client latency's avg and max per client id (lowtide_client_metric's name label)."""
+    return [Target(f'max by (client_id) (lowtide_client_metric{{{NS},name="{metric}.{stat}"}})',
+                   f"{{{{client_id}}}} {stat}") for stat in ("avg", "max")]
+
+
 DELETION = DashboardSpec(
     uid="lowtide-deletion",
     title="lowtide / Deletion",
@@ -175,7 +186,8 @@ DISKLESS = DashboardSpec(
 CLUSTER = DashboardSpec(
     uid="lowtide-cluster",
     title="lowtide / Cluster",
-    description="Replicas, partitions health, ISR churn, throughput and request errors",
+    description="Replicas, partitions health, ISR churn, throughput, request errors, and the latency clients "
+                "measure (KIP-714 telemetry)",
     rows=[
         Row("Health", [
             Panel("Replicas alive / registered", [
@@ -220,6 +232,20 @@ CLUSTER = DashboardSpec(
                        f'(rate(lowtide_grpc_server_handling_seconds_bucket{{{NS},grpc_type="unary"}}[{RATE}])))',
                        "{{grpc_method}}"),
             ], unit="s", width=8),
+        ]),
+        # KIP-714: what the clients measure themselves and push (observability/client_telemetry.py).
+        Row("Clients (KIP-714 telemetry)", [
+            Panel("Produce latency seen by producers", _client_latency(PRODUCE_LATENCY), unit="ms", width=8,
+                  description="Kafka's producer request-latency avg and max (ms), per client id, as the "
+                              "producers measure them, from send to response, and push them (KIP-714)"),
+            Panel("Fetch latency seen by consumers", _client_latency(FETCH_LATENCY), unit="ms", width=8,
+                  description="Kafka's consumer fetch-latency avg and max (ms), per client id, as the "
+                              "consumers measure them (long-poll waits included) and push them (KIP-714)"),
+            Panel("Clients pushing telemetry", [
+                Target(f"sum(lowtide_client_telemetry_clients{{{NS}}})", "client instances"),
+                Target(f"sum(lowtide_client_telemetry_series{{{NS}}})", "series"),
+            ], width=8, description="Client instances subscribed or pushing, and the series kept of them; "
+                                    "capped by --client-telemetry-max-clients and -max-series-per-client"),
         ]),
     ],
 )

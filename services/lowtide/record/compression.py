@@ -110,6 +110,21 @@ def decompress(codec: int, data: bytes | memoryview, *, max_size: int | None = N
     raise UnsupportedForMessageFormat(describe_unsupported(codec))
 
 
+def readable(codec: int) -> bool:
+    """Whether this process can decompress ``codec``: NONE and GZIP always, LZ4 and ZSTD when
+    their library is installed."""
+    if codec in (Compression.NONE, Compression.GZIP):
+        return True
+    loader = {Compression.LZ4: _lz4, Compression.ZSTD: _zstandard}.get(codec)
+    if loader is None:
+        return False
+    try:
+        loader()
+    except UnsupportedForMessageFormat:
+        return False
+    return True
+
+
 def describe_unsupported(codec: int) -> str:
     try:
         name = Compression(codec).name

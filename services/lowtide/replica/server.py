@@ -24,7 +24,7 @@ from lowtide.diskless.broker import DisklessBroker
 from lowtide.diskless.produce import DisklessConfig
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
-from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login
+from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login, client_telemetry
 from lowtide.purgatory.connection import RedisClient, RedisError, wait_for_redis
 from lowtide.purgatory.events import publish_low_watermarks
 from lowtide.replica.config import ReplicaConfig
@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
             offsets=servicer.offsets, deleter=servicer.deleter, epochs=servicer.epochs,
             front_door=remote_front.bound,
             txn_markers=servicer.txn_markers, producer_states=servicer.producer_states,
+            telemetry=client_telemetry(args, name=name),
             metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,

@@ -107,6 +107,11 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.UnacceptableCredential: _S.INVALID_ARGUMENT,
     e.UnknownTopicId: _S.NOT_FOUND,
     e.TransactionalIdNotFound: _S.NOT_FOUND,
+    # KIP-714 client telemetry (answered by the Kafka listener itself; rows for completeness).
+    e.UnsupportedCompressionType: _S.INVALID_ARGUMENT,
+    e.ThrottlingQuotaExceeded: _S.RESOURCE_EXHAUSTED,
+    e.UnknownSubscriptionId: _S.FAILED_PRECONDITION,
+    e.TelemetryTooLarge: _S.INVALID_ARGUMENT,
 }
 
 # A failed call whose details carry no Kafka name: what the status alone means to a client.
