@@ -80,6 +80,8 @@ def test_sync_says_it_could_not_catch_up_rather_than_vouch_for_an_image_that_mis
     # that answers progress requests ahead of its queued changes looked the same, etcd#15220).
     metadata_store.start()
     assert metadata_store.sync()
+    # start() returns once the image is loaded; its watch is made just after, on the load thread.
+    wait_until(lambda: metadata_store.image._watch is not None, what="the image's watch")
     metadata_store.image._watch.stop()
     create(other_process, "unseen")
     assert not metadata_store.sync(timeout_s=0.3)
