@@ -82,9 +82,11 @@ class FetchSession:
         self.last_round_ms = now_ms()
         self.wake: Any = None
         self._answered: dict[TopicPartition, tuple[int, int, int]] = {}
-        # Partitions led here whose ISR lacked this follower when it was last recorded: recorded
-        # again every round until it joins (the leader's round only, no lock needed).
-        self.outside_isr: set[TopicPartition] = set()
+        # Partitions led here whose ISR lacks this follower: recorded again every round until
+        # it joins. Learnt when a round records one, and from the ISR shrinks of this leader
+        # (``left_isr``): a partition that does not move is in no round, and without that the
+        # follower dropped from an idle partition's ISR was never offered it again.
+        self._outside_isr: set[TopicPartition] = set()
         self._dirty: set[TopicPartition] = set()
         self._all_dirty = False
         self._lock = threading.Lock()
@@ -123,14 +125,25 @@ class FetchSession:
     def note_isr(self, registry: Any, recorded: Iterable[FetchPosition]) -> None:
         """After recording ``recorded``: remember which of them are led here with an ISR lacking
         this follower (``outside_isr``), forget those where it joined or that left."""
-        outside = self.outside_isr
-        for pos in recorded:
-            key = (pos.topic, pos.partition)
-            p = registry.find(pos.topic, pos.partition)
-            if p is not None and key in self.positions and p.role == LEADER and self.replica_id not in p.isr:
-                outside.add(key)
-            else:
-                outside.discard(key)
+        with self._lock:  # check and forget under the lock ``left_isr`` adds under
+            outside = self._outside_isr
+            for pos in recorded:
+                key = (pos.topic, pos.partition)
+                p = registry.find(pos.topic, pos.partition)
+                if p is not None and key in self.positions and p.role == LEADER and self.replica_id not in p.isr:
+                    outside.add(key)
+                else:
+                    outside.discard(key)
+
+    def left_isr(self, key: TopicPartition) -> None:
+        """This leader adopted an ISR of ``key`` without this follower."""
+        with self._lock:
+            if key in self.positions:
+                self._outside_isr.add(key)
+
+    def outside_isr(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._outside_isr)
 
     def take_dirty(self) -> list[TopicPartition]:
         """The partitions changed since the last call (all of them after a ``changed(None)``)."""
@@ -211,6 +224,14 @@ class FetchSessions:
         if session is None or key not in session.positions:
             return 0
         return session.last_round_ms
+
+    def left_isr(self, replica_ids: Iterable[int], key: TopicPartition) -> None:
+        """An ISR of ``key`` without ``replica_ids`` was adopted here: their sessions offer it
+        to them again every round until they are back (``FetchSession.left_isr``)."""
+        for r in replica_ids:
+            session = self._by_replica.get(r)
+            if session is not None:
+                session.left_isr(key)
 
     def position(self, replica_id: int, key: TopicPartition) -> FetchPosition | None:
         """The position ``replica_id`` last told for ``key`` in its session, if any."""

@@ -56,18 +56,31 @@ class IsrUpdater:
         partitions whose HW moved."""
         if not changes:
             return []
-        # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
-        # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
-        # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
+        # The followers an expansion adds were counted in the HW since its candidate ISR was
+        # made (Partition.isr_expansion_candidate); each write's end says what becomes of them.
+        added = [(p, isr - p.isr) for p, isr in changes]
+        known = False
         try:
-            answers = self.store.update_isrs([
-                IsrChange(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
-                          leader_epoch=p.leader_epoch, isr=tuple(isr), expected_partition_epoch=p.partition_epoch)
-                for p, isr in changes])
+            moved = self._write(changes)
+            known = True
+            return moved
         except LowtideError as exc:
+            # No answer: the write may have landed. The reconciler's next pass reads which.
             log.warning("ISR change of %d partitions failed: %s", len(changes), exc)
             self.wake_reconciler()
             return []
+        finally:
+            for p, new in added:
+                p.end_isr_expansion(new, known=known)
+
+    def _write(self, changes: Sequence[tuple[Partition, frozenset[int]]]) -> list[Partition]:
+        # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
+        # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
+        # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
+        answers = self.store.update_isrs([  # a LowtideError here: no answer (change_many)
+            IsrChange(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
+                      leader_epoch=p.leader_epoch, isr=tuple(isr), expected_partition_epoch=p.partition_epoch)
+            for p, isr in changes])
         moved: list[Partition] = []
         refused = 0
         for (p, _), answer in zip(changes, answers, strict=True):
@@ -89,6 +102,8 @@ class IsrUpdater:
                 moved.append(p)
             if before - after:
                 ISR_SHRINKS.labels(p.topic).inc()
+                if self.sessions is not None:
+                    self.sessions.left_isr(before - after, p.key)
             if after - before:
                 ISR_EXPANDS.labels(p.topic).inc()
         if refused:

@@ -10,7 +10,7 @@ Follower side: applies the leader's records, HW and LSO.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lowtide.clock import now_ms
@@ -66,6 +66,13 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.partition_epoch = -1
         self.followers: dict[int, FollowerState] = {}
+        # Leader: followers whose ISR expansion is being written (True), or whose write ended
+        # with no answer (False: cleared by the next record adopted from the store, which shows
+        # whether it landed). The HW is computed over the ISR and these (Kafka's "maximal ISR"):
+        # while the write is in flight the store may already list the follower, and an HW that
+        # moved past its LEO meanwhile would make an electable replica that lacks acknowledged
+        # records (the EOS copier lost a transaction's batch that way, under faults).
+        self._adding: dict[int, bool] = {}
         # Leader: the highest low watermark computed in this leadership (see low_watermark).
         self._lw_floor = -1
         # Follower: set when this replica starts following a leader (a new epoch, or a restart);
@@ -97,6 +104,7 @@ class Partition:
             self.replicas = st.replicas
             self.isr = frozenset(st.isr)
             self.partition_epoch = st.partition_epoch
+            self._settle_adding(changed)
             if not changed:
                 if self.role != LEADER:
                     return None
@@ -236,9 +244,35 @@ class Partition:
                     # An ISR member may be elected; one whose LSO lags ours could then serve
                     # records below a low watermark acknowledged without it
                     # (docs/design/invariants.md#the-rules-behind-them).
-                    or f.log_start_offset < self.log.log_start_offset):
+                    or f.log_start_offset < self.log.log_start_offset
+                    # One write at a time per follower: its outcome decides the next.
+                    or replica_id in self._adding):
                 return None
+            # Counted in the HW from now on (see ``_adding``); the caller must end it with
+            # ``end_isr_expansion`` whatever the write does.
+            self._adding[replica_id] = True
             return self.isr | {replica_id}
+
+    def end_isr_expansion(self, added: Iterable[int], *, known: bool) -> None:
+        """The expansion write that added ``added`` returned: ``known`` when it was answered
+        (adopted or refused; the ISR now says which), else its outcome is unknown and they
+        stay counted in the HW until the next record adopted from the store shows it."""
+        with self._lock:
+            for r in added:
+                if r not in self._adding:
+                    continue
+                if known:
+                    del self._adding[r]
+                else:
+                    self._adding[r] = False
+
+    def _settle_adding(self, leadership_changed: bool) -> None:
+        # A record adopted: an expansion whose outcome was unknown is now known (it is in the
+        # ISR or it is not); one still being written stays. A new leadership starts afresh.
+        if leadership_changed:
+            self._adding = {}
+        elif self._adding:
+            self._adding = {r: busy for r, busy in self._adding.items() if busy and r not in self.isr}
 
     def isr_shrink_candidate(self, *, lag_time_max_ms: int,
                              live_brokers: set[int] | frozenset[int] | None = None,
@@ -274,13 +308,14 @@ class Partition:
                 return False
             self.isr = frozenset(st.isr)
             self.partition_epoch = st.partition_epoch
+            self._settle_adding(False)
             return self._maybe_increment_high_watermark()
 
     def _maybe_increment_high_watermark(self) -> bool:
         if self.role != LEADER:
             return False
         leos = [self.log.log_end_offset]
-        for r in self.isr:
+        for r in (self.isr | self._adding.keys()) if self._adding else self.isr:
             if r == self.broker_id:
                 continue
             f = self.followers.get(r)

@@ -339,7 +339,7 @@ class ReplicaRequests:
             # recorded again every round until it is in: an ISR expansion the store refused (an
             # etcd hiccup, a partition epoch that moved) is tried again, as a sessionless round,
             # which lists every partition, tries it again.
-            again = self._unlisted_moves(session, list(dict.fromkeys([*pending, *session.outside_isr])), items)
+            again = self._unlisted_moves(session, list(dict.fromkeys([*pending, *session.outside_isr()])), items)
             yield from self._record_follower_fetch(replica_id, items + again)
             session.note_isr(self.registry, [*items, *again])
             max_wait_ms = min(max(0, max_wait_ms), self.parking.limits.max_wait_ms)
@@ -484,7 +484,14 @@ class ReplicaRequests:
         if expanding:
             # One AlterPartition for the round: a follower that caught up on 1,000 partitions at
             # once (after a restart) joins their ISRs in a few etcd writes, not 1,000.
-            moved = yield Blocking(lambda: self.isr.change_many(expanding))
+            try:
+                moved = yield Blocking(lambda: self.isr.change_many(expanding))
+            except BaseException:
+                # Closed or failed before change_many answered: it may still be running or never
+                # run; its followers stay counted in the HW until the store shows the outcome.
+                for p, new_isr in expanding:
+                    p.end_isr_expansion(new_isr - p.isr, known=False)
+                raise
             already = {id(p) for p in changed}
             changed += [p for p in moved if id(p) not in already]
         if changed:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import random
 import signal
 import subprocess
@@ -233,6 +234,35 @@ class Nemesis:
         self.faults[kind] += 1
 
 
+def describe_isr_gap(cluster: LocalCluster, topic: str) -> str:
+    """What a failed wait for a full ISR needs to be understood: each partition's state, whether
+    each replica process runs, and each replica's log lines about ``topic`` and its warnings."""
+    states = s.store(cluster).partition_states(topic)
+    lines = [f"{st.topic}-{st.partition}: leader {st.leader} epoch {st.leader_epoch} replicas {list(st.replicas)} "
+             f"isr {list(st.isr)} partition epoch {st.partition_epoch}" for st in states]
+    for e in cluster.services("replica"):
+        lines.append(f"{e.name}: pid {e.pid} {'running' if _alive(e.pid) else 'NOT RUNNING'}")
+    short = [f"{st.topic}-{st.partition}" for st in states if len(st.isr) < len(st.replicas)]
+    for e in cluster.services("replica"):
+        try:
+            text = Path(e.log).read_text(errors="replace").splitlines()
+        except OSError as exc:
+            lines.append(f"--- {e.name}: no log ({exc})")
+            continue
+        hits = [ln for ln in text if f'"{topic}"' in ln or '"WARNING"' in ln or '"ERROR"' in ln or "Traceback" in ln]
+        lines.append(f"--- {e.name} log: {topic}, warnings, errors (last 40 of {len(hits)}; short: {short}) ---")
+        lines += hits[-40:]
+    return "\n".join(lines)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
 def read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     """Every committed value of every partition of ``topic``, in offset order."""
     with Admin(bootstrap) as admin:
@@ -326,8 +356,11 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
     # Read once the faults have settled: every output replica back in the ISR. A leader paused by
     # the last fault may answer ListOffsets from its old high watermark until it learns it was
     # deposed (the client sends no leader epoch), and the read would stop short of the end.
-    s.wait_until(lambda: all(len(st.isr) == len(st.replicas) for st in s.store(cluster).partition_states(OUTPUT)),
-                 timeout_s=60, what=f"every {OUTPUT} replica back in the ISR")
+    try:
+        s.wait_until(lambda: all(len(st.isr) == len(st.replicas) for st in s.store(cluster).partition_states(OUTPUT)),
+                     timeout_s=60, what=f"every {OUTPUT} replica back in the ISR")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{outcome.summary()}\n{describe_isr_gap(cluster, OUTPUT)}") from exc
     copied = read_committed(cluster.bootstrap, OUTPUT)
     got = collections.Counter(v for values in copied.values() for v in values)
     want = collections.Counter(v for values in expected.values() for v in values)

@@ -142,3 +142,25 @@ def test_followers_in_sessions_keep_every_isr_full_at_rest_past_the_lag_time(sha
     # ... and they still replicate: an acks=all produce to each is acknowledged by the full ISR.
     for p in range(4):
         assert s.produce(cluster, topic, [b"y"], partition=p, acks=-1).error_code == 0
+
+
+def test_a_follower_whose_session_lapsed_is_back_in_the_idle_isrs_it_was_dropped_from(cluster_factory):
+    # A session lapse its process does not notice (a late heartbeat under load): the leader drops
+    # it from the ISR while its fetch session goes on. The partition, which does not move, is in
+    # none of its rounds, and the leader must still offer it to it again (fetch_session.py).
+    cluster = cluster_factory(session_timeout_ms=2000)
+    topic = "fs-idle-isr"
+    s.create_topic(cluster, topic, partitions=1, rf=3)
+    store = s.store(cluster)
+    s.wait_until(lambda: s.produce(cluster, topic, [b"x"] * 3, acks=-1).error_code == 0, timeout_s=30)
+    s.wait_until(lambda: len(store.partition_state(topic, 0).isr) == 3, timeout_s=30, what="a full ISR")
+    st = store.partition_state(topic, 0)
+    follower = next(r for r in st.replicas if r != st.leader)
+
+    store.client.delete(store._k("alive", follower))  # etcd ended its session; it registers again
+
+    s.wait_until(lambda: follower not in store.partition_state(topic, 0).isr, timeout_s=30,
+                 what=f"replica {follower} out of the ISR")
+    s.wait_until(lambda: len(store.partition_state(topic, 0).isr) == 3, timeout_s=30,
+                 what=f"replica {follower} back in the ISR of a partition nothing was written to")
+    assert store.partition_state(topic, 0).leader == st.leader

@@ -154,7 +154,29 @@ def test_a_leader_session_remembers_the_partitions_whose_isr_lacks_its_follower_
     s = FetchSession(session_id=1, replica_id=2)
     s.update([pos(0, 5), pos(1, 5)], ())
     s.note_isr(parts, [pos(0, 5), pos(1, 5)])
-    assert s.outside_isr == {("t", 0)}, "recorded again every round: a refused expansion is tried again"
+    assert s.outside_isr() == [("t", 0)], "recorded again every round: a refused expansion is tried again"
     parts.by_key[("t", 0)] = Led({1, 2})
     s.note_isr(parts, [pos(0, 5)])
-    assert s.outside_isr == set()
+    assert s.outside_isr() == []
+
+
+def test_a_follower_this_leader_dropped_from_an_isr_is_offered_the_partition_again_though_it_did_not_move():
+    sessions = FetchSessions(registry=Registry())
+    s = sessions.begin(2, FetchSessionRound(session_id=7, epoch=1), [pos(0, 5), pos(1, 5)])
+    s.note_isr(_LedBy({("t", 0): {1, 2}, ("t", 1): {1, 2}}), [pos(0, 5), pos(1, 5)])
+    assert s.outside_isr() == []
+
+    sessions.left_isr({2, 3}, ("t", 1))  # 3 has no session here: nothing to tell
+    sessions.left_isr({2}, ("t", 9))  # not in 2's session
+
+    assert s.outside_isr() == [("t", 1)]
+
+
+class _LedBy:
+    """Partitions led here, by key, with their ISR."""
+
+    def __init__(self, isrs):
+        self.by_key = {k: type("Led", (), {"role": "leader", "isr": isr})() for k, isr in isrs.items()}
+
+    def find(self, topic, partition):
+        return self.by_key.get((topic, partition))
