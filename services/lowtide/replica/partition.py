@@ -71,7 +71,8 @@ class Partition:
         # whether it landed). The HW is computed over the ISR and these (Kafka's "maximal ISR"):
         # while the write is in flight the store may already list the follower, and an HW that
         # moved past its LEO meanwhile would make an electable replica that lacks acknowledged
-        # records (the EOS copier lost a transaction's batch that way, under faults).
+        # records (the EOS copier lost a transaction's batch that way, under faults;
+        # docs/design/invariants.md#the-rules-behind-them).
         self._adding: dict[int, bool] = {}
         # Leader: the highest low watermark computed in this leadership (see low_watermark).
         self._lw_floor = -1
