@@ -77,13 +77,17 @@ class IsrUpdater:
         # Under our view's partition epoch (Kafka's AlterPartition): if the record moved on
         # (a reassignment step changed ``replicas``), the ISR we computed may name a replica
         # that is no longer one, and the store refuses it (INVALID_UPDATE_VERSION).
+        # The ISRs before the write, not when its answer is adopted: the reconciler may have
+        # adopted the new record from etcd's watch first, and a shrink taken for a no-op then
+        # never told the sessions (``left_isr``) of the followers it dropped.
+        befores = [frozenset(p.isr) for p, _ in changes]
         answers = self.store.update_isrs([  # a LowtideError here: no answer (change_many)
             IsrChange(topic=p.topic, partition=p.partition, leader=self.registry.broker_id,
                       leader_epoch=p.leader_epoch, isr=tuple(isr), expected_partition_epoch=p.partition_epoch)
             for p, isr in changes])
         moved: list[Partition] = []
         refused = 0
-        for (p, _), answer in zip(changes, answers, strict=True):
+        for (p, _), before, answer in zip(changes, befores, answers, strict=True):
             if isinstance(answer, InvalidUpdateVersion):
                 # Not an error: our view is behind. The reconciler adopts the new record (its
                 # write moved the metadata version) and the next follower fetch or ISR check,
@@ -97,7 +101,7 @@ class IsrUpdater:
                 continue
             log.info("ISR changed",
                      extra={"fields": {"topic": p.topic, "partition": p.partition, "isr": list(answer.isr)}})
-            before, after = frozenset(p.isr), frozenset(answer.isr)
+            after = frozenset(answer.isr)
             if p.set_isr(answer):
                 moved.append(p)
             if before - after:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,6 +244,14 @@ def describe_isr_gap(cluster: LocalCluster, topic: str) -> str:
     for e in cluster.services("replica"):
         lines.append(f"{e.name}: pid {e.pid} {'running' if _alive(e.pid) else 'NOT RUNNING'}")
     short = [f"{st.topic}-{st.partition}" for st in states if len(st.isr) < len(st.replicas)]
+    # Whether each leader still answers each follower's rounds: a follower that stopped fetching
+    # is another bug than a leader that does not take it back.
+    before = {e.name: _rounds(e.metrics_url) for e in cluster.services("replica")}
+    time.sleep(2.0)
+    for e in cluster.services("replica"):
+        after = _rounds(e.metrics_url)
+        lines.append(f"{e.name} follower rounds answered in 2 s: "
+                     f"{ {k: v - before[e.name].get(k, 0) for k, v in after.items()} }")
     for e in cluster.services("replica"):
         try:
             text = Path(e.log).read_text(errors="replace").splitlines()
@@ -253,6 +262,16 @@ def describe_isr_gap(cluster: LocalCluster, topic: str) -> str:
         lines.append(f"--- {e.name} log: {topic}, warnings, errors (last 40 of {len(hits)}; short: {short}) ---")
         lines += hits[-40:]
     return "\n".join(lines)
+
+
+def _rounds(metrics_url: str) -> dict[str, float]:
+    """``lowtide_replication_rounds_total`` of one replica, by follower and transport."""
+    try:
+        text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    except OSError as exc:
+        return {"unreachable": 0.0, str(exc): 0.0}
+    return {line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("lowtide_replication_rounds_total{")}
 
 
 def _alive(pid: int) -> bool:

@@ -10,6 +10,7 @@ from those of the real followers (one per replica id) and records no progress fo
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -144,23 +145,36 @@ def test_followers_in_sessions_keep_every_isr_full_at_rest_past_the_lag_time(sha
         assert s.produce(cluster, topic, [b"y"], partition=p, acks=-1).error_code == 0
 
 
-def test_a_follower_whose_session_lapsed_is_back_in_the_idle_isrs_it_was_dropped_from(cluster_factory):
-    # A session lapse its process does not notice (a late heartbeat under load): the leader drops
-    # it from the ISR while its fetch session goes on. The partition, which does not move, is in
-    # none of its rounds, and the leader must still offer it to it again (fetch_session.py).
+def test_replicas_whose_sessions_lapse_while_paused_are_back_in_the_isrs_of_idle_partitions(cluster_factory):
+    # A replica paused past its session is dropped from every ISR, often just as it resumes, while
+    # its fetch sessions go on. The partitions, which do not move, are in none of its rounds: the
+    # leader must still offer them to it again (fetch_session.py, IsrUpdater ``left_isr``). It
+    # did not when etcd's watch made the reconciler adopt the shrink before the write's answer
+    # did (the shrink then looked like a no-op): 3 of 3 runs of this loop stuck within 4 pauses.
     cluster = cluster_factory(session_timeout_ms=2000)
     topic = "fs-idle-isr"
-    s.create_topic(cluster, topic, partitions=1, rf=3)
+    s.create_topic(cluster, topic, partitions=12, rf=3)
     store = s.store(cluster)
-    s.wait_until(lambda: s.produce(cluster, topic, [b"x"] * 3, acks=-1).error_code == 0, timeout_s=30)
-    s.wait_until(lambda: len(store.partition_state(topic, 0).isr) == 3, timeout_s=30, what="a full ISR")
-    st = store.partition_state(topic, 0)
-    follower = next(r for r in st.replicas if r != st.leader)
+    for p in range(12):
+        s.wait_until(lambda p=p: s.produce(cluster, topic, [b"x"] * 3, partition=p, acks=-1).error_code == 0,
+                     timeout_s=30)
 
-    store.client.delete(store._k("alive", follower))  # etcd ended its session; it registers again
+    def full() -> bool:
+        return all(len(store.partition_state(topic, p).isr) == 3 for p in range(12))
 
-    s.wait_until(lambda: follower not in store.partition_state(topic, 0).isr, timeout_s=30,
-                 what=f"replica {follower} out of the ISR")
-    s.wait_until(lambda: len(store.partition_state(topic, 0).isr) == 3, timeout_s=30,
-                 what=f"replica {follower} back in the ISR of a partition nothing was written to")
-    assert store.partition_state(topic, 0).leader == st.leader
+    s.wait_until(full, timeout_s=30, what="full ISRs")
+    rng = random.Random()
+    dropped = 0
+    for i in range(5):
+        victim = f"replica-{rng.randrange(3)}"
+        cluster.pause(victim)
+        time.sleep(rng.uniform(1.9, 2.6))  # about the 2 s session: dropped as it resumes, often
+        cluster.resume(victim)
+        try:
+            s.wait_until(lambda: not full(), timeout_s=5)
+            dropped += 1
+        except AssertionError:
+            pass  # etcd kept the lease a little longer: this pause proves nothing, the next may
+        s.wait_until(full, timeout_s=20,
+                     what=f"pause {i}: {victim} back in the ISR of every partition (nothing was written)")
+    assert dropped >= 2, f"only {dropped} of 5 pauses took a replica out of an ISR: the test proved little"
