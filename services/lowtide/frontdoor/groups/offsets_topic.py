@@ -46,6 +46,8 @@ from lowtide.groups import (
     encode_offset_value,
     partition_for_group,
 )
+from lowtide.groups.consumer_codec import ConsumerKey, ConsumerValue, encode_consumer_key, encode_consumer_value
+from lowtide.groups.state import ConsumerRecord
 from lowtide.groups.tail import OffsetsTail
 from lowtide.internal_topics import InternalTopic, InternalTopicSpec, grpc_fetch
 from lowtide.metadata.store import MetadataStore
@@ -200,6 +202,24 @@ class OffsetsTopic:
             return
         self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i)
                                      for i, w in enumerate(writes)])
+
+    def write_consumer(self, group: str, records: Sequence[tuple[ConsumerKey, ConsumerValue | None]]) -> None:
+        """Append KIP-848 consumer group records (``None`` value: a tombstone) of ``group`` as one
+        batch with acks=all, then fold them in; the same contract as ``write``."""
+        if not records:
+            return
+        partition = self.partition_of(group)
+        encoded = [(encode_consumer_key(k), None if v is None else encode_consumer_value(v)) for k, v in records]
+        batch = encode_batch([v for _, v in encoded], keys=[k for k, _ in encoded], timestamp_ms=self._clock())
+        base_offset = self._appender.append(partition, batch, timeout_ms=self.config.write_timeout_ms)
+        self._tail.apply(partition, [ConsumerRecord(key=k, value=v, log_offset=base_offset + i)
+                                     for i, (k, (_, v)) in enumerate(zip((k for k, _ in records), encoded,
+                                                                          strict=True))])
+
+    def consumer_records(self, group: str | None = None) -> list[ConsumerRecord]:
+        """The live KIP-848 records of ``group`` (or of every group), in log order."""
+        self.wait_loaded()
+        return self._tail.consumer_records(group=group)
 
     # -- the tail ------------------------------------------------------------------------------
     def _run(self) -> None:
