@@ -55,7 +55,8 @@ def test_uniform_heterogeneous_subscriptions():
 
 
 def test_uniform_drops_partitions_of_unsubscribed_or_missing_topics():
-    result = uniform_assign(members={"m1": spec("a", "gone", current={"b": frozenset({0})})}, partitions={"a": 2, "b": 1})
+    members = {"m1": spec("a", "gone", current={"b": frozenset({0})})}
+    result = uniform_assign(members=members, partitions={"a": 2, "b": 1})
     assert result == {"m1": {"a": frozenset({0, 1})}}
 
 
