@@ -263,12 +263,12 @@ class ConsumerGroups:
                     member.revocation_deadline = now + member.rebalance_timeout_ms / 1000
             group.members[member_id] = member
         group.target = {m: a for m, a in group.target.items() if m in group.members}
-        # What changed while nobody coordinated (a topic grew) is a new epoch; its records go
-        # out with the group's next change (``_change`` writes whatever is marked).
+        # The partition counts the epoch saw are not recorded (Kafka's type-4 record is not
+        # written): taken as they are now, so loading alone never starts a rebalance. A topic
+        # that grew while nobody coordinated is seen at its next change.
+        group.refresh_topics(counts)
         group.dirty.clear()
-        if group.refresh_topics(counts):
-            group.bump_epoch()
-        group.maybe_compute_target()
+        group.maybe_compute_target()  # an epoch whose target was never written: computed now
         log.info("consumer group loaded", extra={"fields": {
             "group": group_id, "group_epoch": group.group_epoch, "members": len(group.members)}})
         return group
