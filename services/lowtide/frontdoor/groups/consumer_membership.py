@@ -182,10 +182,13 @@ class ConsumerGroups:
         """Expire members (the timer thread calls this)."""
         with self._registry:
             entries = list(self._groups.values())
+        now = self._clock()
         for entry in entries:
             with entry.lock:
-                if not entry.group.members:
-                    continue
+                if not any(now >= m.session_deadline or (m.revocation_deadline is not None
+                                                         and now >= m.revocation_deadline)
+                           for m in entry.group.members.values()):
+                    continue  # nothing due: no copy, no write
                 try:
                     self._change(entry, lambda group: self._expire(group))
                 except LowtideError as err:  # retried next tick
