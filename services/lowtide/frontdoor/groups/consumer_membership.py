@@ -481,6 +481,11 @@ class ConsumerGroups:
                 raise StaleMemberEpoch(f"member {member_id!r} of {group_id!r} committed with epoch {member_epoch}; "
                                        f"its epoch is {member.member_epoch}")
 
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        """Topics the group's members subscribe to (OffsetDelete refuses their offsets)."""
+        with self._locked(group_id, create=False) as entry:
+            return frozenset() if entry is None else entry.group.subscribed_topics()
+
     def listings(self) -> list[tuple[str, str]]:
         """(group id, state) of every consumer group, loaded ones and those only in the log."""
         with self._registry:

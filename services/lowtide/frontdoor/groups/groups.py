@@ -290,10 +290,12 @@ class GroupCoordinator:
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.DELETE, group_id)
         snapshot = self._snapshot(group_id)
-        if snapshot is None and not self._store.exists(group_id):
+        if snapshot is None and not self._store.exists(group_id) and not self._is_consumer(group_id):
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
         subscribed: frozenset[str] = frozenset()
-        if snapshot is not None and snapshot.state != EMPTY:
+        if self._consumer is not None and self._is_consumer(group_id):
+            subscribed = self._consumer.subscribed_topics(group_id)
+        elif snapshot is not None and snapshot.state != EMPTY:
             if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 raise NonEmptyGroup(f"group {group_id!r} ({snapshot.protocol_type!r}) has members")
             subscribed = snapshot.subscribed_topics or frozenset()
