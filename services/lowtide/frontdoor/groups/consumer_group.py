@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from lowtide.errors import (
@@ -101,6 +101,10 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=dict)
     session_deadline: float = 0.0
     revocation_deadline: float | None = None
+    # The member epoch at which each partition it owns was given to it (KIP-1251's assignment
+    # epochs): a commit carrying an older member epoch is still this member's for a partition it
+    # has held since then (its commit raced the heartbeat answer that moved its epoch).
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def owns(self) -> Assignment:
         """What no other member may be given yet: its partitions and those it is revoking."""
@@ -249,7 +253,7 @@ class ConsumerGroup:
             self.dirty.add((CURRENT_MEMBER, member.member_id))
             return member, True, True
         if member.assigned or member.pending_revocation or member.member_epoch:
-            member.assigned, member.pending_revocation = {}, {}
+            member.assigned, member.pending_revocation, member.assignment_epochs = {}, {}, {}
             member.member_epoch, member.state, member.revocation_deadline = 0, MEMBER_STABLE, None
             self.dirty.add((CURRENT_MEMBER, member.member_id))
         return member, True, False
@@ -258,7 +262,8 @@ class ConsumerGroup:
         """A static member back under a new member id: it takes the old one's place, assignment
         and epoch (its previous epoch, so the epoch it left with does not count)."""
         self._drop(old.member_id)
-        new = ConsumerMember(**{**old.__dict__, "member_id": new_id})
+        new = ConsumerMember(**{**old.__dict__, "member_id": new_id,
+                                "assignment_epochs": dict(old.assignment_epochs)})
         new.member_epoch = old.previous_member_epoch if old.member_epoch == STATIC_LEAVE_EPOCH else old.member_epoch
         self.members[new_id] = new
         if old.member_id in self.target:
@@ -314,10 +319,28 @@ class ConsumerGroup:
                 member.state = UNRELEASED_PARTITIONS if free != wanted else MEMBER_STABLE
                 if member.member_epoch != self.assignment_epoch:
                     member.previous_member_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
+                for t, ps in free.items():
+                    for p in ps:
+                        member.assignment_epochs[(t, p)] = member.member_epoch
+        owned = member.owns()
+        member.assignment_epochs = {k: e for k, e in member.assignment_epochs.items()
+                                    if k[1] in owned.get(k[0], frozenset())}
         after = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
         if after != before:
             self.dirty.add((CURRENT_MEMBER, member.member_id))
         return after[2] != before[2] or after[0] != before[0]
+
+    def commit_epoch_ok(self, member: ConsumerMember, epoch: int, partitions: Iterable[tuple[str, int]]) -> bool:
+        """Whether a commit with member epoch ``epoch`` is ``member``'s: its current epoch, or an
+        older one for partitions it has owned since that epoch (KIP-1251)."""
+        if epoch == member.member_epoch:
+            return True
+        partitions = list(partitions)
+        if epoch > member.member_epoch or epoch <= 0 or not partitions:
+            return False
+        owned = member.owns()
+        return all(p in owned.get(t, frozenset()) and member.assignment_epochs.get((t, p), member.member_epoch) <= epoch
+                   for t, p in partitions)
 
     # -- leaving -------------------------------------------------------------------------------
     def leave(self, member_id: str, *, epoch: int, instance_id: str | None) -> int:

@@ -262,6 +262,10 @@ class ConsumerGroups:
                 member.state = state.state
                 member.assigned = _by_name(state.assigned, names)
                 member.pending_revocation = _by_name(state.pending_revocation, names)
+                # Assignment epochs are not recorded: taken as the member epoch (a commit with an
+                # older epoch is then STALE_MEMBER_EPOCH, and the consumer commits again).
+                member.assignment_epochs = {(t, p): member.member_epoch for t, ps in member.owns().items()
+                                            for p in ps}
                 if member.state == UNREVOKED_PARTITIONS:
                     member.revocation_deadline = now + member.rebalance_timeout_ms / 1000
             group.members[member_id] = member
@@ -462,10 +466,13 @@ class ConsumerGroups:
         with self._locked(group_id, create=False) as entry:
             return entry is not None and self._exists(entry.group)
 
-    def validate_commit(self, group_id: str, *, member_id: str, member_epoch: int) -> None:
+    def validate_commit(self, group_id: str, *, member_id: str, member_epoch: int,
+                        partitions: Sequence[tuple[str, int]] = ()) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit: a commit without member and epoch only
-        while the group has no members; else the member must exist and send its current epoch
-        (STALE_MEMBER_EPOCH otherwise: its heartbeat answer is on its way)."""
+        while the group has no members; else the member must exist and send its current epoch,
+        or (KIP-1251) an older one for ``partitions`` it has owned since that epoch: the Java
+        consumer's commit can race the heartbeat answer that moved its epoch, and Kafka 4.1's does
+        not retry it (STALE_MEMBER_EPOCH otherwise)."""
         with self._locked(group_id, create=False) as entry:
             if entry is None:
                 return
@@ -477,7 +484,7 @@ class ConsumerGroups:
             member = group.members.get(member_id)
             if member is None:
                 raise UnknownMemberId(f"member {member_id!r} is not in consumer group {group_id!r}")
-            if member_epoch != member.member_epoch:
+            if not group.commit_epoch_ok(member, member_epoch, partitions):
                 raise StaleMemberEpoch(f"member {member_id!r} of {group_id!r} committed with epoch {member_epoch}; "
                                        f"its epoch is {member.member_epoch}")
 

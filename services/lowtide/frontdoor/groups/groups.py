@@ -167,7 +167,8 @@ class GroupCoordinator:
         unchecked = txn_producer is not None and generation_id < 0 and not member_id
         if not unchecked and self._consumer is not None and self._is_consumer(group_id):
             try:  # OffsetCommit v9+: generation_id is the member epoch
-                self._consumer.validate_commit(group_id, member_id=member_id, member_epoch=generation_id)
+                self._consumer.validate_commit(group_id, member_id=member_id, member_epoch=generation_id,
+                                               partitions=[(c.topic, c.partition) for c in commits])
             except LowtideError as err:
                 group_error = err
         elif self._members is not None and not unchecked:

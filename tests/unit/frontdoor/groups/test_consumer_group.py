@@ -169,3 +169,20 @@ def test_range_assignor_when_members_ask_for_it():
     hb(group, "m2", 0, assignor="range")
     assert group.assignor() == "range"
     assert group.target == {"m1": {"orders": frozenset({0, 1})}, "m2": {"orders": frozenset({2, 3})}}
+
+
+def test_a_commit_racing_its_epoch_bump_counts_for_partitions_held_since():
+    group = ConsumerGroup(group_id="g")
+    hb(group, "m1", 0)
+    hb(group, "m2", 0)
+    m1 = hb(group, "m1", 1, owned={"orders": {0, 1, 2, 3}})
+    m1 = hb(group, "m1", 1, owned={"orders": parts(m1)})
+    m2 = hb(group, "m2", 2)
+    kept, moved = sorted(parts(m1)), sorted(parts(m2))
+    assert m1.member_epoch == 2
+    # m1's commit sent with epoch 1 before it read the answer that moved it to 2 (KIP-1251).
+    assert group.commit_epoch_ok(m1, 1, [("orders", kept[0])])
+    assert not group.commit_epoch_ok(m1, 1, [("orders", moved[0])])  # no longer its partition
+    assert not group.commit_epoch_ok(m2, 1, [("orders", moved[0])])  # m2 got it at epoch 2
+    assert group.commit_epoch_ok(m2, 2, [("orders", moved[0])])
+    assert not group.commit_epoch_ok(m1, 3, [("orders", kept[0])])
