@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, ProducerFenced
+from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, LowtideError, ProducerFenced
 from lowtide.frontdoor.admin.admin import TopicAdmin
 from lowtide.frontdoor.internal_topics import FrontDoorRouter, create_with_admin, new_appender
 from lowtide.groups import (
@@ -239,6 +239,33 @@ class OffsetsTopic:
                 self._after_load = [task for task in self._after_load if not self._run_task(task)]
             self._stop.wait(self.config.tail_interval_s)
 
+    def _leaders_settled(self, partitions: range) -> bool:
+        """Before the first load counts: every partition's leader has a high watermark at or past
+        the start of its leader epoch. A leader just elected may report an HW below records that
+        were acknowledged under its predecessor (its followers bring it up a round later); a load
+        read to that HW would miss them, and a front door started then would serve older committed
+        offsets and consumer group states than it had acknowledged. The replica's ListOffsets
+        answers OFFSET_NOT_AVAILABLE for exactly that (``replica/requests.py``): asked first, the
+        HW read to afterwards is past every acknowledged record."""
+        by_address, unroutable = self._router.route(list(partitions))
+        if unroutable:
+            partition, why = min(unroutable.items())
+            self._note_problem(f"{OFFSETS_TOPIC}-{partition}: {why}")
+            return False
+        for address, parts in by_address.items():
+            try:
+                answers = self._replicas.list_offsets(address, [(OFFSETS_TOPIC, p, -1) for p in parts],
+                                                      timeout_s=self.config.fetch_timeout_s)
+            except LowtideError as err:
+                self._note_problem(f"{OFFSETS_TOPIC} at {address}: {err.name}: {err.message}")
+                return False
+            for answer in answers:
+                if answer.error is not None:
+                    self._note_problem(f"{OFFSETS_TOPIC}-{answer.partition}: {answer.error.name}: "
+                                       f"{answer.error.message}")
+                    return False
+        return True
+
     def _note_problem(self, problem: str) -> None:
         with self._cond:
             if problem != self._load_problem:
@@ -260,6 +287,8 @@ class OffsetsTopic:
         if info is None:
             return True
         self._topic.note_partitions(info.partitions)
+        if not self.loaded and not self._leaders_settled(range(info.partitions)):
+            return False
         failures = self._tail.read_to_high_watermark(range(info.partitions), route=self._router.route,
                                                      fetch=self._fetch)
         if failures:
