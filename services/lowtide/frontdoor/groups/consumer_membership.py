@@ -92,6 +92,9 @@ from lowtide.messages.consumer_groups import (
 log = logging.getLogger(__name__)
 
 # Kafka's group resource operations, for ConsumerGroupDescribe's authorized_operations bit field.
+# A group made by a join that was refused (it never had a member) is forgotten after this long:
+# long past any call that could still be using it.
+_UNBORN_RETENTION_S = 60.0
 _GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE,
                      AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
 
@@ -129,11 +132,12 @@ class ClassicGroups(Protocol):
 
 
 class _Entry:
-    __slots__ = ("group", "lock")
+    __slots__ = ("created", "group", "lock")
 
-    def __init__(self, group: ConsumerGroup) -> None:
+    def __init__(self, group: ConsumerGroup, created: float) -> None:
         self.group = group
         self.lock = threading.Lock()
+        self.created = created
 
 
 def _partitions(assignment: Mapping[str, frozenset[int]], ids: Mapping[str, str]) -> TopicIdPartitions:
@@ -183,6 +187,10 @@ class ConsumerGroups:
         with self._registry:
             entries = list(self._groups.values())
         now = self._clock()
+        with self._registry:  # made by a join that was refused a while ago: nothing to keep
+            for group_id in [g for g, e in self._groups.items() if not self._exists(e.group)
+                             and now - e.created > _UNBORN_RETENTION_S]:
+                del self._groups[group_id]
         for entry in entries:
             with entry.lock:
                 if not any(now >= m.session_deadline or (m.revocation_deadline is not None
@@ -216,7 +224,8 @@ class ConsumerGroups:
                 if loaded is None and not create:
                     entry = None
                 else:
-                    entry = self._groups[group_id] = _Entry(loaded or ConsumerGroup(group_id=group_id))
+                    entry = self._groups[group_id] = _Entry(loaded or ConsumerGroup(group_id=group_id),
+                                                            created=self._clock())
         if entry is None:
             yield None
             return

@@ -186,3 +186,16 @@ def test_a_commit_racing_its_epoch_bump_counts_for_partitions_held_since():
     assert not group.commit_epoch_ok(m2, 1, [("orders", moved[0])])  # m2 got it at epoch 2
     assert group.commit_epoch_ok(m2, 2, [("orders", moved[0])])
     assert not group.commit_epoch_ok(m1, 3, [("orders", kept[0])])
+
+
+def test_regex_subscriptions_follow_the_topics():
+    group = ConsumerGroup(group_id="g")
+    spec = JoinSpec(member_id="m1", member_epoch=0, subscribed_topics=(), subscribed_regex="ord.*",
+                    rebalance_timeout_ms=5000)
+    m1, _ = group.join_or_heartbeat(spec, now=0, session_timeout_s=SESSION_S, max_size=10,
+                                    topics={"orders": 2, "audit": 1, "__consumer_offsets": 8})
+    assert (m1.member_epoch, m1.assigned) == (1, {"orders": frozenset({0, 1})})
+    # A matching topic created later is a new epoch and joins the assignment.
+    m1, _ = group.join_or_heartbeat(JoinSpec(member_id="m1", member_epoch=1), now=1, session_timeout_s=SESSION_S,
+                                    max_size=10, topics={"orders": 2, "orders-eu": 1, "audit": 1})
+    assert (m1.member_epoch, m1.assigned) == (2, {"orders": frozenset({0, 1}), "orders-eu": frozenset({0})})
