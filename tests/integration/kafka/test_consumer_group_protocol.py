@@ -3,9 +3,10 @@ kafka-tools' ``VerifiableConsumer`` run unchanged with ``--group-protocol consum
 ``make kafka-tools`` (Kafka 4.1), consuming what ``VerifiableProducer`` writes while it writes.
 
 Members come and go during the run: two start, a third joins, one leaves (SIGTERM: the consumer
-closes and leaves with epoch -1), one is killed with -9 (its session expires), a fourth joins;
-in the second test the replica leading the group's ``__consumer_offsets`` partition and then the
-front door (the coordinator) are killed with -9 and restarted while members consume. Meanwhile a
+closes and leaves with epoch -1), one is killed with -9 (its session expires), a fourth joins
+(the default ``uniform`` assignor); in the second test three members asking for the ``range``
+assignor consume while the replica leading the group's ``__consumer_offsets`` partition and then
+the front door (the coordinator) are killed with -9 and restarted. Meanwhile a
 poller asks the coordinator (ConsumerGroupDescribe, OffsetFetch, raw Kafka requests) every 100 ms:
 
 * no partition is ever in two members' current assignments, and every Stable answer covers each
@@ -95,10 +96,11 @@ class JavaTool:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
-def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path) -> JavaTool:
+def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path, assignor: str | None = None) -> JavaTool:
     lib = kafka_tools_manifest()["lib"]
+    remote = ["--group-remote-assignor", assignor] if assignor else []
     return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
-                     CONSUMER_CLASS, "--topic", topic, "--group-id", group, "--group-protocol", "consumer",
+                     CONSUMER_CLASS, "--topic", topic, "--group-id", group, "--group-protocol", "consumer", *remote,
                      "--bootstrap-server", cluster.kafka_bootstrap, "--reset-policy", "earliest", "--verbose"], log)
 
 
@@ -121,6 +123,8 @@ class Watch:
     looks: int = 0  # successful looks so far
     errors: int = 0
     last_error: str = ""
+    assignor: str = ""
+    ranges: list[list[int]] = field(default_factory=list)  # each member's partitions, last look
 
 
 class Poller:
@@ -160,6 +164,9 @@ class Poller:
                 if not w.stable or w.stable[-1][0] != answer.group_epoch:
                     w.stable.append((answer.group_epoch, len(answer.members)))
             w.state, w.members, w.epoch = answer.group_state, len(answer.members), answer.group_epoch
+            w.assignor = answer.assignor_name
+            w.ranges = [sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions)
+                        for m in answer.members]
         fetch = request_module(OFFSET_FETCH, 8)
         offsets = kafka_call(address, fetch.OffsetFetchRequest(groups=(fetch.OffsetFetchRequestGroup(
             group_id=self.group, topics=None),), require_stable=False)).groups[0]
@@ -276,9 +283,13 @@ def test_consumers_carry_on_when_the_offsets_leader_and_the_coordinator_are_kill
     s.create_topic(kcluster, topic, partitions=PARTITIONS, rf=3)
     poller = Poller(kcluster, topic=topic, group=group)
     prod = producer(kcluster, topic=topic, records=7000, rate=600, log=tmp_path / "producer.log")
-    consumers = [consumer(kcluster, topic=topic, group=group, log=tmp_path / f"c{i}.log") for i in range(3)]
+    # These members ask for the range assignor (group.remote.assignor): contiguous ranges.
+    consumers = [consumer(kcluster, topic=topic, group=group, log=tmp_path / f"c{i}.log", assignor="range")
+                 for i in range(3)]
     try:
         epoch = poller.stable_with(3)
+        assert poller.watch.assignor == "range" and sorted(poller.watch.ranges) == [[0, 1], [2, 3], [4, 5]], \
+            poller.watch
         offsets_partitions = s.store(kcluster).topics()[OFFSETS_TOPIC].partitions
         leader = s.leader_of(kcluster, OFFSETS_TOPIC, partition_for_group(group, partitions=offsets_partitions))
         kcluster.kill(f"replica-{leader}")
