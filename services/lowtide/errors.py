@@ -391,6 +391,29 @@ class TransactionalIdNotFound(LowtideError):
     code, name = 105, "TRANSACTIONAL_ID_NOT_FOUND"
 
 
+class FencedMemberEpoch(LowtideError):
+    # Kafka (KIP-848): a ConsumerGroupHeartbeat with a member epoch the coordinator does not
+    # expect; the member gives up its partitions and rejoins with epoch 0.
+    code, name = 110, "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceId(LowtideError):
+    # Kafka (KIP-848): a static member joins with a group.instance.id another member still holds
+    # (that member has not left with epoch -2, nor expired).
+    code, name = 111, "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignor(LowtideError):
+    # Kafka (KIP-848): a ConsumerGroupHeartbeat names a server assignor the coordinator lacks.
+    code, name = 112, "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpoch(LowtideError):
+    # Kafka (KIP-848): an OffsetCommit/OffsetFetch of a consumer group member with an epoch that
+    # is not the member's current one (its heartbeat answer is on its way); retry with it.
+    code, name = 113, "STALE_MEMBER_EPOCH"
+
+
 class UnknownSubscriptionId(LowtideError):
     # Kafka (KIP-714): a PushTelemetry naming a subscription that is no longer the current one; the
     # client gets its subscription again (GetTelemetrySubscriptions) and pushes with the new id.

@@ -40,6 +40,7 @@ from lowtide.frontdoor.admin.scram import ScramAdmin
 from lowtide.frontdoor.controller.controller import Controller, ControllerConfig
 from lowtide.frontdoor.controller.elections import BalanceConfig, LeaderBalancer, LeaderElections
 from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.consumer_membership import ConsumerGroupConfig, ConsumerGroups
 from lowtide.frontdoor.groups.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.groups.membership import GroupMembership, MembershipConfig
 from lowtide.frontdoor.groups.offsets_migration import migrate_legacy_offsets
@@ -85,6 +86,9 @@ class FrontDoorConfig:
     # Consumer group membership (JoinGroup...): session timeout bounds, initial rebalance delay,
     # group size limit (Kafka's group.* broker settings; frontdoor/groups/membership.py).
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    # KIP-848 consumer groups: session timeout, heartbeat interval, size limit, assignors (Kafka's
+    # group.consumer.* settings; frontdoor/groups/consumer_membership.py).
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     # Partitions of __transaction_state when this front door creates it (Kafka's
     # transaction.state.log.num.partitions); an existing topic keeps its own count.
     txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
@@ -114,6 +118,8 @@ class FrontDoorParts:
     def close(self) -> None:
         if self.front.members is not None:
             self.front.members.stop()
+        if self.front.consumer_groups is not None:
+            self.front.consumer_groups.stop()
         if self.front.transactions is not None:
             self.front.transactions.stop()
         if self.offsets is not None:
@@ -161,6 +167,10 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                              migrate_from=TxnStateStore(metadata=store))
     # Group membership lives in this process's memory (frontdoor/groups/membership.py says what follows).
     members = GroupMembership(authorizer=authorizer, config=config.membership)
+    # KIP-848 consumer groups: in memory and in __consumer_offsets (frontdoor/groups/consumer_membership.py).
+    consumer_groups = ConsumerGroups(log_=offsets, topics=store, authorizer=authorizer, config=config.consumer_groups,
+                                     classic=members)
+    members.is_consumer_group = consumer_groups.is_consumer_group
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,
@@ -168,12 +178,13 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless,
                                cache=cache),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
-                                members=members),
+                                members=members, consumer=consumer_groups),
         acls=AclAdmin(store=acls, authorizer=authorizer),
         transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
+        consumer_groups=consumer_groups,
         scram=ScramAdmin(store=ScramStore(metadata=store), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
@@ -181,6 +192,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         reassigner=PartitionReassigner(store=store, authorizer=authorizer),
     )
     members.start()  # session timeouts and rebalance deadlines
+    consumer_groups.start()  # consumer group members' session and revocation timeouts
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions/transactions.py)
     offsets.start()
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets,
@@ -226,6 +238,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                   "(group.initial.rebalance.delay.ms)")
     add_flag(parser, "--group-max-size", default=defaults.max_group_size, type=int,
              help="most members a group may have (group.max.size)")
+    consumer = ConsumerGroupConfig()
+    add_flag(parser, "--group-consumer-session-timeout-ms", default=consumer.session_timeout_ms, type=int,
+             help="a KIP-848 consumer group member not heard from for this long is removed "
+                  "(group.consumer.session.timeout.ms)")
+    add_flag(parser, "--group-consumer-heartbeat-interval-ms", default=consumer.heartbeat_interval_ms, type=int,
+             help="how often KIP-848 consumer group members heartbeat (group.consumer.heartbeat.interval.ms)")
+    add_flag(parser, "--group-consumer-max-size", default=consumer.max_size, type=int,
+             help="most members a KIP-848 consumer group may have (group.consumer.max.size)")
     add_flag(parser, "--transaction-state-partitions", default=DEFAULT_TXN_STATE_PARTITIONS, type=int,
              help="partitions of __transaction_state when this front door creates it "
                   "(Kafka's transaction.state.log.num.partitions)")
@@ -263,7 +283,11 @@ def run(args: argparse.Namespace) -> int:
                                                  min_session_timeout_ms=args.group_min_session_timeout_ms,
                                                  max_session_timeout_ms=args.group_max_session_timeout_ms,
                                                  initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
-                                                 max_group_size=args.group_max_size)))
+                                                 max_group_size=args.group_max_size),
+                                             consumer_groups=ConsumerGroupConfig(
+                                                 session_timeout_ms=args.group_consumer_session_timeout_ms,
+                                                 heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
+                                                 max_size=args.group_consumer_max_size)))
     REGISTRY.register(ClusterCollector(parts.store))
     # Stateless: no data directory to compare, but it stops if the store forgets the cluster.
     guard = join_cluster(parts.store, data_dir=None, node_id=args.name, timeout_s=args.redis_wait_seconds)

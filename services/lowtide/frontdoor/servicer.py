@@ -21,6 +21,7 @@ from lowtide.frontdoor.admin.partitions import PartitionCreator
 from lowtide.frontdoor.admin.scram import ScramAdmin
 from lowtide.frontdoor.controller.elections import LeaderElections
 from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.consumer_membership import ConsumerGroups
 from lowtide.frontdoor.groups.groups import GroupCoordinator
 from lowtide.frontdoor.groups.membership import GroupMembership
 from lowtide.frontdoor.transactions.transactions import TransactionCoordinator
@@ -29,7 +30,9 @@ from lowtide.messages.admin import (
     JoinResult,
     SyncResult,
 )
+from lowtide.messages.consumer_groups import ConsumerHeartbeatResult
 from lowtide.rpc.convert import acls as acls_convert
+from lowtide.rpc.convert import consumer_groups as convert_consumer
 from lowtide.rpc.convert import groups as convert_groups
 from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.convert import topics
@@ -61,6 +64,7 @@ class FrontDoor:
     acls: AclAdmin
     transactions: TransactionCoordinator | None = field(default=None)
     members: GroupMembership | None = field(default=None)
+    consumer_groups: ConsumerGroups | None = field(default=None)
     scram: ScramAdmin | None = field(default=None)
     configs: TopicConfigAdmin | None = field(default=None)
     partitions: PartitionCreator | None = field(default=None)
@@ -234,6 +238,26 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except LowtideError as err:
             return admin_pb2.LeaveGroupResponse(error_code=err.code, error_message=err.message)
         return convert_groups.leave_outcomes_to_proto(outcomes)
+
+    # -- KIP-848 consumer groups (frontdoor/groups/consumer_membership.py) ---------------------
+    def _consumer_groups(self) -> ConsumerGroups:
+        if self._front.consumer_groups is None:
+            raise NotCoordinator("this front door does not coordinate consumer groups")
+        return self._front.consumer_groups
+
+    def ConsumerGroupHeartbeat(self, request, context):  # noqa: N802
+        heartbeat = convert_consumer.heartbeat_from_proto(request, client_host=_client_host(request.client_host,
+                                                                                             context))
+        try:
+            result = self._consumer_groups().heartbeat(principal=self._principal(context), request=heartbeat)
+        except LowtideError as err:
+            result = ConsumerHeartbeatResult(member_id=request.member_id, member_epoch=request.member_epoch, error=err)
+        return convert_consumer.heartbeat_result_to_proto(result)
+
+    def ConsumerGroupDescribe(self, request, context):  # noqa: N802
+        return convert_consumer.descriptions_to_proto(self._consumer_groups().describe(
+            principal=self._principal(context), group_ids=list(request.group_ids),
+            include_authorized_operations=request.include_authorized_operations))
 
     # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802

@@ -17,6 +17,7 @@ from lowtide.groups.codec import (
 )
 from lowtide.groups.state import (
     CommittedEntry,
+    ConsumerRecord,
     OffsetRecord,
     PartitionOffsets,
     TopicCommit,
@@ -29,6 +30,7 @@ from lowtide.groups.state import (
 __all__ = [
     "OFFSETS_TOPIC",
     "CommittedEntry",
+    "ConsumerRecord",
     "OffsetKey",
     "OffsetRecord",
     "OffsetValue",

@@ -17,7 +17,8 @@ OffsetCommitKey, version 1 (the record key)::
       00 01     00 03  65 74 6c        00 06  6f 72 64 ...     00 00 00 02     ("etl", "orders", 2)
 
     Version 0 has the same layout and is read too; version 2 is a GroupMetadataKey (int16 2,
-    string group), about the group's members, which lowtide neither writes nor needs: skipped.
+    string group), about a classic group's members, which lowtide neither writes nor needs:
+    skipped. Versions 3 to 8 are KIP-848 consumer group records (``consumer_codec.py`` draws them).
 
 OffsetCommitValue, version 3 (the record value; null = tombstone)::
 

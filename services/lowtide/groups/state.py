@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from lowtide.groups.codec import OffsetKey, OffsetValue, decode_offset_key, decode_offset_value
+from lowtide.groups.consumer_codec import CONSUMER_RECORD_TYPES, ConsumerKey, decode_consumer_key
 from lowtide.record import decode_batches
 from lowtide.record.control import COMMIT, decode_control_key
 
@@ -50,6 +51,16 @@ class OffsetRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """A KIP-848 consumer group record (``consumer_codec``): its key, and its value's bytes, kept
+    undecoded until the group is loaded (None = tombstone)."""
+
+    key: ConsumerKey
+    value: bytes | None
+    log_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class TxnMarker:
     """A transaction marker of ``__consumer_offsets``: decides ``producer_id``'s pending offsets."""
 
@@ -58,13 +69,19 @@ class TxnMarker:
     log_offset: int
 
 
-def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[OffsetRecord | TxnMarker]:
+def _key_type(key: bytes) -> int:
+    return int.from_bytes(key[:2], "big", signed=True) if len(key) >= 2 else -1
+
+
+def decode_offset_records(records: bytes, *,
+                          from_offset: int = 0) -> list[OffsetRecord | ConsumerRecord | TxnMarker]:
     """Every offset-commit record and transaction marker at or after ``from_offset`` in fetched
     batch bytes, in log order.
 
-    Group-metadata records are skipped. Raises CORRUPT_MESSAGE (and returns nothing) when a batch
-    or an offset-commit record is malformed."""
-    out: list[OffsetRecord | TxnMarker] = []
+    KIP-848 consumer group records come back as ``ConsumerRecord``; classic group-metadata
+    records are skipped. Raises CORRUPT_MESSAGE (and returns nothing) when a batch or an
+    offset-commit record is malformed."""
+    out: list[OffsetRecord | ConsumerRecord | TxnMarker] = []
     for header, batch_records in decode_batches(records):
         if header.next_offset <= from_offset:
             continue
@@ -77,6 +94,11 @@ def decode_offset_records(records: bytes, *, from_offset: int = 0) -> list[Offse
         producer_id = header.producer_id if header.is_transactional else -1
         for r in batch_records:
             if r.offset < from_offset or r.key is None:
+                continue
+            if _key_type(r.key) in CONSUMER_RECORD_TYPES:
+                consumer_key = decode_consumer_key(r.key)
+                if consumer_key is not None:
+                    out.append(ConsumerRecord(key=consumer_key, value=r.value, log_offset=r.offset))
                 continue
             key = decode_offset_key(r.key)
             if key is None:
@@ -100,16 +122,21 @@ class PartitionOffsets:
         # Log offset of the last tombstone applied per deleted key, so an older commit read later
         # (own writes are applied before the tail reaches them) does not bring the key back.
         # Pruned once the tail has passed it: nothing older can arrive after that.
-        self._tombstones: dict[OffsetKey, int] = {}
+        self._tombstones: dict[OffsetKey | ConsumerKey, int] = {}
         # producer id -> {log offset: record} of its undecided transaction (keyed by log offset, so
         # records handed in twice count once).
         self._pending: dict[int, dict[int, OffsetRecord]] = {}
+        # KIP-848 consumer group records, the latest per key (same rule as the offsets).
+        self._consumer: dict[ConsumerKey, ConsumerRecord] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def apply(self, record: OffsetRecord | TxnMarker) -> bool:
+    def apply(self, record: OffsetRecord | ConsumerRecord | TxnMarker) -> bool:
         """Fold one record or marker; returns whether it changed any committed offset."""
+        if isinstance(record, ConsumerRecord):
+            self._apply_consumer(record)
+            return False
         if isinstance(record, TxnMarker):
             held = self._pending.pop(record.producer_id, {})
             # Only records before the marker are its transaction's: records of the producer's
@@ -141,11 +168,28 @@ class PartitionOffsets:
         self._entries[key] = CommittedEntry(key=key, value=record.value, log_offset=record.log_offset)
         return True
 
+    def _apply_consumer(self, record: ConsumerRecord) -> None:
+        key = record.key
+        current = self._consumer.get(key)
+        if record.log_offset <= max(current.log_offset if current else -1, self._tombstones.get(key, -1)):
+            return
+        if record.value is None:
+            self._tombstones[key] = record.log_offset
+            self._consumer.pop(key, None)
+        else:
+            self._tombstones.pop(key, None)
+            self._consumer[key] = record
+
+    def consumer_records(self, group: str | None = None) -> list[ConsumerRecord]:
+        """The live KIP-848 records (of ``group``, or all), in log order."""
+        return sorted((r for k, r in self._consumer.items() if group is None or k.group == group),
+                      key=lambda r: r.log_offset)
+
     def pending_keys(self) -> set[OffsetKey]:
         """Keys some undecided transaction holds offsets for."""
         return {r.key for held in self._pending.values() for r in held.values()}
 
-    def apply_all(self, records: Iterable[OffsetRecord | TxnMarker]) -> None:
+    def apply_all(self, records: Iterable[OffsetRecord | ConsumerRecord | TxnMarker]) -> None:
         for record in records:
             self.apply(record)
 
@@ -158,6 +202,7 @@ class PartitionOffsets:
     def reset(self, position: int) -> None:
         """Forget everything and read again from ``position`` (the log moved under the reader)."""
         self._entries.clear()
+        self._consumer.clear()
         self._tombstones.clear()
         self._pending.clear()
         self.position = position

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from lowtide.groups.state import (
     CommittedEntry,
+    ConsumerRecord,
     OffsetRecord,
     PartitionOffsets,
     TopicCommit,
@@ -30,11 +31,11 @@ FetchedOffsets = Fetched
 __all__ = ["FetchedOffsets", "Fetcher", "OffsetsTail", "Router"]
 
 
-def _decode(records: bytes, from_offset: int) -> list[OffsetRecord | TxnMarker]:
+def _decode(records: bytes, from_offset: int) -> list[OffsetRecord | ConsumerRecord | TxnMarker]:
     return decode_offset_records(records, from_offset=from_offset)
 
 
-class OffsetsTail(FoldReader[PartitionOffsets, "OffsetRecord | TxnMarker"]):
+class OffsetsTail(FoldReader[PartitionOffsets, "OffsetRecord | ConsumerRecord | TxnMarker"]):
     """Per-partition folds of ``__consumer_offsets`` and the loop that reads them up to date.
 
     Contract: ``read_to_high_watermark`` (``FoldReader``'s) returns, for every asked partition it
@@ -64,3 +65,9 @@ class OffsetsTail(FoldReader[PartitionOffsets, "OffsetRecord | TxnMarker"]):
         with self._lock:
             return {(k.topic, k.partition) for part in self._folds.values() for k in part.pending_keys()
                     if k.group == group}
+
+    def consumer_records(self, *, group: str | None = None) -> list[ConsumerRecord]:
+        """The live KIP-848 consumer group records (of ``group``, or all), in log order."""
+        with self._lock:
+            return sorted((r for part in self._folds.values() for r in part.consumer_records(group)),
+                          key=lambda r: r.log_offset)

@@ -193,10 +193,10 @@ def list_groups(call: Call, body: Any) -> Any:
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     listed = [g for g in listings if (not states or g.state.lower() in states)
-              and (not types or "classic" in types)]
+              and (not types or g.group_type.lower() in types)]
     return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0), groups=tuple(
         call.make("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
-                  group_type="classic") for g in listed))
+                  group_type=g.group_type) for g in listed))
 
 
 def describe_groups(call: Call, body: Any) -> Any:
@@ -224,7 +224,9 @@ def delete_groups(call: Call, body: Any) -> Any:
 
 APIS = [
     Api(OFFSET_COMMIT_KEY, "OffsetCommit", 2, 9, offset_commit),
-    Api(OFFSET_FETCH_KEY, "OffsetFetch", 1, 8, offset_fetch),
+    # v9 (KIP-848) adds the member id and epoch of a consumer group member; they are accepted,
+    # not checked (docs/kafka-compatibility.md).
+    Api(OFFSET_FETCH_KEY, "OffsetFetch", 1, 9, offset_fetch),
     Api(JOIN_GROUP_KEY, "JoinGroup", 0, 9, join_group),
     Api(HEARTBEAT_KEY, "Heartbeat", 0, 4, heartbeat),
     Api(LEAVE_GROUP_KEY, "LeaveGroup", 0, 5, leave_group),

@@ -199,6 +199,7 @@ class FrontDoorParts(Protocol):
     reassigner: Any
     groups: Any
     members: Any
+    consumer_groups: Any
     transactions: Any
     acls: Any
     scram: Any

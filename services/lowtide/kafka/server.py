@@ -57,6 +57,7 @@ from lowtide.kafka import (
     apis_admin,
     apis_cluster,
     apis_configs,
+    apis_consumer_groups,
     apis_data,
     apis_groups,
     apis_partitions,
@@ -90,7 +91,8 @@ DEFAULT_SESSION_LIFETIME_MS = 3_600_000
 
 def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
-    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
+    return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_consumer_groups.APIS,
+            *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
             *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS, *apis_telemetry.APIS]
 
 

@@ -270,6 +270,7 @@ class GroupListing:
     group_id: str
     protocol_type: str = ""  # "" for a group with committed offsets only
     state: str = "Empty"  # classic_group.EMPTY
+    group_type: str = "classic"  # or "consumer" (KIP-848)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ from lowtide.messages.admin import (
     PartitionOutcome,
     SyncResult,
 )
+from lowtide.messages.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
+from lowtide.rpc.convert import consumer_groups as convert_consumer
 from lowtide.rpc.convert import groups as convert
 from lowtide_pb import admin_pb2
 
@@ -108,3 +110,17 @@ class RemoteMembership(RemotePart):
         if error is not None:
             raise error
         return convert.leave_outcomes_from_proto(response)
+
+
+class RemoteConsumerGroups(RemotePart):
+    """``ConsumerGroups`` at the front door (KIP-848 consumer groups)."""
+
+    def heartbeat(self, *, principal: str, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        return convert_consumer.heartbeat_result_from_proto(self._call(
+            self._stub.ConsumerGroupHeartbeat, convert_consumer.heartbeat_to_proto(request)))
+
+    def describe(self, *, principal: str, group_ids: Sequence[str],
+                 include_authorized_operations: bool = False) -> list[ConsumerGroupDescription]:
+        return convert_consumer.descriptions_from_proto(self._call(
+            self._stub.ConsumerGroupDescribe, admin_pb2.ConsumerGroupDescribeRequest(
+                group_ids=list(group_ids), include_authorized_operations=include_authorized_operations)))

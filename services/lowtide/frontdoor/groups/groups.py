@@ -50,6 +50,7 @@ from lowtide.messages.admin import (
 from lowtide.metadata.store import MetadataStore
 
 if TYPE_CHECKING:
+    from lowtide.frontdoor.groups.consumer_membership import ConsumerGroups
     from lowtide.frontdoor.groups.membership import GroupMembership
 
 MAX_GROUP_ID_LENGTH = 255
@@ -128,11 +129,17 @@ class GroupCoordinator:
     """
 
     def __init__(self, *, store: GroupStore, metadata: MetadataStore, authorizer: Authorizer,
-                 members: GroupMembership | None = None) -> None:
+                 members: GroupMembership | None = None, consumer: ConsumerGroups | None = None) -> None:
         self._store = store
         self._metadata = metadata
         self._authorizer = authorizer
         self._members = members
+        # KIP-848 consumer groups (consumer_membership.py): commits are checked against their
+        # member epochs, and they are listed, described and deleted with their own state.
+        self._consumer = consumer
+
+    def _is_consumer(self, group_id: str) -> bool:
+        return self._consumer is not None and self._consumer.is_consumer_group(group_id)
 
     def _allowed(self, principal: str, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         return self._authorizer.authorize(principal=principal, operation=operation, resource_type=resource_type,
@@ -158,7 +165,13 @@ class GroupCoordinator:
         self._require_group(principal, AclOperation.READ, group_id)
         group_error: LowtideError | None = None
         unchecked = txn_producer is not None and generation_id < 0 and not member_id
-        if self._members is not None and not unchecked:
+        if not unchecked and self._consumer is not None and self._is_consumer(group_id):
+            try:  # OffsetCommit v9+: generation_id is the member epoch
+                self._consumer.validate_commit(group_id, member_id=member_id, member_epoch=generation_id,
+                                               partitions=[(c.topic, c.partition) for c in commits])
+            except LowtideError as err:
+                group_error = err
+        elif self._members is not None and not unchecked:
             try:
                 self._members.validate_commit(group_id, generation_id=generation_id, member_id=member_id,
                                               group_instance_id=group_instance_id)
@@ -216,6 +229,9 @@ class GroupCoordinator:
         for snap in self._members.snapshots() if self._members is not None else ():
             listings[snap.group_id] = GroupListing(group_id=snap.group_id, protocol_type=snap.protocol_type,
                                                    state=snap.state)
+        for group_id, state in self._consumer.listings() if self._consumer is not None else ():
+            listings[group_id] = GroupListing(group_id=group_id, protocol_type=CONSUMER_PROTOCOL_TYPE, state=state,
+                                              group_type="consumer")
         out = [listings[g] for g in sorted(listings)]
         if self._allowed(principal, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME):
             return out
@@ -226,6 +242,12 @@ class GroupCoordinator:
 
     def describe_groups(self, *, principal: str, group_ids: Sequence[str]) -> list[GroupOutcome]:
         def describe(group_id: str) -> GroupOutcome:
+            if self._is_consumer(group_id):
+                # Kafka's DescribeGroups v0-v5 answers a consumer group Dead, without error
+                # (v6 would say GROUP_ID_NOT_FOUND): ConsumerGroupDescribe describes it.
+                return GroupOutcome(group_id=group_id, group=GroupSnapshot(
+                    group_id=group_id, state="Dead", protocol_type="", protocol="", generation_id=-1, leader="",
+                    members=(), subscribed_topics=None))
             snapshot = self._snapshot(group_id)
             committed = self._store.committed(group_id)
             if not committed and snapshot is None:
@@ -238,6 +260,8 @@ class GroupCoordinator:
     def delete_groups(self, *, principal: str, group_ids: Sequence[str]) -> list[GroupOutcome]:
         def delete(group_id: str) -> GroupOutcome:
             in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
+            if self._consumer is not None and self._consumer.delete_if_empty(group_id):
+                in_memory = True
             if not self._store.delete(group_id) and not in_memory:
                 raise GroupIdNotFound(f"group {group_id!r} does not exist")
             return GroupOutcome(group_id=group_id)
@@ -267,10 +291,12 @@ class GroupCoordinator:
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.DELETE, group_id)
         snapshot = self._snapshot(group_id)
-        if snapshot is None and not self._store.exists(group_id):
+        if snapshot is None and not self._store.exists(group_id) and not self._is_consumer(group_id):
             raise GroupIdNotFound(f"group {group_id!r} does not exist")
         subscribed: frozenset[str] = frozenset()
-        if snapshot is not None and snapshot.state != EMPTY:
+        if self._consumer is not None and self._is_consumer(group_id):
+            subscribed = self._consumer.subscribed_topics(group_id)
+        elif snapshot is not None and snapshot.state != EMPTY:
             if snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 raise NonEmptyGroup(f"group {group_id!r} ({snapshot.protocol_type!r}) has members")
             subscribed = snapshot.subscribed_topics or frozenset()

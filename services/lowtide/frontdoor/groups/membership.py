@@ -112,6 +112,9 @@ class GroupMembership:
         self._groups: dict[str, ClassicGroup] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Whether a group id is a KIP-848 consumer group (``consumer_membership``; set by the
+        # server): a classic JoinGroup to one is refused, a group id has one type.
+        self.is_consumer_group: Callable[[str], bool] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -199,6 +202,10 @@ class GroupMembership:
     def join_group(self, *, principal: str, request: JoinRequest) -> JoinResult:
         """Kafka's JoinGroup; blocks until the rebalance completes (module doc)."""
         self._require_read(principal, request.group_id)
+        if self.is_consumer_group is not None and self.is_consumer_group(request.group_id):
+            return JoinResult(member_id=request.member_id, error=InconsistentGroupProtocol(
+                f"group {request.group_id!r} is a consumer group (KIP-848): join it with ConsumerGroupHeartbeat "
+                f"(group.protocol=consumer)"))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= request.session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(member_id=request.member_id, error=InvalidSessionTimeout(
@@ -412,6 +419,12 @@ class GroupMembership:
                 raise UnknownMemberId(f"group {group_id!r} has members: commit with a member id and generation")
             if group.state == COMPLETING_REBALANCE:
                 raise RebalanceInProgress(f"group {group_id!r} is completing a rebalance; commit after SyncGroup")
+
+    def has_members(self, group_id: str) -> bool:
+        """Whether a classic group of this id has members (or ids handed out): it is not free to
+        become a consumer group."""
+        with self._locked(group_id, create=False) as group:
+            return group is not None and bool(group.members or group.pending_members)
 
     def snapshot(self, group_id: str) -> GroupSnapshot | None:
         with self._locked(group_id, create=False) as group:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, ProducerFenced
+from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, LowtideError, ProducerFenced
 from lowtide.frontdoor.admin.admin import TopicAdmin
 from lowtide.frontdoor.internal_topics import FrontDoorRouter, create_with_admin, new_appender
 from lowtide.groups import (
@@ -46,6 +46,8 @@ from lowtide.groups import (
     encode_offset_value,
     partition_for_group,
 )
+from lowtide.groups.consumer_codec import ConsumerKey, ConsumerValue, encode_consumer_key, encode_consumer_value
+from lowtide.groups.state import ConsumerRecord
 from lowtide.groups.tail import OffsetsTail
 from lowtide.internal_topics import InternalTopic, InternalTopicSpec, grpc_fetch
 from lowtide.metadata.store import MetadataStore
@@ -201,6 +203,24 @@ class OffsetsTopic:
         self._tail.apply(partition, [OffsetRecord(key=w.key, value=w.value, log_offset=base_offset + i)
                                      for i, w in enumerate(writes)])
 
+    def write_consumer(self, group: str, records: Sequence[tuple[ConsumerKey, ConsumerValue | None]]) -> None:
+        """Append KIP-848 consumer group records (``None`` value: a tombstone) of ``group`` as one
+        batch with acks=all, then fold them in; the same contract as ``write``."""
+        if not records:
+            return
+        partition = self.partition_of(group)
+        encoded = [(encode_consumer_key(k), None if v is None else encode_consumer_value(v)) for k, v in records]
+        batch = encode_batch([v for _, v in encoded], keys=[k for k, _ in encoded], timestamp_ms=self._clock())
+        base_offset = self._appender.append(partition, batch, timeout_ms=self.config.write_timeout_ms)
+        self._tail.apply(partition, [ConsumerRecord(key=k, value=v, log_offset=base_offset + i)
+                                     for i, (k, (_, v)) in enumerate(zip((k for k, _ in records), encoded,
+                                                                          strict=True))])
+
+    def consumer_records(self, group: str | None = None) -> list[ConsumerRecord]:
+        """The live KIP-848 records of ``group`` (or of every group), in log order."""
+        self.wait_loaded()
+        return self._tail.consumer_records(group=group)
+
     # -- the tail ------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -218,6 +238,33 @@ class OffsetsTopic:
                     self._cond.notify_all()
                 self._after_load = [task for task in self._after_load if not self._run_task(task)]
             self._stop.wait(self.config.tail_interval_s)
+
+    def _leaders_settled(self, partitions: range) -> bool:
+        """Before the first load counts: every partition's leader has a high watermark at or past
+        the start of its leader epoch. A leader just elected may report an HW below records that
+        were acknowledged under its predecessor (its followers bring it up a round later); a load
+        read to that HW would miss them, and a front door started then would serve older committed
+        offsets and consumer group states than it had acknowledged. The replica's ListOffsets
+        answers OFFSET_NOT_AVAILABLE for exactly that (``replica/requests.py``): asked first, the
+        HW read to afterwards is past every acknowledged record."""
+        by_address, unroutable = self._router.route(list(partitions))
+        if unroutable:
+            partition, why = min(unroutable.items())
+            self._note_problem(f"{OFFSETS_TOPIC}-{partition}: {why}")
+            return False
+        for address, parts in by_address.items():
+            try:
+                answers = self._replicas.list_offsets(address, [(OFFSETS_TOPIC, p, -1) for p in parts],
+                                                      timeout_s=self.config.fetch_timeout_s)
+            except LowtideError as err:
+                self._note_problem(f"{OFFSETS_TOPIC} at {address}: {err.name}: {err.message}")
+                return False
+            for answer in answers:
+                if answer.error is not None:
+                    self._note_problem(f"{OFFSETS_TOPIC}-{answer.partition}: {answer.error.name}: "
+                                       f"{answer.error.message}")
+                    return False
+        return True
 
     def _note_problem(self, problem: str) -> None:
         with self._cond:
@@ -240,6 +287,8 @@ class OffsetsTopic:
         if info is None:
             return True
         self._topic.note_partitions(info.partitions)
+        if not self.loaded and not self._leaders_settled(range(info.partitions)):
+            return False
         failures = self._tail.read_to_high_watermark(range(info.partitions), route=self._router.route,
                                                      fetch=self._fetch)
         if failures:

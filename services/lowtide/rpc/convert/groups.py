@@ -129,11 +129,13 @@ def offset_delete_outcomes(response: admin_pb2.OffsetDeleteResponse) -> list[Par
 # -- ListGroups, DescribeGroups, DeleteGroups -----------------------------------------------------
 def listings_to_proto(listings: Sequence[GroupListing]) -> admin_pb2.ListGroupsResponse:
     return admin_pb2.ListGroupsResponse(group_ids=[g.group_id for g in listings], groups=[
-        admin_pb2.GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state) for g in listings])
+        admin_pb2.GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state,
+                               group_type=g.group_type) for g in listings])
 
 
 def listings_from_proto(response: admin_pb2.ListGroupsResponse) -> list[GroupListing]:
-    return [GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state) for g in response.groups]
+    return [GroupListing(group_id=g.group_id, protocol_type=g.protocol_type, state=g.state,
+                         group_type=g.group_type or "classic") for g in response.groups]
 
 
 def description_to_proto(o: GroupOutcome) -> admin_pb2.GroupDescription:
