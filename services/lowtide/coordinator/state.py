@@ -481,7 +481,11 @@ class CoordinatorState:
                     "VALUES (?, ?, ?, ?, ?, ?, 0, 'live', 0, ?)",
                     (r.object_key, r.object_format, r.file_size, r.uploader_broker_id,
                      ",".join(map(str, r.owner_ids)), self._my_index(r.owner_ids), r.committed_at_ms))
-        file_id = cur.execute("SELECT file_id FROM files WHERE object_key = ?", (r.object_key,)).fetchone()[0]
+        # A new row (the usual case) is the insert's rowid; a row that was there (a handover
+        # recorded first) is looked up.
+        inserted = cur.rowcount == 1
+        file_id = cur.lastrowid if inserted else cur.execute("SELECT file_id FROM files WHERE object_key = ?",
+                                                             (r.object_key,)).fetchone()[0]
         keys: dict[tuple[bytes, int], PartitionRow | None] = {}
         tops: dict[int, list[int]] = {}  # partition_key -> [hw, max_ts, max_ts_offset]
         producers: dict[tuple[int, int], list] = {}
@@ -536,6 +540,10 @@ class CoordinatorState:
         for pkey, s in producers.items():
             self._producer_rows[pkey] = ProducerRow(s[0], tuple(s[1]))
         self._changed_producers.update(producers)
+        if inserted and rows:
+            # Inserted 'live' with no batch: now it has some, and 'live' is what settling says.
+            cur.execute("UPDATE files SET live_batches = ? WHERE file_id = ?", (len(rows), file_id))
+            return
         cur.execute("UPDATE files SET live_batches = live_batches + ? WHERE file_id = ?", (len(rows), file_id))
         self._settle_file(cur, file_id, r.committed_at_ms)
 
