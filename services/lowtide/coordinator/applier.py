@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
+from lowtide.common.gc_tuning import young_collections_less_often
 from lowtide.common.logs import JsonFormatter, configure_logging
 from lowtide.coordinator.records import MetadataRecord, decode_entry
 from lowtide.coordinator.state import CacheChanges, CoordinatorState
@@ -272,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(2, 1)  # stray prints go to stderr, never into the frames
     source = sys.stdin.buffer
     worker = ApplyWorker(CoordinatorState(Path(args.db), coordinator_id=args.shard, background_checkpoints=True))
+    young_collections_less_often()  # each apply makes a few thousand short-lived tuples
     try:
         _write_frame(replies, ("ready", worker.state.applied_offset))
         while (request := _read_frame(source)) is not None:
