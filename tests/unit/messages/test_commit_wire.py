@@ -9,6 +9,7 @@ from lowtide.messages.commit_wire import (
     PACKED_BATCH,
     PACKED_RESULT,
     pack_batches,
+    pack_result_rows,
     pack_results,
     unpack_batches,
     unpack_results,
@@ -38,6 +39,12 @@ def test_a_packed_result_is_code_offsets_and_duplicate_flag() -> None:
                                            + (3).to_bytes(8, "big") + b"\x01")
     assert packed[PACKED_RESULT.size:PACKED_RESULT.size + 2] == b"\x00\x2f"
     assert list(unpack_results(packed)) == [(0, 10, -1, 3, 1), (47, -1, -1, 0, 0)]
+
+
+def test_the_shards_result_rows_pack_to_the_same_bytes_without_their_messages() -> None:
+    rows = [(0, None, 10, -1, 3, True), (47, "OUT_OF_ORDER", -1, -1, 0, False)]
+    assert pack_result_rows(rows) == pack_results([(0, 10, -1, 3, True), (47, -1, -1, 0, False)])
+    assert pack_result_rows([]) == b""
 
 
 @pytest.mark.parametrize("unpack,size", [(unpack_batches, PACKED_BATCH.size), (unpack_results, PACKED_RESULT.size)])
