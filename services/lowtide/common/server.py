@@ -26,6 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from lowtide.common.gc_tuning import young_collections_less_often
 from lowtide.errors import LowtideError, RequestTimedOut
 from lowtide.purgatory.connection import RedisError
 from lowtide.rpc.channels import CHANNEL_OPTIONS
@@ -183,6 +184,7 @@ def serve(spec: ServiceSpec, *, grpc_addr: str, metrics_addr: str, max_workers: 
     # full collections scanned ~75k objects every ~2 s and took 40-55 ms, holding the GIL: every
     # request in flight stalled that long (the p99).
     gc.freeze()
+    young_collections_less_often()
     for svc in [""] + list(spec.service_names):
         health_servicer.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", extra={"fields": {"grpc": grpc_addr, "metrics_port": metrics_server.server_port,

@@ -16,6 +16,7 @@ is deep. If an append fails, the pending records will never be applied: ``reset`
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from lowtide.coordinator.records import (
@@ -32,6 +33,24 @@ from lowtide.coordinator.state import (
 )
 
 _DELETED = None  # overlay value of a partition, topic or name that a pending TopicDeleted removed
+_MISSING = object()  # not in the overlay: read the committed state
+
+
+class _Table:
+    """One overlay table: each key's value after all pending records, and the pending number of
+    the record that last set it. Two dicts rather than one of (number, value) pairs: a 100-batch
+    file sets ~100 partition rows, and ``dict.update`` + ``dict.fromkeys`` set them without a
+    pair (and a Python-level loop) per row."""
+
+    __slots__ = ("values", "seqs")
+
+    def __init__(self) -> None:
+        self.values: dict[Any, Any] = {}
+        self.seqs: dict[Any, int] = {}
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.seqs.clear()
 
 
 class PendingState:
@@ -46,58 +65,58 @@ class PendingState:
         self.state = state
         self._seq = 0
         self._records: deque[tuple[int, MetadataRecord]] = deque()
-        self._partitions: dict[tuple[bytes, int], tuple[int, PartitionRow | None]] = {}
-        self._topics: dict[bytes, tuple[int, tuple[str, frozenset[int]] | None]] = {}
-        self._names: dict[str, tuple[int, bytes | None]] = {}
-        self._producers: dict[tuple[bytes, int, int], tuple[int, ProducerRow]] = {}
-        self._files: dict[str, tuple[int, bool]] = {}
-        self._touched: deque[tuple[int, dict, tuple]] = deque()  # (seq, table, keys it set)
+        # Values: PartitionRow | None; (name, frozenset of indexes) | None; topic id | None;
+        # ProducerRow; True (a pending file).
+        self._partitions, self._topics, self._names = _Table(), _Table(), _Table()
+        self._producers, self._files = _Table(), _Table()
+        self._touched: deque[tuple[int, _Table, Iterable]] = deque()  # (seq, table, keys it set)
 
     # ---- reads: committed + pending ----------------------------------------------------------
     def partition(self, topic_id: bytes, index: int) -> PartitionRow | None:
-        hit = self._partitions.get((topic_id, index))
-        return hit[1] if hit is not None else self.state.partition(topic_id, index)
+        hit = self._partitions.values.get((topic_id, index), _MISSING)
+        return self.state.partition(topic_id, index) if hit is _MISSING else hit
 
     def topic(self, topic_id: bytes) -> tuple[str, frozenset[int]] | None:
-        hit = self._topics.get(topic_id)
-        if hit is not None:
-            return hit[1]
+        hit = self._topics.values.get(topic_id, _MISSING)
+        if hit is not _MISSING:
+            return hit
         committed = self.state.topic(topic_id)
         return (committed[0], frozenset(committed[1])) if committed else None
 
     def topic_deletion_pending(self, topic_id: bytes) -> bool:
-        hit = self._topics.get(topic_id)
-        return hit is not None and hit[1] is _DELETED
+        return self._topics.values.get(topic_id, _MISSING) is _DELETED
 
     def topic_id_for_name(self, name: str) -> bytes | None:
-        hit = self._names.get(name)
-        return hit[1] if hit is not None else self.state.topic_id_for_name(name)
+        hit = self._names.values.get(name, _MISSING)
+        return self.state.topic_id_for_name(name) if hit is _MISSING else hit
 
     def producer(self, topic_id: bytes, index: int, producer_id: int) -> ProducerRow | None:
-        hit = self._producers.get((topic_id, index, producer_id))
-        return hit[1] if hit is not None else self.state.producer(topic_id, index, producer_id)
+        hit = self._producers.values.get((topic_id, index, producer_id), _MISSING)
+        return self.state.producer(topic_id, index, producer_id) if hit is _MISSING else hit
 
     def file_pending(self, object_key: str) -> bool:
-        return object_key in self._files
+        return object_key in self._files.values
 
     def file_known(self, object_key: str) -> bool:
-        return object_key in self._files or self.state.file_exists(object_key)
+        return object_key in self._files.values or self.state.file_exists(object_key)
 
     @property
     def pending_count(self) -> int:
         return len(self._records)
 
     # ---- writes ----------------------------------------------------------------------------------
-    def _set(self, table: dict, key: Any, seq: int, value: Any) -> None:
-        table[key] = (seq, value)
+    def _set(self, table: _Table, key: Any, seq: int, value: Any) -> None:
+        table.values[key] = value
+        table.seqs[key] = seq
         self._touched.append((seq, table, (key,)))
 
-    def _set_many(self, table: dict, seq: int, values: dict) -> None:
+    def _set_many(self, table: _Table, seq: int, values: dict) -> None:
         """``_set`` for every item of ``values``, as one touched entry: a 100-batch file's check
         sets ~100 partition rows, and one entry per row was a Python call each way."""
         if values:
-            table.update({key: (seq, value) for key, value in values.items()})
-            self._touched.append((seq, table, tuple(values)))
+            table.values.update(values)
+            table.seqs.update(dict.fromkeys(values, seq))
+            self._touched.append((seq, table, values.keys()))
 
     def push(self, record: MetadataRecord) -> int:
         """Add a record just appended to the log (not yet applied); returns its pending number."""
@@ -154,10 +173,10 @@ class PendingState:
         touched = self._touched
         while touched and touched[0][0] <= seq:
             s, table, keys = touched.popleft()
+            seqs, values = table.seqs, table.values
             for key in keys:
-                hit = table.get(key)
-                if hit is not None and hit[0] <= s:
-                    del table[key]
+                if seqs.get(key, s + 1) <= s:
+                    del seqs[key], values[key]
 
     def reset(self) -> None:
         """Forget every pending record (their append failed: they will never be applied)."""

@@ -9,7 +9,6 @@ Thread-safety: stateless apart from its collaborators, which are thread-safe.
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
@@ -17,7 +16,7 @@ from lowtide.coordinator.pipeline import WaiterWait
 from lowtide.coordinator.service import ShardService
 from lowtide.errors import InvalidRequest, LowtideError, NotCoordinator, RequestTimedOut
 from lowtide.messages import coordinator as m
-from lowtide.messages.commit_wire import pack_results, unpack_batches
+from lowtide.messages.commit_wire import pack_result_rows, unpack_batches
 from lowtide.rpc.framed.codec import CALL
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.steps import Steps
@@ -28,7 +27,6 @@ from lowtide_pb import coordinator_pb2_grpc
 # frame and length check (the values are built right here, all 14): one per batch of every file.
 _new = tuple.__new__
 CommitBatch = m.CommitBatch
-_new_batch = partial(_new, CommitBatch)
 # Request metadata of a caller that takes a warm standby's FindBatches answer (and its freshness:
 # trailing metadata lowtide-standby-applied-offset, -high-watermark, -lag-ms).
 STANDBY_READ = "lowtide-read-standby"
@@ -188,9 +186,10 @@ def commit_file_request(request: pb.DisklessCommitFileRequest) -> m.CommitFileRe
     packed = bool(request.packed_batches)
     if packed and request.batches:
         raise InvalidRequest("a CommitFile sets batches or packed_batches, not both")
-    # Plain tuples in CommitBatch's (the protobuf's) field order: ~100 per file. Packed, they
-    # come straight from struct.iter_unpack (lowtide.messages.commit_wire).
-    batches = list(map(_new_batch, unpack_batches(request.packed_batches))) if packed else [
+    # Tuples in CommitBatch's (the protobuf's) field order: ~100 per file. Packed, they are
+    # struct.iter_unpack's plain tuples as they come (lowtide.messages.commit_wire): the check
+    # unpacks each by position, so a CommitBatch built around each would only cost its making.
+    batches = list(unpack_batches(request.packed_batches)) if packed else [
         _new(CommitBatch, (b.magic, b.request_id, b.topic_id, b.partition_index, b.byte_offset, b.size,
                            b.base_offset, b.last_offset, b.batch_max_timestamp, b.timestamp_type, b.producer_id,
                            b.producer_epoch, b.base_sequence, b.last_sequence))
@@ -205,8 +204,7 @@ def commit_file_reply(resp: m.CommitFileResponse, *, packed: bool) -> pb.Diskles
     """The protobuf answer, column-wise when the request was (``packed``)."""
     if packed:
         return pb.DisklessCommitFileResponse(
-            packed_results=pack_results((code, base, append_time, lso, duplicate)
-                                        for code, _message, base, append_time, lso, duplicate in resp.batches),
+            packed_results=pack_result_rows(resp.batches),
             error_messages=[pb.DisklessIndexedMessage(index=i, message=r[1])
                             for i, r in enumerate(resp.batches) if r[1] is not None])
     reply = pb.DisklessCommitFileResponse()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lowtide.coordinator.errors import UnknownTopicId
+from lowtide.coordinator.records import CommittedBatch, FileCommitted
 from lowtide.errors import InvalidPartitions, InvalidRequest, InvalidTopic, OffsetOutOfRange, TopicAlreadyExists
 from lowtide.messages.coordinator import (
     CreatablePartitions,
@@ -207,3 +208,19 @@ def test_a_topic_whose_deletion_is_pending_cannot_be_created_again(shard):
     assert decision.response.topics[0].error_code == TopicAlreadyExists.code
     shard.replicate()
     assert shard.state.topic(tid) is None
+
+
+
+def test_a_file_committed_record_on_a_row_a_handover_made_first_adds_its_batches_to_that_row(tmp_path):
+    # The core refuses such a commit (the key is known), but the log may hold one (written by an
+    # earlier leader): its apply finds the row there and settles it again.
+    dc1 = Shard(tmp_path / "dc1", coordinator_id=1)
+    b = create_topic(dc1, "b")
+    dc1.run(dc1.core.hand_over_file(object_key="wal", owner_ids=(0, 1), to_owner_index=1))
+    before = dc1.state.file("wal")
+    assert before.state == "deletable"
+    committed = CommittedBatch(b, 0, 2, 0, 100, 0, 0, 7, 7, 0, -1, -1, -1, -1)
+    dc1.state.apply_all([(FileCommitted("wal", 1, 100, 0, 5, (0, 1), (committed,)), len(dc1.log), 0)])
+    after = dc1.state.file("wal")
+    assert (after.file_id, after.created_at_ms, after.live_batches, after.state) == (before.file_id,
+                                                                                     before.created_at_ms, 1, "live")

@@ -82,3 +82,19 @@ def test_restoring_replaces_whatever_database_was_there(shard, tmp_path):
     stale.close()
     restored = restore_snapshot(snap, tmp_path / "db.sqlite", coordinator_id=0)
     assert restored.dump() == shard.state.dump()
+
+
+def test_files_and_deletions_applied_in_one_transaction_leave_the_rows_of_one_transaction_each(shard, tmp_path):
+    # The partition rows several files move are written once, at the end of the transaction; a
+    # DeleteRecords between them must still see the high watermark the files before it left.
+    tid = create_topic(shard, "one-txn", 2)
+    for f in range(4):
+        shard.append(shard.core.commit_file(commit(f"wal/t{f}", [batch(tid, 0, records=3, max_ts=10 * f),
+                                                                 batch(tid, 1, records=2, max_ts=5)])))
+        if f == 1:
+            shard.append(shard.core.delete_records(DeleteRecordsRequest(topics=[DeleteRecordsTopic(
+                topic_id=tid, partitions=[DeleteRecordsPartition(partition_index=0, offset=-1)])])))
+    shard.replicate()
+    together = rebuild(tmp_path / "together.sqlite", shard.log)
+    assert together.dump() == shard.state.dump()
+    assert together.partition(tid, 0)[4:] == (6, 12, 30, 11)  # log start, hw, max timestamp, its offset

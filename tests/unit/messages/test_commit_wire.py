@@ -9,6 +9,7 @@ from lowtide.messages.commit_wire import (
     PACKED_BATCH,
     PACKED_RESULT,
     pack_batches,
+    pack_result_rows,
     pack_results,
     unpack_batches,
     unpack_results,
@@ -40,6 +41,12 @@ def test_a_packed_result_is_code_offsets_and_duplicate_flag() -> None:
     assert list(unpack_results(packed)) == [(0, 10, -1, 3, 1), (47, -1, -1, 0, 0)]
 
 
+def test_the_shards_result_rows_pack_to_the_same_bytes_without_their_messages() -> None:
+    rows = [(0, None, 10, -1, 3, True), (47, "OUT_OF_ORDER", -1, -1, 0, False)]
+    assert pack_result_rows(rows) == pack_results([(0, 10, -1, 3, True), (47, -1, -1, 0, False)])
+    assert pack_result_rows([]) == b""
+
+
 @pytest.mark.parametrize("unpack,size", [(unpack_batches, PACKED_BATCH.size), (unpack_results, PACKED_RESULT.size)])
 def test_a_length_that_is_not_whole_rows_is_an_invalid_request(unpack, size) -> None:
     with pytest.raises(InvalidRequest, match=f"not a multiple of {size}"):
@@ -49,3 +56,13 @@ def test_a_length_that_is_not_whole_rows_is_an_invalid_request(unpack, size) -> 
 def test_a_producer_epoch_beyond_int16_cannot_be_packed() -> None:
     with pytest.raises(InvalidRequest, match="packed form"):
         pack_batches([BATCH_ROW[:11] + (1 << 15,) + BATCH_ROW[12:]])
+
+
+def test_results_without_an_error_code_are_told_apart_from_any_with_one() -> None:
+    from lowtide.messages.commit_wire import no_result_errors
+    ok = pack_results([(0, 10, -1, 3, True), (0, 11, 5, 3, False)])
+    assert no_result_errors(ok) and no_result_errors(b"")
+    for code in (1, 256, 47, -1):  # either byte of the int16, or both
+        assert not no_result_errors(ok + pack_results([(code, -1, -1, 0, False)]))
+        assert not no_result_errors(pack_results([(code, -1, -1, 0, False)]) + ok)
+    assert not no_result_errors(ok[:-1])  # not whole rows: left to unpack_results to refuse
