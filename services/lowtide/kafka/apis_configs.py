@@ -36,10 +36,12 @@ from lowtide.messages.admin import NO_TOPIC, ConfigChange, ConfigOp, ConfigOpTyp
 from lowtide.metadata.config_defaults import (
     BROKER_SYNONYMS,
     DISKLESS_ENABLE,
+    DISKLESS_SHARDS,
     DYNAMIC_BROKER_CONFIG_DEFAULTS,
     TOPIC_CONFIG_DEFAULTS,
     broker_config_defaults,
     broker_resource,
+    format_diskless_shards,
 )
 
 ALTER_CONFIGS_KEY, DESCRIBE_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 32, 44
@@ -60,13 +62,19 @@ def _entry(call: Call, body: Any, name: str, value: str, source: int, *, read_on
 
 
 def _topic_entries(call: Call, body: Any, config: Mapping[str, str], keys: set[str] | None, *,
-                   diskless: bool) -> tuple:
+                   diskless: bool, shards: tuple[int, ...] = ()) -> tuple:
     out = []
     if keys is None or DISKLESS_ENABLE in keys:
         # From the topic's record, not its config (topic_config.DISKLESS_ENABLE); fixed at creation.
         out.append(_entry(call, body, DISKLESS_ENABLE, "true" if diskless else "false",
                           DYNAMIC_TOPIC_CONFIG if diskless else DEFAULT_CONFIG, read_only=True,
                           synonyms=[(DISKLESS_ENABLE, "true", DYNAMIC_TOPIC_CONFIG)] if diskless else []))
+    if diskless and (keys is None or DISKLESS_SHARDS in keys):
+        # Each partition's coordinator shard, from the topic's record: a topic source (not a
+        # default) so that kafka-topics --describe lists it among the topic's configs.
+        value = format_diskless_shards(shards)
+        out.append(_entry(call, body, DISKLESS_SHARDS, value, DYNAMIC_TOPIC_CONFIG, read_only=True,
+                          synonyms=[(DISKLESS_SHARDS, value, DYNAMIC_TOPIC_CONFIG)]))
     for name in sorted(set(config) | set(TOPIC_CONFIG_DEFAULTS)):
         if keys is not None and name not in keys:
             continue
@@ -142,7 +150,7 @@ def describe_configs(call: Call, body: Any) -> Any:
                 code = t.error.code if t is not None else UNKNOWN_TOPIC_OR_PARTITION
                 message = t.error.message if t is not None else None
             else:
-                configs = _topic_entries(call, body, t.config, keys, diskless=t.diskless)
+                configs = _topic_entries(call, body, t.config, keys, diskless=t.diskless, shards=t.diskless_shards)
         elif r.resource_type == RESOURCE_BROKER:
             if r.resource_name and r.resource_name not in known:
                 code, message = INVALID_REQUEST, (f"unknown broker id {r.resource_name!r} (brokers: "

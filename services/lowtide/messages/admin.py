@@ -158,6 +158,8 @@ class TopicView:
     config: dict[str, str] = field(default_factory=dict)
     diskless: bool = False
     partitions: tuple[PartitionView, ...] = ()
+    # A diskless topic's coordinator shard of each partition, in partition order (else empty).
+    diskless_shards: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

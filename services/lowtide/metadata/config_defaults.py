@@ -11,7 +11,7 @@ topic defaults for the partitions it hosts; that is not visible here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from lowtide.messages.admin import BROKER_RESOURCE_PREFIX
 
@@ -20,6 +20,15 @@ LONG_MAX = str(2**63 - 1)
 # Topic key -> its default.
 # KIP-1150's / Inkless's creation-time switch for a diskless topic (frontdoor/admin/topic_config.py).
 DISKLESS_ENABLE = "diskless.enable"
+# Read-only, shown by DescribeConfigs of a diskless topic (so by ``kafka-topics --describe``):
+# each partition's coordinator shard as partition:shard pairs ("0:1,1:0,2:1"), the form of Kafka's
+# ``leader.replication.throttled.replicas``. Never stored in the config.
+DISKLESS_SHARDS = "diskless.coordinator.shards"
+
+
+def format_diskless_shards(shards: Iterable[int]) -> str:
+    """``DISKLESS_SHARDS``'s value: "partition:shard" pairs in partition order."""
+    return ",".join(f"{p}:{s}" for p, s in enumerate(shards))
 
 TOPIC_CONFIG_DEFAULTS: Mapping[str, str] = {
     "cleanup.policy": "delete",

@@ -315,6 +315,14 @@ def test_an_admin_client_makes_a_diskless_topic_with_diskless_enable_and_kafka_c
     out = ok(tool("kafka-configs", "--bootstrap-server", kcluster.kafka_bootstrap, "--describe", "--entity-type",
                   "topics", "--entity-name", "kd"))
     assert any(line.strip().startswith("diskless.enable=true ") for line in out.splitlines()), out
+    # Each partition's coordinator shard, read-only, in kafka-topics --describe's Configs.
+    shards = ",".join(f"{p}:{shard}" for p, shard in enumerate(s.store(kcluster).topic("kd").diskless_shards))
+    described_topic = ok(tool("kafka-topics", "--bootstrap-server", kcluster.kafka_bootstrap, "--describe",
+                              "--topic", "kd"))
+    assert f"diskless.coordinator.shards={shards}" in described_topic, described_topic
+    refused = tool("kafka-configs", "--bootstrap-server", kcluster.kafka_bootstrap, "--alter", "--entity-type",
+                   "topics", "--entity-name", "kd", "--add-config", "diskless.coordinator.shards=[0:0,1:0]")
+    assert refused.returncode != 0 and "diskless.coordinator.shards is read-only" in refused.stderr + refused.stdout
 
 
 def test_diskless_enable_never_changes_on_an_existing_topic_and_takes_only_true_or_false(kcluster, confluent):

@@ -325,7 +325,8 @@ def _broker_view(b: BrokerInfo, *, live: bool) -> BrokerView:
 def _topic_view(info: TopicInfo, states: Sequence[PartitionState]) -> TopicView:
     """The store's records of a topic as Metadata reports them (copies: the views are messages)."""
     return TopicView(name=info.name, topic_id=info.topic_id, replication_factor=info.replication_factor,
-                     config=dict(info.config), diskless=info.diskless, partitions=tuple(
+                     config=dict(info.config), diskless=info.diskless,
+                     diskless_shards=tuple(info.diskless_shards) if info.diskless else (), partitions=tuple(
                          PartitionView(partition=s.partition, leader=s.leader, leader_epoch=s.leader_epoch,
                                        replicas=tuple(s.replicas), isr=tuple(s.isr),
                                        adding_replicas=tuple(s.adding_replicas),

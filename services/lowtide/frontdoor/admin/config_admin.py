@@ -57,7 +57,8 @@ from lowtide.metadata.store import MetadataStore
 
 
 def _new_config(topic: TopicInfo, change: ConfigChange) -> dict[str, str]:
-    ops = drop_unchanged_diskless_enable(change.ops, diskless=topic.diskless, topic=topic.name)
+    ops = drop_unchanged_diskless_enable(change.ops, diskless=topic.diskless, topic=topic.name,
+                                         shards=topic.diskless_shards)
     config = apply_config_ops(topic.config, ops, replace=change.replace)
     if topic.diskless:
         check_diskless_config_change(topic.config, config)

@@ -7,11 +7,16 @@ Unknown keys and bad values raise INVALID_CONFIG naming the key (and the value),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lowtide.errors import InvalidConfig, InvalidRequest
 from lowtide.messages.admin import ConfigOp, ConfigOpType
-from lowtide.metadata.config_defaults import DISKLESS_ENABLE, TOPIC_CONFIG_DEFAULTS
+from lowtide.metadata.config_defaults import (
+    DISKLESS_ENABLE,
+    DISKLESS_SHARDS,
+    TOPIC_CONFIG_DEFAULTS,
+    format_diskless_shards,
+)
 
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
@@ -164,11 +169,21 @@ def take_diskless_enable(config: Mapping[str, str], *, diskless: bool) -> tuple[
     return diskless or enabled, rest
 
 
-def drop_unchanged_diskless_enable(ops: Iterable[ConfigOp], *, diskless: bool, topic: str) -> list[ConfigOp]:
-    """An alteration's ops without those on ``diskless.enable`` that keep the topic as it is (a
-    tool that sends back every described config); INVALID_CONFIG for one that would change it."""
+def drop_unchanged_diskless_enable(ops: Iterable[ConfigOp], *, diskless: bool, topic: str,
+                                   shards: Sequence[int] = ()) -> list[ConfigOp]:
+    """An alteration's ops without those on ``diskless.enable`` and the read-only
+    ``diskless.coordinator.shards`` that keep the topic as it is (a tool that sends back every
+    described config); INVALID_CONFIG for one that would change it."""
     kept = []
     for o in ops:
+        if o.key == DISKLESS_SHARDS:
+            shown = format_diskless_shards(shards) if diskless else None
+            kind = _op_type(o)
+            if not ((kind is ConfigOpType.SET and o.value is not None and o.value.strip() == shown)
+                    or (kind is ConfigOpType.DELETE and shown is None)):
+                raise InvalidConfig(f"{DISKLESS_SHARDS} is read-only: the front door placed the partitions of "
+                                    f"'{topic}' on coordinator shards when it was created")
+            continue
         if o.key != DISKLESS_ENABLE:
             kept.append(o)
             continue

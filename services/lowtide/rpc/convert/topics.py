@@ -93,7 +93,7 @@ def cluster_view_to_proto(view: ClusterView) -> admin_pb2.MetadataResponse:
             continue
         topics.append(admin_pb2.TopicMetadata(
             name=t.name, replication_factor=t.replication_factor, config=t.config, diskless=t.diskless,
-            topic_id=t.topic_id, partitions=[
+            topic_id=t.topic_id, diskless_shards=list(t.diskless_shards), partitions=[
                 admin_pb2.PartitionMetadata(partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
                                             replicas=list(p.replicas), isr=list(p.isr),
                                             adding_replicas=list(p.adding_replicas),
@@ -115,7 +115,7 @@ def cluster_view_from_proto(response: admin_pb2.MetadataResponse) -> ClusterView
             continue
         topics.append(TopicView(
             name=t.name, topic_id=t.topic_id, replication_factor=t.replication_factor, config=dict(t.config),
-            diskless=t.diskless, partitions=tuple(
+            diskless=t.diskless, diskless_shards=tuple(t.diskless_shards), partitions=tuple(
                 PartitionView(partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
                               replicas=tuple(p.replicas), isr=tuple(p.isr), adding_replicas=tuple(p.adding_replicas),
                               removing_replicas=tuple(p.removing_replicas))

@@ -11,6 +11,7 @@ from lowtide.frontdoor.admin.topic_config import (
     validate_topic_config,
 )
 from lowtide.messages.admin import ConfigOp, ConfigOpType
+from lowtide.metadata.config_defaults import format_diskless_shards
 
 
 def test_consumed_retention_mode_and_inactivity_are_accepted():
@@ -56,3 +57,23 @@ def test_an_alteration_may_restate_diskless_enable_but_never_change_it():
                           ([ConfigOp(key="diskless.enable", op=ConfigOpType.SET, value="true")], False)):
         with pytest.raises(InvalidConfig, match="diskless.enable cannot be changed on an existing topic"):
             drop_unchanged_diskless_enable(ops, diskless=diskless, topic="t")
+
+
+def test_the_coordinator_shards_of_a_diskless_topic_are_read_only_but_may_be_restated():
+    shards = (1, 0, 1)
+    restated = [ConfigOp(key="diskless.coordinator.shards", op=ConfigOpType.SET, value="0:1,1:0,2:1"),
+                ConfigOp(key="retention.ms", op=ConfigOpType.SET, value="9")]
+    assert drop_unchanged_diskless_enable(restated, diskless=True, topic="d", shards=shards) == restated[1:]
+    assert drop_unchanged_diskless_enable([ConfigOp(key="diskless.coordinator.shards", op=ConfigOpType.DELETE)],
+                                          diskless=False, topic="c") == []
+    for ops, diskless in (([ConfigOp(key="diskless.coordinator.shards", op=ConfigOpType.SET, value="0:0,1:0,2:1")],
+                           True),
+                          ([ConfigOp(key="diskless.coordinator.shards", op=ConfigOpType.DELETE)], True),
+                          ([ConfigOp(key="diskless.coordinator.shards", op=ConfigOpType.SET, value="0:0")], False)):
+        with pytest.raises(InvalidConfig, match="diskless.coordinator.shards is read-only"):
+            drop_unchanged_diskless_enable(ops, diskless=diskless, topic="t", shards=shards)
+
+
+def test_the_coordinator_shards_are_shown_as_partition_shard_pairs():
+    assert format_diskless_shards([1, 0, 1]) == "0:1,1:0,2:1"
+    assert format_diskless_shards([]) == ""
