@@ -9,6 +9,9 @@
 #           kafka-verifiable-producer, kafka-producer-perf-test, kafka-transactions,
 #           kafka-leader-election and kafka-reassign-partitions.
 #           Logs go to stderr at WARN, so stdout carries only the tool's output.
+#   newest: the same tools at KAFKA_NEWEST_VERSION, the newest Kafka 4.x Maven Central serves,
+#           in $cache/<KAFKA_NEWEST_VERSION>/lib, wrappers in .tools/bin-newest and the manifest
+#           .tools/kafka-tools-newest.json: the tests run Kafka's Java clients of both versions.
 #   spark:  Spark's Kafka connector (spark-sql-kafka-0-10) for the PySpark installed in .venv, with
 #           those of its runtime dependencies that PySpark does not ship, in
 #           $cache/spark-kafka-<pyspark version>/, listed in jars.txt there (comma-separated absolute
@@ -18,8 +21,8 @@
 # Each fresh fetch is verified: every wrapper prints its version and usage, and a local-mode Spark
 # session resolves the "kafka" data source up to needing a broker.
 #
-# usage: scripts/kafka_tools.sh [--kafka] [--spark] [--check] [--force] [--optional]
-#          (no --kafka/--spark: both)  --check: verify again even if cached;  --force: fetch again;
+# usage: scripts/kafka_tools.sh [--kafka] [--newest] [--spark] [--check] [--force] [--optional]
+#          (none of --kafka/--newest/--spark: all three)  --check: verify again even if cached;  --force: fetch again;
 #          --optional: a failure is a warning, exit 0 (unless CI=true), as `make setup` wants.
 # env:   LOWTIDE_KAFKA_TOOLS_CACHE (default ~/.cache/lowtide-kafka-tools); KAFKA_VERSION (default
 #        below); SPARK_KAFKA_VERSION (default: PySpark's own version, see spark_connector_version;
@@ -33,6 +36,10 @@ cache=${LOWTIDE_KAFKA_TOOLS_CACHE:-${HOME:-$root/.tools}/.cache/lowtide-kafka-to
 # The newest 4.1.x release of org.apache.kafka:kafka-tools on Maven Central when this was written
 # (4.1.0, 4.1.1, 4.1.2). Pinned, so that a cached copy is used without asking the network.
 KAFKA_VERSION=${KAFKA_VERSION:-4.1.2}
+# The newest Kafka 4.x release of kafka-tools and kafka_2.13 Maven Central served when this was
+# written (2026-12-03: 4.4.0): Kafka 4 clients at their newest, next to the 4.1 ones (issue 50).
+KAFKA_NEWEST_VERSION=${KAFKA_NEWEST_VERSION:-4.4.0}
+manifest=$root/.tools/kafka-tools.json
 # Kafka 4.1.2's own log4j-core version; log4j-slf4j-impl (Kafka's slf4j 1.7 binding, which its
 # distribution ships in libs/ but kafka-tools' pom does not name) is added at the same version.
 LOG4J_VERSION=${LOG4J_VERSION:-2.25.3}
@@ -65,12 +72,12 @@ declare -A KAFKA_USAGE=(
   [kafka-topics]="This tool helps to create, delete, describe, or change a topic."
   [kafka-console-producer]="This tool helps to read data from standard input and publish it to Kafka."
   [kafka-console-consumer]="This tool helps to read data from Kafka topics and outputs it to standard output."
-  [kafka-consumer-groups]="This tool helps to list all consumer groups"
+  [kafka-consumer-groups]="This tool helps to list"  # "... all consumer groups" (4.1), "..., describe," (4.4)
   [kafka-delete-records]="This tool helps to delete records of the given partitions"
   [kafka-acls]="This tool helps to manage acls on kafka."
   [kafka-configs]="This tool helps to manipulate and describe entity config for a topic, client, user, broker"
   [kafka-verifiable-producer]="usage: verifiable-producer"
-  [kafka-producer-perf-test]="usage: producer-performance"
+  [kafka-producer-perf-test]="usage: "  # "producer-performance" (4.1), "kafka-producer-perf-test" (4.4)
   [kafka-transactions]="usage: kafka-transactions.sh"
   [kafka-leader-election]="This tool attempts to elect a new leader for a set of topic partitions."
   [kafka-reassign-partitions]="This tool helps to move topic partitions between replicas."
@@ -84,10 +91,11 @@ declare -A KAFKA_USAGE_ON_STDOUT=([kafka-verifiable-producer]=1 [kafka-producer-
 # Written into the .complete stamp: an older cache (stamp empty or listing less) is fetched again.
 KAFKA_ARTIFACTS="org.apache.kafka:kafka-tools org.apache.kafka:kafka_2.13"
 
-do_kafka=0 do_spark=0 check=0 force=0 optional=0
+do_kafka=0 do_newest=0 do_spark=0 check=0 force=0 optional=0
 for arg in "$@"; do
   case $arg in
     --kafka) do_kafka=1 ;;
+    --newest) do_newest=1 ;;
     --spark) do_spark=1 ;;
     --check) check=1 ;;
     --force) force=1 ;;
@@ -96,7 +104,7 @@ for arg in "$@"; do
     *) echo "kafka_tools.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
-[ $do_kafka -eq 0 ] && [ $do_spark -eq 0 ] && do_kafka=1 do_spark=1
+[ $do_kafka -eq 0 ] && [ $do_newest -eq 0 ] && [ $do_spark -eq 0 ] && do_kafka=1 do_newest=1 do_spark=1
 
 say() { echo "kafka-tools: $*"; }
 err() { echo "kafka-tools: ERROR: $*" >&2; }
@@ -226,7 +234,7 @@ verify_kafka_tools() {  # every wrapper: --version prints KAFKA_VERSION on stdou
       bad+=("$name --help: exit $rc (want 1, usage on stderr), stderr: $(head -c 400 "$errf")")
     fi
   done
-  [ ${#bad[@]} -eq 0 ] || fail "the Kafka tool wrappers in .tools/bin do not run:" "${bad[@]}"
+  [ ${#bad[@]} -eq 0 ] || fail "the Kafka tool wrappers in ${bin_dir#"$root"/} do not run:" "${bad[@]}"
 }
 
 setup_kafka() {
@@ -273,15 +281,15 @@ EOF
       printf '%s    "%s": "%s"' "$sep" "$name" "${KAFKA_TOOLS[$name]}"; sep=$',\n'
     done
     printf '\n  }\n}\n'
-  } | write_if_changed "$root/.tools/kafka-tools.json" 644 && changed=1
+  } | write_if_changed "$manifest" 644 && changed=1
   if [ $changed -eq 1 ] || [ $check -eq 1 ] || [ ! -e "$dir/.complete" ]; then
     rm -f "$dir/.complete"
     verify_kafka_tools
     echo "$stamp" >"$dir/.complete"
-    say "Kafka $KAFKA_VERSION tools ready in .tools/bin ($(du -sh "$lib" | cut -f1) of jars, $((SECONDS - start))s):" \
+    say "Kafka $KAFKA_VERSION tools ready in ${bin_dir#"$root"/} ($(du -sh "$lib" | cut -f1) of jars, $((SECONDS - start))s):" \
       "$(printf '%s ' "${!KAFKA_TOOLS[@]}")"
   else
-    say "Kafka $KAFKA_VERSION tools present (.tools/bin/kafka-*, cache $dir)"
+    say "Kafka $KAFKA_VERSION tools present (${bin_dir#"$root"/}/kafka-*, cache $dir)"
   fi
 }
 
@@ -403,5 +411,12 @@ setup_spark() {
 }
 
 [ $do_kafka -eq 1 ] && setup_kafka
+if [ $do_newest -eq 1 ]; then
+  # The same fetch, wrappers and checks, for the newest version, beside the pinned one.
+  KAFKA_VERSION=$KAFKA_NEWEST_VERSION bin_dir=$root/.tools/bin-newest manifest=$root/.tools/kafka-tools-newest.json
+  # Kafka 4.2 moved ConfigCommand from the Scala core jar into kafka-tools.
+  KAFKA_TOOLS[kafka-configs]=org.apache.kafka.tools.ConfigCommand
+  setup_kafka
+fi
 [ $do_spark -eq 1 ] && setup_spark
 exit 0

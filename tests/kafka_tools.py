@@ -25,6 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS_BIN = ROOT / ".tools" / "bin"
 MANIFEST = ROOT / ".tools" / "kafka-tools.json"  # written by scripts/kafka_tools.sh
+# The same tools at the newest Kafka 4.x Maven Central serves (scripts/kafka_tools.sh --newest).
+MANIFEST_NEWEST = ROOT / ".tools" / "kafka-tools-newest.json"
 INSTALL_HINT = "run 'make kafka-tools' (scripts/kafka_tools.sh; needs java 17+ and mvn)"
 
 KAFKA_TOOL_NAMES = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
@@ -41,12 +43,14 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "lowtide-kafka-tools"
 
 
-def kafka_tools_manifest() -> dict:
-    """``{"kafka_version": ..., "lib": ..., "tools": {name: main class}}``; skips when not installed."""
+def kafka_tools_manifest(*, newest: bool = False) -> dict:
+    """``{"kafka_version": ..., "lib": ..., "tools": {name: main class}}``; skips when not installed.
+    ``newest``: the tools of the newest Kafka 4.x release instead of the pinned 4.1 ones."""
+    path = MANIFEST_NEWEST if newest else MANIFEST
     try:
-        manifest = json.loads(MANIFEST.read_text())
+        manifest = json.loads(path.read_text())
     except (OSError, ValueError):
-        pytest.skip(f"Kafka's command-line tools are not installed ({MANIFEST} missing): {INSTALL_HINT}")
+        pytest.skip(f"Kafka's command-line tools are not installed ({path} missing): {INSTALL_HINT}")
     if not Path(manifest["lib"]).is_dir():
         pytest.skip(f"Kafka's command-line tools' jars are missing ({manifest['lib']}): {INSTALL_HINT}")
     require_java()

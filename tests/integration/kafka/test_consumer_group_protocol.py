@@ -96,16 +96,26 @@ class JavaTool:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
-def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path, assignor: str | None = None) -> JavaTool:
-    lib = kafka_tools_manifest()["lib"]
+def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path, assignor: str | None = None,
+             newest: bool = False) -> JavaTool:
+    """Kafka's VerifiableConsumer with ``--group-protocol consumer``; ``newest``: of the newest
+    Kafka 4.x release instead of the pinned one."""
+    lib = kafka_tools_manifest(newest=newest)["lib"]
     remote = ["--group-remote-assignor", assignor] if assignor else []
     return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
                      CONSUMER_CLASS, "--topic", topic, "--group-id", group, "--group-protocol", "consumer", *remote,
                      "--bootstrap-server", cluster.kafka_bootstrap, "--reset-policy", "earliest", "--verbose"], log)
 
 
-def producer(cluster: LocalCluster, *, topic: str, records: int, rate: int, log: Path) -> JavaTool:
-    return JavaTool([str(kafka_tool("kafka-verifiable-producer")), "--topic", topic, "--bootstrap-server",
+def producer(cluster: LocalCluster, *, topic: str, records: int, rate: int, log: Path,
+             newest: bool = False) -> JavaTool:
+    if newest:
+        lib = kafka_tools_manifest(newest=True)["lib"]
+        command = ["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+                   "org.apache.kafka.tools.VerifiableProducer"]
+    else:
+        command = [str(kafka_tool("kafka-verifiable-producer"))]
+    return JavaTool([*command, "--topic", topic, "--bootstrap-server",
                      cluster.kafka_bootstrap, "--max-messages", str(records), "--throughput", str(rate),
                      "--acks", "-1"], log)
 
