@@ -321,7 +321,7 @@ def test_an_admin_client_makes_a_diskless_topic_with_diskless_enable_and_kafka_c
                               "--topic", "kd"))
     assert f"diskless.coordinator.shards={shards}" in described_topic, described_topic
     refused = tool("kafka-configs", "--bootstrap-server", kcluster.kafka_bootstrap, "--alter", "--entity-type",
-                   "topics", "--entity-name", "kd", "--add-config", "diskless.coordinator.shards=[0:0,1:0]")
+                   "topics", "--entity-name", "kd", "--add-config", "diskless.coordinator.shards=[0:9,1:9]")
     assert refused.returncode != 0 and "diskless.coordinator.shards is read-only" in refused.stderr + refused.stdout
 
 
