@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
+from lowtide.common.ticker import Ticker
 from lowtide.errors import (
     CoordinatorNotAvailable,
     CorruptMessage,
@@ -162,25 +163,14 @@ class ConsumerGroups:
         self.classic = classic
         self._registry = threading.Lock()
         self._groups: dict[str, _Entry] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(name="consumer-groups", interval_s=self.config.tick_interval_s, tick=self.tick)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="consumer-groups", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.config.tick_interval_s):
-            try:
-                self.tick()
-            except Exception:  # keep ticking: one bad group must not stop every group's timeouts
-                log.exception("consumer group tick failed")
+        self._ticker.stop()
 
     def tick(self) -> None:
         """Expire members (the timer thread calls this)."""

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
+from lowtide.common.ticker import Ticker
 from lowtide.errors import (
     FencedInstanceId,
     GroupAuthorizationFailed,
@@ -110,33 +111,22 @@ class GroupMembership:
         self._timing = Timing(initial_rebalance_delay_s=config.initial_rebalance_delay_ms / 1000)
         self._registry = threading.Lock()
         self._groups: dict[str, ClassicGroup] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(name="group-membership", interval_s=self.config.tick_interval_s, tick=self.tick)
         # Whether a group id is a KIP-848 consumer group (``consumer_membership``; set by the
         # server): a classic JoinGroup to one is refused, a group id has one type.
         self.is_consumer_group: Callable[[str], bool] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="group-membership", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._ticker.stop()
         with self._registry:
             groups = list(self._groups.values())
         for group in groups:
             with group.cond:
                 group.cond.notify_all()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.config.tick_interval_s):
-            try:
-                self.tick()
-            except Exception:  # keep ticking: one bad group must not stop every group's timeouts
-                log.exception("group membership tick failed")
 
     def tick(self) -> None:
         """Apply what time decides to every group (the timer thread calls this)."""
@@ -187,7 +177,7 @@ class GroupMembership:
                stopped: Callable[[LowtideError], JoinResult | SyncResult]) -> JoinResult | SyncResult:
         """Wait (condition held) until a transition answers ``waiter``."""
         while waiter.result is None:
-            if self._stop.is_set():
+            if self._ticker.stopped:
                 return stopped(NotCoordinator("this front door is shutting down; find the coordinator again"))
             group.cond.wait(0.5)
         return waiter.result
