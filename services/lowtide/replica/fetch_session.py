@@ -35,7 +35,8 @@ Two things a sessionless round did on every partition now happen otherwise:
 
 * the follower's progress is recorded (``Partition.update_follower``) for the partitions listed,
   and again, every round, for one whose ISR lacks the follower (an HW that moved may have made it
-  a candidate, and an expansion the store refused is tried again);
+  a candidate, and an expansion the store refused is tried again), including a partition this
+  leader's ISR shrink just dropped it from, though that partition is in no round (``left_isr``);
 * an ISR member whose partition did not move is still caught up: the ISR check asks ``seen_ms``,
   the time of the last round of a session holding that partition, for a follower whose position
   there equals the leader's LEO (``Partition.isr_shrink_candidate``).
