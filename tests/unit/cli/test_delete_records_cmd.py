@@ -91,6 +91,7 @@ def test_command_config_token_is_sent(front_door_factory, replica_set, store, tm
     replica_set.produce("orders", 0, [b"v"] * 5)
     add_token(store, token="t0k", principal="User:alice")
     AclStore(metadata=store).add([AclBinding("User:alice", "TOPIC", "orders", "LITERAL", "DELETE", "ALLOW")])
+    front_door.catch_up()
     offsets = write(tmp_path, {"partitions": [{"topic": "orders", "partition": 0, "offset": 3}], "version": 1})
     config = tmp_path / "client.properties"
     config.write_text("lowtide.auth.token=t0k\n")

@@ -326,6 +326,12 @@ class RunningFrontDoor:
     def store(self) -> MetadataStore:
         return self.parts.store
 
+    def catch_up(self) -> None:
+        """Make this front door's metadata image show every change etcd has committed (ACLs and
+        tokens a test wrote through its own store reach it by etcd's watch, a moment later, as a
+        change made through another front door would in production)."""
+        assert self.parts.store.sync(timeout_s=10.0), "the front door's metadata image did not catch up"
+
     def stop(self) -> None:
         self.server.stop(0)
         self.parts.close()

@@ -126,6 +126,7 @@ def test_unauthorized_partitions_fail_while_authorized_ones_proceed(front_door_f
     before = replica_set.calls(0, "DeleteRecords")
     add_token(store, token="alice-token", principal="User:alice")
     AclStore(metadata=store).add([AclBinding("User:alice", "TOPIC", "allowed", "LITERAL", "DELETE", "ALLOW")])
+    front_door.catch_up()
     alice = [("authorization", "Bearer alice-token")]
     with Admin(front_door.address, metadata=alice) as admin:
         results = admin.delete_records({("allowed", 0): 3, ("denied", 0): 3})
