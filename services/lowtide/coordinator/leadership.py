@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass
 
 from lowtide.clock import now_ms
+from lowtide.common.ticker import Ticker
 from lowtide.errors import RequestTimedOut
 from lowtide.metadata.sections import Entry, Section
 from lowtide.metadata.store import MetadataStore
@@ -261,8 +262,8 @@ class StandbyRegistration:
         self._standbys: dict[int, str] = {}
         self._written: set[int] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(name="coordinator-standby-registration", interval_s=ttl_ms / 3 / 1000,
+                              tick=self._refresh_quietly)
 
     def add(self, *, shard: int, grpc: str) -> None:
         with self._lock:
@@ -270,23 +271,16 @@ class StandbyRegistration:
         self._refresh_quietly()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="coordinator-standby-registration", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._ticker.stop()
         with self._lock:
             lease, self.lease_id = self.lease_id, 0
             shards, self._written = sorted(self._written), set()
         if lease:
             self.section.delete([standbys_key(k) + self.owner for k in shards])
             self.section.revoke_lease(lease)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 3 / 1000):
-            self._refresh_quietly()
 
     def _refresh_quietly(self) -> None:
         try:
@@ -296,7 +290,7 @@ class StandbyRegistration:
 
     def _refresh(self) -> None:
         with self._lock:
-            if self._stop.is_set():
+            if self._ticker.stopped:
                 return
             if not (self.lease_id and self.section.keep_alive(self.lease_id)):
                 self.lease_id = self.section.grant_lease(self.ttl_ms)
