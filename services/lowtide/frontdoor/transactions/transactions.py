@@ -22,6 +22,11 @@ ongoing transaction first with markers of the bumped epoch. A transaction Ongoin
 its ``transaction_timeout_ms`` is aborted the same way by ``expire`` (a background thread, every
 front door); a Prepare* state left behind by a front door that died mid-way is completed there.
 
+Transactions version 2 (KIP-890, ``txn_v2.py`` has the rules): partitions are added by the leaders
+of a transactional Produce v12 and by TxnOffsetCommit v5 (``transaction_version=2``), and EndTxn v5
+bumps the epoch of every transaction and answers it; ``lowtide_transactions_ended_total`` counts
+completed transactions by the version their client spoke.
+
 Errors (Kafka's): PRODUCER_FENCED (an older epoch), INVALID_PRODUCER_EPOCH (a newer one),
 INVALID_PRODUCER_ID_MAPPING (another producer id), INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS
 (being completed, or another front door moved the state: retry), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
