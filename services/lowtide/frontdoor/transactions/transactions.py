@@ -475,15 +475,16 @@ class TransactionCoordinator:
 
     def _join(self, transactional_id: str, producer_id: int, producer_epoch: int,
               wanted: Sequence[TopicPartition], *, transaction_version: int) -> None:
-        """Add ``wanted`` to the producer's transaction, starting one if none is ongoing (of
-        ``transaction_version``; an ongoing one a version-2 add reaches becomes version 2)."""
+        """Add ``wanted`` to the producer's transaction, starting one if none is ongoing, of
+        ``transaction_version`` (the add that starts it says which protocol its client speaks;
+        a client of version 1 whose Produce is v12 adds its partitions before, so its transaction
+        stays version 1)."""
         st = self._checked(transactional_id, producer_id, producer_epoch)
         if st.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is being completed")
-        if st.state == ONGOING and set(wanted) <= st.partitions and st.transaction_version >= transaction_version:
+        if st.state == ONGOING and set(wanted) <= st.partitions:
             return  # a retry, or a partition already in: nothing to write
-        new = replace(st, partitions=st.partitions | set(wanted),
-                      transaction_version=max(st.transaction_version, transaction_version))
+        new = replace(st, partitions=st.partitions | set(wanted))
         if st.state != ONGOING:
             new = replace(new, state=ONGOING, start_ms=now_ms(), transaction_version=transaction_version)
         if self._store.save(new) is None:

@@ -143,3 +143,17 @@ def test_init_producer_id_after_version_2_starts_the_next_instance_over(coord):
     assert c.init_producer_id(principal=ANON, transactional_id="again") == (pid, epoch + 2)
     st = txns.load("again")
     assert (st.state, st.transaction_version, st.previous_producer_id, st.next_producer_id) == (EMPTY, 0, -1, -1)
+
+
+def test_the_add_that_starts_a_transaction_says_its_version_and_a_later_add_does_not_change_it(coord):
+    c, txns = coord
+    pid, epoch = c.init_producer_id(principal=ANON, transactional_id="mixed")
+    # A version-1 client whose Produce is v12: its AddOffsetsToTxn (or AddPartitionsToTxn) came
+    # first, the produce's implicit add finds the partition in and writes nothing.
+    begin(c, "mixed", pid, epoch, version=TRANSACTION_VERSION_1)
+    st = txns.load("mixed")
+    begin(c, "mixed", pid, epoch, version=V2)
+    assert txns.load("mixed") == st and st.transaction_version == TRANSACTION_VERSION_1
+    commits = ended("1", "commit")
+    assert end(c, "mixed", pid, epoch, version=TRANSACTION_VERSION_1) == (pid, epoch)
+    assert ended("1", "commit") - commits == 1
