@@ -190,11 +190,15 @@ _RETRY_AS_NOT_ENOUGH_REPLICAS = (ConcurrentTransactions, CoordinatorNotAvailable
 def add_produced_partitions(call: Call, transactional_id: str, items: Sequence[ProduceItem]
                             ) -> Steps[tuple[list[ProduceItem], list[ProducedPartition]]]:
     """Steps: the items to append, and the answers of those refused, after the implicit add of
-    every partition whose batch is transactional (its header, read as bytes: one per partition)."""
+    every partition whose batch is transactional (its header, read as bytes: one per partition)
+    and not already in the producer's ongoing transaction as this leader's log shows it (the
+    first batch of a transaction at a partition asks the coordinator, the next ones do not)."""
     wanted: dict[tuple[int, int], list[TopicPartition]] = {}
+    producer = call.services.producer
     for item in items:
         head = _transactional_header(item.records)
-        if head is not None:
+        if head is not None and not producer.in_transaction(item.topic, item.partition, head.producer_id,
+                                                            head.producer_epoch):
             wanted.setdefault((head.producer_id, head.producer_epoch), []).append(
                 TopicPartition(item.topic, item.partition))
     refused: dict[tuple[str, int], LowtideError] = {}

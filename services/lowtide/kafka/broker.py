@@ -123,6 +123,8 @@ class ProduceHandler(Protocol):
     def produce_steps(self, principal: str, items: Sequence[ProduceItem], *, acks: int,
                       timeout_ms: int) -> Steps[list[ProducedPartition]]: ...
 
+    def in_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool: ...
+
 
 class FetchHandler(Protocol):
     """The replica's Fetch handler (``lowtide.replica.fetch_handler.FetchHandler``)."""
