@@ -473,7 +473,8 @@ def test_transactional_message_copier_copies_every_value_exactly_once_while_lead
 # -- the long run (make chaos-eos) ---------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.integration.kafka.test_exactly_once_copier --records 200000 --out FILE``:
-    the same copy on a bigger input, its outcome appended to FILE as a table; exit 1 on a violation."""
+    the same copy on a bigger input, its outcome appended to FILE as a table; exit 1 on a violation.
+    The cluster finalizes ``transaction.version`` 2 (its default): the copiers run version 2."""
     import argparse
     import datetime as dt
     import subprocess as sp
@@ -507,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             ("faults", ", ".join(f"{k} {v}" for k, v in sorted(got.faults.items()))),
             ("copier starts", got.starts), ("read_committed records read", got.read),
             ("values copied twice or more", len(got.duplicated)), ("values missing", len(got.missing)),
+            ("transactions ended (version, result)", got.ended),
             ("committed offsets", got.committed), ("result", "PASS" if got.exactly_once else "FAIL")]
     table = "\n".join(["", "## Exactly-once copy (TransactionalMessageCopier) under faults", "",
                        "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""])
