@@ -157,3 +157,13 @@ def test_the_add_that_starts_a_transaction_says_its_version_and_a_later_add_does
     commits = ended("1", "commit")
     assert end(c, "mixed", pid, epoch, version=TRANSACTION_VERSION_1) == (pid, epoch)
     assert ended("1", "commit") - commits == 1
+
+
+def test_init_producer_id_from_the_second_to_last_epoch_gives_a_new_producer_id(coord):
+    # As Kafka's: a producer never holds MAX_EPOCH, which only a fencing abort may use.
+    c, txns = coord
+    pid, _ = c.init_producer_id(principal=ANON, transactional_id="worn")
+    txns.save(replace(txns.load("worn"), producer_epoch=MAX_EPOCH - 2))
+    assert c.init_producer_id(principal=ANON, transactional_id="worn") == (pid, MAX_EPOCH - 1)
+    new_pid, epoch = c.init_producer_id(principal=ANON, transactional_id="worn")
+    assert new_pid != pid and epoch == 0
