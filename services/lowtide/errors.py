@@ -425,6 +425,13 @@ class TelemetryTooLarge(LowtideError):
     code, name = 118, "TELEMETRY_TOO_LARGE"
 
 
+class TransactionAbortable(LowtideError):
+    # Kafka (KIP-890): the transaction cannot go on but its producer can: it aborts (EndTxn with
+    # committed=false) and starts the next one. AddPartitionsToTxn v5 answers it for a partition
+    # a verify-only request finds outside the ongoing transaction.
+    code, name = 120, "TRANSACTION_ABORTABLE"
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():

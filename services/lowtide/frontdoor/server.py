@@ -313,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=-1, host=host, port=kafka.port),
             front_door=lambda _metadata: parts.front, authenticate=parts.front.principal_of,
+            transaction_version=args.kafka_transaction_version,
             telemetry=client_telemetry(args, name=args.name),
             metadata_responses=MetadataResponses(revision=parts.store.version), auth_required=args.auth_enabled,
             sasl_login=parts.front.authenticator.authenticate if args.auth_enabled else None,

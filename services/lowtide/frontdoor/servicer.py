@@ -301,10 +301,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def EndTxn(self, request, context):  # noqa: N802
         try:
-            self._front.transactions.end_txn(principal=self._principal(context), **convert_txn.end_txn_args(request))
+            answer = self._front.transactions.end_txn(principal=self._principal(context),
+                                                      **convert_txn.end_txn_args(request))
         except LowtideError as err:
-            return transactions_pb2.EndTxnResponse(error_code=err.code, error_message=err.message)
-        return transactions_pb2.EndTxnResponse()
+            answer = err
+        return convert_txn.end_txn_response(answer)
 
     def AddOffsetsToTxn(self, request, context):  # noqa: N802
         try:

@@ -17,7 +17,7 @@ import functools
 from typing import Any
 
 from lowtide.errors import NotLeaderOrFollower
-from lowtide.kafka import produce_codec
+from lowtide.kafka import apis_txn, produce_codec
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, EncodedBody, error_code, millis
 from lowtide.messages.admin import OffsetQuery as AdminOffsetQuery
@@ -51,13 +51,20 @@ def produce(call: Call, body: Any) -> Steps[Any]:
     # replica (INVALID_TOPIC_EXCEPTION) whoever it is; lowtide's coordinators write over gRPC.
     items = [ProduceItem(topic=t.name, partition=p.index, records=p.records or b"")
              for t in body.topic_data for p in t.partition_data]
+    refused: list[ProducedPartition] = []
     if services.producer is None:
         produced = [ProducedPartition(topic=i.topic, partition=i.partition,
                                       error=NotLeaderOrFollower("no partitions are hosted here")) for i in items]
     else:
         principal = call.principal()
-        produced = yield from services.producer.produce_steps(principal, items, acks=acks,
-                                                              timeout_ms=millis(body.timeout))
+        if call.version >= apis_txn.PRODUCE_IMPLICIT_ADD_VERSION and body.transactional_id:
+            # Transactions version 2: the transaction's coordinator adds the partitions first.
+            items, refused = yield from apis_txn.add_produced_partitions(call, body.transactional_id, items)
+        produced = []
+        if items:
+            produced = yield from services.producer.produce_steps(principal, items, acks=acks,
+                                                                  timeout_ms=millis(body.timeout))
+        produced = [*produced, *refused]
     if acks == 0:
         return None  # Kafka sends no response at all for acks=0
     results = {(r.topic, r.partition): r for r in produced}

@@ -10,15 +10,26 @@ What a Kafka transactional producer sends, and where it goes here::
 
     FindCoordinator(TRANSACTION)  any broker (apis_admin.find_coordinator): each forwards to the front door
     InitProducerId                -> init_producer_id               (also idempotent producers: no id)
-    AddPartitionsToTxn v0-3       -> add_partitions                 (v4+ is broker-to-broker, KIP-890)
-    Produce (transactional)       the leaders, as any produce
-    AddOffsetsToTxn               -> add_offsets                    (the group's __consumer_offsets partition)
-    TxnOffsetCommit               -> commit_offsets                 (offsets pending until the marker)
-    EndTxn v0-4                   -> end_txn                        (v5 is transaction version 2, KIP-890)
+    AddPartitionsToTxn v0-3       -> add_partitions                 (transactions version 1 only)
+    Produce (transactional)       the leaders, as any produce; v12 adds its partition first
+                                  (apis_data.produce -> add_partitions, version 2)
+    AddOffsetsToTxn               -> add_offsets                    (the group's __consumer_offsets partition;
+                                                                     version 1 only)
+    TxnOffsetCommit v0-4          -> commit_offsets                 (offsets pending until the marker)
+    TxnOffsetCommit v5            -> commit_offsets, version 2      (adds the group's partition first)
+    EndTxn v0-4                   -> end_txn                        (the producer keeps its epoch)
+    EndTxn v5                     -> end_txn, version 2             (the epoch bumped, answered: KIP-890)
 
-Versions stop where Kafka's transaction version 2 (KIP-890 part 2) starts: a broker that does not
-advertise the ``transaction.version`` feature is spoken to in version 1, so clients send
-AddPartitionsToTxn and never need the v5 answers.
+Transactions version 2 (KIP-890 part 2) is what a Kafka 4 producer speaks once ApiVersions
+finalizes the feature ``transaction.version`` at 2 (``kafka/features.py``; the listener's
+``--kafka-transaction-version``): no AddPartitionsToTxn nor AddOffsetsToTxn, EndTxn v5, Produce
+v12, TxnOffsetCommit v5. The coordinator's rules are ``frontdoor/transactions/txn_v2.py``'s.
+
+AddPartitionsToTxn v4-5 is Kafka's broker-to-broker form (KIP-890 part 1: a batch of
+transactions, each ``verify_only`` or not), answered per transaction by the same coordinator
+calls; a verify-only partition outside the ongoing transaction is TRANSACTION_ABORTABLE at v5,
+INVALID_TXN_STATE at v4 (which predates that error). Kafka asks CLUSTER_ACTION for it; here
+each transaction's WRITE on its TRANSACTIONAL_ID is checked, as at v0-3.
 
 ``kafka-transactions`` (KIP-664) uses ListTransactions, DescribeTransactions (the coordinator's
 states) and DescribeProducers (a replica's producer state). ``kafka-transactions abort``
@@ -38,25 +49,34 @@ replica takes any marker whose epoch is not below the producer's.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from lowtide.errors import (
     BrokerNotAvailable,
+    ConcurrentTransactions,
+    CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
+    InvalidTxnState,
     LowtideError,
     NetworkException,
+    NotCoordinator,
+    NotEnoughReplicas,
     NotLeaderOrFollower,
     RequestTimedOut,
+    TransactionAbortable,
     UnknownServerError,
 )
 from lowtide.kafka.apis_admin import coordinator_among, live_kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide.messages import TopicPartition
-from lowtide.messages.admin import OffsetCommit
-from lowtide.messages.replica import TxnMarkerRequest, TxnMarkerResult
+from lowtide.messages.admin import TRANSACTION_VERSION_1, TRANSACTION_VERSION_2, OffsetCommit
+from lowtide.messages.replica import ProducedPartition, ProduceItem, TxnMarkerRequest, TxnMarkerResult
+from lowtide.record.batch import BATCH_HEADER_SIZE, BatchHeader, read_header
+from lowtide.rpc.steps import Blocking, Steps
 
 INIT_PRODUCER_ID_KEY = 22
 ADD_PARTITIONS_TO_TXN_KEY, ADD_OFFSETS_TO_TXN_KEY, END_TXN_KEY, TXN_OFFSET_COMMIT_KEY = 24, 25, 26, 28
@@ -111,6 +131,8 @@ def init_producer_id(call: Call, body: Any) -> Any:
 
 
 def add_partitions_to_txn(call: Call, body: Any) -> Any:
+    if call.version >= 4:
+        return _add_partitions_batched(call, body)
     partitions = [TopicPartition(t.name, p) for t in _v3(body, "topics") for p in t.partitions]
     try:
         with _reachable():
@@ -125,6 +147,99 @@ def add_partitions_to_txn(call: Call, body: Any) -> Any:
             call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
                       partition_error_code=error_code(results.get((t.name, p), -1)))
             for p in t.partitions)) for t in _v3(body, "topics")))
+
+
+def _add_partitions_batched(call: Call, body: Any) -> Any:
+    """AddPartitionsToTxn v4-5 (module docstring): one coordinator call per transaction."""
+    answers = []
+    for txn in body.transactions:
+        partitions = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
+        verify_only = bool(txn.verify_only)
+        try:
+            with _reachable():
+                codes = {(t, p): _code(e) for t, p, e in call.front.transactions.add_partitions(
+                    principal=call.principal(), transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch, partitions=partitions, verify_only=verify_only,
+                    transaction_version=TRANSACTION_VERSION_2 if call.version >= 5 and not verify_only
+                    else TRANSACTION_VERSION_1)}
+        except LowtideError as err:
+            codes = _every_partition(partitions, err)
+        if call.version < 5:
+            codes = {k: InvalidTxnState.code if c == TransactionAbortable.code else c for k, c in codes.items()}
+        answers.append(call.make("AddPartitionsToTxnResult", transactional_id=txn.transactional_id, topic_results=tuple(
+            call.make("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+                call.make("AddPartitionsToTxnPartitionResult", partition_index=p,
+                          partition_error_code=error_code(codes.get((t.name, p), -1)))
+                for p in t.partitions)) for t in txn.topics)))
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(0),
+                     results_by_transaction=tuple(answers))
+
+
+# -- Produce v12: the implicit add (KIP-890 part 2) ----------------------------------------------
+# Version-2 producers send no AddPartitionsToTxn: the leader adds the partition of a transactional
+# Produce v12 to the transaction before appending it, as a Kafka broker does (it sends
+# AddPartitionsToTxn to the coordinator itself). So a produce the coordinator would not accept (an
+# epoch a later EndTxn or InitProducerId bumped past) is never appended, and every partition
+# holding the transaction's data gets its marker. Retriable coordinator errors become
+# NOT_ENOUGH_REPLICAS, Kafka's choice: retriable, and no metadata refresh.
+PRODUCE_IMPLICIT_ADD_VERSION = 12
+_RETRY_AS_NOT_ENOUGH_REPLICAS = (ConcurrentTransactions, CoordinatorNotAvailable, CoordinatorLoadInProgress,
+                                 NotCoordinator, NetworkException, RequestTimedOut)
+
+
+def add_produced_partitions(call: Call, transactional_id: str, items: Sequence[ProduceItem]
+                            ) -> Steps[tuple[list[ProduceItem], list[ProducedPartition]]]:
+    """Steps: the items to append, and the answers of those refused, after the implicit add of
+    every partition whose batch is transactional (its header, read as bytes: one per partition)
+    and not already in the producer's ongoing transaction as this leader's log shows it (the
+    first batch of a transaction at a partition asks the coordinator, the next ones do not)."""
+    wanted: dict[tuple[int, int], list[TopicPartition]] = {}
+    producer = call.services.producer
+    for item in items:
+        head = _transactional_header(item.records)
+        if head is not None and not producer.in_transaction(item.topic, item.partition, head.producer_id,
+                                                            head.producer_epoch):
+            wanted.setdefault((head.producer_id, head.producer_epoch), []).append(
+                TopicPartition(item.topic, item.partition))
+    refused: dict[tuple[str, int], LowtideError] = {}
+    for (producer_id, epoch), partitions in wanted.items():
+        refused.update((yield Blocking(functools.partial(
+            _add_for_produce, call, transactional_id, producer_id, epoch, partitions))))
+    if not refused:
+        return list(items), []
+    return ([i for i in items if (i.topic, i.partition) not in refused],
+            [ProducedPartition(topic=t, partition=p, error=e) for (t, p), e in refused.items()])
+
+
+def _transactional_header(records: bytes) -> BatchHeader | None:
+    if len(records) < BATCH_HEADER_SIZE:
+        return None  # nothing to add: the replica refuses what is not a batch
+    try:
+        head = read_header(records)
+    except LowtideError:
+        return None
+    return head if head.is_transactional and head.producer_id >= 0 else None
+
+
+def _add_for_produce(call: Call, transactional_id: str, producer_id: int, epoch: int,
+                     partitions: Sequence[TopicPartition]) -> dict[tuple[str, int], LowtideError]:
+    """The partitions the coordinator refused to add, with the error the producer gets."""
+    try:
+        with _reachable():
+            results = call.front.transactions.add_partitions(
+                principal=call.principal(), transactional_id=transactional_id, producer_id=producer_id,
+                producer_epoch=epoch, partitions=partitions, transaction_version=TRANSACTION_VERSION_2)
+    except LowtideError as err:
+        results = [(t, p, err) for t, p in partitions]
+    out: dict[tuple[str, int], LowtideError] = {}
+    for t, p, err in results:
+        if err is None:
+            continue
+        if isinstance(err, _RETRY_AS_NOT_ENOUGH_REPLICAS):
+            err = NotEnoughReplicas(f"{t}-{p} could not be added to the transaction of {transactional_id!r} "
+                                    f"yet: {err.name}: {err.message}")
+        out[(t, p)] = err
+    return out
 
 
 def add_offsets_to_txn(call: Call, body: Any) -> Any:
@@ -152,7 +267,8 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
                 producer_id=body.producer_id, producer_epoch=body.producer_epoch, group_id=body.group_id,
                 commits=commits, generation_id=generation if generation >= 0 else -1,
                 member_id=getattr(body, "member_id", "") or "",
-                group_instance_id=getattr(body, "group_instance_id", None) or "")}
+                group_instance_id=getattr(body, "group_instance_id", None) or "",
+                transaction_version=TRANSACTION_VERSION_2 if call.version >= 5 else TRANSACTION_VERSION_1)}
     except LowtideError as err:
         results = _every_partition([(c.topic, c.partition) for c in commits], err)
     return call.make(call.response, throttle_time=NO_THROTTLE, topics=tuple(
@@ -163,14 +279,18 @@ def txn_offset_commit(call: Call, body: Any) -> Any:
 
 
 def end_txn(call: Call, body: Any) -> Any:
+    """EndTxn; v5 (transactions version 2) answers the producer id and epoch the producer goes on
+    with (the bumped epoch), -1 on error as Kafka."""
     try:
-        call.front.transactions.end_txn(principal=call.principal(), transactional_id=body.transactional_id,
-                                        producer_id=body.producer_id, producer_epoch=body.producer_epoch,
-                                        commit=bool(body.committed))
+        producer_id, epoch = call.front.transactions.end_txn(
+            principal=call.principal(), transactional_id=body.transactional_id, producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch, commit=bool(body.committed),
+            transaction_version=TRANSACTION_VERSION_2 if call.version >= 5 else TRANSACTION_VERSION_1)
         code = 0
     except LowtideError as err:
-        code = err.code
-    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code))
+        producer_id, epoch, code = -1, -1, err.code
+    return call.make(call.response, throttle_time=NO_THROTTLE, error_code=error_code(code),
+                     producer_id=producer_id, producer_epoch=epoch)
 
 
 # -- kafka-transactions (KIP-664) --------------------------------------------------------------
@@ -311,11 +431,11 @@ def write_txn_markers(call: Call, body: Any) -> Any:
 
 APIS: list[Api] = [
     Api(INIT_PRODUCER_ID_KEY, "InitProducerId", 0, 5, init_producer_id),
-    Api(ADD_PARTITIONS_TO_TXN_KEY, "AddPartitionsToTxn", 0, 3, add_partitions_to_txn),
+    Api(ADD_PARTITIONS_TO_TXN_KEY, "AddPartitionsToTxn", 0, 5, add_partitions_to_txn),
     Api(ADD_OFFSETS_TO_TXN_KEY, "AddOffsetsToTxn", 0, 4, add_offsets_to_txn),
-    Api(END_TXN_KEY, "EndTxn", 0, 4, end_txn),
+    Api(END_TXN_KEY, "EndTxn", 0, 5, end_txn),
     Api(WRITE_TXN_MARKERS_KEY, "WriteTxnMarkers", 1, 2, write_txn_markers),
-    Api(TXN_OFFSET_COMMIT_KEY, "TxnOffsetCommit", 0, 4, txn_offset_commit),
+    Api(TXN_OFFSET_COMMIT_KEY, "TxnOffsetCommit", 0, 5, txn_offset_commit),
     Api(DESCRIBE_PRODUCERS_KEY, "DescribeProducers", 0, 0, describe_producers),
     Api(DESCRIBE_TRANSACTIONS_KEY, "DescribeTransactions", 0, 0, describe_transactions),
     Api(LIST_TRANSACTIONS_KEY, "ListTransactions", 0, 1, list_transactions),

@@ -123,6 +123,8 @@ class ProduceHandler(Protocol):
     def produce_steps(self, principal: str, items: Sequence[ProduceItem], *, acks: int,
                       timeout_ms: int) -> Steps[list[ProducedPartition]]: ...
 
+    def in_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool: ...
+
 
 class FetchHandler(Protocol):
     """The replica's Fetch handler (``lowtide.replica.fetch_handler.FetchHandler``)."""
@@ -205,6 +207,13 @@ class FrontDoorParts(Protocol):
     scram: Any
 
 
+# KIP-584 features this broker advertises (ApiVersions v3+): Kafka's transaction.version, levels
+# 0-2. The finalized levels never change while a process runs, so their epoch is a constant.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+FINALIZED_FEATURES_EPOCH = 1
+
+
 @dataclass
 class KafkaServices:
     """What the handlers of one listener call. ``node`` is this listener as clients see it
@@ -242,6 +251,9 @@ class KafkaServices:
     producer_states: DescribeProducersHandler | None = None
     # KIP-714 client telemetry of this process (kafka/apis_telemetry.py; None: telemetry off).
     telemetry: TelemetryHandler | None = None
+    # The transaction.version feature level ApiVersions finalizes (--kafka-transaction-version): 2
+    # makes a Kafka 4 producer speak transactions version 2 (KIP-890), 0 or 1 version 1.
+    transaction_version: int = MAX_TRANSACTION_VERSION
 
 
 @dataclass
@@ -402,6 +414,16 @@ class KafkaBroker:
                      for a in sorted(self.apis.values(), key=lambda a: a.key))
         values = {"error_code": error_code(code), "api_keys": keys}
         names = {f.name for f in fields(entity)}
+        if "finalized_features" in names and code == 0:
+            # v3+: the one feature a client acts on here. The Java producer (4.x) speaks
+            # transactions version 2 when the finalized transaction.version is 2 and the epoch
+            # is >= 0 (it only takes a newer epoch than the one it saw).
+            level = self.services.transaction_version
+            values["supported_features"] = (module.SupportedFeatureKey(
+                name=TRANSACTION_VERSION_FEATURE, min_version=0, max_version=MAX_TRANSACTION_VERSION),)
+            values["finalized_features_epoch"] = FINALIZED_FEATURES_EPOCH
+            values["finalized_features"] = (module.FinalizedFeatureKey(
+                name=TRANSACTION_VERSION_FEATURE, max_version_level=level, min_version_level=level),)
         if "throttle_time" in names:
             import datetime
 

@@ -66,7 +66,7 @@ from lowtide.kafka import (
     apis_telemetry,
     apis_txn,
 )
-from lowtide.kafka.broker import Api, KafkaBroker
+from lowtide.kafka.broker import MAX_TRANSACTION_VERSION, Api, KafkaBroker
 from lowtide.kafka.listener import Connection, KafkaListener
 from lowtide.kafka.protocol import DEFAULT_MAX_REQUEST_BYTES, FrameError, RequestHead
 from lowtide.kafka.tls_identity import CertificateLogin, End, Mint
@@ -195,6 +195,10 @@ def add_kafka_flags(parser: argparse.ArgumentParser, *, needs_frontdoor: bool) -
              help="KIP-714 client telemetry: client instances kept (the least recently heard from is evicted)")
     add_flag(parser, "--client-telemetry-max-series-per-client", default=DEFAULT_MAX_SERIES_PER_CLIENT, type=int,
              help="KIP-714 client telemetry: series kept per client instance (client-wide ones first)")
+    add_flag(parser, "--kafka-transaction-version", default=MAX_TRANSACTION_VERSION, type=int,
+             help="the transaction.version feature level ApiVersions finalizes (Kafka's kafka-features "
+                  "transaction.version): 2 = Kafka 4 producers run transactions version 2 (KIP-890: an epoch "
+                  "bump per transaction, no AddPartitionsToTxn), 0 or 1 = version 1")
     if needs_frontdoor:
         add_flag(parser, "--frontdoor-addr", default=None,
                  help="gRPC address of the front door, where the Kafka listener sends admin and group requests")
@@ -266,6 +270,9 @@ class KafkaEndpoint:
                     getattr(args, "kafka_listener_security_protocol_map", None) or DEFAULT_PROTOCOL_MAP))
             if not specs:
                 return None
+            level = getattr(args, "kafka_transaction_version", MAX_TRANSACTION_VERSION)
+            if not 0 <= level <= MAX_TRANSACTION_VERSION:
+                raise InvalidConfig(f"--kafka-transaction-version must be 0 to {MAX_TRANSACTION_VERSION}, got {level}")
             return cls(listeners=specs, max_request_bytes=args.kafka_max_request_bytes, workers=args.kafka_workers,
                        name=name, tls=tls, ssl_client_auth=getattr(args, "kafka_ssl_client_auth", None) or "none",
                        advertised=parse_advertised(getattr(args, "kafka_advertised_listeners", None) or ""))

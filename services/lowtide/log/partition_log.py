@@ -443,6 +443,11 @@ class PartitionLog:
         with self._lock:
             return self._producers.ongoing()
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has an ongoing transaction in this log in ``producer_epoch``."""
+        with self._lock:
+            return self._producers.in_transaction(producer_id, producer_epoch)
+
     def describe_producers(self) -> list[ProducerDescription]:
         """The partition's active producers (Kafka's DescribeProducers), by producer id."""
         with self._lock:

@@ -370,6 +370,11 @@ class ProducerStateManager:
         """Producer id -> first offset of its ongoing transaction."""
         return dict(self._ongoing)
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has an ongoing transaction here in ``producer_epoch``."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch and entry.txn_first_offset >= 0
+
     def producer(self, producer_id: int) -> ProducerEntry | None:
         entry = self._producers.get(producer_id)
         return None if entry is None else ProducerEntry(entry.epoch, entry.last_data_offset, entry.last_sequence,

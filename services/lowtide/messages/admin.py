@@ -381,13 +381,25 @@ class UserCredentials:
 
 
 # ---- Transactions (ListTransactions, DescribeTransactions) ----------------------------------------
+# Kafka's transaction.version feature levels as the coordinator's calls take them (KIP-890): 0 and
+# 1 run the KIP-98 protocol (1 only adds the flexible state record), 2 is KIP-890's (an epoch per
+# transaction, implicit partition adds). Both doors pass them: here, not in the coordinator.
+TRANSACTION_VERSION_1, TRANSACTION_VERSION_2 = 0, 2
+
+
 @dataclass(frozen=True, slots=True)
 class TxnState:
     """One transactional id's state at the transaction coordinator (``lowtide.frontdoor.transactions``,
     which keeps and moves it) as ListTransactions and DescribeTransactions answer it. Here, not
     there, so the front door's remote twin (``lowtide.client.frontdoor``) answers the same type.
     ``state`` is Kafka's name (Empty, Ongoing, PrepareCommit, ...); ``start_ms`` -1: none ongoing;
-    ``version`` is the coordinator's compare-and-set version (0 over the wire: not carried)."""
+    ``version`` is the coordinator's compare-and-set version (0 over the wire: not carried).
+
+    KIP-890 (transactions version 2): ``transaction_version`` is 2 for a transaction its client
+    runs in version 2 (every EndTxn bumps the epoch), else 0; ``next_producer_id`` is the id a
+    Prepare* state whose epoch ran out hands its producer once complete (-1: none), and
+    ``previous_producer_id`` the id it had before (-1: none), so a retried EndTxn of that id is
+    known. Neither is carried over the wire."""
 
     transactional_id: str
     producer_id: int
@@ -398,6 +410,9 @@ class TxnState:
     timeout_ms: int = 60_000  # Kafka's default transaction.timeout.ms
     updated_ms: int = 0
     version: int = 0
+    transaction_version: int = 0
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
 
 
 # (transactional id, its state or None, the error describing it): DescribeTransactions per id

@@ -90,6 +90,19 @@ class ProduceHandler(RequestHandler):
             out = interleave(kinds, out, answered)
         return screened.merge(out, _refused)
 
+    def in_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool:
+        """Whether this replica leads the partition and its log holds an ongoing transaction of
+        ``producer_id`` in ``producer_epoch``: then the partition is in that transaction at its
+        coordinator already (its first batch was added before it was appended), and a Kafka
+        Produce v12 need not ask the coordinator again (KIP-890; Kafka's leader skips the same
+        call). A marker that ends it meanwhile moves the producer's epoch: the append is fenced."""
+        try:
+            p = self.manager.get_partition(topic, partition)
+            p.check_leader()
+        except LowtideError:
+            return False
+        return p.log.in_transaction(producer_id, producer_epoch)
+
     def _produce_diskless(self, parts: list[tuple[object, ProduceItem]], *, timeout_ms: int) -> list[ProducedPartition]:
         # A condition on the log end is refused, not ignored: a diskless partition has no local log
         # to compare with, and its offsets are assigned by the coordinator at commit time.

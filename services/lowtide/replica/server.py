@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
             producer=servicer.producer, fetcher=servicer.fetcher,
             offsets=servicer.offsets, deleter=servicer.deleter, epochs=servicer.epochs,
             front_door=remote_front.bound,
+            transaction_version=args.kafka_transaction_version,
             txn_markers=servicer.txn_markers, producer_states=servicer.producer_states,
             telemetry=client_telemetry(args, name=name),
             metadata_responses=MetadataResponses(revision=connections.metadata.version),

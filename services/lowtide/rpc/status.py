@@ -81,6 +81,7 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.DuplicateSequenceNumber: _S.ALREADY_EXISTS,
     e.InvalidProducerEpoch: _S.FAILED_PRECONDITION,
     e.InvalidTxnState: _S.FAILED_PRECONDITION,
+    e.TransactionAbortable: _S.FAILED_PRECONDITION,
     e.InvalidProducerIdMapping: _S.FAILED_PRECONDITION,
     e.ConcurrentTransactions: _S.ABORTED,
     e.TransactionCoordinatorFenced: _S.FAILED_PRECONDITION,

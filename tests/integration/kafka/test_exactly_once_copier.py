@@ -56,9 +56,12 @@ pytestmark = [pytest.mark.timeout(400)]
 
 @pytest.fixture(scope="module")
 def kcluster(request, tmp_path_factory):
+    # transaction.version finalized at 1: the copier (a Kafka 4 client, which speaks version 2 when
+    # it may) runs transactions version 1 (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn v4);
+    # test_newest_kafka_clients.py runs the newest one on version 2.
     yield from running_cluster(request, ClusterConfig(
         data_dir=tmp_path_factory.mktemp("eos-copier"), replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
-        session_timeout_ms=2000))
+        session_timeout_ms=2000, extra_env={"LOWTIDE_KAFKA_TRANSACTION_VERSION": "1"}))
 
 
 def copier_command(lib: str, *, partition: int, bootstrap: str) -> list[str]:
@@ -235,6 +238,54 @@ class Nemesis:
         self.faults[kind] += 1
 
 
+class EndedTransactions:
+    """The broker's own account of which transaction protocol the copiers ran: every front door's
+    ``lowtide_transactions_ended_total{transaction_version,result}`` (its coordinator counts each
+    transaction it completes), scraped every ``interval_s`` while the copy runs. A front door the
+    nemesis kills starts counting again from 0, so each process (name, pid) is summed at the last
+    value read from it: what a killed one completed after its last scrape is not counted."""
+
+    METRIC = "lowtide_transactions_ended_total{"
+
+    def __init__(self, cluster: LocalCluster, *, interval_s: float = 0.5) -> None:
+        self.cluster = cluster
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ended-transactions", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[tuple[str, str], int]:
+        """(transaction version, result) -> transactions ended, after one last scrape."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._scrape()
+        total: collections.Counter[tuple[str, str]] = collections.Counter()
+        for counts in self._last.values():
+            total.update({k: int(v) for k, v in counts.items()})
+        return dict(total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._scrape()
+
+    def _scrape(self) -> None:
+        for e in self.cluster.services("frontdoor"):
+            try:
+                text = urllib.request.urlopen(e.metrics_url, timeout=2).read().decode()
+            except OSError:
+                continue  # being restarted: its previous process's last values stay counted
+            counts: dict[tuple[str, str], float] = {}
+            for line in text.splitlines():
+                if line.startswith(self.METRIC):
+                    labels = dict(item.split("=", 1) for item in line[len(self.METRIC):].split("}", 1)[0].split(","))
+                    key = (labels["transaction_version"].strip('"'), labels["result"].strip('"'))
+                    counts[key] = float(line.rsplit(" ", 1)[1])
+            self._last[(e.name, e.pid)] = counts
+
+
 def describe_isr_gap(cluster: LocalCluster, topic: str) -> str:
     """What a failed wait for a full ISR needs to be understood: each partition's state, whether
     each replica process runs, and each replica's log lines about ``topic`` and its warnings."""
@@ -315,10 +366,16 @@ class CopyOutcome:
     missing: list[bytes] = field(default_factory=list)
     unexpected: list[bytes] = field(default_factory=list)
     committed: dict[int, int] = field(default_factory=dict)
+    # (transaction version, "commit" | "abort") -> transactions the front doors completed
+    # (EndedTransactions: a lower bound, what killed front doors did after their last scrape is missing).
+    ended: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def summary(self) -> str:
         return (f"copied in {self.seconds:.1f} s; faults {self.faults} (seed {self.seed}), copier starts "
-                f"{self.starts}, exits {self.exits}, problems {self.problems}")
+                f"{self.starts}, exits {self.exits}, problems {self.problems}, transactions ended {self.ended}")
+
+    def ended_in_version(self, version: str) -> int:
+        return sum(n for (v, _), n in self.ended.items() if v == version)
 
     @property
     def exactly_once(self) -> bool:
@@ -355,12 +412,15 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
         return total - sum(records_per_partition if (r := c.remaining()) is None else r for c in copiers)
 
     nemesis = Nemesis(cluster, seed=seed, interval_s=fault_interval_s, progress=copied)
+    ended = EndedTransactions(cluster)
+    ended.start()
     nemesis.start()
     try:
         for t in threads:
             t.join(timeout=max(1.0, deadline - time.monotonic() + 5))
     finally:
         nemesis.stop()
+        ended_counts = ended.stop()
         tails = {c.partition: c.tail() for c in copiers if not c.done}
         stacks = {c.partition: c.main_thread_stack() for c in copiers if not c.done}
         for c in copiers:
@@ -368,6 +428,7 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
     outcome = CopyOutcome(
         seconds=time.monotonic() - started, seed=seed, faults=dict(nemesis.faults), starts=[c.starts for c in copiers],
         exits=[c.exits for c in copiers], problems=nemesis.problems, records=records_per_partition * PARTITIONS,
+        ended=ended_counts,
         stuck="\n".join(f"--- copier {c.partition} (run {c.starts}) ---\n{tails[c.partition]}\n{stacks[c.partition]}"
                         for c in copiers if not c.done))
     if outcome.stuck:
@@ -405,12 +466,15 @@ def test_transactional_message_copier_copies_every_value_exactly_once_while_lead
         f"{len(got.duplicated)} values copied more than once (e.g. {got.duplicated[:5]}), {len(got.missing)} "
         f"missing (e.g. {got.missing[:5]}), {len(got.unexpected)} never produced; {got.summary()}")
     assert got.committed == {p: RECORDS_PER_PARTITION for p in range(PARTITIONS)}
+    # The broker's side: the coordinator completed the copiers' transactions in version 1.
+    assert got.ended.get(("1", "commit"), 0) > 0 and got.ended_in_version("2") == 0, got.summary()
 
 
 # -- the long run (make chaos-eos) ---------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.integration.kafka.test_exactly_once_copier --records 200000 --out FILE``:
-    the same copy on a bigger input, its outcome appended to FILE as a table; exit 1 on a violation."""
+    the same copy on a bigger input, its outcome appended to FILE as a table; exit 1 on a violation.
+    The cluster finalizes ``transaction.version`` 2 (its default): the copiers run version 2."""
     import argparse
     import datetime as dt
     import subprocess as sp
@@ -444,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             ("faults", ", ".join(f"{k} {v}" for k, v in sorted(got.faults.items()))),
             ("copier starts", got.starts), ("read_committed records read", got.read),
             ("values copied twice or more", len(got.duplicated)), ("values missing", len(got.missing)),
+            ("transactions ended (version, result)", got.ended),
             ("committed offsets", got.committed), ("result", "PASS" if got.exactly_once else "FAIL")]
     table = "\n".join(["", "## Exactly-once copy (TransactionalMessageCopier) under faults", "",
                        "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""])

@@ -47,7 +47,9 @@ class Transactions:
     def init_producer_id(self, *, principal, transactional_id, timeout_ms=0):
         return 7, 2
 
-    def end_txn(self, *, principal, transactional_id, producer_id, producer_epoch, commit):
+    def end_txn(self, *, principal, transactional_id, producer_id, producer_epoch, commit, transaction_version=0):
+        if transaction_version == 2:
+            return producer_id, producer_epoch + 1  # KIP-890: the bumped epoch is the answer
         raise RequestTimedOut("markers not written in time")  # an answer's error: not renamed
 
     def commit_offsets(self, *, principal, groups, **args):
@@ -103,6 +105,8 @@ def test_transactions_answer_as_in_process_and_txn_offset_commit_is_the_coordina
     assert view.transactions.init_producer_id(principal="", transactional_id="t", timeout_ms=9000) == (7, 2)
     with pytest.raises(RequestTimedOut):
         view.transactions.end_txn(principal="", transactional_id="t", producer_id=7, producer_epoch=2, commit=True)
+    assert view.transactions.end_txn(principal="", transactional_id="t", producer_id=7, producer_epoch=2, commit=True,
+                                     transaction_version=2) == (7, 3)
     commits = [OffsetCommit(topic="orders", partition=0, offset=5)]
     [(commit, error)] = view.transactions.commit_offsets(
         principal="", groups=view.groups, transactional_id="t", producer_id=7, producer_epoch=2, group_id="g",

@@ -141,3 +141,16 @@ def test_an_empty_batch_the_cleaner_kept_starts_no_transaction():
     state.apply(read_header(empty_batch(raw)))
     assert state.ongoing() == {}
     assert state.last_records() == {4: (0, 2)}
+
+
+def test_a_version_2_marker_of_the_bumped_epoch_ends_the_transaction_and_the_next_one_starts_at_sequence_0(log):
+    # KIP-890: EndTxn v5 writes the marker with the epoch bumped; the producer's next transaction
+    # runs in that epoch from sequence 0, and a late batch of the old epoch is fenced.
+    txn(log, 9, epoch=3)
+    assert log.in_transaction(9, 3) and not log.in_transaction(9, 4) and not log.in_transaction(8, 3)
+    end(log, 9, commit=True, epoch=4)
+    assert not log.in_transaction(9, 3) and not log.in_transaction(9, 4)
+    txn(log, 9, epoch=4)
+    assert log.in_transaction(9, 4)
+    with pytest.raises(InvalidProducerEpoch):
+        txn(log, 9, epoch=3)

@@ -52,33 +52,39 @@ class RemoteTransactions(RemotePart):
         return answer
 
     def add_partitions(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Sequence[TopicPartition]) -> list[tuple[str, int, LowtideError | None]]:
+                       partitions: Sequence[TopicPartition], transaction_version: int = 0,
+                       verify_only: bool = False) -> list[tuple[str, int, LowtideError | None]]:
         response = self._call(self._stub.AddPartitionsToTxn, convert.add_partitions_request(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            partitions=partitions))
+            partitions=partitions, transaction_version=transaction_version, verify_only=verify_only))
         return convert.partition_results_from_proto(response.partitions)
 
     def add_offsets(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                    group_id: str) -> None:
+                    group_id: str, transaction_version: int = 0) -> None:
+        # transaction_version: version 2 adds offsets through TxnOffsetCommit v5, never through here.
         _raise_error_of(self._call(self._stub.AddOffsetsToTxn, convert.add_offsets_request(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             group_id=group_id)))
 
     def end_txn(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool) -> None:
-        _raise_error_of(self._call(self._stub.EndTxn, convert.end_txn_request(
+                commit: bool, transaction_version: int = 0) -> tuple[int, int]:
+        answer = convert.end_txn_answer(self._call(self._stub.EndTxn, convert.end_txn_request(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            commit=commit)))
+            commit=commit, transaction_version=transaction_version)))
+        if isinstance(answer, LowtideError):
+            raise answer
+        return answer
 
     def commit_offsets(self, *, principal: str, groups: Any, transactional_id: str, producer_id: int,
                        producer_epoch: int, group_id: str, commits: Sequence[OffsetCommit], generation_id: int = -1,
-                       member_id: str = "", group_instance_id: str = ""
+                       member_id: str = "", group_instance_id: str = "", transaction_version: int = 0
                        ) -> list[tuple[OffsetCommit, LowtideError | None]]:
-        """TxnOffsetCommit: the front door checks the transaction and commits to its own groups."""
+        """TxnOffsetCommit: the front door checks the transaction (version 2: adds the group's
+        partition to it) and commits to its own groups."""
         response = self._call(self._stub.TxnOffsetCommit, convert.txn_offset_commit_request(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             group_id=group_id, commits=commits, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id))
+            group_instance_id=group_instance_id, transaction_version=transaction_version))
         return convert.commit_results_from_proto(commits, response)
 
     def list_transactions(self, *, principal: str, states: Sequence[str] = (), producer_ids: Sequence[int] = (),

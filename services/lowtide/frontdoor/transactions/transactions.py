@@ -22,6 +22,11 @@ ongoing transaction first with markers of the bumped epoch. A transaction Ongoin
 its ``transaction_timeout_ms`` is aborted the same way by ``expire`` (a background thread, every
 front door); a Prepare* state left behind by a front door that died mid-way is completed there.
 
+Transactions version 2 (KIP-890, ``txn_v2.py`` has the rules): partitions are added by the leaders
+of a transactional Produce v12 and by TxnOffsetCommit v5 (``transaction_version=2``), and EndTxn v5
+bumps the epoch of every transaction and answers it; ``lowtide_transactions_ended_total`` counts
+completed transactions by the version their client spoke.
+
 Errors (Kafka's): PRODUCER_FENCED (an older epoch), INVALID_PRODUCER_EPOCH (a newer one),
 INVALID_PRODUCER_ID_MAPPING (another producer id), INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS
 (being completed, or another front door moved the state: retry), TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -38,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from prometheus_client import Counter
+
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
@@ -53,27 +60,48 @@ from lowtide.errors import (
     ProducerFenced,
     RequestTimedOut,
     TopicAuthorizationFailed,
+    TransactionAbortable,
     TransactionalIdAuthorizationFailed,
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
 from lowtide.frontdoor.routing import route_partitions
 from lowtide.frontdoor.transactions.producer_ids import ProducerIdBlocks
+from lowtide.frontdoor.transactions.txn_v2 import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    MAX_EPOCH,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    answer_of,
+    completed,
+    decide_end_txn,
+    fenced_epoch,
+    is_version_2,
+)
 from lowtide.groups import OFFSETS_TOPIC
 from lowtide.messages import TopicPartition
-from lowtide.messages.admin import Described, OffsetCommit, TxnState
+from lowtide.messages.admin import TRANSACTION_VERSION_1, TRANSACTION_VERSION_2, Described, OffsetCommit, TxnState
 from lowtide.messages.replica import TxnMarkerRequest
 from lowtide.metadata.sections import Entry, section
 from lowtide.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
-EMPTY, ONGOING = "Empty", "Ongoing"
-PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
-COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+__all__ = ["COMPLETE_ABORT", "COMPLETE_COMMIT", "EMPTY", "MAX_EPOCH", "ONGOING", "PREPARE_ABORT", "PREPARE_COMMIT",
+           "TransactionCoordinator", "TxnState", "TxnStateStore", "TxnStates"]
+
+# The proof, from the broker's side, of which protocol a client ran: every transaction this front
+# door completes (writes its Complete* state), by the transaction version its client spoke (1:
+# KIP-98, with AddPartitionsToTxn and one epoch per producer; 2: KIP-890, an epoch per transaction).
+TRANSACTIONS_ENDED = Counter(
+    "lowtide_transactions_ended", "Transactions this coordinator completed, by transaction version and result",
+    ["transaction_version", "result"])
+
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 15 * 60_000  # Kafka's transaction.max.timeout.ms
-MAX_EPOCH = 32767
 MARKER_DEADLINE_S = 30.0
 # A Prepare* state this old is taken over by the expiry scan (its front door is presumed gone).
 ABANDONED_PREPARE_MS = 5_000
@@ -162,10 +190,16 @@ def _expected(state: TxnState) -> Entry | None:
     return None if state.version == 0 else Entry(b"", state.version)
 
 
+# KIP-890's fields, written only when not at their default (a version-1 state's JSON is unchanged).
+_TV2_DEFAULTS = {"transaction_version": 0, "previous_producer_id": -1, "next_producer_id": -1}
+
+
 def _encode_state(st: TxnState) -> bytes:
-    return json.dumps({"producer_id": st.producer_id, "producer_epoch": st.producer_epoch, "state": st.state,
-                       "partitions": sorted(st.partitions), "start_ms": st.start_ms,
-                       "timeout_ms": st.timeout_ms, "updated_ms": st.updated_ms}, sort_keys=True).encode()
+    raw = {"producer_id": st.producer_id, "producer_epoch": st.producer_epoch, "state": st.state,
+           "partitions": sorted(st.partitions), "start_ms": st.start_ms,
+           "timeout_ms": st.timeout_ms, "updated_ms": st.updated_ms}
+    raw.update({k: getattr(st, k) for k, default in _TV2_DEFAULTS.items() if getattr(st, k) != default})
+    return json.dumps(raw, sort_keys=True).encode()
 
 
 def _decode_state(transactional_id: str, entry: Entry) -> TxnState:
@@ -174,7 +208,8 @@ def _decode_state(transactional_id: str, entry: Entry) -> TxnState:
                     producer_epoch=int(raw["producer_epoch"]), state=raw["state"],
                     partitions=frozenset((t, int(p)) for t, p in raw["partitions"]),
                     start_ms=int(raw["start_ms"]), timeout_ms=int(raw["timeout_ms"]),
-                    updated_ms=int(raw["updated_ms"]), version=entry.revision)
+                    updated_ms=int(raw["updated_ms"]), version=entry.revision,
+                    **{k: int(raw.get(k, default)) for k, default in _TV2_DEFAULTS.items()})
 
 
 class TransactionCoordinator:
@@ -222,38 +257,58 @@ class TransactionCoordinator:
             elif st.state == ONGOING:
                 self._abort_fencing(st)  # the next round bumps from CompleteAbort
                 continue
-            elif st.producer_epoch >= MAX_EPOCH:
+            elif st.producer_epoch >= MAX_EPOCH - 1:
+                # The producer never holds MAX_EPOCH (then it could not be fenced): a new id.
                 new = replace(st, producer_id=self._store.next_producer_id(), producer_epoch=0, state=EMPTY,
                               partitions=frozenset(), start_ms=-1, timeout_ms=timeout_ms)
             else:
                 new = replace(st, producer_epoch=st.producer_epoch + 1, state=EMPTY, partitions=frozenset(),
                               start_ms=-1, timeout_ms=timeout_ms)
+            if st is not None:
+                # A new producer instance: whichever transaction version it speaks shows at its first
+                # transaction; the id change of an overflow is behind it.
+                new = replace(new, transaction_version=TRANSACTION_VERSION_1, previous_producer_id=-1,
+                              next_producer_id=-1)
             saved = self._store.save(new)
             if saved is not None:
                 return saved.producer_id, saved.producer_epoch
         raise ConcurrentTransactions(f"transactional id {transactional_id!r} keeps changing; retry")
 
     def add_partitions(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Sequence[TopicPartition]) -> list[tuple[str, int, LowtideError | None]]:
+                       partitions: Sequence[TopicPartition], transaction_version: int = TRANSACTION_VERSION_1,
+                       verify_only: bool = False) -> list[tuple[str, int, LowtideError | None]]:
         """Add ``partitions`` to the ongoing transaction (starting one): all or nothing, as Kafka:
         when one partition fails the others get OPERATION_NOT_ATTEMPTED. A failure of the whole
-        request (fencing, state) is the error of every partition."""
+        request (fencing, state) is the error of every partition. ``transaction_version`` 2: the
+        implicit add of a transactional Produce v12 (KIP-890), which makes the transaction one of
+        version 2. ``verify_only`` (AddPartitionsToTxn v4+ from a broker, KIP-890 part 1): nothing
+        is added; a partition outside the ongoing transaction is TRANSACTION_ABORTABLE."""
         wanted = list(dict.fromkeys(partitions))
         try:
             self._require_id(principal, transactional_id)
+            if verify_only:
+                return self._verify(transactional_id, producer_id, producer_epoch, wanted)
             failed = self._check_partitions(principal, wanted)
             if failed:
                 return [(t, p, failed.get((t, p)) or OperationNotAttempted(
                     "another partition of the request failed")) for t, p in wanted]
-            self._join(transactional_id, producer_id, producer_epoch, wanted)
+            self._join(transactional_id, producer_id, producer_epoch, wanted, transaction_version=transaction_version)
             return [(t, p, None) for t, p in wanted]
         except LowtideError as err:
             return [(t, p, err) for t, p in wanted]
 
+    def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                wanted: Sequence[TopicPartition]) -> list[tuple[str, int, LowtideError | None]]:
+        st = self._checked(transactional_id, producer_id, producer_epoch)
+        ongoing = st.partitions if st.state == ONGOING else frozenset()
+        return [(t, p, None if (t, p) in ongoing else TransactionAbortable(
+            f"{t}-{p} is not in the ongoing transaction of {transactional_id!r} ({st.state})")) for t, p in wanted]
+
     def add_offsets(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                    group_id: str) -> None:
+                    group_id: str, transaction_version: int = TRANSACTION_VERSION_1) -> None:
         """Kafka's AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
-        transaction, so EndTxn decides the offsets TxnOffsetCommit writes there. READ on the GROUP."""
+        transaction, so EndTxn decides the offsets TxnOffsetCommit writes there. READ on the GROUP.
+        (Version 2 producers send no AddOffsetsToTxn: TxnOffsetCommit v5 adds it, through here.)"""
         self._require_id(principal, transactional_id)
         if not self._authorizer.authorize(principal=principal, operation=AclOperation.READ,
                                           resource_type=ResourceType.GROUP, resource_name=group_id):
@@ -261,7 +316,7 @@ class TransactionCoordinator:
         if self._offsets_partition is None:
             raise InvalidRequest("this coordinator does not serve transactional offset commits")
         self._join(transactional_id, producer_id, producer_epoch,
-                   [(OFFSETS_TOPIC, self._offsets_partition(group_id))])
+                   [(OFFSETS_TOPIC, self._offsets_partition(group_id))], transaction_version=transaction_version)
 
     def check_offsets_in_txn(self, *, principal: str, transactional_id: str, producer_id: int,
                              producer_epoch: int, group_id: str) -> None:
@@ -277,15 +332,23 @@ class TransactionCoordinator:
 
     def commit_offsets(self, *, principal: str, groups: OffsetCommitter, transactional_id: str, producer_id: int,
                        producer_epoch: int, group_id: str, commits: Sequence[OffsetCommit], generation_id: int = -1,
-                       member_id: str = "", group_instance_id: str = ""
+                       member_id: str = "", group_instance_id: str = "",
+                       transaction_version: int = TRANSACTION_VERSION_1
                        ) -> list[tuple[OffsetCommit, LowtideError | None]]:
         """Kafka's TxnOffsetCommit, for both doors (the Admin servicer and the Kafka listener):
         ``check_offsets_in_txn``, then ``groups`` (the front door's GroupCoordinator) stores the
         commits as records of this producer's transaction. A refusal of the whole request, by
-        either, is every commit's error."""
+        either, is every commit's error. ``transaction_version`` 2 (TxnOffsetCommit v5, KIP-890):
+        the group's partition is added to the transaction here (``add_offsets``), as the group
+        coordinator of a Kafka broker adds it, instead of checked."""
         try:
-            self.check_offsets_in_txn(principal=principal, transactional_id=transactional_id,
-                                      producer_id=producer_id, producer_epoch=producer_epoch, group_id=group_id)
+            if transaction_version >= TRANSACTION_VERSION_2:
+                self.add_offsets(principal=principal, transactional_id=transactional_id, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, group_id=group_id,
+                                 transaction_version=transaction_version)
+            else:
+                self.check_offsets_in_txn(principal=principal, transactional_id=transactional_id,
+                                          producer_id=producer_id, producer_epoch=producer_epoch, group_id=group_id)
             return groups.commit_offsets(principal=principal, group_id=group_id, commits=commits,
                                          generation_id=generation_id, member_id=member_id,
                                          group_instance_id=group_instance_id,
@@ -327,16 +390,20 @@ class TransactionCoordinator:
         return out
 
     def end_txn(self, *, principal: str, transactional_id: str, producer_id: int, producer_epoch: int,
-                commit: bool) -> None:
-        """Commit or abort: returns once every partition of the transaction holds its marker."""
+                commit: bool, transaction_version: int = TRANSACTION_VERSION_1) -> tuple[int, int]:
+        """Commit or abort: returns, once every partition of the transaction holds its marker, the
+        (producer id, epoch) the producer goes on with: its own in version 1; in version 2
+        (EndTxn v5, ``txn_v2.py``) the bumped epoch, or a new id when the epoch ran out."""
         self._require_id(principal, transactional_id)
+        if transaction_version >= TRANSACTION_VERSION_2:
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit=commit)
         st = self._checked(transactional_id, producer_id, producer_epoch)
         prepare, complete = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else (PREPARE_ABORT, COMPLETE_ABORT)
         if st.state == complete:
-            return  # a retried EndTxn whose first attempt finished
+            return st.producer_id, st.producer_epoch  # a retried EndTxn whose first attempt finished
         if st.state == prepare:
             self._complete(st)  # a retried EndTxn whose first attempt did not finish
-            return
+            return st.producer_id, st.producer_epoch
         if st.state != ONGOING:
             raise InvalidTxnState(f"cannot {'commit' if commit else 'abort'} the transaction of "
                                   f"{transactional_id!r}: it is {st.state}")
@@ -344,6 +411,24 @@ class TransactionCoordinator:
         if saved is None:
             raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
         self._complete(saved)
+        return saved.producer_id, saved.producer_epoch
+
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                    commit: bool) -> tuple[int, int]:
+        for _ in range(10):
+            st = self._store.load(transactional_id)
+            target = decide_end_txn(st, producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                    new_producer_id=self._store.next_producer_id, now_ms=now_ms())
+            if target.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+                return answer_of(target)  # a retried EndTxn whose first attempt finished
+            if target is not st:
+                saved = self._store.save(target)  # the Prepare* state, epoch bumped, before any marker
+                if saved is None:
+                    continue  # another front door moved the state: decide again on the new one
+                target = saved
+            self._complete(target)
+            return answer_of(target)
+        raise ConcurrentTransactions(f"the state of {transactional_id!r} keeps changing; retry")
 
     # -- expiry ------------------------------------------------------------------------------------
 
@@ -389,8 +474,11 @@ class TransactionCoordinator:
     # -- internals ---------------------------------------------------------------------------------
 
     def _join(self, transactional_id: str, producer_id: int, producer_epoch: int,
-              wanted: Sequence[TopicPartition]) -> None:
-        """Add ``wanted`` to the producer's transaction, starting one if none is ongoing."""
+              wanted: Sequence[TopicPartition], *, transaction_version: int) -> None:
+        """Add ``wanted`` to the producer's transaction, starting one if none is ongoing, of
+        ``transaction_version`` (the add that starts it says which protocol its client speaks;
+        a client of version 1 whose Produce is v12 adds its partitions before, so its transaction
+        stays version 1)."""
         st = self._checked(transactional_id, producer_id, producer_epoch)
         if st.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactions(f"the transaction of {transactional_id!r} is being completed")
@@ -398,7 +486,7 @@ class TransactionCoordinator:
             return  # a retry, or a partition already in: nothing to write
         new = replace(st, partitions=st.partitions | set(wanted))
         if st.state != ONGOING:
-            new = replace(new, state=ONGOING, start_ms=now_ms())
+            new = replace(new, state=ONGOING, start_ms=now_ms(), transaction_version=transaction_version)
         if self._store.save(new) is None:
             raise ConcurrentTransactions(f"the state of {transactional_id!r} changed meanwhile; retry")
 
@@ -440,19 +528,21 @@ class TransactionCoordinator:
         return st
 
     def _abort_fencing(self, st: TxnState) -> int:
-        """Abort ``st``'s ongoing transaction with the epoch bumped (fencing its producer)."""
-        epoch = st.producer_epoch + 1 if st.producer_epoch < MAX_EPOCH else st.producer_epoch
-        saved = self._store.save(replace(st, producer_epoch=epoch, state=PREPARE_ABORT))
+        """Abort ``st``'s ongoing transaction with the epoch bumped (fencing its producer; by 2 in
+        version 2, ``txn_v2.fenced_epoch``)."""
+        saved = self._store.save(replace(st, producer_epoch=fenced_epoch(st), state=PREPARE_ABORT))
         return self._complete(saved) if saved is not None else 0
 
     def _complete(self, st: TxnState) -> int:
-        """Write the markers of a Prepare* state, then move it to Complete*; 1 if this call did."""
+        """Write the markers of a Prepare* state, then move it to Complete* (``txn_v2.completed``:
+        the new producer id of an epoch overflow becomes the producer's); 1 if this call did."""
         commit = st.state == PREPARE_COMMIT
         if st.partitions:
             self._write_markers(st, commit=commit)
-        done = self._store.save(replace(st, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                                        partitions=frozenset()))
-        return 1 if done is not None else 0
+        if self._store.save(completed(st)) is None:
+            return 0
+        TRANSACTIONS_ENDED.labels("2" if is_version_2(st) else "1", "commit" if commit else "abort").inc()
+        return 1
 
     def _write_markers(self, st: TxnState, *, commit: bool) -> None:
         """One WriteTxnMarkers per leader, leaders in turn; partitions whose leader moved or is

@@ -177,7 +177,9 @@ class TxnStateLog:
             new = replace(state, updated_ms=now)
             value = None if tombstone else encode_txn_value(TxnLogValue(
                 producer_id=new.producer_id, producer_epoch=new.producer_epoch, timeout_ms=new.timeout_ms,
-                state=new.state, partitions=new.partitions, last_update_ms=now, start_ms=new.start_ms))
+                state=new.state, partitions=new.partitions, last_update_ms=now, start_ms=new.start_ms,
+                transaction_version=new.transaction_version, previous_producer_id=new.previous_producer_id,
+                next_producer_id=new.next_producer_id))
             batch = encode_batch([value], keys=[encode_txn_key(state.transactional_id)], timestamp_ms=now)
             try:
                 base_offset = self._appender.append(partition, batch, timeout_ms=self.config.write_timeout_ms,
@@ -294,4 +296,5 @@ def _state(transactional_id: str, value: TxnLogValue, *, version: int) -> TxnSta
     return TxnState(transactional_id=transactional_id, producer_id=value.producer_id,
                     producer_epoch=value.producer_epoch, state=value.state, partitions=value.partitions,
                     start_ms=value.start_ms, timeout_ms=value.timeout_ms, updated_ms=value.last_update_ms,
-                    version=version)
+                    version=version, transaction_version=value.transaction_version,
+                    previous_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id)

@@ -31,8 +31,31 @@ TransactionLogValue, version 0 (the record value; null = tombstone)::
 
     status: 0 Empty, 1 Ongoing, 2 PrepareCommit, 3 PrepareAbort, 4 CompleteCommit,
             5 CompleteAbort, 6 Dead, 7 PrepareEpochFence (Kafka's TransactionState ids).
-    Version 1 (flexible: compact strings and arrays, tagged fields for the previous/next producer
-    id and the client's transaction version) is read too; lowtide writes version 0.
+
+TransactionLogValue, version 1 (flexible): the same fields in the same order, with compact
+strings and arrays (uvarint length + 1) and tagged fields after each partition entry and at the
+end. lowtide writes it for a transaction of transactions version 2 (KIP-890) and version 0 for
+every other, so a version-1 client's records are what they were::
+
+    +---------+-------------+----------------+------------+--------+
+    | version | producer_id | producer_epoch | timeout_ms | status |
+    | int16=1 | int64       | int16          | int32      | int8   |
+    +---------+-------------+----------------+------------+--------+
+    | partitions: uvarint count + 1 (0 = null), then per topic:            |
+    |   topic: uvarint len + 1 | utf-8;  partition_ids: uvarint count + 1, |
+    |   int32 each;  tagged fields: uvarint 0                              |
+    +---------------------------+------------------------------------------+
+    | last_update_timestamp_ms  | start_timestamp_ms                       |
+    | int64                     | int64                                    |
+    +---------------------------+------------------------------------------+
+    | tagged fields: uvarint count, then per field (by tag, ascending, only |
+    | those not at their default): uvarint tag | uvarint size | value       |
+    |   tag 0  previous_producer_id        int64 (default -1)               |
+    |   tag 1  next_producer_id            int64 (default -1)               |
+    |   tag 2  client_transaction_version  int16 (default 0)                |
+    +-----------------------------------------------------------------------+
+      ... 00000000000003e8 00000000000002ee  01 02 02 0002
+      (last update 1000, start 750; one tagged field: tag 2, 2 bytes, transaction version 2)
 
 Partition of a transactional id (Kafka's ``TransactionStateManager.partitionFor``)::
 
@@ -46,6 +69,7 @@ from dataclasses import dataclass
 
 from lowtide.errors import CorruptMessage
 from lowtide.groups.codec import java_string_hash
+from lowtide.record.varint import encode_uvarint
 
 TXN_STATE_TOPIC = "__transaction_state"
 KEY_TYPE = 0
@@ -56,6 +80,7 @@ _HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, status
 _TAIL = struct.Struct(">qq")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +94,16 @@ class TxnLogValue:
     partitions: frozenset[tuple[str, int]]
     last_update_ms: int
     start_ms: int
+    # KIP-890's tagged fields (version 1 only; their defaults mean "absent").
+    transaction_version: int = 0
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+
+    @property
+    def flexible(self) -> bool:
+        """Whether it is written as version 1: a transactions-version-2 state, or one carrying a
+        producer id change (only such states have them)."""
+        return self.transaction_version >= 2 or self.previous_producer_id >= 0 or self.next_producer_id >= 0
 
 
 def partition_for_transactional_id(transactional_id: str, *, partitions: int) -> int:
@@ -101,14 +136,32 @@ def decode_txn_key(data: bytes) -> str | None:
 
 
 def encode_txn_value(value: TxnLogValue) -> bytes:
+    """Version 1 when ``value.flexible``, else version 0 (module docstring)."""
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(value.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out = [_HEAD.pack(0, value.producer_id, value.producer_epoch, value.timeout_ms, STATUS_IDS[value.state]),
-           _INT32.pack(len(by_topic))]
+    flexible = value.flexible
+    out = [_HEAD.pack(1 if flexible else 0, value.producer_id, value.producer_epoch, value.timeout_ms,
+                      STATUS_IDS[value.state])]
+    if not flexible:
+        out.append(_INT32.pack(len(by_topic)))
+        for topic, ids in by_topic.items():
+            out += [_string(topic), _INT32.pack(len(ids)), struct.pack(f">{len(ids)}i", *ids)]
+        out.append(_TAIL.pack(value.last_update_ms, value.start_ms))
+        return b"".join(out)
+    out.append(encode_uvarint(len(by_topic) + 1))
     for topic, ids in by_topic.items():
-        out += [_string(topic), _INT32.pack(len(ids)), struct.pack(f">{len(ids)}i", *ids)]
+        raw = topic.encode()
+        out += [encode_uvarint(len(raw) + 1), raw, encode_uvarint(len(ids) + 1),
+                struct.pack(f">{len(ids)}i", *ids), b"\0"]
     out.append(_TAIL.pack(value.last_update_ms, value.start_ms))
+    tags = [(tag, data) for tag, data, present in (
+        (0, _INT64.pack(value.previous_producer_id), value.previous_producer_id != -1),
+        (1, _INT64.pack(value.next_producer_id), value.next_producer_id != -1),
+        (2, _INT16.pack(value.transaction_version), value.transaction_version != 0)) if present]
+    out.append(encode_uvarint(len(tags)))
+    for tag, data in tags:
+        out += [encode_uvarint(tag), encode_uvarint(len(data)), data]
     return b"".join(out)
 
 
@@ -148,10 +201,19 @@ class _Reader:
         return self.uvarint() - 1 if compact else self.take(_INT32)[0]
 
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        """A tagged-field section: tag -> its value's bytes."""
+        out = {}
         for _ in range(self.uvarint()):
-            self.uvarint()
+            tag = self.uvarint()
             size = self.uvarint()
+            if self.pos + size > len(self.data):
+                raise CorruptMessage(f"__transaction_state value: tagged field {tag} of {size} bytes at {self.pos}")
+            out[tag] = self.data[self.pos:self.pos + size]
             self.pos += size
+        return out
 
 
 def decode_txn_value(data: bytes) -> TxnLogValue:
@@ -171,8 +233,21 @@ def decode_txn_value(data: bytes) -> TxnLogValue:
         if compact:
             r.skip_tags()
     last_update_ms, start_ms = r.take(_TAIL)
+    tags = r.tags() if compact else {}
     if status not in STATUS_NAMES:
         raise CorruptMessage(f"__transaction_state value with unknown status {status}")
     return TxnLogValue(producer_id=producer_id, producer_epoch=epoch, timeout_ms=timeout_ms,
                        state=STATUS_NAMES[status], partitions=frozenset(partitions),
-                       last_update_ms=last_update_ms, start_ms=start_ms)
+                       last_update_ms=last_update_ms, start_ms=start_ms,
+                       previous_producer_id=_tag_int(tags, 0, _INT64, -1),
+                       next_producer_id=_tag_int(tags, 1, _INT64, -1),
+                       transaction_version=_tag_int(tags, 2, _INT16, 0))
+
+
+def _tag_int(tags: dict[int, bytes], tag: int, fmt: struct.Struct, default: int) -> int:
+    data = tags.get(tag)
+    if data is None:
+        return default
+    if len(data) != fmt.size:
+        raise CorruptMessage(f"__transaction_state value: tagged field {tag} of {len(data)} bytes, not {fmt.size}")
+    return fmt.unpack(data)[0]

@@ -63,15 +63,19 @@ def init_producer_id_answer(r: transactions_pb2.InitProducerIdResponse) -> tuple
 
 
 def add_partitions_request(*, transactional_id: str, producer_id: int, producer_epoch: int,
-                           partitions: Sequence[tuple[str, int]]) -> transactions_pb2.AddPartitionsToTxnRequest:
+                           partitions: Sequence[tuple[str, int]], transaction_version: int = 0,
+                           verify_only: bool = False) -> transactions_pb2.AddPartitionsToTxnRequest:
     return transactions_pb2.AddPartitionsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
                                                       producer_epoch=producer_epoch,
-                                                      partitions=_partitions_to_proto(partitions))
+                                                      partitions=_partitions_to_proto(partitions),
+                                                      transaction_version=transaction_version,
+                                                      verify_only=verify_only)
 
 
 def add_partitions_args(r: transactions_pb2.AddPartitionsToTxnRequest) -> dict:
     """``TransactionCoordinator.add_partitions``' keyword arguments (all but the principal)."""
-    return {**_producer_args(r), "partitions": _partitions_from_proto(r.partitions)}
+    return {**_producer_args(r), "partitions": _partitions_from_proto(r.partitions),
+            "transaction_version": r.transaction_version, "verify_only": r.verify_only}
 
 
 def partition_results_to_proto(results: Sequence[tuple[str, int, LowtideError | None]]
@@ -94,22 +98,36 @@ def add_offsets_args(r: transactions_pb2.AddOffsetsToTxnRequest) -> dict:
 
 
 def end_txn_request(*, transactional_id: str, producer_id: int, producer_epoch: int,
-                    commit: bool) -> transactions_pb2.EndTxnRequest:
+                    commit: bool, transaction_version: int = 0) -> transactions_pb2.EndTxnRequest:
     return transactions_pb2.EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                          producer_epoch=producer_epoch, commit=commit)
+                                          producer_epoch=producer_epoch, commit=commit,
+                                          transaction_version=transaction_version)
 
 
 def end_txn_args(r: transactions_pb2.EndTxnRequest) -> dict:
-    return {**_producer_args(r), "commit": r.commit}
+    return {**_producer_args(r), "commit": r.commit, "transaction_version": r.transaction_version}
+
+
+def end_txn_response(answer: tuple[int, int] | LowtideError) -> transactions_pb2.EndTxnResponse:
+    if isinstance(answer, LowtideError):
+        return transactions_pb2.EndTxnResponse(error_code=answer.code, error_message=answer.message)
+    return transactions_pb2.EndTxnResponse(producer_id=answer[0], producer_epoch=answer[1])
+
+
+def end_txn_answer(r: transactions_pb2.EndTxnResponse) -> tuple[int, int] | LowtideError:
+    error = error_or_none(r.error_code, r.error_message)
+    return error if error is not None else (r.producer_id, r.producer_epoch)
 
 
 # -- TxnOffsetCommit ------------------------------------------------------------------------------
 def txn_offset_commit_request(*, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
                               commits: Sequence[OffsetCommit], generation_id: int = -1, member_id: str = "",
-                              group_instance_id: str = "") -> transactions_pb2.TxnOffsetCommitRequest:
+                              group_instance_id: str = "", transaction_version: int = 0
+                              ) -> transactions_pb2.TxnOffsetCommitRequest:
     return transactions_pb2.TxnOffsetCommitRequest(
         transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
         producer_epoch=producer_epoch, member_id=member_id, group_instance_id=group_instance_id,
+        transaction_version=transaction_version,
         generation_id=generation_id if generation_id >= 0 else None, partitions=[
             transactions_pb2.TxnOffsetCommitPartition(topic=c.topic, partition=c.partition, offset=c.offset,
                                                       metadata=c.metadata,
@@ -123,7 +141,8 @@ def txn_offset_commit_args(r: transactions_pb2.TxnOffsetCommitRequest) -> dict:
             "producer_epoch": r.producer_epoch, "group_id": r.group_id,
             "commits": [commit_from_proto(p) for p in r.partitions],
             "generation_id": r.generation_id if r.HasField("generation_id") else -1,
-            "member_id": r.member_id, "group_instance_id": r.group_instance_id}
+            "member_id": r.member_id, "group_instance_id": r.group_instance_id,
+            "transaction_version": r.transaction_version}
 
 
 def commit_results_to_proto(results: Sequence[tuple[OffsetCommit, LowtideError | None]]

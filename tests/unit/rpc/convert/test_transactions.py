@@ -24,11 +24,21 @@ def test_the_producers_calls_read_back_the_same_arguments():
         "transactional_id": "t", "timeout_ms": 9000}
     add = dict(transactional_id="t", producer_id=7, producer_epoch=2,
                partitions=[TopicPartition("orders", 0), TopicPartition("audit", 3)])
-    assert convert.add_partitions_args(convert.add_partitions_request(**add)) == add
+    assert convert.add_partitions_args(convert.add_partitions_request(**add)) == {
+        **add, "transaction_version": 0, "verify_only": False}
+    implicit = dict(add, transaction_version=2, verify_only=True)  # KIP-890's forms travel too
+    assert convert.add_partitions_args(convert.add_partitions_request(**implicit)) == implicit
     offsets = dict(transactional_id="t", producer_id=7, producer_epoch=2, group_id="g")
     assert convert.add_offsets_args(convert.add_offsets_request(**offsets)) == offsets
-    end = dict(transactional_id="t", producer_id=7, producer_epoch=2, commit=True)
-    assert convert.end_txn_args(convert.end_txn_request(**end)) == end
+    for version in (0, 2):
+        end = dict(transactional_id="t", producer_id=7, producer_epoch=2, commit=True, transaction_version=version)
+        assert convert.end_txn_args(convert.end_txn_request(**end)) == end
+
+
+def test_an_end_txn_answer_is_the_producer_id_and_epoch_to_go_on_with_or_the_error():
+    assert convert.end_txn_answer(convert.end_txn_response((7, 3))) == (7, 3)
+    fenced = convert.end_txn_response(ProducerFenced("old epoch"))
+    assert plain(convert.end_txn_answer(fenced)) == plain(ProducerFenced("old epoch"))
 
 
 def test_an_init_producer_id_answer_is_the_id_and_epoch_or_the_error_with_both_minus_one():
@@ -45,14 +55,15 @@ def test_partition_results_read_back_per_partition():
 
 def test_a_txn_offset_commit_reads_back_the_same_and_encodes_byte_for_byte():
     args = dict(transactional_id="t", producer_id=7, producer_epoch=2, group_id="g", generation_id=-1, member_id="",
-                group_instance_id="", commits=[OffsetCommit(topic="orders", partition=1, offset=7)])
+                group_instance_id="", commits=[OffsetCommit(topic="orders", partition=1, offset=7)],
+                transaction_version=0)
     request = convert.txn_offset_commit_request(**args)
     assert convert.txn_offset_commit_args(request) == args
     assert request.SerializeToString() == transactions_pb2.TxnOffsetCommitRequest(
         transactional_id="t", group_id="g", producer_id=7, producer_epoch=2, partitions=[
             transactions_pb2.TxnOffsetCommitPartition(topic="orders", partition=1, offset=7)]).SerializeToString()
     assert request.SerializeToString() == b"\n\x01t\x12\x01g\x18\x07 \x02B\x0c\n\x06orders\x10\x01\x18\x07"
-    with_member = dict(args, generation_id=4, member_id="m-1", group_instance_id="i", commits=[
+    with_member = dict(args, generation_id=4, member_id="m-1", group_instance_id="i", transaction_version=2, commits=[
         OffsetCommit(topic="orders", partition=0, offset=42, metadata="m", leader_epoch=3)])
     assert convert.txn_offset_commit_args(convert.txn_offset_commit_request(**with_member)) == with_member
     results = [(c, None) for c in with_member["commits"]]
