@@ -54,6 +54,7 @@ pytestmark = [pytest.mark.timeout(240)]
 
 @pytest.fixture(scope="module")
 def kcluster(request, tmp_path_factory):
+    kgo_consumer_binary()  # skip before starting a cluster when the tool is missing
     # Short group.consumer.* settings: a member killed -9 is removed within seconds.
     yield from running_cluster(request, ClusterConfig(
         data_dir=tmp_path_factory.mktemp("kgo-kip848"), replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
@@ -92,6 +93,15 @@ def described_members(cluster: LocalCluster, group: str) -> dict[str, tuple[str,
             for m in answer.members}
 
 
+def described_state(cluster: LocalCluster, group: str) -> tuple[str, int]:
+    """(state, number of members) as ConsumerGroupDescribe answers them."""
+    describe = request_module(kip848.CONSUMER_GROUP_DESCRIBE, 1)
+    answer = kafka_call(cluster.kafka_bootstrap, describe.ConsumerGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False)).groups[0]
+    assert int(answer.error_code) == 0, answer
+    return answer.group_state, len(answer.members)
+
+
 def group_type(cluster: LocalCluster, group: str) -> str:
     """The group's type as ListGroups v5 (KIP-1043) answers it: "consumer" or "classic"."""
     list_groups = request_module(LIST_GROUPS, 5)
@@ -128,7 +138,6 @@ def check_members_agree_with_the_broker(cluster: LocalCluster, group: str, membe
 def test_franz_go_members_join_with_the_consumer_group_protocol_and_survive_joins_leaves_and_kills(kcluster, tmp_path):
     topic, group = "kgo-kip848", "kgo-kip848-group"
     s.create_topic(kcluster, topic, partitions=kip848.PARTITIONS, rf=3)
-    kgo_consumer_binary()  # skip before starting anything when the tool is missing
     poller = kip848.Poller(kcluster, topic=topic, group=group)
     prod = kip848.producer(kcluster, topic=topic, records=9000, rate=600, log=tmp_path / "producer.log")
     started: list[kip848.JavaTool] = []
@@ -187,3 +196,29 @@ def test_franz_go_members_join_with_the_consumer_group_protocol_and_survive_join
         for c in started:
             c.stop()
             save_events(c)
+
+
+def test_franz_go_members_asking_for_the_range_assignor_get_contiguous_ranges_and_leave_an_empty_group(
+        kcluster, tmp_path):
+    # kgo names the server assignor after its first balancer: RangeBalancer asks for "range".
+    topic, group = "kgo-kip848-range", "kgo-kip848-range-group"
+    s.create_topic(kcluster, topic, partitions=kip848.PARTITIONS, rf=3)
+    poller = kip848.Poller(kcluster, topic=topic, group=group)
+    members = [kgo_consumer(kcluster, topic=topic, group=group, log=tmp_path / f"r{i}.log", assignor="range")
+               for i in range(3)]
+    try:
+        poller.stable_with(3)
+        assert poller.watch.assignor == "range", poller.watch
+        assert sorted(poller.watch.ranges) == [[0, 1], [2, 3], [4, 5]], poller.watch
+        check_members_agree_with_the_broker(kcluster, group, members)
+        for m in members:
+            m.stop()  # SIGTERM: each leaves with epoch -1 and exits 0
+            assert m.proc.returncode == 0 and m.named("shutdown_complete"), m.tail()
+        wait_until(lambda: described_state(kcluster, group) == ("Empty", 0), timeout_s=30, interval_s=0.2,
+                   what="the group Empty once every kgo member left")
+        assert not poller.watch.violations, poller.watch.violations[:10]
+    finally:
+        poller.stop()
+        for m in members:
+            m.stop()
+            save_events(m)
