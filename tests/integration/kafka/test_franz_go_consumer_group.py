@@ -15,9 +15,11 @@ checks it reuses) with kgo members: two start, a third joins, the replica leadin
 restarted, one member leaves (SIGTERM: it commits and leaves with epoch -1), one is killed -9 (its
 session expires), a fourth joins. Throughout, no partition is in two members' assignments and a
 Stable group owns each partition once (ConsumerGroupDescribe every 100 ms), and a committed offset
-never goes back; after each rebalance the members' own callbacks add up to the broker's assignment;
-at the end every value VerifiableProducer had acknowledged was consumed and the committed offsets
-are the partitions' ends.
+never goes back (OffsetFetch, and each member's own commit answers); after each rebalance the
+members' own callbacks add up to the broker's assignment; no member loses its partitions (fenced
+or expired) through the faults; at the end every value VerifiableProducer had acknowledged was
+consumed and the committed offsets are the partitions' ends. A second test has kgo's RangeBalancer
+ask for the ``range`` assignor.
 """
 
 from __future__ import annotations
@@ -120,6 +122,17 @@ def client_view(members: list[kip848.JavaTool]) -> dict[str, list[int]]:
     return view
 
 
+def check_own_commits_never_go_back(members: list[kip848.JavaTool]) -> None:
+    """What each member was told it committed, partition by partition, never goes back (the
+    poller checks the same from OffsetFetch, across members)."""
+    for m in members:
+        last: dict[int, int] = {}
+        for event in m.named("offsets_committed"):
+            for o in event["offsets"] if event["success"] else ():
+                assert o["offset"] >= last.get(o["partition"], -1), (m.log, o, last)
+                last[o["partition"]] = o["offset"]
+
+
 def check_members_agree_with_the_broker(cluster: LocalCluster, group: str, members: list[kip848.JavaTool]) -> None:
     """The members' own callbacks add up to the coordinator's assignment: the same member ids (the
     ones kgo generated), kgo's client id, every partition owned by exactly one member."""
@@ -188,6 +201,7 @@ def test_franz_go_members_join_with_the_consumer_group_protocol_and_survive_join
         check_members_agree_with_the_broker(kcluster, group, [c3, c4])
 
         kip848.finish(kcluster, topic=topic, poller=poller, prod=prod, consumers=started, live=[c3, c4])
+        check_own_commits_never_go_back(started)
         assert all(not c.named("partitions_lost") for c in started), [c.named("partitions_lost") for c in started]
         assert group_type(kcluster, group) == "consumer"
     finally:
