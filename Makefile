@@ -23,7 +23,7 @@ BENCH_ARGS  ?=
 ALLOW_NO_TESTS ?=
 CONTRACT_CHECK := ../shared/tools/contract-check
 
-# grpcurl and helm built by scripts/setup.sh live in .tools/bin: visible to every recipe.
+# grpcurl, helm and kgo-verifiable-consumer built by scripts/setup.sh live in .tools/bin: visible to every recipe.
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: help setup system protos test test-unit test-integration demo bench lint clean distclean \
@@ -43,7 +43,7 @@ help:
 	@echo "make chaos-eos         Kafka's TransactionalMessageCopier under faults, exactly-once check (EOS_RECORDS=200000 per partition)"
 	@echo "make lint              ruff check"
 	@echo "make protos            regenerate services/lowtide_pb from protos/"
-	@echo "make tools             (re)build grpcurl and helm into .tools/bin with go install"
+	@echo "make tools             (re)build grpcurl, helm and kgo-verifiable-consumer (tests/go) into .tools/bin"
 	@echo "make kafka-tools       fetch Kafka's CLI tools (.tools/bin/kafka-*) and Spark's Kafka connector from Maven Central"
 	@echo "make chart-lint        helm lint + helm template of charts/lowtide"
 	@echo "make docs              regenerate the Kafka API table in docs/kafka-compatibility.md from lowtide.kafka"

@@ -9,6 +9,9 @@
 #   tools:   grpcurl and helm, built from their Go modules into .tools/bin when Go is there.
 #            Optional: a failure is a warning (tests that need them skip, naming the tool), and a
 #            failed build is not retried by `make setup` until `make tools` (which forces it).
+#            kgo-verifiable-consumer, the franz-go test client in tests/go/kgo-verifiable (its
+#            go.mod/go.sum pin franz-go), built into .tools/bin, again when its source changes; its
+#            failure is a warning too, except under CI=true, where it (and a missing Go) is fatal.
 # Does nothing (quickly) on a machine that already has everything.
 #
 # usage: scripts/setup.sh [--system] [--tools] [--force-tools]     (no option: --system --tools)
@@ -27,7 +30,7 @@ for arg in "$@"; do
     --system) do_system=1 ;;
     --tools) do_tools=1 ;;
     --force-tools) do_tools=1 force_tools=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -192,9 +195,54 @@ build_go_tool() {
   return 0
 }
 
+# build_repo_go_tool NAME DIR: go build of the main package in DIR (a module of this repository,
+# pinned by its go.sum) into .tools/bin/NAME, time-boxed; rebuilt when a file in DIR is newer than
+# the binary. A failure is a warning (a test that needs NAME skips, naming it), fatal under CI=true:
+# CI must run those tests, not skip them.
+build_repo_go_tool() {
+  local name=$1 dir=$root/$2 go bin=$tools_dir/bin/$1 marker=$tools_dir/$1.failed log=$tools_dir/$1.build.log start
+  local fatal=0
+  [ "${CI:-}" = true ] && fatal=1
+  if [ -x "$bin" ] && [ -z "$(find "$dir" -type f -newer "$bin" -print -quit)" ]; then return 0; fi
+  if [ -e "$marker" ] && [ $force_tools -eq 0 ] && [ $fatal -eq 0 ] \
+      && [ -z "$(find "$dir" -type f -newer "$marker" -print -quit)" ]; then
+    warn "$name: an earlier build failed (see $log); 'make tools' retries it"
+    return 0
+  fi
+  if ! go=$(find_go); then
+    if [ $fatal -eq 1 ]; then
+      echo "setup: ERROR: $name: Go is not installed to build $2 (CI needs it)" >&2; exit 1
+    fi
+    warn "$name: Go is not installed to build $2; tests that need $name will skip"
+    return 0
+  fi
+  mkdir -p "$tools_dir/bin"
+  [ -n "${HOME:-}" ] || export GOPATH=$tools_dir/go GOCACHE=$tools_dir/go-cache
+  say "$name: building $2 with go build (up to ${GO_TOOL_TIMEOUT}s)"
+  start=$SECONDS
+  if (cd "$dir" && GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+      timeout "$GO_TOOL_TIMEOUT" "$go" build -mod=readonly -o "$bin.tmp" .) >"$log" 2>&1; then
+    mv -f "$bin.tmp" "$bin"
+    rm -f "$marker"
+    say "$name: built .tools/bin/$name in $((SECONDS - start))s"
+  else
+    rm -f "$bin.tmp"
+    touch "$marker"
+    if [ $fatal -eq 1 ]; then
+      echo "setup: ERROR: $name: go build of $2 failed or timed out after $((SECONDS - start))s; last lines of $log:" >&2
+      tail -n 20 "$log" >&2 || true
+      exit 1
+    fi
+    warn "$name: go build of $2 failed or timed out after $((SECONDS - start))s; last lines of $log:"
+    tail -n 5 "$log" >&2 || true
+  fi
+  return 0
+}
+
 [ $do_system -eq 1 ] && setup_system
 if [ $do_tools -eq 1 ]; then
   build_go_tool grpcurl "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"
   build_go_tool helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  build_repo_go_tool kgo-verifiable-consumer tests/go/kgo-verifiable
 fi
 exit 0

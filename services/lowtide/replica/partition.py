@@ -18,6 +18,7 @@ from lowtide.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
     NotLeaderOrFollower,
+    OffsetNotAvailable,
     OffsetOutOfRange,
     PolicyViolation,
     UnknownLeaderEpoch,
@@ -76,6 +77,9 @@ class Partition:
         self._adding: dict[int, bool] = {}
         # Leader: the highest low watermark computed in this leadership (see low_watermark).
         self._lw_floor = -1
+        # Leader: the log end offset when this replica took the leadership (Kafka's
+        # leaderEpochStartOffsetOpt, set by makeLeader): see check_high_watermark_settled.
+        self.leadership_start_offset = -1
         # Follower: set when this replica starts following a leader (a new epoch, or a restart);
         # until the leader has said where our latest epoch ends (OffsetForLeaderEpoch) we neither
         # truncate nor fetch (KIP-101: truncating to our own HW could drop acknowledged records).
@@ -123,6 +127,7 @@ class Partition:
                 # Persisted before the first append of this epoch, so a follower that asks later
                 # learns where the previous epoch ended here (KIP-101).
                 self.log.assign_leader_epoch(st.leader_epoch)
+                self.leadership_start_offset = self.log.log_end_offset
                 # Kafka resets follower state on becoming leader (and a new leadership starts
                 # its LW afresh: the previous leader's acknowledgements are not known here).
                 self.followers = {}
@@ -174,6 +179,22 @@ class Partition:
                 raise FencedLeaderEpoch(f"epoch {current_leader_epoch} < {self.leader_epoch}")
             if current_leader_epoch > self.leader_epoch:
                 raise UnknownLeaderEpoch(f"epoch {current_leader_epoch} > {self.leader_epoch}")
+
+    def check_high_watermark_settled(self) -> None:
+        """Leader: OFFSET_NOT_AVAILABLE while the HW is below where this leadership started (as
+        Kafka's ListOffsets). A leader just elected may hold an HW below records acknowledged under
+        its predecessor (a follower learns the HW one round late), and a leader restarted under the
+        same epoch (kill -9, back before the controller moved the leadership) starts from its HW
+        checkpoint, which lags what it acknowledged before. Until its followers' fetches bring the
+        HW to where its log ended then, an HW answered could be below acknowledged offsets: a
+        front door loading ``__consumer_offsets`` to it served groups without their latest records."""
+        with self._lock:
+            self.check_leader()
+            hw = self.log.high_watermark
+            if self.leadership_start_offset > hw:
+                raise OffsetNotAvailable(
+                    f"{self.topic}-{self.partition}: the leader's high watermark {hw} has not reached where "
+                    f"its leadership (epoch {self.leader_epoch}) started ({self.leadership_start_offset}) yet")
 
     # -- leader: produce ---------------------------------------------------------------------
     def append_as_leader(self, records: bytes, *, acks: int, min_insync_replicas: int,

@@ -41,7 +41,6 @@ from lowtide.errors import (
     InvalidRequiredAcks,
     LowtideError,
     NotLeaderOrFollower,
-    OffsetNotAvailable,
     RequestTimedOut,
 )
 from lowtide.log.partition_log import AppendInfo
@@ -543,13 +542,10 @@ class ReplicaRequests:
         p = self.registry.get(topic, partition)
         p.check_leader(current_leader_epoch)
         plog = p.log
-        # As Kafka: a leader just elected may hold an HW below where its epoch starts (a follower
-        # learns the HW one round late); until its followers' fetches bring the HW there, what it
-        # would answer could be below offsets already acknowledged. The client retries.
-        epoch_start = next((start for epoch, start in reversed(plog.leader_epochs()) if epoch == p.leader_epoch), -1)
-        if epoch_start > plog.high_watermark:
-            raise OffsetNotAvailable(f"{topic}-{partition}: the leader's high watermark {plog.high_watermark} has not "
-                                     f"reached the start of its leader epoch {p.leader_epoch} ({epoch_start}) yet")
+        # As Kafka: until the HW reaches where this leadership started, what it would answer could
+        # be below offsets already acknowledged (Partition.check_high_watermark_settled). The
+        # client retries.
+        p.check_high_watermark_settled()
         if timestamp == -1:
             latest = plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.high_watermark
             return latest, -1, p.leader_epoch

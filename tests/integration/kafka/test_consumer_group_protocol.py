@@ -44,6 +44,7 @@ PARTITIONS = 6
 CONSUMER_CLASS = "org.apache.kafka.tools.VerifiableConsumer"
 HEARTBEAT_MS, SESSION_MS = 500, 4000
 CONSUMER_GROUP_DESCRIBE, OFFSET_FETCH = 69, 9
+GROUP_ID_NOT_FOUND = 69
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -130,7 +131,7 @@ class Watch:
     members: int = -1
     state: str = ""
     epoch: int = -1
-    looks: int = 0  # successful looks so far
+    looks: int = 0  # looks so far whose ConsumerGroupDescribe answered the group
     errors: int = 0
     last_error: str = ""
     assignor: str = ""
@@ -159,7 +160,14 @@ class Poller:
         answer = kafka_call(address, describe.ConsumerGroupDescribeRequest(
             group_ids=(self.group,), include_authorized_operations=False)).groups[0]
         w = self.watch
-        if int(answer.error_code) == 0:
+        described = int(answer.error_code) == 0
+        if not described:
+            # Retriable answers (the coordinator restarting) are expected; a group seen before and
+            # then unknown is not: these groups never empty, so they are never deleted.
+            if int(answer.error_code) == GROUP_ID_NOT_FOUND and w.stable:
+                w.violations.append(f"ConsumerGroupDescribe: {answer.error_message} (after epoch {w.epoch})")
+            w.last_error = f"ConsumerGroupDescribe: error {int(answer.error_code)}: {answer.error_message}"
+        else:
             owners: dict[int, str] = {}
             for m in answer.members:
                 for tp in m.assignment.topic_partitions:
@@ -189,7 +197,8 @@ class Poller:
                     w.violations.append(f"committed offset of {t.name}-{p.partition_index} went back "
                                         f"from {before} to {p.committed_offset}")
                 w.committed[p.partition_index] = max(before, p.committed_offset)
-        w.looks += 1
+        if described:  # stable_now counts fresh looks: a look with no group state is not one
+            w.looks += 1
 
     def stable_with(self, members: int, *, after: int = 0, timeout_s: float = 40) -> int:
         """Wait for a Stable group of ``members`` at a group epoch above ``after``; its epoch."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowtide.errors import FencedLeaderEpoch, UnknownLeaderEpoch
+from lowtide.errors import FencedLeaderEpoch, NotLeaderOrFollower, OffsetNotAvailable, UnknownLeaderEpoch
 from lowtide.log.partition_log import LogConfig, PartitionLog
 from lowtide.record import encode_batch
 from lowtide.replica.partition import Partition
@@ -96,3 +96,41 @@ def test_a_follower_does_not_apply_fetched_data_before_its_truncation_is_settled
     batch = encode_batch([b"early"], base_offset=20, partition_leader_epoch=1)
     assert f.apply_fetched(records=batch, leader_hw=21, leader_lso=0, leader_epoch=1) == (False, False)
     assert f.log.log_end_offset == 20
+
+
+def test_a_leader_restarted_under_the_same_epoch_has_no_high_watermark_to_answer_until_its_followers_fetch(replicas):
+    # kill -9 of the leader and a restart before the controller moved the leadership: it leads
+    # epoch 1 again from an HW checkpoint that lags the 20 records it had acknowledged. A front
+    # door loading __consumer_offsets to that HW served a consumer group without its latest
+    # records (GROUP_ID_NOT_FOUND to ConsumerGroupDescribe, in the franz-go KIP-848 test).
+    leader = restart(replicas, 0, checkpointed_hw=10)
+    assert replicas.leader is leader and leader.leader_epoch == 1
+    assert (leader.log.high_watermark, leader.log.log_end_offset) == (10, 20)
+    with pytest.raises(OffsetNotAvailable):
+        leader.check_high_watermark_settled()
+
+    replicas.replicate()
+
+    assert leader.log.high_watermark == 20
+    leader.check_high_watermark_settled()
+
+
+def test_a_leader_just_elected_has_no_high_watermark_to_answer_until_it_reaches_the_start_of_its_epoch(replicas):
+    replicas.produce(5)
+    replicas.fetch_once(1)
+    replicas.fetch_once(2)  # the followers hold offsets 20..24 but learnt HW 20
+    replicas.elect(1, leader_epoch=2)
+    new = replicas.leader
+    assert (new.log.high_watermark, new.log.log_end_offset) == (20, 25)
+    with pytest.raises(OffsetNotAvailable):
+        new.check_high_watermark_settled()
+
+    replicas.replicate()
+
+    assert new.log.high_watermark == 25
+    new.check_high_watermark_settled()
+
+
+def test_a_follower_has_no_high_watermark_to_answer_as_a_leader(replicas):
+    with pytest.raises(NotLeaderOrFollower):
+        replicas.follower(1).check_high_watermark_settled()

@@ -241,8 +241,9 @@ class OffsetsTopic:
 
     def _leaders_settled(self, partitions: range) -> bool:
         """Before the first load counts: every partition's leader has a high watermark at or past
-        the start of its leader epoch. A leader just elected may report an HW below records that
-        were acknowledged under its predecessor (its followers bring it up a round later); a load
+        where its leadership started. A leader just elected may report an HW below records that
+        were acknowledged under its predecessor (its followers bring it up a round later), and one
+        back from a restart its HW checkpoint, below what it acknowledged before; a load
         read to that HW would miss them, and a front door started then would serve older committed
         offsets and consumer group states than it had acknowledged. The replica's ListOffsets
         answers OFFSET_NOT_AVAILABLE for exactly that (``replica/requests.py``): asked first, the
