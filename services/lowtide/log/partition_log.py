@@ -21,12 +21,10 @@ from pathlib import Path
 
 from lowtide.clock import now_ms
 from lowtide.errors import (
-    InvalidProducerEpoch,
     InvalidRecord,
     KafkaStorageError,
     MessageTooLarge,
     OffsetOutOfRange,
-    OutOfOrderSequenceNumber,
     RecordListTooLarge,
 )
 from lowtide.log.checkpoint import fsync_directory
@@ -217,7 +215,7 @@ class PartitionLog:
                          from_coordinator: bool = False, expected_end_offset: int = -1) -> AppendInfo:
         """Validate producer batches, assign offsets from LEO and the leader epoch, append.
 
-        ``expected_end_offset`` >= 0 makes the append conditional (``_check_expected_end``).
+        ``expected_end_offset`` >= 0 makes the append conditional (producer_state.py ``check_expected_end``).
 
         Raises CorruptMessage / InvalidRecord / UnsupportedForMessageFormat (validation; a control
         batch is INVALID_RECORD unless ``from_coordinator``: only transaction markers write them;
@@ -253,8 +251,10 @@ class PartitionLog:
             self._ensure_open()
             base = self._segments.next_offset
             if expected_end_offset >= 0:
-                self._check_expected_end(headers[0].producer_id if headers else -1, base, expected_end_offset,
-                                         producer_epoch=headers[0].producer_epoch if headers else -1)
+                self._producers.check_expected_end(
+                    name=f"{self._topic}-{self._partition}", producer_id=headers[0].producer_id if headers else -1,
+                    producer_epoch=headers[0].producer_epoch if headers else -1, end=base,
+                    expected=expected_end_offset)
             duplicate = self._producers.check_append(headers, client=not from_coordinator)
             if duplicate is not None:  # a producer's retry: its original offsets, nothing appended
                 return AppendInfo(duplicate.first_offset, duplicate.last_offset, base, duplicate.max_timestamp, 0, 0)
@@ -452,32 +452,6 @@ class PartitionLog:
         """The partition's active producers (Kafka's DescribeProducers), by producer id."""
         with self._lock:
             return self._producers.describe()
-
-    def _check_expected_end(self, producer_id: int, end: int, expected: int, *, producer_epoch: int = -1) -> None:
-        """A conditional append's condition (replica.proto ``expected_log_end_offset``): the log
-        ends at ``expected`` and, if ``producer_id`` wrote here before in ``producer_epoch``, its
-        last batch is the log's last. With the offset alone, a writer that lost a race to another
-        one of the same size would see its next append go through after the other's records.
-        Epochs (a diskless coordinator's writer id, one producer epoch per leadership): a batch of
-        an older epoch than the producer's is fenced first (INVALID_PRODUCER_EPOCH, as the producer
-        check would), and one of a newer epoch opens a new term, bound by the offset alone."""
-        current = self._producers.last_records().get(producer_id) if producer_id >= 0 else None
-        if current is not None and 0 <= producer_epoch < current[1]:
-            raise InvalidProducerEpoch(
-                f"{self._topic}-{self._partition}: producer {producer_id} has epoch {producer_epoch}, below its "
-                f"current epoch {current[1]}: a newer writer fenced it")
-        if current is not None and producer_epoch > current[1]:
-            producer_id = -1
-        if end != expected:
-            raise OutOfOrderSequenceNumber(
-                f"{self._topic}-{self._partition} ends at offset {end}, not at {expected} as the conditional "
-                f"append expected: another append came first (or an expected one is missing)")
-        if producer_id >= 0:
-            last = self._producers.last_data_offset(producer_id)
-            if last is not None and last != end - 1:
-                raise OutOfOrderSequenceNumber(
-                    f"{self._topic}-{self._partition}: the last batch of producer {producer_id} ends at offset "
-                    f"{last}, but the log ends at {end}: another writer appended after it")
 
     def remove_expired_producers(self, *, now_ms: int) -> list[int]:
         """KIP-854: forget the producers idle for ``producer.id.expiration.ms`` with no open

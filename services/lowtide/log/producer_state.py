@@ -47,7 +47,7 @@ Rules (Kafka's, per batch with a producer id >= 0, in log order):
   - followers and recovery take every batch as it is (Kafka's REPLICATION origin): no checks;
   - a batch with a producer id but no sequence (-1) is not checked: Kafka refuses it as
     INVALID_RECORD, but lowtide's own writers use one for conditional appends (the diskless
-    coordinator's metadata log, ``PartitionLog._check_expected_end``);
+    coordinator's metadata log, ``check_expected_end``);
 * a non-empty transactional data batch starts the producer's transaction if none is ongoing; a
   non-transactional batch while one is ongoing is INVALID_TXN_STATE;
 * a marker ends the ongoing transaction; an ABORT marker adds (pid, first, marker offset) to the
@@ -394,6 +394,34 @@ class ProducerStateManager:
         """The last offset of the producer's last data batch, None if it never wrote here."""
         entry = self._producers.get(producer_id)
         return None if entry is None or entry.last_data_offset < 0 else entry.last_data_offset
+
+    def check_expected_end(self, *, name: str, producer_id: int, producer_epoch: int, end: int,
+                           expected: int) -> None:
+        """A conditional append's condition (replica.proto ``expected_log_end_offset``) on log
+        ``name``, which ends at ``end``: it must end at ``expected`` and, if ``producer_id`` wrote
+        here before in ``producer_epoch``, its last batch must be the log's last. With the offset
+        alone, a writer that lost a race to another one of the same size would see its next append
+        go through after the other's records. Epochs (a diskless coordinator's writer id, one
+        producer epoch per leadership): a batch of an older epoch than the producer's is fenced
+        first (INVALID_PRODUCER_EPOCH, as the producer check would), and one of a newer epoch opens
+        a new term, bound by the offset alone."""
+        current = self._producers.get(producer_id) if producer_id >= 0 else None
+        if current is not None and 0 <= producer_epoch < current.epoch:
+            raise InvalidProducerEpoch(
+                f"{name}: producer {producer_id} has epoch {producer_epoch}, below its current epoch "
+                f"{current.epoch}: a newer writer fenced it")
+        if current is not None and producer_epoch > current.epoch:
+            producer_id = -1
+        if end != expected:
+            raise OutOfOrderSequenceNumber(
+                f"{name} ends at offset {end}, not at {expected} as the conditional append expected: another "
+                f"append came first (or an expected one is missing)")
+        if producer_id >= 0:
+            last = self.last_data_offset(producer_id)
+            if last is not None and last != end - 1:
+                raise OutOfOrderSequenceNumber(
+                    f"{name}: the last batch of producer {producer_id} ends at offset {last}, but the log ends "
+                    f"at {end}: another writer appended after it")
 
     def last_records(self) -> dict[int, tuple[int, int]]:
         """Producer id -> (last data offset or -1, epoch): what the cleaner must keep of each producer."""
