@@ -7,7 +7,11 @@ shortened to 3 s): produce into small segments, DeleteRecords, SIGSTOP a followe
 * the low-watermark lag is seen in Prometheus rising while the follower is stopped and back to 0
   after it resumes, and ``LowtideLowWatermarkLagStuck`` fires, then resolves;
 * every PromQL expression of every dashboard panel and every alert rule parses in Prometheus, and
-  each panel on a metric the scenario exercised returns data.
+  each panel on a metric the scenario exercised returns data;
+* Apache Kafka's own Java producer and consumer (``kafka-producer-perf-test``,
+  ``kafka-console-consumer``, ``enable.metrics.push=true``) push their metrics (KIP-714) to the
+  replicas all along, so Prometheus scrapes them and the Clients row's latency panels return them
+  under the tools' client ids.
 
 The session timeout is long (60 s) so the stopped follower stays *live*: a live replica counts
 toward the low watermark (docs/design/kip-107-delete-records.md#replication-and-the-low-watermark),
@@ -21,18 +25,28 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lowtide.client.scanner import ScannerClient
 from lowtide.localcluster import ClusterConfig, LocalCluster
-from lowtide.observability.dashboards import DASHBOARDS, build_dashboard, iter_exprs
+from lowtide.observability.dashboards import (
+    CLUSTER,
+    DASHBOARDS,
+    FETCH_LATENCY,
+    PRODUCE_LATENCY,
+    build_dashboard,
+    iter_exprs,
+)
 from lowtide.observability.prometheus import PrometheusApi
 from lowtide.observability.rules import ALERTS
 from tests.integration.conftest import running_cluster
 from tests.integration.support import create_topic, delete_records, leader_of, lowtide_cli, produce, store
+from tests.kafka_tools import kafka_tool, require_java
 from tests.waiting import wait_until
 
 TOPIC = "observed"
@@ -40,14 +54,17 @@ PLOT_OUT = Path(__file__).resolve().parents[2] / "bench" / "out" / "observabilit
 
 DISKLESS_TOPIC = "observed-diskless"
 # Panels whose metrics this scenario does not produce (KIP-68 has its own tests; errors are not
-# provoked here; no Kafka client pushes telemetry here: tests/integration/kafka/
-# test_client_telemetry.py has a Java producer do it); every other panel, the Diskless
-# dashboard's included, must return data.
+# provoked here); every other panel, the Diskless dashboard's and the Clients row's included, must
+# return data.
 NOT_EXERCISED = {
     "lowtide-deletion": {"Consumed-retention lag (min committed - LW)"},
-    "lowtide-cluster": {"Errors / s per RPC and code", "Produce latency seen by producers",
-                        "Fetch latency seen by consumers"},
+    "lowtide-cluster": {"Errors / s per RPC and code"},
 }
+
+# KIP-714: the Java clients below push every second (the replicas' subscription says so), so their
+# series are in every 1 s scrape while they run; they run for the whole module.
+TELEMETRY_TOPIC, PUSH_INTERVAL_MS = "observed-telemetry", 1000
+JAVA_PRODUCER, JAVA_CONSUMER = "observed-java-producer", "observed-java-consumer"
 
 
 def substitute(expr: str) -> str:
@@ -63,8 +80,47 @@ def observed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         pytest.skip("prometheus is not installed (apt-get install prometheus; `make setup` does it)")
     config = ClusterConfig(data_dir=tmp_path_factory.mktemp("observed"), replicas=3, session_timeout_ms=60_000,
                            replica_config={"segment.bytes": "65536", "replica.lag.time.max.ms": "2000"},
-                           with_prometheus=True, prometheus_scrape_interval="1s", prometheus_rule_for="3s")
+                           with_prometheus=True, prometheus_scrape_interval="1s", prometheus_rule_for="3s",
+                           extra_env={"LOWTIDE_CLIENT_TELEMETRY_PUSH_INTERVAL_MS": str(PUSH_INTERVAL_MS)})
     yield from running_cluster(request, config)
+
+
+@pytest.fixture(scope="module")
+def pushing_java_clients(observed: LocalCluster) -> Iterator[None]:
+    """Kafka's Java producer (slowly, for as long as the module runs) and a Java consumer reading
+    its records, both with ``enable.metrics.push=true``."""
+    require_java()
+    create_topic(observed, TELEMETRY_TOPIC, partitions=1, rf=3)
+    bootstrap = observed.kafka_bootstrap  # the Kafka listener (observed.bootstrap is the gRPC door)
+    tools = [
+        subprocess.Popen([str(kafka_tool("kafka-producer-perf-test")), "--topic", TELEMETRY_TOPIC,
+                          "--num-records", "10000000", "--record-size", "100", "--throughput", "20",
+                          "--producer-props", f"bootstrap.servers={bootstrap}", f"client.id={JAVA_PRODUCER}",
+                          "enable.metrics.push=true"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen([str(kafka_tool("kafka-console-consumer")), "--bootstrap-server", bootstrap,
+                          "--topic", TELEMETRY_TOPIC, "--from-beginning",
+                          "--consumer-property", f"client.id={JAVA_CONSUMER}",
+                          "--consumer-property", "enable.metrics.push=true"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+    ]
+    try:
+        yield
+    finally:
+        for tool in tools:
+            tool.terminate()
+        for tool in tools:
+            try:
+                tool.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                tool.kill()
+                tool.wait()
+
+
+def client_latency_in_prometheus(api: PrometheusApi, metric: str) -> dict[str, float]:
+    """client id -> the pushed ``metric`` as Prometheus has it (the Clients row's query, avg)."""
+    result = api.query(f'max by (client_id) (lowtide_client_metric{{name="{metric}.avg"}})')
+    return {r["metric"].get("client_id", ""): float(r["value"][1]) for r in result}
 
 
 def lag_in_prometheus(api: PrometheusApi) -> float | None:
@@ -79,7 +135,7 @@ def alert_state(api: PrometheusApi, name: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def scenario(observed: LocalCluster) -> dict:
+def scenario(observed: LocalCluster, pushing_java_clients: None) -> dict:
     """Runs the scenario once; returns what it saw."""
     cluster = observed
     api = PrometheusApi(cluster.state.prometheus["url"])
@@ -123,6 +179,13 @@ def scenario(observed: LocalCluster) -> dict:
     [third] = delete_records(cluster, [(TOPIC, 0, 400)])
     assert third.error_code == 0 and third.low_watermark == 400
     exercise_diskless(cluster)
+    # The Java clients have pushed for the whole scenario; a measured latency (NaN until the
+    # client's first request completes) under each tool's client id, as Prometheus scraped it.
+    latencies = {}
+    for client, metric in ((JAVA_PRODUCER, PRODUCE_LATENCY), (JAVA_CONSUMER, FETCH_LATENCY)):
+        wait_until(lambda c=client, m=metric: client_latency_in_prometheus(api, m).get(c, -1.0) >= 0, timeout_s=30,
+                   interval_s=0.5, what=f"{metric}.avg of {client} in Prometheus")
+        latencies[client] = client_latency_in_prometheus(api, metric)[client]
     time.sleep(3)
     ended = time.time()
     series = {}
@@ -134,7 +197,7 @@ def scenario(observed: LocalCluster) -> dict:
         series[name] = [(float(t) - began, float(v)) for t, v in result[0]["values"]] if result else []
     PLOT_OUT.parent.mkdir(parents=True, exist_ok=True)
     PLOT_OUT.write_text(json.dumps({"topic": TOPIC, "series": series}))
-    return {"api": api, "lag_while_stopped": lag_while_stopped, "series": series}
+    return {"api": api, "lag_while_stopped": lag_while_stopped, "series": series, "client_latencies": latencies}
 
 
 def exercise_diskless(cluster: LocalCluster) -> None:
@@ -157,6 +220,15 @@ def test_the_low_watermark_lag_rises_while_a_follower_is_stopped_and_falls_back_
     assert scenario["lag_while_stopped"] >= 200
     lags = [v for _, v in scenario["series"]["lag"]]
     assert max(lags) >= 200 and lags[-1] == 0
+
+
+def test_java_clients_pushed_latencies_are_scraped_by_prometheus_under_their_client_ids(scenario: dict) -> None:
+    assert set(scenario["client_latencies"]) == {JAVA_PRODUCER, JAVA_CONSUMER}
+    assert all(v >= 0 for v in scenario["client_latencies"].values()), scenario["client_latencies"]
+    # The dashboard's own query (per client id, avg and max) returns the Java producer's series.
+    [expr] = [e for title, e in iter_exprs(build_dashboard(CLUSTER)) if title == "Produce latency seen by producers"
+              and ".avg" in e]
+    assert {r["metric"].get("client_id") for r in scenario["api"].query(substitute(expr))} >= {JAVA_PRODUCER}
 
 
 def test_every_alert_rule_is_loaded_and_healthy_in_prometheus(scenario: dict) -> None:
