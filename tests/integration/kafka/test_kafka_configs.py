@@ -10,11 +10,12 @@ One 3-replica cluster for the module: retention passes every 300 ms, the cleaner
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KpConfigResource
@@ -344,3 +345,28 @@ def test_diskless_enable_never_changes_on_an_existing_topic_and_takes_only_true_
     assert "diskless.enable" in refused_create.value.args[0].str()
     with Admin(kcluster.bootstrap) as admin:
         assert "kd-bad" not in admin.list_topics()
+
+
+def test_kafka_verifiable_producer_writes_to_a_diskless_enable_topic_and_a_read_committed_consumer_reads_it_all(
+        kcluster, confluent):
+    create_with_config(confluent, "kd-verified", {"diskless.enable": "true"}, partitions=2)
+    produced = tool("kafka-verifiable-producer", "--topic", "kd-verified", "--bootstrap-server",
+                    kcluster.kafka_bootstrap, "--max-messages", "400", "--acks", "-1")
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    events = [json.loads(line) for line in produced.stdout.splitlines() if line.startswith("{")]
+    acked = [e["value"] for e in events if e.get("name") == "producer_send_success"]
+    assert len(acked) == 400 and not [e for e in events if e.get("name") == "producer_send_error"], events[-3:]
+    consumer = Consumer({"bootstrap.servers": kcluster.kafka_bootstrap, "group.id": "kd-verified-reader",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    read: list[str] = []
+    try:
+        consumer.subscribe(["kd-verified"])
+        deadline = time.monotonic() + 60
+        while len(read) < len(acked) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read.append(message.value().decode())
+    finally:
+        consumer.close()
+    assert sorted(read, key=int) == sorted(acked, key=int)  # each acknowledged value once, nothing else
+    assert s.store(kcluster).topic("kd-verified").diskless
