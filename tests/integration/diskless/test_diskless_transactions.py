@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
 import subprocess
 import time
@@ -94,10 +93,13 @@ def test_read_committed_drops_an_aborted_transaction_and_waits_for_an_open_one_o
 
 def test_kafkas_transactional_message_copier_copies_a_classic_topic_into_a_diskless_one_exactly_once(
         cluster, tmp_path):
-    """Kafka 4's copier (transactions version 2: Produce v12 adds the diskless partitions
-    implicitly, EndTxn v5 bumps the epoch its markers carry), its first run killed with -9 in the
-    middle of a transaction and started again: its InitProducerId aborts what the dead one left
-    open, on the diskless partitions too, and read_committed holds every input value once."""
+    """Kafka 4's copier (transactions version 2: Produce v12 adds the diskless partition
+    implicitly, EndTxn v5 bumps the epoch its markers carry) copying under three kill -9s, each once
+    the copy has moved on since the last: the copier itself in the middle of a transaction (started
+    again, its InitProducerId aborts what the dead one left open, on the diskless partition too),
+    the front door (the transaction coordinator), and the replica leading the diskless partition's
+    shard metadata log (where its transactions are recorded). Then read_committed holds every input
+    value exactly once, and read_uncommitted shows the aborted copies."""
     lib = kafka_tools_manifest()["lib"]
     source, sink, records = "dl-copy-in", "dl-copy-out", 3000
     s.create_topic(cluster, source, partitions=1, rf=3)
@@ -111,31 +113,66 @@ def test_kafkas_transactional_message_copier_copies_a_classic_topic_into_a_diskl
     command[command.index("--output-topic") + 1] = sink
     command[command.index("--consumer-group") + 1] = "dl-copy-group"
     command[command.index("--transactional-id") + 1] = "dl-copier"
-    deadline = time.monotonic() + 90
-    runs = 0
-    killed = False
+    shard = s.store(cluster).topic(sink).diskless_shards[0]
+    faults = ["copier", "frontdoor", "metadata-leader"]
+    deadline = time.monotonic() + 120
+    runs, mark = 0, records
     while True:
         runs += 1
         log = tmp_path / f"copier-{runs}.log"
         with log.open("w") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-            if not killed:
-                # Kill it once a few transactions have committed, in the middle of the next one.
-                s.wait_until(lambda log=log, proc=proc: (_remaining(log) or records) <= records - 400
-                             or proc.poll() is not None, timeout_s=60,
-                             what="the copier's first transactions")
-                os.kill(proc.pid, signal.SIGKILL)
-                killed = True
+            while faults and proc.poll() is None and time.monotonic() < deadline:
+                left = _remaining(log)
+                if left is None or left > mark - 300:
+                    time.sleep(0.1)
+                    continue
+                mark, fault = left, faults.pop(0)
+                if fault == "copier":
+                    _kill_mid_transaction(proc, cluster, sink)
+                    break
+                name = "frontdoor-0" if fault == "frontdoor" else \
+                    f"replica-{s.leader_of(cluster, '__diskless_metadata', shard)}"
+                cluster.kill(name, signal.SIGKILL)
+                time.sleep(1.0)
+                cluster.start_service(name)
             code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         if code == 0 and finished(log):
             break
-        assert time.monotonic() < deadline and runs < 5, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline and runs < 6, log.read_text(errors="replace")[-3000:]
+    assert faults == [], f"the copy ended before faults {faults}"
     got = collections.Counter(values_of(cluster, sink, isolation_level="read_committed", partitions=1,
                                         until=records))
     assert [v for v, n in got.items() if n > 1] == []
     assert set(got) == {f"v-{i}".encode() for i in range(records)}
     uncommitted = values_of(cluster, sink, isolation_level="read_uncommitted", partitions=1, until=records)
-    assert len(uncommitted) > records  # the killed run's open transaction is in the log, aborted
+    assert len(uncommitted) > records  # the killed copier's open transaction is in the log, aborted
+
+
+def _kill_mid_transaction(proc: subprocess.Popen, cluster, topic: str) -> None:
+    """kill -9 the copier in the middle of a transaction holding data in ``topic``: stopped while
+    one is open (the LSO below the HW), killed if it still is once anything in flight had time to
+    land (else resumed, and tried again)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if _open_transaction(cluster, topic):
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.5)
+            if _open_transaction(cluster, topic):
+                proc.kill()
+                return
+            proc.send_signal(signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"never saw the copier's transaction open in {topic}")
+
+
+def _open_transaction(cluster, topic: str) -> bool:
+    """Partition 0 of ``topic`` holds data of an open transaction (its LSO is below its HW)."""
+    key = (topic, 0)
+    with Admin(cluster.bootstrap) as admin:
+        stable = admin.list_offsets({key: OffsetSpec.LATEST}, isolation_level=1)[key].offset
+        latest = admin.list_offsets({key: OffsetSpec.LATEST})[key].offset
+    return stable < latest
 
 
 def _remaining(log) -> int | None:
