@@ -533,10 +533,10 @@ class CoordinatorCore:
                     results.append(FindBatchesPartitionResponse(
                         partition_index=index, error_code=UnknownTopicOrPartition.code))
                     continue
-                lso = self.state.last_stable_offset(p)
+                # READ_COMMITTED stops at the LSO (one more indexed read: only those fetches pay it).
+                end = self.state.last_stable_offset(p) if committed else p.high_watermark
                 known = {"partition_index": index, "log_start_offset": p.log_start_offset,
-                         "high_watermark": p.high_watermark, "last_stable_offset": lso}
-                end = lso if committed else p.high_watermark  # READ_COMMITTED stops at the LSO
+                         "high_watermark": p.high_watermark, "last_stable_offset": end if committed else -1}
                 if part.max_partition_fetch_bytes <= 0:
                     results.append(FindBatchesPartitionResponse(error_code=InvalidFetchSize.code, **known))
                     continue

@@ -91,6 +91,41 @@ def test_read_committed_drops_an_aborted_transaction_and_waits_for_an_open_one_o
         b"after", b"behind", b"c1", b"c2", b"c3", b"open"]
 
 
+def test_kafka_python_transactions_version_1_commit_and_abort_on_a_diskless_topic(cluster):
+    """kafka-python speaks transactions version 1 (AddPartitionsToTxn before the data, EndTxn v<5,
+    one epoch for the producer): its aborted transaction is dropped by its own read_committed
+    consumer, from the aborted list the shard answers, and its committed one is read."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+    create_diskless(cluster, "dl-kp", 1)
+    producer = KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap, transactional_id="dl-kp-tx")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send("dl-kp", f"aborted-{i}".encode(), partition=0)
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        for i in range(3):
+            producer.send("dl-kp", f"kept-{i}".encode(), partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    got = {}
+    for level in ("read_committed", "read_uncommitted"):
+        consumer = KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, isolation_level=level,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=3000)
+        try:
+            consumer.assign([KTopicPartition("dl-kp", 0)])
+            got[level] = [r.value for r in consumer]
+        finally:
+            consumer.close()
+    assert got["read_committed"] == [b"kept-0", b"kept-1", b"kept-2"]
+    assert sorted(got["read_uncommitted"]) == sorted([f"aborted-{i}".encode() for i in range(5)]
+                                                     + [f"kept-{i}".encode() for i in range(3)])
+
+
 def test_kafkas_transactional_message_copier_copies_a_classic_topic_into_a_diskless_one_exactly_once(
         cluster, tmp_path):
     """Kafka 4's copier (transactions version 2: Produce v12 adds the diskless partition
