@@ -50,6 +50,7 @@ from lowtide.errors import (
     InvalidProducerEpoch,
     InvalidRequest,
     InvalidTopic,
+    InvalidTxnState,
     LowtideError,
     OffsetOutOfRange,
     OutOfOrderSequenceNumber,
@@ -298,6 +299,7 @@ class CoordinatorCore:
             raise InvalidRequest(f"{len(kinds)} transaction kinds (0-3) for {len(request.batches)} batches")
         accepted_kinds: list[int] = []
         txns: dict[tuple[bytes, int, int], int | None] = {}  # ongoing transactions after this file
+        anywhere: list[bool | None] = [None]  # whether the shard has any ongoing transaction (asked once)
         # (topic id, partition) -> [row, log start offset, next offset], or None: not on this shard
         partitions: dict[tuple[bytes, int], list | None] = {}
         producers: dict[tuple[bytes, int, int], ProducerRow | None] = {}
@@ -373,6 +375,10 @@ class CoordinatorCore:
                 if verdict is not None:
                     add_result(_refused(verdict, lso))
                     continue
+                if not kind and self._in_transaction(pkey, txns, anywhere):
+                    add_result(_refused(InvalidTxnState(
+                        f"producer {pid} sent a non-transactional batch during its ongoing transaction"), lso))
+                    continue
             if already_known:
                 add_result(_refused(InvalidRequest(f"file {object_key} is already committed"), lso))
                 continue
@@ -409,6 +415,18 @@ class CoordinatorCore:
                         if part is not None and part[2] != (row := part[0])[5]},
             producers={pkey: producers[pkey] for pkey in advanced}, txns=txns)
         return Decision(response, [record])
+
+    def _in_transaction(self, pkey: tuple[bytes, int, int], txns: dict[tuple[bytes, int, int], int | None],
+                        anywhere: list[bool | None]) -> bool:
+        """Whether the producer has an ongoing transaction in the partition: a non-transactional
+        batch of it is then INVALID_TXN_STATE, as Kafka's leader answers. Whether the shard has
+        any ongoing transaction at all is asked once per file, so a shard without transactions
+        pays no lookup per producer."""
+        if pkey in txns:
+            return txns[pkey] is not None
+        if anywhere[0] is None:
+            anywhere[0] = self.pending.any_ongoing_txn()
+        return bool(anywhere[0]) and self.pending.ongoing_txn(*pkey) is not None
 
     def _check_marker(self, pid: int, epoch: int, count: int, pkey: tuple[bytes, int, int],
                       producers: dict[tuple[bytes, int, int], ProducerRow | None],

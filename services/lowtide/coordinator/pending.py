@@ -99,6 +99,10 @@ class PendingState:
         hit = self._txns.values.get((topic_id, index, producer_id), _MISSING)
         return self.state.ongoing_txn(topic_id, index, producer_id) if hit is _MISSING else hit
 
+    def any_ongoing_txn(self) -> bool:
+        """Whether any producer may have an ongoing transaction on this shard (pending or committed)."""
+        return any(v is not None for v in self._txns.values.values()) or self.state.any_ongoing_txn()
+
     def file_pending(self, object_key: str) -> bool:
         return object_key in self._files.values
 

@@ -688,6 +688,9 @@ class CoordinatorState:
         p = self.partition(topic_id, index)
         return None if p is None else txn.ongoing_first_offset(self.db, p.partition_key, producer_id)
 
+    def any_ongoing_txn(self) -> bool:
+        return self.db.execute("SELECT 1 FROM txns LIMIT 1").fetchone() is not None
+
     def last_stable_offset(self, partition: PartitionRow) -> int:
         return txn.last_stable_offset(self.db, partition.partition_key, partition.high_watermark)
 

@@ -11,7 +11,13 @@ import pytest
 from lowtide.coordinator.records import FileCommitted, decode_record, encode_record
 from lowtide.coordinator.snapshot_store import verify_database
 from lowtide.coordinator.state import CoordinatorState, restore_snapshot
-from lowtide.errors import CorruptMessage, InvalidProducerEpoch, InvalidRequest, OutOfOrderSequenceNumber
+from lowtide.errors import (
+    CorruptMessage,
+    InvalidProducerEpoch,
+    InvalidRequest,
+    InvalidTxnState,
+    OutOfOrderSequenceNumber,
+)
 from lowtide.messages.coordinator import (
     LATEST_TIMESTAMP,
     READ_COMMITTED,
@@ -149,6 +155,16 @@ def test_markers_are_fenced_by_epoch_and_a_newer_one_starts_the_producer_at_sequ
     nxt = txn_commit(shard, "f6", [batch(tid, producer_id=A, epoch=5, seq=0)], [TXN_DATA])
     assert results(nxt) == [(0, 3, False)]
     assert fetch(shard, tid).last_stable_offset == 3
+
+
+def test_a_non_transactional_batch_during_the_producers_transaction_is_invalid_txn_state(shard):
+    tid = create_topic(shard, "t")
+    txn_commit(shard, "f1", [batch(tid, producer_id=A, epoch=0, seq=0)], [TXN_DATA])
+    plain = shard.run(shard.core.commit_file(commit("f2", [batch(tid, producer_id=A, epoch=0, seq=1),
+                                                           batch(tid, producer_id=B, epoch=0, seq=0)])))
+    assert results(plain) == [(InvalidTxnState.code, -1, False), (0, 1, False)]  # B has no transaction
+    txn_commit(shard, "f3", [marker(tid, producer_id=A, epoch=0)], [TXN_COMMIT])
+    assert results(txn_commit(shard, "f4", [batch(tid, producer_id=A, epoch=0, seq=1)], [0])) == [(0, 3, False)]
 
 
 def test_bad_transaction_kinds_are_refused_whole_or_per_batch(shard):
