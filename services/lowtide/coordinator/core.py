@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from lowtide.clock import Clock, now_ms
+from lowtide.coordinator import transactions as txn
 from lowtide.coordinator.pending import PendingState
 from lowtide.coordinator.records import (
     CommittedBatch,
@@ -516,7 +517,8 @@ class CoordinatorCore:
                     results.append(ListOffsetsPartitionResponse(partition_index=part.partition_index, **_failed(error)))
                     continue
                 if ts == LATEST_TIMESTAMP:
-                    found = (-1, self.state.last_stable_offset(p) if request.isolation_level == READ_COMMITTED
+                    found = (-1, txn.last_stable_offset(self.state.db, p.partition_key, p.high_watermark)
+                             if request.isolation_level == READ_COMMITTED
                              else p.high_watermark)
                 elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     found = (-1, p.log_start_offset)
@@ -552,7 +554,8 @@ class CoordinatorCore:
                         partition_index=index, error_code=UnknownTopicOrPartition.code))
                     continue
                 # READ_COMMITTED stops at the LSO (one more indexed read: only those fetches pay it).
-                end = self.state.last_stable_offset(p) if committed else p.high_watermark
+                end = txn.last_stable_offset(self.state.db, p.partition_key, p.high_watermark) if committed \
+                    else p.high_watermark
                 known = {"partition_index": index, "log_start_offset": p.log_start_offset,
                          "high_watermark": p.high_watermark, "last_stable_offset": end if committed else -1}
                 if part.max_partition_fetch_bytes <= 0:
@@ -570,8 +573,8 @@ class CoordinatorCore:
                     below=end)
                 remaining -= size
                 first_returned = first_returned or bool(batches)
-                aborted = self.state.aborted_txns(p, part.offset, batches[-1].last_offset + 1) \
-                    if committed and batches else []
+                aborted = txn.aborted_between(self.state.db, p.partition_key, part.offset,
+                                              batches[-1].last_offset + 1) if committed and batches else []
                 results.append(FindBatchesPartitionResponse(batches=batches, aborted_transactions=aborted, **known))
             topics.append(FindBatchesTopicResponse(topic_id=topic.topic_id, partitions=results))
         return FindBatchesResponse(topics=topics)

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from lowtide.coordinator import transactions as txn
 from lowtide.coordinator.records import (
     FileCommitted,
     MetadataRecord,
@@ -97,11 +98,14 @@ class PendingState:
     def ongoing_txn(self, topic_id: bytes, index: int, producer_id: int) -> int | None:
         """The first offset of the producer's ongoing transaction in the partition (None: none)."""
         hit = self._txns.values.get((topic_id, index, producer_id), _MISSING)
-        return self.state.ongoing_txn(topic_id, index, producer_id) if hit is _MISSING else hit
+        if hit is not _MISSING:
+            return hit
+        p = self.state.partition(topic_id, index)
+        return None if p is None else txn.ongoing_first_offset(self.state.db, p.partition_key, producer_id)
 
     def any_ongoing_txn(self) -> bool:
         """Whether any producer may have an ongoing transaction on this shard (pending or committed)."""
-        return any(v is not None for v in self._txns.values.values()) or self.state.any_ongoing_txn()
+        return any(v is not None for v in self._txns.values.values()) or txn.any_ongoing(self.state.db)
 
     def file_pending(self, object_key: str) -> bool:
         return object_key in self._files.values

@@ -683,20 +683,6 @@ class CoordinatorState:
         p = self.partition(topic_id, index)
         return None if p is None else self._producer_cached(self.db, p.partition_key, producer_id)
 
-    def ongoing_txn(self, topic_id: bytes, index: int, producer_id: int) -> int | None:
-        """The first offset of the producer's ongoing transaction in the partition, or None."""
-        p = self.partition(topic_id, index)
-        return None if p is None else txn.ongoing_first_offset(self.db, p.partition_key, producer_id)
-
-    def any_ongoing_txn(self) -> bool:
-        return self.db.execute("SELECT 1 FROM txns LIMIT 1").fetchone() is not None
-
-    def last_stable_offset(self, partition: PartitionRow) -> int:
-        return txn.last_stable_offset(self.db, partition.partition_key, partition.high_watermark)
-
-    def aborted_txns(self, partition: PartitionRow, start: int, end: int) -> list[tuple[int, int]]:
-        return txn.aborted_between(self.db, partition.partition_key, start, end)
-
     def file(self, object_key: str) -> FileRow | None:
         row = self.db.execute("SELECT * FROM files WHERE object_key = ?", (object_key,)).fetchone()
         if row is None:

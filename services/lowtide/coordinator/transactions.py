@@ -101,6 +101,11 @@ def ongoing_first_offset(db: Db, partition_key: int, producer_id: int) -> int | 
     return None if row is None else row[0]
 
 
+def any_ongoing(db: Db) -> bool:
+    """Whether any partition of the shard has an ongoing transaction."""
+    return db.execute("SELECT 1 FROM txns LIMIT 1").fetchone() is not None
+
+
 def last_stable_offset(db: Db, partition_key: int, high_watermark: int) -> int:
     """The first offset of the partition's oldest ongoing transaction, else the high watermark."""
     row = db.execute("SELECT min(first_offset) FROM txns WHERE partition_key = ?", (partition_key,)).fetchone()
