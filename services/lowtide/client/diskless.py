@@ -143,7 +143,8 @@ class DisklessCoordinatorClient(PooledClient):
         request = pb.DisklessCommitFileRequest(
             object_key=object_key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=file_size,
             owner_ids=list(owner_ids), uploader_broker_id=uploader_broker_id, timeout_ms=int(timeout_s * 1000),
-            packed_batches=pack_batch_fields(batches))
+            packed_batches=pack_batch_fields(batches),
+            txn_kinds=bytes([b.txn_kind for b in batches]) if any(b.txn_kind for b in batches) else b"")
         reply = self._call_framed(shard, "CommitFile", request, pb.DisklessCommitFileResponse, timeout_s) \
             if self._caller is not None else self._call(shard, "CommitFile", request, timeout_s)
         packed = reply.packed_results
@@ -161,15 +162,18 @@ class DisklessCoordinatorClient(PooledClient):
         return results
 
     def find_batches(self, shard: int, positions: Sequence[tuple[bytes, int, int, int]], *, fetch_max_bytes: int,
-                     max_batches_per_partition: int = 1000, timeout_s: float = 10.0) -> list[FoundPartition]:
-        """``positions``: (topic_id, partition, offset, max partition bytes); answers in that order."""
+                     max_batches_per_partition: int = 1000, timeout_s: float = 10.0,
+                     isolation_level: int = 0) -> list[FoundPartition]:
+        """``positions``: (topic_id, partition, offset, max partition bytes); answers in that order.
+        ``isolation_level`` 1 (READ_COMMITTED): batches below the last stable offset only, with the
+        aborted transactions overlapping them."""
         topics: dict[bytes, list[pb.DisklessFindBatchesPartition]] = {}
         for topic_id, partition, offset, max_bytes in positions:
             topics.setdefault(topic_id, []).append(pb.DisklessFindBatchesPartition(
                 partition_index=partition, offset=offset, max_partition_fetch_bytes=max_bytes))
         reply = self._call(shard, "FindBatches", pb.DisklessFindBatchesRequest(
             fetch_max_bytes=max(1, fetch_max_bytes), max_batches_per_partition=max_batches_per_partition,
-            timeout_ms=int(timeout_s * 1000),
+            timeout_ms=int(timeout_s * 1000), isolation_level=isolation_level,
             topics=[pb.DisklessFindBatchesTopic(topic_id=t, partitions=ps) for t, ps in topics.items()]), timeout_s)
         out = []
         for t in reply.topics:
@@ -177,6 +181,8 @@ class DisklessCoordinatorClient(PooledClient):
                 out.append(FoundPartition(
                     topic_id=t.topic_id, partition=p.partition_index, error=error_or_none(p.error_code),
                     log_start_offset=p.log_start_offset, high_watermark=p.high_watermark,
+                    last_stable_offset=p.last_stable_offset,
+                    aborted_transactions=tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions),
                     batches=[FoundBatch(object_key=b.object_key, byte_offset=b.byte_offset, byte_size=b.byte_size,
                                         base_offset=b.base_offset, last_offset=b.last_offset,
                                         log_append_timestamp=b.log_append_timestamp,
@@ -200,14 +206,15 @@ class DisklessCoordinatorClient(PooledClient):
                 for t in reply.topics for p in t.partitions]
 
     def list_offsets(self, shard: int, items: Sequence[tuple[bytes, int, int]], *,
-                     timeout_s: float = 10.0) -> list[PartitionAnswer]:
-        """``items``: (topic_id, partition, timestamp: -1 latest, -2 earliest, -3 max timestamp, >= 0)."""
+                     timeout_s: float = 10.0, isolation_level: int = 0) -> list[PartitionAnswer]:
+        """``items``: (topic_id, partition, timestamp: -1 latest, -2 earliest, -3 max timestamp, >= 0);
+        with ``isolation_level`` 1 (READ_COMMITTED) latest is the last stable offset."""
         topics: dict[bytes, list[pb.DisklessListOffsetsPartition]] = {}
         for topic_id, partition, ts in items:
             topics.setdefault(topic_id, []).append(pb.DisklessListOffsetsPartition(partition_index=partition,
                                                                                    timestamp=ts))
         reply = self._call(shard, "ListOffsets", pb.DisklessListOffsetsRequest(
-            timeout_ms=int(timeout_s * 1000),
+            timeout_ms=int(timeout_s * 1000), isolation_level=isolation_level,
             topics=[pb.DisklessListOffsetsTopic(topic_id=t, partitions=ps) for t, ps in topics.items()]), timeout_s)
         return [PartitionAnswer(topic_id=t.topic_id, partition=p.partition_index,
                                 error=error_or_none(p.error_code, p.error_message), offset=p.offset,

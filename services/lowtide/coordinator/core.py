@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from lowtide.clock import Clock, now_ms
+from lowtide.coordinator import transactions as txn
 from lowtide.coordinator.pending import PendingState
 from lowtide.coordinator.records import (
     CommittedBatch,
@@ -50,6 +51,7 @@ from lowtide.errors import (
     InvalidProducerEpoch,
     InvalidRequest,
     InvalidTopic,
+    InvalidTxnState,
     LowtideError,
     OffsetOutOfRange,
     OutOfOrderSequenceNumber,
@@ -63,6 +65,9 @@ from lowtide.messages.coordinator import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    READ_COMMITTED,
+    TXN_COMMIT,
+    TXN_DATA,
     CommitBatchResult,
     CommitFileRequest,
     CommitFileResponse,
@@ -118,7 +123,12 @@ def check_sequence(producer: ProducerRow | None, *, producer_id: int, epoch: int
                    last_sequence: int) -> LowtideError | ProducerEntry | None:
     """Kafka's idempotent-producer rule for one batch: None to accept it, the original entry for an
     exact duplicate of one of the producer's last 5 batches, or the error to answer."""
-    if producer is None or epoch > producer.producer_epoch:
+    # No entries in the current epoch: a transaction marker of a newer epoch (transactions
+    # version 2's bump) moved the producer there, and its next batch starts the epoch at 0.
+    if producer is None or epoch > producer.producer_epoch or not producer.entries:
+        if producer is not None and epoch < producer.producer_epoch:
+            return InvalidProducerEpoch(f"producer {producer_id} epoch {epoch} is fenced by "
+                                        f"epoch {producer.producer_epoch}")
         if base_sequence != 0:
             return OutOfOrderSequenceNumber(f"producer {producer_id} epoch {epoch}: the first "
                                             f"sequence of an epoch must be 0, got {base_sequence}")
@@ -285,6 +295,12 @@ class CoordinatorCore:
         now = self.clock()
         object_key = request.object_key
         already_known = self.pending.file_known(object_key)
+        kinds = request.txn_kinds
+        if kinds and (len(kinds) != len(request.batches) or max(kinds) > 3):
+            raise InvalidRequest(f"{len(kinds)} transaction kinds (0-3) for {len(request.batches)} batches")
+        accepted_kinds: list[int] = []
+        txns: dict[tuple[bytes, int, int], int | None] = {}  # ongoing transactions after this file
+        anywhere: list[bool | None] = [None]  # whether the shard has any ongoing transaction (asked once)
         # (topic id, partition) -> [row, log start offset, next offset], or None: not on this shard
         partitions: dict[tuple[bytes, int], list | None] = {}
         producers: dict[tuple[bytes, int, int], ProducerRow | None] = {}
@@ -321,6 +337,26 @@ class CoordinatorCore:
                     f"record batch magic {magic}; only {RECORD_BATCH_MAGIC} is supported"), lso))
                 continue
             count = last_offset - base_offset + 1
+            kind = kinds[i] if kinds else 0
+            if kind >= TXN_COMMIT:
+                outcome = self._check_marker(pid, epoch, count, (topic_id, index, pid), producers, txns,
+                                             already_known)
+                if outcome is not None:
+                    add_result(_refused(outcome, lso) if isinstance(outcome, LowtideError)
+                               else CommitBatchResult(0, None, -1, -1, lso, True))
+                    continue
+                base = part[2]
+                part[2] = base + 1
+                accepted.append(_new(CommittedBatch, (topic_id, index, magic, byte_offset, size, base, base, now,
+                                                      max_ts, ts_type, pid, epoch, -1, -1)))
+                accepted_kinds.append(kind)
+                txns[(topic_id, index, pid)] = None
+                advanced.add((topic_id, index, pid))
+                add_result(_new(CommitBatchResult, (0, None, base, now if ts_type == 1 else -1, lso, False)))
+                continue
+            if kind == TXN_DATA and pid < 0:
+                add_result(_refused(InvalidRequest(f"batch {i}: a transactional batch needs a producer id"), lso))
+                continue
             if pid >= 0:
                 if epoch < 0 or base_seq < 0 or last_seq < 0 or \
                         (last_seq - base_seq) % (INT32_MAX + 1) != count - 1:
@@ -340,6 +376,10 @@ class CoordinatorCore:
                 if verdict is not None:
                     add_result(_refused(verdict, lso))
                     continue
+                if not kind and self._in_transaction(pkey, txns, anywhere):
+                    add_result(_refused(InvalidTxnState(
+                        f"producer {pid} sent a non-transactional batch during its ongoing transaction"), lso))
+                    continue
             if already_known:
                 add_result(_refused(InvalidRequest(f"file {object_key} is already committed"), lso))
                 continue
@@ -348,6 +388,10 @@ class CoordinatorCore:
             last = base + count - 1
             accepted.append(_new(CommittedBatch, (topic_id, index, magic, byte_offset, size, base, last, now, max_ts,
                                                   ts_type, pid, epoch, base_seq, last_seq)))
+            if kinds:
+                accepted_kinds.append(kind)
+                if kind == TXN_DATA and (txns[pkey] if pkey in txns else self.pending.ongoing_txn(*pkey)) is None:
+                    txns[pkey] = base  # this batch starts the producer's transaction in the partition
             if pid >= 0:
                 entry = ProducerEntry(base_seq, last_seq, base, last, now)
                 prev = producers[pkey]
@@ -361,7 +405,8 @@ class CoordinatorCore:
         # Also with no accepted batch: the file is then recorded with none, which makes it
         # deletable at once (or handed to the next owner), so the object does not leak.
         record = FileCommitted(object_key, request.object_format, request.file_size,
-                               request.uploader_broker_id, now, tuple(request.owner_ids), tuple(accepted))
+                               request.uploader_broker_id, now, tuple(request.owner_ids), tuple(accepted),
+                               bytes(accepted_kinds) if any(accepted_kinds) else b"")
         # The rows this check computed are exactly what the record makes of them: hand them to
         # the overlay rather than have it work them out again batch by batch.
         self.pending.push_checked_file(
@@ -369,8 +414,45 @@ class CoordinatorCore:
             partitions={where: _new(PartitionRow, (row[0], row[1], row[2], row[3], row[4], part[2], row[6], row[7]))
                         for where, part in partitions.items()  # part[2]: the new high_watermark (row[5])
                         if part is not None and part[2] != (row := part[0])[5]},
-            producers={pkey: producers[pkey] for pkey in advanced})
+            producers={pkey: producers[pkey] for pkey in advanced}, txns=txns)
         return Decision(response, [record])
+
+    def _in_transaction(self, pkey: tuple[bytes, int, int], txns: dict[tuple[bytes, int, int], int | None],
+                        anywhere: list[bool | None]) -> bool:
+        """Whether the producer has an ongoing transaction in the partition: a non-transactional
+        batch of it is then INVALID_TXN_STATE, as Kafka's leader answers. Whether the shard has
+        any ongoing transaction at all is asked once per file, so a shard without transactions
+        pays no lookup per producer."""
+        if pkey in txns:
+            return txns[pkey] is not None
+        if anywhere[0] is None:
+            anywhere[0] = self.pending.any_ongoing_txn()
+        return bool(anywhere[0]) and self.pending.ongoing_txn(*pkey) is not None
+
+    def _check_marker(self, pid: int, epoch: int, count: int, pkey: tuple[bytes, int, int],
+                      producers: dict[tuple[bytes, int, int], ProducerRow | None],
+                      txns: dict[tuple[bytes, int, int], int | None],
+                      already_known: bool) -> LowtideError | bool | None:
+        """A COMMIT/ABORT marker batch (one control record): None to write it; True when there is
+        no ongoing transaction of the producer to end (a retry of a marker already written, or a
+        partition the transaction never wrote to): answered as a duplicate, nothing written; or the
+        error. Epoch-fenced as Kafka's markers: an epoch older than the producer's is
+        INVALID_PRODUCER_EPOCH. A newer one (transactions version 2) becomes the producer's."""
+        if pid < 0 or epoch < 0 or count != 1:
+            return InvalidRequest(f"a transaction marker needs a producer id, an epoch and one record "
+                                  f"(producer {pid}, epoch {epoch}, {count} records)")
+        if pkey not in producers:
+            producers[pkey] = self.pending.producer(*pkey)
+        row = producers[pkey]
+        if row is not None and epoch < row.producer_epoch:
+            return InvalidProducerEpoch(f"marker of producer {pid} epoch {epoch} is fenced by epoch "
+                                        f"{row.producer_epoch}")
+        ongoing = txns[pkey] if pkey in txns else self.pending.ongoing_txn(*pkey)
+        if ongoing is None or already_known:
+            return True
+        if row is None or epoch > row.producer_epoch:
+            producers[pkey] = ProducerRow(epoch, ())
+        return None
 
     # ---- DeleteRecords ---------------------------------------------------------------------------
     def delete_records(self, request: DeleteRecordsRequest) -> Decision[DeleteRecordsResponse]:
@@ -435,7 +517,9 @@ class CoordinatorCore:
                     results.append(ListOffsetsPartitionResponse(partition_index=part.partition_index, **_failed(error)))
                     continue
                 if ts == LATEST_TIMESTAMP:
-                    found = (-1, p.high_watermark)
+                    found = (-1, txn.last_stable_offset(self.state.db, p.partition_key, p.high_watermark)
+                             if request.isolation_level == READ_COMMITTED
+                             else p.high_watermark)
                 elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                     found = (-1, p.log_start_offset)
                 elif ts == MAX_TIMESTAMP:
@@ -458,6 +542,7 @@ class CoordinatorCore:
                                  f"{request.max_batches_per_partition} must be > 0")
         remaining = request.fetch_max_bytes
         first_returned = False
+        committed = request.isolation_level == READ_COMMITTED
         topics = []
         for topic in request.topics:
             results = []
@@ -468,23 +553,29 @@ class CoordinatorCore:
                     results.append(FindBatchesPartitionResponse(
                         partition_index=index, error_code=UnknownTopicOrPartition.code))
                     continue
+                # READ_COMMITTED stops at the LSO (one more indexed read: only those fetches pay it).
+                end = txn.last_stable_offset(self.state.db, p.partition_key, p.high_watermark) if committed \
+                    else p.high_watermark
                 known = {"partition_index": index, "log_start_offset": p.log_start_offset,
-                         "high_watermark": p.high_watermark}
+                         "high_watermark": p.high_watermark, "last_stable_offset": end if committed else -1}
                 if part.max_partition_fetch_bytes <= 0:
                     results.append(FindBatchesPartitionResponse(error_code=InvalidFetchSize.code, **known))
                     continue
                 if part.offset < p.log_start_offset or part.offset > p.high_watermark:
                     results.append(FindBatchesPartitionResponse(error_code=OffsetOutOfRange.code, **known))
                     continue
-                if part.offset == p.high_watermark or (remaining <= 0 and first_returned):
+                if part.offset >= end or (remaining <= 0 and first_returned):
                     results.append(FindBatchesPartitionResponse(**known))
                     continue
                 batches, size = self.state.find_batches(
                     p.partition_key, part.offset, max_batches=request.max_batches_per_partition,
-                    max_bytes=min(part.max_partition_fetch_bytes, remaining), always_first=not first_returned)
+                    max_bytes=min(part.max_partition_fetch_bytes, remaining), always_first=not first_returned,
+                    below=end)
                 remaining -= size
                 first_returned = first_returned or bool(batches)
-                results.append(FindBatchesPartitionResponse(batches=batches, **known))
+                aborted = txn.aborted_between(self.state.db, p.partition_key, part.offset,
+                                              batches[-1].last_offset + 1) if committed and batches else []
+                results.append(FindBatchesPartitionResponse(batches=batches, aborted_transactions=aborted, **known))
             topics.append(FindBatchesTopicResponse(topic_id=topic.topic_id, partitions=results))
         return FindBatchesResponse(topics=topics)
 

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from lowtide.coordinator import transactions as txn
 from lowtide.coordinator.records import (
     FileCommitted,
     MetadataRecord,
@@ -66,9 +67,9 @@ class PendingState:
         self._seq = 0
         self._records: deque[tuple[int, MetadataRecord]] = deque()
         # Values: PartitionRow | None; (name, frozenset of indexes) | None; topic id | None;
-        # ProducerRow; True (a pending file).
+        # ProducerRow; True (a pending file); the first offset of an ongoing transaction | None.
         self._partitions, self._topics, self._names = _Table(), _Table(), _Table()
-        self._producers, self._files = _Table(), _Table()
+        self._producers, self._files, self._txns = _Table(), _Table(), _Table()
         self._touched: deque[tuple[int, _Table, Iterable]] = deque()  # (seq, table, keys it set)
 
     # ---- reads: committed + pending ----------------------------------------------------------
@@ -93,6 +94,18 @@ class PendingState:
     def producer(self, topic_id: bytes, index: int, producer_id: int) -> ProducerRow | None:
         hit = self._producers.values.get((topic_id, index, producer_id), _MISSING)
         return self.state.producer(topic_id, index, producer_id) if hit is _MISSING else hit
+
+    def ongoing_txn(self, topic_id: bytes, index: int, producer_id: int) -> int | None:
+        """The first offset of the producer's ongoing transaction in the partition (None: none)."""
+        hit = self._txns.values.get((topic_id, index, producer_id), _MISSING)
+        if hit is not _MISSING:
+            return hit
+        p = self.state.partition(topic_id, index)
+        return None if p is None else txn.ongoing_first_offset(self.state.db, p.partition_key, producer_id)
+
+    def any_ongoing_txn(self) -> bool:
+        """Whether any producer may have an ongoing transaction on this shard (pending or committed)."""
+        return any(v is not None for v in self._txns.values.values()) or txn.any_ongoing(self.state.db)
 
     def file_pending(self, object_key: str) -> bool:
         return object_key in self._files.values
@@ -149,13 +162,17 @@ class PendingState:
         return seq
 
     def push_checked_file(self, record: FileCommitted, *, partitions: dict[tuple[bytes, int], PartitionRow],
-                          producers: dict[tuple[bytes, int, int], ProducerRow]) -> int:
+                          producers: dict[tuple[bytes, int, int], ProducerRow],
+                          txns: dict[tuple[bytes, int, int], int | None] | None = None) -> int:
         """Add a FileCommitted whose check already worked out the partition rows (new high
-        watermarks) and producer rows it leads to: what ``push`` would compute from its batches."""
+        watermarks), producer rows and ongoing transactions (first offset, or None once ended) it
+        leads to: what ``push`` would compute from its batches."""
         seq = self._next(record)
         self._set(self._files, record.object_key, seq, True)
         self._set_many(self._partitions, seq, partitions)
         self._set_many(self._producers, seq, producers)
+        if txns:
+            self._set_many(self._txns, seq, txns)
         return seq
 
     def _next(self, record: MetadataRecord) -> int:
@@ -181,6 +198,6 @@ class PendingState:
     def reset(self) -> None:
         """Forget every pending record (their append failed: they will never be applied)."""
         self._records.clear()
-        for table in (self._partitions, self._topics, self._names, self._producers, self._files):
+        for table in (self._partitions, self._topics, self._names, self._producers, self._files, self._txns):
             table.clear()
         self._touched.clear()

@@ -26,6 +26,10 @@ Binary, big-endian (Kafka's byte order); every record is one record value (the k
                              | to_owner_index int32 | at_ms int64
     type 6 FileDeleted       object_key string
     type 7 EpochStarted      owner string | at_ms int64   (the first record of every leadership)
+    type 8 FileCommitted with transactions: type 3's body, then
+                             | kind_count int32 (= batch_count) | kind int8 * kind_count
+           kind, per batch in batch order: 0 not transactional, 1 transactional data,
+                             2 COMMIT marker, 3 ABORT marker (messages.coordinator TXN_*)
 
 ``coordinator_epoch``: the epoch of the shard leadership that wrote the record
 (docs/design/diskless.md#fencing-by-epoch): one more than any before, taken in the metadata store
@@ -45,6 +49,10 @@ Differences from KIP-1164's records, and why:
   state rebuilt from the log equals, row for row, the one built while serving.
 * Type 7 and the epoch are not in the KIP either: they are how a deposed (paused) shard is fenced
   without a time assumption, as KRaft's LeaderChangeMessage opens a term.
+* Type 8 is not in the KIP (which has no transactions yet): a file holding a transactional batch
+  or a marker says which, so every applier derives the same ongoing and aborted transactions
+  (coordinator/transactions.py). A file without any is still written as type 3, byte for byte as
+  before, so the common record costs nothing more and an older build reads it.
 * Types 5 and 6 are not in the KIP. The KIP changes a file's owner in local state only, but the
   receiving owner must still know it owns the file after a restart, and the row of a deleted file
   must go away on every replica of the shard: both are therefore records of the receiving shard.
@@ -64,6 +72,7 @@ from typing import ClassVar, NamedTuple
 from lowtide.errors import CorruptMessage
 
 FORMAT_VERSION = 1
+FILE_COMMITTED_TXN = 8  # the record type of a FileCommitted whose txn_kinds is not empty
 MAX_EPOCH = 0x7FFFFFFF
 
 _HEAD = struct.Struct(">bb")
@@ -129,6 +138,8 @@ class FileCommitted:
     committed_at_ms: int
     owner_ids: tuple[int, ...]
     batches: tuple[CommittedBatch, ...]
+    # One TXN_* byte per batch (empty: none transactional): written as type 8 when not empty.
+    txn_kinds: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +208,11 @@ def encode_record(record: MetadataRecord, *, epoch: int = 0) -> bytes:
         raise ValueError(f"coordinator epoch {epoch} out of range")
     head = _HEAD_V1.pack(FORMAT_VERSION, record.TYPE, epoch)
     if isinstance(record, FileCommitted):
+        kinds = record.txn_kinds
+        if kinds:
+            if len(kinds) != len(record.batches):
+                raise ValueError(f"{len(kinds)} transaction kinds for {len(record.batches)} batches")
+            head = _HEAD_V1.pack(FORMAT_VERSION, FILE_COMMITTED_TXN, epoch)
         parts = [head, _string(record.object_key),
                  _FILE_HEAD.pack(record.object_format, record.file_size, record.uploader_broker_id,
                                  record.committed_at_ms),
@@ -205,6 +221,8 @@ def encode_record(record: MetadataRecord, *, epoch: int = 0) -> bytes:
             if len(b[0]) != 16:  # struct's "16s" would pad or cut it silently
                 _uuid(b[0])
         parts.extend(starmap(BATCH.pack, record.batches))
+        if kinds:
+            parts += [_I32.pack(len(kinds)), bytes(kinds)]
         return b"".join(parts)
     if isinstance(record, PartitionCreated):
         return (head + _uuid(record.topic_id) + _string(record.name) + _I32.pack(record.partition_index))
@@ -274,7 +292,7 @@ def decode_entry(data: bytes) -> tuple[int, MetadataRecord]:
     else:
         raise CorruptMessage(f"metadata record format version {version} (this build reads 0 and {FORMAT_VERSION})")
     record: MetadataRecord
-    if kind == FileCommitted.TYPE:
+    if kind == FileCommitted.TYPE or kind == FILE_COMMITTED_TXN:
         key = r.string()
         fmt, size, uploader, at_ms = r.unpack(_FILE_HEAD)
         owners = r.owners()
@@ -283,7 +301,15 @@ def decode_entry(data: bytes) -> tuple[int, MetadataRecord]:
             raise CorruptMessage(f"metadata record batch count {count}")
         raw = r.take(BATCH.size * count)
         batches = tuple(map(_new_batch, BATCH.iter_unpack(raw)))
-        record = FileCommitted(key, fmt, size, uploader, at_ms, owners, batches)
+        kinds = b""
+        if kind == FILE_COMMITTED_TXN:
+            (n,) = r.unpack(_I32)
+            if n != count:
+                raise CorruptMessage(f"metadata record has {n} transaction kinds for {count} batches")
+            kinds = bytes(r.take(n))
+            if not kinds or max(kinds) > 3:
+                raise CorruptMessage("metadata record transaction kind out of range")
+        record = FileCommitted(key, fmt, size, uploader, at_ms, owners, batches, kinds)
     elif kind == PartitionCreated.TYPE:
         topic_id = bytes(r.take(16))
         name = r.string()

@@ -124,7 +124,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
     # ---- reads -----------------------------------------------------------------------------------
     def ListOffsets(self, request, context):
         self._authorize(context)
-        req = m.ListOffsetsRequest(timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+        req = m.ListOffsetsRequest(timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS,
+                                   isolation_level=request.isolation_level, topics=[
             m.ListOffsetsTopic(topic_id=t.topic_id, partitions=[
                 m.ListOffsetsPartition(partition_index=p.partition_index, timestamp=p.timestamp)
                 for p in t.partitions]) for t in request.topics])
@@ -139,7 +140,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
         self._authorize(context)
         req = m.FindBatchesRequest(
             fetch_max_bytes=request.fetch_max_bytes, max_batches_per_partition=request.max_batches_per_partition,
-            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, topics=[
+            timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, isolation_level=request.isolation_level, topics=[
                 m.FindBatchesTopic(topic_id=t.topic_id, partitions=[
                     m.FindBatchesPartition(partition_index=p.partition_index, offset=p.offset,
                                            max_partition_fetch_bytes=p.max_partition_fetch_bytes)
@@ -149,7 +150,10 @@ class CoordinatorServicer(coordinator_pb2_grpc.DisklessCoordinatorServicer):
             pb.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=[
                 pb.DisklessFindBatchesPartitionResponse(
                     partition_index=p.partition_index, error_code=p.error_code, log_start_offset=p.log_start_offset,
-                    high_watermark=p.high_watermark, batches=[
+                    high_watermark=p.high_watermark, last_stable_offset=p.last_stable_offset,
+                    aborted_transactions=[pb.DisklessAbortedTransaction(producer_id=pid, first_offset=first)
+                                          for pid, first in p.aborted_transactions],
+                    batches=[
                         pb.DisklessFindBatchesBatchInfo(
                             batch_id=b.batch_id, object_key=b.object_key, magic=b.magic, byte_offset=b.byte_offset,
                             byte_size=b.byte_size, base_offset=b.base_offset, last_offset=b.last_offset,
@@ -197,7 +201,7 @@ def commit_file_request(request: pb.DisklessCommitFileRequest) -> m.CommitFileRe
     return m.CommitFileRequest(
         object_key=request.object_key, object_format=request.object_format, file_size=request.file_size,
         owner_ids=tuple(request.owner_ids), uploader_broker_id=request.uploader_broker_id,
-        timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, batches=batches)
+        timeout_ms=request.timeout_ms or m.DEFAULT_TIMEOUT_MS, batches=batches, txn_kinds=request.txn_kinds)
 
 
 def commit_file_reply(resp: m.CommitFileResponse, *, packed: bool) -> pb.DisklessCommitFileResponse:

@@ -16,6 +16,7 @@ Tables (one database per shard)::
                 | timestamp_type | producer_id | producer_epoch | base_sequence | last_sequence
                 index (partition_key, last_offset) UNIQUE
     producers   (partition_key, producer_id) PK | producer_epoch | last_batches (blob below)
+    txns, aborted_txns   transactions (issue 50): drawn in coordinator/transactions.py
 
 ``producers.last_batches``: the partition's last <= 5 batches of that producer and epoch, oldest
 first, 32 bytes each, big-endian: base_sequence int32 | last_sequence int32 | base_offset int64
@@ -53,6 +54,7 @@ from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
 
+from lowtide.coordinator import transactions as txn
 from lowtide.coordinator.records import (
     EpochStarted,
     FileCommitted,
@@ -63,7 +65,7 @@ from lowtide.coordinator.records import (
     RecordsDeleted,
     TopicDeleted,
 )
-from lowtide.messages.coordinator import BatchInfo
+from lowtide.messages.coordinator import TXN_COMMIT, BatchInfo
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS applied (
@@ -130,9 +132,9 @@ CREATE TABLE IF NOT EXISTS producers (
     last_batches BLOB NOT NULL,
     PRIMARY KEY (partition_key, producer_id)
 ) WITHOUT ROWID;
-"""
+""" + txn.TXN_SCHEMA
 
-TABLES = ("applied", "epoch", "partitions", "files", "batches", "producers", "sqlite_sequence")
+TABLES = ("applied", "epoch", "partitions", "files", "batches", "producers", *txn.TXN_TABLES, "sqlite_sequence")
 MAX_PRODUCER_BATCHES = 5
 PRODUCER_ENTRY = struct.Struct(">iiqqq")
 SNAPSHOT_PREFIX = "snapshot-"
@@ -486,8 +488,10 @@ class CoordinatorState:
         producers: dict[tuple[int, int], list] = {}
         rows = []
         add_row = rows.append
+        kinds = r.txn_kinds
+        txn_batches: list[tuple[int, int, int, int, int, int]] = []
         # One pass per batch, each unpacked once (CommittedBatch is in BATCH's field order).
-        for b in r.batches:
+        for i, b in enumerate(r.batches):
             (topic_id, index, magic, byte_offset, byte_size, base, last, append_ts, max_ts, ts_type, pid, epoch,
              base_seq, last_seq) = b
             where = (topic_id, index)
@@ -513,6 +517,15 @@ class CoordinatorState:
                     row = self._producer_cached(cur, *pkey)
                     producers[pkey] = [row.producer_epoch, list(row.entries)] if row else [-1, []]
                 state = producers[pkey]
+                kind = kinds[i] if kinds else 0
+                if kind:
+                    txn_batches.append((kind, pk, pid, epoch, base, last))
+                    if kind >= TXN_COMMIT:
+                        # A marker has no sequence; a newer epoch (transactions version 2's bump)
+                        # becomes the producer's, whose next batch then starts at sequence 0.
+                        if epoch > state[0]:
+                            state[0], state[1] = epoch, []
+                        continue
                 entry = ProducerEntry(base_seq, last_seq, base, last, append_ts)
                 if epoch != state[0]:
                     state[0], state[1] = epoch, [entry]
@@ -521,6 +534,8 @@ class CoordinatorState:
         _execute_rows(cur, "INSERT INTO batches (partition_key, base_offset, last_offset, file_id, magic, byte_offset, "
                            "byte_size, log_append_timestamp, batch_max_timestamp, timestamp_type, producer_id, "
                            "producer_epoch, base_sequence, last_sequence) VALUES ", "", rows, width=14)
+        if txn_batches:
+            txn.apply_txn_batches(cur, txn_batches)
         self._unwritten_tops.update(tops)  # written once per transaction (_flush_partitions)
         for where, p in keys.items():
             if p is not None and p.partition_key in tops:
@@ -563,6 +578,7 @@ class CoordinatorState:
         new_lso = min(r.new_log_start_offset, p.high_watermark)
         self._delete_batches(cur, "partition_key = ? AND last_offset < ?", (p.partition_key, new_lso),
                              r.deleted_at_ms)
+        txn.drop_aborted_below(cur, p.partition_key, new_lso)
         max_ts, max_ts_offset = p.max_timestamp, p.max_timestamp_offset
         if max_ts_offset < new_lso:
             # The batch holding the max timestamp is gone: find the new max among the live ones
@@ -586,6 +602,7 @@ class CoordinatorState:
         for pk in keys:
             self._delete_batches(cur, "partition_key = ?", (pk,), r.deleted_at_ms)
             cur.execute("DELETE FROM producers WHERE partition_key = ?", (pk,))
+            txn.drop_partition(cur, pk)
             cur.execute("DELETE FROM partitions WHERE partition_key = ?", (pk,))
 
     def _apply_file_handed_over(self, cur: sqlite3.Cursor, r: FileHandedOver) -> None:
@@ -694,10 +711,11 @@ class CoordinatorState:
         return self.db.execute("SELECT count(*) FROM batches").fetchone()[0]
 
     def find_batches(self, partition_key: int, offset: int, *, max_batches: int, max_bytes: int,
-                     always_first: bool) -> tuple[list[BatchInfo], int]:
+                     always_first: bool, below: int = 2**63 - 1) -> tuple[list[BatchInfo], int]:
         """Live batches of a partition from the one holding ``offset`` on, stopping before the one
         that would exceed ``max_bytes`` (the first is returned anyway when ``always_first``: a
-        consumer must always make progress, Kafka's KIP-74 rule). Returns (batches, bytes).
+        consumer must always make progress, Kafka's KIP-74 rule), and none ending at or past
+        ``below`` (a READ_COMMITTED fetch's last stable offset). Returns (batches, bytes).
         SQLite steps the (partition_key, last_offset) index lazily, so the cost follows what is returned."""
         out: list[BatchInfo] = []
         total = 0
@@ -705,7 +723,7 @@ class CoordinatorState:
             "SELECT b.batch_id, f.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset, b.last_offset, "
             "b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type FROM batches b "
             "JOIN files f ON f.file_id = b.file_id WHERE b.partition_key = ? AND b.last_offset >= ? "
-            "ORDER BY b.last_offset LIMIT ?", (partition_key, offset, max_batches))
+            "AND b.last_offset < ? ORDER BY b.last_offset LIMIT ?", (partition_key, offset, below, max_batches))
         for row in cursor:
             size = row[4]
             if total + size > max_bytes and not (always_first and not out):

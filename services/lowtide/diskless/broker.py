@@ -65,15 +65,26 @@ class DisklessBroker:
                 timeout_ms: int) -> list[DisklessAppend | LowtideError]:
         return self.producer.produce(items, timeout_ms=timeout_ms)
 
-    def fetch(self, items: Sequence[tuple[TopicInfo, FetchPosition]], *, max_wait_ms: int, min_bytes: int,
-              max_bytes: int, cancelled: Callable[[], bool] = lambda: False) -> list[FetchedPartition]:
-        return self.fetcher.fetch([DisklessFetchItem(info=i, position=p) for i, p in items], max_wait_ms=max_wait_ms,
-                                  min_bytes=min_bytes, max_bytes=max_bytes, cancelled=cancelled)
+    def write_txn_markers(self, items: Sequence[tuple[TopicInfo, int]], *, producer_id: int, producer_epoch: int,
+                          commit: bool, coordinator_epoch: int, timeout_ms: int) -> list[DisklessAppend | LowtideError]:
+        """One transaction marker per (topic, partition), committed through its shard
+        (``DisklessProducer.write_markers``); one answer each, in order."""
+        return self.producer.write_markers(items, producer_id=producer_id, producer_epoch=producer_epoch,
+                                           commit=commit, coordinator_epoch=coordinator_epoch, timeout_ms=timeout_ms)
 
-    def list_offsets(self, items: Sequence[tuple[TopicInfo, int, int]]) -> list[PartitionOffset]:
+    def fetch(self, items: Sequence[tuple[TopicInfo, FetchPosition]], *, max_wait_ms: int, min_bytes: int,
+              max_bytes: int, cancelled: Callable[[], bool] = lambda: False,
+              isolation_level: int = 0) -> list[FetchedPartition]:
+        return self.fetcher.fetch([DisklessFetchItem(info=i, position=p) for i, p in items], max_wait_ms=max_wait_ms,
+                                  min_bytes=min_bytes, max_bytes=max_bytes, cancelled=cancelled,
+                                  isolation_level=isolation_level)
+
+    def list_offsets(self, items: Sequence[tuple[TopicInfo, int, int]], *,
+                     isolation_level: int = 0) -> list[PartitionOffset]:
         """(topic, partition, timestamp or OffsetSpec) -> one answer each, in order (a partition
-        asked twice, at two times, gets both answers)."""
-        return [*self._each_round(items, lambda q, infos: self.offsets.list_offsets(q, infos))]
+        asked twice, at two times, gets both answers); READ_COMMITTED: latest is the LSO."""
+        return [*self._each_round(items, lambda q, infos: self.offsets.list_offsets(
+            q, infos, isolation_level=isolation_level))]
 
     def delete_records(self, items: Sequence[tuple[TopicInfo, int, int]], *,
                        timeout_ms: int) -> list[DeleteRecordsResult]:

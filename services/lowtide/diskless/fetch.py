@@ -4,6 +4,8 @@ One round of a Fetch::
 
     FindBatches(partition, offset, byte budgets) on each shard concerned (may be slightly stale)
       -> per partition: LSO, HW and the batches from the one holding ``offset``, within budget
+         (READ_COMMITTED: below the last stable offset, with the aborted transactions overlapping
+         them, which the client drops as it does a classic partition's)
     bytes of each batch: the range cache, else one ranged GET per run of adjacent batches of the
       same object (coalesced), whose batches then enter the cache
     BaseOffset of each batch := the offset the coordinator assigned (8 bytes per batch, outside
@@ -28,7 +30,7 @@ from lowtide.client.diskless import DisklessCoordinatorClient
 from lowtide.diskless.topics import shard_of, topic_id_bytes
 from lowtide.diskless.wal import rewrite_base_offsets
 from lowtide.errors import KafkaStorageError, LowtideError
-from lowtide.messages.coordinator import FoundBatch, FoundPartition
+from lowtide.messages.coordinator import READ_COMMITTED, FoundBatch, FoundPartition
 from lowtide.messages.replica import FetchedPartition, FetchPosition
 from lowtide.metadata.model import TopicInfo
 from lowtide.objectstore import ObjectStore
@@ -126,18 +128,19 @@ class DisklessFetcher:
         self.signal.notify()
 
     def fetch(self, items: Sequence[DisklessFetchItem], *, max_wait_ms: int, min_bytes: int, max_bytes: int,
-              cancelled: Callable[[], bool] = lambda: False) -> list[FetchedPartition]:
+              cancelled: Callable[[], bool] = lambda: False, isolation_level: int = 0) -> list[FetchedPartition]:
         deadline = time.monotonic() + max(0, max_wait_ms) / 1000
         budget = max_bytes if max_bytes > 0 else DEFAULT_RESPONSE_MAX_BYTES
         while True:
             generation = self.signal.generation
-            outcomes, size, errored = self._read_once(items, budget)
+            outcomes, size, errored = self._read_once(items, budget, isolation_level)
             left = deadline - time.monotonic()
             if size >= max(1, min_bytes) or errored or left <= 0 or self._stop.is_set() or cancelled():
                 return outcomes
             self.signal.wait(generation, min(self.poll_s, left))
 
-    def _read_once(self, items: Sequence[DisklessFetchItem], budget: int) -> tuple[list[FetchedPartition], int, bool]:
+    def _read_once(self, items: Sequence[DisklessFetchItem], budget: int,
+                   isolation_level: int = 0) -> tuple[list[FetchedPartition], int, bool]:
         by_shard: dict[int, list[int]] = {}
         outcomes: list[FetchedPartition | None] = [None] * len(items)
         for i, it in enumerate(items):
@@ -151,7 +154,8 @@ class DisklessFetcher:
             positions = [(topic_id_bytes(items[i].info), items[i].position.partition, items[i].position.fetch_offset,
                           items[i].position.max_bytes) for i in indexes]
             try:
-                found = self.coordinators.find_batches(shard, positions, fetch_max_bytes=max(1, budget - size))
+                found = self.coordinators.find_batches(shard, positions, fetch_max_bytes=max(1, budget - size),
+                                                       isolation_level=isolation_level)
                 if len(found) != len(indexes):
                     raise KafkaStorageError(f"shard {shard} answered {len(found)} of {len(indexes)} partitions")
             except LowtideError as exc:
@@ -163,19 +167,23 @@ class DisklessFetcher:
             by_key = {(f.topic_id, f.partition): f for f in found}
             for i, (topic_id, partition, _, _) in zip(indexes, positions, strict=True):
                 f = by_key.get((topic_id, partition))
-                outcome = self._materialise(items[i].position, f)
+                outcome = self._materialise(items[i].position, f, committed=isolation_level == READ_COMMITTED)
                 errored = errored or outcome.error is not None
                 size += len(outcome.records)
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None], size, errored
 
-    def _materialise(self, position: FetchPosition, found: FoundPartition | None) -> FetchedPartition:
+    def _materialise(self, position: FetchPosition, found: FoundPartition | None, *,
+                     committed: bool = False) -> FetchedPartition:
         topic, partition = position.topic, position.partition
         if found is None:
             return FetchedPartition(topic=topic, partition=partition,
                                     error=KafkaStorageError("the coordinator did not answer for this partition"))
         offsets = {"high_watermark": found.high_watermark, "log_start_offset": found.log_start_offset,
                    "log_end_offset": found.high_watermark}
+        if committed:  # as a classic leader answers READ_COMMITTED: the LSO and the aborted list
+            offsets.update(last_stable_offset=found.last_stable_offset,
+                           aborted_transactions=found.aborted_transactions)
         if found.error is not None:
             return FetchedPartition(topic=topic, partition=partition, error=found.error, **offsets)
         try:

@@ -57,16 +57,18 @@ class DisklessOffsets:
             groups.setdefault(shard, []).append((key, topic_id_bytes(infos[key]), key[1], value))
         return groups
 
-    def list_offsets(self, timestamps: Mapping[TopicPartition, int],
-                     infos: Mapping[TopicPartition, TopicInfo]) -> dict[TopicPartition, PartitionOffset]:
-        """``timestamps``: the ListOffsets timestamp (or OffsetSpec) of each diskless partition."""
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
+                     *, isolation_level: int = 0) -> dict[TopicPartition, PartitionOffset]:
+        """``timestamps``: the ListOffsets timestamp (or OffsetSpec) of each diskless partition;
+        READ_COMMITTED (1): latest is the last stable offset."""
         failed: dict[TopicPartition, LowtideError] = {}
         groups = self._by_shard(timestamps, infos, failed)
         out = {k: PartitionOffset(topic=k[0], partition=k[1], error=e) for k, e in failed.items()}
 
         def ask(shard: int) -> None:
             entries = groups[shard]
-            answers = self._coordinators.list_offsets(shard, [(t, p, ts) for _, t, p, ts in entries])
+            answers = self._coordinators.list_offsets(shard, [(t, p, ts) for _, t, p, ts in entries],
+                                                      isolation_level=isolation_level)
             by = {(a.topic_id, a.partition): a for a in answers}
             for key, tid, p, _ in entries:
                 a = by.get((tid, p))

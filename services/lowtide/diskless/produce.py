@@ -35,6 +35,13 @@ object store's latency, not CPU, bounds a broker (S3). A file reaching diskless.
 closes even with no slot free (a file's size stays bounded; the producers' requests in flight bound
 the memory), and the interval bounds the linger when commits are slow.
 
+Transactions (docs/design/diskless.md#transactions): a transactional batch goes in like any other,
+flagged TXN_DATA in the CommitFile (read from its header's attributes), and the shard starts the
+producer's transaction in the partition at its offset. A transaction marker (``write_markers``: the
+replica's WriteTxnMarkers for a diskless partition) is a control batch built here, buffered and
+committed the same way, flagged TXN_COMMIT / TXN_ABORT: so it lies in a WAL file like any batch and a
+fetch serves its bytes as a classic log's control batch. Clients' control batches stay refused.
+
 Files commit in close order so an idempotent producer's consecutive requests reach its shard in
 sequence order even when they went into different files; a request's items are added under one
 lock so that its partitions' batches stay in one file (a request is not split into files, one per
@@ -63,16 +70,16 @@ from lowtide.diskless.wal import WalFileBuilder, new_object_key
 from lowtide.errors import (
     CoordinatorNotAvailable,
     InvalidRecord,
-    InvalidRequest,
     KafkaStorageError,
     LowtideError,
     MessageTooLarge,
     RequestTimedOut,
 )
-from lowtide.messages.coordinator import BatchToCommit, CommitResult
+from lowtide.messages.coordinator import TXN_ABORT, TXN_COMMIT, TXN_DATA, TXN_NONE, BatchToCommit, CommitResult
 from lowtide.metadata.model import TopicInfo
 from lowtide.objectstore import ObjectStore
 from lowtide.record import BatchHeader, validate_batches
+from lowtide.record.control import build_marker_batch
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
@@ -133,6 +140,7 @@ class _Item:
     shard: int
     headers: list[BatchHeader]
     records: bytes
+    marker: int = TXN_NONE              # TXN_COMMIT / TXN_ABORT: the item is one transaction marker
     position: int = -1                  # byte offset of its first batch in the file
     outcome: DisklessAppend | LowtideError | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -217,6 +225,28 @@ class DisklessProducer:
                 out.append(self._validate(info, partition, records))
             except LowtideError as exc:
                 out.append(exc)
+        return self._submit(out, timeout_ms=timeout_ms)
+
+    def write_markers(self, items: Sequence[tuple[TopicInfo, int]], *, producer_id: int, producer_epoch: int,
+                      commit: bool, coordinator_epoch: int, timeout_ms: int) -> list[DisklessAppend | LowtideError]:
+        """Write one COMMIT (``commit``) or ABORT marker of the producer's transaction to each
+        diskless partition, committed like produced batches; one answer per item, in order. A
+        partition with no ongoing transaction of the producer (a retry) answers success with base
+        offset -1, nothing written; an epoch older than the producer's is INVALID_PRODUCER_EPOCH."""
+        batch = build_marker_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                   coordinator_epoch=coordinator_epoch, timestamp_ms=int(time.time() * 1000))
+        headers = validate_batches(batch)
+        out: list[DisklessAppend | LowtideError | _Item] = []
+        for info, partition in items:
+            try:
+                out.append(_Item(info=info, partition=partition, shard=shard_of(info, partition), headers=headers,
+                                 records=batch, marker=TXN_COMMIT if commit else TXN_ABORT))
+            except LowtideError as exc:
+                out.append(exc)
+        return self._submit(out, timeout_ms=timeout_ms)
+
+    def _submit(self, out: list[DisklessAppend | LowtideError | _Item], *,
+                timeout_ms: int) -> list[DisklessAppend | LowtideError]:
         accepted = [entry for entry in out if isinstance(entry, _Item)]
         if not accepted:
             return [entry for entry in out if not isinstance(entry, _Item)]  # errors only
@@ -251,8 +281,6 @@ class DisklessProducer:
         headers = validate_batches(records)
         if any(h.is_control for h in headers):
             raise InvalidRecord(f"control batches are not allowed from clients ({info.name}-{partition})")
-        if any(h.is_transactional for h in headers):
-            raise InvalidRequest(f"transactions are not supported on diskless topics ({info.name})")
         limit = int(info.config.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
         for h in headers:
             if h.size_in_bytes > limit:
@@ -368,7 +396,8 @@ class DisklessProducer:
                     producer_epoch=h.producer_epoch if h.producer_id >= 0 else -1,
                     base_sequence=h.base_sequence if h.producer_id >= 0 else -1,
                     last_sequence=(h.base_sequence + h.last_offset_delta) % (2**31)
-                    if h.producer_id >= 0 else -1)))
+                    if h.producer_id >= 0 and item.marker == TXN_NONE else -1,
+                    txn_kind=item.marker or (TXN_DATA if h.is_transactional else TXN_NONE))))
                 position += size
         owners = list(by_shard)
         random.shuffle(owners)

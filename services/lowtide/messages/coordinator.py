@@ -33,6 +33,11 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 
 NO_PRODUCER_ID = -1
 
+# Transactions on diskless topics (not in the KIP): what a batch of a CommitFile is to its
+# producer's transaction, one byte per batch in ``CommitFileRequest.txn_kinds``.
+TXN_NONE, TXN_DATA, TXN_COMMIT, TXN_ABORT = 0, 1, 2, 3
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
 
 # ---- CreatePartitions ------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +123,9 @@ class CommitFileRequest:
     # (the servicer takes it from the caller's authenticated identity).
     uploader_broker_id: int = -1
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    # Transactions on diskless topics: one TXN_* byte per batch, in batch order; empty when none is
+    # transactional (the proto's ``txn_kinds``).
+    txn_kinds: bytes = b""
 
 
 class CommitBatchResult(NamedTuple):
@@ -192,6 +200,7 @@ class ListOffsetsTopic:
 class ListOffsetsRequest:
     topics: Sequence[ListOffsetsTopic]
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    isolation_level: int = READ_UNCOMMITTED  # READ_COMMITTED: latest is the last stable offset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,6 +244,7 @@ class FindBatchesRequest:
     max_batches_per_partition: int
     topics: Sequence[FindBatchesTopic]
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    isolation_level: int = READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +268,9 @@ class FindBatchesPartitionResponse:
     log_start_offset: int = -1
     high_watermark: int = -1
     batches: list[BatchInfo] = field(default_factory=list)
+    last_stable_offset: int = -1
+    # READ_COMMITTED: (producer id, first offset) of the aborted transactions overlapping ``batches``.
+    aborted_transactions: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -316,6 +329,7 @@ class BatchToCommit:
     producer_epoch: int = -1
     base_sequence: int = -1
     last_sequence: int = -1
+    txn_kind: int = 0   # TXN_NONE, TXN_DATA, TXN_COMMIT or TXN_ABORT
 
 
 class CommitResult(NamedTuple):
@@ -347,6 +361,8 @@ class FoundPartition:
     log_start_offset: int = -1
     high_watermark: int = -1
     batches: list[FoundBatch] = field(default_factory=list)
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

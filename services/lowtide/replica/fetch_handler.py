@@ -72,7 +72,7 @@ class FetchHandler(RequestHandler):
             assert self.diskless is not None
             read = yield Blocking(lambda: self.diskless.fetch(
                 diskless, max_wait_ms=0 if found else max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-                cancelled=cancelled.is_set))
+                cancelled=cancelled.is_set, isolation_level=isolation_level))
             outcomes = interleave(kinds, outcomes, read)
         kind = "follower" if replica_id >= 0 else "consumer"
         for o in outcomes:

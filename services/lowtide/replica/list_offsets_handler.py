@@ -5,8 +5,8 @@ The policy: DESCRIBE on each topic, or CLUSTER_ACTION (the front door and the br
 behalf of callers they checked); a classic partition is answered from this replica's log (the
 leader's: -1 latest is the HW, or the last stable offset for READ_COMMITTED; -2 earliest the log
 start offset; -3 the max timestamp; a time the first offset at or after it), fenced on the
-caller's leader epoch; a diskless one by its coordinator shard (no transactions there, so latest
-is the HW at either isolation level). One answer per query, in order.
+caller's leader epoch; a diskless one by its coordinator shard (latest: the HW, or for
+READ_COMMITTED the shard's last stable offset). One answer per query, in order.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class ListOffsetsHandler(RequestHandler):
         if len(out) != len(kinds):
             assert self.diskless is not None
             answers = self.diskless.list_offsets(
-                [(k, q.partition, q.timestamp) for q, k in zip(allowed, kinds, strict=True) if k is not None])
+                [(k, q.partition, q.timestamp) for q, k in zip(allowed, kinds, strict=True) if k is not None],
+                isolation_level=isolation_level)
             out = interleave(kinds, out, [_without_epoch(a) for a in answers])
         return screened.merge(out, _refused)
 

@@ -43,7 +43,8 @@ class InProcessShards:
                 size=b.size, base_offset=b.base_offset, last_offset=b.last_offset,
                 batch_max_timestamp=b.max_timestamp, timestamp_type=b.timestamp_type, producer_id=b.producer_id,
                 producer_epoch=b.producer_epoch, base_sequence=b.base_sequence, last_sequence=b.last_sequence)
-                for i, b in enumerate(batches)])
+                for i, b in enumerate(batches)],
+            txn_kinds=bytes(b.txn_kind for b in batches) if any(b.txn_kind for b in batches) else b"")
         with self._lock:
             self.calls.append((shard, object_key, len(batches)))
             target = self.shards[shard]

@@ -238,7 +238,8 @@ class TopicAdmin:
         deadline = time.monotonic() + LIST_OFFSETS_TIMEOUT_S
         diskless = self._diskless.split(timestamps) if self._diskless is not None else {}
         if diskless:  # answered by the partitions' coordinator shards
-            answers.update(self._diskless.list_offsets({k: timestamps.pop(k) for k in diskless}, diskless))
+            answers.update(self._diskless.list_offsets({k: timestamps.pop(k) for k in diskless}, diskless,
+                                                       isolation_level=isolation_level))
         pending = dict(timestamps)
         for attempt in range(3):
             routes = route_partitions(self._store, pending, cache=self._cache if attempt == 0 else None)

@@ -136,9 +136,9 @@ class DisklessTopicAdmin:
         topics = snap.topics if snap is not None and all(k[0] in snap.topics for k in keys) else self._store.topics()
         return {k: topics[k[0]] for k in keys if k[0] in topics and topics[k[0]].diskless}
 
-    def list_offsets(self, timestamps: Mapping[TopicPartition, int],
-                     infos: Mapping[TopicPartition, TopicInfo]) -> dict[TopicPartition, PartitionOffset]:
-        return self._offsets.list_offsets(timestamps, infos)
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
+                     *, isolation_level: int = 0) -> dict[TopicPartition, PartitionOffset]:
+        return self._offsets.list_offsets(timestamps, infos, isolation_level=isolation_level)
 
     def delete_records(self, offsets: Mapping[TopicPartition, int], infos: Mapping[TopicPartition, TopicInfo],
                        *, timeout_ms: int) -> dict[TopicPartition, DeleteRecordsResult]:

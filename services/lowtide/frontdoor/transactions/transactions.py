@@ -49,6 +49,7 @@ from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
 from lowtide.errors import (
+    BrokerNotAvailable,
     ConcurrentTransactions,
     GroupAuthorizationFailed,
     InvalidProducerEpoch,
@@ -65,7 +66,7 @@ from lowtide.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
-from lowtide.frontdoor.routing import route_partitions
+from lowtide.frontdoor.routing import Routes, route_partitions
 from lowtide.frontdoor.transactions.producer_ids import ProducerIdBlocks
 from lowtide.frontdoor.transactions.txn_v2 import (
     COMPLETE_ABORT,
@@ -544,6 +545,27 @@ class TransactionCoordinator:
         TRANSACTIONS_ENDED.labels("2" if is_version_2(st) else "1", "commit" if commit else "abort").inc()
         return 1
 
+    def _route_diskless(self, routes: Routes, *, attempt: int) -> None:
+        """Send the markers of diskless partitions (no replica hosts them: the routing knows no
+        leader and calls them unknown) to a live broker, another on each attempt: any replica
+        commits a diskless partition's marker through its coordinator shard, as it commits its
+        produced batches (docs/design/diskless.md#transactions)."""
+        if not routes.unknown:
+            return
+        topics = self._metadata.topics()
+        keys = [k for k in routes.unknown if k[0] in topics and topics[k[0]].diskless
+                and 0 <= k[1] < topics[k[0]].partitions]
+        if not keys:
+            return
+        brokers = self._metadata.brokers()
+        live = sorted(i for i in self._metadata.live_broker_ids(brokers) if brokers[i].address)
+        for key in keys:
+            del routes.unknown[key]
+            if not live:
+                routes.unroutable[key] = BrokerNotAvailable(f"{key[0]}-{key[1]}: no live broker for its marker")
+                continue
+            routes.by_address.setdefault(brokers[live[attempt % len(live)]].address, []).append(key)
+
     def _write_markers(self, st: TxnState, *, commit: bool) -> None:
         """One WriteTxnMarkers per leader, leaders in turn; partitions whose leader moved or is
         unreachable are retried after a metadata read until MARKER_DEADLINE_S. A deleted topic
@@ -551,8 +573,11 @@ class TransactionCoordinator:
         pending = set(st.partitions)
         deadline = time.monotonic() + MARKER_DEADLINE_S
         backoff = 0.02
+        attempt = 0
         while pending:
             routes = route_partitions(self._metadata, sorted(pending))
+            self._route_diskless(routes, attempt=attempt)
+            attempt += 1
             for key in routes.unknown:
                 pending.discard(key)
             for address, keys in routes.by_address.items():
