@@ -29,7 +29,8 @@ from pathlib import Path
 
 from lowtide.coordinator.records import CommittedBatch, FileCommitted, PartitionCreated
 from lowtide.coordinator.snapshot_store import SnapshotStore, verify_database
-from lowtide.coordinator.state import CoordinatorState, restore_snapshot
+from lowtide.coordinator.snapshots import restore_snapshot
+from lowtide.coordinator.state import CoordinatorState
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.objectstore import ObjectStore, open_object_store
 from tests import s3server

@@ -107,9 +107,9 @@ from lowtide.coordinator.records import EpochStarted, encode_record
 from lowtide.coordinator.shard_pipeline import FOLLOWER, LEADER, LOADING, ShardPipeline
 from lowtide.coordinator.snapshot_publisher import SnapshotPublisher
 from lowtide.coordinator.snapshot_store import SnapshotStore
-from lowtide.coordinator.snapshots import SnapshotPolicy, run_at_low_priority
+from lowtide.coordinator.snapshots import SnapshotPolicy, latest_snapshot, restore_snapshot, run_at_low_priority
 from lowtide.coordinator.standby import StandbyFollower
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.coordinator.state import CoordinatorState, snapshot_offset
 from lowtide.errors import (
     CoordinatorLoadInProgress,
     InvalidConfig,

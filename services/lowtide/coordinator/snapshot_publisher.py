@@ -23,8 +23,8 @@ from pathlib import Path
 
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.snapshot_store import SnapshotStore
-from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots, run_at_low_priority
-from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import SnapshotPolicy, latest_snapshot, prune_snapshots, run_at_low_priority
+from lowtide.coordinator.state import snapshot_offset
 
 # The shard's log lines keep the logger they were always written under (log searches name it).
 log = logging.getLogger("lowtide.coordinator.service")

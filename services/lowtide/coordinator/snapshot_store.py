@@ -32,7 +32,7 @@ sha256 against the manifest, SQLite ``PRAGMA integrity_check``, the tables and c
 version's schema or an older one's missing only tables added since, ``applied.metadata_offset``
 equal to the offset in the key) and only then renamed
 to ``snapshot-<offset>.sqlite`` (directory fsynced), so the local restore path
-(``state.restore_snapshot``) takes it like one written here. Only the newest is tried: the metadata
+(``snapshots.restore_snapshot``) takes it like one written here. Only the newest is tried: the metadata
 log is deleted up to it (see below), so an older one could not be completed from the log anyway.
 
 Ordering with the log truncation (coordinator/snapshot_publisher.py ``SnapshotPublisher.take``): local snapshot, then

@@ -17,13 +17,14 @@ plus the log tail is always the whole state, even when the data directory is los
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from lowtide.coordinator.state import SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, snapshot_offset
+from lowtide.coordinator.state import SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, CoordinatorState, snapshot_offset
 
 T = TypeVar("T")
 # A snapshot's copy and upload run at this much lower CPU priority (Linux ``nice``).
@@ -89,3 +90,31 @@ def prune_snapshots(directory: Path, *, keep: int) -> list[Path]:
     for path in gone:
         path.unlink(missing_ok=True)
     return gone
+
+
+def latest_snapshot(directory: Path | str) -> Path | None:
+    """The newest complete snapshot in ``directory`` (half-written .tmp files are ignored)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    found = [p for p in directory.iterdir()
+             if p.name.startswith(SNAPSHOT_PREFIX) and p.name.endswith(SNAPSHOT_SUFFIX)]
+    return max(found, key=snapshot_offset, default=None)
+
+
+def restore_snapshot(snapshot: Path | str, db_path: Path | str, *, coordinator_id: int,
+                     background_checkpoints: bool = False) -> CoordinatorState:
+    """Replace the database at ``db_path`` with ``snapshot`` and open it; the caller then applies
+    the metadata log from ``applied_offset + 1`` on."""
+    db_path = Path(db_path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    source = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
+    target = sqlite3.connect(db_path)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+    return CoordinatorState(db_path, coordinator_id=coordinator_id, background_checkpoints=background_checkpoints)
+

@@ -791,31 +791,3 @@ class CoordinatorState:
 def snapshot_offset(path: Path) -> int:
     """The metadata offset a snapshot file name carries."""
     return int(path.name[len(SNAPSHOT_PREFIX):-len(SNAPSHOT_SUFFIX)])
-
-
-def latest_snapshot(directory: Path | str) -> Path | None:
-    """The newest complete snapshot in ``directory`` (half-written .tmp files are ignored)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    found = [p for p in directory.iterdir()
-             if p.name.startswith(SNAPSHOT_PREFIX) and p.name.endswith(SNAPSHOT_SUFFIX)]
-    return max(found, key=snapshot_offset, default=None)
-
-
-def restore_snapshot(snapshot: Path | str, db_path: Path | str, *, coordinator_id: int,
-                     background_checkpoints: bool = False) -> CoordinatorState:
-    """Replace the database at ``db_path`` with ``snapshot`` and open it; the caller then applies
-    the metadata log from ``applied_offset + 1`` on."""
-    db_path = Path(db_path)
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
-    source = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
-    target = sqlite3.connect(db_path)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-    return CoordinatorState(db_path, coordinator_id=coordinator_id, background_checkpoints=background_checkpoints)
-

@@ -17,7 +17,8 @@ from lowtide.client.replica import ReplicaClient
 from lowtide.coordinator.leadership import read_shards
 from lowtide.coordinator.metadata_log import MetadataLog
 from lowtide.coordinator.records import decode_entry
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import latest_snapshot, restore_snapshot
+from lowtide.coordinator.state import CoordinatorState, snapshot_offset
 from lowtide.localcluster import LocalCluster
 from lowtide_pb import coordinator_pb2 as pb
 from lowtide_pb import coordinator_pb2_grpc

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import grpc
 
-from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import latest_snapshot
+from lowtide.coordinator.state import snapshot_offset
 from tests.integration.coordinator.dc import (
     call_retrying,
     commit_request,

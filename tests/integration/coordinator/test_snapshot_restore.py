@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from lowtide.coordinator.snapshot_store import SnapshotStore
-from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import latest_snapshot
+from lowtide.coordinator.state import snapshot_offset
 from lowtide.errors import OffsetOutOfRange
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.objectstore import open_object_store

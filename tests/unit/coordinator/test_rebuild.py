@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 from lowtide.coordinator.records import decode_record
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import latest_snapshot, restore_snapshot
+from lowtide.coordinator.state import CoordinatorState, snapshot_offset
 from lowtide.messages.coordinator import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,

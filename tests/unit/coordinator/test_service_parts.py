@@ -10,8 +10,8 @@ import pytest
 
 from lowtide.coordinator.pipeline import seconds_until_send
 from lowtide.coordinator.records import decode_record, encode_record
-from lowtide.coordinator.snapshots import SnapshotPolicy, prune_snapshots
-from lowtide.coordinator.state import latest_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import SnapshotPolicy, latest_snapshot, prune_snapshots
+from lowtide.coordinator.state import snapshot_offset
 from lowtide.messages.coordinator import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,

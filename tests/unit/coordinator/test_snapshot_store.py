@@ -17,7 +17,8 @@ from lowtide.coordinator.snapshot_store import (
     manifest_key,
     shard_prefix,
 )
-from lowtide.coordinator.state import CoordinatorState, latest_snapshot, restore_snapshot, snapshot_offset
+from lowtide.coordinator.snapshots import latest_snapshot, restore_snapshot
+from lowtide.coordinator.state import CoordinatorState, snapshot_offset
 from lowtide.objectstore import LocalObjectStore, ObjectNotFound
 from tests.unit.coordinator.test_rebuild import rebuild, serve_a_mixed_workload
 

@@ -10,7 +10,8 @@ import pytest
 
 from lowtide.coordinator.records import FileCommitted, decode_record, encode_record
 from lowtide.coordinator.snapshot_store import verify_database
-from lowtide.coordinator.state import CoordinatorState, restore_snapshot
+from lowtide.coordinator.snapshots import restore_snapshot
+from lowtide.coordinator.state import CoordinatorState
 from lowtide.coordinator.transactions import last_stable_offset
 from lowtide.errors import (
     CorruptMessage,
