@@ -690,6 +690,21 @@ class ConsumerGroups:
                 raise StaleMemberEpoch(f"member {member_id!r} of {group_id!r} committed with epoch {member_epoch}; "
                                        f"its epoch is {member.member_epoch}")
 
+    def validate_fetch(self, group_id: str, *, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9): without member id and
+        epoch, allowed; else the member must exist (UNKNOWN_MEMBER_ID) and send its current epoch
+        (STALE_MEMBER_EPOCH; a classic member: ILLEGAL_GENERATION)."""
+        if member_id is None and member_epoch < 0:
+            return
+        with self._locked(group_id, create=False) as entry:
+            member = None if entry is None or member_id is None else entry.group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberId(f"member {member_id!r} is not in consumer group {group_id!r}")
+            if member_epoch != member.member_epoch:
+                kind = IllegalGeneration if member.classic is not None else StaleMemberEpoch
+                raise kind(f"member {member_id!r} of {group_id!r} fetched offsets with epoch {member_epoch}; its "
+                           f"epoch is {member.member_epoch}")
+
     def subscribed_topics(self, group_id: str) -> frozenset[str]:
         """Topics the group's members subscribe to (OffsetDelete refuses their offsets)."""
         with self._locked(group_id, create=False) as entry:
