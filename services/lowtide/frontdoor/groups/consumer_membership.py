@@ -571,7 +571,8 @@ class ConsumerGroups:
         """Kafka's online downgrade (module doc), with the entry's lock held, after a change was
         written: tombstone the group's records, then hand its classic members to the classic
         membership as a classic group that rebalances. A failed write leaves a consumer group of
-        classic members (still served), tried again at the next change or tick."""
+        classic members (still served), tried again after its next change (a classic member
+        joining or leaving, a member expiring)."""
         group = entry.group
         if self.classic is None or not can_downgrade(group, policy=self.config.migration_policy,
                                                      max_size=self.classic.max_group_size):

@@ -33,6 +33,7 @@ from lowtide.frontdoor.groups.offsets_topic import OffsetsTopic, OffsetsTopicCon
 from lowtide.messages.admin import JoinRequest, LeavingMember, Protocol
 from lowtide.messages.consumer_groups import ConsumerHeartbeat, TopicPartitions
 from lowtide.metadata.store import MetadataStore
+from tests.waiting import wait_until
 
 P = "User:alice"
 SESSION_MS = 30_000
@@ -56,7 +57,8 @@ def cluster(replica_set):
     authorizer = Authorizer(store=AclStore(metadata=store), enabled=False)
     made: list = []
 
-    def coordinator(*, policy: str = "bidirectional") -> tuple[GroupMembership, ConsumerGroups]:
+    def coordinator(*, policy: str = "bidirectional",
+                    session_ms: int = 60_000) -> tuple[GroupMembership, ConsumerGroups]:
         """A front door's group coordinators over its own ``__consumer_offsets`` reader."""
         topic = OffsetsTopic(store=store, replicas=client, config=OffsetsTopicConfig(
             partitions=2, tail_interval_s=0.05, load_timeout_s=10),
@@ -65,7 +67,7 @@ def cluster(replica_set):
         members = GroupMembership(authorizer=authorizer, config=MembershipConfig(
             initial_rebalance_delay_ms=100, min_session_timeout_ms=100, tick_interval_s=0.02))
         groups = ConsumerGroups(log_=topic, topics=store, authorizer=authorizer, classic=members,
-                                config=ConsumerGroupConfig(session_timeout_ms=60_000, heartbeat_interval_ms=200,
+                                config=ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=200,
                                                            tick_interval_s=0.02, migration_policy=policy))
         members.start()
         groups.start()
@@ -212,6 +214,20 @@ def test_the_last_consumer_protocol_member_leaving_converts_the_group_back_to_cl
     assert all(r.error is None for r in rejoined)
     assert {r.generation_id for r in rejoined} == {joined.member_epoch + 2}  # the leave's epoch, then a rebalance
     assert sum(1 for r in rejoined if r.leader == r.member_id) == 1
+
+
+def test_the_last_consumer_protocol_member_expiring_converts_the_group_back_to_classic(cluster):
+    pool, coordinator = cluster
+    members, groups = coordinator(session_ms=300)
+    leader, follower = classic_pair(pool, members)
+    assert beat(groups, "n1", 0).error is None
+    # n1 never heartbeats again; the classic members do (their own session is 30 s).
+    wait_until(lambda: members.has_members("g"), timeout_s=10, interval_s=0.05,
+               what="the group back in the classic membership once n1 expired")
+    assert not groups.is_consumer_group("g")
+    snapshot = members.snapshot("g")
+    assert snapshot is not None and sorted(m.member_id for m in snapshot.members) == sorted(
+        [leader.member_id, follower.member_id])
 
 
 def test_the_group_stays_a_consumer_group_when_the_policy_forbids_downgrades(cluster):
