@@ -270,3 +270,32 @@ def test_a_classic_member_joins_a_consumer_group_and_gets_what_the_coordinator_a
     [left] = members.leave_group(principal=P, group_id="g", members=[LeavingMember(member_id=again.member_id)])
     assert left.error is None and set(owners(groups)) == {"n1"}
     assert isinstance(heartbeat_error(members, again), UnknownMemberId)
+
+
+def test_a_join_waiting_in_a_classic_rebalance_is_told_to_rejoin_when_the_group_is_upgraded(cluster):
+    pool, coordinator = cluster
+    members, groups = coordinator()
+    leader, follower = classic_pair(pool, members)
+    waiting = pool.submit(join, members, member_id=leader.member_id)  # a rebalance waiting for the follower
+    wait_until(lambda: members.snapshot("g").state == "PreparingRebalance", timeout_s=5, interval_s=0.02,
+               what="the classic group rebalancing")
+    assert beat(groups, "n1", 0).error is None
+    assert isinstance(waiting.result(timeout=5).error, RebalanceInProgress)
+    # Both rejoin; their calls are routed to the consumer group now.
+    for member in (leader, follower):
+        again, synced = rejoin(members, member)
+        assert synced.error is None and again.generation_id == 2
+    assert set(owners(groups)) == {leader.member_id, follower.member_id, "n1"}
+
+
+def test_a_classic_join_to_an_empty_consumer_group_makes_it_a_classic_group(cluster):
+    pool, coordinator = cluster
+    members, groups = coordinator()
+    assert beat(groups, "n1", 0).error is None
+    assert beat(groups, "n1", -1).member_epoch == -1
+    assert groups.is_consumer_group("g")  # Empty, still a consumer group
+    joined = join(members)
+    assert joined.error is None and joined.leader == joined.member_id and joined.generation_id == 1
+    assert not groups.is_consumer_group("g") and members.has_members("g")
+    _, groups2 = coordinator()  # its records were tombstoned
+    assert not groups2.is_consumer_group("g")
