@@ -27,9 +27,12 @@ around it:
   membership takes it back as a classic group (``classic_members.classic_from_group``).
 * **ACLs** (Kafka's): READ on the GROUP to heartbeat, DESCRIBE to describe, DELETE to delete.
 
-Thread-safe: a registry lock (find, load or create a group) and one lock per group, taken in that
-order; a group's lock is held across its write, so one group's heartbeats are serialized (as a
-Kafka coordinator shard serializes them) while other groups go on.
+Thread-safe: a registry lock (find, load or create a group) and one lock per group; a group's
+lock is held across its write, so one group's heartbeats are serialized (as a Kafka coordinator
+shard serializes them) while other groups go on. Nobody waits for a group's lock holding the
+registry lock (it is released first), so a group's lock may take the registry lock briefly (to drop
+a group deleted or downgraded) and the classic membership's locks (hand over, install, release): the
+classic membership never calls here holding its own.
 """
 
 from __future__ import annotations
