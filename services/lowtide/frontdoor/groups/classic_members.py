@@ -228,7 +228,8 @@ def join(group: ConsumerGroup, spec: ClassicJoin, *, now: float, max_size: int,
     if group.refresh_topics(topics) or subscribed:
         group.bump_epoch()
     group.maybe_compute_target()
-    group.reconcile(member, {t: ps for t, ps in subscription.owned.items() if t in topics}, now=now)
+    group.reconcile(member, {t: ps for t, ps in subscription.owned.items() if t in topics}, now=now,
+                    owned_is_final=True)
     member.session_deadline = now + spec.session_timeout_ms / 1000
     member.sync_deadline = now + spec.rebalance_timeout_ms / 1000
     member.join_deadline = None

@@ -303,8 +303,13 @@ class ConsumerGroup:
         member.client_host = spec.client_host or member.client_host
         return changed
 
-    def reconcile(self, member: ConsumerMember, owned: Assignment | None, *, now: float) -> bool:
-        """Move ``member`` toward its target (module doc); True when what it should own changed."""
+    def reconcile(self, member: ConsumerMember, owned: Assignment | None, *, now: float,
+                  owned_is_final: bool = False) -> bool:
+        """Move ``member`` toward its target (module doc); True when what it should own changed.
+        ``owned_is_final``: ``owned`` is all the member can hold until it is answered (a classic
+        member's JoinGroup: it takes partitions only from SyncGroup), so partitions to revoke it does
+        not list need no revocation round (Kafka's rule). A consumer-protocol member's heartbeat may
+        have left before it applied an assignment already sent: there they are always revoked."""
         before = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
         if member.state == UNREVOKED_PARTITIONS:
             if owned is None or _overlaps(owned, member.pending_revocation):
@@ -313,9 +318,7 @@ class ConsumerGroup:
         if member.member_epoch != self.assignment_epoch or member.state == UNRELEASED_PARTITIONS:
             target = self.target.get(member.member_id, {})
             revoke = _minus(member.assigned, target)
-            # Kafka's rule: partitions to revoke that the member says it no longer owns need no
-            # revocation round (a classic member rejoining has revoked them before JoinGroup).
-            if revoke and (owned is None or _overlaps(owned, revoke)):
+            if revoke and (not owned_is_final or owned is None or _overlaps(owned, revoke)):
                 member.assigned = _intersect(member.assigned, target)
                 member.pending_revocation = revoke
                 member.state = UNREVOKED_PARTITIONS
