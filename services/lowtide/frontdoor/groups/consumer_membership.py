@@ -124,9 +124,9 @@ _GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRI
 @dataclass(frozen=True)
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000    # group.consumer.session.timeout.ms
-    migration_policy: str = DEFAULT_MIGRATION_POLICY  # group.consumer.migration.policy
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1           # group.consumer.max.size
+    migration_policy: str = DEFAULT_MIGRATION_POLICY  # group.consumer.migration.policy
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (the first is the default)
     tick_interval_s: float = 0.1
 
@@ -403,10 +403,12 @@ class ConsumerGroups:
             raise GroupIdNotFound(f"Group {group_id} is not a consumer group.")
 
     def _take_classic(self, entry: _Entry, request: ConsumerHeartbeat) -> ClassicGroup | None:
-        """Kafka's online upgrade (module doc): with the entry's lock held and no consumer group
-        yet, convert the classic group with members of this id; None when there is none. The
+        """Kafka's online upgrade (module doc): with the entry's lock held and no member in the
+        consumer group yet, convert the classic group with members of this id; None when there is none. The
         caller gives the classic group back (``take_back``) when the change is not written."""
-        if self.classic is None or self._exists(entry.group) or not self.classic.has_members(request.group_id):
+        # An empty consumer group is replaced too (a classic group with members next to it can only
+        # come from a race; the id has one type, as in Kafka's group store).
+        if self.classic is None or entry.group.members or not self.classic.has_members(request.group_id):
             return None
         if request.member_epoch != 0 or not upgrade_allowed(self.config.migration_policy):
             raise GroupIdNotFound(f"Group {request.group_id} is not a consumer group.")
