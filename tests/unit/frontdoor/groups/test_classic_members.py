@@ -18,6 +18,7 @@ from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import (
+    FencedInstanceId,
     GroupIdNotFound,
     IllegalGeneration,
     InconsistentGroupProtocol,
@@ -81,9 +82,10 @@ def cluster(replica_set):
 
 
 def join(members: GroupMembership, *, member_id: str = "", owned: tuple[int, ...] = (), client_id: str = "c",
-         require_known: bool = False):
+         require_known: bool = False, instance: str = ""):
     return members.join_group(principal=P, request=JoinRequest(
         group_id="g", session_timeout_ms=SESSION_MS, rebalance_timeout_ms=10_000, member_id=member_id,
+        group_instance_id=instance,
         protocol_type="consumer", protocols=(Protocol("range", subscription(owned)),),
         require_known_member_id=require_known, client_id=client_id, client_host="/127.0.0.1"))
 
@@ -299,3 +301,20 @@ def test_a_classic_join_to_an_empty_consumer_group_makes_it_a_classic_group(clus
     assert not groups.is_consumer_group("g") and members.has_members("g")
     _, groups2 = coordinator()  # its records were tombstoned
     assert not groups2.is_consumer_group("g")
+
+
+def test_a_static_classic_member_coming_back_under_a_new_id_takes_its_place_and_fences_the_old_id(cluster):
+    _, coordinator = cluster
+    members, groups = coordinator()
+    assert partitions(beat(groups, "n1", 0)) == {0, 1, 2, 3}
+    old = join(members, instance="i1")
+    assert old.error is None and sync(members, old).error is None
+    epoch_before = groups.describe(principal=P, group_ids=["g"])[0].group_epoch
+    new = join(members, instance="i1")  # restarted: no member id, the same group.instance.id
+    assert new.error is None and new.member_id != old.member_id
+    assert set(owners(groups)) == {"n1", new.member_id}
+    [described] = groups.describe(principal=P, group_ids=["g"])
+    assert described.group_epoch == epoch_before  # the same member under a new id: no new epoch
+    with pytest.raises(FencedInstanceId):  # the old id, with its instance id
+        members.heartbeat(principal=P, group_id="g", member_id=old.member_id, generation_id=old.generation_id,
+                          group_instance_id="i1")
