@@ -40,6 +40,7 @@ from lowtide.frontdoor.admin.scram import ScramAdmin
 from lowtide.frontdoor.controller.controller import Controller, ControllerConfig
 from lowtide.frontdoor.controller.elections import BalanceConfig, LeaderBalancer, LeaderElections
 from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.classic_members import MIGRATION_POLICIES
 from lowtide.frontdoor.groups.consumer_membership import ConsumerGroupConfig, ConsumerGroups
 from lowtide.frontdoor.groups.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.groups.membership import GroupMembership, MembershipConfig
@@ -246,6 +247,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="how often KIP-848 consumer group members heartbeat (group.consumer.heartbeat.interval.ms)")
     add_flag(parser, "--group-consumer-max-size", default=consumer.max_size, type=int,
              help="most members a KIP-848 consumer group may have (group.consumer.max.size)")
+    add_flag(parser, "--group-consumer-migration-policy", default=consumer.migration_policy,
+             help="online conversion between classic and consumer groups (group.consumer.migration.policy): "
+                  f"one of {', '.join(MIGRATION_POLICIES)}")
     add_flag(parser, "--transaction-state-partitions", default=DEFAULT_TXN_STATE_PARTITIONS, type=int,
              help="partitions of __transaction_state when this front door creates it "
                   "(Kafka's transaction.state.log.num.partitions)")
@@ -264,6 +268,9 @@ def run(args: argparse.Namespace) -> int:
     args.lease_backend = check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
+    if args.group_consumer_migration_policy not in MIGRATION_POLICIES:
+        raise SystemExit(f"{args.name}: --group-consumer-migration-policy must be one of "
+                         f"{', '.join(MIGRATION_POLICIES)}, got {args.group_consumer_migration_policy!r}")
     if args.transaction_state_partitions < 1:
         raise SystemExit(f"{args.name}: --transaction-state-partitions must be >= 1, "
                          f"got {args.transaction_state_partitions}")
@@ -287,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
                                              consumer_groups=ConsumerGroupConfig(
                                                  session_timeout_ms=args.group_consumer_session_timeout_ms,
                                                  heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
-                                                 max_size=args.group_consumer_max_size)))
+                                                 max_size=args.group_consumer_max_size,
+                                                 migration_policy=args.group_consumer_migration_policy)))
     REGISTRY.register(ClusterCollector(parts.store))
     # Stateless: no data directory to compare, but it stops if the store forgets the cluster.
     guard = join_cluster(parts.store, data_dir=None, node_id=args.name, timeout_s=args.redis_wait_seconds)

@@ -54,9 +54,11 @@ class RemoteGroups(RemotePart):
         return convert.commit_results_from_proto(commits, response.partitions)
 
     def fetch_offsets(self, *, principal: str, group_id: str, partitions: Sequence[tuple[str, int]] = (),
-                      require_stable: bool = False) -> list[CommittedOffset]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> list[CommittedOffset]:
         response = self._call(self._stub.OffsetFetch, convert.offset_fetch_request(
-            group_id=group_id, partitions=partitions, require_stable=require_stable))
+            group_id=group_id, partitions=partitions, require_stable=require_stable, member_id=member_id,
+            member_epoch=member_epoch))
         return [convert.committed_from_proto(r) for r in response.partitions]
 
     def list_group_listings(self, *, principal: str) -> list[GroupListing]:

@@ -204,12 +204,18 @@ class GroupCoordinator:
         return results
 
     def fetch_offsets(self, *, principal: str, group_id: str, partitions: Sequence[tuple[str, int]] = (),
-                      require_stable: bool = False) -> list[CommittedOffset]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> list[CommittedOffset]:
         """Committed offsets of the named partitions (-1 when none), or all the group has committed.
         ``require_stable`` (KIP-447): a partition an undecided transaction holds offsets of is
-        answered with UNSTABLE_OFFSET_COMMIT (retriable) instead."""
+        answered with UNSTABLE_OFFSET_COMMIT (retriable) instead. ``member_id``/``member_epoch``
+        (OffsetFetch v9, KIP-848): checked against a consumer group's members, the whole fetch
+        refused with UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic
+        member); none (None, -1) is the admin client's fetch, always allowed."""
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.DESCRIBE, group_id)
+        if self._consumer is not None and (member_id is not None or member_epoch >= 0) and self._is_consumer(group_id):
+            self._consumer.validate_fetch(group_id, member_id=member_id, member_epoch=member_epoch)
         unstable = self._store.unstable(group_id) if require_stable else set()
         committed = self._store.committed(group_id)
         if not partitions:
