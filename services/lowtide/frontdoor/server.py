@@ -61,6 +61,7 @@ from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient, connect_redis
+from lowtide.share.groups import ShareGroupConfig, ShareGroups
 from lowtide.tls.principal import PrincipalMapper
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -89,6 +90,9 @@ class FrontDoorConfig:
     # KIP-848 consumer groups: session timeout, heartbeat interval, size limit, assignors (Kafka's
     # group.consumer.* settings; frontdoor/groups/consumer_membership.py).
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    # KIP-932 share groups: session timeout, heartbeat interval, size limit (Kafka's group.share.*
+    # settings; share/groups.py).
+    share_groups: ShareGroupConfig = field(default_factory=ShareGroupConfig)
     # Partitions of __transaction_state when this front door creates it (Kafka's
     # transaction.state.log.num.partitions); an existing topic keeps its own count.
     txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
@@ -120,6 +124,8 @@ class FrontDoorParts:
             self.front.members.stop()
         if self.front.consumer_groups is not None:
             self.front.consumer_groups.stop()
+        if self.front.share_groups is not None:
+            self.front.share_groups.stop()
         if self.front.transactions is not None:
             self.front.transactions.stop()
         if self.offsets is not None:
@@ -171,6 +177,9 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     consumer_groups = ConsumerGroups(log_=offsets, topics=store, authorizer=authorizer, config=config.consumer_groups,
                                      classic=members)
     members.is_consumer_group = consumer_groups.is_consumer_group
+    # KIP-932 share groups: membership in memory (share/groups.py); a group id of another type is refused.
+    share_groups = ShareGroups(topics=store, authorizer=authorizer, config=config.share_groups,
+                               other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g))
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,
@@ -185,6 +194,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
         consumer_groups=consumer_groups,
+        share_groups=share_groups,
         scram=ScramAdmin(store=ScramStore(metadata=store), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
@@ -193,6 +203,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     )
     members.start()  # session timeouts and rebalance deadlines
     consumer_groups.start()  # consumer group members' session and revocation timeouts
+    share_groups.start()  # share group members' session timeouts
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions/transactions.py)
     offsets.start()
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets,
@@ -246,6 +257,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="how often KIP-848 consumer group members heartbeat (group.consumer.heartbeat.interval.ms)")
     add_flag(parser, "--group-consumer-max-size", default=consumer.max_size, type=int,
              help="most members a KIP-848 consumer group may have (group.consumer.max.size)")
+    share = ShareGroupConfig()
+    add_flag(parser, "--group-share-session-timeout-ms", default=share.session_timeout_ms, type=int,
+             help="a KIP-932 share group member not heard from for this long is removed "
+                  "(group.share.session.timeout.ms)")
+    add_flag(parser, "--group-share-heartbeat-interval-ms", default=share.heartbeat_interval_ms, type=int,
+             help="how often KIP-932 share group members heartbeat (group.share.heartbeat.interval.ms)")
+    add_flag(parser, "--group-share-max-size", default=share.max_size, type=int,
+             help="most members a KIP-932 share group may have (group.share.max.size)")
     add_flag(parser, "--transaction-state-partitions", default=DEFAULT_TXN_STATE_PARTITIONS, type=int,
              help="partitions of __transaction_state when this front door creates it "
                   "(Kafka's transaction.state.log.num.partitions)")
@@ -287,7 +306,11 @@ def run(args: argparse.Namespace) -> int:
                                              consumer_groups=ConsumerGroupConfig(
                                                  session_timeout_ms=args.group_consumer_session_timeout_ms,
                                                  heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
-                                                 max_size=args.group_consumer_max_size)))
+                                                 max_size=args.group_consumer_max_size),
+                                             share_groups=ShareGroupConfig(
+                                                 session_timeout_ms=args.group_share_session_timeout_ms,
+                                                 heartbeat_interval_ms=args.group_share_heartbeat_interval_ms,
+                                                 max_size=args.group_share_max_size)))
     REGISTRY.register(ClusterCollector(parts.store))
     # Stateless: no data directory to compare, but it stops if the store forgets the cluster.
     guard = join_cluster(parts.store, data_dir=None, node_id=args.name, timeout_s=args.redis_wait_seconds)

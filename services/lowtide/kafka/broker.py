@@ -62,6 +62,7 @@ from lowtide.messages.replica import (
     TxnMarkerRequest,
     TxnMarkerResult,
 )
+from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk
 from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,12 @@ class DescribeProducersHandler(Protocol):
                            ) -> list[PartitionProducers]: ...
 
 
+class ShareFetchHandler(Protocol):
+    """The replica's ShareFetch/ShareAcknowledge handler (``lowtide.replica.share_handler``, KIP-932)."""
+
+    def share_fetch(self, principal: str, ask: ShareFetchAsk) -> ShareFetchAnswer: ...
+
+
 class TelemetryHandler(Protocol):
     """The process's KIP-714 client telemetry (``lowtide.observability.client_telemetry.
     ClientTelemetry``): the subscription, the push rules and the pushed metrics."""
@@ -200,6 +207,7 @@ class FrontDoorParts(Protocol):
     groups: Any
     members: Any
     consumer_groups: Any
+    share_groups: Any
     transactions: Any
     acls: Any
     scram: Any
@@ -242,6 +250,9 @@ class KafkaServices:
     producer_states: DescribeProducersHandler | None = None
     # KIP-714 client telemetry of this process (kafka/apis_telemetry.py; None: telemetry off).
     telemetry: TelemetryHandler | None = None
+    # The replica's KIP-932 share fetch handler (None: no replica here, every partition
+    # NOT_LEADER_OR_FOLLOWER).
+    share: ShareFetchHandler | None = None
 
 
 @dataclass
