@@ -187,7 +187,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless,
                                cache=cache),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
-                                members=members, consumer=consumer_groups),
+                                members=members, consumer=consumer_groups, share=share_groups),
         acls=AclAdmin(store=acls, authorizer=authorizer),
         transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,

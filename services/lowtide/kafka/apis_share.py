@@ -4,6 +4,8 @@
     ShareGroupDescribe v1    -> Call.front.share_groups.describe
     ShareFetch v1-2          -> KafkaServices.share.share_fetch     (this replica, the leader)
     ShareAcknowledge v1-2    -> KafkaServices.share.share_fetch with fetch=False
+    DescribeShareGroupOffsets v0-1 -> KafkaServices.share.describe_offsets (this replica reads
+                                __share_group_state itself: FindCoordinator sends admins to a replica)
 
 Only translation is here: Kafka's messages to ``lowtide.messages`` (the consumer group messages
 carry a share heartbeat; ``messages.share`` the fetches) and back. The records a ShareFetch answers
@@ -20,7 +22,7 @@ import datetime
 import uuid
 from typing import Any
 
-from lowtide.errors import LowtideError, NotCoordinator, NotLeaderOrFollower
+from lowtide.errors import CoordinatorNotAvailable, LowtideError, NotCoordinator, NotLeaderOrFollower
 from lowtide.kafka.apis_consumer_groups import _whole_call
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
@@ -29,11 +31,13 @@ from lowtide.messages.share import (
     ShareAckBatch,
     ShareFetchAnswer,
     ShareFetchAsk,
+    ShareGroupOffsets,
     SharePartitionAnswer,
     SharePartitionAsk,
 )
 
 SHARE_GROUP_HEARTBEAT_KEY, SHARE_GROUP_DESCRIBE_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 76, 77, 78, 79
+DESCRIBE_SHARE_GROUP_OFFSETS_KEY = 90
 # ShareGroupDescribe's member_type is not in v1; members are share members.
 
 
@@ -152,9 +156,39 @@ def share_acknowledge(call: Call, body: Any) -> Any:
     return _answer(call, _serve(call, ask), fetch=False)
 
 
+def describe_share_group_offsets(call: Call, body: Any) -> Any:
+    handler = call.services.share
+    groups = []
+    for g in body.groups:
+        topics = None if g.topics is None else {t.topic_name: tuple(t.partitions) for t in g.topics}
+        if handler is None:
+            error: LowtideError | None = CoordinatorNotAvailable("share group offsets are read at a replica")
+            described = ShareGroupOffsets(group_id=g.group_id, error=error)
+        else:
+            described = handler.describe_offsets(call.principal(), g.group_id, topics)
+        by_topic: dict[str, list[Any]] = {}
+        ids: dict[str, str] = {}
+        for p in described.partitions:
+            ids[p.topic] = p.topic_id
+            by_topic.setdefault(p.topic, []).append(call.make(
+                "DescribeShareGroupOffsetsResponsePartition", partition_index=p.partition,
+                start_offset=p.start_offset, leader_epoch=p.leader_epoch, lag=p.lag,
+                error_code=error_code(p.error.code if p.error else 0),
+                error_message=p.error.message if p.error else None))
+        error = described.error
+        groups.append(call.make(
+            "DescribeShareGroupOffsetsResponseGroup", group_id=g.group_id,
+            error_code=error_code(error.code if error else 0), error_message=error.message if error else None,
+            topics=tuple(call.make("DescribeShareGroupOffsetsResponseTopic", topic_name=t,
+                                   topic_id=uuid.UUID(hex=ids[t]) if ids[t] else uuid.UUID(int=0),
+                                   partitions=tuple(parts)) for t, parts in by_topic.items())))
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
 APIS = [
     Api(SHARE_GROUP_HEARTBEAT_KEY, "ShareGroupHeartbeat", 1, 1, share_group_heartbeat),
     Api(SHARE_GROUP_DESCRIBE_KEY, "ShareGroupDescribe", 1, 1, share_group_describe),
     Api(SHARE_FETCH_KEY, "ShareFetch", 1, 2, share_fetch),
     Api(SHARE_ACKNOWLEDGE_KEY, "ShareAcknowledge", 1, 2, share_acknowledge),
+    Api(DESCRIBE_SHARE_GROUP_OFFSETS_KEY, "DescribeShareGroupOffsets", 0, 1, describe_share_group_offsets),
 ]

@@ -62,7 +62,7 @@ from lowtide.messages.replica import (
     TxnMarkerRequest,
     TxnMarkerResult,
 )
-from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk
+from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk, ShareGroupOffsets
 from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,9 @@ class ShareFetchHandler(Protocol):
     """The replica's ShareFetch/ShareAcknowledge handler (``lowtide.replica.share_handler``, KIP-932)."""
 
     def share_fetch(self, principal: str, ask: ShareFetchAsk) -> ShareFetchAnswer: ...
+
+    def describe_offsets(self, principal: str, group_id: str,
+                         topics: dict[str, tuple[int, ...]] | None) -> ShareGroupOffsets: ...
 
 
 class TelemetryHandler(Protocol):

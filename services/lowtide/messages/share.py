@@ -68,3 +68,24 @@ class ShareFetchAnswer:
     error: LowtideError | None = None
     partitions: tuple[SharePartitionAnswer, ...] = ()
     lock_timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStartOffset:
+    """One share-partition in DescribeShareGroupOffsets: its durable start offset (-1: no state),
+    and the records from there to the high watermark not yet done (-1: unknown here)."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    start_offset: int = -1
+    leader_epoch: int = -1
+    lag: int = -1
+    error: LowtideError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupOffsets:
+    group_id: str
+    partitions: tuple[ShareStartOffset, ...] = ()
+    error: LowtideError | None = None

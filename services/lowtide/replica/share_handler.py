@@ -35,12 +35,15 @@ from lowtide.messages.share import (
     AcquiredRange,
     ShareFetchAnswer,
     ShareFetchAsk,
+    ShareGroupOffsets,
     SharePartitionAnswer,
     SharePartitionAsk,
+    ShareStartOffset,
 )
 from lowtide.replica.handler_parts import RequestHandler
-from lowtide.share.codec import ShareStateKey
+from lowtide.share.codec import ShareSnapshot, ShareStateKey
 from lowtide.share.partitions import LeaderLog, SharePartitions
+from lowtide.share.state import ACKNOWLEDGED, ARCHIVED
 
 MAX_WAIT_MS = 500
 POLL_S = 0.025
@@ -106,6 +109,46 @@ class ShareHandler(RequestHandler):
                                                                                 partition=p.partition))
         return ShareFetchAnswer(partitions=tuple(answers.values()), lock_timeout_ms=self.lock_duration_ms)
 
+    def describe_offsets(self, principal: str, group_id: str,
+                         topics: dict[str, tuple[int, ...]] | None) -> ShareGroupOffsets:
+        """DescribeShareGroupOffsets: the group's durable start offsets (``topics`` None: every
+        share-partition the group has state for), from ``__share_group_state``."""
+        if not self.access.allows(principal, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return ShareGroupOffsets(group_id=group_id, error=GroupAuthorizationFailed(
+                f"{principal} is not authorized to DESCRIBE on GROUP {group_id!r}"))
+        try:
+            snapshots = self.shares.start_offsets(group_id)
+        except LowtideError as err:
+            return ShareGroupOffsets(group_id=group_id, error=err)
+        infos = self.manager.store.topics()
+        names = {i.topic_id: n for n, i in infos.items()}
+        if topics is None:
+            wanted = sorted((names[t], p) for t, p in snapshots if t in names)
+        else:
+            wanted = [(t, p) for t, parts in topics.items() for p in parts]
+        out = []
+        for topic, partition in wanted:
+            info = infos.get(topic)
+            if info is None:
+                out.append(ShareStartOffset(topic=topic, topic_id="", partition=partition,
+                                            error=UnknownTopicId(f"topic {topic!r} does not exist")))
+                continue
+            if not self.access.allows(principal, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+                out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition,
+                                            error=TopicAuthorizationFailed(
+                                                f"{principal} is not authorized to DESCRIBE on TOPIC {topic!r}")))
+                continue
+            snapshot = snapshots.get((info.topic_id, partition))
+            if snapshot is None:
+                out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition))
+                continue
+            hosted = self.manager.registry.find(topic, partition)
+            lag = _lag(snapshot, hosted.log.high_watermark) if hosted is not None else -1
+            out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition,
+                                        start_offset=snapshot.start_offset, leader_epoch=snapshot.leader_epoch,
+                                        lag=lag))
+        return ShareGroupOffsets(group_id=group_id, partitions=tuple(out))
+
     def _leader_of(self, principal: str, topics: dict, topic_id: str,
                    partition: int) -> tuple[LowtideError | None, Callable[[], LeaderLog] | None]:
         info = topics.get(topic_id)
@@ -160,6 +203,14 @@ class ShareHandler(RequestHandler):
             if got_any or time.monotonic() >= deadline:
                 return
             time.sleep(POLL_S)
+
+
+def _lag(snapshot: ShareSnapshot, high_watermark: int) -> int:
+    """Records from the start offset to the high watermark not yet acknowledged or archived."""
+    done = sum(min(b.last, high_watermark - 1) - max(b.first, snapshot.start_offset) + 1
+               for b in snapshot.batches if b.state in (ACKNOWLEDGED, ARCHIVED)
+               and b.last >= snapshot.start_offset and b.first < high_watermark)
+    return max(0, high_watermark - snapshot.start_offset - done)
 
 
 def _with(answer: SharePartitionAnswer | None, k: tuple[str, int], *, error: LowtideError | None = None,

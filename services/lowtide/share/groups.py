@@ -130,7 +130,7 @@ class ShareGroups:
             group = self._groups.get(group_id)
             return group is not None and (bool(group.members) or group.group_epoch > 0)
 
-    def list_groups(self) -> list[tuple[str, str]]:
+    def listings(self) -> list[tuple[str, str]]:
         """(group id, state) of every share group."""
         with self._lock:
             return [(g.group_id, g.state) for g in self._groups.values() if g.members or g.group_epoch > 0]

@@ -41,6 +41,8 @@ class StateLog(Protocol):
 
     def read(self, key: ShareStateKey) -> ShareSnapshot | None: ...
 
+    def read_group(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]: ...
+
 
 @dataclass(frozen=True)
 class LeaderLog:
@@ -156,8 +158,13 @@ class SharePartitions:
         if snapshot is None:
             start = leader.log_start_offset if self.config.auto_offset_reset == EARLIEST else leader.high_watermark
             state = SharePartitionState(start_offset=start, config=self.config.partition)
-            return SharePartition(key=key, state=state, leader_epoch=leader.leader_epoch, snapshot_epoch=-1,
-                                  created_ms=now)
+            sp = SharePartition(key=key, state=state, leader_epoch=leader.leader_epoch, snapshot_epoch=-1,
+                                created_ms=now)
+            # Written at once (Kafka's InitializeShareGroupState): a leader elected next starts from
+            # this start offset, not from its own high watermark (which may be past records
+            # nobody has been given), and the group's start offsets can be described.
+            self._persist(sp, now)
+            return sp
         state = SharePartitionState(start_offset=snapshot.start_offset, config=self.config.partition,
                                     batches=snapshot.batches)
         log.info("share-partition loaded", extra={"fields": {
@@ -221,6 +228,11 @@ class SharePartitions:
         snapshot = sp.snapshot(now)
         self._state_log.write(sp.key, snapshot)
         sp.snapshot_epoch = snapshot.snapshot_epoch
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
+        """The durable state of every share-partition of ``group_id`` ((topic id, partition) ->
+        its latest snapshot); empty without a state log."""
+        return {} if self._state_log is None else self._state_log.read_group(group_id)
 
     def describe(self, key: ShareStateKey) -> SharePartitionState | None:
         """A copy of a share-partition's state as this leader holds it (None: not loaded here)."""

@@ -141,6 +141,11 @@ class _StateReader(FoldReader[_KeyFold, StateRecord]):
         with self._lock:
             return self._fold(partition).latest.get((key.group_id, key.topic_id, key.partition))
 
+    def of_group(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
+        with self._lock:
+            return {(t, p): v for fold in self._folds.values() for (g, t, p), v in fold.latest.items()
+                    if g == group_id}
+
 
 class _Router:
     """The live leaders of ``__share_group_state``'s partitions, from the metadata store."""
@@ -222,13 +227,24 @@ class ShareStateLog:
 
     def read(self, key: ShareStateKey) -> ShareSnapshot | None:
         partition = self._partition_of(key)
+        self._read_up([partition])
+        return self._reader.latest(partition, key)
+
+    def read_group(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
+        """The latest snapshot of every share-partition of ``group_id`` ((topic id, partition) ->
+        snapshot), reading every partition of the topic (none yet: nothing)."""
+        count = self._topic.partition_count(create=False)
+        if count is None:
+            return {}
+        self._read_up(list(range(count)))
+        return self._reader.of_group(group_id)
+
+    def _read_up(self, partitions: list[int]) -> None:
         deadline = time.monotonic() + self._timeout_ms / 1000
         while True:
-            failures = self._reader.read_to_high_watermark([partition], route=self._router.route,
-                                                           fetch=self._fetch)
+            failures = self._reader.read_to_high_watermark(partitions, route=self._router.route, fetch=self._fetch)
             if not failures:
-                break
+                return
             if time.monotonic() >= deadline:
-                raise CoordinatorNotAvailable(f"cannot read {SHARE_STATE_TOPIC}-{partition}: {failures[partition]}")
+                raise CoordinatorNotAvailable(f"cannot read {SHARE_STATE_TOPIC}: {failures}")
             time.sleep(0.1)
-        return self._reader.latest(partition, key)

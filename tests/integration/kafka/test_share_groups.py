@@ -13,12 +13,23 @@ session timeout, so:
   each a successful ShareAcknowledge or piggy-backed acknowledgement);
 * the records the killed member had received and not acknowledged are delivered again, to
   another member, once their lock timed out;
-* ShareGroupDescribe shows the two members left, Stable, with every partition assigned.
+* ShareGroupDescribe shows the two members left, Stable, with every partition assigned, and
+  ``kafka-share-groups --list`` and ``--describe`` (DescribeShareGroupOffsets) show the group and
+  its start offsets at the partitions' ends.
+
+The second test kills with -9 the replica leading a partition (the share-partition's leader) while
+members consume, and restarts it: its successor takes the share-partition over from
+``__share_group_state``, so no record acknowledged before the kill is acknowledged again (none is
+delivered again), every value is delivered, and the start offsets reach the ends.
 """
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
+import time
+from collections import Counter
 
 import pytest
 
@@ -69,6 +80,32 @@ def acknowledged(c: JavaTool) -> set[tuple[int, int]]:
             for p in e["partitions"] for o in p["offsets"]}
 
 
+def share_groups_tool(cluster: LocalCluster, *args: str) -> str:
+    """``kafka-share-groups`` (kafka-tools 4.4.0's ShareGroupCommand): its stdout."""
+    lib = kafka_tools_manifest(newest=True)["lib"]
+    done = subprocess.run(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+                           "org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server",
+                           cluster.kafka_bootstrap, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def start_offsets(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
+    """Partition -> START-OFFSET in ``kafka-share-groups --describe``'s table."""
+    out = {}
+    for line in share_groups_tool(cluster, "--describe", "--group", group).splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0] == group and fields[1] == topic and re.fullmatch(r"\d+", fields[2]):
+            out[int(fields[2])] = int(fields[3]) if fields[3].lstrip("-").isdigit() else -1
+    return out
+
+
+def ends_of(cluster: LocalCluster, topic: str) -> dict[int, int]:
+    with Admin(cluster.bootstrap) as admin:
+        return {p: a.offset for (_, p), a in admin.list_offsets(
+            {(topic, p): OffsetSpec.LATEST for p in range(PARTITIONS)}).items()}
+
+
 def describe(cluster: LocalCluster, group: str):
     module = request_module(SHARE_GROUP_DESCRIBE, 1)
     return kafka_call(cluster.kafka_bootstrap, module.ShareGroupDescribeRequest(
@@ -92,9 +129,7 @@ def test_three_members_share_three_partitions_and_a_killed_members_records_go_to
         assert prod.proc.wait(60) == 0, prod.tail()
         acked_values = {e["value"] for e in prod.named("producer_send_success")}
         assert acked_values, prod.tail()
-        with Admin(kcluster.bootstrap) as admin:
-            ends = {p: a.offset for (_, p), a in admin.list_offsets(
-                {(topic, p): OffsetSpec.LATEST for p in range(PARTITIONS)}).items()}
+        ends = ends_of(kcluster, topic)
         every = {(p, o) for p, end in ends.items() for o in range(end)}
         live = members[1:]
 
@@ -115,6 +150,53 @@ def test_three_members_share_three_partitions_and_a_killed_members_records_go_to
         assigned = {p for m in answer.members for tp in m.assignment.topic_partitions for p in tp.partitions}
         assert assigned == set(range(PARTITIONS)), answer
         for m in live:
+            assert m.proc.poll() is None, m.tail()
+        assert group in share_groups_tool(kcluster, "--list").split()
+        wait_until(lambda: start_offsets(kcluster, group, topic) == ends, timeout_s=20, interval_s=0.5,
+                   what=f"kafka-share-groups --describe showing start offsets at the ends {ends}")
+    finally:
+        for m in members:
+            m.stop()
+        if prod is not None:
+            prod.stop()
+
+
+def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_path):
+    topic, group = "kip932-failover", "kip932-failover-group"
+    s.create_topic(kcluster, topic, partitions=PARTITIONS, rf=3)
+    members = [share_consumer(kcluster, topic=topic, group=group, log=tmp_path / f"m{i}.log") for i in range(2)]
+    prod = None
+    try:
+        wait_until(lambda: len(describe(kcluster, group).members) == 2, timeout_s=40, interval_s=0.2,
+                   what="two members in the share group")
+        prod = producer(kcluster, topic=topic, records=2400, rate=300, log=tmp_path / "producer.log", newest=True)
+        wait_until(lambda: len(set().union(*(acknowledged(m) for m in members))) >= 300, timeout_s=30,
+                   interval_s=0.05, what="records acknowledged before the kill")
+        # The partition with the most acknowledged so far (the producer's sticky partitioner may
+        # not have written to every partition yet): its leader is killed.
+        counts = Counter(p for m in members for p, _ in acknowledged(m))
+        victim = counts.most_common(1)[0][0]
+        leader = s.leader_of(kcluster, topic, victim)
+        kcluster.kill(f"replica-{leader}")
+        acked_before = {(p, o) for m in members for p, o in acknowledged(m) if p == victim}
+        assert acked_before, "nothing of the killed leader's partition was acknowledged before the kill"
+        time.sleep(1.0)
+        kcluster.start_service(f"replica-{leader}")
+        assert prod.proc.wait(60) == 0, prod.tail()
+        acked_values = {e["value"] for e in prod.named("producer_send_success")}
+        assert acked_values, prod.tail()
+        ends = ends_of(kcluster, topic)
+        wait_until(lambda: start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
+                   what=f"start offsets at the ends {ends} (kafka-share-groups --describe)")
+        delivered_values = {v for m in members for _, _, v in received(m)}
+        assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
+        # An acknowledgement answered before the kill survived it: that record was never handed out
+        # again, so nobody acknowledged it a second time.
+        reports = Counter((part["partition"], o) for m in members for e in m.named("offsets_acknowledged")
+                          if e.get("success") for part in e["partitions"] for o in part["offsets"])
+        twice = {k for k, n in reports.items() if n > 1}
+        assert not twice & acked_before, sorted(twice & acked_before)[:10]
+        for m in members:
             assert m.proc.poll() is None, m.tail()
     finally:
         for m in members:

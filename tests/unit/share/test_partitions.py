@@ -38,6 +38,9 @@ class MemoryStateLog:
     def read(self, key: ShareStateKey) -> ShareSnapshot | None:
         return self.latest.get(key)
 
+    def read_group(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
+        return {(k.topic_id, k.partition): v for k, v in self.latest.items() if k.group_id == group_id}
+
 
 def leader(epoch: int = 1, *, hw: int = 30) -> LeaderLog:
     return LeaderLog(leader_epoch=epoch, log_start_offset=0, high_watermark=hw,
@@ -75,17 +78,33 @@ def test_a_fetch_acquires_whole_batches_and_answers_the_bytes_read():
 
 
 def test_a_new_share_partition_starts_at_the_high_watermark_by_default():
-    sp = shares(MemoryStateLog(), config=ShareConfig(auto_offset_reset=LATEST))
+    log = MemoryStateLog()
+    sp = shares(log, config=ShareConfig(auto_offset_reset=LATEST))
     assert sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=100, max_bytes=1 << 20) == ([], b"")
+    # A leader elected next starts there too, not at its own high watermark.
+    assert sp.start_offsets("g") == {(KEY.topic_id, 0): log.latest[KEY]} and log.latest[KEY].start_offset == 30
+
+
+def test_a_share_partition_whose_first_state_cannot_be_written_serves_nothing():
+    log = MemoryStateLog()
+    log.failing = True
+    sp = shares(log)
+    with pytest.raises(CoordinatorNotAvailable):
+        sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    log.failing = False
+    ranges, _ = sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1)]
 
 
 def test_an_acknowledgement_is_in_the_state_log_when_it_returns():
     log = MemoryStateLog()
     sp = shares(log)
     sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
-    assert log.writes == 0  # acquiring writes nothing
+    assert log.writes == 1 and log.latest[KEY].start_offset == 0  # the share-partition's first state
+    sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    assert log.writes == 1  # acquiring writes nothing
     sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
-    assert log.latest[KEY].start_offset == 10 and log.latest[KEY].snapshot_epoch == 0
+    assert log.latest[KEY].start_offset == 10 and log.latest[KEY].snapshot_epoch == 1
 
 
 def test_an_acknowledgement_whose_write_fails_changes_nothing():
