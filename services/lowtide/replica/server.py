@@ -197,9 +197,11 @@ def run(args: argparse.Namespace) -> int:
     if kafka is not None:
         remote_front = RemoteFrontDoor(address=args.frontdoor_addr)
         # KIP-932: the share-partitions this replica leads, their state in __share_group_state.
-        shares = ShareHandler(shares=build_share_partitions(
-            args, store=connections.metadata, replicas=ReplicaClient(metadata=connections.call_metadata), name=name),
-            manager=manager, access=access, diskless=diskless)
+        share_partitions = build_share_partitions(
+            args, store=connections.metadata, replicas=ReplicaClient(metadata=connections.call_metadata), name=name)
+        shares = ShareHandler(shares=share_partitions, manager=manager, access=access, diskless=diskless)
+        # consumed.retention.groups may name share groups ("share:<group>"): their start offsets.
+        manager.consumed_retention.share_starts = share_partitions.share_starts
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             producer=servicer.producer, fetcher=servicer.fetcher,

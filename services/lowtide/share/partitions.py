@@ -234,6 +234,10 @@ class SharePartitions:
         its latest snapshot); empty without a state log."""
         return {} if self._state_log is None else self._state_log.read_group(group_id)
 
+    def share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """``start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""
+        return {k: (v.start_offset, v.write_timestamp_ms) for k, v in self.start_offsets(group_id).items()}
+
     def describe(self, key: ShareStateKey) -> SharePartitionState | None:
         """A copy of a share-partition's state as this leader holds it (None: not loaded here)."""
         with self._registry:

@@ -21,6 +21,11 @@ The second test kills with -9 the replica leading a partition (the share-partiti
 members consume, and restarts it: its successor takes the share-partition over from
 ``__share_group_state``, so no record acknowledged before the kill is acknowledged again (none is
 delivered again), every value is delivered, and the start offsets reach the ends.
+
+The third shows records deleted once delivered: a topic whose ``consumed.retention.groups`` names
+share groups (``share:<group>``) keeps what one of them has not acknowledged (a named share group
+that never consumed holds everything back), and loses the segments below the start offset once
+every named share group is past them.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ pytestmark = [pytest.mark.timeout(180)]
 @pytest.fixture(scope="module")
 def kcluster(request, tmp_path_factory):
     yield from running_cluster(request, ClusterConfig(
-        data_dir=tmp_path_factory.mktemp("kip932"), replicas=3, replica_config=dict(DEFAULT_REPLICA_CONFIG),
+        data_dir=tmp_path_factory.mktemp("kip932"), replicas=3,
+        replica_config={**DEFAULT_REPLICA_CONFIG, "log.retention.check.interval.ms": "300"},
         extra_env={"LOWTIDE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(LOCK_MS),
                    # VerifiableShareConsumer sets share.auto.offset.reset through a group config,
                    # which is not served yet: the replicas' default says where a group starts.
@@ -203,3 +209,42 @@ def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_
             m.stop()
         if prod is not None:
             prod.stop()
+
+
+def log_start(cluster: LocalCluster, topic: str) -> int:
+    return s.describe(cluster, s.leader_of(cluster, topic), topic).log_start_offset
+
+
+def retention_passes(cluster: LocalCluster, broker: int) -> float:
+    return s.metric(cluster, f"replica-{broker}", "lowtide_consumed_retention_passes_total")
+
+
+def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tmp_path):
+    topic, group = "kip932-drain", "kip932-drain-group"
+    s.create_topic(kcluster, topic, partitions=1, rf=3, config={
+        "consumed.retention.ms": "0", "consumed.retention.groups": f"share:{group},share:never-consumed"})
+    for _ in range(20):
+        assert s.produce(kcluster, topic, [b"x" * 1024] * 20).error_code == 0
+    leader = s.leader_of(kcluster, topic)
+    bases = s.segment_files(kcluster, leader, topic)
+    assert len(bases) >= 4, bases
+    member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "drain.log")
+    try:
+        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 400}, timeout_s=40, interval_s=0.5,
+                   what="every record acknowledged by the share group")
+        # The other named share group has no state on the partition: it holds everything back.
+        passes = retention_passes(kcluster, leader)
+        wait_until(lambda: retention_passes(kcluster, leader) >= passes + 2, timeout_s=20, interval_s=0.1,
+                   what="two consumed retention passes after the last acknowledgement")
+        assert log_start(kcluster, topic) == 0
+        with Admin(kcluster.bootstrap) as admin:
+            admin.alter_topic_config(topic, set_config={"consumed.retention.groups": f"share:{group}"})
+        expected = 400  # every segment ends at or below the start offset: all of them go
+        for r in (0, 1, 2):
+            s.wait_until(lambda r=r: s.describe(kcluster, r, topic).log_start_offset == expected,
+                         what=f"replica {r}'s log start offset at {expected}")
+            s.wait_until(lambda r=r: min(s.segment_files(kcluster, r, topic)) == expected,
+                         what=f"replica {r}'s segments below {expected} deleted")
+        assert member.proc.poll() is None, member.tail()
+    finally:
+        member.stop()
