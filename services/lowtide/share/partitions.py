@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = "earliest", "latest"
 MAX_EPOCH = 2**31 - 1
+# A share session not used for this long is forgotten (its member died without closing it: a
+# killed consumer's session would otherwise stay forever). Its records' locks ran out long before.
+SESSION_IDLE_MS = 120_000
 
 
 class StateLog(Protocol):
@@ -86,6 +89,7 @@ class SharePartition:
 class ShareSession:
     next_epoch: int
     partitions: set[tuple[str, int]]
+    last_used_ms: int = 0
 
 
 class SharePartitions:
@@ -113,10 +117,12 @@ class SharePartitions:
                      forget: Iterable[tuple[str, int]] = ()) -> set[tuple[str, int]]:
         """Open (epoch 0) or continue a share session; returns its partitions now. Raises
         SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH (nothing changed)."""
+        now = self._clock()
         with self._registry:
+            self._forget_idle_sessions(now)
             key = (group_id, member_id)
             if epoch == 0:
-                session = self._sessions[key] = ShareSession(next_epoch=1, partitions=set(add))
+                session = self._sessions[key] = ShareSession(next_epoch=1, partitions=set(add), last_used_ms=now)
                 return set(session.partitions)
             session = self._sessions.get(key)
             if session is None:
@@ -124,9 +130,20 @@ class SharePartitions:
             if epoch != session.next_epoch:
                 raise InvalidShareSessionEpoch(f"share session epoch {epoch}, expected {session.next_epoch}")
             session.next_epoch = 1 if epoch == MAX_EPOCH else epoch + 1
+            session.last_used_ms = now
             session.partitions |= set(add)
             session.partitions -= set(forget)
             return set(session.partitions)
+
+    def _forget_idle_sessions(self, now: int) -> None:
+        """Drop sessions idle for SESSION_IDLE_MS (caller holds the registry lock)."""
+        idle = [k for k, v in self._sessions.items() if now - v.last_used_ms > SESSION_IDLE_MS]
+        for k in idle:
+            del self._sessions[k]
+
+    def session_count(self) -> int:
+        with self._registry:
+            return len(self._sessions)
 
     def close_session(self, *, group_id: str, member_id: str) -> set[tuple[str, int]]:
         """End a share session (epoch -1); returns the partitions it had (to release)."""

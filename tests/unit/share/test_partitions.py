@@ -10,7 +10,7 @@ from lowtide.errors import CoordinatorNotAvailable, InvalidShareSessionEpoch, Sh
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import encode_batch
 from lowtide.share.codec import ShareSnapshot, ShareStateKey
-from lowtide.share.partitions import EARLIEST, LATEST, LeaderLog, ShareConfig, SharePartitions
+from lowtide.share.partitions import EARLIEST, LATEST, SESSION_IDLE_MS, LeaderLog, ShareConfig, SharePartitions
 from lowtide.share.state import ACCEPT, RELEASE, SharePartitionConfig
 
 KEY = ShareStateKey(group_id="g", topic_id="ab" * 16, partition=0)
@@ -163,3 +163,17 @@ def test_records_whose_lock_ran_out_are_acquired_by_the_next_fetch():
     clock.now = 1000
     ranges, _ = sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)
     assert ranges == [AcquiredRange(0, 9, 2)]
+
+
+def test_a_share_session_left_idle_by_a_dead_member_is_forgotten():
+    clock = Clock()
+    sp = shares(MemoryStateLog(), clock)
+    sp.open_session(group_id="g", member_id="dead", epoch=0, add=[("t", 0)])
+    clock.now = SESSION_IDLE_MS
+    sp.open_session(group_id="g", member_id="alive", epoch=0, add=[("t", 0)])
+    assert sp.session_count() == 2  # not idle for longer than the limit yet
+    clock.now = SESSION_IDLE_MS + 1
+    sp.open_session(group_id="g", member_id="alive", epoch=1, add=[])
+    assert sp.session_count() == 1
+    with pytest.raises(ShareSessionNotFound):
+        sp.open_session(group_id="g", member_id="dead", epoch=1, add=[])
