@@ -68,8 +68,12 @@ class StateRecord:
     value: ShareSnapshot | None  # None: a tombstone
 
 
-class _KeyFold:
-    """One ``__share_group_state`` partition folded: the latest snapshot of each key."""
+class KeyFold:
+    """One ``__share_group_state`` partition folded: the latest snapshot of each key.
+
+    A snapshot written under an older leader epoch than the one folded for its key is ignored
+    (Kafka's share coordinator fences such a write): a deposed leader that has not noticed yet
+    cannot put back a state its successor has moved past. Not thread-safe (the reader locks it)."""
 
     def __init__(self, position: int = 0) -> None:
         self.position = position
@@ -80,8 +84,14 @@ class _KeyFold:
             k = (r.key.group_id, r.key.topic_id, r.key.partition)
             if r.value is None:
                 self.latest.pop(k, None)
-            elif r.value.is_update:
-                base = self.latest.get(k)
+                continue
+            base = self.latest.get(k)
+            if base is not None and r.value.leader_epoch < base.leader_epoch:
+                log.warning("share state from an older leader epoch ignored", extra={"fields": {
+                    "group": r.key.group_id, "topic_id": r.key.topic_id, "partition": r.key.partition,
+                    "leader_epoch": r.value.leader_epoch, "folded_leader_epoch": base.leader_epoch}})
+                continue
+            if r.value.is_update:
                 if base is not None:  # an update applies over the snapshot it follows
                     self.latest[k] = _apply_update(base, r.value)
             else:
@@ -136,7 +146,7 @@ def decode_records(data: bytes, from_offset: int) -> list[StateRecord]:
     return out
 
 
-class _StateReader(FoldReader[_KeyFold, StateRecord]):
+class _StateReader(FoldReader[KeyFold, StateRecord]):
     def latest(self, partition: int, key: ShareStateKey) -> ShareSnapshot | None:
         with self._lock:
             return self._fold(partition).latest.get((key.group_id, key.topic_id, key.partition))
@@ -200,7 +210,7 @@ class ShareStateLog:
         self._router = _Router(store)
         self._appender = Appender(topic=SHARE_STATE_TOPIC, router=self._router,
                                   produce=grpc_produce(replicas, SHARE_STATE_TOPIC), policy=APPENDS)
-        self._reader = _StateReader(new_fold=lambda _p: _KeyFold(), decode=decode_records)
+        self._reader = _StateReader(new_fold=lambda _p: KeyFold(), decode=decode_records)
         self._fetch = grpc_fetch(replicas, SHARE_STATE_TOPIC, max_bytes=FETCH_MAX_BYTES,
                                  deadline_s=timeout_ms / 1000)
 
