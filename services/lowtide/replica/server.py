@@ -37,6 +37,7 @@ from lowtide.replica.registration import add_replica_service
 from lowtide.replica.servicer import ReplicaServicer
 from lowtide.replica.share_handler import ShareHandler
 from lowtide.share.flags import add_share_flags, build_share_partitions
+from lowtide.share.metrics import ShareCollector
 from lowtide_pb import replica_pb2
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         shares = ShareHandler(shares=share_partitions, manager=manager, access=access, diskless=diskless)
         # consumed.retention.groups may name share groups ("share:<group>"): their start offsets.
         manager.consumed_retention.share_starts = share_partitions.share_starts
+        REGISTRY.register(ShareCollector(share_partitions, broker_id=args.id, topic_names=lambda: {
+            i.topic_id: n for n, i in connections.metadata.topics().items()}))
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             producer=servicer.producer, fetcher=servicer.fetcher,

@@ -255,6 +255,16 @@ class SharePartitions:
         """``start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""
         return {k: (v.start_offset, v.write_timestamp_ms) for k, v in self.start_offsets(group_id).items()}
 
+    def loaded(self) -> list[tuple[ShareStateKey, SharePartitionState]]:
+        """A copy of every share-partition loaded here (for /metrics)."""
+        with self._registry:
+            partitions = list(self._partitions.values())
+        out = []
+        for sp in partitions:
+            with sp.lock:
+                out.append((sp.key, sp.state.copy()))
+        return out
+
     def describe(self, key: ShareStateKey) -> SharePartitionState | None:
         """A copy of a share-partition's state as this leader holds it (None: not loaded here)."""
         with self._registry:
