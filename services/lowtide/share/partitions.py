@@ -261,8 +261,14 @@ class SharePartitions:
             partitions = list(self._partitions.values())
         out = []
         for sp in partitions:
-            with sp.lock:
+            # A share-partition busy writing its state (up to the write's timeout) is left out of
+            # this scrape rather than holding the scrape up.
+            if not sp.lock.acquire(timeout=0.2):
+                continue
+            try:
                 out.append((sp.key, sp.state.copy()))
+            finally:
+                sp.lock.release()
         return out
 
     def describe(self, key: ShareStateKey) -> SharePartitionState | None:

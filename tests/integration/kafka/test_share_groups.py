@@ -317,6 +317,9 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
     try:
         wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 30}, timeout_s=40, interval_s=0.5,
                    what="every record accepted, rejected or archived past its delivery limit")
+        leader = s.leader_of(kcluster, topic)
+        assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_partition_start_offset", group=group,
+                        topic=topic, partition="0") == 30
         deliveries = Counter(o for _, o, _ in received(member))
         expected = {o: DELIVERY_LIMIT if o % 3 == 1 else 1 for o in range(30)}
         assert deliveries == expected, {o: (deliveries[o], n) for o, n in expected.items() if deliveries[o] != n}
