@@ -111,6 +111,9 @@ class SharePartitions:
         self._partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._loading: dict[tuple[str, str, int], threading.Lock] = {}
         self._sessions: dict[tuple[str, str], ShareSession] = {}
+        # Called (outside any lock) after a durable write moved a share-partition's start offset:
+        # the replica wakes its retention pass, so consumed retention follows within a second.
+        self.on_start_offset_moved: Callable[[ShareStateKey, int], None] | None = None
 
     # -- sessions --------------------------------------------------------------------------------
     def open_session(self, *, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int]],
@@ -224,6 +227,9 @@ class SharePartitions:
             except LowtideError:
                 sp.state = before
                 raise
+            moved = sp.state.start_offset if sp.state.start_offset != before.start_offset else None
+        if moved is not None and self.on_start_offset_moved is not None:
+            self.on_start_offset_moved(key, moved)
 
     def release(self, *, key: ShareStateKey, member_id: str, leader: LeaderLog) -> None:
         """What ``member_id`` holds goes back (its session closed); persisted like an acknowledgement."""

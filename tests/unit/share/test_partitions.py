@@ -177,3 +177,15 @@ def test_a_share_session_left_idle_by_a_dead_member_is_forgotten():
     assert sp.session_count() == 1
     with pytest.raises(ShareSessionNotFound):
         sp.open_session(group_id="g", member_id="dead", epoch=1, add=[])
+
+
+def test_an_acknowledgement_that_moves_the_start_offset_says_so_after_it_is_durable():
+    log = MemoryStateLog()
+    sp = shares(log)
+    moved: list[tuple[ShareStateKey, int, int]] = []
+    sp.on_start_offset_moved = lambda key, offset: moved.append((key, offset, log.latest[key].start_offset))
+    sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=20, max_bytes=1 << 20)
+    sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(10, 19, (ACCEPT,))])
+    assert moved == []  # 0-9 still out: the start offset did not move
+    sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
+    assert moved == [(KEY, 20, 20)]  # and it was in the state log when said
