@@ -24,7 +24,9 @@ session timeout, so:
 The second test kills with -9 the replica leading a partition (the share-partition's leader) while
 members consume, and restarts it: its successor takes the share-partition over from
 ``__share_group_state``, so no record acknowledged before the kill is acknowledged again (none is
-delivered again), every value is delivered, and the start offsets reach the ends.
+delivered again), every value is delivered, and the start offsets reach the ends. Then it kills
+and restarts the front door (the share group coordinator, membership in memory): the members join
+the new one.
 
 Another consumer acknowledges explicitly, by offset: accept, release, reject. Released records come
 back until their delivery count reaches the limit, then are archived; rejected ones never come
@@ -246,6 +248,11 @@ def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_
         assert acked_before, "nothing of the killed leader's partition was acknowledged before the kill"
         time.sleep(1.0)
         kcluster.start_service(f"replica-{leader}")
+        # And the share group coordinator (the front door, membership in memory): the members
+        # are told UNKNOWN_MEMBER_ID by the new one and join again.
+        frontdoor = kcluster.services("frontdoor")[0].name
+        kcluster.kill(frontdoor)
+        kcluster.start_service(frontdoor)
         assert prod.proc.wait(60) == 0, prod.tail()
         acked_values = {e["value"] for e in prod.named("producer_send_success")}
         assert acked_values, prod.tail()
@@ -260,6 +267,8 @@ def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_
                           if e.get("success") for part in e["partitions"] for o in part["offsets"])
         twice = {k for k, n in reports.items() if n > 1}
         assert not twice & acked_before, sorted(twice & acked_before)[:10]
+        wait_until(lambda: len(describe(kcluster, group).members) == 2, timeout_s=20, interval_s=0.2,
+                   what="both members back in the share group after the coordinator's restart")
         for m in members:
             assert m.proc.poll() is None, m.tail()
     finally:
