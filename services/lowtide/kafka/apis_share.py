@@ -6,6 +6,8 @@
     ShareAcknowledge v1-2    -> KafkaServices.share.share_fetch with fetch=False
     DescribeShareGroupOffsets v0-1 -> KafkaServices.share.describe_offsets (this replica reads
                                 __share_group_state itself: FindCoordinator sends admins to a replica)
+    AlterShareGroupOffsets v0 -> Call.front.share_groups.describe (the group must have no
+                                members, else NON_EMPTY_GROUP), then KafkaServices.share.alter_offsets
 
 Only translation is here: Kafka's messages to ``lowtide.messages`` (the consumer group messages
 carry a share heartbeat; ``messages.share`` the fetches) and back. The records a ShareFetch answers
@@ -22,7 +24,14 @@ import datetime
 import uuid
 from typing import Any
 
-from lowtide.errors import CoordinatorNotAvailable, LowtideError, NotCoordinator, NotLeaderOrFollower
+from lowtide.errors import (
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    LowtideError,
+    NonEmptyGroup,
+    NotCoordinator,
+    NotLeaderOrFollower,
+)
 from lowtide.kafka.apis_consumer_groups import _whole_call
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
@@ -37,7 +46,7 @@ from lowtide.messages.share import (
 )
 
 SHARE_GROUP_HEARTBEAT_KEY, SHARE_GROUP_DESCRIBE_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 76, 77, 78, 79
-DESCRIBE_SHARE_GROUP_OFFSETS_KEY = 90
+DESCRIBE_SHARE_GROUP_OFFSETS_KEY, ALTER_SHARE_GROUP_OFFSETS_KEY = 90, 91
 # ShareGroupDescribe's member_type is not in v1; members are share members.
 
 
@@ -185,10 +194,45 @@ def describe_share_group_offsets(call: Call, body: Any) -> Any:
     return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+def alter_share_group_offsets(call: Call, body: Any) -> Any:
+    handler = call.services.share
+    targets: dict[str, dict[int, int]] = {}
+    for t in body.topics:
+        for p in t.partitions:
+            targets.setdefault(t.topic_name, {})[p.partition_index] = p.start_offset
+    try:
+        if handler is None:
+            raise CoordinatorNotAvailable("share group offsets are written at a replica")
+        [group] = _share_groups(call).describe(principal=call.principal(), group_ids=[body.group_id])
+        if group.error is None and group.members:
+            raise NonEmptyGroup(f"share group {body.group_id!r} has {len(group.members)} members: its offsets "
+                                "can be reset only while it is empty")
+        if group.error is not None and not isinstance(group.error, GroupIdNotFound):
+            raise group.error
+        altered = handler.alter_offsets(call.principal(), body.group_id, targets)
+    except LowtideError as err:
+        altered = ShareGroupOffsets(group_id=body.group_id, error=_whole_call(err))
+    top = altered.error
+    by_topic: dict[str, list[Any]] = {}
+    ids: dict[str, str] = {}
+    for p in altered.partitions:
+        ids[p.topic] = p.topic_id
+        by_topic.setdefault(p.topic, []).append(call.make(
+            "AlterShareGroupOffsetsResponsePartition", partition_index=p.partition,
+            error_code=error_code(p.error.code if p.error else 0), error_message=p.error.message if p.error else None))
+    return call.make(
+        call.response, throttle_time=NO_THROTTLE, error_code=error_code(top.code if top else 0),
+        error_message=top.message if top else None,
+        responses=tuple(call.make("AlterShareGroupOffsetsResponseTopic", topic_name=t,
+                                  topic_id=uuid.UUID(hex=ids[t]) if ids[t] else uuid.UUID(int=0),
+                                  partitions=tuple(parts)) for t, parts in by_topic.items()))
+
+
 APIS = [
     Api(SHARE_GROUP_HEARTBEAT_KEY, "ShareGroupHeartbeat", 1, 1, share_group_heartbeat),
     Api(SHARE_GROUP_DESCRIBE_KEY, "ShareGroupDescribe", 1, 1, share_group_describe),
     Api(SHARE_FETCH_KEY, "ShareFetch", 1, 2, share_fetch),
     Api(SHARE_ACKNOWLEDGE_KEY, "ShareAcknowledge", 1, 2, share_acknowledge),
     Api(DESCRIBE_SHARE_GROUP_OFFSETS_KEY, "DescribeShareGroupOffsets", 0, 1, describe_share_group_offsets),
+    Api(ALTER_SHARE_GROUP_OFFSETS_KEY, "AlterShareGroupOffsets", 0, 0, alter_share_group_offsets),
 ]

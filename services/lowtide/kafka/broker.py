@@ -179,6 +179,9 @@ class ShareFetchHandler(Protocol):
     def describe_offsets(self, principal: str, group_id: str,
                          topics: dict[str, tuple[int, ...]] | None) -> ShareGroupOffsets: ...
 
+    def alter_offsets(self, principal: str, group_id: str,
+                      targets: dict[str, dict[int, int]]) -> ShareGroupOffsets: ...
+
 
 class TelemetryHandler(Protocol):
     """The process's KIP-714 client telemetry (``lowtide.observability.client_telemetry.

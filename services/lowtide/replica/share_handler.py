@@ -26,10 +26,12 @@ from collections.abc import Callable
 from lowtide.auth.acl import AclOperation, ResourceType
 from lowtide.errors import (
     GroupAuthorizationFailed,
+    InvalidRequest,
     InvalidShareSessionEpoch,
     LowtideError,
     TopicAuthorizationFailed,
     UnknownTopicId,
+    UnknownTopicOrPartition,
 )
 from lowtide.messages.share import (
     AcquiredRange,
@@ -147,6 +149,35 @@ class ShareHandler(RequestHandler):
             out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition,
                                         start_offset=snapshot.start_offset, leader_epoch=snapshot.leader_epoch,
                                         lag=lag))
+        return ShareGroupOffsets(group_id=group_id, partitions=tuple(out))
+
+    def alter_offsets(self, principal: str, group_id: str,
+                      targets: dict[str, dict[int, int]]) -> ShareGroupOffsets:
+        """AlterShareGroupOffsets (an admin's reset; the caller checked the group has no members):
+        each share-partition's new start offset, written to ``__share_group_state``."""
+        if not self.access.allows(principal, AclOperation.READ, ResourceType.GROUP, group_id):
+            return ShareGroupOffsets(group_id=group_id, error=GroupAuthorizationFailed(
+                f"{principal} is not authorized to READ on GROUP {group_id!r}"))
+        infos = self.manager.store.topics()
+        out = []
+        for topic, offsets in targets.items():
+            info = infos.get(topic)
+            for partition, offset in offsets.items():
+                error: LowtideError | None = None
+                if info is None or not 0 <= partition < info.partitions:
+                    error = UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+                elif not self.access.allows(principal, AclOperation.READ, ResourceType.TOPIC, topic):
+                    error = TopicAuthorizationFailed(f"{principal} is not authorized to READ on TOPIC {topic!r}")
+                elif offset < 0:
+                    error = InvalidRequest(f"start offset {offset} of {topic}-{partition} is negative")
+                else:
+                    try:
+                        self.shares.reset(ShareStateKey(group_id=group_id, topic_id=info.topic_id,
+                                                        partition=partition), offset)
+                    except LowtideError as err:
+                        error = err
+                out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id if info else "", partition=partition,
+                                            start_offset=offset, error=error))
         return ShareGroupOffsets(group_id=group_id, partitions=tuple(out))
 
     def _leader_of(self, principal: str, topics: dict, topic_id: str,

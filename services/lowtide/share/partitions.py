@@ -71,16 +71,22 @@ class SharePartition:
     """One share-partition at its leader. Thread-safety: ``lock`` guards every field."""
 
     def __init__(self, *, key: ShareStateKey, state: SharePartitionState, leader_epoch: int,
-                 snapshot_epoch: int, created_ms: int) -> None:
+                 snapshot_epoch: int, created_ms: int, state_epoch: int = 0) -> None:
         self.key = key
         self.state = state
         self.leader_epoch = leader_epoch
         self.snapshot_epoch = snapshot_epoch
+        # Raised by an admin's reset (AlterShareGroupOffsets): a state of an older state epoch is stale.
+        self.state_epoch = state_epoch
         self.created_ms = created_ms
+        # Set when a member opens a share session of the group: the next use compares the state
+        # epoch with the durable one first (an admin may have reset the group while it was empty).
+        self.recheck = False
         self.lock = threading.Lock()
 
     def snapshot(self, now_ms: int) -> ShareSnapshot:
-        return ShareSnapshot(snapshot_epoch=self.snapshot_epoch + 1, state_epoch=0, leader_epoch=self.leader_epoch,
+        return ShareSnapshot(snapshot_epoch=self.snapshot_epoch + 1, state_epoch=self.state_epoch,
+                             leader_epoch=self.leader_epoch,
                              start_offset=self.state.start_offset, create_timestamp_ms=self.created_ms,
                              write_timestamp_ms=now_ms, batches=tuple(self.state.state_batches()))
 
@@ -126,6 +132,9 @@ class SharePartitions:
             key = (group_id, member_id)
             if epoch == 0:
                 session = self._sessions[key] = ShareSession(next_epoch=1, partitions=set(add), last_used_ms=now)
+                for (group, _, _), sp in self._partitions.items():
+                    if group == group_id:
+                        sp.recheck = True
                 return set(session.partitions)
             session = self._sessions.get(key)
             if session is None:
@@ -159,18 +168,26 @@ class SharePartitions:
         k = (key.group_id, key.topic_id, key.partition)
         with self._registry:
             sp = self._partitions.get(k)
-            if sp is not None and sp.leader_epoch == leader.leader_epoch:
+            if sp is not None and sp.leader_epoch == leader.leader_epoch and not sp.recheck:
                 return sp
             loading = self._loading.setdefault(k, threading.Lock())
         with loading:  # one load per share-partition at a time; others wait and take its result
             with self._registry:
                 sp = self._partitions.get(k)
-                if sp is not None and sp.leader_epoch == leader.leader_epoch:
+                if sp is not None and sp.leader_epoch == leader.leader_epoch and not sp.recheck:
                     return sp
+            if sp is not None and sp.leader_epoch == leader.leader_epoch and not self._was_reset(sp):
+                sp.recheck = False
+                return sp
             sp = self._load(key, leader)
             with self._registry:
                 self._partitions[k] = sp
             return sp
+
+    def _was_reset(self, sp: SharePartition) -> bool:
+        """Whether the durable state of ``sp`` has a newer state epoch (an admin reset it)."""
+        durable = self._state_log.read(sp.key) if self._state_log is not None else None
+        return durable is not None and durable.state_epoch > sp.state_epoch
 
     def _load(self, key: ShareStateKey, leader: LeaderLog) -> SharePartition:
         snapshot = self._state_log.read(key) if self._state_log is not None else None
@@ -192,7 +209,8 @@ class SharePartitions:
             "start_offset": state.start_offset, "end_offset": state.end_offset,
             "snapshot_epoch": snapshot.snapshot_epoch}})
         return SharePartition(key=key, state=state, leader_epoch=leader.leader_epoch,
-                              snapshot_epoch=snapshot.snapshot_epoch, created_ms=snapshot.create_timestamp_ms)
+                              snapshot_epoch=snapshot.snapshot_epoch, created_ms=snapshot.create_timestamp_ms,
+                              state_epoch=snapshot.state_epoch)
 
     def acquire(self, *, key: ShareStateKey, member_id: str, leader: LeaderLog, max_records: int,
                 max_bytes: int) -> tuple[list[AcquiredRange], bytes]:
@@ -256,6 +274,22 @@ class SharePartitions:
         """The durable state of every share-partition of ``group_id`` ((topic id, partition) ->
         its latest snapshot); empty without a state log."""
         return {} if self._state_log is None else self._state_log.read_group(group_id)
+
+    def reset(self, key: ShareStateKey, start_offset: int) -> None:
+        """An admin's reset of an empty share group's share-partition (AlterShareGroupOffsets): a
+        new state at ``start_offset`` with nothing in flight, under the next state epoch, so that
+        a leader holding the old state in memory reloads it (``open_session``) and a write of
+        the old state epoch is fenced when read."""
+        if self._state_log is None:
+            return
+        current = self._state_log.read(key)
+        now = self._clock()
+        self._state_log.write(key, ShareSnapshot(
+            snapshot_epoch=current.snapshot_epoch + 1 if current else 0,
+            state_epoch=current.state_epoch + 1 if current else 1,
+            leader_epoch=current.leader_epoch if current else 0, start_offset=start_offset,
+            create_timestamp_ms=current.create_timestamp_ms if current else now, write_timestamp_ms=now,
+            batches=()))
 
     def share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
         """``start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""

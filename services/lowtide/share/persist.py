@@ -71,9 +71,10 @@ class StateRecord:
 class KeyFold:
     """One ``__share_group_state`` partition folded: the latest snapshot of each key.
 
-    A snapshot written under an older leader epoch than the one folded for its key is ignored
-    (Kafka's share coordinator fences such a write): a deposed leader that has not noticed yet
-    cannot put back a state its successor has moved past. Not thread-safe (the reader locks it)."""
+    A snapshot written under an older leader epoch, or an older state epoch, than the one folded for
+    its key is ignored (Kafka's share coordinator fences such a write): a deposed leader that has
+    not noticed yet cannot put back a state its successor has moved past, nor a leader holding a
+    state from before an admin's reset put it back. Not thread-safe (the reader locks it)."""
 
     def __init__(self, position: int = 0) -> None:
         self.position = position
@@ -86,10 +87,12 @@ class KeyFold:
                 self.latest.pop(k, None)
                 continue
             base = self.latest.get(k)
-            if base is not None and r.value.leader_epoch < base.leader_epoch:
-                log.warning("share state from an older leader epoch ignored", extra={"fields": {
+            if base is not None and (r.value.leader_epoch < base.leader_epoch or
+                                     (not r.value.is_update and r.value.state_epoch < base.state_epoch)):
+                log.warning("share state from an older leader or state epoch ignored", extra={"fields": {
                     "group": r.key.group_id, "topic_id": r.key.topic_id, "partition": r.key.partition,
-                    "leader_epoch": r.value.leader_epoch, "folded_leader_epoch": base.leader_epoch}})
+                    "leader_epoch": r.value.leader_epoch, "folded_leader_epoch": base.leader_epoch,
+                    "state_epoch": r.value.state_epoch, "folded_state_epoch": base.state_epoch}})
                 continue
             if r.value.is_update:
                 if base is not None:  # an update applies over the snapshot it follows

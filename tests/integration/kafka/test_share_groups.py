@@ -33,7 +33,8 @@ back until their delivery count reaches the limit, then are archived; rejected o
 back; nothing is delivered past the limit.
 
 Kafka 4.1's share consumer (the pinned tools: ShareFetch and ShareAcknowledge v1) consumes and
-acknowledges a topic too.
+acknowledges a topic too; ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group
+(AlterShareGroupOffsets) makes a new member get everything again.
 
 Records deleted once delivered: a topic whose ``consumed.retention.groups`` names
 share groups (``share:<group>``) keeps what one of them has not acknowledged (a named share group
@@ -337,17 +338,33 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
         member.stop()
 
 
-def test_kafka_4_1s_share_consumer_consumes_and_acknowledges_everything(kcluster, tmp_path):
-    """The pinned Kafka 4.1's share consumer (ShareFetch and ShareAcknowledge v1)."""
+def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset(kcluster, tmp_path):
+    """The pinned Kafka 4.1's share consumer (ShareFetch and ShareAcknowledge v1); then
+    ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group, and a new member gets
+    everything again."""
     topic, group = "kip932-v41", "kip932-v41-group"
     s.create_topic(kcluster, topic, partitions=1, rf=3)
-    values = [b"v41-%d" % i for i in range(50)]
-    assert s.produce(kcluster, topic, values).error_code == 0
-    member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "v41.log", newest=False)
+    values = {f"v41-{i}" for i in range(50)}
+    assert s.produce(kcluster, topic, [v.encode() for v in sorted(values)]).error_code == 0
+    first = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "v41.log", newest=False)
+    second = None
     try:
         wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
                    what="every record acknowledged by Kafka 4.1's share consumer")
         # (4.1's tool reports no acknowledgements in its implicit mode: the start offset says it.)
-        assert {v for _, _, v in received(member)} == {v.decode() for v in values}
+        assert {v for _, _, v in received(first)} == values
+        first.stop()  # it leaves the group: the group is empty
+        wait_until(lambda: len(describe(kcluster, group).members) == 0, timeout_s=20, interval_s=0.2,
+                   what="the share group empty")
+        share_groups_tool(kcluster, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                          "--execute")
+        assert start_offsets(kcluster, group, topic) == {0: 0}
+        second = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "again.log")
+        wait_until(lambda: {v for _, _, v in received(second)} == values, timeout_s=40, interval_s=0.2,
+                   what="every record delivered again after the reset")
+        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
+                   what="every record acknowledged again")
     finally:
-        member.stop()
+        first.stop()
+        if second is not None:
+            second.stop()

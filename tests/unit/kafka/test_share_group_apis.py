@@ -2,7 +2,8 @@
 admin encode them: ShareGroupHeartbeat (76) and ShareGroupDescribe (77) through both ways a
 listener reaches the front door's share group coordinator (in process, and over gRPC through the
 servicer and its remote twin, as from a replica); ShareFetch (78), ShareAcknowledge (79) and
-DescribeShareGroupOffsets (90) on a listener with no replica, answered in every version served."""
+DescribeShareGroupOffsets (90) and AlterShareGroupOffsets (91) on a listener with no replica,
+answered in every version served."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+from kio.schema.alter_share_group_offsets.v0.request import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsRequestPartition,
+    AlterShareGroupOffsetsRequestTopic,
+)
 from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
@@ -32,7 +38,7 @@ from lowtide_pb import admin_pb2_grpc
 from tests.unit.frontdoor.harness import start_grpc_server
 from tests.unit.kafka.test_client_telemetry_apis import send
 
-HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, DESCRIBE_OFFSETS = 76, 77, 78, 79, 90
+HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, DESCRIBE_OFFSETS, ALTER_OFFSETS = 76, 77, 78, 79, 90, 91
 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 25, 42, 69
 NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE = 6, 15
 
@@ -126,3 +132,11 @@ def test_share_group_offsets_are_read_at_a_replica(broker):
     answer = send(broker, DESCRIBE_OFFSETS, 1, DescribeShareGroupOffsetsRequest(groups=(
         DescribeShareGroupOffsetsRequestGroup(group_id="g", topics=None),)))
     assert answer.groups[0].error_code == COORDINATOR_NOT_AVAILABLE
+
+
+def test_share_group_offsets_are_reset_at_a_replica(broker):
+    broker, _ = broker
+    answer = send(broker, ALTER_OFFSETS, 0, AlterShareGroupOffsetsRequest(group_id="g", topics=(
+        AlterShareGroupOffsetsRequestTopic(topic_name="orders", partitions=(
+            AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0),)),)))
+    assert answer.error_code == COORDINATOR_NOT_AVAILABLE

@@ -189,3 +189,19 @@ def test_an_acknowledgement_that_moves_the_start_offset_says_so_after_it_is_dura
     assert moved == []  # 0-9 still out: the start offset did not move
     sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
     assert moved == [(KEY, 20, 20)]  # and it was in the state log when said
+
+
+def test_an_admin_reset_is_taken_up_when_a_member_next_opens_a_session():
+    log = MemoryStateLog()
+    sp = shares(log)
+    sp.open_session(group_id="g", member_id="m", epoch=0, add=[(KEY.topic_id, 0)])
+    sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
+    sp.close_session(group_id="g", member_id="m")
+    sp.reset(KEY, 0)  # the group is empty: an admin moves it back to the start
+    assert (log.latest[KEY].start_offset, log.latest[KEY].state_epoch) == (0, 1)
+    sp.open_session(group_id="g", member_id="n", epoch=0, add=[(KEY.topic_id, 0)])
+    ranges, _ = sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1)]  # delivered again, as new
+    sp.acknowledge(key=KEY, member_id="n", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
+    assert (log.latest[KEY].start_offset, log.latest[KEY].state_epoch) == (10, 1)  # written in the new epoch

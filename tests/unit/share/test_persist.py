@@ -48,3 +48,11 @@ def test_records_are_read_back_from_the_batches_written():
     data = encode_batch([encode_snapshot(value), None], keys=[encode_key(KEY), encode_key(KEY)], base_offset=40)
     assert decode_records(data, 40) == [StateRecord(key=KEY, value=value), StateRecord(key=KEY, value=None)]
     assert decode_records(data, 41) == [StateRecord(key=KEY, value=None)]  # below the fold's position: skipped
+
+
+def test_a_snapshot_from_before_an_admin_reset_is_ignored():
+    reset = ShareSnapshot(snapshot_epoch=4, state_epoch=1, leader_epoch=3, start_offset=0, create_timestamp_ms=5,
+                          write_timestamp_ms=7, batches=())
+    stale = ShareSnapshot(snapshot_epoch=5, state_epoch=0, leader_epoch=3, start_offset=40, create_timestamp_ms=5,
+                          write_timestamp_ms=8, batches=())
+    assert folded(snapshot(30, leader_epoch=3), reset, stale) == reset
