@@ -50,7 +50,7 @@ DESCRIBE_SHARE_GROUP_OFFSETS_KEY, ALTER_SHARE_GROUP_OFFSETS_KEY = 90, 91
 # ShareGroupDescribe's member_type is not in v1; members are share members.
 
 
-def _share_groups(call: Call) -> Any:
+def _find_share_groups(call: Call) -> Any:
     groups = call.front.share_groups
     if groups is None:
         raise NotCoordinator("this front door does not coordinate share groups")
@@ -64,7 +64,7 @@ def share_group_heartbeat(call: Call, body: Any) -> Any:
         client_id=call.client_id or "",
         client_host="/" + call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"), version=call.version)
     try:
-        result = _share_groups(call).heartbeat(principal=call.principal(), request=request)
+        result = _find_share_groups(call).heartbeat(principal=call.principal(), request=request)
     except LowtideError as err:
         result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
                                          error=_whole_call(err))
@@ -83,7 +83,7 @@ def share_group_heartbeat(call: Call, body: Any) -> Any:
 
 def share_group_describe(call: Call, body: Any) -> Any:
     try:
-        described = _share_groups(call).describe(
+        described = _find_share_groups(call).describe(
             principal=call.principal(), group_ids=list(body.group_ids),
             include_authorized_operations=bool(body.include_authorized_operations))
     except LowtideError as err:
@@ -101,12 +101,12 @@ def share_group_describe(call: Call, body: Any) -> Any:
                 for t in m.assignment))) for m in d.members)) for d in described))
 
 
-def _acks(batches: Any) -> tuple[ShareAckBatch, ...]:
+def _read_acks(batches: Any) -> tuple[ShareAckBatch, ...]:
     return tuple(ShareAckBatch(first=b.first_offset, last=b.last_offset,
                                types=tuple(int(t) for t in b.acknowledge_types)) for b in batches)
 
 
-def _answer(call: Call, answer: ShareFetchAnswer, *, fetch: bool) -> Any:
+def _build_answer(call: Call, answer: ShareFetchAnswer, *, fetch: bool) -> Any:
     top = answer.error
     by_topic: dict[str, list[Any]] = {}
     for p in answer.partitions:
@@ -135,7 +135,7 @@ def _answer(call: Call, answer: ShareFetchAnswer, *, fetch: bool) -> Any:
                         for t, parts in by_topic.items()), node_endpoints=())
 
 
-def _serve(call: Call, ask: ShareFetchAsk) -> ShareFetchAnswer:
+def _serve_share_fetch(call: Call, ask: ShareFetchAsk) -> ShareFetchAnswer:
     handler = call.services.share
     if handler is None:
         error = NotLeaderOrFollower("no partitions are hosted here")
@@ -148,21 +148,21 @@ def share_fetch(call: Call, body: Any) -> Any:
     ask = ShareFetchAsk(
         group_id=body.group_id or "", member_id=body.member_id or "", session_epoch=body.share_session_epoch,
         partitions=tuple(SharePartitionAsk(topic_id=t.topic_id.hex, partition=p.partition_index,
-                                           acknowledgements=_acks(p.acknowledgement_batches))
+                                           acknowledgements=_read_acks(p.acknowledgement_batches))
                          for t in body.topics for p in t.partitions),
         forgotten=tuple((t.topic_id.hex, p) for t in body.forgotten_topics_data for p in t.partitions),
         max_wait_ms=millis(body.max_wait), min_bytes=int(body.min_bytes), max_bytes=int(body.max_bytes),
         max_records=int(body.max_records) if int(body.max_records) > 0 else 500)
-    return _answer(call, _serve(call, ask), fetch=True)
+    return _build_answer(call, _serve_share_fetch(call, ask), fetch=True)
 
 
 def share_acknowledge(call: Call, body: Any) -> Any:
     ask = ShareFetchAsk(
         group_id=body.group_id or "", member_id=body.member_id or "", session_epoch=body.share_session_epoch,
         partitions=tuple(SharePartitionAsk(topic_id=t.topic_id.hex, partition=p.partition_index,
-                                           acknowledgements=_acks(p.acknowledgement_batches))
+                                           acknowledgements=_read_acks(p.acknowledgement_batches))
                          for t in body.topics for p in t.partitions), fetch=False)
-    return _answer(call, _serve(call, ask), fetch=False)
+    return _build_answer(call, _serve_share_fetch(call, ask), fetch=False)
 
 
 def describe_share_group_offsets(call: Call, body: Any) -> Any:
@@ -203,7 +203,7 @@ def alter_share_group_offsets(call: Call, body: Any) -> Any:
     try:
         if handler is None:
             raise CoordinatorNotAvailable("share group offsets are written at a replica")
-        [group] = _share_groups(call).describe(principal=call.principal(), group_ids=[body.group_id])
+        [group] = _find_share_groups(call).describe(principal=call.principal(), group_ids=[body.group_id])
         if group.error is None and group.members:
             raise NonEmptyGroup(f"share group {body.group_id!r} has {len(group.members)} members: its offsets "
                                 "can be reset only while it is empty")

@@ -194,7 +194,7 @@ class ConsumedRetention:
         self.stats = PassStats()
         # The share groups' start offsets (set by the replica server once its share-partitions
         # exist; None: a named share group has none, which deletes nothing).
-        self.share_starts: ShareStarts | None = None
+        self.read_share_starts: ShareStarts | None = None
 
     def config_of(self, partition: Partition) -> ConsumedRetentionConfig:
         return ConsumedRetentionConfig.from_topic_config({**self._defaults, **partition.topic_info.config})
@@ -265,12 +265,12 @@ class ConsumedRetention:
         """Each named share group's start offsets, as the commits of group ``share:<id>`` (a share
         group whose state cannot be read now has none here: that partition deletes nothing)."""
         wanted = {g for _, cfg in led for g in cfg.groups if g.startswith(SHARE_PREFIX)}
-        if not wanted or self.share_starts is None:
+        if not wanted or self.read_share_starts is None:
             return
         ids = {p.topic_info.topic_id: p.topic for p, _ in led}
         for group in sorted(wanted):
             try:
-                starts = self.share_starts(group.removeprefix(SHARE_PREFIX))
+                starts = self.read_share_starts(group.removeprefix(SHARE_PREFIX))
             except LowtideError as err:
                 log.info("consumed retention cannot read share group state", extra={"fields": {
                     "group": group, "error": err.name}})

@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             args, store=connections.metadata, replicas=ReplicaClient(metadata=connections.call_metadata), name=name)
         shares = ShareHandler(shares=share_partitions, manager=manager, access=access, diskless=diskless)
         # consumed.retention.groups may name share groups ("share:<group>"): their start offsets.
-        manager.consumed_retention.share_starts = share_partitions.share_starts
+        manager.consumed_retention.read_share_starts = share_partitions.read_share_starts
         share_partitions.on_start_offset_moved = lambda _key, _offset: manager.housekeeping.wake_retention()
         REGISTRY.register(ShareCollector(share_partitions, broker_id=args.id, topic_names=lambda: {
             i.topic_id: n for n, i in connections.metadata.topics().items()}))

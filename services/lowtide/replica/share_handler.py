@@ -89,7 +89,7 @@ class ShareHandler(RequestHandler):
         answers: dict[tuple[str, int], SharePartitionAnswer] = {}
         readable: dict[tuple[str, int], tuple[ShareStateKey, Callable[[], LeaderLog]]] = {}
         for key in sorted(session | {(p.topic_id, p.partition) for p in ask.partitions}):
-            error, leader = self._leader_of(principal, topics, *key)
+            error, leader = self._find_leader(principal, topics, *key)
             if error is not None:
                 answers[key] = SharePartitionAnswer(topic_id=key[0], partition=key[1], error=error)
                 continue
@@ -119,7 +119,7 @@ class ShareHandler(RequestHandler):
             return ShareGroupOffsets(group_id=group_id, error=GroupAuthorizationFailed(
                 f"{principal} is not authorized to DESCRIBE on GROUP {group_id!r}"))
         try:
-            snapshots = self.shares.start_offsets(group_id)
+            snapshots = self.shares.read_start_offsets(group_id)
         except LowtideError as err:
             return ShareGroupOffsets(group_id=group_id, error=err)
         infos = self.manager.store.topics()
@@ -145,7 +145,7 @@ class ShareHandler(RequestHandler):
                 out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition))
                 continue
             hosted = self.manager.registry.find(topic, partition)
-            lag = _lag(snapshot, hosted.log.high_watermark) if hosted is not None else -1
+            lag = _count_lag(snapshot, hosted.log.high_watermark) if hosted is not None else -1
             out.append(ShareStartOffset(topic=topic, topic_id=info.topic_id, partition=partition,
                                         start_offset=snapshot.start_offset, leader_epoch=snapshot.leader_epoch,
                                         lag=lag))
@@ -180,7 +180,7 @@ class ShareHandler(RequestHandler):
                                             start_offset=offset, error=error))
         return ShareGroupOffsets(group_id=group_id, partitions=tuple(out))
 
-    def _leader_of(self, principal: str, topics: dict, topic_id: str,
+    def _find_leader(self, principal: str, topics: dict, topic_id: str,
                    partition: int) -> tuple[LowtideError | None, Callable[[], LeaderLog] | None]:
         info = topics.get(topic_id)
         if info is None:
@@ -225,18 +225,18 @@ class ShareHandler(RequestHandler):
                     ranges, data = self.shares.acquire(key=key, member_id=ask.member_id, leader=leader(),
                                                        max_records=left, max_bytes=per_partition)
                 except LowtideError as err:
-                    answers[k] = _with(answers.get(k), k, error=err)
+                    answers[k] = _merge_answer(answers.get(k), k, error=err)
                     continue
                 if ranges:
                     got_any = True
                     left -= sum(r.last - r.first + 1 for r in ranges)
-                    answers[k] = _with(answers.get(k), k, records=data, acquired=tuple(ranges))
+                    answers[k] = _merge_answer(answers.get(k), k, records=data, acquired=tuple(ranges))
             if got_any or time.monotonic() >= deadline:
                 return
             time.sleep(POLL_S)
 
 
-def _lag(snapshot: ShareSnapshot, high_watermark: int) -> int:
+def _count_lag(snapshot: ShareSnapshot, high_watermark: int) -> int:
     """Records from the start offset to the high watermark not yet acknowledged or archived."""
     done = sum(min(b.last, high_watermark - 1) - max(b.first, snapshot.start_offset) + 1
                for b in snapshot.batches if b.state in (ACKNOWLEDGED, ARCHIVED)
@@ -244,7 +244,7 @@ def _lag(snapshot: ShareSnapshot, high_watermark: int) -> int:
     return max(0, high_watermark - snapshot.start_offset - done)
 
 
-def _with(answer: SharePartitionAnswer | None, k: tuple[str, int], *, error: LowtideError | None = None,
+def _merge_answer(answer: SharePartitionAnswer | None, k: tuple[str, int], *, error: LowtideError | None = None,
           records: bytes = b"", acquired: tuple[AcquiredRange, ...] = ()) -> SharePartitionAnswer:
     ack_error = None if answer is None else answer.acknowledge_error
     return SharePartitionAnswer(topic_id=k[0], partition=k[1], error=error, acknowledge_error=ack_error,

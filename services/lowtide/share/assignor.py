@@ -23,7 +23,7 @@ NAME = "simple"
 TopicPartitionKey = tuple[str, int]  # (topic name, partition)
 
 
-def _hash_index(member_id: str, size: int) -> int:
+def _pick_index(member_id: str, size: int) -> int:
     # Java's Math.abs(hash % size): the remainder keeps the hash's sign.
     h = java_string_hash(member_id)
     r = abs(h) % size
@@ -47,7 +47,7 @@ def assign_simple(*, members: Sequence[str], subscriptions: Mapping[str, frozens
     fresh: dict[TopicPartitionKey, list[str]] = {}
     for m in members:
         if wanted[m]:
-            fresh.setdefault(wanted[m][_hash_index(m, len(wanted[m]))], []).append(m)
+            fresh.setdefault(wanted[m][_pick_index(m, len(wanted[m]))], []).append(m)
     had = {tp for m in members for tp in current.get(m, frozenset())}
     every = sorted({tp for w in wanted.values() for tp in w})
     unassigned = [tp for tp in every if tp not in fresh and tp not in had]

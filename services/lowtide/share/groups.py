@@ -150,8 +150,8 @@ class ShareGroups:
 
     # -- heartbeat -----------------------------------------------------------------------------
     def heartbeat(self, *, principal: str, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
-        self._validate(request)
-        self._require(principal, AclOperation.READ, request.group_id)
+        self._validate_heartbeat(request)
+        self._require_acl(principal, AclOperation.READ, request.group_id)
         if self.other_group is not None and not self.is_share_group(request.group_id) \
                 and self.other_group(request.group_id):
             raise GroupIdNotFound(f"group {request.group_id!r} is not a share group")
@@ -190,25 +190,25 @@ class ShareGroups:
                 if request.rack_id is not None:
                     member.rack_id = request.rack_id
             member.session_deadline = now + self.config.session_timeout_ms / 1000
-            counts = self._counts(group)
+            counts = self._count_partitions(group)
             if changed or counts != group.counts:
                 self._reassign(group, counts)
             member.member_epoch = group.group_epoch
             assignment = None
             if member.sent != member.assigned:
                 member.sent = member.assigned
-                assignment = self._partitions(member.assigned)
+                assignment = self._describe_partitions(member.assigned)
             return ConsumerHeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
                                            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                                            assignment=assignment)
 
-    def _counts(self, group: ShareGroup) -> dict[str, int]:
+    def _count_partitions(self, group: ShareGroup) -> dict[str, int]:
         wanted = {t for m in group.members.values() for t in m.subscribed}
         return {n: i.partitions for n, i in self._topics.topics().items() if n in wanted}
 
     def _reassign(self, group: ShareGroup, counts: dict[str, int] | None = None) -> None:
         """A new group epoch and its assignment (caller holds the lock)."""
-        group.counts = self._counts(group) if counts is None else counts
+        group.counts = self._count_partitions(group) if counts is None else counts
         group.group_epoch += 1
         members = list(group.members)
         result = assignor.assign_simple(
@@ -217,7 +217,7 @@ class ShareGroups:
         for member_id, parts in result.items():
             group.members[member_id].assigned = parts
 
-    def _partitions(self, assigned: frozenset[tuple[str, int]]) -> tuple[TopicPartitions, ...]:
+    def _describe_partitions(self, assigned: frozenset[tuple[str, int]]) -> tuple[TopicPartitions, ...]:
         infos = self._topics.topics()
         by_topic: dict[str, list[int]] = {}
         for topic, p in assigned:
@@ -245,16 +245,17 @@ class ShareGroups:
                     member_id=m.member_id, instance_id=None, rack_id=m.rack_id, member_epoch=m.member_epoch,
                     client_id=m.client_id, client_host=m.client_host,
                     subscribed_topic_names=tuple(sorted(m.subscribed)), subscribed_topic_regex=None,
-                    assignment=self._partitions(m.assigned), target_assignment=self._partitions(m.assigned))
+                    assignment=self._describe_partitions(m.assigned),
+                    target_assignment=self._describe_partitions(m.assigned))
                     for m in group.members.values())
                 out.append(ConsumerGroupDescription(
                     group_id=group_id, state=group.state, group_epoch=group.group_epoch,
                     assignment_epoch=group.group_epoch, assignor_name=assignor.NAME, members=members,
-                    authorized_operations=self._operations(principal, group_id)
+                    authorized_operations=self._authorized_operations(principal, group_id)
                     if include_authorized_operations else -(2**31)))
         return out
 
-    def _operations(self, principal: str, group_id: str) -> int:
+    def _authorized_operations(self, principal: str, group_id: str) -> int:
         bits = 0
         for op in _GROUP_OPERATIONS:
             if self._authorizer.authorize(principal=principal, operation=op, resource_type=ResourceType.GROUP,
@@ -263,13 +264,13 @@ class ShareGroups:
         return bits
 
     # -- checks --------------------------------------------------------------------------------
-    def _require(self, principal: str, operation: AclOperation, group_id: str) -> None:
+    def _require_acl(self, principal: str, operation: AclOperation, group_id: str) -> None:
         if not self._authorizer.authorize(principal=principal, operation=operation,
                                           resource_type=ResourceType.GROUP, resource_name=group_id):
             raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group_id!r}")
 
     @staticmethod
-    def _validate(request: ConsumerHeartbeat) -> None:
+    def _validate_heartbeat(request: ConsumerHeartbeat) -> None:
         """Kafka's throwIfShareGroupHeartbeatRequestIsInvalid."""
         if not request.group_id or len(request.group_id) > MAX_GROUP_ID_LENGTH or "\x00" in request.group_id:
             raise InvalidGroupId(f"invalid group id {request.group_id!r}")

@@ -40,7 +40,7 @@ class ShareCollector(Collector):
                                     "Records in flight in a share-partition, by state",
                                     labels=["group", "topic", "partition", "state", "replica"])
         names = self._topic_names()
-        for key, state in self._shares.loaded():
+        for key, state in self._shares.copy_loaded():
             topic = names.get(key.topic_id, key.topic_id)
             values = [key.group_id, topic, str(key.partition)]
             start.add_metric([*values, self._replica], state.start_offset)
@@ -52,5 +52,5 @@ class ShareCollector(Collector):
                 records.add_metric([*values, name.lower(), self._replica], counts[code])
         sessions = GaugeMetricFamily("lowtide_share_sessions", "Open share sessions on this replica",
                                      labels=["replica"])
-        sessions.add_metric([self._replica], self._shares.session_count())
+        sessions.add_metric([self._replica], self._shares.count_sessions())
         yield from (start, end, records, sessions)

@@ -88,7 +88,7 @@ class SharePartition:
         return ShareSnapshot(snapshot_epoch=self.snapshot_epoch + 1, state_epoch=self.state_epoch,
                              leader_epoch=self.leader_epoch,
                              start_offset=self.state.start_offset, create_timestamp_ms=self.created_ms,
-                             write_timestamp_ms=now_ms, batches=tuple(self.state.state_batches()))
+                             write_timestamp_ms=now_ms, batches=tuple(self.state.to_state_batches()))
 
 
 @dataclass
@@ -153,7 +153,7 @@ class SharePartitions:
         for k in idle:
             del self._sessions[k]
 
-    def session_count(self) -> int:
+    def count_sessions(self) -> int:
         with self._registry:
             return len(self._sessions)
 
@@ -176,7 +176,7 @@ class SharePartitions:
                 sp = self._partitions.get(k)
                 if sp is not None and sp.leader_epoch == leader.leader_epoch and not sp.recheck:
                     return sp
-            if sp is not None and sp.leader_epoch == leader.leader_epoch and not self._was_reset(sp):
+            if sp is not None and sp.leader_epoch == leader.leader_epoch and not self._check_reset(sp):
                 sp.recheck = False
                 return sp
             sp = self._load(key, leader)
@@ -184,7 +184,7 @@ class SharePartitions:
                 self._partitions[k] = sp
             return sp
 
-    def _was_reset(self, sp: SharePartition) -> bool:
+    def _check_reset(self, sp: SharePartition) -> bool:
         """Whether the durable state of ``sp`` has a newer state epoch (an admin reset it)."""
         durable = self._state_log.read(sp.key) if self._state_log is not None else None
         return durable is not None and durable.state_epoch > sp.state_epoch
@@ -224,7 +224,7 @@ class SharePartitions:
             state.expire_locks(now)
             if not state.has_available(leader.high_watermark):
                 return [], b""
-            data = leader.read(state.next_read_offset(), max_bytes)
+            data = leader.read(state.find_next_read_offset(), max_bytes)
             batches = [(h.base_offset, h.last_offset) for h, _ in iter_batches(data)]
             taken = state.acquire(member=member_id, batches=batches, max_records=max_records, now_ms=now)
         if not taken:
@@ -270,7 +270,7 @@ class SharePartitions:
         self._state_log.write(sp.key, snapshot)
         sp.snapshot_epoch = snapshot.snapshot_epoch
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
+    def read_start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareSnapshot]:
         """The durable state of every share-partition of ``group_id`` ((topic id, partition) ->
         its latest snapshot); empty without a state log."""
         return {} if self._state_log is None else self._state_log.read_group(group_id)
@@ -291,11 +291,11 @@ class SharePartitions:
             create_timestamp_ms=current.create_timestamp_ms if current else now, write_timestamp_ms=now,
             batches=()))
 
-    def share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
-        """``start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""
-        return {k: (v.start_offset, v.write_timestamp_ms) for k, v in self.start_offsets(group_id).items()}
+    def read_share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """``read_start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""
+        return {k: (v.start_offset, v.write_timestamp_ms) for k, v in self.read_start_offsets(group_id).items()}
 
-    def loaded(self) -> list[tuple[ShareStateKey, SharePartitionState]]:
+    def copy_loaded(self) -> list[tuple[ShareStateKey, SharePartitionState]]:
         """A copy of every share-partition loaded here (for /metrics)."""
         with self._registry:
             partitions = list(self._partitions.values())

@@ -54,12 +54,12 @@ TOPIC_CONFIG = {"cleanup.policy": "compact"}
 FETCH_MAX_BYTES = 1 << 20
 
 
-def _did_not_take(where: str, problem: LowtideError) -> LowtideError:
+def _explain_give_up(where: str, problem: LowtideError) -> LowtideError:
     # Retriable for the client: it sends the acknowledgement again.
     return CoordinatorNotAvailable(f"{where} did not take the share state: {problem.name}: {problem.message}")
 
 
-APPENDS = AppendPolicy(give_up=_did_not_take)
+APPENDS = AppendPolicy(give_up=_explain_give_up)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,7 @@ class SharePartitionState:
     def copy(self) -> SharePartitionState:
         return copy.deepcopy(self)
 
-    def next_read_offset(self) -> int:
+    def find_next_read_offset(self) -> int:
         """Where a fetch should read the log from: the first AVAILABLE in-flight record, else SPEO."""
         for r in self.ranges:
             if r.state == AVAILABLE:
@@ -110,9 +110,10 @@ class SharePartitionState:
         return self.end_offset
 
     def has_available(self, high_watermark: int) -> bool:
+        """Whether a fetch could acquire anything: a record given back, or one never delivered below the HW."""
         return any(r.state == AVAILABLE for r in self.ranges) or self.end_offset < high_watermark
 
-    def state_batches(self) -> list[StateBatch]:
+    def to_state_batches(self) -> list[StateBatch]:
         """What is persisted: the in-flight ranges, ACQUIRED written as AVAILABLE (a lock does not
         survive a restart), adjacent equal ones merged."""
         out: list[StateBatch] = []
@@ -124,9 +125,6 @@ class SharePartitionState:
             else:
                 out.append(StateBatch(r.first, r.last, state, r.delivery_count))
         return out
-
-    def acquired_by(self, member: str) -> int:
-        return sum(r.count for r in self.ranges if r.state == ACQUIRED and r.member == member)
 
     # -- changes ---------------------------------------------------------------------------------
     def acquire(self, *, member: str, batches: Sequence[tuple[int, int]], max_records: int,

@@ -117,7 +117,7 @@ def share_groups_tool(cluster: LocalCluster, *args: str) -> str:
     return done.stdout
 
 
-def start_offsets(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
+def describe_start_offsets(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
     """Partition -> START-OFFSET in ``kafka-share-groups --describe``'s table."""
     out = {}
     for line in share_groups_tool(cluster, "--describe", "--group", group).splitlines():
@@ -187,7 +187,7 @@ def test_three_members_share_three_partitions_and_a_killed_members_records_go_to
         live = [m for m in members if m is not victim]
 
         # Every record is done at the broker (acknowledged, or archived past its delivery limit).
-        wait_until(lambda: start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
                    what=f"kafka-share-groups --describe showing start offsets at the ends {ends}")
         delivered_values = {v for m in members for _, _, v in received(m)}
         assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
@@ -258,7 +258,7 @@ def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_
         acked_values = {e["value"] for e in prod.named("producer_send_success")}
         assert acked_values, prod.tail()
         ends = ends_of(kcluster, topic)
-        wait_until(lambda: start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
                    what=f"start offsets at the ends {ends} (kafka-share-groups --describe)")
         delivered_values = {v for m in members for _, _, v in received(m)}
         assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
@@ -298,7 +298,7 @@ def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tm
     assert len(bases) >= 4, bases
     member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "drain.log")
     try:
-        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 400}, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 400}, timeout_s=40, interval_s=0.5,
                    what="every record acknowledged by the share group")
         # The other named share group has no state on the partition: it holds everything back.
         passes = retention_passes(kcluster, leader)
@@ -325,7 +325,7 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
     member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "acks.log",
                             ack_pattern="accept,release,reject")
     try:
-        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 30}, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 30}, timeout_s=40, interval_s=0.5,
                    what="every record accepted, rejected or archived past its delivery limit")
         leader = s.leader_of(kcluster, topic)
         assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_partition_start_offset", group=group,
@@ -349,7 +349,7 @@ def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset(k
     first = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "v41.log", newest=False)
     second = None
     try:
-        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
                    what="every record acknowledged by Kafka 4.1's share consumer")
         # (4.1's tool reports no acknowledgements in its implicit mode: the start offset says it.)
         assert {v for _, _, v in received(first)} == values
@@ -358,11 +358,11 @@ def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset(k
                    what="the share group empty")
         share_groups_tool(kcluster, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                           "--execute")
-        assert start_offsets(kcluster, group, topic) == {0: 0}
+        assert describe_start_offsets(kcluster, group, topic) == {0: 0}
         second = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "again.log")
         wait_until(lambda: {v for _, _, v in received(second)} == values, timeout_s=40, interval_s=0.2,
                    what="every record delivered again after the reset")
-        wait_until(lambda: start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
                    what="every record acknowledged again")
     finally:
         first.stop()

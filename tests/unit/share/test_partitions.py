@@ -82,7 +82,7 @@ def test_a_new_share_partition_starts_at_the_high_watermark_by_default():
     sp = shares(log, config=ShareConfig(auto_offset_reset=LATEST))
     assert sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=100, max_bytes=1 << 20) == ([], b"")
     # A leader elected next starts there too, not at its own high watermark.
-    assert sp.start_offsets("g") == {(KEY.topic_id, 0): log.latest[KEY]} and log.latest[KEY].start_offset == 30
+    assert sp.read_start_offsets("g") == {(KEY.topic_id, 0): log.latest[KEY]} and log.latest[KEY].start_offset == 30
 
 
 def test_a_share_partition_whose_first_state_cannot_be_written_serves_nothing():
@@ -171,10 +171,10 @@ def test_a_share_session_left_idle_by_a_dead_member_is_forgotten():
     sp.open_session(group_id="g", member_id="dead", epoch=0, add=[("t", 0)])
     clock.now = SESSION_IDLE_MS
     sp.open_session(group_id="g", member_id="alive", epoch=0, add=[("t", 0)])
-    assert sp.session_count() == 2  # not idle for longer than the limit yet
+    assert sp.count_sessions() == 2  # not idle for longer than the limit yet
     clock.now = SESSION_IDLE_MS + 1
     sp.open_session(group_id="g", member_id="alive", epoch=1, add=[])
-    assert sp.session_count() == 1
+    assert sp.count_sessions() == 1
     with pytest.raises(ShareSessionNotFound):
         sp.open_session(group_id="g", member_id="dead", epoch=1, add=[])
 

@@ -170,7 +170,7 @@ def test_the_persisted_state_writes_acquired_records_as_available():
     state = fresh()
     state.acquire(member="a", batches=BATCHES, max_records=100, now_ms=0)
     ack(state, "a", 10, 14, ACCEPT)
-    assert state.state_batches() == [StateBatch(0, 9, AVAILABLE, 1), StateBatch(10, 14, ACKNOWLEDGED, 1),
+    assert state.to_state_batches() == [StateBatch(0, 9, AVAILABLE, 1), StateBatch(10, 14, ACKNOWLEDGED, 1),
                                      StateBatch(15, 24, AVAILABLE, 1)]
 
 
