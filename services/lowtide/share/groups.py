@@ -74,6 +74,8 @@ class Topics(Protocol):
 
 @dataclass
 class ShareMember:
+    """One member of a share group (guarded by ``ShareGroups``' lock)."""
+
     member_id: str
     member_epoch: int
     subscribed: frozenset[str]
@@ -88,6 +90,9 @@ class ShareMember:
 
 @dataclass
 class ShareGroup:
+    """One share group: its epoch, members and the partition counts its assignment was made for
+    (guarded by ``ShareGroups``' lock)."""
+
     group_id: str
     group_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)

@@ -93,6 +93,9 @@ class SharePartition:
 
 @dataclass
 class ShareSession:
+    """One member's share session at this broker: the epoch its next request must carry and the
+    partitions it fetches. Guarded by ``SharePartitions``' registry lock."""
+
     next_epoch: int
     partitions: set[tuple[str, int]]
     last_used_ms: int = 0

@@ -150,6 +150,9 @@ def decode_records(data: bytes, from_offset: int) -> list[StateRecord]:
 
 
 class _StateReader(FoldReader[KeyFold, StateRecord]):
+    """The fold reader of ``__share_group_state`` with the look-ups the share-partitions need
+    (thread-safe: under the reader's lock)."""
+
     def latest(self, partition: int, key: ShareStateKey) -> ShareSnapshot | None:
         with self._lock:
             return self._fold(partition).latest.get((key.group_id, key.topic_id, key.partition))
@@ -161,7 +164,8 @@ class _StateReader(FoldReader[KeyFold, StateRecord]):
 
 
 class _Router:
-    """The live leaders of ``__share_group_state``'s partitions, from the metadata store."""
+    """The live leaders of ``__share_group_state``'s partitions, from the metadata store (the
+    internal topics' ``LeaderRouter``; nothing cached, so stateless and thread-safe)."""
 
     def __init__(self, store: MetadataStore) -> None:
         self._store = store
