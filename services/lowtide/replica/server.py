@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         manager.consumed_retention.read_share_starts = share_partitions.read_share_starts
         share_partitions.on_start_offset_moved = lambda _key, _offset: manager.housekeeping.wake_retention()
         REGISTRY.register(ShareCollector(share_partitions, broker_id=args.id, topic_names=lambda: {
-            i.topic_id: n for n, i in connections.metadata.topics().items()}))
+            i.topic_id: n for n, i in connections.metadata.topics().items()}, low_watermark=lambda t, p: (
+                -1 if (part := manager.registry.find(t, p)) is None else part.low_watermark(manager.live_brokers))))
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             producer=servicer.producer, fetcher=servicer.fetcher,

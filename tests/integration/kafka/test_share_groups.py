@@ -305,6 +305,8 @@ def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tm
         wait_until(lambda: retention_passes(kcluster, leader) >= passes + 2, timeout_s=20, interval_s=0.1,
                    what="two consumed retention passes after the last acknowledgement")
         assert log_start(kcluster, topic) == 0
+        assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_group_low_watermark_lag_records",
+                        group=group, topic=topic) == 400  # done with, not deleted
         with Admin(kcluster.bootstrap) as admin:
             admin.alter_topic_config(topic, set_config={"consumed.retention.groups": f"share:{group}"})
         expected = 400  # every segment ends at or below the start offset: all of them go
@@ -313,6 +315,8 @@ def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tm
                          what=f"replica {r}'s log start offset at {expected}")
             s.wait_until(lambda r=r: min(s.segment_files(kcluster, r, topic)) == expected,
                          what=f"replica {r}'s segments below {expected} deleted")
+        s.wait_until(lambda: s.metric(kcluster, f"replica-{leader}", "lowtide_share_group_low_watermark_lag_records",
+                                      group=group, topic=topic) == 0, what="the share group's low watermark lag 0")
         assert member.proc.poll() is None, member.tail()
     finally:
         member.stop()
