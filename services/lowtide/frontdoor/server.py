@@ -62,6 +62,7 @@ from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient, connect_redis
 from lowtide.share.groups import ShareGroupConfig, ShareGroups
+from lowtide.share.persist import ShareStateLog
 from lowtide.tls.principal import PrincipalMapper
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -178,8 +179,10 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
                                      classic=members)
     members.is_consumer_group = consumer_groups.is_consumer_group
     # KIP-932 share groups: membership in memory (share/groups.py); a group id of another type is refused.
+    share_state = ShareStateLog(store=store, replicas=replicas)  # DeleteGroups tombstones a group's state
     share_groups = ShareGroups(topics=store, authorizer=authorizer, config=config.share_groups,
-                               other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g))
+                               other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g),
+                               forget_state=share_state.delete_group)
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,

@@ -35,6 +35,7 @@ from lowtide.errors import (
     GroupMaxSizeReached,
     InvalidGroupId,
     InvalidRequest,
+    NonEmptyGroup,
     UnknownMemberId,
 )
 from lowtide.messages.consumer_groups import (
@@ -113,13 +114,16 @@ class ShareGroups:
 
     def __init__(self, *, topics: Topics, authorizer: Authorizer, config: ShareGroupConfig = ShareGroupConfig(),
                  clock: Callable[[], float] = time.monotonic,
-                 other_group: Callable[[str], bool] | None = None) -> None:
+                 other_group: Callable[[str], bool] | None = None,
+                 forget_state: Callable[[str], None] | None = None) -> None:
         self._topics = topics
         self._authorizer = authorizer
         self.config = config
         self._clock = clock
         # Whether a group id is taken by a consumer or classic group (None: not checked).
         self.other_group = other_group
+        # Deletes a deleted group's share-partition state (tombstones in __share_group_state).
+        self.forget_state = forget_state
         self._lock = threading.Lock()
         self._groups: dict[str, ShareGroup] = {}
         self._ticker = Ticker(name="share-groups", interval_s=config.tick_interval_s, tick=self.tick)
@@ -139,6 +143,25 @@ class ShareGroups:
         """(group id, state) of every share group."""
         with self._lock:
             return [(g.group_id, g.state) for g in self._groups.values() if g.members or g.group_epoch > 0]
+
+    def delete_if_empty(self, group_id: str) -> bool:
+        """DeleteGroups of a share group: False when ``group_id`` is no share group here;
+        NON_EMPTY_GROUP while it has members; else its share-partition state is deleted (durably,
+        first: a failure leaves the group as it was) and the group forgotten."""
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None or not (group.members or group.group_epoch > 0):
+                return False
+            if group.members:
+                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members")
+        if self.forget_state is not None:
+            self.forget_state(group_id)
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.members:  # a member joined meanwhile: it keeps the group
+                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members")
+            self._groups.pop(group_id, None)
+        return True
 
     def tick(self) -> None:
         """Remove members whose session expired (the timer thread)."""

@@ -188,9 +188,14 @@ class SharePartitions:
             return sp
 
     def _check_reset(self, sp: SharePartition) -> bool:
-        """Whether the durable state of ``sp`` has a newer state epoch (an admin reset it)."""
-        durable = self._state_log.read(sp.key) if self._state_log is not None else None
-        return durable is not None and durable.state_epoch > sp.state_epoch
+        """Whether the durable state of ``sp`` has a newer state epoch (an admin reset it) or is
+        gone after having been written (the group was deleted)."""
+        if self._state_log is None:
+            return False
+        durable = self._state_log.read(sp.key)
+        if durable is None:
+            return sp.snapshot_epoch >= 0
+        return durable.state_epoch > sp.state_epoch
 
     def _load(self, key: ShareStateKey, leader: LeaderLog) -> SharePartition:
         snapshot = self._state_log.read(key) if self._state_log is not None else None

@@ -242,6 +242,16 @@ class ShareStateLog:
                              timestamp_ms=int(time.time() * 1000))
         self._appender.append(partition, batch, timeout_ms=self._timeout_ms)
 
+    def delete_group(self, group_id: str) -> None:
+        """Tombstone every share-partition state of ``group_id`` (DeleteGroups); acks=all."""
+        count = self._topic.partition_count(create=False)
+        if count is None:
+            return
+        for topic_id, partition in sorted(self.read_group(group_id)):
+            key = ShareStateKey(group_id=group_id, topic_id=topic_id, partition=partition)
+            batch = encode_batch([None], keys=[encode_key(key)], timestamp_ms=int(time.time() * 1000))
+            self._appender.append(partition_for_key(key, partitions=count), batch, timeout_ms=self._timeout_ms)
+
     def read(self, key: ShareStateKey) -> ShareSnapshot | None:
         partition = self._partition_of(key)
         self._read_up([partition])

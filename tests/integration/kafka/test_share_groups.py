@@ -34,7 +34,8 @@ back; nothing is delivered past the limit.
 
 Kafka 4.1's share consumer (the pinned tools: ShareFetch and ShareAcknowledge v1) consumes and
 acknowledges a topic too; ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group
-(AlterShareGroupOffsets) makes a new member get everything again.
+(AlterShareGroupOffsets) makes a new member get everything again, and ``--delete`` (DeleteGroups)
+deletes the group and its state.
 
 Records deleted once delivered: a topic whose ``consumed.retention.groups`` names
 share groups (``share:<group>``) keeps what one of them has not acknowledged (a named share group
@@ -342,7 +343,7 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
         member.stop()
 
 
-def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset(kcluster, tmp_path):
+def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset_and_a_delete(kcluster, tmp_path):
     """The pinned Kafka 4.1's share consumer (ShareFetch and ShareAcknowledge v1); then
     ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group, and a new member gets
     everything again."""
@@ -368,6 +369,19 @@ def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset(k
                    what="every record delivered again after the reset")
         wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
                    what="every record acknowledged again")
+        # kafka-share-groups --delete of the emptied group: gone from --list, and its state with it
+        # (a member of a new group of that name starts from the log start again: earliest here).
+        second.stop()
+        wait_until(lambda: len(describe(kcluster, group).members) == 0, timeout_s=20, interval_s=0.2,
+                   what="the share group empty again")
+        share_groups_tool(kcluster, "--delete", "--group", group)
+        assert group not in share_groups_tool(kcluster, "--list").split()
+        third = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "after-delete.log")
+        try:
+            wait_until(lambda: {v for _, _, v in received(third)} == values, timeout_s=40, interval_s=0.2,
+                       what="every record delivered to the group made again after the delete")
+        finally:
+            third.stop()
     finally:
         first.stop()
         if second is not None:

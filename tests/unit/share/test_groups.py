@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from lowtide.auth.acl import Authorizer
-from lowtide.errors import FencedMemberEpoch, GroupIdNotFound, InvalidRequest, UnknownMemberId
+from lowtide.errors import FencedMemberEpoch, GroupIdNotFound, InvalidRequest, NonEmptyGroup, UnknownMemberId
 from lowtide.messages.consumer_groups import ConsumerHeartbeat
 from lowtide.share.groups import ShareGroupConfig, ShareGroups
 
@@ -134,3 +134,16 @@ def test_describing_an_unknown_group_answers_group_id_not_found(setup):
     groups, _, _ = setup
     [described] = groups.describe(principal="User:ANONYMOUS", group_ids=["nope"])
     assert isinstance(described.error, GroupIdNotFound)
+
+
+def test_deleting_a_share_group_needs_it_empty_and_deletes_its_state_first(setup):
+    groups, _, _ = setup
+    forgotten: list[str] = []
+    groups.forget_state = forgotten.append
+    epoch = beat(groups, "a", 0).member_epoch
+    with pytest.raises(NonEmptyGroup):
+        groups.delete_if_empty("g")
+    beat(groups, "a", -1, topics=None)
+    assert epoch == 1 and groups.delete_if_empty("g") is True
+    assert forgotten == ["g"] and groups.listings() == []
+    assert groups.delete_if_empty("g") is False  # no such share group (any more)

@@ -205,3 +205,16 @@ def test_an_admin_reset_is_taken_up_when_a_member_next_opens_a_session():
     assert ranges == [AcquiredRange(0, 9, 1)]  # delivered again, as new
     sp.acknowledge(key=KEY, member_id="n", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
     assert (log.latest[KEY].start_offset, log.latest[KEY].state_epoch) == (10, 1)  # written in the new epoch
+
+
+def test_a_deleted_groups_state_is_started_afresh_when_a_member_next_opens_a_session():
+    log = MemoryStateLog()
+    sp = shares(log)
+    sp.open_session(group_id="g", member_id="m", epoch=0, add=[(KEY.topic_id, 0)])
+    sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    sp.acknowledge(key=KEY, member_id="m", leader=leader(), batches=[ShareAckBatch(0, 9, (ACCEPT,))])
+    sp.close_session(group_id="g", member_id="m")
+    del log.latest[KEY]  # DeleteGroups tombstoned it
+    sp.open_session(group_id="g", member_id="n", epoch=0, add=[(KEY.topic_id, 0)])
+    ranges, _ = sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1)]  # from share.auto.offset.reset again (earliest here)

@@ -119,9 +119,11 @@ def validate_group_id(group_id: str) -> None:
 
 
 class ShareListings(Protocol):
-    """The share group coordinator as ListGroups asks it (``share.groups.ShareGroups``)."""
+    """The share group coordinator as ListGroups and DeleteGroups ask it (``share.groups.ShareGroups``)."""
 
     def listings(self) -> list[tuple[str, str]]: ...
+
+    def delete_if_empty(self, group_id: str) -> bool: ...
 
 
 class GroupCoordinator:
@@ -273,6 +275,8 @@ class GroupCoordinator:
         def delete(group_id: str) -> GroupOutcome:
             in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
             if self._consumer is not None and self._consumer.delete_if_empty(group_id):
+                in_memory = True
+            if self._share is not None and self._share.delete_if_empty(group_id):  # NON_EMPTY_GROUP
                 in_memory = True
             if not self._store.delete(group_id) and not in_memory:
                 raise GroupIdNotFound(f"group {group_id!r} does not exist")
