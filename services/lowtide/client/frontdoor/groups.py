@@ -126,3 +126,17 @@ class RemoteConsumerGroups(RemotePart):
         return convert_consumer.descriptions_from_proto(self._call(
             self._stub.ConsumerGroupDescribe, admin_pb2.ConsumerGroupDescribeRequest(
                 group_ids=list(group_ids), include_authorized_operations=include_authorized_operations)))
+
+
+class RemoteShareGroups(RemotePart):
+    """``ShareGroups`` at the front door (KIP-932 share groups; the consumer group messages carry them)."""
+
+    def heartbeat(self, *, principal: str, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        return convert_consumer.heartbeat_result_from_proto(self._call(
+            self._stub.ShareGroupHeartbeat, convert_consumer.heartbeat_to_proto(request)))
+
+    def describe(self, *, principal: str, group_ids: Sequence[str],
+                 include_authorized_operations: bool = False) -> list[ConsumerGroupDescription]:
+        return convert_consumer.descriptions_from_proto(self._call(
+            self._stub.ShareGroupDescribe, admin_pb2.ConsumerGroupDescribeRequest(
+                group_ids=list(group_ids), include_authorized_operations=include_authorized_operations)))
