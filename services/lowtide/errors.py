@@ -432,6 +432,23 @@ class TransactionAbortable(LowtideError):
     code, name = 120, "TRANSACTION_ABORTABLE"
 
 
+class InvalidRecordState(LowtideError):
+    # Kafka (KIP-932): an acknowledgement of records this member has not acquired (not in flight,
+    # acquired by another member, or whose acquisition lock timed out). Nothing is changed.
+    code, name = 121, "INVALID_RECORD_STATE"
+
+
+class ShareSessionNotFound(RetriableError):
+    # Kafka (KIP-932): a ShareFetch/ShareAcknowledge naming a share session this broker does not
+    # hold (evicted, or the broker restarted); the client opens a new one with epoch 0.
+    code, name = 122, "SHARE_SESSION_NOT_FOUND"
+
+
+class InvalidShareSessionEpoch(RetriableError):
+    # Kafka (KIP-932): a share session request whose epoch is not the session's next one.
+    code, name = 124, "INVALID_SHARE_SESSION_EPOCH"
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():

@@ -54,13 +54,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     # Kafka's __consumer_offsets records and their fold, shared by the front door and the replicas.
     # Its reading loop is the internal topics' runtime's.
     "groups": BASE | {"record", "internal_topics"},
+    # KIP-932 share groups: the share-partition state machine and its __share_group_state records
+    # (written through internal_topics, the topic created in the metadata store), the coordinator's
+    # ACL checks (auth) and timer (common); groups for Java's String.hashCode.
+    "share": BASE | {"record", "internal_topics", "metadata", "rpc", "client", "groups", "auth", "common"},
     # Server scaffolding and the one server bootstrap (access control and own-token metadata
     # from the auth flags every server takes).
     "common": BASE | {"rpc", "auth", "tls", "metadata", "purgatory"},
     "replica": BASE | {"record", "log", "metadata", "purgatory", "rpc", "client", "common", "auth",
-                        "groups", "diskless", "kafka", "internal_topics"},
+                        "groups", "diskless", "kafka", "internal_topics", "share"},
     "frontdoor": BASE | {"metadata", "purgatory", "auth", "rpc", "client", "common", "groups", "record", "diskless",
-                         "leases", "kafka", "tls", "internal_topics"},
+                         "leases", "kafka", "tls", "internal_topics", "share"},
     # The Kafka protocol listener: it translates Kafka messages to lowtide.messages types and calls
     # the replica's handlers and the front door's objects (Call.front); never the log itself.
     # record: record.varint, the Produce codec's unsigned varints (batches stay bytes), and
@@ -155,7 +159,7 @@ def find_violations(root: Path) -> list[str]:
 # lowtide.client's callers (gRPC) or lowtide.rpc.framed's (the framed transport), but take every
 # message type from lowtide.messages.
 SERVER_PACKAGES = {"replica", "frontdoor", "coordinator", "diskless", "scanner", "kafka", "groups", "common",
-                   "log", "metadata", "purgatory", "objectstore", "leases", "observability", "internal_topics"}
+                   "log", "metadata", "purgatory", "objectstore", "leases", "observability", "internal_topics", "share"}
 
 
 def _message_types(path: Path) -> set[str]:

@@ -40,6 +40,7 @@ from lowtide.frontdoor.admin.scram import ScramAdmin
 from lowtide.frontdoor.controller.controller import Controller, ControllerConfig
 from lowtide.frontdoor.controller.elections import BalanceConfig, LeaderBalancer, LeaderElections
 from lowtide.frontdoor.controller.reassignments import PartitionReassigner
+from lowtide.frontdoor.groups.classic_members import MIGRATION_POLICIES
 from lowtide.frontdoor.groups.consumer_membership import ConsumerGroupConfig, ConsumerGroups
 from lowtide.frontdoor.groups.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.groups.membership import GroupMembership, MembershipConfig
@@ -61,6 +62,8 @@ from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient, connect_redis
+from lowtide.share.groups import ShareGroupConfig, ShareGroups
+from lowtide.share.persist import ShareStateLog
 from lowtide.tls.principal import PrincipalMapper
 from lowtide_pb import admin_pb2, admin_pb2_grpc
 
@@ -89,6 +92,9 @@ class FrontDoorConfig:
     # KIP-848 consumer groups: session timeout, heartbeat interval, size limit, assignors (Kafka's
     # group.consumer.* settings; frontdoor/groups/consumer_membership.py).
     consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
+    # KIP-932 share groups: session timeout, heartbeat interval, size limit (Kafka's group.share.*
+    # settings; share/groups.py).
+    share_groups: ShareGroupConfig = field(default_factory=ShareGroupConfig)
     # Partitions of __transaction_state when this front door creates it (Kafka's
     # transaction.state.log.num.partitions); an existing topic keeps its own count.
     txn_state_partitions: int = DEFAULT_TXN_STATE_PARTITIONS
@@ -120,6 +126,8 @@ class FrontDoorParts:
             self.front.members.stop()
         if self.front.consumer_groups is not None:
             self.front.consumer_groups.stop()
+        if self.front.share_groups is not None:
+            self.front.share_groups.stop()
         if self.front.transactions is not None:
             self.front.transactions.stop()
         if self.offsets is not None:
@@ -171,6 +179,11 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     consumer_groups = ConsumerGroups(log_=offsets, topics=store, authorizer=authorizer, config=config.consumer_groups,
                                      classic=members)
     members.is_consumer_group = consumer_groups.is_consumer_group
+    # KIP-932 share groups: membership in memory (share/groups.py); a group id of another type is refused.
+    share_state = ShareStateLog(store=store, replicas=replicas)  # DeleteGroups tombstones a group's state
+    share_groups = ShareGroups(topics=store, authorizer=authorizer, config=config.share_groups,
+                               other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g),
+                               forget_state=share_state.delete_group)
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,
@@ -178,13 +191,14 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         deleter=RecordsDeleter(store=store, authorizer=authorizer, replicas=replicas, pool=pool, diskless=diskless,
                                cache=cache),
         groups=GroupCoordinator(store=GroupStore(topic=offsets), metadata=store, authorizer=authorizer,
-                                members=members, consumer=consumer_groups),
+                                members=members, consumer=consumer_groups, share=share_groups),
         acls=AclAdmin(store=acls, authorizer=authorizer),
         transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
         consumer_groups=consumer_groups,
+        share_groups=share_groups,
         scram=ScramAdmin(store=ScramStore(metadata=store), authorizer=authorizer),
         configs=TopicConfigAdmin(store=store, authorizer=authorizer),
         partitions=PartitionCreator(store=store, authorizer=authorizer, diskless=diskless),
@@ -193,6 +207,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     )
     members.start()  # session timeouts and rebalance deadlines
     consumer_groups.start()  # consumer group members' session and revocation timeouts
+    share_groups.start()  # share group members' session timeouts
     front.transactions.start()  # the expiry of timed-out transactions (frontdoor/transactions/transactions.py)
     offsets.start()
     return FrontDoorParts(front=front, store=store, replicas=replicas, pool=pool, redis=redis, offsets=offsets,
@@ -246,6 +261,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="how often KIP-848 consumer group members heartbeat (group.consumer.heartbeat.interval.ms)")
     add_flag(parser, "--group-consumer-max-size", default=consumer.max_size, type=int,
              help="most members a KIP-848 consumer group may have (group.consumer.max.size)")
+    add_flag(parser, "--group-consumer-migration-policy", default=consumer.migration_policy,
+             help="online conversion between classic and consumer groups (group.consumer.migration.policy): "
+                  f"one of {', '.join(MIGRATION_POLICIES)}")
+    share = ShareGroupConfig()
+    add_flag(parser, "--group-share-session-timeout-ms", default=share.session_timeout_ms, type=int,
+             help="a KIP-932 share group member not heard from for this long is removed "
+                  "(group.share.session.timeout.ms)")
+    add_flag(parser, "--group-share-heartbeat-interval-ms", default=share.heartbeat_interval_ms, type=int,
+             help="how often KIP-932 share group members heartbeat (group.share.heartbeat.interval.ms)")
+    add_flag(parser, "--group-share-max-size", default=share.max_size, type=int,
+             help="most members a KIP-932 share group may have (group.share.max.size)")
     add_flag(parser, "--transaction-state-partitions", default=DEFAULT_TXN_STATE_PARTITIONS, type=int,
              help="partitions of __transaction_state when this front door creates it "
                   "(Kafka's transaction.state.log.num.partitions)")
@@ -264,6 +290,9 @@ def run(args: argparse.Namespace) -> int:
     args.lease_backend = check_backend(args.name, args.lease_backend)
     if args.offsets_topic_partitions < 1:
         raise SystemExit(f"{args.name}: --offsets-topic-partitions must be >= 1, got {args.offsets_topic_partitions}")
+    if args.group_consumer_migration_policy not in MIGRATION_POLICIES:
+        raise SystemExit(f"{args.name}: --group-consumer-migration-policy must be one of "
+                         f"{', '.join(MIGRATION_POLICIES)}, got {args.group_consumer_migration_policy!r}")
     if args.transaction_state_partitions < 1:
         raise SystemExit(f"{args.name}: --transaction-state-partitions must be >= 1, "
                          f"got {args.transaction_state_partitions}")
@@ -287,7 +316,12 @@ def run(args: argparse.Namespace) -> int:
                                              consumer_groups=ConsumerGroupConfig(
                                                  session_timeout_ms=args.group_consumer_session_timeout_ms,
                                                  heartbeat_interval_ms=args.group_consumer_heartbeat_interval_ms,
-                                                 max_size=args.group_consumer_max_size)))
+                                                 max_size=args.group_consumer_max_size,
+                                                 migration_policy=args.group_consumer_migration_policy),
+                                             share_groups=ShareGroupConfig(
+                                                 session_timeout_ms=args.group_share_session_timeout_ms,
+                                                 heartbeat_interval_ms=args.group_share_heartbeat_interval_ms,
+                                                 max_size=args.group_share_max_size)))
     REGISTRY.register(ClusterCollector(parts.store))
     # Stateless: no data directory to compare, but it stops if the store forgets the cluster.
     guard = join_cluster(parts.store, data_dir=None, node_id=args.name, timeout_s=args.redis_wait_seconds)

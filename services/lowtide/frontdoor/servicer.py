@@ -38,6 +38,7 @@ from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.convert import topics
 from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.messages import delete_results_to_proto
+from lowtide.share.groups import ShareGroups
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
@@ -65,6 +66,7 @@ class FrontDoor:
     transactions: TransactionCoordinator | None = field(default=None)
     members: GroupMembership | None = field(default=None)
     consumer_groups: ConsumerGroups | None = field(default=None)
+    share_groups: ShareGroups | None = field(default=None)
     scram: ScramAdmin | None = field(default=None)
     configs: TopicConfigAdmin | None = field(default=None)
     partitions: PartitionCreator | None = field(default=None)
@@ -256,6 +258,26 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def ConsumerGroupDescribe(self, request, context):  # noqa: N802
         return convert_consumer.descriptions_to_proto(self._consumer_groups().describe(
+            principal=self._principal(context), group_ids=list(request.group_ids),
+            include_authorized_operations=request.include_authorized_operations))
+
+    # -- KIP-932 share groups (share/groups.py; the consumer group messages carry them) --------
+    def _share_groups(self) -> ShareGroups:
+        if self._front.share_groups is None:
+            raise NotCoordinator("this front door does not coordinate share groups")
+        return self._front.share_groups
+
+    def ShareGroupHeartbeat(self, request, context):  # noqa: N802
+        heartbeat = convert_consumer.heartbeat_from_proto(request, client_host=_client_host(request.client_host,
+                                                                                             context))
+        try:
+            result = self._share_groups().heartbeat(principal=self._principal(context), request=heartbeat)
+        except LowtideError as err:
+            result = ConsumerHeartbeatResult(member_id=request.member_id, member_epoch=request.member_epoch, error=err)
+        return convert_consumer.heartbeat_result_to_proto(result)
+
+    def ShareGroupDescribe(self, request, context):  # noqa: N802
+        return convert_consumer.descriptions_to_proto(self._share_groups().describe(
             principal=self._principal(context), group_ids=list(request.group_ids),
             include_authorized_operations=request.include_authorized_operations))
 

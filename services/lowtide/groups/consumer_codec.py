@@ -27,6 +27,9 @@ Values (after int16 version = 0; "cstr" compact string, "cstr?" nullable, "[]" c
           cstr? instance_id | cstr? rack_id | cstr client_id | cstr client_host
           | [] cstr subscribed_topic_names | cstr? subscribed_topic_regex
           | int32 rebalance_timeout_ms | cstr? server_assignor | tags
+          tag 0 (only for a member using the classic protocol inside a consumer group, KIP-848's
+          online upgrade): int8 1 (present) | int32 session_timeout_ms
+          | [] { cstr name | cbytes metadata | tags } supported protocols | tags
     6 ConsumerGroupTargetAssignmentMetadataValue: int32 assignment_epoch | tags
     7 ConsumerGroupTargetAssignmentMemberValue:
           [] { uuid topic_id | [] int32 partition | tags } | tags
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lowtide.errors import CorruptMessage
 
@@ -76,6 +79,23 @@ class GroupMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """One protocol a classic-protocol member named in its JoinGroup (name and its metadata)."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """Kafka's ClassicMemberMetadata: what a member using the classic protocol inside a consumer
+    group joined with (tagged field 0 of the member's metadata value; absent for the others)."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[ClassicProtocol, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadata:
     instance_id: str | None
     rack_id: str | None
@@ -85,6 +105,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +154,15 @@ def _cstr(text: str | None) -> bytes:
     return _uvarint(len(raw) + 1) + raw
 
 
+def _classic(meta: ClassicMemberMetadata) -> bytes:
+    """Tag 0's data: a nullable struct, so a presence byte (1) first, as Kafka's generated code."""
+    out = [b"\x01", _INT32.pack(meta.session_timeout_ms), _uvarint(len(meta.supported_protocols) + 1)]
+    for protocol in meta.supported_protocols:
+        out.extend((_cstr(protocol.name), _uvarint(len(protocol.metadata) + 1), protocol.metadata, b"\x00"))
+    out.append(b"\x00")
+    return b"".join(out)
+
+
 def _topic_partitions(items: TopicIdPartitions) -> bytes:
     out = [_uvarint(len(items) + 1)]
     for topic_id, partitions in items:
@@ -162,6 +192,9 @@ def encode_consumer_value(value: ConsumerValue) -> bytes:
                 + b"".join(_cstr(t) for t in value.subscribed_topic_names)
                 + _cstr(value.subscribed_topic_regex) + _INT32.pack(value.rebalance_timeout_ms)
                 + _cstr(value.server_assignor))
+        if value.classic is not None:  # the tagged field section carries it: count 1, tag 0, size
+            classic = _classic(value.classic)
+            return head + body + b"\x01\x00" + _uvarint(len(classic)) + classic
     elif isinstance(value, TargetMember):
         body = _topic_partitions(value.partitions)
     else:
@@ -234,9 +267,21 @@ class _Reader:
         return n - 1
 
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        """The tagged fields (tag -> its bytes)."""
+        out = {}
         for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.take(self.uvarint())
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
+    def cbytes(self) -> bytes:
+        n = self.uvarint()
+        if n == 0:
+            raise CorruptMessage(f"{self.what} has null bytes where they are required")
+        return self.take(n - 1)
 
     def topic_partitions(self) -> TopicIdPartitions:
         out = []
@@ -246,6 +291,19 @@ class _Reader:
             self.skip_tags()
             out.append((topic_id, partitions))
         return tuple(out)
+
+
+def _read_classic(reader: _Reader) -> ClassicMemberMetadata | None:
+    if reader.int8() < 0:
+        return None
+    session_timeout_ms = reader.int32()
+    protocols = []
+    for _ in range(reader.count()):
+        name = reader.cstr() or ""
+        protocols.append(ClassicProtocol(name=name, metadata=reader.cbytes()))
+        reader.skip_tags()
+    reader.skip_tags()
+    return ClassicMemberMetadata(session_timeout_ms=session_timeout_ms, supported_protocols=tuple(protocols))
 
 
 def decode_consumer_key(data: bytes) -> ConsumerKey | None:
@@ -277,6 +335,10 @@ def decode_consumer_value(kind: int, data: bytes) -> ConsumerValue | None:
         value = MemberMetadata(instance_id=instance, rack_id=rack, client_id=client_id, client_host=client_host,
                                subscribed_topic_names=topics, subscribed_topic_regex=reader.cstr(nullable=True),
                                rebalance_timeout_ms=reader.int32(), server_assignor=reader.cstr(nullable=True))
+        tagged = reader.tags().get(0)
+        if tagged is not None:
+            value = replace(value, classic=_read_classic(_Reader(tagged, reader.what)))
+        return value
     elif kind == TARGET_MEMBER:
         value = TargetMember(partitions=reader.topic_partitions())
     elif kind == CURRENT_MEMBER:

@@ -26,8 +26,9 @@ from lowtide.messages.consumer_groups import (
 )
 
 CONSUMER_GROUP_HEARTBEAT_KEY, CONSUMER_GROUP_DESCRIBE_KEY = 68, 69
-# ConsumerGroupDescribe v1's member_type: 1 = a consumer-protocol member (0 would be classic).
-CONSUMER_MEMBER_TYPE = 1
+# ConsumerGroupDescribe v1's member_type: 1 = a consumer-protocol member, 0 = a classic-protocol
+# member inside the consumer group (KIP-848's online upgrade).
+CONSUMER_MEMBER_TYPE, CLASSIC_MEMBER_TYPE = 1, 0
 
 
 def _consumer_groups(call: Call) -> Any:
@@ -95,7 +96,8 @@ def consumer_group_describe(call: Call, body: Any) -> Any:
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=m.subscribed_topic_names, subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=assignment(m.assignment), target_assignment=assignment(m.target_assignment),
-            member_type=CONSUMER_MEMBER_TYPE) for m in d.members)) for d in described))
+            member_type=CLASSIC_MEMBER_TYPE if m.classic else CONSUMER_MEMBER_TYPE) for m in d.members))
+        for d in described))
 
 
 APIS = [

@@ -134,12 +134,14 @@ def offset_commit(call: Call, body: Any) -> Any:
             for p in t.partitions)) for t in body.topics))
 
 
-def _fetch_group(call: Call, group_id: str, topics, *, require_stable: bool) -> tuple[int, dict[str, list]]:
+def _fetch_group(call: Call, group_id: str, topics, *, require_stable: bool, member_id: str | None = None,
+                 member_epoch: int = -1) -> tuple[int, dict[str, list]]:
     """(group error, topic -> [(partition, offset, metadata, error)]) of one group."""
     partitions = [] if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    member = {} if member_id is None and member_epoch < 0 else {"member_id": member_id, "member_epoch": member_epoch}
     try:
         offsets = call.front.groups.fetch_offsets(principal=call.principal(), group_id=group_id,
-                                                  partitions=partitions, require_stable=require_stable)
+                                                  partitions=partitions, require_stable=require_stable, **member)
     except LowtideError as err:  # a whole-group failure (authorization, bad id) is that group's error
         return err.code, {}
     out: dict[str, list] = {}
@@ -154,7 +156,10 @@ def offset_fetch(call: Call, body: Any) -> Any:
     if hasattr(body, "groups"):  # v8+: several groups per request
         groups = []
         for g in body.groups:
-            code, topics = _fetch_group(call, g.group_id, g.topics, require_stable=stable)
+            # v9 (KIP-848): a consumer group member's id and epoch, checked by the coordinator.
+            code, topics = _fetch_group(call, g.group_id, g.topics, require_stable=stable,
+                                        member_id=getattr(g, "member_id", None),
+                                        member_epoch=getattr(g, "member_epoch", -1))
             groups.append(call.make("OffsetFetchResponseGroup", group_id=g.group_id, error_code=error_code(code),
                                     topics=_fetched_topics(call, topics, "OffsetFetchResponseTopics",
                                                            "OffsetFetchResponsePartitions")))
@@ -224,8 +229,8 @@ def delete_groups(call: Call, body: Any) -> Any:
 
 APIS = [
     Api(OFFSET_COMMIT_KEY, "OffsetCommit", 2, 9, offset_commit),
-    # v9 (KIP-848) adds the member id and epoch of a consumer group member; they are accepted,
-    # not checked (docs/kafka-compatibility.md).
+    # v9 (KIP-848) adds the member id and epoch of a consumer group member, checked against the
+    # consumer group (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
     Api(OFFSET_FETCH_KEY, "OffsetFetch", 1, 9, offset_fetch),
     Api(JOIN_GROUP_KEY, "JoinGroup", 0, 9, join_group),
     Api(HEARTBEAT_KEY, "Heartbeat", 0, 4, heartbeat),

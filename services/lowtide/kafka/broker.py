@@ -62,6 +62,7 @@ from lowtide.messages.replica import (
     TxnMarkerRequest,
     TxnMarkerResult,
 )
+from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk, ShareGroupOffsets
 from lowtide.rpc.steps import Steps, run_blocking
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,18 @@ class DescribeProducersHandler(Protocol):
                            ) -> list[PartitionProducers]: ...
 
 
+class ShareFetchHandler(Protocol):
+    """The replica's ShareFetch/ShareAcknowledge handler (``lowtide.replica.share_handler``, KIP-932)."""
+
+    def share_fetch(self, principal: str, ask: ShareFetchAsk) -> ShareFetchAnswer: ...
+
+    def describe_offsets(self, principal: str, group_id: str,
+                         topics: dict[str, tuple[int, ...]] | None) -> ShareGroupOffsets: ...
+
+    def alter_offsets(self, principal: str, group_id: str,
+                      targets: dict[str, dict[int, int]]) -> ShareGroupOffsets: ...
+
+
 class TelemetryHandler(Protocol):
     """The process's KIP-714 client telemetry (``lowtide.observability.client_telemetry.
     ClientTelemetry``): the subscription, the push rules and the pushed metrics."""
@@ -202,6 +215,7 @@ class FrontDoorParts(Protocol):
     groups: Any
     members: Any
     consumer_groups: Any
+    share_groups: Any
     transactions: Any
     acls: Any
     scram: Any
@@ -254,6 +268,9 @@ class KafkaServices:
     # The transaction.version feature level ApiVersions finalizes (--kafka-transaction-version): 2
     # makes a Kafka 4 producer speak transactions version 2 (KIP-890), 0 or 1 version 1.
     transaction_version: int = MAX_TRANSACTION_VERSION
+    # The replica's KIP-932 share fetch handler (None: no replica here, every partition
+    # NOT_LEADER_OR_FOLLOWER).
+    share: ShareFetchHandler | None = None
 
 
 @dataclass

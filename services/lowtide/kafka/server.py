@@ -63,6 +63,7 @@ from lowtide.kafka import (
     apis_partitions,
     apis_sasl,
     apis_scram,
+    apis_share,
     apis_telemetry,
     apis_txn,
 )
@@ -93,7 +94,8 @@ def all_apis() -> list[Api]:
     """Every API the Kafka listener serves, with its version range."""
     return [*apis_data.APIS, *apis_admin.APIS, *apis_groups.APIS, *apis_consumer_groups.APIS,
             *apis_sasl.APIS, *apis_configs.APIS, *apis_scram.APIS,
-            *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS, *apis_telemetry.APIS]
+            *apis_txn.APIS, *apis_cluster.APIS, *apis_partitions.APIS, *apis_telemetry.APIS,
+            *apis_share.APIS]
 
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

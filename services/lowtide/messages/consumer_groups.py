@@ -64,6 +64,7 @@ class ConsumerMemberDescription:
     subscribed_topic_regex: str | None
     assignment: tuple[TopicPartitions, ...]
     target_assignment: tuple[TopicPartitions, ...]
+    classic: bool = False  # a member using the classic protocol inside the group (KIP-848's upgrade)
 
 
 @dataclass(frozen=True, slots=True)

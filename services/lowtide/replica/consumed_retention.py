@@ -44,6 +44,12 @@ from lowtide.replica.registry import PartitionRegistry
 log = logging.getLogger(__name__)
 
 MODES = ("all", "any")
+# consumed.retention.groups entries naming a KIP-932 share group ("share:<group id>"): its
+# share-partition start offsets (everything below was acknowledged or archived) count as its
+# committed offsets. Design: docs/design/kip-932-share-groups.md#deleted-once-delivered.
+SHARE_PREFIX = "share:"
+# (group id) -> {(topic id, partition): (start offset, write timestamp ms)} from __share_group_state.
+ShareStarts = Callable[[str], Mapping[tuple[str, int], tuple[int, int]]]
 LOG_EVERY_MS = 60_000
 
 @dataclass(frozen=True)
@@ -186,6 +192,9 @@ class ConsumedRetention:
         self._logged: dict[tuple[str, int], tuple[str, int]] = {}
         self._inactive: set[tuple[str, str]] = set()
         self.stats = PassStats()
+        # The share groups' start offsets (set by the replica server once its share-partitions
+        # exist; None: a named share group has none, which deletes nothing).
+        self.read_share_starts: ShareStarts | None = None
 
     def config_of(self, partition: Partition) -> ConsumedRetentionConfig:
         return ConsumedRetentionConfig.from_topic_config({**self._defaults, **partition.topic_info.config})
@@ -207,6 +216,7 @@ class ConsumedRetention:
         if led:
             read = self._reader.refresh()
             commits = self._reader.commits_by_topics({p.topic for p, _ in led})
+            self._add_share_groups(led, commits)
             # One flush for every log start offset this pass raises, as DeleteRecords does.
             with LogStartOffsetCommit() as lso_commit:
                 raising: dict[int, tuple[Partition, RetentionDecision]] = {}
@@ -250,13 +260,34 @@ class ConsumedRetention:
                                        last_seconds=elapsed, last_partitions=len(led), last_raised=len(changed))
         return changed
 
+    def _add_share_groups(self, led: Sequence[tuple[Partition, ConsumedRetentionConfig]],
+                          commits: dict[str, dict[str, dict[int, TopicCommit]]]) -> None:
+        """Each named share group's start offsets, as the commits of group ``share:<id>`` (a share
+        group whose state cannot be read now has none here: that partition deletes nothing)."""
+        wanted = {g for _, cfg in led for g in cfg.groups if g.startswith(SHARE_PREFIX)}
+        if not wanted or self.read_share_starts is None:
+            return
+        ids = {p.topic_info.topic_id: p.topic for p, _ in led}
+        for group in sorted(wanted):
+            try:
+                starts = self.read_share_starts(group.removeprefix(SHARE_PREFIX))
+            except LowtideError as err:
+                log.info("consumed retention cannot read share group state", extra={"fields": {
+                    "group": group, "error": err.name}})
+                continue
+            for (topic_id, partition), (offset, written_ms) in starts.items():
+                topic = ids.get(topic_id)
+                if topic is not None and offset >= 0:
+                    commits.setdefault(topic, {}).setdefault(group, {})[partition] = TopicCommit(
+                        offset=offset, commit_timestamp=written_ms)
+
     def _decide(self, p: Partition, cfg: ConsumedRetentionConfig, num_partitions: int | None,
                 failures: Mapping[int, str], commits: Mapping[str, Mapping[int, TopicCommit]],
                 now: int) -> RetentionDecision:
         if failures:
             if num_partitions:
-                needed = ({partition_for_group(g, partitions=num_partitions) for g in cfg.groups} if cfg.groups
-                          else set(range(num_partitions)))
+                needed = ({partition_for_group(g, partitions=num_partitions) for g in cfg.groups
+                           if not g.startswith(SHARE_PREFIX)} if cfg.groups else set(range(num_partitions)))
             else:
                 needed = set(failures)
             blocking = sorted(set(failures) & needed)

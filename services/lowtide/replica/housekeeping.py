@@ -22,6 +22,8 @@ from lowtide.replica.registry import PartitionRegistry
 
 log = logging.getLogger(__name__)
 
+MIN_WAKE_GAP_S = 0.2
+
 
 class ReplicaCheckpoints:
     """The ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` files of one data
@@ -65,7 +67,10 @@ class Housekeeping:
       every replica too, from the batch timestamps, so replicas agree);
     * every ``segment_file_idle_ms`` every hosted partition closes the files of the segments not
       used since the last pass (``release_idle_files``; opened again on use);
-    * an HW or LSO that moved wakes every parked request (``registry.notify``).
+    * an HW or LSO that moved wakes every parked request (``registry.notify``);
+    * ``wake_retention`` runs a retention pass soon (at most one per ``MIN_WAKE_GAP_S``) without
+      waiting for the interval: a share group's start offset moved, and what it frees should go
+      within a second (issue 49), not a whole ``retention_check_interval_ms`` later.
 
     Thread-safety: the one-pass methods (``shrink_isrs``, ``apply_retention``,
     ``write_checkpoints``, ``expire_producers``) may be called from any thread; ``start``/``stop``
@@ -79,6 +84,11 @@ class Housekeeping:
         self.clock = clock
         self.consumed_retention = consumed_retention
         self._stop = threading.Event()
+        self._retention_due = threading.Event()
+
+    def wake_retention(self) -> None:
+        """Ask for a retention pass now (cheap: sets a flag; passes coalesce)."""
+        self._retention_due.set()
 
     def start(self) -> None:
         for name, target in [("isr", self._run_isr_checks), ("checkpoint", self._run_checkpoints),
@@ -88,6 +98,7 @@ class Housekeeping:
 
     def stop(self) -> None:
         self._stop.set()
+        self._retention_due.set()
 
     # -- one pass each ---------------------------------------------------------------------------
     def shrink_isrs(self) -> None:
@@ -154,8 +165,15 @@ class Housekeeping:
             self.write_checkpoints()
 
     def _run_retention(self) -> None:
-        while not self._stop.wait(self.config.retention_check_interval_ms / 1000):
+        while True:
+            woken = self._retention_due.wait(self.config.retention_check_interval_ms / 1000)
+            self._retention_due.clear()
+            if self._stop.is_set():
+                return
             self.apply_retention()
+            # Woken passes (share acknowledgements may come hundreds a second) are spaced out.
+            if woken and self._stop.wait(MIN_WAKE_GAP_S):
+                return
 
     def _run_expiry(self) -> None:
         while not self._stop.wait(self.config.producer_id_expiration_check_interval_ms / 1000):

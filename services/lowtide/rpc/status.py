@@ -117,6 +117,10 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.ThrottlingQuotaExceeded: _S.RESOURCE_EXHAUSTED,
     e.UnknownSubscriptionId: _S.FAILED_PRECONDITION,
     e.TelemetryTooLarge: _S.INVALID_ARGUMENT,
+    # KIP-932 share groups (answered by a replica's Kafka listener itself; rows for completeness).
+    e.InvalidRecordState: _S.FAILED_PRECONDITION,
+    e.ShareSessionNotFound: _S.FAILED_PRECONDITION,
+    e.InvalidShareSessionEpoch: _S.FAILED_PRECONDITION,
 }
 
 # A failed call whose details carry no Kafka name: what the status alone means to a client.

@@ -13,6 +13,8 @@ from lowtide.groups.consumer_codec import (
     MEMBER_METADATA,
     TARGET_MEMBER,
     TARGET_METADATA,
+    ClassicMemberMetadata,
+    ClassicProtocol,
     ConsumerKey,
     CurrentMember,
     GroupMetadata,
@@ -57,6 +59,22 @@ def test_member_metadata_bytes():
                 + (300000).to_bytes(4, "big")
                 + b"\x08uniform"
                 + b"\x00")                        # no tagged fields
+    assert encode_consumer_value(value) == expected
+    assert decode_consumer_value(MEMBER_METADATA, expected) == value
+
+
+def test_a_classic_members_metadata_is_tagged_field_zero_of_its_member_metadata():
+    value = MemberMetadata(instance_id=None, rack_id=None, client_id="c", client_host="/h",
+                           subscribed_topic_names=("t",), subscribed_topic_regex=None, rebalance_timeout_ms=300000,
+                           server_assignor=None, classic=ClassicMemberMetadata(
+                               session_timeout_ms=45000, supported_protocols=(ClassicProtocol("range", b"\x00\x01"),)))
+    classic = (b"\x01"                            # a nullable struct: present
+               + (45000).to_bytes(4, "big")
+               + b"\x02" + b"\x06range" + b"\x03\x00\x01" + b"\x00"  # one protocol: name, metadata, no tags
+               + b"\x00")                          # the struct's own tagged fields: none
+    expected = (bytes.fromhex("0000") + b"\x00\x00" + b"\x02c" + b"\x03/h" + b"\x02\x02t" + b"\x00"
+                + (300000).to_bytes(4, "big") + b"\x00"
+                + b"\x01" + b"\x00" + bytes([len(classic)]) + classic)  # one tagged field: tag 0, its size
     assert encode_consumer_value(value) == expected
     assert decode_consumer_value(MEMBER_METADATA, expected) == value
 

@@ -16,6 +16,7 @@ from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeR
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatV0
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as HeartbeatV1
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
+from kio.schema.offset_fetch.v9.request import OffsetFetchRequest, OffsetFetchRequestGroup
 
 from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
@@ -24,6 +25,7 @@ from lowtide.client.frontdoor import RemoteFrontDoor
 from lowtide.client.replica import ReplicaClient
 from lowtide.frontdoor.admin.admin import TopicAdmin
 from lowtide.frontdoor.groups.consumer_membership import ConsumerGroupConfig, ConsumerGroups
+from lowtide.frontdoor.groups.groups import GroupCoordinator, GroupStore
 from lowtide.frontdoor.groups.offsets_topic import OffsetsTopic, OffsetsTopicConfig
 from lowtide.frontdoor.servicer import AdminServicer
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
@@ -33,7 +35,8 @@ from lowtide_pb import admin_pb2_grpc
 from tests.unit.frontdoor.harness import start_grpc_server
 from tests.unit.kafka.test_client_telemetry_apis import send
 
-HEARTBEAT, DESCRIBE = 68, 69
+HEARTBEAT, DESCRIBE, OFFSET_FETCH = 68, 69, 9
+UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH = 25, 113
 UNSUPPORTED_ASSIGNOR, FENCED_MEMBER_EPOCH, GROUP_ID_NOT_FOUND, INVALID_REQUEST = 112, 110, 69, 42
 REBALANCE_TIMEOUT = datetime.timedelta(minutes=5)
 NOT_SENT = datetime.timedelta(milliseconds=-1)
@@ -51,13 +54,15 @@ def broker(request, replica_set):
     topic.start()
     groups = ConsumerGroups(log_=topic, topics=store, authorizer=authorizer,
                             config=ConsumerGroupConfig(heartbeat_interval_ms=1500))
+    offsets = GroupCoordinator(store=GroupStore(topic=topic), metadata=store, authorizer=authorizer, consumer=groups)
     authenticator = Authenticator(required=False)
     server = remote = None
     if request.param == "in-process":
         def front_door(metadata):
-            return SimpleNamespace(consumer_groups=groups)
+            return SimpleNamespace(consumer_groups=groups, groups=offsets)
     else:
-        front = SimpleNamespace(consumer_groups=groups, authenticator=authenticator, authorizer=authorizer)
+        front = SimpleNamespace(consumer_groups=groups, groups=offsets, authenticator=authenticator,
+                                authorizer=authorizer)
         server, address = start_grpc_server(lambda s: admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(front), s))  # type: ignore[arg-type]
         remote = RemoteFrontDoor(address=address)
@@ -127,3 +132,23 @@ def test_refusals_are_the_answers_error_codes(broker):
     send(broker, HEARTBEAT, 1, HeartbeatV1(member_id="m", member_epoch=0, server_assignor=None, **base))
     fenced = send(broker, HEARTBEAT, 1, HeartbeatV1(member_id="m", member_epoch=9, server_assignor=None, **base))
     assert int(fenced.error_code) == FENCED_MEMBER_EPOCH
+
+
+def test_offset_fetch_v9_checks_the_member_id_and_epoch_against_the_consumer_group(broker):
+    broker, _ = broker
+    member = str(uuid.uuid4())
+    joined = send(broker, HEARTBEAT, 1, HeartbeatV1(
+        group_id="g", member_id=member, member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout=REBALANCE_TIMEOUT, subscribed_topic_names=("orders",), subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=()))
+    assert (int(joined.error_code), joined.member_epoch) == (0, 1)
+
+    def fetch_error(member_id: str | None, epoch: int) -> int:
+        answer = send(broker, OFFSET_FETCH, 9, OffsetFetchRequest(groups=(OffsetFetchRequestGroup(
+            group_id="g", member_id=member_id, member_epoch=epoch, topics=None),), require_stable=False))
+        return int(answer.groups[0].error_code)
+
+    assert fetch_error(member, 1) == 0
+    assert fetch_error(member, 0) == STALE_MEMBER_EPOCH
+    assert fetch_error("someone-else", 1) == UNKNOWN_MEMBER_ID
+    assert fetch_error(None, -1) == 0  # the admin client's fetch: no member to check

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from lowtide.clock import now_ms
 from lowtide.record import encode_batch
 from lowtide.replica.config import ReplicaConfig
@@ -19,3 +21,25 @@ def test_the_expiry_pass_forgets_idle_producers_of_every_hosted_partition(replic
     assert housekeeping.config.producer_id_expiration_check_interval_ms == 600000  # Kafka's 10 minutes
     assert housekeeping.expire_producers() == 1
     assert log.producer_last_records().keys() == {2}
+
+
+def test_a_woken_retention_pass_runs_without_waiting_for_the_interval(replicas, registry, tmp_path):
+    passes = threading.Event()
+
+    def clock() -> int:  # the retention pass reads the clock for each led partition
+        passes.set()
+        return now_ms()
+
+    housekeeping = Housekeeping(config=ReplicaConfig(broker_id=0, data_dir=tmp_path,
+                                                     retention_check_interval_ms=3_600_000),
+                                registry=registry, isr=None, checkpoints=None, clock=clock)
+    loop = threading.Thread(target=housekeeping._run_retention, daemon=True)  # only the retention loop
+    loop.start()
+    try:
+        assert not passes.wait(0.3)  # an hour's interval: no pass on its own
+        housekeeping.wake_retention()
+        assert passes.wait(10), "a woken retention pass did not run"
+    finally:
+        housekeeping.stop()
+        loop.join(5)
+    assert not loop.is_alive()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from functools import cached_property
 
 from lowtide.client.frontdoor.acls import RemoteAcls
-from lowtide.client.frontdoor.groups import RemoteConsumerGroups, RemoteGroups, RemoteMembership
+from lowtide.client.frontdoor.groups import RemoteConsumerGroups, RemoteGroups, RemoteMembership, RemoteShareGroups
 from lowtide.client.frontdoor.part import RemotePart
 from lowtide.client.frontdoor.scram import RemoteScram
 from lowtide.client.frontdoor.topics import (
@@ -84,6 +84,10 @@ class RemoteFrontDoorView:
     @cached_property
     def consumer_groups(self) -> RemoteConsumerGroups:
         return RemoteConsumerGroups(self._stub, **self._parts)
+
+    @cached_property
+    def share_groups(self) -> RemoteShareGroups:
+        return RemoteShareGroups(self._stub, **self._parts)
 
     @cached_property
     def transactions(self) -> RemoteTransactions:

@@ -54,9 +54,11 @@ class RemoteGroups(RemotePart):
         return convert.commit_results_from_proto(commits, response.partitions)
 
     def fetch_offsets(self, *, principal: str, group_id: str, partitions: Sequence[tuple[str, int]] = (),
-                      require_stable: bool = False) -> list[CommittedOffset]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> list[CommittedOffset]:
         response = self._call(self._stub.OffsetFetch, convert.offset_fetch_request(
-            group_id=group_id, partitions=partitions, require_stable=require_stable))
+            group_id=group_id, partitions=partitions, require_stable=require_stable, member_id=member_id,
+            member_epoch=member_epoch))
         return [convert.committed_from_proto(r) for r in response.partitions]
 
     def list_group_listings(self, *, principal: str) -> list[GroupListing]:
@@ -123,4 +125,18 @@ class RemoteConsumerGroups(RemotePart):
                  include_authorized_operations: bool = False) -> list[ConsumerGroupDescription]:
         return convert_consumer.descriptions_from_proto(self._call(
             self._stub.ConsumerGroupDescribe, admin_pb2.ConsumerGroupDescribeRequest(
+                group_ids=list(group_ids), include_authorized_operations=include_authorized_operations)))
+
+
+class RemoteShareGroups(RemotePart):
+    """``ShareGroups`` at the front door (KIP-932 share groups; the consumer group messages carry them)."""
+
+    def heartbeat(self, *, principal: str, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        return convert_consumer.heartbeat_result_from_proto(self._call(
+            self._stub.ShareGroupHeartbeat, convert_consumer.heartbeat_to_proto(request)))
+
+    def describe(self, *, principal: str, group_ids: Sequence[str],
+                 include_authorized_operations: bool = False) -> list[ConsumerGroupDescription]:
+        return convert_consumer.descriptions_from_proto(self._call(
+            self._stub.ShareGroupDescribe, admin_pb2.ConsumerGroupDescribeRequest(
                 group_ids=list(group_ids), include_authorized_operations=include_authorized_operations)))

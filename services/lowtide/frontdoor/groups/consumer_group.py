@@ -55,6 +55,7 @@ from lowtide.groups.consumer_codec import (
     MEMBER_METADATA,
     TARGET_MEMBER,
     TARGET_METADATA,
+    ClassicMemberMetadata,
 )
 
 # Kafka's MemberState (the int8 of ConsumerGroupCurrentMemberAssignmentValue).
@@ -105,6 +106,14 @@ class ConsumerMember:
     # epochs): a commit carrying an older member epoch is still this member's for a partition it
     # has held since then (its commit raced the heartbeat answer that moved its epoch).
     assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+    # A member using the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside this consumer
+    # group: its session timeout and protocols (``classic_members.py``); None for the others.
+    classic: ClassicMemberMetadata | None = None
+    # Classic members only (Kafka's sync and join timeouts): a member told its new generation
+    # must send SyncGroup by ``sync_deadline``; one told REBALANCE_IN_PROGRESS must rejoin by
+    # ``join_deadline``; else it is removed.
+    sync_deadline: float | None = None
+    join_deadline: float | None = None
 
     def owns(self) -> Assignment:
         """What no other member may be given yet: its partitions and those it is revoking."""
@@ -219,7 +228,7 @@ class ConsumerGroup:
         if self.refresh_topics(topics) or changed:  # one new epoch for whatever changed
             self.bump_epoch()
         self.maybe_compute_target()
-        if self._reconcile(member, spec.owned, now=now):
+        if self.reconcile(member, spec.owned, now=now):
             send = True
         return member, send or spec.owned is not None
 
@@ -244,7 +253,7 @@ class ConsumerGroup:
                 if old.member_epoch != STATIC_LEAVE_EPOCH:
                     raise UnreleasedInstanceId(f"group.instance.id {spec.instance_id!r} of group {self.group_id!r} "
                                                f"is still held by member {holder!r}")
-                return self._replace_static(old, spec.member_id), True, False
+                return self.replace_static(old, spec.member_id), True, False
         if member is None:
             if len(self.members) >= max_size:
                 raise GroupMaxSizeReached(f"group {self.group_id!r} has reached its maximum size {max_size}")
@@ -258,7 +267,7 @@ class ConsumerGroup:
             self.dirty.add((CURRENT_MEMBER, member.member_id))
         return member, True, False
 
-    def _replace_static(self, old: ConsumerMember, new_id: str) -> ConsumerMember:
+    def replace_static(self, old: ConsumerMember, new_id: str) -> ConsumerMember:
         """A static member back under a new member id: it takes the old one's place, assignment
         and epoch (its previous epoch, so the epoch it left with does not count)."""
         self._drop(old.member_id)
@@ -294,8 +303,13 @@ class ConsumerGroup:
         member.client_host = spec.client_host or member.client_host
         return changed
 
-    def _reconcile(self, member: ConsumerMember, owned: Assignment | None, *, now: float) -> bool:
-        """Move ``member`` toward its target (module doc); True when what it should own changed."""
+    def reconcile(self, member: ConsumerMember, owned: Assignment | None, *, now: float,
+                  owned_is_final: bool = False) -> bool:
+        """Move ``member`` toward its target (module doc); True when what it should own changed.
+        ``owned_is_final``: ``owned`` is all the member can hold until it is answered (a classic
+        member's JoinGroup: it takes partitions only from SyncGroup), so partitions to revoke it does
+        not list need no revocation round (Kafka's rule). A consumer-protocol member's heartbeat may
+        have left before it applied an assignment already sent: there they are always revoked."""
         before = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
         if member.state == UNREVOKED_PARTITIONS:
             if owned is None or _overlaps(owned, member.pending_revocation):
@@ -304,12 +318,13 @@ class ConsumerGroup:
         if member.member_epoch != self.assignment_epoch or member.state == UNRELEASED_PARTITIONS:
             target = self.target.get(member.member_id, {})
             revoke = _minus(member.assigned, target)
-            if revoke:
+            if revoke and (not owned_is_final or owned is None or _overlaps(owned, revoke)):
                 member.assigned = _intersect(member.assigned, target)
                 member.pending_revocation = revoke
                 member.state = UNREVOKED_PARTITIONS
                 member.revocation_deadline = now + member.rebalance_timeout_ms / 1000
             else:
+                member.assigned = _intersect(member.assigned, target)
                 owners = self.owner_of()
                 wanted = _minus(target, member.assigned)
                 free = {t: frozenset(p for p in ps if owners.get((t, p), member.member_id) == member.member_id)
@@ -335,6 +350,8 @@ class ConsumerGroup:
         older one for partitions it has owned since that epoch (KIP-1251)."""
         if epoch == member.member_epoch:
             return True
+        if member.classic is not None:  # a classic member commits with its generation: exactly
+            return False
         partitions = list(partitions)
         if epoch > member.member_epoch or epoch <= 0 or not partitions:
             return False
@@ -375,13 +392,19 @@ class ConsumerGroup:
     def expire(self, now: float) -> list[str]:
         """Members past their session, or that did not revoke within their rebalance timeout, are
         removed (Kafka fences them); returns their ids."""
-        gone = [m.member_id for m in self.members.values()
-                if now >= m.session_deadline or (m.revocation_deadline is not None and now >= m.revocation_deadline)]
+        gone = [m.member_id for m in self.members.values() if member_due(m, now)]
         for member_id in gone:
             self.remove(member_id)
         if gone:
             self.maybe_compute_target()
         return gone
+
+
+def member_due(member: ConsumerMember, now: float) -> bool:
+    """Whether time removes the member: its session ran out, it did not revoke within its
+    rebalance timeout, or (a classic member) it did not sync or rejoin in time."""
+    return any(deadline is not None and now >= deadline for deadline in (
+        member.session_deadline, member.revocation_deadline, member.sync_deadline, member.join_deadline))
 
 
 def _full_match(pattern: str, topic: str) -> bool:

@@ -20,7 +20,7 @@ consumers subscribe to (GROUP_SUBSCRIBED_TO_TOPIC, KIP-496).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lowtide import clock
 from lowtide.auth.acl import CLUSTER_RESOURCE_NAME, AclOperation, Authorizer, ResourceType
@@ -118,6 +118,14 @@ def validate_group_id(group_id: str) -> None:
         raise InvalidGroupId(f"invalid group id {group_id!r}: 1-{MAX_GROUP_ID_LENGTH} characters, no NUL")
 
 
+class ShareListings(Protocol):
+    """The share group coordinator as ListGroups and DeleteGroups ask it (``share.groups.ShareGroups``)."""
+
+    def listings(self) -> list[tuple[str, str]]: ...
+
+    def delete_if_empty(self, group_id: str) -> bool: ...
+
+
 class GroupCoordinator:
     """OffsetCommit / OffsetFetch / ListGroups / DescribeGroups / DeleteGroups.
 
@@ -129,11 +137,14 @@ class GroupCoordinator:
     """
 
     def __init__(self, *, store: GroupStore, metadata: MetadataStore, authorizer: Authorizer,
-                 members: GroupMembership | None = None, consumer: ConsumerGroups | None = None) -> None:
+                 members: GroupMembership | None = None, consumer: ConsumerGroups | None = None,
+                 share: ShareListings | None = None) -> None:
         self._store = store
         self._metadata = metadata
         self._authorizer = authorizer
         self._members = members
+        # KIP-932 share groups (share/groups.py): listed by ListGroups with their type.
+        self._share = share
         # KIP-848 consumer groups (consumer_membership.py): commits are checked against their
         # member epochs, and they are listed, described and deleted with their own state.
         self._consumer = consumer
@@ -204,12 +215,18 @@ class GroupCoordinator:
         return results
 
     def fetch_offsets(self, *, principal: str, group_id: str, partitions: Sequence[tuple[str, int]] = (),
-                      require_stable: bool = False) -> list[CommittedOffset]:
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> list[CommittedOffset]:
         """Committed offsets of the named partitions (-1 when none), or all the group has committed.
         ``require_stable`` (KIP-447): a partition an undecided transaction holds offsets of is
-        answered with UNSTABLE_OFFSET_COMMIT (retriable) instead."""
+        answered with UNSTABLE_OFFSET_COMMIT (retriable) instead. ``member_id``/``member_epoch``
+        (OffsetFetch v9, KIP-848): checked against a consumer group's members, the whole fetch
+        refused with UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic
+        member); none (None, -1) is the admin client's fetch, always allowed."""
         validate_group_id(group_id)
         self._require_group(principal, AclOperation.DESCRIBE, group_id)
+        if self._consumer is not None and (member_id is not None or member_epoch >= 0) and self._is_consumer(group_id):
+            self._consumer.validate_fetch(group_id, member_id=member_id, member_epoch=member_epoch)
         unstable = self._store.unstable(group_id) if require_stable else set()
         committed = self._store.committed(group_id)
         if not partitions:
@@ -232,6 +249,9 @@ class GroupCoordinator:
         for group_id, state in self._consumer.listings() if self._consumer is not None else ():
             listings[group_id] = GroupListing(group_id=group_id, protocol_type=CONSUMER_PROTOCOL_TYPE, state=state,
                                               group_type="consumer")
+        for group_id, state in self._share.listings() if self._share is not None else ():
+            listings[group_id] = GroupListing(group_id=group_id, protocol_type="share", state=state,
+                                              group_type="share")
         out = [listings[g] for g in sorted(listings)]
         if self._allowed(principal, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE_NAME):
             return out
@@ -261,6 +281,8 @@ class GroupCoordinator:
         def delete(group_id: str) -> GroupOutcome:
             in_memory = self._members is not None and self._members.delete_if_empty(group_id)  # NON_EMPTY_GROUP
             if self._consumer is not None and self._consumer.delete_if_empty(group_id):
+                in_memory = True
+            if self._share is not None and self._share.delete_if_empty(group_id):  # NON_EMPTY_GROUP
                 in_memory = True
             if not self._store.delete(group_id) and not in_memory:
                 raise GroupIdNotFound(f"group {group_id!r} does not exist")

@@ -28,6 +28,14 @@ GroupCoordinator.scala); this module is the coordinator around it:
   GROUP_AUTHORIZATION_FAILED are raised (``heartbeat`` raises everything: it has nothing else to
   say). The servicer puts both into the responses' error_code fields.
 * **ACLs** (Kafka's): READ on the GROUP for JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+* **Consumer groups** (KIP-848, ``consumer_membership.py``, attached with
+  ``attach_consumer_groups``). A call for a group id this membership holds no members of goes to
+  the consumer groups first: classic members inside a consumer group are served there
+  (``classic_members.py``); when the id is no consumer group with members, it is served here. A
+  classic group is handed over to the consumer side when a consumer-protocol member upgrades it
+  (``hand_over``; ``take_back`` if the conversion was not written) and comes back when the last
+  consumer-protocol member leaves (``install``). An id handed over is never re-created here by
+  a call that raced the conversion: that call is routed again.
 
 Thread-safe: a registry lock (held only to find, create or drop a group) and one condition per
 group, always taken in that order.
@@ -42,6 +50,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.common.ticker import Ticker
@@ -82,6 +91,9 @@ from lowtide.messages.admin import (
 
 log = logging.getLogger(__name__)
 
+# A call that finds its group handed over between routing and serving is routed again this often.
+_ROUTING_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class MembershipConfig:
@@ -97,6 +109,25 @@ class MembershipConfig:
 def _unborn(group: ClassicGroup) -> bool:
     """Created by a JoinGroup that failed before anyone joined: not a group to anyone outside."""
     return group.state == EMPTY and group.generation == 0 and not group.members and not group.pending_members
+
+
+class _HandedOver(Exception):
+    """The group id was handed to the consumer groups while a call was on its way here."""
+
+
+class ConsumerSide(Protocol):
+    """What this membership asks the KIP-848 consumer groups (``consumer_membership``): each
+    answers None (False) when the id is no consumer group with members there."""
+
+    def classic_join(self, *, request: JoinRequest) -> JoinResult | None: ...
+
+    def classic_sync(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str,
+                     protocol_type: str, protocol_name: str) -> SyncResult | None: ...
+
+    def classic_heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
+                          group_instance_id: str) -> bool: ...
+
+    def classic_leave(self, *, group_id: str, members: Sequence[LeavingMember]) -> list[LeaveOutcome] | None: ...
 
 
 class GroupMembership:
@@ -115,6 +146,85 @@ class GroupMembership:
         # Whether a group id is a KIP-848 consumer group (``consumer_membership``; set by the
         # server): a classic JoinGroup to one is refused, a group id has one type.
         self.is_consumer_group: Callable[[str], bool] | None = None
+        self._consumer: ConsumerSide | None = None
+        self._handed_over: set[str] = set()  # ids the consumer side holds (registry lock)
+        self._prior_states: dict[str, str] = {}  # state of a group handed over, for take_back
+
+    @property
+    def timing(self) -> Timing:
+        return self._timing
+
+    @property
+    def max_group_size(self) -> int:
+        return self.config.max_group_size
+
+    def attach_consumer_groups(self, consumer: ConsumerSide) -> None:
+        self._consumer = consumer
+
+    # -- online upgrade and downgrade (module doc): the consumer side calls these ---------------
+    def hand_over(self, group_id: str) -> ClassicGroup | None:
+        """Give the group with members of this id to the consumer side (its calls waiting here
+        answered REBALANCE_IN_PROGRESS: they rejoin, routed there); None when it has none."""
+        with self._registry:
+            group = self._groups.get(group_id)
+            if group is None:
+                return None
+            with group.cond:
+                if group.state == DEAD or not group.members:
+                    return None
+                error = RebalanceInProgress(f"group {group_id!r} is becoming a consumer group; rejoin")
+                for member in group.members.values():
+                    if member.join_waiter is not None:
+                        member.join_waiter.result = JoinResult(member_id=member.member_id, error=error)
+                    if member.sync_waiter is not None:
+                        member.sync_waiter.result = SyncResult(error=error)
+                    member.join_waiter = member.sync_waiter = None
+                self._prior_states[group_id] = group.state
+                group.state = DEAD
+                group.pending_members.clear()
+                del self._groups[group_id]
+                self._handed_over.add(group_id)
+                group.cond.notify_all()
+                return group
+
+    def take_back(self, group: ClassicGroup) -> None:
+        """A hand-over whose conversion was not written: the group is classic again (one that
+        was rebalancing rebalances anew: its waiting calls were answered)."""
+        with self._registry:
+            prior = self._prior_states.pop(group.group_id, STABLE)
+            group.state = STABLE if prior in (PREPARING_REBALANCE, COMPLETING_REBALANCE) else prior
+            if prior != group.state:
+                group.maybe_prepare_rebalance(self._clock(), self._timing)
+            self._groups[group.group_id] = group
+            self._handed_over.discard(group.group_id)
+
+    def install(self, group: ClassicGroup) -> None:
+        """A consumer group downgraded to this classic group: it is served here from now on."""
+        with self._registry:
+            old = self._groups.get(group.group_id)
+            if old is not None:
+                with old.cond:
+                    old.state = DEAD
+                    old.cond.notify_all()
+            self._groups[group.group_id] = group
+            self._handed_over.discard(group.group_id)
+            self._prior_states.pop(group.group_id, None)
+
+    def release(self, group_id: str) -> None:
+        """The consumer side no longer holds this id (its consumer group was deleted)."""
+        with self._registry:
+            self._handed_over.discard(group_id)
+            self._prior_states.pop(group_id, None)
+
+    def _holds(self, group_id: str) -> bool:
+        """Whether a classic group of this id has members here (a routing hint: a call that then
+        finds it handed over is routed again)."""
+        with self._registry:
+            group = self._groups.get(group_id)
+            return group is not None and group.state != DEAD and bool(group.members or group.pending_members)
+
+    def _routed(self, group_id: str) -> ConsumerSide | None:
+        return self._consumer if self._consumer is not None and not self._holds(group_id) else None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -153,11 +263,14 @@ class GroupMembership:
                     del self._groups[group.group_id]
 
     @contextmanager
-    def _locked(self, group_id: str, *, create: bool) -> Iterator[ClassicGroup | None]:
+    def _locked(self, group_id: str, *, create: bool, routed: bool = False) -> Iterator[ClassicGroup | None]:
         """The group with its condition held (created when asked and missing), None when absent.
-        A group found Dead was just dropped from the registry: look again."""
+        A group found Dead was just dropped from the registry: look again. ``routed`` (the four
+        membership calls): raises _HandedOver for an id the consumer side holds now."""
         while True:
             with self._registry:
+                if routed and group_id in self._handed_over:
+                    raise _HandedOver(group_id)
                 group = self._groups.get(group_id)
                 if group is None and create:
                     group = self._groups[group_id] = ClassicGroup(group_id=group_id, created=self._clock())
@@ -192,17 +305,30 @@ class GroupMembership:
     def join_group(self, *, principal: str, request: JoinRequest) -> JoinResult:
         """Kafka's JoinGroup; blocks until the rebalance completes (module doc)."""
         self._require_read(principal, request.group_id)
-        if self.is_consumer_group is not None and self.is_consumer_group(request.group_id):
-            return JoinResult(member_id=request.member_id, error=InconsistentGroupProtocol(
-                f"group {request.group_id!r} is a consumer group (KIP-848): join it with ConsumerGroupHeartbeat "
-                f"(group.protocol=consumer)"))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= request.session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(member_id=request.member_id, error=InvalidSessionTimeout(
                 f"session timeout {request.session_timeout_ms} ms is outside "
                 f"[{cfg.min_session_timeout_ms}, {cfg.max_session_timeout_ms}]"))
+        if self._consumer is None and self.is_consumer_group is not None and self.is_consumer_group(request.group_id):
+            return JoinResult(member_id=request.member_id, error=InconsistentGroupProtocol(
+                f"group {request.group_id!r} is a consumer group (KIP-848): join it with ConsumerGroupHeartbeat "
+                f"(group.protocol=consumer)"))
+        for _ in range(_ROUTING_ATTEMPTS):
+            consumer = self._routed(request.group_id)
+            routed = consumer.classic_join(request=request) if consumer is not None else None
+            if routed is not None:
+                return routed
+            try:
+                return self._join_classic(request)
+            except _HandedOver:
+                continue
+        return JoinResult(member_id=request.member_id, error=RebalanceInProgress(
+            f"group {request.group_id!r} is changing type; rejoin"))
+
+    def _join_classic(self, request: JoinRequest) -> JoinResult:
         waiter = Waiter()
-        with self._locked(request.group_id, create=not request.member_id) as group:
+        with self._locked(request.group_id, create=not request.member_id, routed=True) as group:
             if group is None:
                 return JoinResult(member_id=request.member_id, error=UnknownMemberId(
                     f"group {request.group_id!r} has no member {request.member_id!r}"))
@@ -303,8 +429,26 @@ class GroupMembership:
         """Kafka's SyncGroup: the leader's call hands out ``assignments`` and makes the generation
         Stable; a follower's call blocks until then."""
         self._require_read(principal, group_id)
+        for _ in range(_ROUTING_ATTEMPTS):
+            consumer = self._routed(group_id)
+            routed = consumer.classic_sync(
+                group_id=group_id, generation_id=generation_id, member_id=member_id,
+                group_instance_id=group_instance_id, protocol_type=protocol_type,
+                protocol_name=protocol_name) if consumer is not None else None
+            if routed is not None:
+                return routed
+            try:
+                return self._sync_classic(group_id=group_id, generation_id=generation_id, member_id=member_id,
+                                          group_instance_id=group_instance_id, protocol_type=protocol_type,
+                                          protocol_name=protocol_name, assignments=assignments)
+            except _HandedOver:
+                continue
+        return SyncResult(error=RebalanceInProgress(f"group {group_id!r} is changing type; rejoin"))
+
+    def _sync_classic(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str,
+                      protocol_type: str, protocol_name: str, assignments: Mapping[str, bytes] | None) -> SyncResult:
         waiter = Waiter()
-        with self._locked(group_id, create=False) as group:
+        with self._locked(group_id, create=False, routed=True) as group:
             if group is None:
                 return SyncResult(error=UnknownMemberId(f"group {group_id!r} has no member {member_id!r}"))
             try:
@@ -343,7 +487,23 @@ class GroupMembership:
         """Kafka's Heartbeat: keeps the member's session; raises UNKNOWN_MEMBER_ID,
         FENCED_INSTANCE_ID, ILLEGAL_GENERATION, or REBALANCE_IN_PROGRESS (rejoin) when so."""
         self._require_read(principal, group_id)
-        with self._locked(group_id, create=False) as group:
+        for _ in range(_ROUTING_ATTEMPTS):
+            consumer = self._routed(group_id)
+            if consumer is not None and consumer.classic_heartbeat(
+                    group_id=group_id, generation_id=generation_id, member_id=member_id,
+                    group_instance_id=group_instance_id):
+                return
+            try:
+                self._heartbeat_classic(group_id=group_id, generation_id=generation_id, member_id=member_id,
+                                        group_instance_id=group_instance_id)
+                return
+            except _HandedOver:
+                continue
+        raise RebalanceInProgress(f"group {group_id!r} is changing type; rejoin")
+
+    def _heartbeat_classic(self, *, group_id: str, generation_id: int, member_id: str,
+                           group_instance_id: str) -> None:
+        with self._locked(group_id, create=False, routed=True) as group:
             if group is None:
                 raise UnknownMemberId(f"group {group_id!r} has no member {member_id!r}")
             member = group.validate_member(member_id, group_instance_id)
@@ -358,8 +518,21 @@ class GroupMembership:
         """Kafka's LeaveGroup (v3+ batch): each member by id, or by group.instance.id alone (an
         administrative removal); the group rebalances without them."""
         self._require_read(principal, group_id)
+        for _ in range(_ROUTING_ATTEMPTS):
+            consumer = self._routed(group_id)
+            routed = consumer.classic_leave(group_id=group_id, members=members) if consumer is not None else None
+            if routed is not None:
+                return routed
+            try:
+                return self._leave_classic(group_id, members)
+            except _HandedOver:
+                continue
+        return [LeaveOutcome(member_id=m.member_id, group_instance_id=m.group_instance_id, error=RebalanceInProgress(
+            f"group {group_id!r} is changing type; retry")) for m in members]
+
+    def _leave_classic(self, group_id: str, members: Sequence[LeavingMember]) -> list[LeaveOutcome]:
         out = []
-        with self._locked(group_id, create=False) as group:
+        with self._locked(group_id, create=False, routed=True) as group:
             for leaving in members:
                 error = None if group is not None else UnknownMemberId(f"group {group_id!r} has no members")
                 if group is not None:

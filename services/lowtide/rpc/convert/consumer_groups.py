@@ -77,7 +77,7 @@ def descriptions_to_proto(items: Sequence[ConsumerGroupDescription]) -> admin_pb
             members.append(admin_pb2.ConsumerMemberDescription(
                 member_id=m.member_id, member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names), assignment=_tps_to_proto(m.assignment),
-                target_assignment=_tps_to_proto(m.target_assignment), **optional))
+                target_assignment=_tps_to_proto(m.target_assignment), classic=m.classic, **optional))
         groups.append(admin_pb2.ConsumerGroupDescription(
             group_id=d.group_id, state=d.state, group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch,
             assignor_name=d.assignor_name, members=members, authorized_operations=d.authorized_operations,
@@ -94,4 +94,5 @@ def descriptions_from_proto(m: admin_pb2.ConsumerGroupDescribeResponse) -> list[
             member_epoch=x.member_epoch, client_id=x.client_id, client_host=x.client_host,
             subscribed_topic_names=tuple(x.subscribed_topic_names),
             subscribed_topic_regex=_opt(x, "subscribed_topic_regex"), assignment=_tps_from_proto(x.assignment),
-            target_assignment=_tps_from_proto(x.target_assignment)) for x in d.members)) for d in m.groups]
+            target_assignment=_tps_from_proto(x.target_assignment), classic=x.classic) for x in d.members))
+        for d in m.groups]

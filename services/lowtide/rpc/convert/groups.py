@@ -83,14 +83,18 @@ def commit_results_from_proto(commits: Sequence[OffsetCommit], partitions
 
 # -- OffsetFetch ----------------------------------------------------------------------------------
 def offset_fetch_request(*, group_id: str, partitions: Sequence[tuple[str, int]] = (),
-                         require_stable: bool = False) -> admin_pb2.OffsetFetchRequest:
+                         require_stable: bool = False, member_id: str | None = None,
+                         member_epoch: int = -1) -> admin_pb2.OffsetFetchRequest:
+    member = {} if member_id is None else {"member_id": member_id}
     return admin_pb2.OffsetFetchRequest(group_id=group_id, require_stable=require_stable, partitions=[
-        common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
+        common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions], member_epoch=member_epoch, **member)
 
 
 def offset_fetch_args(request: admin_pb2.OffsetFetchRequest) -> dict:
     return {"group_id": request.group_id, "partitions": [(p.topic, p.partition) for p in request.partitions],
-            "require_stable": request.require_stable}
+            "require_stable": request.require_stable,
+            "member_id": request.member_id if request.HasField("member_id") else None,
+            "member_epoch": request.member_epoch if request.HasField("member_epoch") else -1}
 
 
 def committed_to_proto(c: CommittedOffset) -> admin_pb2.OffsetFetchResult:

@@ -66,8 +66,11 @@ def test_commit_results_read_back_per_commit_and_a_missing_one_is_an_unknown_ser
 
 
 def test_fetched_offsets_and_the_fetch_request_read_back_the_same():
-    args = dict(group_id="g", partitions=[("orders", 0), ("orders", 1)], require_stable=True)
+    args = dict(group_id="g", partitions=[("orders", 0), ("orders", 1)], require_stable=True, member_id=None,
+                member_epoch=-1)
     assert convert.offset_fetch_args(convert.offset_fetch_request(**args)) == args
+    member = {**args, "member_id": "m1", "member_epoch": 3}  # OffsetFetch v9's member
+    assert convert.offset_fetch_args(convert.offset_fetch_request(**member)) == member
     offsets = [CommittedOffset(topic="orders", partition=0, offset=42, metadata="m", leader_epoch=3),
                CommittedOffset(topic="orders", partition=1, error=GroupAuthorizationFailed("no"))]
     assert plain([convert.committed_from_proto(convert.committed_to_proto(c)) for c in offsets]) == plain(offsets)

@@ -1,0 +1,388 @@
+"""KIP-932 share groups with Kafka's own share consumer: kafka-tools 4.4.0's
+``VerifiableShareConsumer`` (a ``KafkaShareConsumer`` with implicit acknowledgement) run unchanged
+from the jars of ``make kafka-tools`` (``--newest``), consuming what Kafka's ``VerifiableProducer``
+writes while it writes.
+
+Three members share a topic of three partitions (the coordinator's ``simple`` assignor spreads
+them); one member is killed with -9 while it holds records. The replicas run with a short
+acquisition lock (``--group-share-record-lock-duration-ms``) and the front door with a short share
+session timeout, so:
+
+* every value the producer had acknowledged is delivered to some member;
+* every record is done at the broker: the share-partition start offsets (``kafka-share-groups
+  --describe``) reach the partitions' ends;
+* every offset was reported acknowledged by a member (its ``offsets_acknowledged`` events), or
+  delivered up to the delivery limit, or went to the killed member;
+* records acquired by a member that vanished without acknowledging them (a raw ShareFetch, then
+  silence: certainly unacknowledged, where the killed Java member may have acknowledged its last
+  records just before it died) are delivered again, to another member, once their lock timed out;
+* the killed member comes back (a new process, a new member id) and ShareGroupDescribe shows
+  three members, Stable, with every partition assigned, and
+  ``kafka-share-groups --list`` and ``--describe`` (DescribeShareGroupOffsets) show the group and
+  its start offsets at the partitions' ends.
+
+The second test kills with -9 the replica leading a partition (the share-partition's leader) while
+members consume, and restarts it: its successor takes the share-partition over from
+``__share_group_state``, so no record acknowledged before the kill is acknowledged again (none is
+delivered again), every value is delivered, and the start offsets reach the ends. Then it kills
+and restarts the front door (the share group coordinator, membership in memory): the members join
+the new one.
+
+Another consumer acknowledges explicitly, by offset: accept, release, reject. Released records come
+back until their delivery count reaches the limit, then are archived; rejected ones never come
+back; nothing is delivered past the limit.
+
+Kafka 4.1's share consumer (the pinned tools: ShareFetch and ShareAcknowledge v1) consumes and
+acknowledges a topic too; ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group
+(AlterShareGroupOffsets) makes a new member get everything again, and ``--delete`` (DeleteGroups)
+deletes the group and its state.
+
+Records deleted once delivered: a topic whose ``consumed.retention.groups`` names
+share groups (``share:<group>``) keeps what one of them has not acknowledged (a named share group
+that never consumed holds everything back), and loses the segments below the start offset once
+every named share group is past them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from lowtide.client import Admin
+from lowtide.client.admin import OffsetSpec
+from lowtide.localcluster import ClusterConfig, LocalCluster
+from tests.integration import support as s
+from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
+from tests.integration.kafka.test_consumer_group_protocol import JavaTool, producer
+from tests.integration.kafka.wire import kafka_call, request_module
+from tests.kafka_tools import kafka_tools_manifest
+from tests.waiting import wait_until
+
+PARTITIONS = 3
+SHARE_CONSUMER_CLASS = "org.apache.kafka.tools.VerifiableShareConsumer"
+LOCK_MS, HEARTBEAT_MS, SESSION_MS, DELIVERY_LIMIT = 3000, 500, 4000, 3
+SHARE_GROUP_DESCRIBE, SHARE_FETCH = 77, 78
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def kcluster(request, tmp_path_factory):
+    yield from running_cluster(request, ClusterConfig(
+        data_dir=tmp_path_factory.mktemp("kip932"), replicas=3,
+        replica_config={**DEFAULT_REPLICA_CONFIG, "log.retention.check.interval.ms": "300"},
+        extra_env={"LOWTIDE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(LOCK_MS),
+                   "LOWTIDE_GROUP_SHARE_DELIVERY_COUNT_LIMIT": str(DELIVERY_LIMIT),
+                   # VerifiableShareConsumer sets share.auto.offset.reset through a group config,
+                   # which is not served yet: the replicas' default says where a group starts.
+                   "LOWTIDE_GROUP_SHARE_AUTO_OFFSET_RESET": "earliest",
+                   "LOWTIDE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS),
+                   "LOWTIDE_GROUP_SHARE_SESSION_TIMEOUT_MS": str(SESSION_MS)}))
+
+
+def share_consumer(cluster: LocalCluster, *, topic: str, group: str, log, ack_pattern: str = "",
+                   newest: bool = True) -> JavaTool:
+    """VerifiableShareConsumer; ``ack_pattern`` (accept|release|reject, by offset modulo its length)
+    turns on explicit acknowledgement, synchronous. ``newest=False``: the pinned Kafka 4.1's."""
+    lib = kafka_tools_manifest(newest=newest)["lib"]
+    explicit = ["--acknowledgement-mode", "sync", "--ack-pattern", ack_pattern] if ack_pattern else []
+    return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+                     SHARE_CONSUMER_CLASS, "--topic", topic, "--group-id", group, *explicit,
+                     "--bootstrap-server", cluster.kafka_bootstrap, "--verbose"], log)
+
+
+def received(c: JavaTool) -> list[tuple[int, int, str]]:
+    """(partition, offset, value) of every record delivered to ``c``, in order."""
+    return [(e["partition"], e["offset"], e["value"]) for e in c.named("record_data")]
+
+
+def acknowledged(c: JavaTool) -> set[tuple[int, int]]:
+    return {(p["partition"], o) for e in c.named("offsets_acknowledged") if e.get("success")
+            for p in e["partitions"] for o in p["offsets"]}
+
+
+def share_groups_tool(cluster: LocalCluster, *args: str) -> str:
+    """``kafka-share-groups`` (kafka-tools 4.4.0's ShareGroupCommand): its stdout."""
+    lib = kafka_tools_manifest(newest=True)["lib"]
+    done = subprocess.run(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+                           "org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server",
+                           cluster.kafka_bootstrap, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def describe_start_offsets(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
+    """Partition -> START-OFFSET in ``kafka-share-groups --describe``'s table."""
+    out = {}
+    for line in share_groups_tool(cluster, "--describe", "--group", group).splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0] == group and fields[1] == topic and re.fullmatch(r"\d+", fields[2]):
+            out[int(fields[2])] = int(fields[3]) if fields[3].lstrip("-").isdigit() else -1
+    return out
+
+
+def ends_of(cluster: LocalCluster, topic: str) -> dict[int, int]:
+    with Admin(cluster.bootstrap) as admin:
+        return {p: a.offset for (_, p), a in admin.list_offsets(
+            {(topic, p): OffsetSpec.LATEST for p in range(PARTITIONS)}).items()}
+
+
+def acquire_and_vanish(cluster: LocalCluster, *, topic: str, group: str, partition: int) -> set[tuple[int, int]]:
+    """A share group member that fetches from the partition's leader (raw ShareFetch v2) and dies
+    at once: what it acquired, which nobody will ever acknowledge for it."""
+    topic_id = uuid.UUID(hex=s.store(cluster).topic(topic).topic_id)
+    address = cluster.service(f"replica-{s.leader_of(cluster, topic, partition)}").kafka
+    m = request_module(SHARE_FETCH, 2)
+    answer = kafka_call(address, m.ShareFetchRequest(
+        group_id=group, member_id=uuid.uuid4().hex, share_session_epoch=0, max_wait=datetime.timedelta(seconds=2),
+        min_bytes=1, max_bytes=1 << 20, max_records=50, batch_size=50, forgotten_topics_data=(),
+        topics=(m.FetchTopic(topic_id=topic_id, partitions=(
+            m.FetchPartition(partition_index=partition, acknowledgement_batches=()),)),)))
+    assert int(answer.error_code) == 0, answer
+    return {(partition, o) for t in answer.responses for p in t.partitions for r in p.acquired_records
+            for o in range(r.first_offset, r.last_offset + 1)}
+
+
+def describe(cluster: LocalCluster, group: str):
+    module = request_module(SHARE_GROUP_DESCRIBE, 1)
+    return kafka_call(cluster.kafka_bootstrap, module.ShareGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False)).groups[0]
+
+
+def test_three_members_share_three_partitions_and_a_killed_members_records_go_to_another(kcluster, tmp_path):
+    topic, group = "kip932", "kip932-group"
+    s.create_topic(kcluster, topic, partitions=PARTITIONS, rf=3)
+    members = [share_consumer(kcluster, topic=topic, group=group, log=tmp_path / f"m{i}.log") for i in range(3)]
+    prod = None
+    try:
+        wait_until(lambda: len(describe(kcluster, group).members) == 3, timeout_s=40, interval_s=0.2,
+                   what="three members in the share group")
+        prod = producer(kcluster, topic=topic, records=3000, rate=300, log=tmp_path / "producer.log", newest=True)
+        victim = members[0]
+        wait_until(lambda: len(received(victim)) > 0, timeout_s=30, interval_s=0.05,
+                   what="records delivered to the member that is killed")
+        victim.stop(signal.SIGKILL)
+        # A member that acquires and vanishes without a word, as the killed one may have: its
+        # records are certainly unacknowledged, so they must reach the others after the lock.
+        vanished: set[tuple[int, int]] = set()
+
+        def vanish() -> bool:
+            vanished.update(acquire_and_vanish(kcluster, topic=topic, group=group, partition=1))
+            return bool(vanished)
+
+        wait_until(vanish, timeout_s=20, interval_s=0.1, what="records acquired by a member that then vanishes")
+        # The killed member comes back (a new process: a new member id).
+        members.append(share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "m0-again.log"))
+        assert prod.proc.wait(60) == 0, prod.tail()
+        acked_values = {e["value"] for e in prod.named("producer_send_success")}
+        assert acked_values, prod.tail()
+        ends = ends_of(kcluster, topic)
+        every = {(p, o) for p, end in ends.items() for o in range(end)}
+        live = [m for m in members if m is not victim]
+
+        # Every record is done at the broker (acknowledged, or archived past its delivery limit).
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
+                   what=f"kafka-share-groups --describe showing start offsets at the ends {ends}")
+        delivered_values = {v for m in members for _, _, v in received(m)}
+        assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
+        # Each offset is reported acknowledged by a member (a report comes with the member's next
+        # poll), or was delivered up to the limit (a member slower than the lock lets records go),
+        # or went to the killed member (which may have acknowledged it in its last moments, before
+        # it could say so).
+        def unexplained() -> set[tuple[int, int]]:
+            deliveries = Counter((p, o) for m in members for p, o, _ in received(m))
+            reported = set().union(*(acknowledged(m) for m in members))
+            return {k for k in every - reported if deliveries[k] < DELIVERY_LIMIT} - \
+                {(p, o) for p, o, _ in received(victim)}
+
+        def failed_acks() -> list:
+            return [(e.get("error"), [(p["partition"], min(p["offsets"]), len(p["offsets"])) for p in e["partitions"]])
+                    for m in members for e in m.named("offsets_acknowledged") if not e.get("success")]
+
+        wait_until(lambda: not unexplained(), timeout_s=20, interval_s=0.2,
+                   what=f"every offset reported acknowledged (not yet: {sorted(unexplained())[:10]}, "
+                        f"failed acknowledgements: {failed_acks()[:10]})")
+        # What the vanished member held went to the others once its locks timed out.
+        redelivered = {(p, o) for m in live for p, o, _ in received(m)}
+        assert vanished <= redelivered, sorted(vanished - redelivered)[:10]
+        # The killed member's session expired; it came back as a new member.
+        wait_until(lambda: len(describe(kcluster, group).members) == 3, timeout_s=20, interval_s=0.2,
+                   what="the two members that stayed and the killed one back")
+        answer = describe(kcluster, group)
+        assert int(answer.error_code) == 0 and answer.group_state == "Stable", answer
+        assigned = {p for m in answer.members for tp in m.assignment.topic_partitions for p in tp.partitions}
+        assert assigned == set(range(PARTITIONS)), answer
+        for m in live:
+            assert m.proc.poll() is None, m.tail()
+        assert group in share_groups_tool(kcluster, "--list").split()
+    finally:
+        for m in members:
+            m.stop()
+        if prod is not None:
+            prod.stop()
+
+
+def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_path):
+    topic, group = "kip932-failover", "kip932-failover-group"
+    s.create_topic(kcluster, topic, partitions=PARTITIONS, rf=3)
+    members = [share_consumer(kcluster, topic=topic, group=group, log=tmp_path / f"m{i}.log") for i in range(2)]
+    prod = None
+    try:
+        wait_until(lambda: len(describe(kcluster, group).members) == 2, timeout_s=40, interval_s=0.2,
+                   what="two members in the share group")
+        prod = producer(kcluster, topic=topic, records=2400, rate=300, log=tmp_path / "producer.log", newest=True)
+        wait_until(lambda: len(set().union(*(acknowledged(m) for m in members))) >= 300, timeout_s=30,
+                   interval_s=0.05, what="records acknowledged before the kill")
+        # The partition with the most acknowledged so far (the producer's sticky partitioner may
+        # not have written to every partition yet): its leader is killed.
+        counts = Counter(p for m in members for p, _ in acknowledged(m))
+        victim = counts.most_common(1)[0][0]
+        leader = s.leader_of(kcluster, topic, victim)
+        kcluster.kill(f"replica-{leader}")
+        acked_before = {(p, o) for m in members for p, o in acknowledged(m) if p == victim}
+        assert acked_before, "nothing of the killed leader's partition was acknowledged before the kill"
+        time.sleep(1.0)
+        kcluster.start_service(f"replica-{leader}")
+        # And the share group coordinator (the front door, membership in memory): the members
+        # are told UNKNOWN_MEMBER_ID by the new one and join again.
+        frontdoor = kcluster.services("frontdoor")[0].name
+        kcluster.kill(frontdoor)
+        kcluster.start_service(frontdoor)
+        assert prod.proc.wait(60) == 0, prod.tail()
+        acked_values = {e["value"] for e in prod.named("producer_send_success")}
+        assert acked_values, prod.tail()
+        ends = ends_of(kcluster, topic)
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
+                   what=f"start offsets at the ends {ends} (kafka-share-groups --describe)")
+        delivered_values = {v for m in members for _, _, v in received(m)}
+        assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
+        # An acknowledgement answered before the kill survived it: that record was never handed out
+        # again, so nobody acknowledged it a second time.
+        reports = Counter((part["partition"], o) for m in members for e in m.named("offsets_acknowledged")
+                          if e.get("success") for part in e["partitions"] for o in part["offsets"])
+        twice = {k for k, n in reports.items() if n > 1}
+        assert not twice & acked_before, sorted(twice & acked_before)[:10]
+        wait_until(lambda: len(describe(kcluster, group).members) == 2, timeout_s=20, interval_s=0.2,
+                   what="both members back in the share group after the coordinator's restart")
+        for m in members:
+            assert m.proc.poll() is None, m.tail()
+    finally:
+        for m in members:
+            m.stop()
+        if prod is not None:
+            prod.stop()
+
+
+def log_start(cluster: LocalCluster, topic: str) -> int:
+    return s.describe(cluster, s.leader_of(cluster, topic), topic).log_start_offset
+
+
+def retention_passes(cluster: LocalCluster, broker: int) -> float:
+    return s.metric(cluster, f"replica-{broker}", "lowtide_consumed_retention_passes_total")
+
+
+def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tmp_path):
+    topic, group = "kip932-drain", "kip932-drain-group"
+    s.create_topic(kcluster, topic, partitions=1, rf=3, config={
+        "consumed.retention.ms": "0", "consumed.retention.groups": f"share:{group},share:never-consumed"})
+    for _ in range(20):
+        assert s.produce(kcluster, topic, [b"x" * 1024] * 20).error_code == 0
+    leader = s.leader_of(kcluster, topic)
+    bases = s.segment_files(kcluster, leader, topic)
+    assert len(bases) >= 4, bases
+    member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "drain.log")
+    try:
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 400}, timeout_s=40, interval_s=0.5,
+                   what="every record acknowledged by the share group")
+        # The other named share group has no state on the partition: it holds everything back.
+        passes = retention_passes(kcluster, leader)
+        wait_until(lambda: retention_passes(kcluster, leader) >= passes + 2, timeout_s=20, interval_s=0.1,
+                   what="two consumed retention passes after the last acknowledgement")
+        assert log_start(kcluster, topic) == 0
+        assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_group_low_watermark_lag_records",
+                        group=group, topic=topic) == 400  # done with, not deleted
+        with Admin(kcluster.bootstrap) as admin:
+            admin.alter_topic_config(topic, set_config={"consumed.retention.groups": f"share:{group}"})
+        expected = 400  # every segment ends at or below the start offset: all of them go
+        for r in (0, 1, 2):
+            s.wait_until(lambda r=r: s.describe(kcluster, r, topic).log_start_offset == expected,
+                         what=f"replica {r}'s log start offset at {expected}")
+            s.wait_until(lambda r=r: min(s.segment_files(kcluster, r, topic)) == expected,
+                         what=f"replica {r}'s segments below {expected} deleted")
+        s.wait_until(lambda: s.metric(kcluster, f"replica-{leader}", "lowtide_share_group_low_watermark_lag_records",
+                                      group=group, topic=topic) == 0, what="the share group's low watermark lag 0")
+        assert member.proc.poll() is None, member.tail()
+    finally:
+        member.stop()
+
+
+def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_never(kcluster, tmp_path):
+    topic, group = "kip932-acks", "kip932-acks-group"
+    s.create_topic(kcluster, topic, partitions=1, rf=3)
+    assert s.produce(kcluster, topic, [b"r%d" % i for i in range(30)]).error_code == 0
+    member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "acks.log",
+                            ack_pattern="accept,release,reject")
+    try:
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 30}, timeout_s=40, interval_s=0.5,
+                   what="every record accepted, rejected or archived past its delivery limit")
+        leader = s.leader_of(kcluster, topic)
+        assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_partition_start_offset", group=group,
+                        topic=topic, partition="0") == 30
+        deliveries = Counter(o for _, o, _ in received(member))
+        expected = {o: DELIVERY_LIMIT if o % 3 == 1 else 1 for o in range(30)}
+        assert deliveries == expected, {o: (deliveries[o], n) for o, n in expected.items() if deliveries[o] != n}
+        assert member.proc.poll() is None, member.tail()
+    finally:
+        member.stop()
+
+
+def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset_and_a_delete(kcluster, tmp_path):
+    """The pinned Kafka 4.1's share consumer (ShareFetch and ShareAcknowledge v1); then
+    ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group, and a new member gets
+    everything again."""
+    topic, group = "kip932-v41", "kip932-v41-group"
+    s.create_topic(kcluster, topic, partitions=1, rf=3)
+    values = {f"v41-{i}" for i in range(50)}
+    assert s.produce(kcluster, topic, [v.encode() for v in sorted(values)]).error_code == 0
+    first = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "v41.log", newest=False)
+    second = None
+    try:
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
+                   what="every record acknowledged by Kafka 4.1's share consumer")
+        # (4.1's tool reports no acknowledgements in its implicit mode: the start offset says it.)
+        assert {v for _, _, v in received(first)} == values
+        first.stop()  # it leaves the group: the group is empty
+        wait_until(lambda: len(describe(kcluster, group).members) == 0, timeout_s=20, interval_s=0.2,
+                   what="the share group empty")
+        share_groups_tool(kcluster, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                          "--execute")
+        assert describe_start_offsets(kcluster, group, topic) == {0: 0}
+        second = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "again.log")
+        wait_until(lambda: {v for _, _, v in received(second)} == values, timeout_s=40, interval_s=0.2,
+                   what="every record delivered again after the reset")
+        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
+                   what="every record acknowledged again")
+        # kafka-share-groups --delete of the emptied group: gone from --list, and its state with it
+        # (a member of a new group of that name starts from the log start again: earliest here).
+        second.stop()
+        wait_until(lambda: len(describe(kcluster, group).members) == 0, timeout_s=20, interval_s=0.2,
+                   what="the share group empty again")
+        share_groups_tool(kcluster, "--delete", "--group", group)
+        assert group not in share_groups_tool(kcluster, "--list").split()
+        third = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "after-delete.log")
+        try:
+            wait_until(lambda: {v for _, _, v in received(third)} == values, timeout_s=40, interval_s=0.2,
+                       what="every record delivered to the group made again after the delete")
+        finally:
+            third.stop()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
