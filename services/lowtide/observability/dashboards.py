@@ -105,6 +105,26 @@ DELETION = DashboardSpec(
                        "{{topic}}-{{partition}}"),
             ], description="Records every consumer group has consumed that are not deleted yet (KIP-68)"),
         ]),
+        # KIP-932 share groups named in consumed.retention.groups (share/metrics.py): what a queue
+        # has delivered and what is still on disk. Only leaders export the lag; a former leader
+        # keeps its last start/end values until the share-partition loads again, hence max.
+        Row("Share groups (KIP-932)", [
+            Panel("Share-group low-watermark lag (start offset - LW)", [
+                Target(f"max by (group, topic, partition) (lowtide_share_group_low_watermark_lag_records{{{SEL}}})",
+                       "{{group}} {{topic}}-{{partition}}"),
+            ], width=8, description="Records a share group acknowledged or archived (below its share-partition "
+                                    "start offset) that are not deleted on every replica yet"),
+            Panel("Share-partition start and end offsets", [
+                Target(f"max by (group, topic, partition) (lowtide_share_partition_start_offset{{{SEL}}})",
+                       "start {{group}} {{topic}}-{{partition}}"),
+                Target(f"max by (group, topic, partition) (lowtide_share_partition_end_offset{{{SEL}}})",
+                       "end {{group}} {{topic}}-{{partition}}"),
+            ], width=8, description="Start: every record below is acknowledged or archived; end: the next "
+                                    "offset never acquired"),
+            Panel("Share-partition records in flight, by state", [
+                Target(f"sum by (group, state) (lowtide_share_partition_records{{{SEL}}})", "{{group}} {{state}}"),
+            ], width=8, description="Available (released or lock timed out), acquired, acknowledged, archived"),
+        ]),
         Row("DeleteRecords", [
             Panel("DeleteRecords results / s", [
                 Target(f"sum by (result) (rate(lowtide_delete_records_total{{{NS}}}[{RATE}]))", "{{result}}"),

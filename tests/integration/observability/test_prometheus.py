@@ -53,11 +53,14 @@ TOPIC = "observed"
 PLOT_OUT = Path(__file__).resolve().parents[2] / "bench" / "out" / "observability" / "lag.json"
 
 DISKLESS_TOPIC = "observed-diskless"
-# Panels whose metrics this scenario does not produce (KIP-68 has its own tests; errors are not
-# provoked here); every other panel, the Diskless dashboard's and the Clients row's included, must
-# return data.
+# Panels whose metrics this scenario does not produce (KIP-68 and share groups have their own tests;
+# errors are not provoked here); every other panel, the Diskless dashboard's and the Clients row's
+# included, must return data.
 NOT_EXERCISED = {
-    "lowtide-deletion": {"Consumed-retention lag (min committed - LW)"},
+    # Share groups: tests/integration/kafka/test_share_groups.py reads these metrics on /metrics.
+    "lowtide-deletion": {"Consumed-retention lag (min committed - LW)",
+                         "Share-group low-watermark lag (start offset - LW)", "Share-partition start and end offsets",
+                         "Share-partition records in flight, by state"},
     "lowtide-cluster": {"Errors / s per RPC and code"},
 }
 
