@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,15 @@ if [ "$1" = "-m" ] && [ "$2" != "pyspark.daemon" ] && mkdir "{mark}" 2>/dev/null
 exec {python} "$@"
 """
 RESTART_MESSAGE = "restarting the query from its checkpoint"
+# The slowed worker itself, once its 12 s are over, fails to reach the socket Spark closed and prints
+# its traceback (when is up to the scheduler: before or after the restart): expected, and removed
+# before looking for any other traceback or exception.
+SLOW_WORKER_TRACEBACK = re.compile(
+    r"Traceback \(most recent call last\):\n(?:(?!Traceback).*\n)*?.*CANNOT_OPEN_SOCKET.*\n?")
+
+
+def without_the_slow_workers_traceback(stderr: str) -> str:
+    return SLOW_WORKER_TRACEBACK.sub("", stderr)
 
 
 # A whole pipeline of separate programs (Spark JVMs, a cluster): minutes when the parallel suite
@@ -71,7 +81,8 @@ def test_the_producer_consumer_and_retention_jobs_run_end_to_end_as_separate_pro
     # After the restart it ends by itself after exactly two micro-batches (endingOffsets), none
     # cancelled mid-write, none read twice.
     assert consumed["micro_batches"] == 2 and consumed["records"] == sum(consumed["committed"].values()), consumed
-    assert "Traceback" not in proc.stderr and "Exception" not in restarted, restarted[-3000:]
+    stderr, restarted = without_the_slow_workers_traceback(proc.stderr), without_the_slow_workers_traceback(restarted)
+    assert "Traceback" not in stderr and "Exception" not in restarted, restarted[-3000:]
     assert list((tmp_path / "out").glob("*.parquet")), "the consumer wrote no Parquet file"
 
     proc = run_job("retention.py", "--bootstrap-server", bootstrap, "--topic", "jobs-in", "--output", "json")
