@@ -1,0 +1,59 @@
+"""`lowtide share-groups list|describe` against an in-process front door (its share group
+coordinator) and the real replica servers of ``replica_set``."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from lowtide.client import Admin
+from lowtide.messages.consumer_groups import ConsumerHeartbeat
+from lowtide.rpc.convert import consumer_groups as convert_consumer
+from tests.unit.cli.conftest import run_json
+
+
+@pytest.fixture
+def redis_url(replica_set):
+    """These tests talk to the real replicas, which share the replica set's Redis."""
+    return replica_set.clean()
+
+
+def _join_share_group(address: str, group_id: str, topic: str, client_id: str) -> str:
+    """One share member's first heartbeat (ShareGroupHeartbeat over gRPC); returns its member id."""
+    member_id = uuid.uuid4().hex
+    with Admin(address) as admin:
+        answer = convert_consumer.heartbeat_result_from_proto(admin.call(
+            "ShareGroupHeartbeat", convert_consumer.heartbeat_to_proto(ConsumerHeartbeat(
+                group_id=group_id, member_id=member_id, member_epoch=0, subscribed_topic_names=(topic,),
+                client_id=client_id))))
+    assert answer.error is None
+    return answer.member_id
+
+
+def test_a_share_group_is_listed_and_described_with_its_member_assignment_and_end_offsets(cluster, capsys, store):
+    address, _ = cluster
+    store.create_topic(name="jobs", partitions=2, replication_factor=1, config={}, assignment=[[0], [1]])
+    code, docs = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "jobs",
+                          "--num-records", "6", "--record-size", "10")
+    assert code == 0
+    member_id = _join_share_group(address, "workers", "jobs", "worker-1")
+
+    code, docs = run_json(capsys, "share-groups", "list", "--bootstrap-server", address)
+    assert (code, docs) == (0, [{"groups": [{"group": "workers", "state": "Stable"}]}])
+
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "workers")
+    assert code == 0
+    [group] = docs[0]["groups"]
+    assert (group["group"], group["state"]) == ("workers", "Stable")
+    assert group["members"] == [{"member_id": member_id, "client_id": "worker-1",
+                                 "assignment": [{"topic": "jobs", "partition": 0}, {"topic": "jobs", "partition": 1}]}]
+    assert [(p["topic"], p["partition"]) for p in group["partitions"]] == [("jobs", 0), ("jobs", 1)]
+    assert sum(p["log_end_offset"] for p in group["partitions"]) == 6
+
+
+def test_describing_an_unknown_share_group_is_a_json_error_and_a_failed_exit(cluster, capsys):
+    address, _ = cluster
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "nobody")
+    assert code != 0
+    assert docs == [{"error": {"code": "GROUP_ID_NOT_FOUND", "message": docs[0]["error"]["message"]}}]
