@@ -183,7 +183,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     share_state = ShareStateLog(store=store, replicas=replicas)  # DeleteGroups tombstones a group's state
     share_groups = ShareGroups(topics=store, authorizer=authorizer, config=config.share_groups,
                                other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g),
-                               forget_state=share_state.delete_group)
+                               forget_state=share_state.delete_group, read_state=share_state.read_group)
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,

@@ -115,7 +115,8 @@ class ShareGroups:
     def __init__(self, *, topics: Topics, authorizer: Authorizer, config: ShareGroupConfig = ShareGroupConfig(),
                  clock: Callable[[], float] = time.monotonic,
                  other_group: Callable[[str], bool] | None = None,
-                 forget_state: Callable[[str], None] | None = None) -> None:
+                 forget_state: Callable[[str], None] | None = None,
+                 read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None) -> None:
         self._topics = topics
         self._authorizer = authorizer
         self.config = config
@@ -124,6 +125,9 @@ class ShareGroups:
         self.other_group = other_group
         # Deletes a deleted group's share-partition state (tombstones in __share_group_state).
         self.forget_state = forget_state
+        # Reads a group's share-partition states ((topic id, partition) -> ShareSnapshot) from
+        # __share_group_state, for an admin's describe of its start offsets.
+        self.read_state = read_state
         self._lock = threading.Lock()
         self._groups: dict[str, ShareGroup] = {}
         self._ticker = Ticker(name="share-groups", interval_s=config.tick_interval_s, tick=self.tick)
@@ -282,6 +286,22 @@ class ShareGroups:
                     authorized_operations=self._authorized_operations(principal, group_id)
                     if include_authorized_operations else -(2**31)))
         return out
+
+    def start_offsets(self, *, principal: str, group_id: str) -> list[tuple[str, int, object]]:
+        """(topic name, partition, ShareSnapshot) of every share-partition the group has durable
+        state for, read from ``__share_group_state`` (DESCRIBE on the group; the topics the
+        principal may not DESCRIBE are left out). Empty when no state reader is wired."""
+        self._require_acl(principal, AclOperation.DESCRIBE, group_id)
+        if self.read_state is None:
+            return []
+        names = {info.topic_id: name for name, info in self._topics.topics().items()}
+        out = []
+        for (topic_id, partition), snapshot in self.read_state(group_id).items():
+            name = names.get(topic_id)
+            if name is not None and self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
+                                                               resource_type=ResourceType.TOPIC, resource_name=name):
+                out.append((name, partition, snapshot))
+        return sorted(out, key=lambda x: (x[0], x[1]))
 
     def _authorized_operations(self, principal: str, group_id: str) -> int:
         bits = 0

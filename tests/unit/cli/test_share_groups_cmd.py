@@ -8,8 +8,12 @@ import uuid
 import pytest
 
 from lowtide.client import Admin
+from lowtide.client.replica import ReplicaClient
 from lowtide.messages.consumer_groups import ConsumerHeartbeat
 from lowtide.rpc.convert import consumer_groups as convert_consumer
+from lowtide.share.codec import ShareSnapshot, ShareStateKey
+from lowtide.share.persist import ShareStateLog
+from lowtide.share.state import ACKNOWLEDGED, ARCHIVED, StateBatch
 from tests.unit.cli.conftest import run_json
 
 
@@ -50,6 +54,29 @@ def test_a_share_group_is_listed_and_described_with_its_member_assignment_and_en
                                  "assignment": [{"topic": "jobs", "partition": 0}, {"topic": "jobs", "partition": 1}]}]
     assert [(p["topic"], p["partition"]) for p in group["partitions"]] == [("jobs", 0), ("jobs", 1)]
     assert sum(p["log_end_offset"] for p in group["partitions"]) == 6
+    # Nothing fetched yet: no durable state, so no start offset and no lag.
+    assert [(p["start_offset"], p["lag"]) for p in group["partitions"]] == [(-1, None), (-1, None)]
+
+
+def test_describe_shows_the_start_offset_from_share_group_state_and_the_undelivered_lag(cluster, capsys, store):
+    address, _ = cluster
+    store.create_topic(name="tasks", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    code, _ = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "tasks",
+                       "--num-records", "10", "--record-size", "10")
+    assert code == 0
+    # The state a share-partition leader would have written: start at 3, offsets 3-4 acknowledged,
+    # 6 archived, 5 and 7-9 not yet done.
+    topic_id = store.topics()["tasks"].topic_id
+    ShareStateLog(store=store, replicas=ReplicaClient()).write(
+        ShareStateKey(group_id="crunchers", topic_id=topic_id, partition=0),
+        ShareSnapshot(snapshot_epoch=0, state_epoch=1, leader_epoch=0, start_offset=3, create_timestamp_ms=1,
+                      write_timestamp_ms=1, batches=(StateBatch(3, 4, ACKNOWLEDGED, 1), StateBatch(6, 6, ARCHIVED, 5))))
+    _join_share_group(address, "crunchers", "tasks", "cruncher")
+
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "crunchers")
+    assert code == 0
+    assert docs[0]["groups"][0]["partitions"] == [{"topic": "tasks", "partition": 0, "start_offset": 3,
+                                                   "log_end_offset": 10, "lag": 4}]
 
 
 def test_describing_an_unknown_share_group_is_a_json_error_and_a_failed_exit(cluster, capsys):
