@@ -1,4 +1,5 @@
-"""`lowtide share-groups list|describe`: KIP-932 share groups (kafka-share-groups.sh --list/--describe).
+"""`lowtide share-groups list|describe|reset`: KIP-932 share groups (kafka-share-groups.sh --list,
+--describe, --reset-offsets).
 
 JSON output: list -> {"groups": [{"group", "state"}]}; describe -> {"groups": [{"group", "state",
 "members": [{"member_id", "client_id", "assignment": [{"topic", "partition"}]}], "partitions":
@@ -9,6 +10,12 @@ end not yet acknowledged or archived, null when either is unknown). The members 
 come from the front door's share group coordinator (ShareGroupDescribe over gRPC), the start offsets
 from its reader of ``__share_group_state`` (ShareGroupStartOffsets). A group the coordinator does not
 know is an error (GROUP_ID_NOT_FOUND) and a non-zero exit.
+
+reset --group G --topic T [--partition P ...] (--to-earliest | --to-latest | --to-offset N)
+[--dry-run]: new start offsets of an empty share group (Kafka's AlterShareGroupOffsets; a group with
+members is NON_EMPTY_GROUP and a non-zero exit) -> {"group", "dry_run", "partitions": [{"topic",
+"partition", "start_offset"} | {"topic", "partition", "start_offset", "error"}]}; a partition that
+failed makes the exit non-zero. Without --partition every partition of the topic is reset.
 """
 
 from __future__ import annotations
@@ -35,6 +42,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_connection_flags(describe)
     describe.add_argument("--group", action="append", required=True, help="share group id (repeatable)")
     describe.set_defaults(func=run_describe)
+    reset = actions.add_parser("reset", help="reset an empty share group's start offsets")
+    add_connection_flags(reset)
+    reset.add_argument("--group", required=True, help="share group id")
+    reset.add_argument("--topic", required=True, help="topic whose share-partitions to reset")
+    reset.add_argument("--partition", type=int, action="append", help="partition (repeatable; default: all)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    to.add_argument("--to-latest", action="store_true", help="the log end offset (skip what is there)")
+    to.add_argument("--to-offset", type=int, help="this offset")
+    reset.add_argument("--dry-run", action="store_true", help="show the new start offsets, write nothing")
+    reset.set_defaults(func=run_reset)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -102,3 +120,48 @@ def count_lag(start_offset: int, finished, log_end: int) -> int:
     done = sum(min(r.last, log_end - 1) - max(r.first, start_offset) + 1
                for r in finished if r.last >= start_offset and r.first < log_end)
     return max(0, log_end - start_offset - done)
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    with build_admin(args) as admin:
+        described = admin.describe_topics([args.topic]).get(args.topic)
+        if described is None:
+            raise CliError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {args.topic!r} does not exist")
+        if described.error is not None:
+            raise CliError(described.error.name, described.error.message)
+        partitions = sorted(set(args.partition or [p.partition for p in described.partitions]))
+        if args.to_offset is not None:
+            targets = {p: args.to_offset for p in partitions}
+        else:
+            spec = OffsetSpec.EARLIEST if args.to_earliest else OffsetSpec.LATEST
+            found = admin.list_offsets({(args.topic, p): spec for p in partitions})
+            targets = {}
+            for p in partitions:
+                answer = found.get((args.topic, p))
+                if answer is None or answer.error is not None:
+                    error = answer.error if answer is not None else None
+                    raise CliError(error.name if error else "UNKNOWN_TOPIC_OR_PARTITION",
+                                   error.message if error else f"{args.topic}-{p} has no offset")
+                targets[p] = answer.offset
+        results: list[dict] = [{"topic": args.topic, "partition": p, "start_offset": o} for p, o in targets.items()]
+        if not args.dry_run:
+            answer = admin.call("ShareGroupResetOffsets", admin_pb2.ShareGroupResetOffsetsRequest(
+                group_id=args.group, partitions=[admin_pb2.ShareStartOffset(topic=args.topic, partition=p,
+                                                                            start_offset=o)
+                                                 for p, o in targets.items()]))
+            error = error_or_none(answer.error_code, answer.error_message)
+            if error is not None:
+                raise CliError(error.name, error.message)
+            results = []
+            for r in answer.partitions:
+                row = {"topic": r.topic, "partition": r.partition, "start_offset": r.start_offset}
+                failed = error_or_none(r.error_code, r.error_message)
+                if failed is not None:
+                    row["error"] = failed.name
+                results.append(row)
+    results.sort(key=lambda r: r["partition"])
+    lines = ["GROUP\tTOPIC\tPARTITION\tNEW-START-OFFSET"] + [
+        f"{args.group}\t{r['topic']}\t{r['partition']}\t{r['start_offset']}"
+        + (f"\terror: {r['error']}" if "error" in r else "") for r in results]
+    emit(args, {"group": args.group, "dry_run": bool(args.dry_run), "partitions": results}, "\n".join(lines))
+    return 1 if any("error" in r for r in results) else 0

@@ -292,6 +292,18 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             finished=[admin_pb2.ShareFinishedRange(first=b.first, last=b.last) for b in s.batches
                       if b.state in (ACKNOWLEDGED, ARCHIVED)]) for topic, partition, s in found])
 
+    def ShareGroupResetOffsets(self, request, context):  # noqa: N802
+        targets = {(p.topic, p.partition): p.start_offset for p in request.partitions}
+        try:
+            results = self._share_groups().reset_start_offsets(principal=self._principal(context),
+                                                               group_id=request.group_id, targets=targets)
+        except LowtideError as err:
+            return admin_pb2.ShareGroupResetOffsetsResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.ShareGroupResetOffsetsResponse(partitions=[admin_pb2.ShareResetResult(
+            topic=topic, partition=partition, start_offset=targets[(topic, partition)],
+            error_code=error.code if error else 0, error_message=error.message if error else "")
+            for (topic, partition), error in results.items()])
+
     # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802
         principal = self._principal(context)

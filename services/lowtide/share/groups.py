@@ -35,8 +35,11 @@ from lowtide.errors import (
     GroupMaxSizeReached,
     InvalidGroupId,
     InvalidRequest,
+    LowtideError,
     NonEmptyGroup,
+    TopicAuthorizationFailed,
     UnknownMemberId,
+    UnknownTopicOrPartition,
 )
 from lowtide.messages.consumer_groups import (
     ConsumerGroupDescription,
@@ -46,6 +49,7 @@ from lowtide.messages.consumer_groups import (
     TopicPartitions,
 )
 from lowtide.share import assignor
+from lowtide.share.codec import ShareStateKey
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +120,8 @@ class ShareGroups:
                  clock: Callable[[], float] = time.monotonic,
                  other_group: Callable[[str], bool] | None = None,
                  forget_state: Callable[[str], None] | None = None,
-                 read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None) -> None:
+                 read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None,
+                 reset_state: Callable[[ShareStateKey, int], None] | None = None) -> None:
         self._topics = topics
         self._authorizer = authorizer
         self.config = config
@@ -128,6 +133,8 @@ class ShareGroups:
         # Reads a group's share-partition states ((topic id, partition) -> ShareSnapshot) from
         # __share_group_state, for an admin's describe of its start offsets.
         self.read_state = read_state
+        # Writes a share-partition's reset state (a new start offset, nothing in flight).
+        self.reset_state = reset_state
         self._lock = threading.Lock()
         self._groups: dict[str, ShareGroup] = {}
         self._ticker = Ticker(name="share-groups", interval_s=config.tick_interval_s, tick=self.tick)
@@ -302,6 +309,41 @@ class ShareGroups:
                                                                resource_type=ResourceType.TOPIC, resource_name=name):
                 out.append((name, partition, snapshot))
         return sorted(out, key=lambda x: (x[0], x[1]))
+
+    def reset_start_offsets(self, *, principal: str, group_id: str,
+                            targets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], LowtideError | None]:
+        """Kafka's AlterShareGroupOffsets: each (topic, partition)'s new start offset, written to
+        ``__share_group_state``; only while the group has no members (else NON_EMPTY_GROUP for the
+        whole call). READ on the group; per partition READ on the topic, a partition that exists
+        and an offset >= 0."""
+        self._require_acl(principal, AclOperation.READ, group_id)
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.members:
+                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: its offsets "
+                                    "can be reset only while it is empty")
+        if self.reset_state is None:
+            raise InvalidRequest("this coordinator cannot write share group state")
+        infos = self._topics.topics()
+        out: dict[tuple[str, int], LowtideError | None] = {}
+        for (topic, partition), offset in targets.items():
+            info = infos.get(topic)
+            error: LowtideError | None = None
+            if info is None or not 0 <= partition < info.partitions:
+                error = UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+            elif not self._authorizer.authorize(principal=principal, operation=AclOperation.READ,
+                                                resource_type=ResourceType.TOPIC, resource_name=topic):
+                error = TopicAuthorizationFailed(f"{principal} is not authorized to READ on TOPIC {topic!r}")
+            elif offset < 0:
+                error = InvalidRequest(f"start offset {offset} of {topic}-{partition} is negative")
+            else:
+                try:
+                    self.reset_state(ShareStateKey(group_id=group_id, topic_id=info.topic_id, partition=partition),
+                                     offset)
+                except LowtideError as err:
+                    error = err
+            out[(topic, partition)] = error
+        return out
 
     def _authorized_operations(self, principal: str, group_id: str) -> int:
         bits = 0

@@ -84,3 +84,42 @@ def test_describing_an_unknown_share_group_is_a_json_error_and_a_failed_exit(clu
     code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "nobody")
     assert code != 0
     assert docs == [{"error": {"code": "GROUP_ID_NOT_FOUND", "message": docs[0]["error"]["message"]}}]
+
+
+def _describe_starts(capsys, address: str, group_id: str) -> list[tuple[int, int]]:
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", group_id)
+    assert code == 0
+    return [(p["partition"], p["start_offset"]) for p in docs[0]["groups"][0]["partitions"]]
+
+
+def test_reset_moves_an_empty_share_groups_start_offsets_and_refuses_a_group_with_members(cluster, capsys, store):
+    address, _ = cluster
+    store.create_topic(name="queue", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    code, _ = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "queue",
+                       "--num-records", "8", "--record-size", "10")
+    assert code == 0
+    member_id = _join_share_group(address, "readers", "queue", "reader")
+
+    code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "readers",
+                          "--topic", "queue", "--to-latest")
+    assert code != 0 and docs[0]["error"]["code"] == "NON_EMPTY_GROUP"
+    assert _describe_starts(capsys, address, "readers") == [(0, -1)]  # nothing was written
+
+    with Admin(address) as admin:  # the member leaves (epoch -1): the group is empty
+        admin.call("ShareGroupHeartbeat", convert_consumer.heartbeat_to_proto(ConsumerHeartbeat(
+            group_id="readers", member_id=member_id, member_epoch=-1)))
+    code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "readers",
+                          "--topic", "queue", "--to-offset", "5", "--dry-run")
+    assert (code, docs) == (0, [{"group": "readers", "dry_run": True,
+                                 "partitions": [{"topic": "queue", "partition": 0, "start_offset": 5}]}])
+    # A dry run writes nothing: no member is assigned the partition and it has no state.
+    assert _describe_starts(capsys, address, "readers") == []
+
+    code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "readers",
+                          "--topic", "queue", "--to-latest")
+    assert (code, docs[0]["partitions"]) == (0, [{"topic": "queue", "partition": 0, "start_offset": 8}])
+    assert _describe_starts(capsys, address, "readers") == [(0, 8)]
+    code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "readers",
+                          "--topic", "queue", "--to-earliest")
+    assert (code, docs[0]["partitions"]) == (0, [{"topic": "queue", "partition": 0, "start_offset": 0}])
+    assert _describe_starts(capsys, address, "readers") == [(0, 0)]
