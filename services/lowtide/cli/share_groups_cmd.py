@@ -25,9 +25,8 @@ import argparse
 from lowtide.cli.client_args import add_connection_flags, build_admin
 from lowtide.cli.output import CliError, emit
 from lowtide.client import OffsetSpec
-from lowtide.errors import error_or_none
-from lowtide.rpc.convert import consumer_groups as convert_consumer
-from lowtide_pb import admin_pb2
+from lowtide.client.admin import ShareStartOffset
+from lowtide.errors import LowtideError
 
 SHARE_PROTOCOL_TYPE = "share"
 
@@ -65,21 +64,20 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     with build_admin(args) as admin:
-        described = {d.group_id: d for d in convert_consumer.descriptions_from_proto(admin.call(
-            "ShareGroupDescribe", admin_pb2.ConsumerGroupDescribeRequest(group_ids=list(args.group))))}
+        described = {d.group_id: d for d in admin.describe_share_groups(args.group)}
         for group_id in args.group:
             found = described.get(group_id)
             if found is None:
                 raise CliError("GROUP_ID_NOT_FOUND", f"share group {group_id!r} was not described")
             if found.error is not None:
                 raise CliError(found.error.name, found.error.message)
-        starts: dict[str, dict[tuple[str, int], admin_pb2.ShareStartOffset]] = {}
+        starts: dict[str, dict[tuple[str, int], ShareStartOffset]] = {}
         for group_id in args.group:
-            answer = admin.call("ShareGroupStartOffsets", admin_pb2.ShareGroupStartOffsetsRequest(group_id=group_id))
-            error = error_or_none(answer.error_code, answer.error_message)
-            if error is not None:
-                raise CliError(error.name, error.message)
-            starts[group_id] = {(s.topic, s.partition): s for s in answer.partitions}
+            try:
+                found_starts = admin.share_group_start_offsets(group_id)
+            except LowtideError as err:
+                raise CliError.from_lowtide(err) from err
+            starts[group_id] = {(s.topic, s.partition): s for s in found_starts}
         partitions = {(tp.topic, p) for d in described.values() for m in d.members
                       for tp in m.assignment for p in tp.partitions}
         partitions |= {tp for found in starts.values() for tp in found}
@@ -105,21 +103,13 @@ def run_describe(args: argparse.Namespace) -> int:
             log_end = end.offset if end is not None and end.error is None else -1
             state = starts[group_id].get((topic, partition))
             start = state.start_offset if state is not None else -1
-            lag = count_lag(start, state.finished, log_end) if state is not None and log_end >= 0 else None
+            lag = state.lag(log_end) if state is not None and log_end >= 0 else None
             rows.append({"topic": topic, "partition": partition, "start_offset": start, "log_end_offset": log_end,
                          "lag": lag})
             part_lines.append(f"{group_id}\t{topic}\t{partition}\t{start}\t{log_end}\t{'-' if lag is None else lag}")
         docs.append({"group": group_id, "state": d.state, "members": members, "partitions": rows})
     emit(args, {"groups": docs}, "\n".join([*lines, "", *part_lines]))
     return 0
-
-
-def count_lag(start_offset: int, finished, log_end: int) -> int:
-    """Records from the start offset to the end not yet acknowledged or archived (``finished``:
-    [first, last] ranges), as the replicas count DescribeShareGroupOffsets' lag."""
-    done = sum(min(r.last, log_end - 1) - max(r.first, start_offset) + 1
-               for r in finished if r.last >= start_offset and r.first < log_end)
-    return max(0, log_end - start_offset - done)
 
 
 def run_reset(args: argparse.Namespace) -> int:
@@ -145,17 +135,13 @@ def run_reset(args: argparse.Namespace) -> int:
                 targets[p] = answer.offset
         results: list[dict] = [{"topic": args.topic, "partition": p, "start_offset": o} for p, o in targets.items()]
         if not args.dry_run:
-            answer = admin.call("ShareGroupResetOffsets", admin_pb2.ShareGroupResetOffsetsRequest(
-                group_id=args.group, partitions=[admin_pb2.ShareStartOffset(topic=args.topic, partition=p,
-                                                                            start_offset=o)
-                                                 for p, o in targets.items()]))
-            error = error_or_none(answer.error_code, answer.error_message)
-            if error is not None:
-                raise CliError(error.name, error.message)
+            try:
+                answers = admin.reset_share_group_offsets(args.group, {(args.topic, p): o for p, o in targets.items()})
+            except LowtideError as err:
+                raise CliError.from_lowtide(err) from err
             results = []
-            for r in answer.partitions:
-                row = {"topic": r.topic, "partition": r.partition, "start_offset": r.start_offset}
-                failed = error_or_none(r.error_code, r.error_message)
+            for (topic, partition), failed in answers.items():
+                row: dict = {"topic": topic, "partition": partition, "start_offset": targets[partition]}
                 if failed is not None:
                     row["error"] = failed.name
                 results.append(row)
