@@ -26,7 +26,8 @@ from lowtide.cli.client_args import add_connection_flags, build_admin
 from lowtide.cli.output import CliError, emit
 from lowtide.client import OffsetSpec
 from lowtide.client.admin import ShareStartOffset
-from lowtide.errors import LowtideError
+from lowtide.errors import GroupIdNotFound, LowtideError
+from lowtide.messages.consumer_groups import ConsumerGroupDescription
 
 SHARE_PROTOCOL_TYPE = "share"
 
@@ -65,12 +66,6 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     with build_admin(args) as admin:
         described = {d.group_id: d for d in admin.describe_share_groups(args.group)}
-        for group_id in args.group:
-            found = described.get(group_id)
-            if found is None:
-                raise CliError("GROUP_ID_NOT_FOUND", f"share group {group_id!r} was not described")
-            if found.error is not None:
-                raise CliError(found.error.name, found.error.message)
         starts: dict[str, dict[tuple[str, int], ShareStartOffset]] = {}
         for group_id in args.group:
             try:
@@ -78,6 +73,15 @@ def run_describe(args: argparse.Namespace) -> int:
             except LowtideError as err:
                 raise CliError.from_lowtide(err) from err
             starts[group_id] = {(s.topic, s.partition): s for s in found_starts}
+            found = described.get(group_id)
+            if found is None:
+                raise CliError("GROUP_ID_NOT_FOUND", f"share group {group_id!r} was not described")
+            if isinstance(found.error, GroupIdNotFound) and starts[group_id]:
+                # Membership is in the front door's memory (a restarted one forgets it) but the
+                # start offsets are durable: a group with state and no members is Empty.
+                described[group_id] = ConsumerGroupDescription(group_id=group_id, state="Empty")
+            elif found.error is not None:
+                raise CliError(found.error.name, found.error.message)
         partitions = {(tp.topic, p) for d in described.values() for m in d.members
                       for tp in m.assignment for p in tp.partitions}
         partitions |= {tp for found in starts.values() for tp in found}

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from lowtide.cli.main import main
 from lowtide.client import Admin
 from lowtide.client.replica import ReplicaClient
 from lowtide.messages.consumer_groups import ConsumerHeartbeat
@@ -123,3 +124,20 @@ def test_reset_moves_an_empty_share_groups_start_offsets_and_refuses_a_group_wit
                           "--topic", "queue", "--to-earliest")
     assert (code, docs[0]["partitions"]) == (0, [{"topic": "queue", "partition": 0, "start_offset": 0}])
     assert _describe_starts(capsys, address, "readers") == [(0, 0)]
+
+
+def test_a_share_group_with_state_but_no_membership_is_described_as_empty(cluster, capsys, store):
+    # Membership lives in the front door's memory; a group it never saw (or forgot on a restart)
+    # can still be reset, and describe shows its durable start offsets with state Empty.
+    address, _ = cluster
+    store.create_topic(name="backlog", partitions=1, replication_factor=1, config={}, assignment=[[0]])
+    code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "ghosts",
+                          "--topic", "backlog", "--to-offset", "0")
+    assert code == 0
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "ghosts")
+    assert code == 0
+    assert docs[0]["groups"] == [{"group": "ghosts", "state": "Empty", "members": [], "partitions": [
+        {"topic": "backlog", "partition": 0, "start_offset": 0, "log_end_offset": 0, "lag": 0}]}]
+    assert main(["share-groups", "describe", "--bootstrap-server", address, "--group", "ghosts"]) == 0
+    text = capsys.readouterr().out.splitlines()  # the table as kafka-share-groups --describe prints it
+    assert "ghosts\tEmpty\t-\t-\t-" in text and "ghosts\tbacklog\t0\t0\t0\t0" in text
