@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from lowtide.auth.acl import AclBinding, AclFilter
 from lowtide.client.metadata import (
@@ -28,6 +28,9 @@ from lowtide.rpc.convert import scram as scram_convert
 from lowtide.rpc.messages import delete_results_from_proto
 from lowtide.tls.config import ClientTls
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
+
+if TYPE_CHECKING:
+    from lowtide.messages.consumer_groups import ConsumerGroupDescription
 
 
 class OffsetSpec:
@@ -103,6 +106,25 @@ class GroupOffsets:
     protocol_type: str = ""
     protocol: str = ""
     members: tuple[GroupMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStartOffset:
+    """A share-partition's durable state as ``__share_group_state`` holds it: its start offset and
+    the offsets [first, last] past it already acknowledged or archived."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    leader_epoch: int = 0
+    finished: tuple[tuple[int, int], ...] = ()
+
+    def lag(self, log_end: int) -> int:
+        """Records from the start offset to ``log_end`` not yet acknowledged or archived (the
+        lag DescribeShareGroupOffsets answers at a replica)."""
+        done = sum(min(last, log_end - 1) - max(first, self.start_offset) + 1
+                   for first, last in self.finished if last >= self.start_offset and first < log_end)
+        return max(0, log_end - self.start_offset - done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +421,36 @@ class Admin(PooledClient):
             members=tuple(GroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                       client_id=m.client_id, client_host=m.client_host, metadata=m.metadata,
                                       assignment=m.assignment) for m in g.members)) for g in response.groups}
+
+    # -- KIP-932 share groups (the front door's share coordinator and its __share_group_state) --
+    def describe_share_groups(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
+        """ShareGroupDescribe: state, members and their assignments (errors per group)."""
+        # Imported here: `import lowtide.client` loads no group converters (test_import_rules).
+        from lowtide.rpc.convert import consumer_groups as convert_consumer
+        return convert_consumer.descriptions_from_proto(self.call(
+            "ShareGroupDescribe", admin_pb2.ConsumerGroupDescribeRequest(group_ids=list(group_ids))))
+
+    def share_group_start_offsets(self, group_id: str) -> list[ShareStartOffset]:
+        """Every share-partition the group has durable state for; raises the whole-call error
+        (GROUP_AUTHORIZATION_FAILED)."""
+        response = self.call("ShareGroupStartOffsets", admin_pb2.ShareGroupStartOffsetsRequest(group_id=group_id))
+        if response.error_code:
+            raise error_or_none(response.error_code, response.error_message)
+        return [ShareStartOffset(topic=p.topic, partition=p.partition, start_offset=p.start_offset,
+                                 leader_epoch=p.leader_epoch, finished=tuple((r.first, r.last) for r in p.finished))
+                for p in response.partitions]
+
+    def reset_share_group_offsets(self, group_id: str,
+                                  targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, LowtideError | None]:
+        """Kafka's AlterShareGroupOffsets: new start offsets of an empty share group. Raises the
+        whole-call error (NON_EMPTY_GROUP, GROUP_AUTHORIZATION_FAILED); per partition e.g.
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        response = self.call("ShareGroupResetOffsets", admin_pb2.ShareGroupResetOffsetsRequest(
+            group_id=group_id, partitions=[admin_pb2.ShareStartOffset(topic=t, partition=p, start_offset=o)
+                                           for (t, p), o in targets.items()]))
+        if response.error_code:
+            raise error_or_none(response.error_code, response.error_message)
+        return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
     def offset_delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition,
                                                                                           LowtideError | None]:

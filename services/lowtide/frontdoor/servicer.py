@@ -39,6 +39,7 @@ from lowtide.rpc.convert import topics
 from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide.share.groups import ShareGroups
+from lowtide.share.state import ACKNOWLEDGED, ARCHIVED
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2, transactions_pb2
 
 
@@ -280,6 +281,28 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return convert_consumer.descriptions_to_proto(self._share_groups().describe(
             principal=self._principal(context), group_ids=list(request.group_ids),
             include_authorized_operations=request.include_authorized_operations))
+
+    def ShareGroupStartOffsets(self, request, context):  # noqa: N802
+        try:
+            found = self._share_groups().start_offsets(principal=self._principal(context), group_id=request.group_id)
+        except LowtideError as err:
+            return admin_pb2.ShareGroupStartOffsetsResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.ShareGroupStartOffsetsResponse(partitions=[admin_pb2.ShareStartOffset(
+            topic=topic, partition=partition, start_offset=s.start_offset, leader_epoch=s.leader_epoch,
+            finished=[admin_pb2.ShareFinishedRange(first=b.first, last=b.last) for b in s.batches
+                      if b.state in (ACKNOWLEDGED, ARCHIVED)]) for topic, partition, s in found])
+
+    def ShareGroupResetOffsets(self, request, context):  # noqa: N802
+        targets = {(p.topic, p.partition): p.start_offset for p in request.partitions}
+        try:
+            results = self._share_groups().reset_start_offsets(principal=self._principal(context),
+                                                               group_id=request.group_id, targets=targets)
+        except LowtideError as err:
+            return admin_pb2.ShareGroupResetOffsetsResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.ShareGroupResetOffsetsResponse(partitions=[admin_pb2.ShareResetResult(
+            topic=topic, partition=partition, start_offset=targets[(topic, partition)],
+            error_code=error.code if error else 0, error_message=error.message if error else "")
+            for (topic, partition), error in results.items()])
 
     # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802

@@ -190,3 +190,16 @@ def partition_for_key(key: ShareStateKey, *, partitions: int) -> int:
     ``abs(hashCode(coordinator key)) % partitions``."""
     h = java_string_hash(key.coordinator_key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def reset_snapshot(current: ShareSnapshot | None, start_offset: int, now_ms: int) -> ShareSnapshot:
+    """An admin's reset of a share-partition whose state is ``current`` (AlterShareGroupOffsets):
+    a new state at ``start_offset`` with nothing in flight, under the next state epoch, so that a
+    leader holding the old state in memory reloads it and a write of the old state epoch is fenced
+    when read."""
+    return ShareSnapshot(
+        snapshot_epoch=current.snapshot_epoch + 1 if current else 0,
+        state_epoch=current.state_epoch + 1 if current else 1,
+        leader_epoch=current.leader_epoch if current else 0, start_offset=start_offset,
+        create_timestamp_ms=current.create_timestamp_ms if current else now_ms, write_timestamp_ms=now_ms,
+        batches=())

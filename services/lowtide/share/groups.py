@@ -35,8 +35,11 @@ from lowtide.errors import (
     GroupMaxSizeReached,
     InvalidGroupId,
     InvalidRequest,
+    LowtideError,
     NonEmptyGroup,
+    TopicAuthorizationFailed,
     UnknownMemberId,
+    UnknownTopicOrPartition,
 )
 from lowtide.messages.consumer_groups import (
     ConsumerGroupDescription,
@@ -46,6 +49,7 @@ from lowtide.messages.consumer_groups import (
     TopicPartitions,
 )
 from lowtide.share import assignor
+from lowtide.share.codec import ShareStateKey
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +119,9 @@ class ShareGroups:
     def __init__(self, *, topics: Topics, authorizer: Authorizer, config: ShareGroupConfig = ShareGroupConfig(),
                  clock: Callable[[], float] = time.monotonic,
                  other_group: Callable[[str], bool] | None = None,
-                 forget_state: Callable[[str], None] | None = None) -> None:
+                 forget_state: Callable[[str], None] | None = None,
+                 read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None,
+                 reset_state: Callable[[ShareStateKey, int], None] | None = None) -> None:
         self._topics = topics
         self._authorizer = authorizer
         self.config = config
@@ -124,6 +130,11 @@ class ShareGroups:
         self.other_group = other_group
         # Deletes a deleted group's share-partition state (tombstones in __share_group_state).
         self.forget_state = forget_state
+        # Reads a group's share-partition states ((topic id, partition) -> ShareSnapshot) from
+        # __share_group_state, for an admin's describe of its start offsets.
+        self.read_state = read_state
+        # Writes a share-partition's reset state (a new start offset, nothing in flight).
+        self.reset_state = reset_state
         self._lock = threading.Lock()
         self._groups: dict[str, ShareGroup] = {}
         self._ticker = Ticker(name="share-groups", interval_s=config.tick_interval_s, tick=self.tick)
@@ -281,6 +292,57 @@ class ShareGroups:
                     assignment_epoch=group.group_epoch, assignor_name=assignor.NAME, members=members,
                     authorized_operations=self._authorized_operations(principal, group_id)
                     if include_authorized_operations else -(2**31)))
+        return out
+
+    def start_offsets(self, *, principal: str, group_id: str) -> list[tuple[str, int, object]]:
+        """(topic name, partition, ShareSnapshot) of every share-partition the group has durable
+        state for, read from ``__share_group_state`` (DESCRIBE on the group; the topics the
+        principal may not DESCRIBE are left out). Empty when no state reader is wired."""
+        self._require_acl(principal, AclOperation.DESCRIBE, group_id)
+        if self.read_state is None:
+            return []
+        names = {info.topic_id: name for name, info in self._topics.topics().items()}
+        out = []
+        for (topic_id, partition), snapshot in self.read_state(group_id).items():
+            name = names.get(topic_id)
+            if name is not None and self._authorizer.authorize(principal=principal, operation=AclOperation.DESCRIBE,
+                                                               resource_type=ResourceType.TOPIC, resource_name=name):
+                out.append((name, partition, snapshot))
+        return sorted(out, key=lambda x: (x[0], x[1]))
+
+    def reset_start_offsets(self, *, principal: str, group_id: str,
+                            targets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], LowtideError | None]:
+        """Kafka's AlterShareGroupOffsets: each (topic, partition)'s new start offset, written to
+        ``__share_group_state``; only while the group has no members (else NON_EMPTY_GROUP for the
+        whole call). READ on the group; per partition READ on the topic, a partition that exists
+        and an offset >= 0."""
+        self._require_acl(principal, AclOperation.READ, group_id)
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.members:
+                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: its offsets "
+                                    "can be reset only while it is empty")
+        if self.reset_state is None:
+            raise InvalidRequest("this coordinator cannot write share group state")
+        infos = self._topics.topics()
+        out: dict[tuple[str, int], LowtideError | None] = {}
+        for (topic, partition), offset in targets.items():
+            info = infos.get(topic)
+            error: LowtideError | None = None
+            if info is None or not 0 <= partition < info.partitions:
+                error = UnknownTopicOrPartition(f"{topic}-{partition} does not exist")
+            elif not self._authorizer.authorize(principal=principal, operation=AclOperation.READ,
+                                                resource_type=ResourceType.TOPIC, resource_name=topic):
+                error = TopicAuthorizationFailed(f"{principal} is not authorized to READ on TOPIC {topic!r}")
+            elif offset < 0:
+                error = InvalidRequest(f"start offset {offset} of {topic}-{partition} is negative")
+            else:
+                try:
+                    self.reset_state(ShareStateKey(group_id=group_id, topic_id=info.topic_id, partition=partition),
+                                     offset)
+                except LowtideError as err:
+                    error = err
+            out[(topic, partition)] = error
         return out
 
     def _authorized_operations(self, principal: str, group_id: str) -> int:

@@ -25,7 +25,7 @@ from lowtide.clock import now_ms as wall_ms
 from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionNotFound
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import iter_batches
-from lowtide.share.codec import ShareSnapshot, ShareStateKey
+from lowtide.share.codec import ShareSnapshot, ShareStateKey, reset_snapshot
 from lowtide.share.state import SharePartitionConfig, SharePartitionState
 
 log = logging.getLogger(__name__)
@@ -290,14 +290,7 @@ class SharePartitions:
         the old state epoch is fenced when read."""
         if self._state_log is None:
             return
-        current = self._state_log.read(key)
-        now = self._clock()
-        self._state_log.write(key, ShareSnapshot(
-            snapshot_epoch=current.snapshot_epoch + 1 if current else 0,
-            state_epoch=current.state_epoch + 1 if current else 1,
-            leader_epoch=current.leader_epoch if current else 0, start_offset=start_offset,
-            create_timestamp_ms=current.create_timestamp_ms if current else now, write_timestamp_ms=now,
-            batches=()))
+        self._state_log.write(key, reset_snapshot(self._state_log.read(key), start_offset, self._clock()))
 
     def read_share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
         """``read_start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""

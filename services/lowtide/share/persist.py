@@ -43,6 +43,7 @@ from lowtide.share.codec import (
     encode_key,
     encode_snapshot,
     partition_for_key,
+    reset_snapshot,
 )
 from lowtide.share.state import StateBatch
 
@@ -241,6 +242,13 @@ class ShareStateLog:
         batch = encode_batch([encode_snapshot(value)], keys=[encode_key(key)],
                              timestamp_ms=int(time.time() * 1000))
         self._appender.append(partition, batch, timeout_ms=self._timeout_ms)
+
+    def reset(self, key: ShareStateKey, start_offset: int, now_ms: int) -> None:
+        """An admin's reset of a share-partition (AlterShareGroupOffsets, ``lowtide share-groups
+        reset``): a new state at ``start_offset`` with nothing in flight, under the next state
+        epoch, so that a leader holding the old state in memory reloads it and a write of the old
+        state epoch is fenced when read."""
+        self.write(key, reset_snapshot(self.read(key), start_offset, now_ms))
 
     def delete_group(self, group_id: str) -> None:
         """Tombstone every share-partition state of ``group_id`` (DeleteGroups); acks=all."""
