@@ -60,6 +60,12 @@ def consumer_group_heartbeat(call: Call, body: Any) -> Any:
     except LowtideError as err:
         result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
                                          error=_whole_call(err))
+    return make_heartbeat_response(call, result)
+
+
+def make_heartbeat_response(call: Call, result: Any) -> Any:
+    """A ConsumerGroupHeartbeat or ShareGroupHeartbeat answer (the two have the same fields) from
+    the coordinator's heartbeat result."""
     assignment = None
     if result.assignment is not None and result.error is None:
         assignment = call.make("Assignment", topic_partitions=tuple(

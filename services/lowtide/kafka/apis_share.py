@@ -32,7 +32,7 @@ from lowtide.errors import (
     NotCoordinator,
     NotLeaderOrFollower,
 )
-from lowtide.kafka.apis_consumer_groups import _whole_call
+from lowtide.kafka.apis_consumer_groups import _whole_call, make_heartbeat_response
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
 from lowtide.messages.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
@@ -68,17 +68,7 @@ def share_group_heartbeat(call: Call, body: Any) -> Any:
     except LowtideError as err:
         result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
                                          error=_whole_call(err))
-    assignment = None
-    if result.assignment is not None and result.error is None:
-        assignment = call.make("Assignment", topic_partitions=tuple(
-            call.make("TopicPartitions", topic_id=uuid.UUID(hex=t.topic_id), partitions=t.partitions)
-            for t in result.assignment))
-    return call.make(
-        call.response, throttle_time=NO_THROTTLE,
-        error_code=error_code(0 if result.error is None else result.error.code),
-        error_message=None if result.error is None else result.error.message,
-        member_id=result.member_id or None, member_epoch=result.member_epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
+    return make_heartbeat_response(call, result)
 
 
 def share_group_describe(call: Call, body: Any) -> Any:
