@@ -12,8 +12,9 @@ each user keeps only its record codec and its fold:
   (``RetryPolicy``, ``AppendPolicy``, ``Appender``), written as steps (``lowtide.rpc.steps``) so
   that the coordinator drives it on its event loop and the front door on a thread; the transport is
   a parameter (gRPC ``grpc_produce``, or the coordinator's framed listener).
-- ``read``: folding partitions up to their leaders' high watermarks (``FoldReader``) and calling
-  a leader with the same back-off (``call_leader``).
+- ``read``: folding partitions up to their leaders' high watermarks (``FoldReader``), once each
+  leader's HW is settled (``grpc_settled``), and calling a leader with the same back-off
+  (``call_leader``).
 
 Why a package of its own, and where: its users live in ``lowtide.frontdoor`` (offsets,
 transaction states), ``lowtide.coordinator`` (metadata log) and ``lowtide.groups`` (the offsets
@@ -27,9 +28,17 @@ are passed in: they live in packages this one may not import.
 """
 
 from lowtide.internal_topics.append import Appender, AppendPolicy, ProduceSteps, RetryPolicy, grpc_produce
-from lowtide.internal_topics.read import Fetched, FoldReader, PartitionFold, call_leader, grpc_fetch
+from lowtide.internal_topics.read import (
+           Fetched,
+           FoldReader,
+           PartitionFold,
+           Settler,
+           call_leader,
+           grpc_fetch,
+           grpc_settled,
+)
 from lowtide.internal_topics.topic import InternalTopic, InternalTopicSpec, LeaderRouter, ensure_topic
 
 __all__ = ["AppendPolicy", "Appender", "Fetched", "FoldReader", "InternalTopic", "InternalTopicSpec", "LeaderRouter",
-           "PartitionFold", "ProduceSteps", "RetryPolicy", "call_leader", "ensure_topic", "grpc_fetch",
-           "grpc_produce"]
+           "PartitionFold", "ProduceSteps", "RetryPolicy", "Settler", "call_leader", "ensure_topic", "grpc_fetch",
+           "grpc_produce", "grpc_settled"]

@@ -7,9 +7,11 @@ watermark, i.e. acknowledged), decode and fold the records, repeat while positio
 does that again every round. A position the leader no longer holds (OFFSET_OUT_OF_RANGE: below its
 log start offset, or past its log end after a truncation) restarts that partition from the
 leader's log start offset with an empty fold: it forgets only that partition's keys, then reads
-them back. ``FoldReader`` is that loop; the routing and the fetch call are parameters (the front
-door's router or the replica's metadata; the same ``ReplicaClient``), and so are the record codec
-and the fold: the user's.
+them back. A reader that must not miss an acknowledged record (a state loaded once, then served)
+first asks each leader whether its high watermark is settled (``grpc_settled``): a leader just
+elected, or restarted, may report one below what was acknowledged. ``FoldReader`` is that loop; the
+routing and the fetch call are parameters (the front door's router or the replica's metadata; the
+same ``ReplicaClient``), and so are the record codec and the fold: the user's.
 
 ``call_leader`` is the one-partition call with the appender's back-off (``RetryPolicy``): a fetch
 or DeleteRecords against the leader, re-resolving it while leadership moves.
@@ -48,6 +50,9 @@ class Fetched:
 Router = Callable[[list[int]], tuple[dict[str, list[int]], dict[int, str]]]
 # (leader address, [(partition, fetch offset)]) -> answers; raises LowtideError when the call fails
 Fetcher = Callable[[str, list[tuple[int, int]]], list[Fetched]]
+# (leader address, [partitions]) -> {partition: why its leader's HW may still be below records
+# acknowledged}; raises LowtideError when the call fails
+Settler = Callable[[str, list[int]], dict[int, str]]
 
 
 def grpc_fetch(replicas: ReplicaClient, topic: str, *, max_bytes: int, deadline_s: float) -> Fetcher:
@@ -60,6 +65,22 @@ def grpc_fetch(replicas: ReplicaClient, topic: str, *, max_bytes: int, deadline_
                         log_start_offset=r.log_start_offset, error=r.error) for r in got]
 
     return fetch
+
+
+def grpc_settled(replicas: ReplicaClient, topic: str, *, timeout_s: float) -> Settler:
+    """The gRPC check that each leader's high watermark is settled: a ListOffsets (latest) per
+    leader, which a replica answers OFFSET_NOT_AVAILABLE while its HW is below where its leadership
+    started (``Partition.check_high_watermark_settled``). A leader just elected may report an HW
+    below records acknowledged under its predecessor (its followers bring it up a round later), and
+    one back from a restart its HW checkpoint, below what it acknowledged before: a fold read to
+    that HW would miss them. Asked first, the HW read to afterwards is past every acknowledged
+    record."""
+
+    def unsettled(address: str, partitions: list[int]) -> dict[int, str]:
+        answers = replicas.list_offsets(address, [(topic, p, -1) for p in partitions], timeout_s=timeout_s)
+        return {a.partition: f"{a.error.name}: {a.error.message}" for a in answers if a.error is not None}
+
+    return unsettled
 
 
 class PartitionFold(Protocol[R]):
@@ -115,17 +136,34 @@ class FoldReader(Generic[F, R]):
         with self._lock:
             self._fold(partition).apply_all(records)
 
-    def read_to_high_watermark(self, partitions: Iterable[int], *, route: Router, fetch: Fetcher) -> dict[int, str]:
-        """Fetch and fold until each partition reached its leader's HW or stopped moving (see class doc)."""
+    def read_to_high_watermark(self, partitions: Iterable[int], *, route: Router, fetch: Fetcher,
+                               settled: Settler | None = None) -> dict[int, str]:
+        """Fetch and fold until each partition reached its leader's HW or stopped moving (see class
+        doc). With ``settled``, each leader is first asked whether its HW is settled (``grpc_settled``):
+        a partition whose leader's is not is a failure, not read."""
         pending = set(partitions)
         failures: dict[int, str] = {}
+        checked: set[str] = set()
         while pending:
             before = self.positions()
             by_address, unroutable = route(sorted(pending))
             for partition, why in unroutable.items():
                 failures[partition] = why
                 pending.discard(partition)
+            if settled is not None:
+                for address in [a for a in by_address if a not in checked]:
+                    checked.add(address)
+                    try:
+                        not_yet = settled(address, by_address[address])
+                    except LowtideError as err:
+                        not_yet = {p: f"at {address}: {err.name}: {err.message}" for p in by_address[address]}
+                    for partition, why in not_yet.items():
+                        failures[partition] = why
+                        pending.discard(partition)
+                    by_address[address] = [p for p in by_address[address] if p not in not_yet]
             for address, parts in by_address.items():
+                if not parts:
+                    continue
                 done, failed = self._fetch_once(address, parts, fetch)
                 pending -= done
                 for partition, why in failed.items():

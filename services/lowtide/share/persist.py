@@ -5,8 +5,8 @@ page says why). Records: ``share/codec.py``.
 * **Write**: one ShareSnapshot per change that must survive (acknowledgements), appended with
   acks=all to the partition of its key; ``write`` returns only once the in-sync replicas have it.
 * **Read**: a leader taking a share-partition over folds that key's ``__share_group_state``
-  partition up to its leader's high watermark and takes the latest snapshot (updates applied over
-  it; a tombstone forgets it).
+  partition up to its leader's high watermark, once that HW is settled (``grpc_settled``), and
+  takes the latest snapshot (updates applied over it; a tombstone forgets it).
 * **Create**: the topic is created on first need, compacted, RF = min(3, live brokers), with
   ``partitions`` partitions, straight in the metadata store (as the diskless coordinator creates
   its metadata log: a replica may not import the front door's topic admin).
@@ -29,6 +29,7 @@ from lowtide.internal_topics import (
     InternalTopicSpec,
     grpc_fetch,
     grpc_produce,
+    grpc_settled,
 )
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore, assign_replicas
@@ -221,6 +222,7 @@ class ShareStateLog:
         self._reader = _StateReader(new_fold=lambda _p: KeyFold(), decode=decode_records)
         self._fetch = grpc_fetch(replicas, SHARE_STATE_TOPIC, max_bytes=FETCH_MAX_BYTES,
                                  deadline_s=timeout_ms / 1000)
+        self._settled = grpc_settled(replicas, SHARE_STATE_TOPIC, timeout_s=timeout_ms / 1000)
 
     def _create(self, spec: InternalTopicSpec) -> TopicInfo:
         live = sorted(self._store.live_broker_ids())
@@ -277,7 +279,12 @@ class ShareStateLog:
     def _read_up(self, partitions: list[int]) -> None:
         deadline = time.monotonic() + self._timeout_ms / 1000
         while True:
-            failures = self._reader.read_to_high_watermark(partitions, route=self._router.route, fetch=self._fetch)
+            # Every read asks the leaders first whether their HW is settled: a share-partition loaded
+            # from a fold read to a lagging HW (a state leader just elected or restarted) misses the
+            # latest acknowledgements, and its records would be delivered again; a missing state
+            # would even be written afresh, under a newer leader epoch, over the real one.
+            failures = self._reader.read_to_high_watermark(partitions, route=self._router.route, fetch=self._fetch,
+                                                           settled=self._settled)
             if not failures:
                 return
             if time.monotonic() >= deadline:

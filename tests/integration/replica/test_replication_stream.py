@@ -169,8 +169,9 @@ def test_a_stopped_follower_costs_the_leader_no_memory_and_catches_up_when_resum
             peak = max(peak, rss_bytes(leader_pid))
         # 192 MiB went by the stopped follower. The leader keeps none of it for that follower (it
         # reads the log when asked; one answer of at most replica.fetch.max.bytes can sit in the
-        # stream), so RSS stays within the heap's usual swing (±20 MiB here), far below the backlog.
-        assert peak - before < 48 * MiB, f"leader RSS grew {(peak - before) / MiB:.1f} MiB over a stopped follower"
+        # stream), so RSS stays within the heap's swing (±20 MiB on a quiet machine, 50 once on a
+        # loaded CI run), far below the backlog: a leader holding it would grow by 192 MiB.
+        assert peak - before < 96 * MiB, f"leader RSS grew {(peak - before) / MiB:.1f} MiB over a stopped follower"
     finally:
         cluster.resume(f"replica-{slow}")
     leo = s.describe(cluster, leader, "slow").log_end_offset

@@ -6,27 +6,40 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
 from lowtide.client import Consumer, Producer
+from lowtide.client.admin import OffsetSpec
 from lowtide.errors import InvalidProducerEpoch, ProducerFenced
 from tests.integration import support as s
 
 
 def values_of(cluster, topic: str, *, isolation_level: str, partitions: int = 1, until: int | None = None,
               timeout_s: float = 10.0) -> list[bytes]:
-    """Every value a consumer with ``isolation_level`` reads from the start (waits for ``until`` values)."""
+    """Every value a consumer with ``isolation_level`` reads from the start: up to where ListOffsets
+    (latest, at that isolation level: the last stable offset or the high watermark) says each
+    partition ends, then one more poll (nothing past that end may come); with ``until``, waits for
+    that many values instead. Not "until polls come back empty": on a loaded machine the first
+    polls of a new consumer can be empty while it finds the leaders."""
     got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
     with Consumer(cluster.bootstrap, isolation_level=isolation_level, max_wait_ms=200) as consumer:
-        consumer.assign([(topic, p) for p in range(partitions)])
-        misses = 0
-        while misses < 3 if until is None else len(got) < until:
-            batch = consumer.poll(max_wait_ms=300)
-            got += [r.value for r in batch]
-            misses = 0 if batch else misses + 1
-            if until is not None and misses * 0.3 > timeout_s:
-                break
+        tps = [(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        if until is None:
+            answers = consumer.admin.list_offsets({tp: OffsetSpec.LATEST for tp in tps},
+                                                  isolation_level=consumer.isolation_level)
+            ends = {tp: a.offset for tp, a in answers.items() if a.error is None}
+            assert set(ends) == set(tps), answers
+            while any(consumer.position(tp) < ends[tp] for tp in tps):
+                assert time.monotonic() < deadline, f"read {got} by {timeout_s}s, not up to {ends}"
+                got += [r.value for r in consumer.poll(max_wait_ms=300)]
+            got += [r.value for r in consumer.poll(max_wait_ms=300)]
+            return got
+        while len(got) < until and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(max_wait_ms=300)]
     return got
 
 

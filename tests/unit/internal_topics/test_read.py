@@ -117,6 +117,26 @@ def test_an_error_answer_and_a_record_that_cannot_be_decoded_are_failures():
         0: "CORRUPT_MESSAGE: big", 1: "at offset 0: CORRUPT_MESSAGE: undecodable"}
 
 
+def test_a_partition_whose_leader_has_not_settled_its_high_watermark_is_not_read_at_all():
+    log = Log({0: (0, [b"a"]), 1: (0, [b"b"])})
+    asked = []
+
+    def settled(address, partitions):
+        asked.append((address, partitions))
+        return {1: "OFFSET_NOT_AVAILABLE: not yet"}
+
+    r = reader()
+    failures = r.read_to_high_watermark([0, 1], route=route_all, fetch=log.fetch, settled=settled)
+    assert failures == {1: "OFFSET_NOT_AVAILABLE: not yet"}
+    assert r.positions() == {0: 1} and asked == [("a:1", [0, 1])]
+
+    def unreachable(address, partitions):
+        raise NetworkException("down")
+
+    failures = reader().read_to_high_watermark([0], route=route_all, fetch=log.fetch, settled=unreachable)
+    assert failures == {0: "at a:1: NETWORK_EXCEPTION: down"}
+
+
 def test_call_leader_retries_while_leadership_moves_then_raises():
     router = FakeRouter(LeaderNotAvailable("none"), "b:1", cached="a:1")
     calls = []

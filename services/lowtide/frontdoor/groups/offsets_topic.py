@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.clock import now_ms
-from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, LowtideError, ProducerFenced
+from lowtide.errors import CoordinatorLoadInProgress, InvalidProducerEpoch, ProducerFenced
 from lowtide.frontdoor.admin.admin import TopicAdmin
 from lowtide.frontdoor.internal_topics import FrontDoorRouter, create_with_admin, new_appender
 from lowtide.groups import (
@@ -49,7 +49,7 @@ from lowtide.groups import (
 from lowtide.groups.consumer_codec import ConsumerKey, ConsumerValue, encode_consumer_key, encode_consumer_value
 from lowtide.groups.state import ConsumerRecord
 from lowtide.groups.tail import OffsetsTail
-from lowtide.internal_topics import InternalTopic, InternalTopicSpec, grpc_fetch
+from lowtide.internal_topics import InternalTopic, InternalTopicSpec, grpc_fetch, grpc_settled
 from lowtide.metadata.store import MetadataStore
 from lowtide.record import encode_batch
 
@@ -93,7 +93,6 @@ class OffsetsTopic:
     def __init__(self, *, store: MetadataStore, replicas: ReplicaClient, topics: TopicAdmin,
                  config: OffsetsTopicConfig = OffsetsTopicConfig(), clock: Callable[[], int] = now_ms) -> None:
         self._store = store
-        self._replicas = replicas
         self._topics = topics
         self.config = config
         self._clock = clock
@@ -106,6 +105,7 @@ class OffsetsTopic:
         self._router = FrontDoorRouter(store=store, topic=OFFSETS_TOPIC)
         self._appender = new_appender(store=store, replicas=replicas, topic=OFFSETS_TOPIC)
         self._fetch = grpc_fetch(replicas, OFFSETS_TOPIC, max_bytes=FETCH_MAX_BYTES, deadline_s=config.fetch_timeout_s)
+        self._settled = grpc_settled(replicas, OFFSETS_TOPIC, timeout_s=config.fetch_timeout_s)
         self._loaded = False
         self._load_problem = "not started"
         self._stop = threading.Event()
@@ -239,34 +239,6 @@ class OffsetsTopic:
                 self._after_load = [task for task in self._after_load if not self._run_task(task)]
             self._stop.wait(self.config.tail_interval_s)
 
-    def _leaders_settled(self, partitions: range) -> bool:
-        """Before the first load counts: every partition's leader has a high watermark at or past
-        where its leadership started. A leader just elected may report an HW below records that
-        were acknowledged under its predecessor (its followers bring it up a round later), and one
-        back from a restart its HW checkpoint, below what it acknowledged before; a load
-        read to that HW would miss them, and a front door started then would serve older committed
-        offsets and consumer group states than it had acknowledged. The replica's ListOffsets
-        answers OFFSET_NOT_AVAILABLE for exactly that (``replica/requests.py``): asked first, the
-        HW read to afterwards is past every acknowledged record."""
-        by_address, unroutable = self._router.route(list(partitions))
-        if unroutable:
-            partition, why = min(unroutable.items())
-            self._note_problem(f"{OFFSETS_TOPIC}-{partition}: {why}")
-            return False
-        for address, parts in by_address.items():
-            try:
-                answers = self._replicas.list_offsets(address, [(OFFSETS_TOPIC, p, -1) for p in parts],
-                                                      timeout_s=self.config.fetch_timeout_s)
-            except LowtideError as err:
-                self._note_problem(f"{OFFSETS_TOPIC} at {address}: {err.name}: {err.message}")
-                return False
-            for answer in answers:
-                if answer.error is not None:
-                    self._note_problem(f"{OFFSETS_TOPIC}-{answer.partition}: {answer.error.name}: "
-                                       f"{answer.error.message}")
-                    return False
-        return True
-
     def _note_problem(self, problem: str) -> None:
         with self._cond:
             if problem != self._load_problem:
@@ -288,10 +260,12 @@ class OffsetsTopic:
         if info is None:
             return True
         self._topic.note_partitions(info.partitions)
-        if not self.loaded and not self._leaders_settled(range(info.partitions)):
-            return False
+        # Before the first load counts, every leader's HW must be settled (``grpc_settled``): a
+        # front door started on a load read to a lagging HW would serve older committed offsets
+        # and consumer group states than it had acknowledged.
         failures = self._tail.read_to_high_watermark(range(info.partitions), route=self._router.route,
-                                                     fetch=self._fetch)
+                                                     fetch=self._fetch,
+                                                     settled=None if self.loaded else self._settled)
         if failures:
             partition, why = min(failures.items())
             self._note_problem(f"{OFFSETS_TOPIC}-{partition}: {why}")
