@@ -210,8 +210,42 @@ if [ -n "\${KAFKA_LOG4J_OPTS:-}" ]; then
 else
   log_opts=("-Dlog4j2.configurationFile=\$log4j")
 fi
-exec "\${JAVA_HOME:+\$JAVA_HOME/bin/}java" "\${opts[@]}" "\${log_opts[@]}" -cp "\$lib/*" $2 "\$@"
+# The class archive of these jars (see build_class_archive in scripts/kafka_tools.sh), when made;
+# the JVM's own warnings (a stale archive...) go to stderr, never into the tool's output.
+cds=()
+[ -r "\$lib.jsa" ] && cds=("-XX:SharedArchiveFile=\$lib.jsa" -Xlog:disable -Xlog:all=warning:stderr)
+exec "\${JAVA_HOME:+\$JAVA_HOME/bin/}java" "\${opts[@]}" "\${cds[@]}" "\${log_opts[@]}" -cp "\$lib/*" $2 "\$@"
 EOF
+}
+
+# ---- class data sharing -----------------------------------------------------------------------
+# A Kafka tool's JVM spends most of its CPU loading and verifying the same classes on every run
+# (1.5 CPU-s for a kafka-topics --describe); the test suite starts a few hundred. A CDS archive of
+# the classes every tool shares (the admin client, network and protocol classes, log4j), made
+# once per cache by the java the wrappers run (JDK 13+'s -XX:ArchiveClassesAtExit, from one admin
+# tool run against a closed port), halves that: the JVM maps them instead. It sits beside the jars
+# as lib.jsa, where the wrappers and tests/kafka_tools.py's java_command look for it; the JVM checks
+# it against its own build and the class path and ignores it (a warning) when they differ.
+build_class_archive() {  # LIB LOG4J
+  local lib=$1 log4j=$2 java_id cfg=$work/closed.properties
+  local java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+  java_id=$("$java" -version 2>&1 | tr '\n' ' ')
+  if [ -s "$lib.jsa" ] && [ "$(cat "$lib.jsa.java" 2>/dev/null)" = "$java_id" ] && [ $force -eq 0 ]; then
+    return 0
+  fi
+  printf 'default.api.timeout.ms=1500\nrequest.timeout.ms=1000\n' >"$cfg"
+  rm -f "$lib.jsa" "$lib.jsa.tmp"
+  timeout 120 "$java" "-XX:ArchiveClassesAtExit=$lib.jsa.tmp" -Xlog:disable -Xlog:all=error:stderr -Xmx256M \
+    -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "-Dlog4j2.configurationFile=$log4j" -cp "$lib/*" \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:1 --list --command-config "$cfg" \
+    >/dev/null 2>"$work/cds.err" || true  # it fails (nobody listens): the classes are what it is run for
+  if [ -s "$lib.jsa.tmp" ]; then
+    mv -f "$lib.jsa.tmp" "$lib.jsa"
+    echo "$java_id" >"$lib.jsa.java"
+    say "class archive for the tools' JVMs: $lib.jsa ($(du -h "$lib.jsa" | cut -f1))"
+  else
+    say "WARNING: no class archive made ($lib.jsa; the tools run without, slower): $(head -c 300 "$work/cds.err")"
+  fi
 }
 
 verify_kafka_tools() {  # every wrapper: --version prints KAFKA_VERSION on stdout, --help the usage
@@ -282,6 +316,7 @@ EOF
     done
     printf '\n  }\n}\n'
   } | write_if_changed "$manifest" 644 && changed=1
+  build_class_archive "$lib" "$log4j"
   if [ $changed -eq 1 ] || [ $check -eq 1 ] || [ ! -e "$dir/.complete" ]; then
     rm -f "$dir/.complete"
     verify_kafka_tools
@@ -359,6 +394,55 @@ EOF
   say "spark check: $(grep '^OK ' <<<"$out" | head -c 300)"
 }
 
+# The Spark driver's class archive (see lowtide/spark/session.py, LOWTIDE_SPARK_CLASS_ARCHIVE): a
+# JVM's class-data-sharing archive of the classes a local-mode job loads (batch, Parquet, Python
+# workers, structured streaming), made by one such job run with -XX:ArchiveClassesAtExit, so that
+# later drivers map them instead of loading and verifying them again (about half a driver's
+# start-up CPU). Per PySpark version (the class path) and java build (recorded beside it: a new
+# java makes it again); tests/conftest.py points LOWTIDE_SPARK_CLASS_ARCHIVE at it.
+build_spark_class_archive() {  # DIR
+  local archive=$1/driver.jsa java_id out rc=0
+  java_id=$("${JAVA_HOME:+$JAVA_HOME/bin/}java" -version 2>&1 | tr '\n' ' ')
+  if [ -s "$archive" ] && [ "$(cat "$archive.java" 2>/dev/null)" = "$java_id" ] && [ $force -eq 0 ]; then
+    return 0
+  fi
+  rm -f "$archive" "$archive.tmp"
+  out=$(ARCHIVE=$archive.tmp SCRATCH=$work/spark-cds timeout 300 "$PYTHON" - 2>&1 <<'EOF'
+import os
+from pyspark.sql import SparkSession
+
+scratch = os.environ["SCRATCH"]
+spark = (SparkSession.builder.master("local[2]").appName("class-archive")
+         .config("spark.driver.extraJavaOptions",
+                 f"-XX:ArchiveClassesAtExit={os.environ['ARCHIVE']} -Xlog:disable -Xlog:all=error:stderr")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+df = spark.range(0, 10000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
+df.groupBy("k").count().collect()
+df.write.mode("overwrite").parquet(f"{scratch}/parquet")
+spark.read.parquet(f"{scratch}/parquet").rdd.map(lambda r: r.k).sum()
+query = (spark.readStream.format("rate").option("rowsPerSecond", "100").load()
+         .writeStream.format("parquet").option("path", f"{scratch}/stream")
+         .option("checkpointLocation", f"{scratch}/checkpoint").trigger(processingTime="1 second").start())
+query.processAllAvailable()
+query.stop()
+spark.stop()
+print("OK")
+EOF
+) || rc=$?
+  sleep 2  # the JVM writes the archive as it exits, after the Python side
+  if [ $rc -eq 0 ] && [ -s "$archive.tmp" ]; then
+    mv -f "$archive.tmp" "$archive"
+    echo "$java_id" >"$archive.java"
+    say "class archive for Spark drivers: $archive ($(du -h "$archive" | cut -f1))"
+  else
+    rm -f "$archive.tmp"
+    say "WARNING: no class archive for Spark drivers made (they start without, slower; exit $rc): $(tail -n 5 <<<"$out")"
+  fi
+}
+
 setup_spark() {
   local pv cv dir new pj keep="" start=$SECONDS line
   [ -x "$PYTHON" ] || fail "no $PYTHON (run 'make setup' first): it names the PySpark to fetch the connector for"
@@ -369,6 +453,7 @@ setup_spark() {
   if [ -e "$dir/.complete" ] && [ $force -eq 0 ]; then
     [ $check -eq 1 ] && verify_spark_kafka "$dir/jars.txt"
     say "Spark Kafka connector $(cat "$dir/connector-version") for PySpark $pv present ($dir/jars.txt)"
+    build_spark_class_archive "$dir"
     return 0
   fi
   require_java_mvn
@@ -406,6 +491,7 @@ setup_spark() {
   find "$dir" -maxdepth 1 -name '*.jar' | sort | paste -sd, >"$dir/jars.txt"
   verify_spark_kafka "$dir/jars.txt"
   touch "$dir/.complete"
+  build_spark_class_archive "$dir"
   say "Spark Kafka connector $cv for PySpark $pv ready ($(du -sh "$dir" | cut -f1), $((SECONDS - start))s): $dir/jars.txt"
   tr , '\n' <"$dir/jars.txt" | sed 's/^/  /'
 }

@@ -64,6 +64,18 @@ def require_java() -> None:
                     "apt-get install openjdk-17-jre-headless; make setup does it)")
 
 
+def java_command(*, newest: bool = False, lib: str | None = None, heap: str = "192M") -> list[str]:
+    """The start of a command line running a class of Kafka's jars (``newest``: the newest 4.x
+    release's) in a small JVM: the main class and its arguments follow. Uses the jars' class archive
+    when ``make kafka-tools`` made one (``build_class_archive`` in scripts/kafka_tools.sh: about
+    half of a short tool's CPU), as the wrappers do; JVM warnings go to stderr. ``lib``: that
+    directory of jars instead of the manifest's."""
+    lib = lib if lib is not None else kafka_tools_manifest(newest=newest)["lib"]
+    archive = Path(f"{lib}.jsa")
+    cds = [f"-XX:SharedArchiveFile={archive}", "-Xlog:disable", "-Xlog:all=warning:stderr"] if archive.is_file() else []
+    return ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *cds, "-cp", f"{lib}/*"]
+
+
 def kafka_version() -> str:
     """The Apache Kafka version of the installed command-line tools (e.g. "4.1.2")."""
     return kafka_tools_manifest()["kafka_version"]

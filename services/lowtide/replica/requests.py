@@ -89,7 +89,7 @@ def _appended(key: TopicPartition) -> tuple[str, int, str]:
     return (key[0], key[1], "appended")
 
 
-def _hw_moved(key: TopicPartition) -> tuple[str, int, str]:
+def hw_moved_key(key: TopicPartition) -> tuple[str, int, str]:
     """The wake-up key of HW moves made by follower fetches (consumer fetches wait on it besides
     ``key``; acks=all requests wait in ``OffsetWaiters`` for the HW to pass their offset)."""
     return (key[0], key[1], "hw")
@@ -286,7 +286,7 @@ class ReplicaRequests:
             # A follower fetch also wakes on appends, which move the LEO but not the HW
             # (_notify_appended); a consumer's on HW moves made by follower fetches
             # (_record_follower_fetch), which a follower fetch would only wake for to park again.
-            keys += [_appended(k) if follower else _hw_moved(k) for k in keys]
+            keys += [_appended(k) if follower else hw_moved_key(k) for k in keys]
             wake = WakeRelay()
             self.registry.register_waiter(keys, wake)
             try:
@@ -497,7 +497,7 @@ class ReplicaRequests:
             # The HW moved: what waits for it (acks=all requests it passed, consumer fetches)
             # wakes; the followers' parked fetches do not (without new records they would park
             # again), nor acks=all requests it has not passed yet.
-            self.registry.notify([_hw_moved(p.key) for p in changed])
+            self.registry.notify([hw_moved_key(p.key) for p in changed])
             for p in changed:
                 self._hw_waiters.passed(p.key, p.log.high_watermark)
         if lso_moved:

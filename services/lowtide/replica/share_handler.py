@@ -11,8 +11,12 @@
    a refused or failed one is that partition's ``acknowledge_error`` and changes nothing.
 4. **Acquisition** (ShareFetch): for every partition of the session this replica leads, records
    from the log as bytes, acquired by offset range. With nothing to acquire anywhere, the fetch
-   waits in short sleeps up to its MaxWaitMs (at most ``MAX_WAIT_MS``) for records or released
-   ones: there is no wake-up yet (a later step), so the wait is bounded and short.
+   parks up to its MaxWaitMs (at most ``MAX_WAIT_MS``) and tries again when woken: by an HW move
+   of one of its partitions (new records: the wake-up consumer fetches wait on,
+   ``requests.hw_moved_key``), by records of one of them going back to available (an
+   acknowledgement that releases, a member's session closing: ``released_key``), or by a change of
+   leadership. An acquisition lock timing out wakes nobody: the member's next fetch, at most
+   ``MAX_WAIT_MS`` later, finds the record available.
 
 A partition this replica does not lead is NOT_LEADER_OR_FOLLOWER (the client refreshes its
 metadata); an unknown topic id UNKNOWN_TOPIC_ID.
@@ -20,6 +24,7 @@ metadata); an unknown topic id UNKNOWN_TOPIC_ID.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -43,14 +48,20 @@ from lowtide.messages.share import (
     ShareStartOffset,
 )
 from lowtide.replica.handler_parts import RequestHandler
+from lowtide.replica.requests import hw_moved_key
 from lowtide.share.codec import ShareSnapshot, ShareStateKey
 from lowtide.share.partitions import LeaderLog, SharePartitions
 from lowtide.share.state import ACKNOWLEDGED, ARCHIVED
 
 MAX_WAIT_MS = 500
-POLL_S = 0.025
 # Per partition, what one read may return (Kafka's default max.partition.fetch.bytes).
 PARTITION_MAX_BYTES = 1 << 20
+
+
+def released_key(topic: str, partition: int) -> tuple[str, int, str]:
+    """The wake-up key of records of ``topic``-``partition`` made available again (parked share
+    fetches wait on it)."""
+    return (topic, partition, "share-released")
 
 
 class ShareHandler(RequestHandler):
@@ -88,24 +99,36 @@ class ShareHandler(RequestHandler):
         topics = {i.topic_id: i for i in self.manager.store.topics().values()}
         answers: dict[tuple[str, int], SharePartitionAnswer] = {}
         readable: dict[tuple[str, int], tuple[ShareStateKey, Callable[[], LeaderLog]]] = {}
+        names = {key: topics[key[0]].name for key in session | {(p.topic_id, p.partition) for p in ask.partitions}
+                 if key[0] in topics}
         for key in sorted(session | {(p.topic_id, p.partition) for p in ask.partitions}):
             error, leader = self._find_leader(principal, topics, *key)
             if error is not None:
                 answers[key] = SharePartitionAnswer(topic_id=key[0], partition=key[1], error=error)
                 continue
             readable[key] = (ShareStateKey(group_id=ask.group_id, topic_id=key[0], partition=key[1]), leader)
+        acknowledged = []
         for p in ask.partitions:
             k = (p.topic_id, p.partition)
             if k in readable and p.acknowledgements:
                 answers[k] = self._acknowledge(ask, p, *readable[k])
+                acknowledged.append(k)
         if closing:
             for key, leader in readable.values():
                 try:
                     self.shares.release(key=key, member_id=ask.member_id, leader=leader())
                 except LowtideError:
                     pass  # its locks time out instead
-        elif ask.fetch:
-            self._acquire(ask, {k: v for k, v in readable.items() if k in session}, answers)
+            acknowledged = list(readable)
+        if acknowledged:
+            # What was released (or rejected, accepted: not worth telling apart) may be what a
+            # parked fetch of another member waits for.
+            self.manager.registry.notify([released_key(names[k], k[1]) for k in acknowledged])
+        if ask.fetch and not closing:
+            self._acquire(ask, {k: v for k, v in readable.items() if k in session}, answers,
+                          wake_keys=[w for k in readable if k in session
+                                     for w in ((names[k], k[1]), hw_moved_key((names[k], k[1])),
+                                               released_key(names[k], k[1]))])
         for p in ask.partitions:
             answers.setdefault((p.topic_id, p.partition), SharePartitionAnswer(topic_id=p.topic_id,
                                                                                 partition=p.partition))
@@ -211,29 +234,46 @@ class ShareHandler(RequestHandler):
             return SharePartitionAnswer(topic_id=p.topic_id, partition=p.partition, acknowledge_error=err)
         return SharePartitionAnswer(topic_id=p.topic_id, partition=p.partition)
 
-    def _acquire(self, ask: ShareFetchAsk, readable: dict, answers: dict[tuple[str, int], SharePartitionAnswer]
-                 ) -> None:
+    def _acquire(self, ask: ShareFetchAsk, readable: dict, answers: dict[tuple[str, int], SharePartitionAnswer],
+                 *, wake_keys: list) -> None:
         deadline = time.monotonic() + min(max(ask.max_wait_ms, 0), MAX_WAIT_MS) / 1000
         per_partition = max(1, min(PARTITION_MAX_BYTES, ask.max_bytes))
-        while True:
-            left = ask.max_records
-            got_any = False
-            for k, (key, leader) in readable.items():
+        registry = self.manager.registry
+        woken = threading.Event()
+        registry.register_waiter(wake_keys, woken)
+        try:
+            while True:
+                woken.clear()  # before trying: a change while we try makes the wait return at once
+                if self._try_acquire(ask, readable, answers, per_partition):
+                    return
+                left = deadline - time.monotonic()
                 if left <= 0:
-                    break
-                try:
-                    ranges, data = self.shares.acquire(key=key, member_id=ask.member_id, leader=leader(),
-                                                       max_records=left, max_bytes=per_partition)
-                except LowtideError as err:
-                    answers[k] = _merge_answer(answers.get(k), k, error=err)
-                    continue
-                if ranges:
-                    got_any = True
-                    left -= sum(r.last - r.first + 1 for r in ranges)
-                    answers[k] = _merge_answer(answers.get(k), k, records=data, acquired=tuple(ranges))
-            if got_any or time.monotonic() >= deadline:
-                return
-            time.sleep(POLL_S)
+                    return
+                woken.wait(left)
+        finally:
+            registry.unregister_waiter(wake_keys, woken)
+
+    def _try_acquire(self, ask: ShareFetchAsk, readable: dict, answers: dict[tuple[str, int], SharePartitionAnswer],
+                     per_partition: int) -> bool:
+        """One pass over the partitions; whether the answer is ready: records acquired, or an error
+        to tell the member (a partition it must look for elsewhere is not waited out)."""
+        left = ask.max_records
+        got_any = False
+        for k, (key, leader) in readable.items():
+            if left <= 0:
+                break
+            try:
+                ranges, data = self.shares.acquire(key=key, member_id=ask.member_id, leader=leader(),
+                                                   max_records=left, max_bytes=per_partition)
+            except LowtideError as err:
+                answers[k] = _merge_answer(answers.get(k), k, error=err)
+                got_any = True
+                continue
+            if ranges:
+                got_any = True
+                left -= sum(r.last - r.first + 1 for r in ranges)
+                answers[k] = _merge_answer(answers.get(k), k, records=data, acquired=tuple(ranges))
+        return got_any
 
 
 def _count_lag(snapshot: ShareSnapshot, high_watermark: int) -> int:

@@ -38,7 +38,7 @@ from tests.integration.kafka.test_consumer_group_protocol import (
     producer,
 )
 from tests.integration.kafka.wire import kafka_call, request_module
-from tests.kafka_tools import kafka_tools_manifest
+from tests.kafka_tools import java_command
 from tests.waiting import wait_until
 
 HEARTBEAT_MS, SESSION_MS = 500, 4000
@@ -66,8 +66,7 @@ def member(cluster: LocalCluster, *, protocol: str, topic: str, group: str, log:
         config.write_text(f"heartbeat.interval.ms={HEARTBEAT_MS}\nsession.timeout.ms={SESSION_MS}\n"
                           "max.poll.interval.ms=20000\n")
         extra = ["--consumer.config", str(config)]
-    lib = kafka_tools_manifest()["lib"]
-    return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+    return JavaTool([*java_command(),
                      CONSUMER_CLASS, "--topic", topic, "--group-id", group, "--group-protocol", protocol, *extra,
                      "--bootstrap-server", cluster.kafka_bootstrap, "--reset-policy", "earliest", "--verbose"], log)
 

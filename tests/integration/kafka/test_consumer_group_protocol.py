@@ -37,7 +37,7 @@ from lowtide.localcluster import ClusterConfig, LocalCluster
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.kafka.wire import kafka_call, request_module
-from tests.kafka_tools import kafka_tool, kafka_tools_manifest
+from tests.kafka_tools import java_command, kafka_tool
 from tests.waiting import wait_until
 
 PARTITIONS = 6
@@ -101,9 +101,8 @@ def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path, assign
              newest: bool = False) -> JavaTool:
     """Kafka's VerifiableConsumer with ``--group-protocol consumer``; ``newest``: of the newest
     Kafka 4.x release instead of the pinned one."""
-    lib = kafka_tools_manifest(newest=newest)["lib"]
     remote = ["--group-remote-assignor", assignor] if assignor else []
-    return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+    return JavaTool([*java_command(newest=newest),
                      CONSUMER_CLASS, "--topic", topic, "--group-id", group, "--group-protocol", "consumer", *remote,
                      "--bootstrap-server", cluster.kafka_bootstrap, "--reset-policy", "earliest", "--verbose"], log)
 
@@ -111,8 +110,7 @@ def consumer(cluster: LocalCluster, *, topic: str, group: str, log: Path, assign
 def producer(cluster: LocalCluster, *, topic: str, records: int, rate: int, log: Path,
              newest: bool = False) -> JavaTool:
     if newest:
-        lib = kafka_tools_manifest(newest=True)["lib"]
-        command = ["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+        command = [*java_command(newest=True),
                    "org.apache.kafka.tools.VerifiableProducer"]
     else:
         command = [str(kafka_tool("kafka-verifiable-producer"))]

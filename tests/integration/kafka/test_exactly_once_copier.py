@@ -42,7 +42,7 @@ from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.messages import TopicPartition
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
-from tests.kafka_tools import kafka_tools_manifest
+from tests.kafka_tools import java_command, kafka_tools_manifest
 
 INPUT, OUTPUT, GROUP = "copy-in", "copy-out", "copy-group"
 PARTITIONS = 2
@@ -65,7 +65,7 @@ def kcluster(request, tmp_path_factory):
 
 
 def copier_command(lib: str, *, partition: int, bootstrap: str) -> list[str]:
-    return ["java", "-Xmx256M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*", COPIER_CLASS,
+    return [*java_command(lib=lib, heap="256M"), COPIER_CLASS,
             "--input-topic", INPUT, "--input-partition", str(partition), "--output-topic", OUTPUT,
             "--broker-list", bootstrap, "--transactional-id", f"copier-{partition}", "--consumer-group", GROUP,
             "--transaction-size", str(TRANSACTION_SIZE), "--transaction-timeout", "20000",

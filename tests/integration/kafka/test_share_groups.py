@@ -62,7 +62,7 @@ from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.kafka.test_consumer_group_protocol import JavaTool, producer
 from tests.integration.kafka.wire import kafka_call, request_module
-from tests.kafka_tools import kafka_tools_manifest
+from tests.kafka_tools import java_command
 from tests.waiting import wait_until
 
 PARTITIONS = 3
@@ -91,9 +91,8 @@ def share_consumer(cluster: LocalCluster, *, topic: str, group: str, log, ack_pa
                    newest: bool = True) -> JavaTool:
     """VerifiableShareConsumer; ``ack_pattern`` (accept|release|reject, by offset modulo its length)
     turns on explicit acknowledgement, synchronous. ``newest=False``: the pinned Kafka 4.1's."""
-    lib = kafka_tools_manifest(newest=newest)["lib"]
     explicit = ["--acknowledgement-mode", "sync", "--ack-pattern", ack_pattern] if ack_pattern else []
-    return JavaTool(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+    return JavaTool([*java_command(newest=newest),
                      SHARE_CONSUMER_CLASS, "--topic", topic, "--group-id", group, *explicit,
                      "--bootstrap-server", cluster.kafka_bootstrap, "--verbose"], log)
 
@@ -110,8 +109,7 @@ def acknowledged(c: JavaTool) -> set[tuple[int, int]]:
 
 def share_groups_tool(cluster: LocalCluster, *args: str) -> str:
     """``kafka-share-groups`` (kafka-tools 4.4.0's ShareGroupCommand): its stdout."""
-    lib = kafka_tools_manifest(newest=True)["lib"]
-    done = subprocess.run(["java", "-Xmx192M", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
+    done = subprocess.run([*java_command(newest=True),
                            "org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server",
                            cluster.kafka_bootstrap, *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
