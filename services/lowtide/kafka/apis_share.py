@@ -8,6 +8,7 @@
                                 __share_group_state itself: FindCoordinator sends admins to a replica)
     AlterShareGroupOffsets v0 -> Call.front.share_groups.describe (the group must have no
                                 members, else NON_EMPTY_GROUP), then KafkaServices.share.alter_offsets
+    DeleteShareGroupOffsets v0 -> the same check, then KafkaServices.share.delete_offsets
 
 Only translation is here: Kafka's messages to ``lowtide.messages`` (the consumer group messages
 carry a share heartbeat; ``messages.share`` the fetches) and back. The records a ShareFetch answers
@@ -46,7 +47,7 @@ from lowtide.messages.share import (
 )
 
 SHARE_GROUP_HEARTBEAT_KEY, SHARE_GROUP_DESCRIBE_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY = 76, 77, 78, 79
-DESCRIBE_SHARE_GROUP_OFFSETS_KEY, ALTER_SHARE_GROUP_OFFSETS_KEY = 90, 91
+DESCRIBE_SHARE_GROUP_OFFSETS_KEY, ALTER_SHARE_GROUP_OFFSETS_KEY, DELETE_SHARE_GROUP_OFFSETS_KEY = 90, 91, 92
 # ShareGroupDescribe's member_type is not in v1; members are share members.
 
 
@@ -184,6 +185,16 @@ def describe_share_group_offsets(call: Call, body: Any) -> Any:
     return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
+def _check_empty(call: Call, group_id: str, what: str) -> None:
+    """NON_EMPTY_GROUP unless the share group has no members (or does not exist)."""
+    [group] = _find_share_groups(call).describe(principal=call.principal(), group_ids=[group_id])
+    if group.error is None and group.members:
+        raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: its offsets "
+                            f"can be {what} only while it is empty")
+    if group.error is not None and not isinstance(group.error, GroupIdNotFound):
+        raise group.error
+
+
 def alter_share_group_offsets(call: Call, body: Any) -> Any:
     handler = call.services.share
     targets: dict[str, dict[int, int]] = {}
@@ -193,12 +204,7 @@ def alter_share_group_offsets(call: Call, body: Any) -> Any:
     try:
         if handler is None:
             raise CoordinatorNotAvailable("share group offsets are written at a replica")
-        [group] = _find_share_groups(call).describe(principal=call.principal(), group_ids=[body.group_id])
-        if group.error is None and group.members:
-            raise NonEmptyGroup(f"share group {body.group_id!r} has {len(group.members)} members: its offsets "
-                                "can be reset only while it is empty")
-        if group.error is not None and not isinstance(group.error, GroupIdNotFound):
-            raise group.error
+        _check_empty(call, body.group_id, "reset")
         altered = handler.alter_offsets(call.principal(), body.group_id, targets)
     except LowtideError as err:
         altered = ShareGroupOffsets(group_id=body.group_id, error=_whole_call(err))
@@ -218,6 +224,26 @@ def alter_share_group_offsets(call: Call, body: Any) -> Any:
                                   partitions=tuple(parts)) for t, parts in by_topic.items()))
 
 
+def delete_share_group_offsets(call: Call, body: Any) -> Any:
+    handler = call.services.share
+    top: LowtideError | None = None
+    deleted: list[tuple[str, str, LowtideError | None]] = []
+    try:
+        if handler is None:
+            raise CoordinatorNotAvailable("share group offsets are deleted at a replica")
+        _check_empty(call, body.group_id, "deleted")
+        deleted = handler.delete_offsets(call.principal(), body.group_id, [t.topic_name for t in body.topics])
+    except LowtideError as err:
+        top = _whole_call(err)
+    return call.make(
+        call.response, throttle_time=NO_THROTTLE, error_code=error_code(top.code if top else 0),
+        error_message=top.message if top else None,
+        responses=tuple(call.make("DeleteShareGroupOffsetsResponseTopic", topic_name=t,
+                                  topic_id=uuid.UUID(hex=i) if i else uuid.UUID(int=0),
+                                  error_code=error_code(e.code if e else 0), error_message=e.message if e else None)
+                        for t, i, e in deleted))
+
+
 APIS = [
     Api(SHARE_GROUP_HEARTBEAT_KEY, "ShareGroupHeartbeat", 1, 1, share_group_heartbeat),
     Api(SHARE_GROUP_DESCRIBE_KEY, "ShareGroupDescribe", 1, 1, share_group_describe),
@@ -225,4 +251,5 @@ APIS = [
     Api(SHARE_ACKNOWLEDGE_KEY, "ShareAcknowledge", 1, 2, share_acknowledge),
     Api(DESCRIBE_SHARE_GROUP_OFFSETS_KEY, "DescribeShareGroupOffsets", 0, 1, describe_share_group_offsets),
     Api(ALTER_SHARE_GROUP_OFFSETS_KEY, "AlterShareGroupOffsets", 0, 0, alter_share_group_offsets),
+    Api(DELETE_SHARE_GROUP_OFFSETS_KEY, "DeleteShareGroupOffsets", 0, 0, delete_share_group_offsets),
 ]

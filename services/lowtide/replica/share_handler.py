@@ -203,6 +203,34 @@ class ShareHandler(RequestHandler):
                                             start_offset=offset, error=error))
         return ShareGroupOffsets(group_id=group_id, partitions=tuple(out))
 
+    def delete_offsets(self, principal: str, group_id: str,
+                       topics: list[str]) -> list[tuple[str, str, LowtideError | None]]:
+        """DeleteShareGroupOffsets (the caller checked the group has no members): the group's
+        share-partition states of ``topics`` are deleted; (topic, topic id, error) per topic.
+        DELETE on the GROUP is needed for the call (GROUP_AUTHORIZATION_FAILED, raised), READ on
+        each TOPIC for that topic."""
+        if not self.access.allows(principal, AclOperation.DELETE, ResourceType.GROUP, group_id):
+            raise GroupAuthorizationFailed(f"{principal} is not authorized to DELETE on GROUP {group_id!r}")
+        infos = self.manager.store.topics()
+        out: list[tuple[str, str, LowtideError | None]] = []
+        wanted: set[str] = set()
+        for topic in topics:
+            info = infos.get(topic)
+            if info is None:
+                out.append((topic, "", UnknownTopicOrPartition(f"topic {topic!r} does not exist")))
+            elif not self.access.allows(principal, AclOperation.READ, ResourceType.TOPIC, topic):
+                out.append((topic, info.topic_id, TopicAuthorizationFailed(
+                    f"{principal} is not authorized to READ on TOPIC {topic!r}")))
+            else:
+                out.append((topic, info.topic_id, None))
+                wanted.add(info.topic_id)
+        if wanted:
+            try:
+                self.shares.delete_offsets(group_id, frozenset(wanted))
+            except LowtideError as err:
+                out = [(t, i, e if e is not None or i not in wanted else err) for t, i, e in out]
+        return out
+
     def _find_leader(self, principal: str, topics: dict, topic_id: str,
                    partition: int) -> tuple[LowtideError | None, Callable[[], LeaderLog] | None]:
         info = topics.get(topic_id)

@@ -292,6 +292,14 @@ class SharePartitions:
             return
         self._state_log.write(key, reset_snapshot(self._state_log.read(key), start_offset, self._clock()))
 
+    def delete_offsets(self, group_id: str, topic_ids: frozenset[str]) -> None:
+        """DeleteShareGroupOffsets of an empty share group: its share-partition states of those
+        topics are tombstoned; a leader holding one in memory finds it gone when a member opens a
+        session next (``_check_reset``) and starts again as a new group would
+        (``share.auto.offset.reset``)."""
+        if self._state_log is not None:
+            self._state_log.delete_group(group_id, topic_ids=topic_ids)
+
     def read_share_starts(self, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
         """``read_start_offsets`` as consumed retention reads them: (start offset, write timestamp)."""
         return {k: (v.start_offset, v.write_timestamp_ms) for k, v in self.read_start_offsets(group_id).items()}

@@ -252,12 +252,15 @@ class ShareStateLog:
         state epoch is fenced when read."""
         self.write(key, reset_snapshot(self.read(key), start_offset, now_ms))
 
-    def delete_group(self, group_id: str) -> None:
-        """Tombstone every share-partition state of ``group_id`` (DeleteGroups); acks=all."""
+    def delete_group(self, group_id: str, *, topic_ids: frozenset[str] | None = None) -> None:
+        """Tombstone every share-partition state of ``group_id`` (DeleteGroups), or only those of
+        ``topic_ids`` (DeleteShareGroupOffsets); acks=all."""
         count = self._topic.partition_count(create=False)
         if count is None:
             return
         for topic_id, partition in sorted(self.read_group(group_id)):
+            if topic_ids is not None and topic_id not in topic_ids:
+                continue
             key = ShareStateKey(group_id=group_id, topic_id=topic_id, partition=partition)
             batch = encode_batch([None], keys=[encode_key(key)], timestamp_ms=int(time.time() * 1000))
             self._appender.append(partition_for_key(key, partitions=count), batch, timeout_ms=self._timeout_ms)

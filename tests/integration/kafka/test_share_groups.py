@@ -68,7 +68,7 @@ from tests.waiting import wait_until
 PARTITIONS = 3
 SHARE_CONSUMER_CLASS = "org.apache.kafka.tools.VerifiableShareConsumer"
 LOCK_MS, HEARTBEAT_MS, SESSION_MS, DELIVERY_LIMIT = 3000, 500, 4000, 3
-SHARE_GROUP_DESCRIBE, SHARE_FETCH = 77, 78
+SHARE_GROUP_DESCRIBE, SHARE_FETCH, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 78, 90
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -124,6 +124,27 @@ def describe_start_offsets(cluster: LocalCluster, group: str, topic: str) -> dic
         if len(fields) >= 4 and fields[0] == group and fields[1] == topic and re.fullmatch(r"\d+", fields[2]):
             out[int(fields[2])] = int(fields[3]) if fields[3].lstrip("-").isdigit() else -1
     return out
+
+
+def start_offsets_on_the_wire(cluster: LocalCluster, group: str, topic: str) -> dict[int, int]:
+    """Partition -> start offset, from a replica's DescribeShareGroupOffsets v1 (what
+    ``kafka-share-groups --describe`` asks) in Python: a check repeated while waiting costs no JVM."""
+    m = request_module(DESCRIBE_SHARE_GROUP_OFFSETS, 1)
+    answer = kafka_call(cluster.service("replica-0").kafka, m.DescribeShareGroupOffsetsRequest(groups=(
+        m.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=(
+            m.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=tuple(range(PARTITIONS))),)),)))
+    return {p.partition_index: p.start_offset for g in answer.groups for t in g.topics if t.topic_name == topic
+            for p in t.partitions if int(p.error_code) == 0 and p.start_offset >= 0}
+
+
+def wait_for_start_offsets(cluster: LocalCluster, group: str, topic: str, want: dict[int, int], *,
+                           what: str) -> None:
+    """Wait (in Python) until the group's start offsets are ``want``, then check that Kafka's own
+    ``kafka-share-groups --describe`` shows them too."""
+    wait_until(lambda: start_offsets_on_the_wire(cluster, group, topic) == want, timeout_s=40, interval_s=0.3,
+               what=f"{what}: start offsets {want}", explain=lambda: f"on the wire: "
+               f"{start_offsets_on_the_wire(cluster, group, topic)}")
+    assert describe_start_offsets(cluster, group, topic) == want
 
 
 def ends_of(cluster: LocalCluster, topic: str) -> dict[int, int]:
@@ -204,8 +225,8 @@ def test_three_members_share_three_partitions_and_a_killed_members_records_go_to
         live = [m for m in members if m is not victim]
 
         # Every record is done at the broker (acknowledged, or archived past its delivery limit).
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
-                   what=f"kafka-share-groups --describe showing start offsets at the ends {ends}")
+        wait_for_start_offsets(kcluster, group, topic, ends,
+                               what=f"kafka-share-groups --describe showing start offsets at the ends {ends}")
         delivered_values = {v for m in members for _, _, v in received(m)}
         assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
         # Each offset is reported acknowledged by a member (a report comes with the member's next
@@ -275,8 +296,8 @@ def test_a_killed_share_partition_leader_loses_no_acknowledgement(kcluster, tmp_
         acked_values = {e["value"] for e in prod.named("producer_send_success")}
         assert acked_values, prod.tail()
         ends = ends_of(kcluster, topic)
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == ends, timeout_s=40, interval_s=0.5,
-                   what=f"start offsets at the ends {ends} (kafka-share-groups --describe)")
+        wait_for_start_offsets(kcluster, group, topic, ends,
+                               what=f"start offsets at the ends {ends} (kafka-share-groups --describe)")
         delivered_values = {v for m in members for _, _, v in received(m)}
         assert acked_values <= delivered_values, sorted(acked_values - delivered_values)[:10]
         # An acknowledgement answered before the kill survived it: that record was never handed out
@@ -315,8 +336,7 @@ def test_segments_go_once_every_named_share_group_acknowledged_them(kcluster, tm
     assert len(bases) >= 4, bases
     member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "drain.log")
     try:
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 400}, timeout_s=40, interval_s=0.5,
-                   what="every record acknowledged by the share group")
+        wait_for_start_offsets(kcluster, group, topic, {0: 400}, what="every record acknowledged by the share group")
         # The other named share group has no state on the partition: it holds everything back.
         passes = retention_passes(kcluster, leader)
         wait_until(lambda: retention_passes(kcluster, leader) >= passes + 2, timeout_s=20, interval_s=0.1,
@@ -346,8 +366,8 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
     member = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "acks.log",
                             ack_pattern="accept,release,reject")
     try:
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 30}, timeout_s=40, interval_s=0.5,
-                   what="every record accepted, rejected or archived past its delivery limit")
+        wait_for_start_offsets(kcluster, group, topic, {0: 30},
+                               what="every record accepted, rejected or archived past its delivery limit")
         leader = s.leader_of(kcluster, topic)
         assert s.metric(kcluster, f"replica-{leader}", "lowtide_share_partition_start_offset", group=group,
                         topic=topic, partition="0") == 30
@@ -362,7 +382,7 @@ def test_released_records_come_back_until_the_delivery_limit_and_rejected_ones_n
 def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset_and_a_delete(kcluster, tmp_path):
     """The pinned Kafka 4.1's share consumer (ShareFetch and ShareAcknowledge v1); then
     ``kafka-share-groups --reset-offsets --to-earliest`` of the emptied group, and a new member gets
-    everything again."""
+    everything again; ``--delete-offsets`` of the topic, ``--delete`` of the group."""
     topic, group = "kip932-v41", "kip932-v41-group"
     s.create_topic(kcluster, topic, partitions=1, rf=3)
     values = {f"v41-{i}" for i in range(50)}
@@ -370,8 +390,8 @@ def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset_a
     first = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "v41.log", newest=False)
     second = None
     try:
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
-                   what="every record acknowledged by Kafka 4.1's share consumer")
+        wait_for_start_offsets(kcluster, group, topic, {0: 50},
+                               what="every record acknowledged by Kafka 4.1's share consumer")
         # (4.1's tool reports no acknowledgements in its implicit mode: the start offset says it.)
         assert {v for _, _, v in received(first)} == values
         first.stop()  # it leaves the group: the group is empty
@@ -383,13 +403,17 @@ def test_kafka_4_1s_share_consumer_consumes_everything_and_again_after_a_reset_a
         second = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "again.log")
         wait_until(lambda: {v for _, _, v in received(second)} == values, timeout_s=40, interval_s=0.2,
                    what="every record delivered again after the reset")
-        wait_until(lambda: describe_start_offsets(kcluster, group, topic) == {0: 50}, timeout_s=40, interval_s=0.5,
-                   what="every record acknowledged again")
+        wait_for_start_offsets(kcluster, group, topic, {0: 50}, what="every record acknowledged again")
         # kafka-share-groups --delete of the emptied group: gone from --list, and its state with it
         # (a member of a new group of that name starts from the log start again: earliest here).
         second.stop()
         wait_until(lambda: len(describe(kcluster, group).members) == 0, timeout_s=20, interval_s=0.2,
                    what="the share group empty again")
+        # kafka-share-groups --delete-offsets (DeleteShareGroupOffsets) of the topic: the group
+        # keeps no state of it (nothing to describe), then --delete deletes the group.
+        out = share_groups_tool(kcluster, "--delete-offsets", "--group", group, "--topic", topic)
+        assert topic in out, out
+        assert describe_start_offsets(kcluster, group, topic) in ({}, {0: -1})
         share_groups_tool(kcluster, "--delete", "--group", group)
         assert group not in share_groups_tool(kcluster, "--list").split()
         third = share_consumer(kcluster, topic=topic, group=group, log=tmp_path / "after-delete.log")

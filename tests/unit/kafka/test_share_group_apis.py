@@ -2,8 +2,8 @@
 admin encode them: ShareGroupHeartbeat (76) and ShareGroupDescribe (77) through both ways a
 listener reaches the front door's share group coordinator (in process, and over gRPC through the
 servicer and its remote twin, as from a replica); ShareFetch (78), ShareAcknowledge (79) and
-DescribeShareGroupOffsets (90) and AlterShareGroupOffsets (91) on a listener with no replica,
-answered in every version served."""
+DescribeShareGroupOffsets (90), AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92) on a
+listener with no replica, answered in every version served."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ from kio.schema.alter_share_group_offsets.v0.request import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsRequestPartition,
     AlterShareGroupOffsetsRequestTopic,
+)
+from kio.schema.delete_share_group_offsets.v0.request import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsRequestTopic,
 )
 from kio.schema.describe_share_group_offsets.v1.request import (
     DescribeShareGroupOffsetsRequest,
@@ -39,6 +43,7 @@ from tests.unit.frontdoor.harness import start_grpc_server
 from tests.unit.kafka.test_client_telemetry_apis import send
 
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, DESCRIBE_OFFSETS, ALTER_OFFSETS = 76, 77, 78, 79, 90, 91
+DELETE_OFFSETS = 92
 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 25, 42, 69
 NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE = 6, 15
 
@@ -140,3 +145,10 @@ def test_share_group_offsets_are_reset_at_a_replica(broker):
         AlterShareGroupOffsetsRequestTopic(topic_name="orders", partitions=(
             AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0),)),)))
     assert answer.error_code == COORDINATOR_NOT_AVAILABLE
+
+
+def test_share_group_offsets_are_deleted_at_a_replica(broker):
+    broker, _ = broker
+    answer = send(broker, DELETE_OFFSETS, 0, DeleteShareGroupOffsetsRequest(group_id="g", topics=(
+        DeleteShareGroupOffsetsRequestTopic(topic_name="orders"),)))
+    assert answer.error_code == COORDINATOR_NOT_AVAILABLE and answer.responses == ()
