@@ -1,4 +1,4 @@
-"""One-minute randomized nemesis runs (the long ones are `make chaos` and `make chaos-diskless`): no
+"""Short (40 s) randomized nemesis runs (the long ones are `make chaos` and `make chaos-diskless`): no
 invariant may break, on a classic topic or on a diskless one."""
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from tests.chaos.run import run_chaos
 pytestmark = pytest.mark.integration
 
 SEED = 20240611
+# 40 s each: with this seed, every fault kind the asserts below ask for comes within it (a
+# coordinator kill or pause included), and the suite's CPU is the budget (`make chaos` runs long).
+MINUTES = 0.67
 
 
-def test_one_minute_of_random_faults_breaks_no_invariant(tmp_path):
+def test_forty_seconds_of_random_faults_breaks_no_invariant(tmp_path):
     if not redis_available():
         pytest.skip("redis-server is not installed (apt-get install redis-server; `make setup` does it)")
-    result = run_chaos(minutes=1.0, seed=SEED, data_dir=tmp_path / "cluster")
+    result = run_chaos(minutes=MINUTES, seed=SEED, data_dir=tmp_path / "cluster")
     print(result.table())
     print("\n".join(result.fault_log))
     assert not result.harness_errors, result.harness_errors
@@ -27,10 +30,10 @@ def test_one_minute_of_random_faults_breaks_no_invariant(tmp_path):
                                    f"{fmt_violations(result.violations)}")
 
 
-def test_one_minute_of_random_faults_on_a_diskless_topic_breaks_no_invariant(tmp_path):
+def test_forty_seconds_of_random_faults_on_a_diskless_topic_breaks_no_invariant(tmp_path):
     if not redis_available():
         pytest.skip("redis-server is not installed (apt-get install redis-server; `make setup` does it)")
-    result = run_chaos(minutes=1.0, seed=SEED, data_dir=tmp_path / "cluster", diskless=True)
+    result = run_chaos(minutes=MINUTES, seed=SEED, data_dir=tmp_path / "cluster", diskless=True)
     print(result.table())
     print("\n".join(result.fault_log))
     assert not result.harness_errors, result.harness_errors
