@@ -418,7 +418,11 @@ class Watch:
 
     def stop(self) -> None:
         self._stop.set()
-        deadline = time.monotonic() + 2.0
+        # Up to 10 s (it takes a moment, longer on a loaded machine): a watch thread still inside a
+        # gRPC call when the client's channels are closed and the interpreter exits can hold gRPC's
+        # shutdown forever (a `lowtide metadata migrate` printed its answer and then hung, once, in
+        # a loaded test run, after a 2 s wait here had run out).
+        deadline = time.monotonic() + 10.0
         # The stream may be made just after a look finds none: cancel until the thread has ended.
         while self._thread.is_alive() and time.monotonic() < deadline:
             call = self._call
