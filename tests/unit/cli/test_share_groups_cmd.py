@@ -36,12 +36,20 @@ def _join_share_group(address: str, group_id: str, topic: str, client_id: str) -
     return answer.member_id
 
 
+def _topic_with_records(capsys, store, address: str, topic: str, *, assignment: list[list[int]],
+                        records: int) -> None:
+    """A topic (one partition per replica list of ``assignment``) with ``records`` records of 10
+    bytes, produced through the CLI."""
+    store.create_topic(name=topic, partitions=len(assignment), replication_factor=1, config={},
+                       assignment=assignment)
+    code, _ = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", topic,
+                       "--num-records", str(records), "--record-size", "10")
+    assert code == 0
+
+
 def test_a_share_group_is_listed_and_described_with_its_member_assignment_and_end_offsets(cluster, capsys, store):
     address, _ = cluster
-    store.create_topic(name="jobs", partitions=2, replication_factor=1, config={}, assignment=[[0], [1]])
-    code, docs = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "jobs",
-                          "--num-records", "6", "--record-size", "10")
-    assert code == 0
+    _topic_with_records(capsys, store, address, "jobs", assignment=[[0], [1]], records=6)
     member_id = _join_share_group(address, "workers", "jobs", "worker-1")
 
     code, docs = run_json(capsys, "share-groups", "list", "--bootstrap-server", address)
@@ -61,10 +69,7 @@ def test_a_share_group_is_listed_and_described_with_its_member_assignment_and_en
 
 def test_describe_shows_the_start_offset_from_share_group_state_and_the_undelivered_lag(cluster, capsys, store):
     address, _ = cluster
-    store.create_topic(name="tasks", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    code, _ = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "tasks",
-                       "--num-records", "10", "--record-size", "10")
-    assert code == 0
+    _topic_with_records(capsys, store, address, "tasks", assignment=[[0]], records=10)
     # The state a share-partition leader would have written: start at 3, offsets 3-4 acknowledged,
     # 6 archived, 5 and 7-9 not yet done.
     topic_id = store.topics()["tasks"].topic_id
@@ -95,10 +100,7 @@ def _describe_starts(capsys, address: str, group_id: str) -> list[tuple[int, int
 
 def test_reset_moves_an_empty_share_groups_start_offsets_and_refuses_a_group_with_members(cluster, capsys, store):
     address, _ = cluster
-    store.create_topic(name="queue", partitions=1, replication_factor=1, config={}, assignment=[[0]])
-    code, _ = run_json(capsys, "produce", "--bootstrap-server", address, "--topic", "queue",
-                       "--num-records", "8", "--record-size", "10")
-    assert code == 0
+    _topic_with_records(capsys, store, address, "queue", assignment=[[0]], records=8)
     member_id = _join_share_group(address, "readers", "queue", "reader")
 
     code, docs = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "readers",
