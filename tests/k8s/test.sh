@@ -126,7 +126,10 @@ for b in etcd etcdctl; do
 done
 docker build -q "${build_args[@]}" --target runtime -t "$LOWTIDE_IMAGE" "$repo" >/dev/null
 docker build -q "${build_args[@]}" --target spark -t "$LOWTIDE_SPARK_IMAGE" "$repo" >/dev/null
-docker run --rm --network none --entrypoint etcd "$LOWTIDE_IMAGE" --version | head -n 1 || fail "no etcd in the image"
+# Captured whole, then its first line printed: `| head -n 1` closes the pipe early, and etcd's
+# "write /dev/stdout: broken pipe" then fails the step under pipefail (CI, session 44).
+etcd_version=$(docker run --rm --network none --entrypoint etcd "$LOWTIDE_IMAGE" --version) || fail "no etcd in the image"
+printf '%s\n' "${etcd_version%%$'\n'*}"
 phase "image load"
 docker save "$LOWTIDE_IMAGE" "$LOWTIDE_SPARK_IMAGE" | ctr -a "$K8S_RUN/containerd.sock" -n k8s.io images import - >/dev/null
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "^(lowtide|lowtide-spark):" || true
@@ -246,7 +249,7 @@ done
 after_start=$(offsets earliest) after_end=$(offsets latest)
 [ "$after_start" = "$before_start" ] || fail "log start offsets $before_start -> $after_start after the restart"
 [ "$after_end" = "$before_end" ] || fail "log end offsets $before_end -> $after_end after the restart"
-k exec "$victim" -- sh -c 'ls /var/lib/lowtide' | head -n 5
+k exec "$victim" -- sh -c 'ls /var/lib/lowtide | head -n 5'
 n=$(lt consume --topic "$TOPIC" --partition 0 --offset 100 --max-records 800 --output json | jq -s 'length')
 [ "$n" = 800 ] || fail "read $n records of partition 0 from offset 100 after the restart, wanted 800"
 
