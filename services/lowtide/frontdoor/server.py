@@ -56,6 +56,7 @@ from lowtide.frontdoor.transactions.transactions import (
     TxnStateStore,
 )
 from lowtide.frontdoor.transactions.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
+from lowtide.groups.configs import GroupConfigs
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login, client_telemetry
@@ -185,7 +186,8 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
     share_groups = ShareGroups(topics=store, authorizer=authorizer, config=config.share_groups,
                                other_group=lambda g: consumer_groups.is_consumer_group(g) or members.has_members(g),
                                forget_state=share_state.delete_group, read_state=share_state.read_group,
-                               reset_state=lambda key, offset: share_state.reset(key, offset, int(time.time() * 1000)))
+                               reset_state=lambda key, offset: share_state.reset(key, offset, int(time.time() * 1000)),
+                               group_configs=GroupConfigs(store).of)
     front = FrontDoor(
         authenticator=authenticator,
         authorizer=authorizer,

@@ -19,8 +19,14 @@ accept SET/DELETE of the throttle rates, and DELETE of
 ``replica.alter.log.dirs.io.max.bytes.per.second`` as a no-op (``kafka-reassign-partitions
 --verify`` clears all three), through the front door's Admin.AlterConfigs with the resource named
 ``broker:<id>`` (``frontdoor/admin/config_admin.py``: ALTER_CONFIGS on the CLUSTER); any other broker
-key is POLICY_VIOLATION naming what to change instead. Other resource types (loggers, groups,
-client metrics) are INVALID_REQUEST.
+key is POLICY_VIOLATION naming what to change instead.
+
+Groups (Kafka 4's GROUP resource, ``kafka-configs --entity-type groups``; Kafka's share consumer
+tools set ``share.auto.offset.reset`` this way): the keys of ``groups.configs``, SET/DELETE, through
+the same front door call with the resource named ``group:<id>`` (ALTER_CONFIGS on the GROUP).
+DescribeConfigs (DESCRIBE_CONFIGS on the GROUP) lists every group key: GROUP_CONFIG when the group
+sets it, else DEFAULT_CONFIG with the built-in default. Other resource types (loggers, client
+metrics) are INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lowtide.errors import InvalidRequest
+from lowtide.groups.configs import GROUP_CONFIG_KEYS, group_resource
 from lowtide.kafka.apis_admin import describe, kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code
@@ -46,8 +53,10 @@ from lowtide.metadata.config_defaults import (
 
 ALTER_CONFIGS_KEY, DESCRIBE_CONFIGS_KEY, INCREMENTAL_ALTER_CONFIGS_KEY = 33, 32, 44
 # Kafka's ConfigResource.Type and ConfigEntry.ConfigSource numbers.
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP = 2, 4, 32
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
+GROUP_CONFIG = 8
+ALTERABLE = (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_GROUP)
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
@@ -130,8 +139,27 @@ def _dynamic_broker_configs(call: Call, names: set[str]) -> dict[str, tuple[int,
     return {n: (*_outcome(a), dict(a.config)) for n, a in zip(ordered, answers, strict=True)}
 
 
+def _group_entries(call: Call, body: Any, own: Mapping[str, str], keys: set[str] | None) -> tuple:
+    out = []
+    for name, spec in GROUP_CONFIG_KEYS.items():
+        if keys is not None and name not in keys:
+            continue
+        layers = ([(name, own[name], GROUP_CONFIG)] if name in own else []) + [(name, spec.default, DEFAULT_CONFIG)]
+        _, value, source = layers[0]
+        out.append(_entry(call, body, name, value, source, read_only=False, synonyms=layers))
+    return tuple(out)
+
+
+def _group_configs(call: Call, groups: list[str]) -> dict[str, tuple[int, str | None, dict[str, str]]]:
+    """Group -> (error code, message, its configs), read back from the front door (validate_only,
+    no ops: DESCRIBE_CONFIGS on the GROUP)."""
+    answers = _alter_configs(call, [ConfigChange(topic=group_resource(g), ops=()) for g in groups],
+                             validate_only=True)
+    return {g: (*_outcome(a), dict(a.config)) for g, a in zip(groups, answers, strict=True)}
+
+
 def describe_configs(call: Call, body: Any) -> Any:
-    """Topic and broker configs (module doc); per-resource errors, in request order."""
+    """Topic, broker and group configs (module doc); per-resource errors, in request order."""
     names = [r.resource_name for r in body.resources if r.resource_type == RESOURCE_TOPIC]
     meta = describe(call, names or [NO_TOPIC])
     topics = {t.name: t for t in meta.topics} if names else {}
@@ -140,6 +168,8 @@ def describe_configs(call: Call, body: Any) -> Any:
     wanted = {r.resource_name for r in body.resources if r.resource_type == RESOURCE_BROKER
               and (not r.resource_name or r.resource_name in known)}
     dynamic = _dynamic_broker_configs(call, wanted) if wanted else {}
+    group_names = sorted({r.resource_name for r in body.resources if r.resource_type == RESOURCE_GROUP})
+    groups = _group_configs(call, group_names) if group_names else {}
     results = []
     for r in body.resources:
         code, message, configs = 0, None, ()
@@ -162,9 +192,13 @@ def describe_configs(call: Call, body: Any) -> Any:
                 if not code:
                     configs = _broker_entries(call, body, own=own, default=default, is_default=not r.resource_name,
                                               live_brokers=len(brokers), keys=keys)
+        elif r.resource_type == RESOURCE_GROUP:
+            code, message, own = groups[r.resource_name]
+            if not code:
+                configs = _group_entries(call, body, own, keys)
         else:
-            code, message = INVALID_REQUEST, (f"lowtide describes topic (2) and broker (4) configs, not resource "
-                                              f"type {r.resource_type}")
+            code, message = INVALID_REQUEST, (f"lowtide describes topic (2), broker (4) and group (32) configs, "
+                                              f"not resource type {r.resource_type}")
         results.append(call.make("DescribeConfigsResult", error_code=error_code(code), error_message=message,
                                  resource_type=r.resource_type, resource_name=r.resource_name, configs=configs))
     return call.make(call.response, throttle_time=NO_THROTTLE, results=tuple(results))
@@ -172,15 +206,17 @@ def describe_configs(call: Call, body: Any) -> Any:
 
 # -- IncrementalAlterConfigs / AlterConfigs --------------------------------------------------
 def _refusal(resource_type: int) -> tuple[int, str]:
-    return INVALID_REQUEST, f"lowtide alters topic (2) and broker (4) configs only, not resource type {resource_type}"
+    return INVALID_REQUEST, (f"lowtide alters topic (2), broker (4) and group (32) configs only, not resource type "
+                             f"{resource_type}")
 
 
 def _alter(call: Call, body: Any, *, replace: bool) -> Any:
     changes = []
     for r in body.resources:
-        if r.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
+        if r.resource_type not in ALTERABLE:
             continue
-        name = r.resource_name if r.resource_type == RESOURCE_TOPIC else broker_resource(r.resource_name)
+        name = (r.resource_name if r.resource_type == RESOURCE_TOPIC else broker_resource(r.resource_name)
+                if r.resource_type == RESOURCE_BROKER else group_resource(r.resource_name))
         # The op as the client sent it: one that is no ConfigOpType is refused per resource.
         changes.append(ConfigChange(topic=name, replace=replace, ops=tuple(
             ConfigOp(key=c.name, op=ConfigOpType.SET if replace else int(c.config_operation), value=c.value)
@@ -188,8 +224,8 @@ def _alter(call: Call, body: Any, *, replace: bool) -> Any:
     answers = iter(_alter_configs(call, changes, validate_only=bool(body.validate_only)) if changes else ())
     responses = []
     for r in body.resources:
-        if r.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER):
-            code, message = _outcome(next(answers))  # one result per topic or broker resource, in order
+        if r.resource_type in ALTERABLE:
+            code, message = _outcome(next(answers))  # one result per topic, broker or group resource, in order
         else:
             code, message = _refusal(r.resource_type)
         responses.append(call.make("AlterConfigsResourceResponse", error_code=error_code(code),

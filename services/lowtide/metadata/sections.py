@@ -14,6 +14,7 @@ The sections (``SECTIONS``) are fixed here, so the key layout stays in this pack
     shards/{k}/...              diskless coordinator shards: lease, epoch, address, standbys
                                 (lowtide.coordinator.leadership draws them)
     scanners/{name}             a running orphan scanner's address (lowtide.scanner.server)
+    group_configs/{group}       a group's configs (Kafka's GROUP config resource: lowtide.groups.configs)
 
 A ``Section`` reads from the process's metadata image (no round trip; keeps answering while etcd
 is away) and writes etcd transactions guarded by the cluster id, like every metadata write: a
@@ -33,7 +34,8 @@ from lowtide.errors import MetadataStoreUnavailable
 from lowtide.metadata.etcd import delete_op, if_missing, if_mod_revision, if_value, put_op
 from lowtide.metadata.store import MetadataStore
 
-SECTIONS = frozenset({"acls", "scram", "tokens", "quotas", "producer_ids", "transactions", "shards", "scanners"})
+SECTIONS = frozenset({"acls", "scram", "tokens", "quotas", "producer_ids", "transactions", "shards", "scanners",
+                      "group_configs"})
 
 
 @dataclass(frozen=True)

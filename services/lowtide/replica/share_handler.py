@@ -75,9 +75,9 @@ class ShareHandler(RequestHandler):
         super().__init__(**parts)
         self.shares = shares
 
-    @property
-    def lock_duration_ms(self) -> int:
-        return self.shares.config.partition.lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The acquisition lock of ``group_id``'s records (its group config, else the flag)."""
+        return self.shares.partition_config(group_id).lock_duration_ms
 
     def share_fetch(self, principal: str, ask: ShareFetchAsk) -> ShareFetchAnswer:
         if not self.access.allows(principal, AclOperation.READ, ResourceType.GROUP, ask.group_id):
@@ -132,7 +132,8 @@ class ShareHandler(RequestHandler):
         for p in ask.partitions:
             answers.setdefault((p.topic_id, p.partition), SharePartitionAnswer(topic_id=p.topic_id,
                                                                                 partition=p.partition))
-        return ShareFetchAnswer(partitions=tuple(answers.values()), lock_timeout_ms=self.lock_duration_ms)
+        return ShareFetchAnswer(partitions=tuple(answers.values()),
+                                lock_timeout_ms=self.lock_duration_ms(ask.group_id))
 
     def describe_offsets(self, principal: str, group_id: str,
                          topics: dict[str, tuple[int, ...]] | None) -> ShareGroupOffsets:

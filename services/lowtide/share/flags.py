@@ -7,6 +7,7 @@ import argparse
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.server import add_flag
+from lowtide.groups.configs import GroupConfigs
 from lowtide.metadata.store import MetadataStore
 from lowtide.share.partitions import EARLIEST, LATEST, ShareConfig, SharePartitions
 from lowtide.share.persist import DEFAULT_STATE_PARTITIONS, ShareStateLog
@@ -43,4 +44,5 @@ def build_share_partitions(args: argparse.Namespace, *, store: MetadataStore, re
                                                         delivery_count_limit=args.group_share_delivery_count_limit),
                          auto_offset_reset=args.group_share_auto_offset_reset)
     return SharePartitions(config=config, state_log=ShareStateLog(store=store, replicas=replicas,
-                                                                  partitions=args.share_state_partitions))
+                                                                  partitions=args.share_state_partitions),
+                           group_configs=GroupConfigs(store).of)

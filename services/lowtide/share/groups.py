@@ -41,6 +41,7 @@ from lowtide.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
+from lowtide.groups.configs import SHARE_HEARTBEAT_INTERVAL_MS, SHARE_SESSION_TIMEOUT_MS
 from lowtide.messages.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerHeartbeat,
@@ -121,8 +122,12 @@ class ShareGroups:
                  other_group: Callable[[str], bool] | None = None,
                  forget_state: Callable[[str], None] | None = None,
                  read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None,
-                 reset_state: Callable[[ShareStateKey, int], None] | None = None) -> None:
+                 reset_state: Callable[[ShareStateKey, int], None] | None = None,
+                 group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self._topics = topics
+        # A group's configs (groups.configs): share.session.timeout.ms and share.heartbeat.interval.ms
+        # override the coordinator's for that group, read at each heartbeat.
+        self._group_configs = group_configs or (lambda group_id: {})
         self._authorizer = authorizer
         self.config = config
         self._clock = clock
@@ -195,6 +200,9 @@ class ShareGroups:
                 and self.other_group(request.group_id):
             raise GroupIdNotFound(f"group {request.group_id!r} is not a share group")
         now = self._clock()
+        own = self._group_configs(request.group_id)
+        heartbeat_ms = int(own.get(SHARE_HEARTBEAT_INTERVAL_MS, self.config.heartbeat_interval_ms))
+        session_ms = int(own.get(SHARE_SESSION_TIMEOUT_MS, self.config.session_timeout_ms))
         with self._lock:
             group = self._groups.setdefault(request.group_id, ShareGroup(group_id=request.group_id))
             member = group.members.get(request.member_id)
@@ -203,7 +211,7 @@ class ShareGroups:
                     del group.members[request.member_id]
                     self._reassign(group)
                 return ConsumerHeartbeatResult(member_id=request.member_id, member_epoch=LEAVE_EPOCH,
-                                               heartbeat_interval_ms=self.config.heartbeat_interval_ms)
+                                               heartbeat_interval_ms=heartbeat_ms)
             if member is None:
                 if request.member_epoch != 0:
                     raise UnknownMemberId(f"member {request.member_id} is not in share group {request.group_id!r}")
@@ -228,7 +236,7 @@ class ShareGroups:
                     changed = True
                 if request.rack_id is not None:
                     member.rack_id = request.rack_id
-            member.session_deadline = now + self.config.session_timeout_ms / 1000
+            member.session_deadline = now + session_ms / 1000
             counts = self._count_partitions(group)
             if changed or counts != group.counts:
                 self._reassign(group, counts)
@@ -238,7 +246,7 @@ class ShareGroups:
                 member.sent = member.assigned
                 assignment = self._describe_partitions(member.assigned)
             return ConsumerHeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
-                                           heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                                           heartbeat_interval_ms=heartbeat_ms,
                                            assignment=assignment)
 
     def _count_partitions(self, group: ShareGroup) -> dict[str, int]:

@@ -7,6 +7,10 @@ used in a leader epoch, and every acknowledgement is written there (acks=all) be
 answered; a failed write puts the state back as it was. Lock timeouts are applied whenever the
 share-partition is touched, so a dead member's records go to the next member that fetches.
 
+Group configs (``groups.configs``: ``share.auto.offset.reset``, ``share.record.lock.duration.ms``)
+override the replica's flags for their group: read when a share-partition is loaded and again when a
+member opens a share session of its group, so a change applies from the group's next session.
+
 Share sessions (KIP-932's, like KIP-227's fetch sessions): per (group, member) at this broker, the
 partitions the member fetches and the epoch its next request must carry.
 
@@ -17,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from lowtide.clock import now_ms as wall_ms
 from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionNotFound
+from lowtide.groups.configs import SHARE_AUTO_OFFSET_RESET, SHARE_RECORD_LOCK_DURATION_MS
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import iter_batches
 from lowtide.share.codec import ShareSnapshot, ShareStateKey, reset_snapshot
@@ -112,8 +117,11 @@ class SharePartitions:
     """
 
     def __init__(self, *, config: ShareConfig = ShareConfig(), state_log: StateLog | None = None,
-                 clock: Callable[[], int] = wall_ms) -> None:
+                 clock: Callable[[], int] = wall_ms,
+                 group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self.config = config
+        # A group's configs ({} when it sets none): groups.configs.GroupConfigs.of in a replica.
+        self._group_configs = group_configs or (lambda group_id: {})
         self._state_log = state_log
         self._clock = clock
         self._registry = threading.Lock()
@@ -166,6 +174,19 @@ class SharePartitions:
             session = self._sessions.pop((group_id, member_id), None)
             return set() if session is None else set(session.partitions)
 
+    # -- group configs ---------------------------------------------------------------------------
+    def partition_config(self, group_id: str) -> SharePartitionConfig:
+        """The share-partition settings of ``group_id``: its ``share.record.lock.duration.ms`` if
+        it sets one, else the replica's flags."""
+        own = self._group_configs(group_id).get(SHARE_RECORD_LOCK_DURATION_MS)
+        if own is None:
+            return self.config.partition
+        return replace(self.config.partition, lock_duration_ms=int(own))
+
+    def auto_offset_reset(self, group_id: str) -> str:
+        """Where ``group_id`` starts on a partition it has no state for (share.auto.offset.reset)."""
+        return self._group_configs(group_id).get(SHARE_AUTO_OFFSET_RESET, self.config.auto_offset_reset)
+
     # -- share-partitions ------------------------------------------------------------------------
     def _get(self, key: ShareStateKey, leader: LeaderLog) -> SharePartition:
         k = (key.group_id, key.topic_id, key.partition)
@@ -180,6 +201,8 @@ class SharePartitions:
                 if sp is not None and sp.leader_epoch == leader.leader_epoch and not sp.recheck:
                     return sp
             if sp is not None and sp.leader_epoch == leader.leader_epoch and not self._check_reset(sp):
+                with sp.lock:
+                    sp.state.config = self.partition_config(key.group_id)
                 sp.recheck = False
                 return sp
             sp = self._load(key, leader)
@@ -201,8 +224,9 @@ class SharePartitions:
         snapshot = self._state_log.read(key) if self._state_log is not None else None
         now = self._clock()
         if snapshot is None:
-            start = leader.log_start_offset if self.config.auto_offset_reset == EARLIEST else leader.high_watermark
-            state = SharePartitionState(start_offset=start, config=self.config.partition)
+            reset = self.auto_offset_reset(key.group_id)
+            start = leader.log_start_offset if reset == EARLIEST else leader.high_watermark
+            state = SharePartitionState(start_offset=start, config=self.partition_config(key.group_id))
             sp = SharePartition(key=key, state=state, leader_epoch=leader.leader_epoch, snapshot_epoch=-1,
                                 created_ms=now)
             # Written at once (Kafka's InitializeShareGroupState): a leader elected next starts from
@@ -210,7 +234,7 @@ class SharePartitions:
             # nobody has been given), and the group's start offsets can be described.
             self._persist(sp, now)
             return sp
-        state = SharePartitionState(start_offset=snapshot.start_offset, config=self.config.partition,
+        state = SharePartitionState(start_offset=snapshot.start_offset, config=self.partition_config(key.group_id),
                                     batches=snapshot.batches)
         log.info("share-partition loaded", extra={"fields": {
             "group": key.group_id, "topic_id": key.topic_id, "partition": key.partition,

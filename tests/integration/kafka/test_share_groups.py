@@ -62,6 +62,7 @@ import pytest
 from lowtide.client import Admin
 from lowtide.client.admin import OffsetSpec
 from lowtide.localcluster import ClusterConfig, LocalCluster
+from lowtide.share.codec import SHARE_STATE_TOPIC, ShareStateKey, partition_for_key
 from tests.integration import support as s
 from tests.integration.conftest import DEFAULT_REPLICA_CONFIG, running_cluster
 from tests.integration.kafka.test_consumer_group_protocol import JavaTool, producer
@@ -84,9 +85,6 @@ def kcluster(request, tmp_path_factory):
         replica_config={**DEFAULT_REPLICA_CONFIG, "log.retention.check.interval.ms": "300"},
         extra_env={"LOWTIDE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(LOCK_MS),
                    "LOWTIDE_GROUP_SHARE_DELIVERY_COUNT_LIMIT": str(DELIVERY_LIMIT),
-                   # VerifiableShareConsumer sets share.auto.offset.reset through a group config,
-                   # which is not served yet: the replicas' default says where a group starts.
-                   "LOWTIDE_GROUP_SHARE_AUTO_OFFSET_RESET": "earliest",
                    "LOWTIDE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS": str(HEARTBEAT_MS),
                    "LOWTIDE_GROUP_SHARE_SESSION_TIMEOUT_MS": str(SESSION_MS)}))
 
@@ -94,10 +92,13 @@ def kcluster(request, tmp_path_factory):
 def share_consumer(cluster: LocalCluster, *, topic: str, group: str, log, ack_pattern: str = "",
                    newest: bool = True) -> JavaTool:
     """VerifiableShareConsumer; ``ack_pattern`` (accept|release|reject, by offset modulo its length)
-    turns on explicit acknowledgement, synchronous. ``newest=False``: the pinned Kafka 4.1's."""
+    turns on explicit acknowledgement, synchronous. ``newest=False``: the pinned Kafka 4.1's. The
+    tool sets its group's ``share.auto.offset.reset`` to earliest with an IncrementalAlterConfigs of
+    the GROUP resource before it subscribes (the replicas' own default is Kafka's, latest)."""
     explicit = ["--acknowledgement-mode", "sync", "--ack-pattern", ack_pattern] if ack_pattern else []
     return JavaTool([*java_command(newest=newest),
                      SHARE_CONSUMER_CLASS, "--topic", topic, "--group-id", group, *explicit,
+                     "--offset-reset-strategy", "earliest",
                      "--bootstrap-server", cluster.kafka_bootstrap, "--verbose"], log)
 
 
@@ -494,3 +495,178 @@ def test_a_parked_share_fetch_is_woken_by_records_produced_while_it_waits(kclust
                 return
     pytest.fail(f"no parked ShareFetch was woken by the record produced while it waited "
                 f"(record offset, acquired, seconds): {rounds}")
+
+
+def configs_tool(cluster: LocalCluster, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    """``kafka-configs`` (kafka-tools 4.4.0's ConfigCommand)."""
+    done = subprocess.run([*java_command(newest=True), "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+                           cluster.kafka_bootstrap, *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
+    return done
+
+
+def lock_timeout_answered(cluster: LocalCluster, *, topic: str, group: str) -> int:
+    """The AcquisitionLockTimeoutMs a ShareFetch of ``group`` is answered with."""
+    topic_id = uuid.UUID(hex=s.store(cluster).topic(topic).topic_id)
+    m = request_module(SHARE_FETCH, 2)
+    answer = kafka_call(cluster.service(f"replica-{s.leader_of(cluster, topic)}").kafka, m.ShareFetchRequest(
+        group_id=group, member_id=uuid.uuid4().hex, share_session_epoch=0, max_wait=datetime.timedelta(0),
+        min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1, forgotten_topics_data=(),
+        topics=(m.FetchTopic(topic_id=topic_id, partitions=(
+            m.FetchPartition(partition_index=0, acknowledgement_batches=()),)),)))
+    assert int(answer.error_code) == 0, answer
+    return int(answer.acquisition_lock_timeout.total_seconds() * 1000)
+
+
+def test_kafka_configs_sets_describes_and_deletes_a_share_groups_configs(kcluster):
+    """``kafka-configs --entity-type groups``: the group's lock duration is what its ShareFetches
+    are answered with; a value out of range, a key that is no group config, and read_committed
+    (not served) are refused and change nothing."""
+    topic, group = "kip932-configs", "kip932-configs-group"
+    s.create_topic(kcluster, topic, partitions=1, rf=3)
+    entity = ["--entity-type", "groups", "--entity-name", group]
+    assert lock_timeout_answered(kcluster, topic=topic, group=group) == LOCK_MS  # the replicas' flag
+    configs_tool(kcluster, *entity, "--alter", "--add-config",
+                 "share.record.lock.duration.ms=15000,share.auto.offset.reset=earliest")
+    described = configs_tool(kcluster, *entity, "--describe").stdout
+    assert "share.record.lock.duration.ms=15000" in described and "share.auto.offset.reset=earliest" in described, \
+        described
+    assert lock_timeout_answered(kcluster, topic=topic, group=group) == 15000
+    for bad in ("share.record.lock.duration.ms=10", "retention.ms=1", "share.isolation.level=read_committed"):
+        refused = configs_tool(kcluster, *entity, "--alter", "--add-config", bad, ok=False)
+        assert "InvalidConfigurationException" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    configs_tool(kcluster, *entity, "--alter", "--delete-config", "share.record.lock.duration.ms")
+    described = configs_tool(kcluster, *entity, "--describe").stdout
+    assert "share.record.lock.duration.ms" not in described and "share.auto.offset.reset=earliest" in described, \
+        described
+    assert lock_timeout_answered(kcluster, topic=topic, group=group) == LOCK_MS
+
+
+SHARE_ACKNOWLEDGE, ACCEPT, RELEASE = 79, 1, 2
+
+
+class RawShareMember:
+    """A share group member speaking ShareFetch v2 / ShareAcknowledge v1 itself, to the partition's
+    leader of the moment: acknowledgements exactly where a test wants them."""
+
+    def __init__(self, cluster: LocalCluster, *, topic: str, group: str) -> None:
+        self.cluster, self.topic, self.group = cluster, topic, group
+        self.topic_id = uuid.UUID(hex=s.store(cluster).topic(topic).topic_id)
+        self.member_id, self.epoch = uuid.uuid4().hex, 0
+
+    def _leader(self) -> str:
+        return self.cluster.service(f"replica-{s.leader_of(self.cluster, self.topic)}").kafka
+
+    def fetch(self, max_records: int) -> list[tuple[int, int]]:
+        m = request_module(SHARE_FETCH, 2)
+        answer = kafka_call(self._leader(), m.ShareFetchRequest(
+            group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch,
+            max_wait=datetime.timedelta(seconds=1), min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+            batch_size=max_records, forgotten_topics_data=(), topics=(m.FetchTopic(topic_id=self.topic_id, partitions=(
+                m.FetchPartition(partition_index=0, acknowledgement_batches=()),)),)))
+        self.epoch += 1
+        assert int(answer.error_code) == 0, answer
+        errors = [int(p.error_code) for t in answer.responses for p in t.partitions]
+        assert errors in ([], [0]), answer
+        return [(r.first_offset, r.last_offset) for t in answer.responses for p in t.partitions
+                for r in p.acquired_records]
+
+    def acknowledge(self, first: int, last: int, kind: int) -> None:
+        m = request_module(SHARE_ACKNOWLEDGE, 1)
+        answer = kafka_call(self._leader(), m.ShareAcknowledgeRequest(
+            group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch, topics=(
+                m.AcknowledgeTopic(topic_id=self.topic_id, partitions=(m.AcknowledgePartition(
+                    partition_index=0, acknowledgement_batches=(m.AcknowledgementBatch(
+                        first_offset=first, last_offset=last, acknowledge_types=(kind,)),)),)),)))
+        self.epoch += 1
+        assert int(answer.error_code) == 0, answer
+        assert [int(p.error_code) for t in answer.responses for p in t.partitions] == [0], answer
+
+
+def test_a_record_a_named_share_group_has_not_acknowledged_survives_kill_9_of_its_coordinator_and_leader(
+        kcluster, tmp_path):
+    """Two share groups named in ``consumed.retention.groups``: one acknowledges all 400 records,
+    the other the first 150 only (the segments below the one holding offset 150 go). Then its share
+    coordinator (the leader of its ``__share_group_state`` partition) and the topic's leader (its
+    share-partition's leader) are killed with -9 in turn and restarted. That group starts at latest
+    (Kafka's default): a leader that lost its state would start it afresh at the high watermark,
+    and the retention pass would then delete the 250 records it never acknowledged. Sampled
+    throughout on every replica, the log start offset stays at that segment's base and every
+    record from 150 stays readable; once the group acknowledges the rest, the partition drains on
+    every replica."""
+    topic, done, slow = "kip932-kill-retention", "kip932-kill-done", "kip932-kill-slow"
+    s.create_topic(kcluster, topic, partitions=1, rf=3, config={
+        "consumed.retention.ms": "0", "consumed.retention.groups": f"share:{done},share:{slow}"})
+    member = RawShareMember(kcluster, topic=topic, group=slow)
+    assert member.fetch(1) == []  # the share-partition starts at the high watermark: 0
+    for _ in range(20):
+        assert s.produce(kcluster, topic, [b"x" * 1024] * 20).error_code == 0
+    consumer = share_consumer(kcluster, topic=topic, group=done, log=tmp_path / "done.log")
+    try:
+        acquired: list[tuple[int, int]] = []
+        while not acquired or acquired[-1][1] < 149:  # whole batches, as many as one fetch answers
+            got = member.fetch(150)
+            assert got, acquired
+            acquired += got
+        assert acquired[0][0] == 0, acquired
+        member.acknowledge(0, 149, ACCEPT)
+        if acquired[-1][1] > 149:
+            member.acknowledge(150, acquired[-1][1], RELEASE)
+        wait_for_start_offsets(kcluster, done, topic, {0: 400}, what="the first group done with every record")
+        assert start_offsets_on_the_wire(kcluster, slow, topic) == {0: 150}
+        # Whole segments go: the log starts at the base of the one holding offset 150.
+        base = max(b for b in s.segment_files(kcluster, s.leader_of(kcluster, topic), topic) if b <= 150)
+        assert base > 0, s.segment_files(kcluster, s.leader_of(kcluster, topic), topic)
+        for r in (0, 1, 2):
+            s.wait_until(lambda r=r: s.describe(kcluster, r, topic).log_start_offset == base,
+                         what=f"replica {r}'s log start offset at {base}, the segment below the slow group's 150")
+        seen: dict[int, int] = {}
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                for r in (0, 1, 2):
+                    try:
+                        seen[r] = max(seen.get(r, 0), s.describe(kcluster, r, topic).log_start_offset)
+                    except Exception:  # noqa: BLE001 - a replica being killed answers nothing
+                        pass
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            state_topic = s.store(kcluster).topic(SHARE_STATE_TOPIC)
+            key = ShareStateKey(group_id=slow, topic_id=member.topic_id.hex, partition=0)
+            state_partition = partition_for_key(key, partitions=state_topic.partitions)
+            for leading in ((SHARE_STATE_TOPIC, state_partition), (topic, 0)):  # the topic's: after the first restart
+                victim = s.leader_of(kcluster, *leading)
+                kcluster.kill(f"replica-{victim}")
+                time.sleep(1.0)
+                kcluster.start_service(f"replica-{victim}")
+            # Counted on whichever replica leads the topic when asked (a restarted one may have lost it).
+            passes = {r: retention_passes(kcluster, r) for r in (0, 1, 2)}
+
+            def passes_of_leader() -> tuple[int, float]:
+                leader = s.leader_of(kcluster, topic)
+                return leader, retention_passes(kcluster, leader) - passes[leader]
+
+            wait_until(lambda: passes_of_leader()[1] >= 3, timeout_s=30, interval_s=0.1,
+                       what="three consumed retention passes of the leader after the restarts",
+                       explain=lambda: f"(leader, passes since): {passes_of_leader()}")
+        finally:
+            stop.set()
+            sampler.join(5)
+        assert set(seen) == {0, 1, 2} and max(seen.values()) == base, seen
+        assert start_offsets_on_the_wire(kcluster, slow, topic) == {0: 150}
+        assert [o for o, _ in s.read_all(kcluster, topic, start=150)] == list(range(150, 400))
+        # The slow group, through a new member, takes and acknowledges the rest: all of it goes.
+        member = RawShareMember(kcluster, topic=topic, group=slow)
+        taken: list[tuple[int, int]] = []
+        wait_until(lambda: bool(taken.extend(member.fetch(500)) or taken and taken[-1][1] >= 399), timeout_s=30,
+                   interval_s=0.2, what="the slow group's new member acquiring 150..399")
+        member.acknowledge(150, 399, ACCEPT)
+        for r in (0, 1, 2):
+            s.wait_until(lambda r=r: s.describe(kcluster, r, topic).log_start_offset == 400,
+                         what=f"replica {r}'s log start offset at 400")
+        assert consumer.proc.poll() is None, consumer.tail()
+    finally:
+        consumer.stop()

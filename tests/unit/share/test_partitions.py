@@ -218,3 +218,34 @@ def test_a_deleted_groups_state_is_started_afresh_when_a_member_next_opens_a_ses
     sp.open_session(group_id="g", member_id="n", epoch=0, add=[(KEY.topic_id, 0)])
     ranges, _ = sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)
     assert ranges == [AcquiredRange(0, 9, 1)]  # from share.auto.offset.reset again (earliest here)
+
+
+def test_a_groups_share_auto_offset_reset_overrides_the_replicas_default():
+    log = MemoryStateLog()
+    configs = {"g": {"share.auto.offset.reset": "earliest"}}
+    sp = SharePartitions(config=ShareConfig(auto_offset_reset=LATEST), state_log=log, clock=Clock(),
+                         group_configs=lambda group: configs.get(group, {}))
+    ranges, _ = sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1)]
+    other = ShareStateKey(group_id="other", topic_id=KEY.topic_id, partition=0)
+    assert sp.acquire(key=other, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20) == ([], b"")
+    assert log.latest[other].start_offset == 30
+
+
+def test_a_groups_lock_duration_applies_from_its_next_share_session():
+    clock = Clock()
+    configs: dict[str, dict[str, str]] = {"g": {"share.record.lock.duration.ms": "5000"}}
+    sp = SharePartitions(config=CONFIG, state_log=MemoryStateLog(), clock=clock,
+                         group_configs=lambda group: configs.get(group, {}))
+    assert sp.partition_config("g").lock_duration_ms == 5000
+    assert sp.partition_config("other").lock_duration_ms == 1000
+    sp.acquire(key=KEY, member_id="m", leader=leader(), max_records=10, max_bytes=1 << 20)
+    clock.now = 1000  # the replica's 1 s lock would have run out; the group's 5 s has not
+    assert sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)[0] == [
+        AcquiredRange(10, 19, 1)]
+    configs["g"] = {}
+    sp.open_session(group_id="g", member_id="n", epoch=0, add=[("t", 0)])
+    sp.acquire(key=KEY, member_id="n", leader=leader(), max_records=10, max_bytes=1 << 20)  # 20..29, 1 s lock
+    clock.now = 2000
+    assert sp.acquire(key=KEY, member_id="o", leader=leader(), max_records=10, max_bytes=1 << 20)[0] == [
+        AcquiredRange(20, 29, 2)]

@@ -29,6 +29,13 @@ current config back (how the Kafka listener's DescribeConfigs learns the dynamic
 DESCRIBE_CONFIGS. An id no broker ever registered with is INVALID_REQUEST. Written with a
 compare-and-set (``MetadataStore.update_broker_config``), which publishes a metadata event: each
 replica's quota watcher then re-reads its rates (``replica/quota.py``).
+
+Group resources (Kafka's type GROUP, ``kafka-configs --entity-type groups``) are named
+``group:<id>`` (``groups.configs.group_resource``): the keys of Kafka's GroupConfig that
+``groups.configs`` lists, SET or DELETE, stored per group in the metadata. They need ALTER_CONFIGS
+on the GROUP (a validate_only read-back with no ops: DESCRIBE_CONFIGS), else
+GROUP_AUTHORIZATION_FAILED; the group need not exist (Kafka's tools set a share group's
+``share.auto.offset.reset`` before its first member joins).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from collections.abc import Sequence
 from lowtide.auth.acl import AclOperation, Authorizer, ResourceType
 from lowtide.errors import (
     ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
     InvalidConfig,
     InvalidRequest,
     LowtideError,
@@ -50,6 +58,7 @@ from lowtide.frontdoor.admin.topic_config import (
     check_diskless_config_change,
     drop_unchanged_diskless_enable,
 )
+from lowtide.groups.configs import GroupConfigs, parse_group_resource
 from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType, ConfigOutcome
 from lowtide.metadata.config_defaults import ALTER_LOG_DIRS_RATE, DYNAMIC_BROKER_CONFIGS, parse_broker_resource
 from lowtide.metadata.model import TopicInfo
@@ -118,6 +127,7 @@ class TopicConfigAdmin:
     def __init__(self, *, store: MetadataStore, authorizer: Authorizer) -> None:
         self._store = store
         self._authorizer = authorizer
+        self._groups = GroupConfigs(store)
 
     def alter_configs(self, *, principal: str, changes: Sequence[ConfigChange],
                       validate_only: bool = False) -> list[ConfigOutcome]:
@@ -130,6 +140,11 @@ class TopicConfigAdmin:
                 if broker is not None:
                     outcomes.append(self._alter_broker(principal, change, broker, validate_only=validate_only,
                                                        duplicate=named[change.topic] > 1))
+                    continue
+                group = parse_group_resource(change.topic)
+                if group is not None:
+                    outcomes.append(self._alter_group(principal, change, group, validate_only=validate_only,
+                                                      duplicate=named[change.topic] > 1))
                     continue
                 outcomes.append(self._alter(principal, change, validate_only=validate_only,
                                             duplicate=named[change.topic] > 1))
@@ -163,4 +178,16 @@ class TopicConfigAdmin:
         written = self._store.update_broker_config(
             broker, lambda current: apply_broker_config_ops(current, change.ops, replace=change.replace),
             dry_run=validate_only)
+        return ConfigOutcome(topic=change.topic, config=written)
+
+    def _alter_group(self, principal: str, change: ConfigChange, group: str, *, validate_only: bool,
+                     duplicate: bool) -> ConfigOutcome:
+        reading = validate_only and not change.ops and not change.replace
+        operation = AclOperation.DESCRIBE_CONFIGS if reading else AclOperation.ALTER_CONFIGS
+        if not self._authorizer.authorize(principal=principal, operation=operation,
+                                          resource_type=ResourceType.GROUP, resource_name=group):
+            raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group!r}")
+        if duplicate:
+            raise InvalidRequest(f"group '{group}' is named more than once in one request")
+        written = self._groups.update(group, change.ops, replace=change.replace, dry_run=validate_only)
         return ConfigOutcome(topic=change.topic, config=written)

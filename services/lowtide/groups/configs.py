@@ -1,0 +1,163 @@
+"""Group configs (Kafka's ConfigResource type GROUP, KIP-848/KIP-932): per-group settings an admin
+sets with ``kafka-configs --entity-type groups`` or ``Admin.incrementalAlterConfigs``, as Kafka 4's
+``GroupConfig`` defines them. Kafka's own share consumer tools set ``share.auto.offset.reset`` this
+way (VerifiableShareConsumer, ShareConsumerPerformance, kafka-console-share-consumer).
+
+Stored in the cluster metadata (etcd), one record per group with any config set::
+
+    group_configs/{group id}    JSON object {key: value}, keys sorted; absent: every key default
+
+written with a compare-and-set (a change is acknowledged once etcd committed it) and read from each
+process's metadata image: the replicas leading share-partitions read a group's keys when they load
+one of its share-partitions and when a member opens a share session of it; the front door's share
+group coordinator reads its timeouts at each heartbeat. A group's configs outlive the group (as in
+Kafka, they are the admin's, not the group's) until deleted key by key.
+
+Keys (``GROUP_CONFIG_KEYS``) and what acts on them here:
+
+* ``share.auto.offset.reset`` (latest|earliest): where a share-partition with no state starts;
+* ``share.record.lock.duration.ms``: the acquisition lock of the group's records;
+* ``share.session.timeout.ms``, ``share.heartbeat.interval.ms``: its members' liveness;
+* ``share.isolation.level``: read_uncommitted only (read_committed share groups are not served:
+  INVALID_CONFIG says so rather than accepting a setting nothing honours);
+* ``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``: accepted and stored (they
+  are the KIP-848 consumer protocol's, which this cluster does not serve yet).
+
+Any other key is INVALID_CONFIG, as in Kafka; values are checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from lowtide.errors import InvalidConfig, InvalidRequest, RequestTimedOut
+from lowtide.messages.admin import ConfigOp, ConfigOpType
+from lowtide.metadata.sections import section
+from lowtide.metadata.store import MetadataStore
+
+SECTION = "group_configs"
+GROUP_RESOURCE_PREFIX = "group:"
+
+SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
+SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
+SHARE_ISOLATION_LEVEL = "share.isolation.level"
+
+
+def _milliseconds(low: int, high: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not value.strip().isdigit() or not low <= int(value) <= high:
+            raise ValueError(f"must be a whole number of milliseconds in [{low}, {high}]")
+        return str(int(value))
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value.strip().lower() not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value.strip().lower()
+    return check
+
+
+@dataclass(frozen=True)
+class GroupConfigKey:
+    """One key: its default (what DescribeConfigs shows when unset) and its validator (returns the
+    value as stored, or raises ValueError saying what is allowed)."""
+
+    name: str
+    default: str
+    check: Callable[[str], str]
+
+
+GROUP_CONFIG_KEYS: dict[str, GroupConfigKey] = {k.name: k for k in (
+    GroupConfigKey(SHARE_AUTO_OFFSET_RESET, "latest", _one_of("latest", "earliest")),
+    GroupConfigKey(SHARE_RECORD_LOCK_DURATION_MS, "30000", _milliseconds(1_000, 3_600_000)),
+    GroupConfigKey(SHARE_SESSION_TIMEOUT_MS, "45000", _milliseconds(1_000, 3_600_000)),
+    GroupConfigKey(SHARE_HEARTBEAT_INTERVAL_MS, "5000", _milliseconds(100, 3_600_000)),
+    GroupConfigKey(SHARE_ISOLATION_LEVEL, "read_uncommitted", _one_of("read_uncommitted")),
+    GroupConfigKey("consumer.session.timeout.ms", "45000", _milliseconds(1_000, 3_600_000)),
+    GroupConfigKey("consumer.heartbeat.interval.ms", "5000", _milliseconds(100, 3_600_000)),
+)}
+
+
+def group_resource(group_id: str) -> str:
+    """The AlterConfigs resource name of a group's configs (beside topics and ``broker:<id>``)."""
+    return GROUP_RESOURCE_PREFIX + group_id
+
+
+def parse_group_resource(name: str) -> str | None:
+    """The group an AlterConfigs resource name refers to, or None for another resource."""
+    return name[len(GROUP_RESOURCE_PREFIX):] if name.startswith(GROUP_RESOURCE_PREFIX) else None
+
+
+def apply_group_config_ops(current: Mapping[str, str], ops: Sequence[ConfigOp], *,
+                           replace: bool = False) -> dict[str, str]:
+    """``current`` after ``ops`` (SET or DELETE; ``replace``: the SETs are the whole new config).
+    Raises INVALID_CONFIG (an unknown key, a bad value, APPEND/SUBTRACT: no group key is a list)
+    or INVALID_REQUEST (a SET without a value); nothing is half-applied."""
+    config = {} if replace else dict(current)
+    for o in ops:
+        spec = GROUP_CONFIG_KEYS.get(o.key)
+        if spec is None:
+            raise InvalidConfig(f"unknown group config '{o.key}' (group configs: {', '.join(GROUP_CONFIG_KEYS)})")
+        try:
+            kind = ConfigOpType(o.op)
+        except ValueError:
+            raise InvalidRequest(f"unknown config operation {o.op} for group config '{o.key}'") from None
+        if kind is ConfigOpType.DELETE:
+            config.pop(o.key, None)
+            continue
+        if kind is not ConfigOpType.SET:
+            raise InvalidConfig(f"{kind.name} applies to list configs only, not group config '{o.key}'")
+        if o.value is None:
+            raise InvalidRequest(f"group config '{o.key}': SET needs a value")
+        try:
+            config[o.key] = spec.check(o.value)
+        except ValueError as err:
+            raise InvalidConfig(f"invalid value {o.value!r} for group config '{o.key}': {err}") from None
+    return config
+
+
+class GroupConfigs:
+    """The group configs in the cluster metadata (module doc).
+
+    Thread-safety: thread-safe (reads from the metadata image; writes are etcd compare-and-sets,
+    retried when another writer got in between).
+    """
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._section = section(store, SECTION)
+
+    def of(self, group_id: str) -> dict[str, str]:
+        """The keys set on ``group_id`` ({} for none: every key is its default)."""
+        entry = self._section.get(group_id)
+        return dict(json.loads(entry.value)) if entry is not None else {}
+
+    def value(self, group_id: str, key: str, default: str | None = None) -> str:
+        """One key of ``group_id``: as set, else ``default`` (a process's own default, e.g. a
+        replica flag), else the key's built-in default."""
+        got = self.of(group_id).get(key)
+        if got is not None:
+            return got
+        return default if default is not None else GROUP_CONFIG_KEYS[key].default
+
+    def update(self, group_id: str, ops: Sequence[ConfigOp], *, replace: bool = False,
+               dry_run: bool = False) -> dict[str, str]:
+        """Apply ``ops`` to ``group_id``'s configs; returns them as written (or as they would be,
+        ``dry_run``). An empty result removes the record."""
+        if not group_id:
+            raise InvalidRequest("a group config needs a group id")
+        for _ in range(20):
+            entry = self._section.get(group_id)
+            current = dict(json.loads(entry.value)) if entry is not None else {}
+            updated = apply_group_config_ops(current, ops, replace=replace)
+            if dry_run or updated == current:
+                return updated
+            value = json.dumps(updated, sort_keys=True).encode() if updated else None
+            if self._section.change({group_id: value}, expect={group_id: entry}):
+                return updated
+        raise RequestTimedOut(f"group config of {group_id!r}: changed under too many concurrent writers; retry")
