@@ -37,13 +37,19 @@ acknowledges a topic too; ``kafka-share-groups --reset-offsets --to-earliest`` o
 (AlterShareGroupOffsets) makes a new member get everything again, and ``--delete`` (DeleteGroups)
 deletes the group and its state.
 
+Kafka's ``kafka-console-share-consumer`` accepts a topic in one group, and in another releases
+every record until each was delivered up to the limit. ``kafka-configs --entity-type groups`` sets,
+describes and deletes a group's configs (its lock duration is what its ShareFetches are answered
+with); every Java share consumer here sets its group's ``share.auto.offset.reset`` the same way.
+
 A raw ShareFetch parked with nothing to acquire answers with a record produced while it waits (the
 replica's wake-up, not its next poll).
 
 Records deleted once delivered: a topic whose ``consumed.retention.groups`` names
 share groups (``share:<group>``) keeps what one of them has not acknowledged (a named share group
 that never consumed holds everything back), and loses the segments below the start offset once
-every named share group is past them.
+every named share group is past them; and a record a named share group has not acknowledged
+survives kill -9 of its share coordinator and of its share-partition's leader.
 """
 
 from __future__ import annotations
@@ -670,3 +676,45 @@ def test_a_record_a_named_share_group_has_not_acknowledged_survives_kill_9_of_it
         assert consumer.proc.poll() is None, consumer.tail()
     finally:
         consumer.stop()
+
+
+def set_group_config(cluster: LocalCluster, group: str, key: str, value: str) -> None:
+    """IncrementalAlterConfigs v1 of a GROUP resource (what Kafka's share tools send), in Python."""
+    m = request_module(44, 1)
+    answer = kafka_call(cluster.kafka_bootstrap, m.IncrementalAlterConfigsRequest(validate_only=False, resources=(
+        m.AlterConfigsResource(resource_type=32, resource_name=group, configs=(
+            m.AlterableConfig(name=key, config_operation=0, value=value),)),)))
+    assert [int(r.error_code) for r in answer.responses] == [0], answer
+
+
+def console_share_consumer(cluster: LocalCluster, *, topic: str, group: str, messages: int,
+                           extra: tuple[str, ...] = ()) -> list[str]:
+    """``kafka-console-share-consumer`` (kafka-tools 4.4.0's ConsoleShareConsumer): the values it
+    printed before ``messages`` were consumed."""
+    done = subprocess.run([*java_command(newest=True), "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+                           "--bootstrap-server", cluster.kafka_bootstrap, "--topic", topic, "--group", group,
+                           "--max-messages", str(messages), "--timeout-ms", "30000", *extra],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
+def test_kafka_console_share_consumer_accepts_and_its_released_records_come_back_until_the_limit(kcluster):
+    """Kafka's console share consumer: one group accepts every record (its start offset at the
+    end); another releases every record it gets, so each comes back until it was delivered
+    ``group.share.delivery.count.limit`` times, and is then archived (its start offset at the end
+    too, and nothing more is delivered)."""
+    topic = "kip932-console"
+    s.create_topic(kcluster, topic, partitions=1, rf=3)
+    values = [f"c{i}" for i in range(20)]
+    assert s.produce(kcluster, topic, [v.encode() for v in values]).error_code == 0
+    for group in ("kip932-console-accept", "kip932-console-release"):
+        set_group_config(kcluster, group, "share.auto.offset.reset", "earliest")
+    accepted = console_share_consumer(kcluster, topic=topic, group="kip932-console-accept", messages=20)
+    assert accepted == values
+    wait_for_start_offsets(kcluster, "kip932-console-accept", topic, {0: 20}, what="every record accepted")
+    released = console_share_consumer(kcluster, topic=topic, group="kip932-console-release",
+                                      messages=20 * DELIVERY_LIMIT, extra=("--release",))
+    assert Counter(released) == {v: DELIVERY_LIMIT for v in values}
+    wait_for_start_offsets(kcluster, "kip932-console-release", topic, {0: 20},
+                           what="every record archived at its delivery limit")
