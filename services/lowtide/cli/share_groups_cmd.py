@@ -1,5 +1,5 @@
-"""`lowtide share-groups list|describe|reset`: KIP-932 share groups (kafka-share-groups.sh --list,
---describe, --reset-offsets).
+"""`lowtide share-groups list|describe|reset|delete-offsets`: KIP-932 share groups
+(kafka-share-groups.sh --list, --describe, --reset-offsets, --delete-offsets).
 
 JSON output: list -> {"groups": [{"group", "state"}]}; describe -> {"groups": [{"group", "state",
 "members": [{"member_id", "client_id", "assignment": [{"topic", "partition"}]}], "partitions":
@@ -16,6 +16,11 @@ reset --group G --topic T [--partition P ...] (--to-earliest | --to-latest | --t
 members is NON_EMPTY_GROUP and a non-zero exit) -> {"group", "dry_run", "partitions": [{"topic",
 "partition", "start_offset"} | {"topic", "partition", "start_offset", "error"}]}; a partition that
 failed makes the exit non-zero. Without --partition every partition of the topic is reset.
+
+delete-offsets --group G --topic T [--topic T2 ...]: forget an empty share group's state of whole
+topics (Kafka's DeleteShareGroupOffsets: a member that comes back starts those partitions by
+``share.auto.offset.reset``; a group with members is NON_EMPTY_GROUP and a non-zero exit) ->
+{"group", "topics": [{"topic"} | {"topic", "error"}]}; a topic that failed makes the exit non-zero.
 """
 
 from __future__ import annotations
@@ -53,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     to.add_argument("--to-offset", type=int, help="this offset")
     reset.add_argument("--dry-run", action="store_true", help="show the new start offsets, write nothing")
     reset.set_defaults(func=run_reset)
+    delete = actions.add_parser("delete-offsets", help="forget an empty share group's state of whole topics")
+    add_connection_flags(delete)
+    delete.add_argument("--group", required=True, help="share group id")
+    delete.add_argument("--topic", action="append", required=True, help="topic (repeatable)")
+    delete.set_defaults(func=run_delete_offsets)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -155,3 +165,16 @@ def run_reset(args: argparse.Namespace) -> int:
         + (f"\terror: {r['error']}" if "error" in r else "") for r in results]
     emit(args, {"group": args.group, "dry_run": bool(args.dry_run), "partitions": results}, "\n".join(lines))
     return 1 if any("error" in r for r in results) else 0
+
+
+def run_delete_offsets(args: argparse.Namespace) -> int:
+    with build_admin(args) as admin:
+        try:
+            answers = admin.delete_share_group_offsets(args.group, list(dict.fromkeys(args.topic)))
+        except LowtideError as err:
+            raise CliError.from_lowtide(err) from err
+    rows = [{"topic": topic} | ({"error": failed.name} if failed is not None else {})
+            for topic, failed in answers.items()]
+    lines = ["GROUP\tTOPIC\tSTATUS"] + [f"{args.group}\t{r['topic']}\t{r.get('error', 'deleted')}" for r in rows]
+    emit(args, {"group": args.group, "topics": rows}, "\n".join(lines))
+    return 1 if any("error" in r for r in rows) else 0

@@ -452,6 +452,16 @@ class Admin(PooledClient):
             raise error_or_none(response.error_code, response.error_message)
         return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
+    def delete_share_group_offsets(self, group_id: str, topics: Sequence[str]) -> dict[str, LowtideError | None]:
+        """Kafka's DeleteShareGroupOffsets: forget an empty share group's state of whole topics.
+        Raises the whole-call error (NON_EMPTY_GROUP, GROUP_AUTHORIZATION_FAILED); per topic e.g.
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        response = self.call("ShareGroupDeleteOffsets", admin_pb2.ShareGroupDeleteOffsetsRequest(
+            group_id=group_id, topics=list(topics)))
+        if response.error_code:
+            raise error_or_none(response.error_code, response.error_message)
+        return {r.topic: error_or_none(r.error_code, r.error_message) for r in response.topics}
+
     def offset_delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition,
                                                                                           LowtideError | None]:
         """KIP-496: delete the group's committed offsets of ``partitions``. Raises the whole-call

@@ -304,6 +304,16 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             error_code=error.code if error else 0, error_message=error.message if error else "")
             for (topic, partition), error in results.items()])
 
+    def ShareGroupDeleteOffsets(self, request, context):  # noqa: N802
+        try:
+            results = self._share_groups().delete_start_offsets(principal=self._principal(context),
+                                                                group_id=request.group_id, topics=list(request.topics))
+        except LowtideError as err:
+            return admin_pb2.ShareGroupDeleteOffsetsResponse(error_code=err.code, error_message=err.message)
+        return admin_pb2.ShareGroupDeleteOffsetsResponse(topics=[admin_pb2.ShareDeleteTopicResult(
+            topic=topic, error_code=error.code if error else 0, error_message=error.message if error else "")
+            for topic, error in results.items()])
+
     # -- ACLs (frontdoor/admin/acls.py; converters: rpc/convert/acls.py) ----------------------
     def CreateAcls(self, request, context):  # noqa: N802
         principal = self._principal(context)

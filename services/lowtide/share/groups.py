@@ -120,7 +120,7 @@ class ShareGroups:
     def __init__(self, *, topics: Topics, authorizer: Authorizer, config: ShareGroupConfig = ShareGroupConfig(),
                  clock: Callable[[], float] = time.monotonic,
                  other_group: Callable[[str], bool] | None = None,
-                 forget_state: Callable[[str], None] | None = None,
+                 forget_state: Callable[..., None] | None = None,
                  read_state: Callable[[str], Mapping[tuple[str, int], object]] | None = None,
                  reset_state: Callable[[ShareStateKey, int], None] | None = None,
                  group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
@@ -325,11 +325,7 @@ class ShareGroups:
         whole call). READ on the group; per partition READ on the topic, a partition that exists
         and an offset >= 0."""
         self._require_acl(principal, AclOperation.READ, group_id)
-        with self._lock:
-            group = self._groups.get(group_id)
-            if group is not None and group.members:
-                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: its offsets "
-                                    "can be reset only while it is empty")
+        self._require_empty(group_id, "its offsets can be reset")
         if self.reset_state is None:
             raise InvalidRequest("this coordinator cannot write share group state")
         infos = self._topics.topics()
@@ -352,6 +348,42 @@ class ShareGroups:
                     error = err
             out[(topic, partition)] = error
         return out
+
+    def delete_start_offsets(self, *, principal: str, group_id: str,
+                             topics: Sequence[str]) -> dict[str, LowtideError | None]:
+        """Kafka's DeleteShareGroupOffsets: the group's share-partition states of ``topics``
+        tombstoned in ``__share_group_state`` (a member that comes back starts those partitions
+        afresh, by ``share.auto.offset.reset``); only while the group has no members (else
+        NON_EMPTY_GROUP for the whole call). DELETE on the group; per topic READ on it and a topic
+        that exists."""
+        self._require_acl(principal, AclOperation.DELETE, group_id)
+        self._require_empty(group_id, "its offsets can be deleted")
+        if self.forget_state is None:
+            raise InvalidRequest("this coordinator cannot write share group state")
+        infos = self._topics.topics()
+        out: dict[str, LowtideError | None] = {}
+        for topic in topics:
+            info = infos.get(topic)
+            error: LowtideError | None = None
+            if info is None:
+                error = UnknownTopicOrPartition(f"topic {topic!r} does not exist")
+            elif not self._authorizer.authorize(principal=principal, operation=AclOperation.READ,
+                                                resource_type=ResourceType.TOPIC, resource_name=topic):
+                error = TopicAuthorizationFailed(f"{principal} is not authorized to READ on TOPIC {topic!r}")
+            else:
+                try:
+                    self.forget_state(group_id, topic_ids=frozenset({info.topic_id}))
+                except LowtideError as err:
+                    error = err
+            out[topic] = error
+        return out
+
+    def _require_empty(self, group_id: str, what: str) -> None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.members:
+                raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: {what} only while "
+                                    "it is empty")
 
     def _authorized_operations(self, principal: str, group_id: str) -> int:
         bits = 0

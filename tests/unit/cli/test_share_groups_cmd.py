@@ -143,3 +143,29 @@ def test_a_share_group_with_state_but_no_membership_is_described_as_empty(cluste
     assert main(["share-groups", "describe", "--bootstrap-server", address, "--group", "ghosts"]) == 0
     text = capsys.readouterr().out.splitlines()  # the table as kafka-share-groups --describe prints it
     assert "ghosts\tEmpty\t-\t-\t-" in text and "ghosts\tbacklog\t0\t0\t0\t0" in text
+
+
+def test_delete_offsets_forgets_an_empty_share_groups_state_of_a_topic_and_refuses_a_group_with_members(
+        cluster, capsys, store):
+    address, _ = cluster
+    for topic in ("inbox", "outbox"):
+        store.create_topic(name=topic, partitions=1, replication_factor=1, config={}, assignment=[[0]])
+        code, _ = run_json(capsys, "share-groups", "reset", "--bootstrap-server", address, "--group", "clerks",
+                           "--topic", topic, "--to-offset", "0")
+        assert code == 0
+    member_id = _join_share_group(address, "clerks", "inbox", "clerk")
+    code, docs = run_json(capsys, "share-groups", "delete-offsets", "--bootstrap-server", address,
+                          "--group", "clerks", "--topic", "inbox")
+    assert code != 0 and docs[0]["error"]["code"] == "NON_EMPTY_GROUP"
+    with Admin(address) as admin:  # the member leaves: the group is empty
+        admin.call("ShareGroupHeartbeat", convert_consumer.heartbeat_to_proto(ConsumerHeartbeat(
+            group_id="clerks", member_id=member_id, member_epoch=-1)))
+    assert sorted(_describe_starts(capsys, address, "clerks")) == [(0, 0), (0, 0)]
+
+    code, docs = run_json(capsys, "share-groups", "delete-offsets", "--bootstrap-server", address,
+                          "--group", "clerks", "--topic", "inbox", "--topic", "nowhere")
+    assert (code, docs) == (1, [{"group": "clerks", "topics": [
+        {"topic": "inbox"}, {"topic": "nowhere", "error": "UNKNOWN_TOPIC_OR_PARTITION"}]}])
+    code, docs = run_json(capsys, "share-groups", "describe", "--bootstrap-server", address, "--group", "clerks")
+    assert code == 0
+    assert [(p["topic"], p["start_offset"]) for p in docs[0]["groups"][0]["partitions"]] == [("outbox", 0)]
