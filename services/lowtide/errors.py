@@ -449,6 +449,12 @@ class InvalidShareSessionEpoch(RetriableError):
     code, name = 124, "INVALID_SHARE_SESSION_EPOCH"
 
 
+class ShareSessionLimitReached(RetriableError):
+    # Kafka (KIP-932): a new share session at a broker that holds group.share.max.share.sessions
+    # already; retriable: idle sessions are forgotten, and members close theirs when they leave.
+    code, name = 133, "SHARE_SESSION_LIMIT_REACHED"
+
+
 def _all_subclasses(cls: type) -> list[type]:
     out = []
     for sub in cls.__subclasses__():

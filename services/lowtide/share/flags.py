@@ -24,6 +24,9 @@ def add_share_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--group-share-auto-offset-reset", default=LATEST,
              help="where a share group starts on a partition it has no state for: the log start or the high "
                   "watermark (the default of Kafka's share.auto.offset.reset group config)")
+    add_flag(parser, "--group-share-max-share-sessions", type=int, default=ShareConfig().max_sessions,
+             help="share sessions this replica holds at most; a member opening one more is told "
+                  "SHARE_SESSION_LIMIT_REACHED (group.share.max.share.sessions)")
     add_flag(parser, "--share-state-partitions", type=int, default=DEFAULT_STATE_PARTITIONS,
              help="partitions of __share_group_state when this replica creates it "
                   "(share.coordinator.state.topic.num.partitions)")
@@ -38,11 +41,14 @@ def build_share_partitions(args: argparse.Namespace, *, store: MetadataStore, re
         raise SystemExit(f"{name}: --group-share-delivery-count-limit must be >= 1")
     if args.group_share_auto_offset_reset not in (EARLIEST, LATEST):
         raise SystemExit(f"{name}: --group-share-auto-offset-reset must be {EARLIEST} or {LATEST}")
+    if args.group_share_max_share_sessions < 1:
+        raise SystemExit(f"{name}: --group-share-max-share-sessions must be >= 1")
     if args.share_state_partitions < 1:
         raise SystemExit(f"{name}: --share-state-partitions must be >= 1")
     config = ShareConfig(partition=SharePartitionConfig(lock_duration_ms=args.group_share_record_lock_duration_ms,
                                                         delivery_count_limit=args.group_share_delivery_count_limit),
-                         auto_offset_reset=args.group_share_auto_offset_reset)
+                         auto_offset_reset=args.group_share_auto_offset_reset,
+                         max_sessions=args.group_share_max_share_sessions)
     return SharePartitions(config=config, state_log=ShareStateLog(store=store, replicas=replicas,
                                                                   partitions=args.share_state_partitions),
                            group_configs=GroupConfigs(store).of)

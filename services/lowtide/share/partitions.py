@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from lowtide.clock import now_ms as wall_ms
-from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionNotFound
+from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionLimitReached, ShareSessionNotFound
 from lowtide.groups.configs import SHARE_AUTO_OFFSET_RESET, SHARE_RECORD_LOCK_DURATION_MS
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import iter_batches
@@ -70,6 +70,7 @@ class ShareConfig:
 
     partition: SharePartitionConfig = field(default_factory=SharePartitionConfig)
     auto_offset_reset: str = LATEST  # share.auto.offset.reset's default for every group
+    max_sessions: int = 2000  # group.share.max.share.sessions: share sessions this replica holds at most
 
 
 class SharePartition:
@@ -136,12 +137,17 @@ class SharePartitions:
     def open_session(self, *, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int]],
                      forget: Iterable[tuple[str, int]] = ()) -> set[tuple[str, int]]:
         """Open (epoch 0) or continue a share session; returns its partitions now. Raises
-        SHARE_SESSION_NOT_FOUND or INVALID_SHARE_SESSION_EPOCH (nothing changed)."""
+        SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or, for a new session at a replica that
+        holds ``max_sessions`` already, SHARE_SESSION_LIMIT_REACHED (nothing changed): the memory a
+        replica gives share sessions is bounded, as Kafka's share session cache is."""
         now = self._clock()
         with self._registry:
             self._forget_idle_sessions(now)
             key = (group_id, member_id)
             if epoch == 0:
+                if key not in self._sessions and len(self._sessions) >= self.config.max_sessions:
+                    raise ShareSessionLimitReached(f"this replica holds {len(self._sessions)} share sessions, its "
+                                                   f"limit (group.share.max.share.sessions)")
                 session = self._sessions[key] = ShareSession(next_epoch=1, partitions=set(add), last_used_ms=now)
                 for (group, _, _), sp in self._partitions.items():
                     if group == group_id:

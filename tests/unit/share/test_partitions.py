@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from lowtide.errors import CoordinatorNotAvailable, InvalidShareSessionEpoch, ShareSessionNotFound
+from lowtide.errors import (
+    CoordinatorNotAvailable,
+    InvalidShareSessionEpoch,
+    ShareSessionLimitReached,
+    ShareSessionNotFound,
+)
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import encode_batch
 from lowtide.share.codec import ShareSnapshot, ShareStateKey
@@ -249,3 +254,14 @@ def test_a_groups_lock_duration_applies_from_its_next_share_session():
     clock.now = 2000
     assert sp.acquire(key=KEY, member_id="o", leader=leader(), max_records=10, max_bytes=1 << 20)[0] == [
         AcquiredRange(20, 29, 2)]
+
+
+def test_a_new_share_session_past_the_limit_is_refused_and_a_reopened_one_is_not():
+    sp = SharePartitions(config=ShareConfig(max_sessions=2), state_log=MemoryStateLog(), clock=Clock())
+    sp.open_session(group_id="g", member_id="a", epoch=0, add=[("t", 0)])
+    sp.open_session(group_id="g", member_id="b", epoch=0, add=[("t", 0)])
+    with pytest.raises(ShareSessionLimitReached):
+        sp.open_session(group_id="g", member_id="c", epoch=0, add=[("t", 0)])
+    assert sp.open_session(group_id="g", member_id="a", epoch=0, add=[("t", 1)]) == {("t", 1)}  # replaces its own
+    sp.close_session(group_id="g", member_id="b")
+    assert sp.open_session(group_id="g", member_id="c", epoch=0, add=[("t", 0)]) == {("t", 0)}
