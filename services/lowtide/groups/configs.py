@@ -18,8 +18,8 @@ Keys (``GROUP_CONFIG_KEYS``) and what acts on them here:
 * ``share.auto.offset.reset`` (latest|earliest): where a share-partition with no state starts;
 * ``share.record.lock.duration.ms``: the acquisition lock of the group's records;
 * ``share.session.timeout.ms``, ``share.heartbeat.interval.ms``: its members' liveness;
-* ``share.isolation.level``: read_uncommitted only (read_committed share groups are not served:
-  INVALID_CONFIG says so rather than accepting a setting nothing honours);
+* ``share.isolation.level`` (read_uncommitted|read_committed): read_committed share groups acquire
+  records only below the last stable offset and never deliver those of aborted transactions;
 * ``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``: accepted and stored (they
   are the KIP-848 consumer protocol's, which this cluster does not serve yet).
 
@@ -45,6 +45,7 @@ SHARE_RECORD_LOCK_DURATION_MS = "share.record.lock.duration.ms"
 SHARE_SESSION_TIMEOUT_MS = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL_MS = "share.heartbeat.interval.ms"
 SHARE_ISOLATION_LEVEL = "share.isolation.level"
+READ_COMMITTED = "read_committed"
 
 
 def _milliseconds(low: int, high: int) -> Callable[[str], str]:
@@ -78,7 +79,7 @@ GROUP_CONFIG_KEYS: dict[str, GroupConfigKey] = {k.name: k for k in (
     GroupConfigKey(SHARE_RECORD_LOCK_DURATION_MS, "30000", _milliseconds(1_000, 3_600_000)),
     GroupConfigKey(SHARE_SESSION_TIMEOUT_MS, "45000", _milliseconds(1_000, 3_600_000)),
     GroupConfigKey(SHARE_HEARTBEAT_INTERVAL_MS, "5000", _milliseconds(100, 3_600_000)),
-    GroupConfigKey(SHARE_ISOLATION_LEVEL, "read_uncommitted", _one_of("read_uncommitted")),
+    GroupConfigKey(SHARE_ISOLATION_LEVEL, "read_uncommitted", _one_of("read_uncommitted", "read_committed")),
     GroupConfigKey("consumer.session.timeout.ms", "45000", _milliseconds(1_000, 3_600_000)),
     GroupConfigKey("consumer.heartbeat.interval.ms", "5000", _milliseconds(100, 3_600_000)),
 )}

@@ -99,10 +99,11 @@ class ShareHandler(RequestHandler):
         topics = {i.topic_id: i for i in self.manager.store.topics().values()}
         answers: dict[tuple[str, int], SharePartitionAnswer] = {}
         readable: dict[tuple[str, int], tuple[ShareStateKey, Callable[[], LeaderLog]]] = {}
+        committed = self.shares.read_committed(ask.group_id)
         names = {key: topics[key[0]].name for key in session | {(p.topic_id, p.partition) for p in ask.partitions}
                  if key[0] in topics}
         for key in sorted(session | {(p.topic_id, p.partition) for p in ask.partitions}):
-            error, leader = self._find_leader(principal, topics, *key)
+            error, leader = self._find_leader(principal, topics, *key, read_committed=committed)
             if error is not None:
                 answers[key] = SharePartitionAnswer(topic_id=key[0], partition=key[1], error=error)
                 continue
@@ -232,8 +233,8 @@ class ShareHandler(RequestHandler):
                 out = [(t, i, e if e is not None or i not in wanted else err) for t, i, e in out]
         return out
 
-    def _find_leader(self, principal: str, topics: dict, topic_id: str,
-                   partition: int) -> tuple[LowtideError | None, Callable[[], LeaderLog] | None]:
+    def _find_leader(self, principal: str, topics: dict, topic_id: str, partition: int, *,
+                     read_committed: bool = False) -> tuple[LowtideError | None, Callable[[], LeaderLog] | None]:
         info = topics.get(topic_id)
         if info is None:
             return UnknownTopicId(f"no topic has id {topic_id}"), None
@@ -248,10 +249,15 @@ class ShareHandler(RequestHandler):
 
         def leader() -> LeaderLog:
             part.check_leader()
-            hw = plog.high_watermark
+            # A read_committed group's share-partition ends at the last stable offset, and learns
+            # which of what it acquires belongs to aborted transactions (share/partitions.py).
+            end = plog.last_stable_offset if read_committed else plog.high_watermark
             return LeaderLog(leader_epoch=part.leader_epoch, log_start_offset=plog.log_start_offset,
-                             high_watermark=hw,
-                             read=lambda offset, max_bytes: plog.read(offset, max_bytes=max_bytes, max_offset=hw))
+                             high_watermark=end,
+                             read=lambda offset, max_bytes: plog.read(offset, max_bytes=max_bytes, max_offset=end),
+                             aborted=(lambda start, stop: [(a.producer_id, a.first_offset, a.last_offset)
+                                                           for a in plog.aborted_transactions(start, stop)])
+                             if read_committed else None)
 
         return None, leader
 

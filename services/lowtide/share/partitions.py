@@ -27,11 +27,16 @@ from typing import Protocol
 
 from lowtide.clock import now_ms as wall_ms
 from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionLimitReached, ShareSessionNotFound
-from lowtide.groups.configs import SHARE_AUTO_OFFSET_RESET, SHARE_RECORD_LOCK_DURATION_MS
+from lowtide.groups.configs import (
+    READ_COMMITTED,
+    SHARE_AUTO_OFFSET_RESET,
+    SHARE_ISOLATION_LEVEL,
+    SHARE_RECORD_LOCK_DURATION_MS,
+)
 from lowtide.messages.share import AcquiredRange, ShareAckBatch
 from lowtide.record import iter_batches
 from lowtide.share.codec import ShareSnapshot, ShareStateKey, reset_snapshot
-from lowtide.share.state import SharePartitionConfig, SharePartitionState
+from lowtide.share.state import REJECT, SharePartitionConfig, SharePartitionState
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +61,18 @@ class StateLog(Protocol):
 class LeaderLog:
     """The leader's log as a share-partition sees it at one moment: its leader epoch, start offset
     and high watermark, and ``read(offset, max_bytes)``: whole batches from the one holding
-    ``offset``, below the high watermark (bytes, never decoded here)."""
+    ``offset``, below the high watermark (bytes, never decoded here).
+
+    For a read_committed share group, ``high_watermark`` is the last stable offset (nothing of an
+    open transaction is acquired) and ``aborted(start, end)`` lists the aborted transactions
+    overlapping [start, end) as (producer id, first offset, ABORT marker offset); None for
+    read_uncommitted."""
 
     leader_epoch: int
     log_start_offset: int
     high_watermark: int
     read: Callable[[int, int], bytes]
+    aborted: Callable[[int, int], Sequence[tuple[int, int, int]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,10 @@ class SharePartitions:
             return self.config.partition
         return replace(self.config.partition, lock_duration_ms=int(own))
 
+    def read_committed(self, group_id: str) -> bool:
+        """Whether ``group_id`` reads committed records only (its share.isolation.level)."""
+        return self._group_configs(group_id).get(SHARE_ISOLATION_LEVEL) == READ_COMMITTED
+
     def auto_offset_reset(self, group_id: str) -> str:
         """Where ``group_id`` starts on a partition it has no state for (share.auto.offset.reset)."""
         return self._group_configs(group_id).get(SHARE_AUTO_OFFSET_RESET, self.config.auto_offset_reset)
@@ -263,8 +278,11 @@ class SharePartitions:
             if not state.has_available(leader.high_watermark):
                 return [], b""
             data = leader.read(state.find_next_read_offset(), max_bytes)
-            batches = [(h.base_offset, h.last_offset) for h, _ in iter_batches(data)]
-            taken = state.acquire(member=member_id, batches=batches, max_records=max_records, now_ms=now)
+            headers = [h for h, _ in iter_batches(data)]
+            taken = state.acquire(member=member_id, batches=[(h.base_offset, h.last_offset) for h in headers],
+                                  max_records=max_records, now_ms=now)
+            if taken and leader.aborted is not None:
+                taken = _archive_aborted(state, member_id, taken, headers, leader.aborted, now)
         if not taken:
             return [], b""
         return [AcquiredRange(a.first, a.last, a.delivery_count) for a in taken], data
@@ -358,3 +376,41 @@ class SharePartitions:
             return None
         with sp.lock:
             return sp.state.copy()
+
+
+def _aborted_spans(headers: Sequence, aborted: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """The (first, last) offsets of the data batches in ``headers`` that belong to an aborted
+    transaction: a transactional batch of producer P at an offset from one of P's aborted
+    transactions' first offset up to its ABORT marker (Kafka's read_committed rule, per batch)."""
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first, marker in aborted:
+        by_producer.setdefault(producer_id, []).append((first, marker))
+    return [(h.base_offset, h.last_offset) for h in headers
+            if h.is_transactional and not h.is_control
+            and any(first <= h.base_offset < marker for first, marker in by_producer.get(h.producer_id, ()))]
+
+
+def _archive_aborted(state: SharePartitionState, member_id: str, taken: list, headers: Sequence,
+                     aborted: Callable[[int, int], Sequence[tuple[int, int, int]]], now_ms: int) -> list:
+    """A read_committed acquisition: records of aborted transactions among ``taken`` are archived
+    at once (never delivered; not written here: acquisition never writes, and the next durable
+    write carries them) and left out of what the member is told it acquired."""
+    spans = _aborted_spans(headers, aborted(taken[0].first, taken[-1].last + 1))
+    if not spans:
+        return taken
+    cut = [(max(a.first, first), min(a.last, last)) for a in taken for first, last in spans
+           if first <= a.last and last >= a.first]
+    state.acknowledge(member=member_id, now_ms=now_ms, batches=[
+        ShareAckBatch(first, last, (REJECT,)) for first, last in sorted(set(cut))])
+    kept = []
+    for a in taken:
+        start = a.first
+        for first, last in sorted(set(cut)):
+            if last < start or first > a.last:
+                continue
+            if first > start:
+                kept.append(replace(a, first=start, last=first - 1))
+            start = last + 1
+        if start <= a.last:
+            kept.append(replace(a, first=start))
+    return kept

@@ -67,6 +67,7 @@ import pytest
 
 from lowtide.client import Admin
 from lowtide.client.admin import OffsetSpec
+from lowtide.client.producer import Producer
 from lowtide.localcluster import ClusterConfig, LocalCluster
 from lowtide.share.codec import SHARE_STATE_TOPIC, ShareStateKey, partition_for_key
 from tests.integration import support as s
@@ -526,8 +527,8 @@ def lock_timeout_answered(cluster: LocalCluster, *, topic: str, group: str) -> i
 
 def test_kafka_configs_sets_describes_and_deletes_a_share_groups_configs(kcluster):
     """``kafka-configs --entity-type groups``: the group's lock duration is what its ShareFetches
-    are answered with; a value out of range, a key that is no group config, and read_committed
-    (not served) are refused and change nothing."""
+    are answered with; a value out of range, a key that is no group config and an isolation level
+    Kafka has not are refused and change nothing."""
     topic, group = "kip932-configs", "kip932-configs-group"
     s.create_topic(kcluster, topic, partitions=1, rf=3)
     entity = ["--entity-type", "groups", "--entity-name", group]
@@ -538,7 +539,7 @@ def test_kafka_configs_sets_describes_and_deletes_a_share_groups_configs(kcluste
     assert "share.record.lock.duration.ms=15000" in described and "share.auto.offset.reset=earliest" in described, \
         described
     assert lock_timeout_answered(kcluster, topic=topic, group=group) == 15000
-    for bad in ("share.record.lock.duration.ms=10", "retention.ms=1", "share.isolation.level=read_committed"):
+    for bad in ("share.record.lock.duration.ms=10", "retention.ms=1", "share.isolation.level=serializable"):
         refused = configs_tool(kcluster, *entity, "--alter", "--add-config", bad, ok=False)
         assert "InvalidConfigurationException" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
     configs_tool(kcluster, *entity, "--alter", "--delete-config", "share.record.lock.duration.ms")
@@ -718,3 +719,35 @@ def test_kafka_console_share_consumer_accepts_and_its_released_records_come_back
     assert Counter(released) == {v: DELIVERY_LIMIT for v in values}
     wait_for_start_offsets(kcluster, "kip932-console-release", topic, {0: 20},
                            what="every record archived at its delivery limit")
+
+
+def test_a_read_committed_share_group_gets_committed_records_only_and_an_open_transaction_once_committed(
+        kcluster):
+    """``share.isolation.level=read_committed`` (a group config): Kafka's console share consumer of
+    such a group gets a committed transaction's records, never an aborted one's, and an open
+    transaction's only once it commits; a read_uncommitted group gets all of them at once. Both
+    groups' start offsets reach the partition's end (the aborted records archived, the markers
+    done with)."""
+    topic, committed_group, uncommitted_group = "kip932-txn", "kip932-txn-rc", "kip932-txn-ru"
+    s.create_topic(kcluster, topic, partitions=1, rf=3)
+    for group in (committed_group, uncommitted_group):
+        set_group_config(kcluster, group, "share.auto.offset.reset", "earliest")
+    set_group_config(kcluster, committed_group, "share.isolation.level", "read_committed")
+    with Producer(kcluster.bootstrap, transactional_id="kip932-txn-producer") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.produce_values(topic, [b"c1", b"c2"], partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.produce_values(topic, [b"a1", b"a2"], partition=0)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.produce_values(topic, [b"o1"], partition=0)
+        assert console_share_consumer(kcluster, topic=topic, group=committed_group, messages=2) == ["c1", "c2"]
+        assert sorted(console_share_consumer(kcluster, topic=topic, group=uncommitted_group, messages=5)) == [
+            "a1", "a2", "c1", "c2", "o1"]
+        producer.commit_transaction()
+    assert console_share_consumer(kcluster, topic=topic, group=committed_group, messages=1) == ["o1"]
+    end = ends_of(kcluster, topic)[0]
+    assert end == 8  # 5 records and 3 markers
+    wait_for_start_offsets(kcluster, committed_group, topic, {0: end}, what="the read_committed group done with all")

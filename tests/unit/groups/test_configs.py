@@ -47,7 +47,7 @@ def test_replace_makes_the_sets_the_whole_config():
     (set_("share.auto.offset.reset", "middle"), "must be one of latest, earliest"),
     (set_("share.record.lock.duration.ms", "10"), "in [1000, 3600000]"),
     (set_("share.record.lock.duration.ms", "ten"), "whole number of milliseconds"),
-    (set_("share.isolation.level", "read_committed"), "must be one of read_uncommitted"),
+    (set_("share.isolation.level", "serializable"), "must be one of read_uncommitted, read_committed"),
     (set_("retention.ms", "1"), "unknown group config 'retention.ms'"),
     (ConfigOp(key="share.auto.offset.reset", op=ConfigOpType.APPEND, value="x"), "list configs only"),
 ])

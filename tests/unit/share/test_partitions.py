@@ -265,3 +265,40 @@ def test_a_new_share_session_past_the_limit_is_refused_and_a_reopened_one_is_not
     assert sp.open_session(group_id="g", member_id="a", epoch=0, add=[("t", 1)]) == {("t", 1)}  # replaces its own
     sp.close_session(group_id="g", member_id="b")
     assert sp.open_session(group_id="g", member_id="c", epoch=0, add=[("t", 0)]) == {("t", 0)}
+
+
+def test_a_read_committed_acquisition_archives_the_records_of_aborted_transactions():
+    # Batches at 0 (not transactional), 10 (producer 7's transaction, aborted by a marker at 30)
+    # and 20 (producer 8's, committed).
+    log_bytes = b"".join([encode_batch([b"v%d" % i for i in range(10)], base_offset=0),
+                          encode_batch([b"a%d" % i for i in range(10)], base_offset=10, producer_id=7,
+                                       producer_epoch=0, base_sequence=0, is_transactional=True),
+                          encode_batch([b"c%d" % i for i in range(10)], base_offset=20, producer_id=8,
+                                       producer_epoch=0, base_sequence=0, is_transactional=True)])
+    asked: list[tuple[int, int]] = []
+
+    def aborted(start: int, end: int) -> list[tuple[int, int, int]]:
+        asked.append((start, end))
+        return [(7, 10, 30)]
+
+    committed = LeaderLog(leader_epoch=1, log_start_offset=0, high_watermark=30, aborted=aborted,
+                          read=lambda offset, max_bytes: log_bytes[(offset // 10) * len(log_bytes) // 3:])
+    log = MemoryStateLog()
+    sp = shares(log)
+    ranges, data = sp.acquire(key=KEY, member_id="m", leader=committed, max_records=30, max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1), AcquiredRange(20, 29, 1)]
+    assert data == log_bytes and asked == [(0, 30)]
+    assert sp.acquire(key=KEY, member_id="n", leader=committed, max_records=30, max_bytes=1 << 20) == ([], b"")
+    sp.acknowledge(key=KEY, member_id="m", leader=committed,
+                   batches=[ShareAckBatch(0, 9, (ACCEPT,)), ShareAckBatch(20, 29, (ACCEPT,))])
+    assert log.latest[KEY].start_offset == 30  # the aborted records are done with too: archived
+
+
+def test_a_read_uncommitted_acquisition_hands_out_aborted_records_like_any_other():
+    log_bytes = encode_batch([b"a%d" % i for i in range(10)], base_offset=0, producer_id=7, producer_epoch=0,
+                             base_sequence=0, is_transactional=True)
+    uncommitted = LeaderLog(leader_epoch=1, log_start_offset=0, high_watermark=10,
+                            read=lambda offset, max_bytes: log_bytes)
+    ranges, _ = shares(MemoryStateLog()).acquire(key=KEY, member_id="m", leader=uncommitted, max_records=30,
+                                                  max_bytes=1 << 20)
+    assert ranges == [AcquiredRange(0, 9, 1)]
