@@ -468,12 +468,13 @@ def check_delete(resp: common_pb2.DeleteRecordsResponse) -> None:
 
 @contextmanager
 def running_cluster(data_dir: Path, replicas: int = 3, replica_config: dict[str, str] | None = None, *,
-                    tls: bool = False) -> Iterator[Bench]:
+                    tls: bool = False, extra_env: dict[str, str] | None = None) -> Iterator[Bench]:
     """Start a detached ``LocalCluster`` in ``data_dir``, yield a ``Bench`` on it, always tear down.
     ``tls``: every gRPC port TLS, mutual between services (``ClusterConfig(tls=True)``); the
-    ``Bench`` dials it with the cluster's admin certificate."""
+    ``Bench`` dials it with the cluster's admin certificate. ``extra_env``: added to every
+    service's environment (``LOWTIDE_*`` flags)."""
     config = ClusterConfig(data_dir=data_dir, replicas=replicas, coordinators=0, orphan_scanners=0,
-                           replica_config=dict(replica_config or {}), tls=tls)
+                           replica_config=dict(replica_config or {}), tls=tls, extra_env=dict(extra_env or {}))
     cluster = LocalCluster(config)
     say(f"starting a local cluster ({replicas} replicas{', TLS' if tls else ''}) in {data_dir}")
     began = time.monotonic()

@@ -7,7 +7,8 @@ front door + Redis: loopback gRPC round trip, DeleteRecords on an idle and a bus
 space freed after DeleteRecords, produce variants and consume, the RSS soak, DeleteRecords over
 1,000 partitions, one broker-side consumed retention (KIP-68) pass over 1,000 partitions; then sections
 with clusters of their own (diskless, orphans, snapshot: a coordinator shard restored onto an
-empty disk, tls: plaintext against TLS, reassign: partition copies with and without a throttle).
+empty disk, tls: plaintext against TLS, reassign: partition copies with and without a throttle, share:
+KIP-932 share-consume next to classic consume and the last acknowledgement to disk freed).
 The cluster and the ceiling's processes are always torn down. Writes ``results.json`` and ``RESULTS.md`` into ``--out``
 (default ``tests/bench``). Reports; never asserts on time. Progress goes to stderr.
 """
@@ -44,6 +45,7 @@ from tests.bench import request_cost as bench_request_cost
 from tests.bench import retention as bench_retention
 from tests.bench import scale as bench_scale
 from tests.bench import scale_fault as bench_scale_fault
+from tests.bench import share as bench_share
 from tests.bench import snapshot as bench_snapshot
 from tests.bench import spark as bench_spark
 from tests.bench import standby as bench_standby
@@ -55,7 +57,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 SECTIONS = ("physical", "ceiling", "cleaner", "recovery", "rtt", "delete", "produce", "consumer", "kafka", "spark",
             "soak", "wide", "retention", "diskless", "orphans", "idempotence", "tls", "reassign",
             "snapshot", "standby", "diskless_scaling", "metadata", "scale", "kafka_scale", "scale_fault",
-            "request_cost")
+            "request_cost", "share")
 # The sections that run on the shared cluster (the others start clusters of their own, or none).
 CLUSTER_SECTIONS = {"rtt", "delete", "produce", "consumer", "kafka", "idempotence", "spark", "soak", "wide",
                     "retention", "request_cost"}
@@ -278,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                 _section("retention", figures, lambda: bench_retention.retention_pass_cost(bench, 1000),
                          "consumed_retention_pass_ms", "broker-side consumed retention pass over 1,000 partitions",
                          "ms")
+        if "share" in only:  # issue 49: its own cluster (share groups start at the log start); Kafka 4.4's tools
+            _section("share", figures, lambda: bench_share.share_figures(data_dir / "share", quick=quick),
+                     "share_consume_mbs", "share-consume throughput", "MB/s")
         if "diskless" in only:  # its own cluster: two coordinator shards (the main one has none)
             _section("diskless", figures, lambda: bench_diskless.diskless_figures(data_dir / "diskless", quick=quick),
                      "dc_commitfile_batches_s", "DC CommitFile batches/s per shard", "batches/s")
