@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from lowtide.client.admin import OffsetSpec, open_connections
+from lowtide.client.admin import Admin, OffsetSpec, open_connections
 from lowtide.client.consumer import records_from_columns
 from lowtide.client.share_acks import HeldRecords, merge_ranges
 from lowtide.errors import (
@@ -236,6 +236,7 @@ class ShareConsumer:
         self._unsent: dict[TopicPartition, list[ShareAckBatch]] = {}  # acknowledgements to send again
         self._sessions: dict[str, _Session] = {}  # leader address -> our share session there
         self._topic_ids: dict[str, str] = {}  # topic name -> id
+        self._assigned: dict[TopicPartition, str] | None = None  # ``assign``'s partitions
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         # While ``commit`` runs: each partition's acknowledgement answer.
@@ -265,34 +266,34 @@ class ShareConsumer:
         for name in names:
             self._topic_ids[name] = snapshot.topic(name).topic_id  # an unknown topic fails here
         if self.auto_offset_reset == "earliest":
-            self._start_new_partitions_at_earliest(names)
+            start_at_earliest(self.admin, self.group_id,
+                              [(t, p.partition) for t in names for p in snapshot.topic(t).partitions])
         self._topics = names
         self._membership.join(names)
-
-    def _start_new_partitions_at_earliest(self, topics: Sequence[str]) -> None:
-        known = {(s.topic, s.partition) for s in self.admin.share_group_start_offsets(self.group_id)}
-        snapshot = self.cluster.snapshot()
-        fresh = [(t, p.partition) for t in topics for p in snapshot.topic(t).partitions
-                 if (t, p.partition) not in known]
-        if not fresh:
-            return
-        starts = self.admin.list_offsets({tp: OffsetSpec.EARLIEST for tp in fresh})
-        targets = {tp: a.offset for tp, a in starts.items() if a.error is None and a.offset >= 0}
-        try:
-            failed = {tp: e for tp, e in self.admin.reset_share_group_offsets(self.group_id, targets).items() if e}
-        except NonEmptyGroup:
-            return  # its members consume already: the group was started (by one of them, or the default)
-        if failed:
-            tp, error = next(iter(failed.items()))
-            raise type(error)(f"starting share group {self.group_id!r} at the earliest offset of "
-                              f"{tp[0]}-{tp[1]}: {error.message}")
 
     def subscription(self) -> list[str]:
         return list(self._topics)
 
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch from ``partitions`` (of the subscribed topics) whatever the coordinator assigns.
+
+        For a caller that plans its own parallelism (a Spark task reads the partition the driver
+        planned for it): the member still joins the group (describe shows it, a reset is refused
+        while it reads), and a share-partition hands each member its own records whoever fetches,
+        so the assignment only spreads load; the caller spreads it instead."""
+        wanted = list(dict.fromkeys(partitions))
+        for topic, _ in wanted:
+            if topic not in self._topic_ids:
+                raise InvalidRequest(f"topic {topic!r} is not subscribed")
+        self._assigned = {tp: self._topic_ids[tp[0]] for tp in wanted}
+
     def assignment(self) -> list[TopicPartition]:
-        """The partitions the coordinator assigned this member (as of its last heartbeat)."""
-        return sorted(self._membership.assignment())
+        """The partitions this member fetches: the coordinator's assignment as of its last
+        heartbeat (or what ``assign`` chose)."""
+        return sorted(self._assignment())
+
+    def _assignment(self) -> dict[TopicPartition, str]:
+        return dict(self._assigned) if self._assigned is not None else self._membership.assignment()
 
     # -- polling -----------------------------------------------------------------------------
     def poll(self, *, max_wait_ms: int | None = None) -> list[ShareRecord]:
@@ -397,7 +398,7 @@ class ShareConsumer:
         for tp, batches in self._unsent.items():
             acks.setdefault(tp, [])[:0] = batches
         self._unsent = {}
-        assignment = self._membership.assignment() if fetch else {}
+        assignment = self._assignment() if fetch else {}
         self._topic_ids.update({t: i for (t, _), i in assignment.items()})
         snapshot = self.cluster.snapshot()
         refresh = False
@@ -561,6 +562,26 @@ class ShareConsumer:
             log.info("acknowledgement of %s-%d refused: %s", tp[0], tp[1], error)
         if self.on_acknowledged is not None:
             self.on_acknowledged(tp, batches, error)
+
+
+def start_at_earliest(admin: Admin, group_id: str, partitions: Sequence[TopicPartition]) -> None:
+    """Start ``group_id`` at the log start offset of each of ``partitions`` it has no state for (it
+    never consumed there), as an admin's reset (ShareGroupResetOffsets). Only while the group has no
+    members: once it has some, they started it and nothing is written (NON_EMPTY_GROUP)."""
+    known = {(s.topic, s.partition) for s in admin.share_group_start_offsets(group_id)}
+    fresh = [tp for tp in partitions if tp not in known]
+    if not fresh:
+        return
+    starts = admin.list_offsets({tp: OffsetSpec.EARLIEST for tp in fresh})
+    targets = {tp: a.offset for tp, a in starts.items() if a.error is None and a.offset >= 0}
+    try:
+        failed = {tp: e for tp, e in admin.reset_share_group_offsets(group_id, targets).items() if e is not None}
+    except NonEmptyGroup:
+        return  # its members consume already: the group was started (by one of them, or the default)
+    if failed:
+        tp, error = next(iter(failed.items()))
+        raise type(error)(f"starting share group {group_id!r} at the earliest offset of {tp[0]}-{tp[1]}: "
+                          f"{error.message}")
 
 
 def _count_at(ranges: tuple[AcquiredRange, ...], offset: int) -> int:
