@@ -5,6 +5,7 @@
         [--compression-type none|gzip|lz4|zstd] [--batch-size BYTES] [--acks all|1|0] [--partition P]
     lowtide consume --bootstrap-server B --topic T [--partition P --offset O | --group G] [--max-records N]
         [--max-partition-fetch-bytes BYTES]
+    lowtide consume --bootstrap-server B --topic T --share-group G [--from-beginning] [--max-records N]
     lowtide offsets --bootstrap-server B --topic T --time earliest|latest|max-timestamp|MS
 
 produce json: ``{"records", "bytes", "seconds", "records_per_second", "mb_per_second"}`` (bytes =
@@ -13,7 +14,9 @@ key + value payload). consume json: one line per record ``{"topic", "partition",
 line (``--print-key``: KEY<TAB>VALUE), escaped Python-style by ``escape_bytes`` so binary data never
 reaches the terminal raw.
 consume stops after --max-records or when nothing new arrived for --timeout-ms; with --group it
-commits the positions it reached. offsets json: ``{"partitions": [{"topic", "partition", "offset"}]}``.
+commits the positions it reached; with --share-group it reads as a member of that KIP-932 share
+group, acknowledging what it printed (cli/share_consume.py; json lines add ``delivery_count``).
+offsets json: ``{"partitions": [{"topic", "partition", "offset"}]}``.
 """
 
 from __future__ import annotations
@@ -87,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--partition", type=int, help="read only this partition")
     consume.add_argument("--offset", help="start offset: a number, earliest or latest (needs --partition)")
     consume.add_argument("--group", help="consumer group: start from its committed offsets and commit")
+    consume.add_argument("--share-group", metavar="G",
+                         help="read as a member of this share group (KIP-932, as kafka-console-share-consumer): "
+                              "records are split between its members; what is printed is acknowledged "
+                              "(accepted), what is not is released")
+    consume.add_argument("--from-beginning", action="store_true",
+                         help="with --share-group: a partition the group never consumed starts at the log start "
+                              "offset (else where the replicas' share.auto.offset.reset default says)")
     consume.add_argument("--max-records", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, default=2000, help="stop when nothing new arrives for this long")
     consume.add_argument("--max-partition-fetch-bytes", type=_positive_int, default=CLI_PARTITION_FETCH_BYTES,
@@ -330,6 +340,11 @@ def _positive_int(text: str) -> int:
 
 
 def run_consume(args: argparse.Namespace) -> int:
+    if args.share_group:
+        from lowtide.cli.share_consume import run_share_consume  # it uses this module's printers
+        return run_share_consume(args)
+    if args.from_beginning:
+        raise CliError("INVALID_REQUEST", "--from-beginning is for --share-group; use --offset earliest")
     if args.offset is not None and args.partition is None:
         raise CliError("INVALID_REQUEST", "--offset needs --partition")
     if args.offset is not None and args.group:

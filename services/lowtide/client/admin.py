@@ -30,7 +30,7 @@ from lowtide.tls.config import ClientTls
 from lowtide_pb import admin_pb2, admin_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:
-    from lowtide.messages.consumer_groups import ConsumerGroupDescription
+    from lowtide.messages.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
 
 
 class OffsetSpec:
@@ -429,6 +429,14 @@ class Admin(PooledClient):
         from lowtide.rpc.convert import consumer_groups as convert_consumer
         return convert_consumer.descriptions_from_proto(self.call(
             "ShareGroupDescribe", admin_pb2.ConsumerGroupDescribeRequest(group_ids=list(group_ids))))
+
+    def share_group_heartbeat(self, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        """ShareGroupHeartbeat at the front door's share group coordinator: join (epoch 0), stay
+        (the member's epoch), leave (-1); the refusal (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH...)
+        comes back as the result's ``error``."""
+        from lowtide.rpc.convert import consumer_groups as convert_consumer
+        return convert_consumer.heartbeat_result_from_proto(self.call(
+            "ShareGroupHeartbeat", convert_consumer.heartbeat_to_proto(request)))
 
     def share_group_start_offsets(self, group_id: str) -> list[ShareStartOffset]:
         """Every share-partition the group has durable state for; raises the whole-call error

@@ -1,8 +1,9 @@
 """``ReplicaClient``: the one client of the ``lowtide.v1.Replica`` service.
 
-Used by the producer and consumer (Produce, Fetch to leaders), the front door's fan-out
-(ListOffsets, DeleteRecords to leaders), the follower fetcher of a replica (Fetch with its
-``replica_id``), the local cluster's tools and the demo (DescribeLogs). Callers hand it plain
+Used by the producer and consumer (Produce, Fetch to leaders), the share consumer (ShareFetch,
+ShareAcknowledge), the front door's fan-out (ListOffsets, DeleteRecords to leaders), the follower
+fetcher of a replica (Fetch with its ``replica_id``), the local cluster's tools and the demo
+(DescribeLogs). Callers hand it plain
 tuples and the service's messages (``lowtide.messages.replica``) and get those dataclasses back:
 no caller outside ``rpc``/``client`` and the servicers touches generated protobuf code.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -46,6 +47,9 @@ from lowtide.rpc.messages import (
 )
 from lowtide.rpc.status import error_from_rpc
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
+
+if TYPE_CHECKING:
+    from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk
 
 
 class ReplicaClient(PooledClient):
@@ -149,6 +153,20 @@ class ReplicaClient(PooledClient):
         return [TxnMarkerResult(topic=r.topic, partition=r.partition, producer_id=m.producer_id,
                                 error=error_or_none(r.error_code, r.error_message))
                 for m in response.markers for r in m.partitions]
+
+    def share_fetch(self, address: str, ask: ShareFetchAsk, *, deadline_s: float) -> ShareFetchAnswer:
+        """KIP-932 ShareFetch (``ask.fetch``) or ShareAcknowledge at the leader at ``address``: the
+        share handler's answer, its whole-request error (a share session's) in ``error``."""
+        # Imported here: `import lowtide.client` loads no share converters (test_import_rules).
+        from lowtide.rpc.convert import share as convert_share
+        stub = self._stub(address)
+        if ask.fetch:
+            response = call(stub.ShareFetch, convert_share.fetch_to_proto(ask), metadata=self.metadata,
+                            timeout=deadline_s)
+        else:
+            response = call(stub.ShareAcknowledge, convert_share.acknowledge_to_proto(ask), metadata=self.metadata,
+                            timeout=deadline_s)
+        return convert_share.answer_from_proto(response)
 
     def describe_logs(self, address: str, partitions: Iterable[TopicPartition] = (), *,
                       timeout_s: float = 10.0) -> ReplicaLogs:

@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 from lowtide.errors import LowtideError
 
+# Kafka's AcknowledgeType codes (0: a gap, an offset with no record; 4: renew the lock), the same
+# numbers as ``lowtide.share.state``'s, for clients that may not import the state machine.
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+ACKNOWLEDGE_TYPE_NAMES = {"gap": GAP, "accept": ACCEPT, "release": RELEASE, "reject": REJECT, "renew": RENEW}
+
 
 @dataclass(frozen=True, slots=True)
 class ShareAckBatch:

@@ -35,7 +35,6 @@ from lowtide.replica.metrics import ReplicaCollector
 from lowtide.replica.parking import FetchLimits
 from lowtide.replica.registration import add_replica_service
 from lowtide.replica.servicer import ReplicaServicer
-from lowtide.replica.share_handler import ShareHandler
 from lowtide.share.flags import add_share_flags, build_share_partitions
 from lowtide.share.metrics import ShareCollector
 from lowtide_pb import replica_pb2
@@ -193,20 +192,20 @@ def run(args: argparse.Namespace) -> int:
             buffer_max_bytes=args.diskless_buffer_max_bytes), object_store_url=args.object_store,
             metadata=connections.metadata,
             call_metadata=connections.call_metadata)
-    servicer = ReplicaServicer(manager, access=access, diskless=diskless)
+    # KIP-932: the share-partitions this replica leads, their state in __share_group_state; share
+    # fetches come over gRPC (ShareFetch) and, with a Kafka listener, over the Kafka protocol.
+    share_partitions = build_share_partitions(
+        args, store=connections.metadata, replicas=ReplicaClient(metadata=connections.call_metadata), name=name)
+    # consumed.retention.groups may name share groups ("share:<group>"): their start offsets.
+    manager.consumed_retention.read_share_starts = share_partitions.read_share_starts
+    share_partitions.on_start_offset_moved = lambda _key, _offset: manager.housekeeping.wake_retention()
+    REGISTRY.register(ShareCollector(share_partitions, broker_id=args.id, topic_names=lambda: {
+        i.topic_id: n for n, i in connections.metadata.topics().items()}, low_watermark=lambda t, p: (
+            -1 if (part := manager.registry.find(t, p)) is None else part.low_watermark(manager.live_brokers))))
+    servicer = ReplicaServicer(manager, access=access, diskless=diskless, share_partitions=share_partitions)
     remote_front = None
     if kafka is not None:
         remote_front = RemoteFrontDoor(address=args.frontdoor_addr)
-        # KIP-932: the share-partitions this replica leads, their state in __share_group_state.
-        share_partitions = build_share_partitions(
-            args, store=connections.metadata, replicas=ReplicaClient(metadata=connections.call_metadata), name=name)
-        shares = ShareHandler(shares=share_partitions, manager=manager, access=access, diskless=diskless)
-        # consumed.retention.groups may name share groups ("share:<group>"): their start offsets.
-        manager.consumed_retention.read_share_starts = share_partitions.read_share_starts
-        share_partitions.on_start_offset_moved = lambda _key, _offset: manager.housekeeping.wake_retention()
-        REGISTRY.register(ShareCollector(share_partitions, broker_id=args.id, topic_names=lambda: {
-            i.topic_id: n for n, i in connections.metadata.topics().items()}, low_watermark=lambda t, p: (
-                -1 if (part := manager.registry.find(t, p)) is None else part.low_watermark(manager.live_brokers))))
         kafka.attach(KafkaBroker(apis=all_apis(), services=KafkaServices(
             node=Node(node_id=args.id, host=args.advertised_host, port=config.kafka_port, rack=args.rack),
             producer=servicer.producer, fetcher=servicer.fetcher,
@@ -214,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             front_door=remote_front.bound,
             transaction_version=args.kafka_transaction_version,
             txn_markers=servicer.txn_markers, producer_states=servicer.producer_states,
-            telemetry=client_telemetry(args, name=name), share=shares,
+            telemetry=client_telemetry(args, name=name), share=servicer.shares,
             metadata_responses=MetadataResponses(revision=connections.metadata.version),
             authenticate=access.authenticate, auth_required=config.auth_enabled,
             sasl_login=access.authenticate if config.auth_enabled else None,

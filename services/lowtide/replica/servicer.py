@@ -13,7 +13,7 @@ from collections.abc import Callable
 from lowtide.auth.access import AccessControl
 from lowtide.auth.acl import AclOperation
 from lowtide.diskless.broker import DisklessBroker
-from lowtide.errors import InvalidRequest
+from lowtide.errors import InvalidRequest, NotLeaderOrFollower
 from lowtide.messages.admin import DeleteRequestItem
 from lowtide.messages.replica import (
     EpochQuery,
@@ -22,6 +22,7 @@ from lowtide.messages.replica import (
     OffsetQuery,
     ProduceItem,
 )
+from lowtide.messages.share import ShareFetchAnswer, ShareFetchAsk, SharePartitionAnswer
 from lowtide.replica.delete_records_handler import DeleteRecordsRequestHandler
 from lowtide.replica.describe_producers_handler import DescribeProducersHandler
 from lowtide.replica.fetch_handler import FetchHandler
@@ -35,13 +36,16 @@ from lowtide.replica.metrics import (
 from lowtide.replica.partition import LEADER
 from lowtide.replica.produce_handler import ProduceHandler
 from lowtide.replica.registration import parse_produce_request
+from lowtide.replica.share_handler import ShareHandler
 from lowtide.replica.txn_markers_handler import TxnMarkersHandler
 from lowtide.rpc.convert import error_kwargs
+from lowtide.rpc.convert import share as convert_share
 from lowtide.rpc.convert import transactions as convert_txn
 from lowtide.rpc.framed.codec import PRODUCE, REQUEST
 from lowtide.rpc.framed.session import FrameDispatcher, parse_request
 from lowtide.rpc.messages import delete_results_to_proto
 from lowtide.rpc.steps import Steps, run_blocking
+from lowtide.share.partitions import SharePartitions
 from lowtide_pb import common_pb2, replica_pb2, replica_pb2_grpc, transactions_pb2
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -87,13 +91,14 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
     the front door acting for a caller it authorized).
     A follower Fetch (``replica_id`` >= 0), and every request of a Replicate stream, needs
     CLUSTER_ACTION and must come from ``User:broker-<replica_id>``, else the whole call fails;
-    DescribeLogs needs DESCRIBE on the CLUSTER.
+    DescribeLogs needs DESCRIBE on the CLUSTER. ShareFetch/ShareAcknowledge (KIP-932): the share
+    handler's checks, as for the Kafka listener (READ on the GROUP, READ on each topic).
 
     Thread-safety: stateless; gRPC calls it from many threads and the manager is thread-safe.
     """
 
     def __init__(self, manager: ReplicaManager, *, access: AccessControl | None = None,
-                 diskless: DisklessBroker | None = None) -> None:
+                 diskless: DisklessBroker | None = None, share_partitions: SharePartitions | None = None) -> None:
         self.manager = manager
         self.access = access or AccessControl.allow_all()
         self.diskless = diskless  # KIP-1164: Produce/consumer Fetch of diskless partitions go there
@@ -105,6 +110,9 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         self.epochs = OffsetForLeaderEpochHandler(manager=manager, access=self.access, diskless=diskless)
         self.txn_markers = TxnMarkersHandler(manager=manager, access=self.access, diskless=diskless)
         self.producer_states = DescribeProducersHandler(manager=manager, access=self.access, diskless=diskless)
+        # KIP-932's ShareFetch/ShareAcknowledge, shared with the Kafka listener: one request path.
+        self.shares = None if share_partitions is None else ShareHandler(
+            shares=share_partitions, manager=manager, access=self.access, diskless=diskless)
         self._draining = threading.Event()
 
     def _principal(self, context) -> str:
@@ -246,6 +254,21 @@ class ReplicaServicer(replica_pb2_grpc.ReplicaServicer):
         markers = convert_txn.markers_from_proto(request)
         return convert_txn.marker_results_to_proto(markers, self.txn_markers.write_txn_markers(
             self._principal(context), markers, timeout_ms=request.timeout_ms))
+
+    def ShareFetch(self, request, context):
+        """KIP-932: the share handler's ShareFetch (replica/share_handler.py), as the Kafka listener's."""
+        return convert_share.answer_to_proto(self._share(convert_share.fetch_from_proto(request), context))
+
+    def ShareAcknowledge(self, request, context):
+        return convert_share.answer_to_proto(self._share(convert_share.acknowledge_from_proto(request), context))
+
+    def _share(self, ask: ShareFetchAsk, context) -> ShareFetchAnswer:
+        principal = self._principal(context)
+        if self.shares is None:
+            error = NotLeaderOrFollower("this replica serves no share groups")
+            return ShareFetchAnswer(partitions=tuple(SharePartitionAnswer(topic_id=p.topic_id, partition=p.partition,
+                                                                          error=error) for p in ask.partitions))
+        return self.shares.share_fetch(principal, ask)
 
     def DescribeLogs(self, request, context):
         self.access.require_cluster(self._principal(context), AclOperation.DESCRIBE)

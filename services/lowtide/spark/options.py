@@ -16,6 +16,13 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
                        and offsets; false: the read skips ahead to the log start offset
     includeHeaders     false (default)
     lowtide.group.id   streaming: commit each micro-batch's end offsets to this consumer group
+    lowtide.share.group   read as this KIP-932 share group: the topic is a queue, shared with every
+                       other reader of the group (module doc of lowtide.spark.share). startingOffsets
+                       is then earliest (batch default) or latest (streaming default: the replicas'
+                       share.auto.offset.reset), for the partitions the group never consumed;
+                       endingOffsets and lowtide.group.id do not apply
+    lowtide.share.max.records   share reads: most records one batch read or one micro-batch takes
+                       (streaming: maxOffsetsPerTrigger too; the smaller wins). Default: all there is
     lowtide.fetch.max.bytes   bytes per Fetch (default 8 MiB)
     lowtide.read.timeout.ms   longest a task waits for offsets the plan promised (default 60000)
 
@@ -181,6 +188,17 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
 
 
 @dataclass(frozen=True)
+class ShareRead:
+    """A read as a share group (``lowtide.share.group``). ``start``: where the group starts on a
+    partition it never consumed ("earliest", or None: the replicas' default); ``max_records``: the
+    bound of one read or micro-batch (None: everything available)."""
+
+    group: str
+    start: str | None
+    max_records: int | None
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     connection: Connection
     subscription: Subscription
@@ -193,6 +211,27 @@ class ReadOptions:
     group_id: str | None
     fetch_max_bytes: int
     read_timeout_ms: int
+    share: ShareRead | None = None
+
+
+def parse_share(options: Mapping[str, str], *, streaming: bool) -> ShareRead | None:
+    group = _get(options, "lowtide.share.group")
+    if group is None or not group.strip():
+        if _get(options, "lowtide.share.max.records") is not None:
+            raise InvalidConfig("option lowtide.share.max.records needs lowtide.share.group")
+        return None
+    for name in ("endingOffsets", "lowtide.group.id"):
+        if _get(options, name) is not None:
+            raise InvalidConfig(f"option {name} does not apply to a share group read (lowtide.share.group): "
+                                "a share group keeps its own progress")
+    raw = (_get(options, "startingOffsets") or ("latest" if streaming else "earliest")).strip().lower()
+    if raw not in ("earliest", "latest"):
+        raise InvalidConfig(f"option startingOffsets of a share group read must be earliest or latest, got {raw!r}: "
+                            "it says where the group starts on a partition it never consumed")
+    bound = _int(options, "lowtide.share.max.records", None)
+    if streaming and (per_trigger := _int(options, "maxOffsetsPerTrigger", None)) is not None:
+        bound = per_trigger if bound is None else min(bound, per_trigger)
+    return ShareRead(group=group.strip(), start="earliest" if raw == "earliest" else None, max_records=bound)
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -210,6 +249,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         group_id=_get(options, "lowtide.group.id") or None,
         fetch_max_bytes=_int(options, "lowtide.fetch.max.bytes", 8 * MiB) or 8 * MiB,
         read_timeout_ms=_int(options, "lowtide.read.timeout.ms", 60_000) or 60_000,
+        share=parse_share(options, streaming=streaming),
     )
 
 

@@ -16,6 +16,12 @@ checkpoint (offsets ``{"topic": {"partition": offset}}``), honour ``maxOffsetsPe
 ``Trigger.AvailableNow``, and with ``lowtide.group.id`` commit every finished micro-batch's end
 offsets to that consumer group so KIP-68 consumed retention counts the query.
 
+Share group reads (``lowtide.share.group``, KIP-932: ``spark/share.py``): the topic is a queue;
+several jobs reading with one group split its records, each task acknowledging what it read once
+Spark drained its iterator. At least once; no offsets in the checkpoint (the group keeps the
+progress); a micro-batch takes what the group has not finished, bounded by
+``lowtide.share.max.records`` / ``maxOffsetsPerTrigger``.
+
 Writes: acks=all, at-least-once (a retried task may append its rows again, as with Kafka's sink);
 any error fails the task. ``value`` is required; ``key``, ``partition``, ``headers`` and ``topic``
 (unless the ``topic`` option names it) are optional columns.
@@ -50,6 +56,7 @@ from lowtide.spark import planning as plan
 from lowtide.spark.arrow import encode_rows, route
 from lowtide.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
 from lowtide.spark.reading import RangeReader, ReadSettings
+from lowtide.spark.share import ShareBatchReader, ShareStreamReader
 
 log = logging.getLogger("lowtide.spark")
 
@@ -88,10 +95,12 @@ class LowtideDataSource(DataSource):
         return SCHEMA_DDL + (HEADERS_DDL if include == "true" else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(parse_read_options(self.options, streaming=False))
+        options = parse_read_options(self.options, streaming=False)
+        return ShareBatchReader(options) if options.share else BatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_read_options(self.options, streaming=True))
+        options = parse_read_options(self.options, streaming=True)
+        return ShareStreamReader(options) if options.share else StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return BatchWriter(_check_write_schema(schema, overwrite, parse_write_options(self.options)))

@@ -1,6 +1,8 @@
 """The "lowtide" PySpark data source on real PySpark (local mode) against a real local cluster, and
 on an auth-enabled one: credentials given as an option reach every call (front door and replicas,
-driver and executors); without them nothing is read or written. Both share the module's one Spark
+driver and executors); without them nothing is read or written. Share group reads
+(``lowtide.share.group``): two batch reads of one group split a topic, a stream takes each record
+once in bounded micro-batches. Both share the module's one Spark
 session (a JVM start is seconds of CPU)."""
 
 from __future__ import annotations
@@ -254,6 +256,71 @@ def test_a_diskless_topic_is_written_and_read_through_the_source_unchanged_with_
               .option("startingOffsets", json.dumps({"src-disk-spark": {"0": 10, "1": 0, "2": 0}}))
               .option("endingOffsets", json.dumps({"src-disk-spark": {"0": 20, "1": 0, "2": 0}})).load().collect())
     assert sorted(r.offset for r in ranged) == list(range(10, 20)) and {r.partition for r in ranged} == {0}
+
+
+# ------------------------------------------------------------------ share group reads (spark/share.py)
+
+
+def _produce_small_batches(bootstrap: str, topic: str, partitions: int, n: int, *, first: int = 0) -> set[bytes]:
+    """Values ``first``.. ``first + n - 1`` over ``partitions`` in ~1 KiB batches: a share read
+    acquires whole batches, so small ones let a bounded read take part of a partition."""
+    values = [f"{topic}-{i}".encode() for i in range(first, first + n)]
+    with Producer(bootstrap, batch_bytes=1024) as producer:
+        for p in range(partitions):
+            producer.produce_values(topic, values[p::partitions], partition=p)
+    return set(values)
+
+
+def _share_read(spark, cluster, topic: str, group: str, **extra: str) -> list[bytes]:
+    reader = (spark.read.format("lowtide").options(**_opts(cluster)).option("subscribe", topic)
+              .option("lowtide.share.group", group))
+    for k, v in extra.items():
+        reader = reader.option(k, v)
+    return [bytes(r.value) for r in reader.load().select("value").collect()]
+
+
+def test_two_batch_reads_with_one_share_group_get_disjoint_records_that_together_are_everything(
+        spark, spark_cluster, admin):
+    _create(admin, "src-share-batch")
+    produced = _produce_small_batches(spark_cluster.bootstrap, "src-share-batch", 3, 900)
+    first = _share_read(spark, spark_cluster, "src-share-batch", "src-share-g", **{"lowtide.share.max.records": "300"})
+    second = _share_read(spark, spark_cluster, "src-share-batch", "src-share-g")
+    # The first took about its bound (whole batches: a little more), the second the rest, none twice.
+    assert 300 <= len(first) < 600 and second
+    assert not set(first) & set(second) and len(set(first)) == len(first) and len(set(second)) == len(second)
+    assert set(first) | set(second) == produced
+    # Each task accepted what it read: the group is done with every record, a third read gets nothing.
+    assert _share_read(spark, spark_cluster, "src-share-batch", "src-share-g") == []
+    starts = {(o.topic, o.partition): o.start_offset for o in admin.share_group_start_offsets("src-share-g")}
+    assert starts == {("src-share-batch", p): 300 for p in range(3)}
+
+
+def test_a_streaming_share_read_takes_each_record_once_in_bounded_micro_batches_and_the_group_keeps_the_progress(
+        spark, spark_cluster, admin, tmp_path):
+    _create(admin, "src-share-stream", partitions=2)
+    produced = _produce_small_batches(spark_cluster.bootstrap, "src-share-stream", 2, 600)
+
+    def run(checkpoint: str) -> list[list[bytes]]:
+        batches: list[list[bytes]] = []
+        query = (spark.readStream.format("lowtide").options(**_opts(spark_cluster))
+                 .option("subscribe", "src-share-stream").option("lowtide.share.group", "src-share-stream-g")
+                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200").load()
+                 .writeStream.foreachBatch(lambda df, _id: batches.append([bytes(r.value) for r in df.collect()]))
+                 .option("checkpointLocation", str(tmp_path / checkpoint)).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return [b for b in batches if b]
+
+    batches = run("first")
+    got = [v for b in batches for v in b]
+    assert sorted(got) == sorted(produced)  # each record once
+    # maxOffsetsPerTrigger bounds a micro-batch (batch-aligned: each of the 2 tasks may go over by
+    # less than one ~1 KiB batch of these values).
+    assert len(batches) >= 3 and max(len(b) for b in batches) < 200 + 2 * 120
+    # No offsets in the checkpoint: a new query (a new checkpoint) of the group starts where the
+    # group is, and takes only what was produced since.
+    more = _produce_small_batches(spark_cluster.bootstrap, "src-share-stream", 2, 50, first=600)
+    assert sorted(v for b in run("second") for v in b) == sorted(more)
 
 
 # ------------------------------------------------------------------ an auth-enabled cluster
