@@ -2,9 +2,9 @@
 in the same run, and the time from the last acknowledgement to the disk freed. Reports; never
 asserts on time.
 
-A cluster of its own (3 replicas, front door, the replicas' Kafka listeners) whose replicas start a
-new share group at the log start (``LOWTIDE_GROUP_SHARE_AUTO_OFFSET_RESET=earliest``: Kafka's tools
-cannot set the group config ``share.auto.offset.reset``, which lowtide does not serve yet).
+A cluster of its own (3 replicas, front door, the replicas' Kafka listeners). Each share group
+starts at the log start: its ``share.auto.offset.reset`` group config is set to earliest first
+(what ``kafka-configs --entity-type groups`` sets; ShareConsumerPerformance sets none).
 
 **Throughput.** A topic of 3 partitions RF 3 holds ``records`` 1 KiB records (quick 50,000, about
 51 MB; full 500,000, about 512 MB) written by Kafka's ``ProducerPerformance`` (256 KiB batches).
@@ -62,6 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lowtide.client import Admin
 from lowtide.share.codec import SHARE_STATE_TOPIC
 from lowtide.share.persist import decode_records
 from lowtide_pb import replica_pb2
@@ -88,7 +89,13 @@ CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 RECORD = 1024
 PARTITIONS = 3
 SEGMENT_BYTES = 256 * KiB
-ENV = {"LOWTIDE_GROUP_SHARE_AUTO_OFFSET_RESET": "earliest"}
+
+
+def start_at_earliest(bench: Bench, group: str) -> None:
+    """The group's share.auto.offset.reset config set to earliest (Kafka's IncrementalAlterConfigs
+    of the GROUP resource, through the front door's Admin)."""
+    with Admin(bench.bootstrap) as admin:
+        admin.alter_group_config(group, set_config={"share.auto.offset.reset": "earliest"})
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log")
 MB_PER_TOOL_MB = 1.048576  # the tools' MB is 2^20 bytes; the figures' is 10^6
 FREED_TIMEOUT_S = 120.0
@@ -188,7 +195,9 @@ def throughput_figures(bench: Bench, lib: Path, *, quick: bool) -> list[Figure]:
             if which == "classic":
                 classic.append(_classic(lib, bootstrap, topic, records))
             else:
-                share.append(_share(lib, bootstrap, topic, records, f"share-tput-{r}-{time.time_ns()}"))
+                group = f"share-tput-{r}-{time.time_ns()}"
+                start_at_earliest(bench, group)
+                share.append(_share(lib, bootstrap, topic, records, group))
         say(f"share: throughput round {r + 1}: classic ConsumerPerformance {classic[-1]['mbs']:.1f} MB/s "
             f"({classic[-1]['records_s']:,.0f} records/s; {classic[-1]['mbs_whole']:.1f} MB/s from its start, "
             f"assigned after {classic[-1]['to_first_s']:.1f} s), ShareConsumerPerformance {share[-1]['mbs']:.1f} MB/s "
@@ -290,6 +299,7 @@ def _freed_round(bench: Bench, lib: Path, state: _StateTopic, r: int, per_partit
     bench.create_topic(topic, PARTITIONS, 3, config={
         "segment.bytes": str(SEGMENT_BYTES), "consumed.retention.ms": "0",
         "consumed.retention.groups": f"share:{group}"})
+    start_at_earliest(bench, group)
     try:
         ends = _fill(bench, topic, per_partition)
         replicas = bench.replica_sets(topic)
@@ -387,7 +397,7 @@ def share_figures(data_dir: Path, *, quick: bool) -> list[Figure]:
     """Both parts on one cluster of their own; a part that fails becomes an error figure."""
     lib = kafka_lib()
     figures: list[Figure] = []
-    with running_cluster(data_dir / "cluster", extra_env=ENV) as bench:
+    with running_cluster(data_dir / "cluster") as bench:
         if not all(s.kafka for s in bench.replicas.values()):
             raise RuntimeError("the cluster's replicas have no Kafka listener")
         for part, fn, key, name, unit, target in (

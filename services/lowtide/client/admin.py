@@ -19,6 +19,7 @@ from lowtide.client.metadata import (
 )
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
+from lowtide.groups.configs import group_resource
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, Deletion, GroupListing, Upsertion
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
@@ -469,6 +470,18 @@ class Admin(PooledClient):
         if response.error_code:
             raise error_or_none(response.error_code, response.error_message)
         return {r.topic: error_or_none(r.error_code, r.error_message) for r in response.topics}
+
+    def alter_group_config(self, group_id: str, *, set_config: Mapping[str, str] | None = None,
+                           delete_config: Iterable[str] = (), validate_only: bool = False) -> dict[str, str]:
+        """Change a group's configs (Kafka's IncrementalAlterConfigs of a GROUP resource, e.g.
+        ``share.auto.offset.reset``): all or nothing; returns the keys set after the change. Raises
+        INVALID_CONFIG, GROUP_AUTHORIZATION_FAILED, ..."""
+        return self.alter_topic_config(group_resource(group_id), set_config=set_config, delete_config=delete_config,
+                                       validate_only=validate_only)
+
+    def group_config(self, group_id: str) -> dict[str, str]:
+        """The keys set on a group (DESCRIBE_CONFIGS on the GROUP); {} when none is."""
+        return self.alter_topic_config(group_resource(group_id), validate_only=True)
 
     def offset_delete(self, group_id: str, partitions: Iterable[TopicPartition]) -> dict[TopicPartition,
                                                                                           LowtideError | None]:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from lowtide.client.admin import Admin, OffsetSpec, open_connections
+from lowtide.client.admin import Admin, open_connections
 from lowtide.client.consumer import records_from_columns
 from lowtide.client.share_acks import HeldRecords, merge_ranges
 from lowtide.errors import (
@@ -46,11 +46,11 @@ from lowtide.errors import (
     InvalidRequest,
     LeaderNotAvailable,
     LowtideError,
-    NonEmptyGroup,
     ShareSessionNotFound,
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
+from lowtide.groups.configs import SHARE_AUTO_OFFSET_RESET
 from lowtide.messages import TopicPartition
 from lowtide.messages.consumer_groups import ConsumerHeartbeat, ConsumerHeartbeatResult
 from lowtide.messages.share import (
@@ -192,8 +192,8 @@ class ShareConsumer:
 
     Contract:
 
-    * ``subscribe(topics)`` joins the group (``auto_offset_reset="earliest"``: first, the
-      partitions the group has no state for start at the log start offset, see ``subscribe``).
+    * ``subscribe(topics)`` joins the group (with ``auto_offset_reset``: first sets the group's
+      ``share.auto.offset.reset`` config, see ``subscribe``).
     * ``poll`` returns records acquired for this member, each delivered to no other member while
       its acquisition lock (the replicas' ``group.share.record.lock.duration.ms``) runs.
     * ``acknowledgement_mode="implicit"`` (Kafka's default): every record a poll returned is
@@ -252,11 +252,11 @@ class ShareConsumer:
     def subscribe(self, topics: Iterable[str]) -> None:
         """Join the group subscribed to ``topics`` (replacing an earlier subscription).
 
-        ``auto_offset_reset`` says where the group starts on a partition it has no state for (it
-        never consumed there): None, the replicas' ``--group-share-auto-offset-reset``; "earliest",
-        the log start offset, written here as an admin's reset (``ShareGroupResetOffsets``) while
-        the group has no members yet; once it has some, they started it and nothing is written
-        (NON_EMPTY_GROUP). "latest" is the replicas' default and writes nothing.
+        ``auto_offset_reset`` ("earliest" or "latest") is set as the group's
+        ``share.auto.offset.reset`` config before it joins, as Kafka's share consumer tools set it
+        (``kafka-console-share-consumer``'s callers, VerifiableShareConsumer): where the group
+        starts on a partition it has no state for. None leaves the group's config (else the
+        replicas' ``--group-share-auto-offset-reset``) as it is.
         """
         names = tuple(dict.fromkeys(topics))
         if not names:
@@ -265,9 +265,8 @@ class ShareConsumer:
         snapshot = self.cluster.refresh()
         for name in names:
             self._topic_ids[name] = snapshot.topic(name).topic_id  # an unknown topic fails here
-        if self.auto_offset_reset == "earliest":
-            start_at_earliest(self.admin, self.group_id,
-                              [(t, p.partition) for t in names for p in snapshot.topic(t).partitions])
+        if self.auto_offset_reset is not None:
+            set_auto_offset_reset(self.admin, self.group_id, self.auto_offset_reset)
         self._topics = names
         self._membership.join(names)
 
@@ -564,24 +563,10 @@ class ShareConsumer:
             self.on_acknowledged(tp, batches, error)
 
 
-def start_at_earliest(admin: Admin, group_id: str, partitions: Sequence[TopicPartition]) -> None:
-    """Start ``group_id`` at the log start offset of each of ``partitions`` it has no state for (it
-    never consumed there), as an admin's reset (ShareGroupResetOffsets). Only while the group has no
-    members: once it has some, they started it and nothing is written (NON_EMPTY_GROUP)."""
-    known = {(s.topic, s.partition) for s in admin.share_group_start_offsets(group_id)}
-    fresh = [tp for tp in partitions if tp not in known]
-    if not fresh:
-        return
-    starts = admin.list_offsets({tp: OffsetSpec.EARLIEST for tp in fresh})
-    targets = {tp: a.offset for tp, a in starts.items() if a.error is None and a.offset >= 0}
-    try:
-        failed = {tp: e for tp, e in admin.reset_share_group_offsets(group_id, targets).items() if e is not None}
-    except NonEmptyGroup:
-        return  # its members consume already: the group was started (by one of them, or the default)
-    if failed:
-        tp, error = next(iter(failed.items()))
-        raise type(error)(f"starting share group {group_id!r} at the earliest offset of {tp[0]}-{tp[1]}: "
-                          f"{error.message}")
+def set_auto_offset_reset(admin: Admin, group_id: str, value: str) -> None:
+    """Set ``group_id``'s ``share.auto.offset.reset`` group config (unless it is that already)."""
+    if admin.group_config(group_id).get(SHARE_AUTO_OFFSET_RESET) != value:
+        admin.alter_group_config(group_id, set_config={SHARE_AUTO_OFFSET_RESET: value})
 
 
 def _count_at(ranges: tuple[AcquiredRange, ...], offset: int) -> int:

@@ -31,11 +31,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lowtide.errors import InvalidConfig, InvalidRequest, RequestTimedOut
 from lowtide.messages.admin import ConfigOp, ConfigOpType
-from lowtide.metadata.sections import section
-from lowtide.metadata.store import MetadataStore
+
+if TYPE_CHECKING:
+    from lowtide.metadata.store import MetadataStore
 
 SECTION = "group_configs"
 GROUP_RESOURCE_PREFIX = "group:"
@@ -131,6 +133,10 @@ class GroupConfigs:
     """
 
     def __init__(self, store: MetadataStore) -> None:
+        # Imported here: clients import this module for the key names and resource naming, and
+        # must not pull in the metadata store (etcd) with it.
+        from lowtide.metadata.sections import section
+
         self._section = section(store, SECTION)
 
     def of(self, group_id: str) -> dict[str, str]:

@@ -278,14 +278,19 @@ class SharePartitions:
             if not state.has_available(leader.high_watermark):
                 return [], b""
             data = leader.read(state.find_next_read_offset(), max_bytes)
-            headers = [h for h, _ in iter_batches(data)]
+            found = list(iter_batches(data))
+            headers = [h for h, _ in found]
             taken = state.acquire(member=member_id, batches=[(h.base_offset, h.last_offset) for h in headers],
                                   max_records=max_records, now_ms=now)
             if taken and leader.aborted is not None:
                 taken = _archive_aborted(state, member_id, taken, headers, leader.aborted, now)
         if not taken:
             return [], b""
-        return [AcquiredRange(a.first, a.last, a.delivery_count) for a in taken], data
+        # The bytes end with the last batch holding an acquired record: a read of up to a MiB for
+        # a fetch of 500 records would otherwise send about twice what the member may use.
+        last = taken[-1].last
+        end = next((pos + h.size_in_bytes for h, pos in found if h.base_offset <= last <= h.last_offset), len(data))
+        return [AcquiredRange(a.first, a.last, a.delivery_count) for a in taken], data[:end]
 
     def acknowledge(self, *, key: ShareStateKey, member_id: str, leader: LeaderLog,
                     batches: Sequence[ShareAckBatch]) -> None:

@@ -18,8 +18,9 @@ Read options (``spark.read.format("lowtide")`` / ``spark.readStream``)::
     lowtide.group.id   streaming: commit each micro-batch's end offsets to this consumer group
     lowtide.share.group   read as this KIP-932 share group: the topic is a queue, shared with every
                        other reader of the group (module doc of lowtide.spark.share). startingOffsets
-                       is then earliest (batch default) or latest (streaming default: the replicas'
-                       share.auto.offset.reset), for the partitions the group never consumed;
+                       is then earliest (batch default: sets the group's share.auto.offset.reset) or
+                       latest (streaming default: the group's config as it is), for the partitions
+                       the group never consumed;
                        endingOffsets and lowtide.group.id do not apply
     lowtide.share.max.records   share reads: most records one batch read or one micro-batch takes
                        (streaming: maxOffsetsPerTrigger too; the smaller wins). Default: all there is

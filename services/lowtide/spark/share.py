@@ -8,10 +8,10 @@ as a queue (KIP-932), several Spark jobs taking work from it, each record to one
 (more with ``minPartitions``: several tasks then share a partition, each acquiring its own
 records), each bounded by the partition's high watermark at planning time and, with
 ``lowtide.share.max.records`` (streaming: or ``maxOffsetsPerTrigger``), by its share of that many
-records. ``startingOffsets`` earliest (a batch read's default) first starts the group at the log
-start offset of the partitions it never consumed (while the group has no members; see
-``client.share_consumer.start_at_earliest``); latest (a stream's default) leaves that to the
-replicas' ``share.auto.offset.reset``.
+records. ``startingOffsets`` earliest (a batch read's default) first sets the group's
+``share.auto.offset.reset`` config to earliest (where it starts on the partitions it never
+consumed, as Kafka's share consumer tools set it); latest (a stream's default) leaves the group's
+config, else the replicas' default, as it is.
 
 **Task (executor).** A task is a share group member of its own (``ShareConsumer``, explicit
 acknowledgement: it joins, so ``share-groups describe`` shows it and a reset is refused while it
@@ -52,7 +52,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 
 from lowtide.client.admin import Admin, OffsetSpec
-from lowtide.client.share_consumer import EXPLICIT, ShareConsumer, start_at_earliest
+from lowtide.client.share_consumer import EXPLICIT, ShareConsumer, set_auto_offset_reset
 from lowtide.errors import InvalidConfig
 from lowtide.messages import TopicPartition
 from lowtide.messages.share import ACCEPT
@@ -136,12 +136,12 @@ def _plan(options: ReadOptions, *, ends: Mapping[TopicPartition, int] | None = N
 
 
 def _start(options: ReadOptions) -> None:
-    """startingOffsets earliest: the partitions the group never consumed start at the log start."""
+    """startingOffsets earliest: the group's share.auto.offset.reset set to earliest."""
     share = options.share
     assert share is not None
     if share.start == "earliest":
         with plan.open_admin(options.connection) as admin:
-            start_at_earliest(admin, share.group, plan.resolve_partitions(admin, options.subscription))
+            set_auto_offset_reset(admin, share.group, "earliest")
 
 
 def read_share(options: ReadOptions, task: ShareTask) -> Iterator[pa.RecordBatch]:

@@ -47,12 +47,24 @@ class KafkaConnection:
         entity_writer(cls)(buf, body)
         payload = buf.getvalue()
         self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", self._sock.recv(4, socket.MSG_WAITALL))[0]
-        answer = self._sock.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", self._read_exactly(4))[0]
+        answer = self._read_exactly(size)
         response = load_response_schema(cls.__api_key__, cls.__version__)
         header, offset = entity_reader(response.__header_schema__)(answer, 0)
         assert header.correlation_id == correlation_id
         return entity_reader(response)(answer, offset)[0]
+
+    def _read_exactly(self, size: int) -> bytes:
+        """``size`` bytes: MSG_WAITALL may still return short on a large answer (a signal, a full
+        socket buffer), so read until all came or the peer closed."""
+        chunks, missing = [], size
+        while missing:
+            chunk = self._sock.recv(missing, socket.MSG_WAITALL)
+            if not chunk:
+                raise ConnectionError(f"connection closed with {missing} of {size} bytes of an answer unread")
+            chunks.append(chunk)
+            missing -= len(chunk)
+        return b"".join(chunks)
 
     def sasl_plain(self, user: str, password: str) -> None:
         """Log in with SASL/PLAIN (SaslHandshake v1, SaslAuthenticate v2); asserts it succeeded."""
