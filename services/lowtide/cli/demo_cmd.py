@@ -9,8 +9,10 @@ reads everything, "slow" stops after a few small micro-batches — each transfor
 the results topic and committing its group; then the retention caller (KIP-68 client side: min
 committed offset over both groups → DeleteRecords). It prints, per partition, LSO / HW / LW and
 bytes on disk on every replica before and after, with the DeleteRecords latency: only what both
-groups consumed is deleted, and its segment files are gone from every replica. (The diskless topic
-joins when diskless topics exist.)
+groups consumed is deleted, and its segment files are gone from every replica. Then the queue step
+(``cli/demo_queue.py``): two workers of a KIP-932 share group take a topic's records as a queue, and
+its disk drains on every replica as they acknowledge. (The diskless topic joins when diskless
+topics exist.)
 
 What it leaves behind: nothing, by default (its temporary data directory is removed once the
 cluster is down). A ``--data-dir`` the user chose is kept and named at the end; ``--keep`` keeps
@@ -28,14 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from lowtide.cli.demo_queue import QUEUE, render_queue_step, run_queue_step, snapshot_topic
 from lowtide.cli.output import emit, progress
 from lowtide.client.admin import Admin
-from lowtide.client.replica import ReplicaClient
 from lowtide.localcluster import ClusterConfig, LocalCluster
 
 TOPIC = "intermediate"
 RESULTS = "results"
-STEPS = 7
+STEPS = 8
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,33 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--slow-batches", type=int, default=2,
                    help="micro-batches the slow group's consumer job runs before it stops")
     p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--queue-records", type=int, default=0,
+                   help="records of the queue step's topic (default: a quarter of --records)")
     p.add_argument("--segment-bytes", type=int, default=1024 * 1024, help="segment size of the topic")
     p.add_argument("--keep", action="store_true", help="leave the cluster (and its directory) running at the end")
     add_output_flag(p)
     p.set_defaults(func=run)
-
-
-def _snapshot(cluster: LocalCluster, admin: Admin) -> dict[int, dict]:
-    """Per partition: LSO/HW/LW from the leader, and bytes on disk on every replica."""
-    out: dict[int, dict] = {}
-    replicas = ReplicaClient(channels=admin.channels)
-    for entry in cluster.services("replica"):
-        for info in replicas.describe_logs(entry.grpc, timeout_s=10).logs:
-            if info.topic != TOPIC:
-                continue
-            row = out.setdefault(info.partition, {"bytes": {}})
-            row["bytes"][f"replica-{entry.index}"] = _bytes_on_disk(Path(info.dir))
-            if info.role == "leader":
-                row.update(lso=info.log_start_offset, hw=info.high_watermark, lw=info.low_watermark,
-                           leader=info.leader)
-    return out
-
-
-def _bytes_on_disk(path: Path) -> int:
-    try:
-        return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    except FileNotFoundError:
-        return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     doc["cluster"] = str(data_dir / "cluster.json") if keep_dir else None
     # Printed after the cluster stopped (unless --keep), so nothing below claims a live service.
     emit(args, doc, _render(doc))
-    return 0 if doc["deleted_as_expected"] and doc["disk_freed_on_every_replica"] else 1
+    queue_ok = doc["queue"]["drained"] and not doc["queue"]["errors"]
+    return 0 if doc["deleted_as_expected"] and doc["disk_freed_on_every_replica"] and queue_ok else 1
 
 
 def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> dict:
@@ -135,7 +117,7 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> 
         produced = run_producer(spark, connection, topic=TOPIC, records=args.records, record_size=1024,
                                 batch_bytes=min(512 * 1024, args.segment_bytes // 4), progress=say)
         say(f"{produced['records']:,} records in {produced['seconds']} s ({produced['mb_per_s']} MB/s)")
-        before = _snapshot(cluster, admin)
+        before = snapshot_topic(cluster, admin, TOPIC)
         per_batch = max(1, args.records // 10)
         progress(args, f"[4/{STEPS}] Spark consumer job, group 'fast': reads everything into '{RESULTS}'")
         fast = run_consumer(spark, connection, topic=TOPIC, group="fast", checkpoint_dir=str(checkpoints / "fast"),
@@ -151,7 +133,11 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> 
         spark.stop()
         shutil.rmtree(checkpoints, ignore_errors=True)
     time.sleep(0.2)
-    after = _snapshot(cluster, admin)
+    after = snapshot_topic(cluster, admin, TOPIC)
+    progress(args, f"[7/{STEPS}] queue: two workers of a share group take '{QUEUE}'; its disk drains as they "
+                   "acknowledge")
+    queue = run_queue_step(cluster=cluster, admin=admin, records=args.queue_records or max(1, args.records // 4),
+                           partitions=args.partitions, say=say)
     delete_ms = retention["delete_records_ms"]
     results = {r["partition"]: r for r in retention["partitions"]}
     produce_s = produced["seconds"]
@@ -170,7 +156,7 @@ def _run_demo(args: argparse.Namespace, cluster: LocalCluster, admin: Admin) -> 
             "error": res.get("error"),
         })
     return {"topic": TOPIC, "records": args.records, "produce_seconds": round(produce_s, 3),
-            "spark": {"producer": produced, "fast": fast, "slow": slow},
+            "spark": {"producer": produced, "fast": fast, "slow": slow}, "queue": queue,
             "delete_records_ms": round(delete_ms, 2), "partitions": rows,
             "deleted_as_expected": all(r["error"] is None and r["after"]["lw"] == r["committed_slow"] for r in rows),
             "disk_freed_on_every_replica": all(r["bytes_after"].get(k, 0) < b for r in rows
@@ -204,6 +190,8 @@ def _render(doc: dict) -> str:
                      "are gone.")
     else:
         lines.append("NOT AS EXPECTED: some replica's bytes on disk did not shrink (see the disk column).")
+    lines.append("")
+    lines += render_queue_step(doc["queue"])
     lines.append("")
     if doc["metrics_live"]:
         lines.append("Metrics (Prometheus text), live until `lowtide cluster down --data-dir "

@@ -121,6 +121,7 @@ STATUS_BY_ERROR: dict[type[e.LowtideError], grpc.StatusCode] = {
     e.InvalidRecordState: _S.FAILED_PRECONDITION,
     e.ShareSessionNotFound: _S.FAILED_PRECONDITION,
     e.InvalidShareSessionEpoch: _S.FAILED_PRECONDITION,
+    e.ShareSessionLimitReached: _S.RESOURCE_EXHAUSTED,
 }
 
 # A failed call whose details carry no Kafka name: what the status alone means to a client.

@@ -13,7 +13,7 @@ from tests.integration import support as s
 # A whole pipeline of separate programs (Spark JVMs, a cluster): minutes when the parallel suite
 # shares 2 cores; the suite-wide 300 s is a hang guard, this one too, with room for a busy machine.
 @pytest.mark.timeout(600)
-def test_demo_deletes_only_what_both_groups_consumed_frees_disk_and_leaves_nothing_behind(tmp_path, monkeypatch):
+def test_demo_deletes_only_what_both_groups_consumed_drains_a_queue_and_leaves_nothing_behind(tmp_path, monkeypatch):
     # One run of the main job (each is minutes of Spark JVMs) checks both what it did and that it
     # cleans up: without --data-dir it runs in a temporary directory and removes it. The text
     # rendering of the same document is tests/unit/cli/test_demo_render.py.
@@ -33,12 +33,20 @@ def test_demo_deletes_only_what_both_groups_consumed_frees_disk_and_leaves_nothi
                  "Spark retention caller"):
         assert step in proc.stderr
     assert doc["spark"]["slow"]["stopped_early"] and doc["spark"]["fast"]["records"] == 8000
+    # The queue step: two share group workers took all of it, and every replica's log of the queue
+    # starts at its end, with less on disk.
+    queue = doc["queue"]
+    assert queue["errors"] == [] and queue["delivered"] == queue["records"] == 2000 and queue["drained"]
+    for r in queue["partitions"]:
+        assert r["after"]["lso"] == r["after"]["hw"] == r["before"]["hw"] > 0
+        for replica, before in r["bytes_before"].items():
+            assert r["bytes_after"][replica] < before
     # Nothing in the main job's output reads as a failure: no Python traceback, no Java stack trace
     # (the slow group's query ends at its end offsets instead of being stopped mid-micro-batch).
     assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr, proc.stderr[-3000:]
     # Metrics offered while the cluster lived, not after; everything stopped, the directory removed.
     assert "metrics (Prometheus text), live while the demo runs:" in proc.stderr
-    assert proc.stderr.index("live while the demo runs") < proc.stderr.index("[7/7] stopping")
+    assert proc.stderr.index("live while the demo runs") < proc.stderr.index("[8/8] stopping")
     assert doc["metrics_live"] is False and doc["data_dir"] is None
     assert list(tmp_path.glob("lowtide-demo-*")) == []
     assert processes_naming(str(tmp_path)) == [], "processes of the demo's cluster still run"
