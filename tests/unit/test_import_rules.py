@@ -94,6 +94,7 @@ PROTOBUF_FREE_PACKAGES = {"kafka"}
 # What ``import lowtide.client`` may load, and what it must not.
 CLIENT_MODULES = {
     "lowtide", "lowtide.errors", "lowtide.clock", "lowtide.messages", "lowtide.messages.admin",
+    "lowtide.messages.group_configs",
     "lowtide.record", "lowtide.record.batch", "lowtide.record.compression", "lowtide.record.validate",
     "lowtide.record.varint", "lowtide.record.walk", "lowtide.record._validate", "lowtide.record.columns",
     "lowtide.record._columns",

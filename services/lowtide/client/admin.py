@@ -19,9 +19,9 @@ from lowtide.client.metadata import (
 )
 from lowtide.client.replica import ReplicaClient
 from lowtide.errors import InvalidRequest, LowtideError, UnknownTopicOrPartition, error_or_none
-from lowtide.groups.configs import group_resource
 from lowtide.messages import TopicPartition
 from lowtide.messages.admin import BROKER_RESOURCE_PREFIX, Deletion, GroupListing, Upsertion
+from lowtide.messages.group_configs import group_resource
 from lowtide.messages.replica import DeleteRecordsResult, PartitionOffset
 from lowtide.rpc.channels import ChannelPool, PooledClient, call, validate_address
 from lowtide.rpc.convert import acls as acls_convert

@@ -50,9 +50,9 @@ from lowtide.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
-from lowtide.groups.configs import SHARE_AUTO_OFFSET_RESET
 from lowtide.messages import TopicPartition
 from lowtide.messages.consumer_groups import ConsumerHeartbeat, ConsumerHeartbeatResult
+from lowtide.messages.group_configs import SHARE_AUTO_OFFSET_RESET
 from lowtide.messages.share import (
     ACCEPT,
     AcquiredRange,

@@ -56,12 +56,12 @@ from lowtide.frontdoor.transactions.transactions import (
     TxnStateStore,
 )
 from lowtide.frontdoor.transactions.txn_log import DEFAULT_TXN_STATE_PARTITIONS, TxnLogConfig, TxnStateLog
-from lowtide.groups.configs import GroupConfigs
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.metadata_responses import MetadataResponses
 from lowtide.kafka.server import KafkaEndpoint, add_kafka_flags, all_apis, certificate_login, client_telemetry
 from lowtide.leases import add_lease_flags, check_backend, kubernetes_lease
 from lowtide.metadata.cache import MetadataCache
+from lowtide.metadata.group_configs import GroupConfigs
 from lowtide.metadata.store import MetadataStore
 from lowtide.purgatory.connection import RedisClient, connect_redis
 from lowtide.share.groups import ShareGroupConfig, ShareGroups

@@ -22,7 +22,7 @@ accept SET/DELETE of the throttle rates, and DELETE of
 key is POLICY_VIOLATION naming what to change instead.
 
 Groups (Kafka 4's GROUP resource, ``kafka-configs --entity-type groups``; Kafka's share consumer
-tools set ``share.auto.offset.reset`` this way): the keys of ``groups.configs``, SET/DELETE, through
+tools set ``share.auto.offset.reset`` this way): the keys of ``messages.group_configs``, SET/DELETE, through
 the same front door call with the resource named ``group:<id>`` (ALTER_CONFIGS on the GROUP).
 DescribeConfigs (DESCRIBE_CONFIGS on the GROUP) lists every group key: GROUP_CONFIG when the group
 sets it, else DEFAULT_CONFIG with the built-in default. Other resource types (loggers, client
@@ -35,11 +35,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lowtide.errors import InvalidRequest
-from lowtide.groups.configs import GROUP_CONFIG_KEYS, group_resource
 from lowtide.kafka.apis_admin import describe, kafka_brokers
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import INVALID_REQUEST, NO_THROTTLE, error_code
 from lowtide.messages.admin import NO_TOPIC, ConfigChange, ConfigOp, ConfigOpType, ConfigOutcome
+from lowtide.messages.group_configs import GROUP_CONFIG_KEYS, group_resource
 from lowtide.metadata.config_defaults import (
     BROKER_SYNONYMS,
     DISKLESS_ENABLE,

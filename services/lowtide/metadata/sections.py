@@ -14,7 +14,7 @@ The sections (``SECTIONS``) are fixed here, so the key layout stays in this pack
     shards/{k}/...              diskless coordinator shards: lease, epoch, address, standbys
                                 (lowtide.coordinator.leadership draws them)
     scanners/{name}             a running orphan scanner's address (lowtide.scanner.server)
-    group_configs/{group}       a group's configs (Kafka's GROUP config resource: lowtide.groups.configs)
+    group_configs/{group}       a group's configs (Kafka's GROUP config resource: lowtide.metadata.group_configs)
 
 A ``Section`` reads from the process's metadata image (no round trip; keeps answering while etcd
 is away) and writes etcd transactions guarded by the cluster id, like every metadata write: a

@@ -7,7 +7,7 @@ import argparse
 
 from lowtide.client.replica import ReplicaClient
 from lowtide.common.server import add_flag
-from lowtide.groups.configs import GroupConfigs
+from lowtide.metadata.group_configs import GroupConfigs
 from lowtide.metadata.store import MetadataStore
 from lowtide.share.partitions import EARLIEST, LATEST, ShareConfig, SharePartitions
 from lowtide.share.persist import DEFAULT_STATE_PARTITIONS, ShareStateLog

@@ -41,7 +41,6 @@ from lowtide.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
-from lowtide.groups.configs import SHARE_HEARTBEAT_INTERVAL_MS, SHARE_SESSION_TIMEOUT_MS
 from lowtide.messages.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerHeartbeat,
@@ -49,6 +48,7 @@ from lowtide.messages.consumer_groups import (
     ConsumerMemberDescription,
     TopicPartitions,
 )
+from lowtide.messages.group_configs import SHARE_HEARTBEAT_INTERVAL_MS, SHARE_SESSION_TIMEOUT_MS
 from lowtide.share import assignor
 from lowtide.share.codec import ShareStateKey
 
@@ -125,7 +125,7 @@ class ShareGroups:
                  reset_state: Callable[[ShareStateKey, int], None] | None = None,
                  group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self._topics = topics
-        # A group's configs (groups.configs): share.session.timeout.ms and share.heartbeat.interval.ms
+        # A group's configs (messages.group_configs): share.session.timeout.ms and share.heartbeat.interval.ms
         # override the coordinator's for that group, read at each heartbeat.
         self._group_configs = group_configs or (lambda group_id: {})
         self._authorizer = authorizer

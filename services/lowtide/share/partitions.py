@@ -7,7 +7,7 @@ used in a leader epoch, and every acknowledgement is written there (acks=all) be
 answered; a failed write puts the state back as it was. Lock timeouts are applied whenever the
 share-partition is touched, so a dead member's records go to the next member that fetches.
 
-Group configs (``groups.configs``: ``share.auto.offset.reset``, ``share.record.lock.duration.ms``)
+Group configs (``messages.group_configs``: ``share.auto.offset.reset``, ``share.record.lock.duration.ms``)
 override the replica's flags for their group: read when a share-partition is loaded and again when a
 member opens a share session of its group, so a change applies from the group's next session.
 
@@ -27,7 +27,7 @@ from typing import Protocol
 
 from lowtide.clock import now_ms as wall_ms
 from lowtide.errors import InvalidShareSessionEpoch, LowtideError, ShareSessionLimitReached, ShareSessionNotFound
-from lowtide.groups.configs import (
+from lowtide.messages.group_configs import (
     READ_COMMITTED,
     SHARE_AUTO_OFFSET_RESET,
     SHARE_ISOLATION_LEVEL,
@@ -132,7 +132,7 @@ class SharePartitions:
                  clock: Callable[[], int] = wall_ms,
                  group_configs: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self.config = config
-        # A group's configs ({} when it sets none): groups.configs.GroupConfigs.of in a replica.
+        # A group's configs ({} when it sets none): metadata.group_configs.GroupConfigs.of in a replica.
         self._group_configs = group_configs or (lambda group_id: {})
         self._state_log = state_log
         self._clock = clock

@@ -31,8 +31,8 @@ compare-and-set (``MetadataStore.update_broker_config``), which publishes a meta
 replica's quota watcher then re-reads its rates (``replica/quota.py``).
 
 Group resources (Kafka's type GROUP, ``kafka-configs --entity-type groups``) are named
-``group:<id>`` (``groups.configs.group_resource``): the keys of Kafka's GroupConfig that
-``groups.configs`` lists, SET or DELETE, stored per group in the metadata. They need ALTER_CONFIGS
+``group:<id>`` (``messages.group_configs.group_resource``): the keys of Kafka's GroupConfig that
+``messages.group_configs`` lists, SET or DELETE, stored per group in the metadata. They need ALTER_CONFIGS
 on the GROUP (a validate_only read-back with no ops: DESCRIBE_CONFIGS), else
 GROUP_AUTHORIZATION_FAILED; the group need not exist (Kafka's tools set a share group's
 ``share.auto.offset.reset`` before its first member joins).
@@ -58,9 +58,10 @@ from lowtide.frontdoor.admin.topic_config import (
     check_diskless_config_change,
     drop_unchanged_diskless_enable,
 )
-from lowtide.groups.configs import GroupConfigs, parse_group_resource
 from lowtide.messages.admin import ConfigChange, ConfigOp, ConfigOpType, ConfigOutcome
+from lowtide.messages.group_configs import parse_group_resource
 from lowtide.metadata.config_defaults import ALTER_LOG_DIRS_RATE, DYNAMIC_BROKER_CONFIGS, parse_broker_resource
+from lowtide.metadata.group_configs import GroupConfigs
 from lowtide.metadata.model import TopicInfo
 from lowtide.metadata.store import MetadataStore
 

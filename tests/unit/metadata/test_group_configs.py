@@ -8,13 +8,9 @@ import json
 import pytest
 
 from lowtide.errors import InvalidConfig, InvalidRequest
-from lowtide.groups.configs import (
-    GroupConfigs,
-    apply_group_config_ops,
-    group_resource,
-    parse_group_resource,
-)
 from lowtide.messages.admin import ConfigOp, ConfigOpType
+from lowtide.messages.group_configs import apply_group_config_ops, group_resource, parse_group_resource
+from lowtide.metadata.group_configs import GroupConfigs
 from lowtide.metadata.sections import section
 
 

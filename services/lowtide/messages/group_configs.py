@@ -3,11 +3,8 @@ sets with ``kafka-configs --entity-type groups`` or ``Admin.incrementalAlterConf
 ``GroupConfig`` defines them. Kafka's own share consumer tools set ``share.auto.offset.reset`` this
 way (VerifiableShareConsumer, ShareConsumerPerformance, kafka-console-share-consumer).
 
-Stored in the cluster metadata (etcd), one record per group with any config set::
-
-    group_configs/{group id}    JSON object {key: value}, keys sorted; absent: every key default
-
-written with a compare-and-set (a change is acknowledged once etcd committed it) and read from each
+This module is the keys, their checks and the resource naming, shared by servers and clients.
+They are stored in the cluster metadata (``metadata/group_configs.py``), and read from each
 process's metadata image: the replicas leading share-partitions read a group's keys when they load
 one of its share-partitions and when a member opens a share session of it; the front door's share
 group coordinator reads its timeouts at each heartbeat. A group's configs outlive the group (as in
@@ -28,18 +25,12 @@ Any other key is INVALID_CONFIG, as in Kafka; values are checked before anything
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from lowtide.errors import InvalidConfig, InvalidRequest, RequestTimedOut
+from lowtide.errors import InvalidConfig, InvalidRequest
 from lowtide.messages.admin import ConfigOp, ConfigOpType
 
-if TYPE_CHECKING:
-    from lowtide.metadata.store import MetadataStore
-
-SECTION = "group_configs"
 GROUP_RESOURCE_PREFIX = "group:"
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
@@ -123,48 +114,3 @@ def apply_group_config_ops(current: Mapping[str, str], ops: Sequence[ConfigOp], 
         except ValueError as err:
             raise InvalidConfig(f"invalid value {o.value!r} for group config '{o.key}': {err}") from None
     return config
-
-
-class GroupConfigs:
-    """The group configs in the cluster metadata (module doc).
-
-    Thread-safety: thread-safe (reads from the metadata image; writes are etcd compare-and-sets,
-    retried when another writer got in between).
-    """
-
-    def __init__(self, store: MetadataStore) -> None:
-        # Imported here: clients import this module for the key names and resource naming, and
-        # must not pull in the metadata store (etcd) with it.
-        from lowtide.metadata.sections import section
-
-        self._section = section(store, SECTION)
-
-    def of(self, group_id: str) -> dict[str, str]:
-        """The keys set on ``group_id`` ({} for none: every key is its default)."""
-        entry = self._section.get(group_id)
-        return dict(json.loads(entry.value)) if entry is not None else {}
-
-    def value(self, group_id: str, key: str, default: str | None = None) -> str:
-        """One key of ``group_id``: as set, else ``default`` (a process's own default, e.g. a
-        replica flag), else the key's built-in default."""
-        got = self.of(group_id).get(key)
-        if got is not None:
-            return got
-        return default if default is not None else GROUP_CONFIG_KEYS[key].default
-
-    def update(self, group_id: str, ops: Sequence[ConfigOp], *, replace: bool = False,
-               dry_run: bool = False) -> dict[str, str]:
-        """Apply ``ops`` to ``group_id``'s configs; returns them as written (or as they would be,
-        ``dry_run``). An empty result removes the record."""
-        if not group_id:
-            raise InvalidRequest("a group config needs a group id")
-        for _ in range(20):
-            entry = self._section.get(group_id)
-            current = dict(json.loads(entry.value)) if entry is not None else {}
-            updated = apply_group_config_ops(current, ops, replace=replace)
-            if dry_run or updated == current:
-                return updated
-            value = json.dumps(updated, sort_keys=True).encode() if updated else None
-            if self._section.change({group_id: value}, expect={group_id: entry}):
-                return updated
-        raise RequestTimedOut(f"group config of {group_id!r}: changed under too many concurrent writers; retry")
