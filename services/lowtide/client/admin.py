@@ -391,10 +391,12 @@ class Admin(PooledClient):
         response = self.call("OffsetCommit", request)
         return {(r.topic, r.partition): error_or_none(r.error_code, r.error_message) for r in response.partitions}
 
-    def fetch_offsets(self, group_id: str,
-                      partitions: Iterable[TopicPartition] = ()) -> dict[TopicPartition, CommittedOffset]:
-        """Committed offsets (-1 = none) of the partitions, or of all the group committed when empty."""
-        request = admin_pb2.OffsetFetchRequest(group_id=group_id, partitions=[
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] = (), *,
+                      require_stable: bool = False) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets (-1 = none) of the partitions, or of all the group committed when empty.
+        ``require_stable`` (KIP-447): read after the group's log is caught up to its high watermark,
+        and a partition an undecided transaction holds offsets of is UNSTABLE_OFFSET_COMMIT."""
+        request = admin_pb2.OffsetFetchRequest(group_id=group_id, require_stable=require_stable, partitions=[
             common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions])
         response = self.call("OffsetFetch", request)
         return {(r.topic, r.partition): CommittedOffset(offset=r.offset, metadata=r.metadata,

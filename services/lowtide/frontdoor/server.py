@@ -199,6 +199,7 @@ def build_front_door(config: FrontDoorConfig) -> FrontDoorParts:
         acls=AclAdmin(store=acls, authorizer=authorizer),
         transactions=TransactionCoordinator(store=txn_states, metadata=store, authorizer=authorizer,
                                             replicas=replicas, offsets_partition=offsets.partition_of,
+                                            offsets_written=offsets.nudge,
                                             transactional_id_expiration_ms=config.transactional_id_expiration_ms),
         members=members,
         consumer_groups=consumer_groups,

@@ -36,6 +36,7 @@ import pytest
 
 from lowtide.client import Admin, Consumer, Producer
 from lowtide.client.admin import OffsetSpec
+from lowtide.errors import LowtideError
 from lowtide.frontdoor.transactions.txn_records import TXN_STATE_TOPIC, partition_for_transactional_id
 from lowtide.groups import OFFSETS_TOPIC, partition_for_group
 from lowtide.localcluster import ClusterConfig, LocalCluster
@@ -448,9 +449,21 @@ def copy_under_faults(cluster: LocalCluster, *, lib: str, records_per_partition:
     outcome.duplicated = sorted(v for v, n in got.items() if n > 1)
     outcome.missing = sorted(set(want) - set(got))
     outcome.unexpected = sorted(set(got) - set(want))
+    # A stable read (KIP-447's require_stable, what a read_committed consumer asks): the group's log
+    # read to its high watermark first, so the last transaction's offsets are in whatever the
+    # front door's tail has read so far; retried while a leader of the group's log is not settled.
     with Admin(cluster.bootstrap) as admin:
-        committed = admin.fetch_offsets(GROUP, [(INPUT, p) for p in range(PARTITIONS)])
-    outcome.committed = {p: c.offset for (_, p), c in committed.items()}
+        def stable() -> bool:
+            try:
+                committed = admin.fetch_offsets(GROUP, [(INPUT, p) for p in range(PARTITIONS)], require_stable=True)
+            except LowtideError:  # COORDINATOR_LOAD_IN_PROGRESS: a leader of the group's log not settled
+                return False
+            outcome.committed = {p: c.offset for (_, p), c in committed.items() if c.error is None}
+            return len(outcome.committed) == PARTITIONS
+        try:
+            s.wait_until(stable, timeout_s=30, what="a stable read of the copier group's offsets")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{outcome.summary()}") from exc
     return outcome
 
 

@@ -18,7 +18,8 @@ show up within ``tail_interval_s`` while records come, within ``idle_tail_interv
 quiet spell: each round that finds nothing new doubles the wait up to the latter (an idle front
 door fetched from every leader five times a second, about a tenth of an idle cluster's CPU), and
 one that finds something brings it back down. ``catch_up`` (OffsetFetch with require_stable)
-reads a group's partition at once in any case. Writes: one batch per call to the partition's leader with
+reads a group's partition at once in any case, and ``nudge`` (the transaction coordinator, once it
+wrote markers here) makes the tail read at once. Writes: one batch per call to the partition's leader with
 acks=all; only an acknowledged write is applied to the in-memory state, at the log offsets the
 leader assigned (``groups.state`` explains why that makes own writes and the tail agree).
 
@@ -114,6 +115,8 @@ class OffsetsTopic:
         self._loaded = False
         self._load_problem = "not started"
         self._stop = threading.Event()
+        # Set by ``nudge``: the tail reads at once and goes back to its short interval.
+        self._nudged = threading.Event()
         self._thread: threading.Thread | None = None
         self._after_load: list[Callable[[], bool]] = []
 
@@ -124,8 +127,15 @@ class OffsetsTopic:
 
     def stop(self) -> None:
         self._stop.set()
+        self._nudged.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def nudge(self) -> None:
+        """Read at once, not after an idle wait: this front door's transaction coordinator wrote
+        markers to ``__consumer_offsets``, and the offsets they commit should be served (by
+        OffsetFetch without require_stable too) as soon as EndTxn returns, as Kafka serves them."""
+        self._nudged.set()
 
     def run_after_load(self, task: Callable[[], bool]) -> None:
         """Run ``task`` on the tail thread once loaded, again each round until it returns True
@@ -246,7 +256,9 @@ class OffsetsTopic:
                 self._after_load = [task for task in self._after_load if not self._run_task(task)]
             quiet = caught_up and self._loaded and not self._after_load and self._tail.positions() == before
             wait_s = min(wait_s * 2, self.config.idle_tail_interval_s) if quiet else self.config.tail_interval_s
-            self._stop.wait(wait_s)
+            if self._nudged.wait(wait_s):
+                self._nudged.clear()
+                wait_s = self.config.tail_interval_s
 
     def _note_problem(self, problem: str) -> None:
         with self._cond:

@@ -222,11 +222,15 @@ class TransactionCoordinator:
     def __init__(self, *, store: TxnStates, metadata: MetadataStore, authorizer: Authorizer,
                  replicas: ReplicaClient, expire_interval_s: float = 1.0,
                  offsets_partition: Callable[[str], int] | None = None,
+                 offsets_written: Callable[[], None] | None = None,
                  transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
         self._store = store
         self._id_expiration_ms = transactional_id_expiration_ms
         # group id -> its __consumer_offsets partition (AddOffsetsToTxn); None: not served.
         self._offsets_partition = offsets_partition
+        # Told once markers went to __consumer_offsets (the offsets tail reads at once, so the
+        # transaction's offsets are served when EndTxn returns, not after the tail's idle wait).
+        self._offsets_written = offsets_written
         self._metadata = metadata
         self._authorizer = authorizer
         self._replicas = replicas
@@ -540,6 +544,8 @@ class TransactionCoordinator:
         commit = st.state == PREPARE_COMMIT
         if st.partitions:
             self._write_markers(st, commit=commit)
+            if self._offsets_written is not None and any(t == OFFSETS_TOPIC for t, _ in st.partitions):
+                self._offsets_written()
         if self._store.save(completed(st)) is None:
             return 0
         TRANSACTIONS_ENDED.labels("2" if is_version_2(st) else "1", "commit" if commit else "abort").inc()
