@@ -271,6 +271,18 @@ def columns_to_text(columns: Columns, *, print_key: bool) -> bytes | str:
     return "\n".join(texts) + "\n"
 
 
+def write_text(out, text: bytes | str) -> None:
+    """Write what ``columns_to_text`` made: bytes straight to the stream's buffer when it has one."""
+    if isinstance(text, bytes):
+        if (raw := getattr(out, "buffer", None)) is None:
+            out.write(text.decode("ascii"))  # a stream without bytes beneath: text is ASCII here
+        else:
+            out.flush()
+            raw.write(text)
+    else:
+        out.write(text)
+
+
 def record_to_json(r: ConsumerRecord) -> dict:
     return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
             "key": _b64(r.key), "value": _b64(r.value)}
@@ -301,15 +313,7 @@ def _poll_and_print(consumer: Consumer, left: int | None, *, json_mode: bool, pr
             return len(records)
         got = 0
         for _tp, columns in consumer.poll_columns(max_records=left):
-            text = columns_to_text(columns, print_key=print_key)
-            if isinstance(text, bytes):
-                if (raw := getattr(out, "buffer", None)) is None:
-                    out.write(text.decode("ascii"))  # a stream without bytes beneath: text is ASCII here
-                else:
-                    out.flush()
-                    raw.write(text)
-            else:
-                out.write(text)
+            write_text(out, columns_to_text(columns, print_key=print_key))
             got += columns.count
         out.flush()
         return got

@@ -22,7 +22,7 @@ import sys
 import time
 
 from lowtide.cli.client_args import read_call_metadata
-from lowtide.cli.data_cmd import columns_to_text, record_to_json
+from lowtide.cli.data_cmd import columns_to_text, record_to_json, write_text
 from lowtide.cli.output import CliError
 from lowtide.client.share_consumer import ShareConsumer
 from lowtide.messages import TopicPartition
@@ -97,15 +97,7 @@ def _poll_and_print(consumer: ShareConsumer, left: int | None, *, json_mode: boo
                 columns = head_columns(columns, left - got)
             if not columns.count:
                 continue
-            text = columns_to_text(columns, print_key=print_key)
-            if isinstance(text, bytes):
-                if (raw := getattr(out, "buffer", None)) is None:
-                    out.write(text.decode("ascii"))
-                else:
-                    out.flush()
-                    raw.write(text)
-            else:
-                out.write(text)
+            write_text(out, columns_to_text(columns, print_key=print_key))
             got += columns.count
         out.flush()
         return got
