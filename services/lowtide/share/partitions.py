@@ -403,14 +403,14 @@ def _archive_aborted(state: SharePartitionState, member_id: str, taken: list, he
     spans = _aborted_spans(headers, aborted(taken[0].first, taken[-1].last + 1))
     if not spans:
         return taken
-    cut = [(max(a.first, first), min(a.last, last)) for a in taken for first, last in spans
-           if first <= a.last and last >= a.first]
-    state.acknowledge(member=member_id, now_ms=now_ms, batches=[
-        ShareAckBatch(first, last, (REJECT,)) for first, last in sorted(set(cut))])
+    cut = sorted({(max(a.first, first), min(a.last, last)) for a in taken for first, last in spans
+                  if first <= a.last and last >= a.first})
+    state.acknowledge(member=member_id, now_ms=now_ms, batches=[ShareAckBatch(first, last, (REJECT,))
+                                                                for first, last in cut])
     kept = []
     for a in taken:
         start = a.first
-        for first, last in sorted(set(cut)):
+        for first, last in cut:
             if last < start or first > a.last:
                 continue
             if first > start:
