@@ -254,8 +254,14 @@ def test_a_second_process_for_a_led_shard_answers_not_coordinator(dc_cluster, tm
         call_retrying(shard_stub(dc_cluster, 0).DescribeFiles, pb.DisklessDescribeFilesRequest())
         assert leader.grpc in _registered(dc_cluster)
     finally:
+        # A graceful stop, as Kubernetes gives one (its default grace is 30 s): on a loaded machine
+        # the standby's etcd watch alone may take up to 10 s to end (metadata/etcd.py Watch.stop).
         proc.terminate()
-        proc.wait(timeout=15)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_a_file_whose_batches_are_all_deleted_is_removed_after_the_grace_period_across_a_handover(dc_cluster):
