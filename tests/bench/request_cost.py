@@ -46,7 +46,8 @@ RECORD = 1024
 ROUNDS = 5  # counted rounds of each read (quick: QUICK_ROUNDS), the median reported
 QUICK_ROUNDS = 3
 # Uncounted first rounds: the first read after the write ran ~45 % slower than the next ones on
-# both systems in one run (docs/testing.md), and one such round among three moved the median ratio by up to 0.4.
+# both systems in one run (docs/testing.md), and one such round among three moved the median
+# ratio by up to 0.4.
 WARM_UP_ROUNDS = 1
 SKIP_KAFKA_ENV = "LOWTIDE_BENCH_SKIP_KAFKA"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
