@@ -121,6 +121,24 @@ def compose_attributes(
     return attrs
 
 
+def _writable_attributes(
+    compression: Compression | int, timestamp_type: int, is_transactional: bool, is_control: bool,
+    has_delete_horizon: bool,
+) -> int:
+    """``compose_attributes`` for a batch about to be written: the one place both writers
+    (``BatchBuilder`` and ``seal_batch``) refuse a codec this build cannot compress, before any
+    record is encoded, so neither can seal a batch whose attributes name it."""
+    if compression not in SUPPORTED:
+        raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
+    return compose_attributes(
+        compression=int(compression),
+        timestamp_type=timestamp_type,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        has_delete_horizon=has_delete_horizon,
+    )
+
+
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data``, computed in C."""
     return _crc32c_mod.crc32c(data)
@@ -379,7 +397,6 @@ class BatchBuilder:
     """
 
     __slots__ = (
-        "_compression",
         "_base_offset",
         "_producer_id",
         "_producer_epoch",
@@ -410,9 +427,8 @@ class BatchBuilder:
         delete_horizon_ms: int | None = None,
         last_offset_delta: int | None = None,
     ) -> None:
-        if compression not in SUPPORTED:
-            raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
-        self._compression = int(compression)
+        self._attributes = _writable_attributes(compression, timestamp_type, is_transactional, is_control,
+                                                delete_horizon_ms is not None)
         self._base_offset = base_offset
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
@@ -420,13 +436,6 @@ class BatchBuilder:
         self._partition_leader_epoch = partition_leader_epoch
         self._delete_horizon_ms = delete_horizon_ms
         self._last_offset_delta = last_offset_delta
-        self._attributes = compose_attributes(
-            compression=self._compression,
-            timestamp_type=timestamp_type,
-            is_transactional=is_transactional,
-            is_control=is_control,
-            has_delete_horizon=delete_horizon_ms is not None,
-        )
         self._body = bytearray()
         self._count = 0
         self._last_delta = -1
@@ -545,18 +554,12 @@ def seal_batch(
     bytes. ``last_offset_delta`` defaults to ``record_count - 1`` (0 for an empty batch). Nothing
     checks that the body holds ``record_count`` records: that is the caller's contract.
     """
-    if compression not in SUPPORTED:
-        raise UnsupportedForMessageFormat(describe_unsupported(int(compression)))
+    attributes = _writable_attributes(compression, timestamp_type, is_transactional, is_control, False)
     if last_offset_delta is None:
         last_offset_delta = record_count - 1
     return _seal(
         records_body,
-        attributes=compose_attributes(
-            compression=int(compression),
-            timestamp_type=timestamp_type,
-            is_transactional=is_transactional,
-            is_control=is_control,
-        ),
+        attributes=attributes,
         record_count=record_count,
         last_offset_delta=last_offset_delta,
         base_timestamp=base_timestamp,
