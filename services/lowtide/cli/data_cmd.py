@@ -31,7 +31,7 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from lowtide.cli.client_args import add_cluster_command, build_admin, read_call_metadata
 from lowtide.cli.output import CliError, emit, progress
@@ -278,6 +278,26 @@ def write_text(out, text: bytes | str) -> None:
         out.write(text)
 
 
+def write_columns(out, batches: Iterable[Columns], *, print_key: bool) -> int:
+    """Each batch's rows as text (``columns_to_text``), one write per batch, then a flush: how many
+    rows. Raises BrokenPipeError when the reader went away."""
+    got = 0
+    for columns in batches:
+        write_text(out, columns_to_text(columns, print_key=print_key))
+        got += columns.count
+    out.flush()
+    return got
+
+
+def write_json_lines(out, docs: Sequence[dict]) -> int:
+    """One compact JSON document a line, then a flush: how many. Raises BrokenPipeError when the
+    reader went away."""
+    for doc in docs:
+        out.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    out.flush()
+    return len(docs)
+
+
 def record_to_json(r: ConsumerRecord) -> dict:
     return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
             "key": _b64(r.key), "value": _b64(r.value)}
@@ -301,17 +321,9 @@ def _poll_and_print(consumer: Consumer, left: int | None, *, json_mode: bool, pr
     out = sys.stdout
     try:
         if json_mode:
-            records = consumer.poll(max_records=left)
-            for r in records:
-                out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
-            out.flush()
-            return len(records)
-        got = 0
-        for _tp, columns in consumer.poll_columns(max_records=left):
-            write_text(out, columns_to_text(columns, print_key=print_key))
-            got += columns.count
-        out.flush()
-        return got
+            return write_json_lines(out, [record_to_json(r) for r in consumer.poll(max_records=left)])
+        batches = (columns for _tp, columns in consumer.poll_columns(max_records=left))
+        return write_columns(out, batches, print_key=print_key)
     except BrokenPipeError:
         return None
 
