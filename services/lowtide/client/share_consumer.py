@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, open_connections
-from lowtide.client.consumer import records_from_columns
+from lowtide.client.consumer import ConsumerRecord, records_from_columns
 from lowtide.client.share_acks import HeldRecords, merge_ranges
 from lowtide.errors import (
     FencedMemberEpoch,
@@ -78,17 +78,11 @@ Got = tuple[TopicPartition, Columns, tuple[AcquiredRange, ...]]
 
 
 @dataclass(frozen=True, slots=True)
-class ShareRecord:
-    """A record delivered to a share group member; ``delivery_count``: how often it was delivered
-    (1 the first time; more after a release or a lock that ran out)."""
+class ShareRecord(ConsumerRecord):
+    """A record delivered to a share group member: a ``ConsumerRecord`` (as Kafka's share consumer
+    returns one) and ``delivery_count``, how often it was delivered (1 the first time; more after a
+    release or a lock that ran out)."""
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
     delivery_count: int = 1
 
 
