@@ -60,6 +60,7 @@ from lowtide.messages.share import (
     ShareFetchAnswer,
     ShareFetchAsk,
     SharePartitionAsk,
+    next_session_epoch,
 )
 from lowtide.record.columns import Columns, columnize
 from lowtide.tls.config import ClientTls
@@ -67,7 +68,6 @@ from lowtide.tls.config import ClientTls
 log = logging.getLogger(__name__)
 
 IMPLICIT, EXPLICIT = "implicit", "explicit"
-MAX_EPOCH = 2**31 - 1
 # A leader parks a ShareFetch with nothing to acquire at most this long (replica/share_handler.py).
 SERVER_MAX_WAIT_MS = 500
 LEAVE_EPOCH = -1
@@ -513,7 +513,7 @@ class ShareConsumer:
         if ask.session_epoch == LEAVE_EPOCH:
             self._sessions.pop(address, None)
         else:
-            session.epoch = 1 if session.epoch == MAX_EPOCH else session.epoch + 1
+            session.epoch = next_session_epoch(session.epoch)
             if ask.fetch:
                 session.partitions = (session.partitions | listed) - forgotten
         names = {i: t for t, i in self._topic_ids.items()}
