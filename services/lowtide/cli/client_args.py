@@ -10,6 +10,8 @@ text|json``. Without TLS keys, ``LOWTIDE_TLS_CA`` etc. still apply.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from lowtide.auth.client_config import call_metadata, load_command_config
 from lowtide.cli.main import add_output_flag
@@ -23,6 +25,17 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command-config", metavar="FILE",
                         help="properties file with client settings, e.g. lowtide.auth.token=...")
     add_output_flag(parser)
+
+
+def add_cluster_command(subparsers: argparse._SubParsersAction, name: str, *,
+                        func: Callable[[argparse.Namespace], int], **parser_options: Any) -> argparse.ArgumentParser:
+    """A (sub)command that talks to a cluster: its parser (``parser_options``: ``help``,
+    ``description``...), the connection flags first in its help, running ``func``. The caller adds
+    the command's own flags to what it returns."""
+    parser = subparsers.add_parser(name, **parser_options)
+    add_connection_flags(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def read_call_metadata(args: argparse.Namespace) -> list[tuple[str, str]]:

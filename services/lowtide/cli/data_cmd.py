@@ -31,9 +31,9 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
-from lowtide.cli.client_args import add_connection_flags, build_admin, read_call_metadata
+from lowtide.cli.client_args import add_cluster_command, build_admin, read_call_metadata
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.client import Consumer, OffsetSpec, Producer
 from lowtide.client.consumer import ConsumerRecord, column_cells
@@ -55,8 +55,8 @@ CLI_PARTITION_FETCH_BYTES = 8 * MiB
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    produce = subparsers.add_parser("produce", help="produce generated records or lines from stdin")
-    add_connection_flags(produce)
+    produce = add_cluster_command(subparsers, "produce", func=run_produce,
+                                  help="produce generated records or lines from stdin")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--num-records", type=int, help="generate this many records (else read stdin)")
     produce.add_argument("--record-size", type=int, default=1024, help="bytes per generated record")
@@ -76,16 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "end, aborted on an error or Ctrl-C (needs --acks all)")
     produce.add_argument("--abort", action="store_true",
                          help="with --transactional-id: abort the transaction at the end instead of committing")
-    produce.set_defaults(func=run_produce)
 
-    consume = subparsers.add_parser(
-        "consume", help="consume records (json: one line per record)",
+    consume = add_cluster_command(
+        subparsers, "consume", func=run_consume, help="consume records (json: one line per record)",
         description="Text output prints one record value per line. Bytes that are not printable UTF-8 are "
                     "escaped Python-style: \\xNN for a byte that is not UTF-8 or an ASCII control "
                     "character, \\n \\r \\t, \\uNNNN for other unprintable characters, and a backslash is "
                     "doubled, so every line is the record and nothing is sent raw to the terminal. A null "
                     "key or value prints as null. --output json gives the exact bytes (base64).")
-    add_connection_flags(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int, help="read only this partition")
     consume.add_argument("--offset", help="start offset: a number, earliest or latest (needs --partition)")
@@ -108,14 +106,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          default="read_uncommitted",
                          help="read_committed: only records of committed transactions (and non-transactional "
                               "ones), up to the last stable offset")
-    consume.set_defaults(func=run_consume)
 
-    offsets = subparsers.add_parser("offsets", help="list offsets of a topic's partitions")
-    add_connection_flags(offsets)
+    offsets = add_cluster_command(subparsers, "offsets", help="list offsets of a topic's partitions", func=run_offsets)
     offsets.add_argument("--topic", required=True)
     offsets.add_argument("--time", default="latest", help="earliest | latest | max-timestamp | epoch ms")
     offsets.add_argument("--partition", type=int, action="append", help="partition (repeatable; default all)")
-    offsets.set_defaults(func=run_offsets)
 
 
 # --- produce --------------------------------------------------------------------------------------
@@ -283,6 +278,26 @@ def write_text(out, text: bytes | str) -> None:
         out.write(text)
 
 
+def write_columns(out, batches: Iterable[Columns], *, print_key: bool) -> int:
+    """Each batch's rows as text (``columns_to_text``), one write per batch, then a flush: how many
+    rows. Raises BrokenPipeError when the reader went away."""
+    got = 0
+    for columns in batches:
+        write_text(out, columns_to_text(columns, print_key=print_key))
+        got += columns.count
+    out.flush()
+    return got
+
+
+def write_json_lines(out, docs: Sequence[dict]) -> int:
+    """One compact JSON document a line, then a flush: how many. Raises BrokenPipeError when the
+    reader went away."""
+    for doc in docs:
+        out.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    out.flush()
+    return len(docs)
+
+
 def record_to_json(r: ConsumerRecord) -> dict:
     return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
             "key": _b64(r.key), "value": _b64(r.value)}
@@ -306,17 +321,9 @@ def _poll_and_print(consumer: Consumer, left: int | None, *, json_mode: bool, pr
     out = sys.stdout
     try:
         if json_mode:
-            records = consumer.poll(max_records=left)
-            for r in records:
-                out.write(json.dumps(record_to_json(r), separators=(",", ":")) + "\n")
-            out.flush()
-            return len(records)
-        got = 0
-        for _tp, columns in consumer.poll_columns(max_records=left):
-            write_text(out, columns_to_text(columns, print_key=print_key))
-            got += columns.count
-        out.flush()
-        return got
+            return write_json_lines(out, [record_to_json(r) for r in consumer.poll(max_records=left)])
+        batches = (columns for _tp, columns in consumer.poll_columns(max_records=left))
+        return write_columns(out, batches, print_key=print_key)
     except BrokenPipeError:
         return None
 

@@ -16,20 +16,18 @@ import json
 import sys
 from pathlib import Path
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit
 
 DEFAULT_TIMEOUT_MS = 30_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("delete-records", help="delete records before offsets (KIP-107)")
-    add_connection_flags(parser)
+    parser = add_cluster_command(subparsers, "delete-records", help="delete records before offsets (KIP-107)", func=run)
     parser.add_argument("--offset-json-file", required=True, metavar="FILE",
                         help='{"partitions":[{"topic":"orders","partition":0,"offset":10000}],"version":1}')
     parser.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS,
                         help="how long the leaders may wait for the replicas (default 30000)")
-    parser.set_defaults(func=run)
 
 
 def _invalid(path: str, message: str) -> CliError:

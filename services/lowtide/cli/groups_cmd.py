@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit
 from lowtide.client import OffsetSpec
 
@@ -17,15 +17,11 @@ from lowtide.client import OffsetSpec
 def register(subparsers: argparse._SubParsersAction) -> None:
     groups = subparsers.add_parser("groups", help="list, describe and delete consumer groups")
     actions = groups.add_subparsers(dest="groups_action", required=True)
-    listing = actions.add_parser("list", help="list group ids")
-    add_connection_flags(listing)
-    listing.set_defaults(func=run_list)
+    add_cluster_command(actions, "list", help="list group ids", func=run_list)
     for name, func, help_text in (("describe", run_describe, "committed offsets and lag of groups"),
                                   ("delete", run_delete, "delete groups and their committed offsets")):
-        parser = actions.add_parser(name, help=help_text)
-        add_connection_flags(parser)
+        parser = add_cluster_command(actions, name, help=help_text, func=func)
         parser.add_argument("--group", action="append", required=True, help="group id (repeatable)")
-        parser.set_defaults(func=func)
 
 
 def run_list(args: argparse.Namespace) -> int:

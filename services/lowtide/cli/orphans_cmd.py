@@ -19,7 +19,7 @@ import argparse
 import os
 import threading
 
-from lowtide.cli.client_args import add_connection_flags, read_call_metadata
+from lowtide.cli.client_args import add_cluster_command, read_call_metadata
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.client.scanner import ScannerClient, ScanResult
 from lowtide.errors import LowtideError, NetworkException
@@ -30,13 +30,12 @@ PROGRESS_EVERY_S = 2.0
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("orphans", help="orphan WAL files of diskless topics (KIP-1164)")
     sub = p.add_subparsers(dest="orphans_command", required=True)
-    scan = sub.add_parser("scan", help="scan object storage for orphan WAL files now and delete them")
-    add_connection_flags(scan)
+    scan = add_cluster_command(sub, "scan", func=run_scan,
+                               help="scan object storage for orphan WAL files now and delete them")
     scan.add_argument("--scanner-address", metavar="HOST:PORT", default=os.environ.get("LOWTIDE_SCANNER_ADDRESS"),
                       help="call this orphan scanner directly (env LOWTIDE_SCANNER_ADDRESS); default: the one "
                            "registered in the cluster, through the bootstrap server")
     scan.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
-    scan.set_defaults(func=run_scan)
 
 
 def _watch_progress(args: argparse.Namespace, client: ScannerClient, done: threading.Event) -> None:

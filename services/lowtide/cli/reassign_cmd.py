@@ -43,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit, progress
 from lowtide.cli.reassign_plan import Assignment, brokers_load, changed, count_moves, plan_drain, plan_moves
 from lowtide.client import Admin
@@ -68,55 +68,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reassign = subparsers.add_parser("reassign", help="move partitions between brokers (kafka-reassign-partitions)")
     actions = reassign.add_subparsers(dest="reassign_action", required=True)
 
-    plan = actions.add_parser("plan", help="propose a reassignment of topics onto brokers (Kafka's --generate)")
-    add_connection_flags(plan)
+    plan = add_cluster_command(actions, "plan", func=run_plan,
+                               help="propose a reassignment of topics onto brokers (Kafka's --generate)")
     plan.add_argument("--topics-to-move-json-file", required=True, metavar="FILE",
                       help='{"version":1,"topics":[{"topic":"t"}]}')
     plan.add_argument("--broker-list", required=True, metavar="ID,ID,...", help="brokers to place the replicas on")
-    plan.set_defaults(func=run_plan)
 
-    execute = actions.add_parser("execute", help="start the moves of a reassignment file")
-    add_connection_flags(execute)
+    execute = add_cluster_command(actions, "execute", help="start the moves of a reassignment file", func=run_execute)
     execute.add_argument("--reassignment-json-file", required=True, metavar="FILE")
     add_move_flags(execute)
     execute.add_argument("--additional", action="store_true",
                          help="start even when some of these partitions are already moving (replaces their target)")
     execute.add_argument("--disallow-replication-factor-change", action="store_true",
                          help="refuse targets whose replica count differs from the current one")
-    execute.set_defaults(func=run_execute)
 
-    verify = actions.add_parser("verify", help="report whether the moves of a file are done; clears throttles then")
-    add_connection_flags(verify)
+    verify = add_cluster_command(actions, "verify", func=run_verify,
+                                 help="report whether the moves of a file are done; clears throttles then")
     verify.add_argument("--reassignment-json-file", required=True, metavar="FILE")
     verify.add_argument("--preserve-throttles", action="store_true", help="leave the throttle configs in place")
-    verify.set_defaults(func=run_verify)
 
-    cancel = actions.add_parser("cancel", help="cancel the ongoing moves of a file's partitions")
-    add_connection_flags(cancel)
+    cancel = add_cluster_command(actions, "cancel", func=run_cancel,
+                                 help="cancel the ongoing moves of a file's partitions")
     cancel.add_argument("--reassignment-json-file", required=True, metavar="FILE")
     cancel.add_argument("--preserve-throttles", action="store_true", help="leave the throttle configs in place")
-    cancel.set_defaults(func=run_cancel)
 
-    listing = actions.add_parser("list", help="the moves in progress")
-    add_connection_flags(listing)
-    listing.set_defaults(func=run_list)
+    add_cluster_command(actions, "list", help="the moves in progress", func=run_list)
 
-    drain = subparsers.add_parser("drain", help="move every replica off a broker and wait (before removing it)")
-    add_connection_flags(drain)
+    drain = add_cluster_command(subparsers, "drain", func=run_drain,
+                                help="move every replica off a broker and wait (before removing it)")
     drain.add_argument("--broker", type=int, required=True, metavar="ID", help="the broker to empty")
     drain.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                        help="give up (exit 1, REQUEST_TIMED_OUT) when the broker still holds replicas by then")
     drain.add_argument("--throttle", type=int, default=None, metavar="BYTES_PER_S",
                        help="cap the copy rate per broker (KIP-73 throttle), removed when done")
-    drain.set_defaults(func=run_drain)
 
-    rebalance = subparsers.add_parser("rebalance", help="even replicas and preferred leaders over the live brokers")
-    add_connection_flags(rebalance)
+    rebalance = add_cluster_command(subparsers, "rebalance", func=run_rebalance,
+                                    help="even replicas and preferred leaders over the live brokers")
     mode = rebalance.add_mutually_exclusive_group(required=True)
     mode.add_argument("--plan", action="store_true", help="print the proposed reassignment (Kafka's JSON)")
     mode.add_argument("--execute", action="store_true", help="start it")
     add_move_flags(rebalance)
-    rebalance.set_defaults(func=run_rebalance)
 
 
 def add_move_flags(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import emit, progress
 from lowtide.client import Admin, OffsetSpec
 from lowtide.client.admin import CommittedOffset, ListedOffset
@@ -29,8 +29,7 @@ from lowtide.messages import TopicPartition
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("retention", help="consumed retention (KIP-68, client-side option)")
     sub = p.add_subparsers(dest="retention_command", required=True)
-    run_p = sub.add_parser("run", help="delete what every consumer group has consumed")
-    add_connection_flags(run_p)
+    run_p = add_cluster_command(sub, "run", help="delete what every consumer group has consumed", func=run)
     run_p.add_argument("--topic", required=True)
     run_p.add_argument("--group", action="append", dest="groups",
                        help="a group that must have consumed the data (repeatable; default: every group "
@@ -39,7 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="delete nothing; per partition print the log start offset, the target offset, "
                             "how many records that would delete and which groups set the target")
     run_p.add_argument("--timeout-ms", type=int, default=30000)
-    run_p.set_defaults(func=run)
 
 
 class _OffsetRecorder:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from lowtide.auth.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit
 
 MECHANISM_CHOICES = [name.lower() for name in MECHANISMS]
@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     scram = subparsers.add_parser("scram", help="set, list and remove SCRAM credentials (SASL/SCRAM logins)")
     actions = scram.add_subparsers(dest="scram_action", required=True)
 
-    set_parser = actions.add_parser("set", help="create or replace a user's SCRAM credential")
-    _common(set_parser)
+    set_parser = add_cluster_command(actions, "set", help="create or replace a user's SCRAM credential", func=run_set)
+    _add_timeout_flag(set_parser)
     set_parser.add_argument("--user", required=True, metavar="NAME", help="user name (principal User:NAME)")
     set_parser.add_argument("--mechanism", choices=MECHANISM_CHOICES, default="scram-sha-256")
     set_parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
@@ -43,22 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     password = set_parser.add_mutually_exclusive_group(required=True)
     password.add_argument("--password-file", metavar="FILE", help="file whose first line is the password")
     password.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    set_parser.set_defaults(func=run_set)
 
-    list_parser = actions.add_parser("list", help="list users' SCRAM credentials (all users when no --user)")
-    _common(list_parser)
+    list_parser = add_cluster_command(actions, "list", func=run_list,
+                                      help="list users' SCRAM credentials (all users when no --user)")
+    _add_timeout_flag(list_parser)
     list_parser.add_argument("--user", action="append", metavar="NAME", help="user name (repeatable)")
-    list_parser.set_defaults(func=run_list)
 
-    remove_parser = actions.add_parser("remove", help="remove a user's SCRAM credential")
-    _common(remove_parser)
+    remove_parser = add_cluster_command(actions, "remove", help="remove a user's SCRAM credential", func=run_remove)
+    _add_timeout_flag(remove_parser)
     remove_parser.add_argument("--user", required=True, metavar="NAME", help="user name")
     remove_parser.add_argument("--mechanism", choices=MECHANISM_CHOICES, default="scram-sha-256")
-    remove_parser.set_defaults(func=run_remove)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    add_connection_flags(parser)
+def _add_timeout_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="RPC deadline")
 
 

@@ -16,13 +16,13 @@ after ``--max-records`` or when nothing arrived for ``--timeout-ms``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 from lowtide.cli.client_args import read_call_metadata
-from lowtide.cli.data_cmd import columns_to_text, record_to_json, write_text
+from lowtide.cli.data_cmd import record_to_json, write_columns, write_json_lines
 from lowtide.cli.output import CliError
 from lowtide.client.share_consumer import ShareConsumer
 from lowtide.messages import TopicPartition
@@ -75,6 +75,19 @@ def _release_beyond(consumer: ShareConsumer, tp: TopicPartition, columns: Column
         consumer.acknowledge((tp[0], tp[1], offset), RELEASE)
 
 
+def _columns_within(consumer: ShareConsumer, left: int | None) -> Iterator[Columns]:
+    """One poll's partitions as columns, ``left`` rows in all at most (None: every row); the rows
+    past that go back to the group, each partition's before its rows are handed on."""
+    kept = 0
+    for tp, columns in consumer.poll_columns():
+        if left is not None and columns.count > left - kept:
+            _release_beyond(consumer, tp, columns, left - kept)
+            columns = head_columns(columns, left - kept)
+        if columns.count:
+            kept += columns.count
+            yield columns
+
+
 def _poll_and_print(consumer: ShareConsumer, left: int | None, *, json_mode: bool, print_key: bool) -> int | None:
     """One poll printed to stdout: how many records (None when the reader went away)."""
     out = sys.stdout
@@ -85,21 +98,7 @@ def _poll_and_print(consumer: ShareConsumer, left: int | None, *, json_mode: boo
                 for r in records[left:]:
                     consumer.acknowledge(r, RELEASE)
                 records = records[:left]
-            for r in records:
-                out.write(json.dumps({**record_to_json(r), "delivery_count": r.delivery_count},
-                                     separators=(",", ":")) + "\n")
-            out.flush()
-            return len(records)
-        got = 0
-        for tp, columns in consumer.poll_columns():
-            if left is not None and columns.count > left - got:
-                _release_beyond(consumer, tp, columns, left - got)
-                columns = head_columns(columns, left - got)
-            if not columns.count:
-                continue
-            write_text(out, columns_to_text(columns, print_key=print_key))
-            got += columns.count
-        out.flush()
-        return got
+            return write_json_lines(out, [{**record_to_json(r), "delivery_count": r.delivery_count} for r in records])
+        return write_columns(out, _columns_within(consumer, left), print_key=print_key)
     except BrokenPipeError:
         return None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit
 from lowtide.client import OffsetSpec
 from lowtide.client.admin import ShareStartOffset
@@ -40,15 +40,11 @@ SHARE_PROTOCOL_TYPE = "share"
 def register(subparsers: argparse._SubParsersAction) -> None:
     groups = subparsers.add_parser("share-groups", help="list and describe KIP-932 share groups")
     actions = groups.add_subparsers(dest="share_groups_action", required=True)
-    listing = actions.add_parser("list", help="list share groups and their states")
-    add_connection_flags(listing)
-    listing.set_defaults(func=run_list)
-    describe = actions.add_parser("describe", help="state, members, assignments and end offsets of share groups")
-    add_connection_flags(describe)
+    add_cluster_command(actions, "list", help="list share groups and their states", func=run_list)
+    describe = add_cluster_command(actions, "describe", func=run_describe,
+                                   help="state, members, assignments and end offsets of share groups")
     describe.add_argument("--group", action="append", required=True, help="share group id (repeatable)")
-    describe.set_defaults(func=run_describe)
-    reset = actions.add_parser("reset", help="reset an empty share group's start offsets")
-    add_connection_flags(reset)
+    reset = add_cluster_command(actions, "reset", help="reset an empty share group's start offsets", func=run_reset)
     reset.add_argument("--group", required=True, help="share group id")
     reset.add_argument("--topic", required=True, help="topic whose share-partitions to reset")
     reset.add_argument("--partition", type=int, action="append", help="partition (repeatable; default: all)")
@@ -57,12 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     to.add_argument("--to-latest", action="store_true", help="the log end offset (skip what is there)")
     to.add_argument("--to-offset", type=int, help="this offset")
     reset.add_argument("--dry-run", action="store_true", help="show the new start offsets, write nothing")
-    reset.set_defaults(func=run_reset)
-    delete = actions.add_parser("delete-offsets", help="forget an empty share group's state of whole topics")
-    add_connection_flags(delete)
+    delete = add_cluster_command(actions, "delete-offsets", func=run_delete_offsets,
+                                 help="forget an empty share group's state of whole topics")
     delete.add_argument("--group", required=True, help="share group id")
     delete.add_argument("--topic", action="append", required=True, help="topic (repeatable)")
-    delete.set_defaults(func=run_delete_offsets)
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowtide.cli.client_args import add_connection_flags, build_admin
+from lowtide.cli.client_args import add_cluster_command, build_admin
 from lowtide.cli.output import CliError, emit
 from lowtide.client import Admin
 from lowtide.client.admin import OngoingReassignment
@@ -26,8 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     topics = subparsers.add_parser("topics", help="create, describe, list, alter and delete topics")
     actions = topics.add_subparsers(dest="topics_action", required=True)
 
-    create = actions.add_parser("create", help="create a topic")
-    add_connection_flags(create)
+    create = add_cluster_command(actions, "create", help="create a topic", func=run_create)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=0,
@@ -39,20 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="keep the data in object storage (KIP-1164; not implemented yet: the front "
                              "door refuses it with INVALID_CONFIG)")
     create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic already exists")
-    create.set_defaults(func=run_create)
 
-    describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISR of topics")
-    add_connection_flags(describe)
+    describe = add_cluster_command(actions, "describe", func=run_describe,
+                                   help="partitions, leaders, replicas and ISR of topics")
     describe.add_argument("--topic", action="append", default=[], help="topic (repeatable; default all)")
-    describe.set_defaults(func=run_describe)
 
-    listing = actions.add_parser("list", help="list topic names")
-    add_connection_flags(listing)
+    listing = add_cluster_command(actions, "list", help="list topic names", func=run_list)
     listing.add_argument("--include-internal", action="store_true", help="also list __* topics")
-    listing.set_defaults(func=run_list)
 
-    alter = actions.add_parser("alter", help="change a topic's config (takes effect on the running replicas)")
-    add_connection_flags(alter)
+    alter = add_cluster_command(actions, "alter", func=run_alter,
+                                help="change a topic's config (takes effect on the running replicas)")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a topic config (repeatable), e.g. retention.ms=600000 or "
@@ -70,21 +65,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="with --partitions: the new partitions' replicas, as kafka-topics takes them "
                             "(partitions by ',', brokers by ':', the first the preferred leader)")
     alter.add_argument("--validate-only", action="store_true", help="check the change, change nothing")
-    alter.set_defaults(func=run_alter)
 
-    elect = actions.add_parser("elect-leaders", help="move leaders to the preferred replicas (kafka-leader-election)")
-    add_connection_flags(elect)
+    elect = add_cluster_command(actions, "elect-leaders", func=run_elect_leaders,
+                                help="move leaders to the preferred replicas (kafka-leader-election)")
     elect.add_argument("--election-type", choices=("preferred", "unclean"), default="preferred",
                        help="preferred: the first replica leads again; unclean (kept clean): elect where no "
                             "leader is live")
     elect.add_argument("--topic", default=None, help="only this topic (default: every partition of every topic)")
     elect.add_argument("--partition", type=int, default=None, help="with --topic: only this partition")
-    elect.set_defaults(func=run_elect_leaders)
 
-    delete = actions.add_parser("delete", help="delete a topic")
-    add_connection_flags(delete)
+    delete = add_cluster_command(actions, "delete", help="delete a topic", func=run_delete)
     delete.add_argument("--topic", required=True)
-    delete.set_defaults(func=run_delete)
 
 
 def parse_config_pairs(pairs: list[str], *, flag: str = "--config") -> dict[str, str]:

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lowtide.client.admin import Admin, open_connections
-from lowtide.client.consumer import records_from_columns
+from lowtide.client.consumer import ConsumerRecord, records_from_columns
 from lowtide.client.share_acks import HeldRecords, merge_ranges
 from lowtide.errors import (
     FencedMemberEpoch,
@@ -60,6 +60,7 @@ from lowtide.messages.share import (
     ShareFetchAnswer,
     ShareFetchAsk,
     SharePartitionAsk,
+    next_session_epoch,
 )
 from lowtide.record.columns import Columns, columnize
 from lowtide.tls.config import ClientTls
@@ -67,7 +68,6 @@ from lowtide.tls.config import ClientTls
 log = logging.getLogger(__name__)
 
 IMPLICIT, EXPLICIT = "implicit", "explicit"
-MAX_EPOCH = 2**31 - 1
 # A leader parks a ShareFetch with nothing to acquire at most this long (replica/share_handler.py).
 SERVER_MAX_WAIT_MS = 500
 LEAVE_EPOCH = -1
@@ -78,17 +78,11 @@ Got = tuple[TopicPartition, Columns, tuple[AcquiredRange, ...]]
 
 
 @dataclass(frozen=True, slots=True)
-class ShareRecord:
-    """A record delivered to a share group member; ``delivery_count``: how often it was delivered
-    (1 the first time; more after a release or a lock that ran out)."""
+class ShareRecord(ConsumerRecord):
+    """A record delivered to a share group member: a ``ConsumerRecord`` (as Kafka's share consumer
+    returns one) and ``delivery_count``, how often it was delivered (1 the first time; more after a
+    release or a lock that ran out)."""
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
     delivery_count: int = 1
 
 
@@ -519,7 +513,7 @@ class ShareConsumer:
         if ask.session_epoch == LEAVE_EPOCH:
             self._sessions.pop(address, None)
         else:
-            session.epoch = 1 if session.epoch == MAX_EPOCH else session.epoch + 1
+            session.epoch = next_session_epoch(session.epoch)
             if ask.fetch:
                 session.partitions = (session.partitions | listed) - forgotten
         names = {i: t for t, i in self._topic_ids.items()}

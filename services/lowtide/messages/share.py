@@ -13,6 +13,16 @@ from lowtide.errors import LowtideError
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 ACKNOWLEDGE_TYPE_NAMES = {"gap": GAP, "accept": ACCEPT, "release": RELEASE, "reject": REJECT, "renew": RENEW}
 
+# A share session's epochs (Kafka's ShareRequestMetadata): 0 opens one, -1 closes it, and each
+# answered request moves it on by one, from the largest int32 back to 1 (0 would reopen it).
+MAX_SESSION_EPOCH = 2**31 - 1
+
+
+def next_session_epoch(epoch: int) -> int:
+    """The epoch of the request after one at ``epoch`` was answered: the member and the leader
+    both count this way, so they must agree on where it wraps."""
+    return 1 if epoch == MAX_SESSION_EPOCH else epoch + 1
+
 
 @dataclass(frozen=True, slots=True)
 class ShareAckBatch:

@@ -33,7 +33,7 @@ from lowtide.messages.group_configs import (
     SHARE_ISOLATION_LEVEL,
     SHARE_RECORD_LOCK_DURATION_MS,
 )
-from lowtide.messages.share import AcquiredRange, ShareAckBatch
+from lowtide.messages.share import AcquiredRange, ShareAckBatch, next_session_epoch
 from lowtide.record import iter_batches
 from lowtide.share.codec import ShareSnapshot, ShareStateKey, reset_snapshot
 from lowtide.share.state import REJECT, SharePartitionConfig, SharePartitionState
@@ -41,7 +41,6 @@ from lowtide.share.state import REJECT, SharePartitionConfig, SharePartitionStat
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = "earliest", "latest"
-MAX_EPOCH = 2**31 - 1
 # A share session not used for this long is forgotten (its member died without closing it: a
 # killed consumer's session would otherwise stay forever). Its records' locks ran out long before.
 SESSION_IDLE_MS = 120_000
@@ -169,7 +168,7 @@ class SharePartitions:
                 raise ShareSessionNotFound(f"no share session of member {member_id} of group {group_id!r} here")
             if epoch != session.next_epoch:
                 raise InvalidShareSessionEpoch(f"share session epoch {epoch}, expected {session.next_epoch}")
-            session.next_epoch = 1 if epoch == MAX_EPOCH else epoch + 1
+            session.next_epoch = next_session_epoch(epoch)
             session.last_used_ms = now
             session.partitions |= set(add)
             session.partitions -= set(forget)

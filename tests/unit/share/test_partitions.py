@@ -12,7 +12,7 @@ from lowtide.errors import (
     ShareSessionLimitReached,
     ShareSessionNotFound,
 )
-from lowtide.messages.share import AcquiredRange, ShareAckBatch
+from lowtide.messages.share import MAX_SESSION_EPOCH, AcquiredRange, ShareAckBatch, next_session_epoch
 from lowtide.record import encode_batch
 from lowtide.share.codec import ShareSnapshot, ShareStateKey
 from lowtide.share.partitions import EARLIEST, LATEST, SESSION_IDLE_MS, LeaderLog, ShareConfig, SharePartitions
@@ -73,6 +73,17 @@ def test_a_share_session_opens_at_epoch_zero_and_counts_up():
     with pytest.raises(ShareSessionNotFound):
         sp.open_session(group_id="g", member_id="other", epoch=3, add=[])
     assert sp.close_session(group_id="g", member_id="m") == {("t", 1)}
+
+
+def test_a_share_session_epoch_wraps_from_the_largest_int32_to_one_not_zero():
+    # The member (client/share_consumer.py) counts with the same function: both sides agree.
+    assert [next_session_epoch(e) for e in (0, 1, MAX_SESSION_EPOCH - 1, MAX_SESSION_EPOCH)] == \
+        [1, 2, MAX_SESSION_EPOCH, 1]
+    sp = shares(MemoryStateLog())
+    sp.open_session(group_id="g", member_id="m", epoch=0, add=[("t", 0)])
+    sp._sessions[("g", "m")].next_epoch = MAX_SESSION_EPOCH
+    sp.open_session(group_id="g", member_id="m", epoch=MAX_SESSION_EPOCH, add=[])
+    assert sp.open_session(group_id="g", member_id="m", epoch=1, add=[]) == {("t", 0)}
 
 
 def test_a_fetch_acquires_whole_batches_and_answers_the_bytes_of_those_batches_only():
