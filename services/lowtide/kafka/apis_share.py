@@ -33,10 +33,16 @@ from lowtide.errors import (
     NotCoordinator,
     NotLeaderOrFollower,
 )
-from lowtide.kafka.apis_consumer_groups import _whole_call, make_heartbeat_response
+from lowtide.kafka.apis_consumer_groups import (
+    _whole_call,
+    answer_heartbeat,
+    client_host,
+    describe_groups,
+    described_group,
+)
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
-from lowtide.messages.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
+from lowtide.messages.consumer_groups import ConsumerHeartbeat
 from lowtide.messages.share import (
     ShareAckBatch,
     ShareFetchAnswer,
@@ -62,29 +68,15 @@ def share_group_heartbeat(call: Call, body: Any) -> Any:
     request = ConsumerHeartbeat(
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch, rack_id=body.rack_id,
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
-        client_id=call.client_id or "",
-        client_host="/" + call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"), version=call.version)
-    try:
-        result = _find_share_groups(call).heartbeat(principal=call.principal(), request=request)
-    except LowtideError as err:
-        result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
-                                         error=_whole_call(err))
-    return make_heartbeat_response(call, result)
+        client_id=call.client_id or "", client_host=client_host(call), version=call.version)
+    return answer_heartbeat(call, coordinator=_find_share_groups, request=request)
 
 
 def share_group_describe(call: Call, body: Any) -> Any:
-    try:
-        described = _find_share_groups(call).describe(
-            principal=call.principal(), group_ids=list(body.group_ids),
-            include_authorized_operations=bool(body.include_authorized_operations))
-    except LowtideError as err:
-        failed = _whole_call(err)
-        described = [ConsumerGroupDescription(group_id=g, error=failed) for g in body.group_ids]
-    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(call.make(
-        "DescribedGroup", error_code=error_code(0 if d.error is None else d.error.code),
-        error_message=None if d.error is None else d.error.message, group_id=d.group_id, group_state=d.state,
-        group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-        authorized_operations=d.authorized_operations, members=tuple(call.make(
+    described = describe_groups(call, coordinator=_find_share_groups, group_ids=body.group_ids,
+                                include_authorized_operations=bool(body.include_authorized_operations))
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(described_group(call, d, members=tuple(
+        call.make(
             "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
             assignment=call.make("Assignment", topic_partitions=tuple(call.make(

@@ -45,7 +45,7 @@ from tests.unit.kafka.test_client_telemetry_apis import send
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, DESCRIBE_OFFSETS, ALTER_OFFSETS = 76, 77, 78, 79, 90, 91
 DELETE_OFFSETS = 92
 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 25, 42, 69
-NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE = 6, 15
+NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 6, 15, 16
 
 
 @pytest.fixture(params=["in-process", "over-grpc"])
@@ -152,3 +152,17 @@ def test_share_group_offsets_are_deleted_at_a_replica(broker):
     answer = send(broker, DELETE_OFFSETS, 0, DeleteShareGroupOffsetsRequest(group_id="g", topics=(
         DeleteShareGroupOffsetsRequestTopic(topic_name="orders"),)))
     assert answer.error_code == COORDINATOR_NOT_AVAILABLE and answer.responses == ()
+
+
+def test_a_front_door_without_the_coordinator_answers_not_coordinator():
+    # The whole call refused: the heartbeat's error with the member id and epoch it sent, and
+    # every described group's error.
+    broker = KafkaBroker(apis=all_apis(), services=KafkaServices(
+        node=Node(1, "127.0.0.1", 9092), authenticate=Authenticator(required=False).authenticate,
+        front_door=lambda metadata: SimpleNamespace(share_groups=None)))
+    member = uuid.uuid4().hex
+    answer = heartbeat(broker, member, 3, topics=None)
+    assert (answer.error_code, answer.member_id, answer.member_epoch) == (NOT_COORDINATOR, member, 3)
+    described = send(broker, DESCRIBE, 1, ShareGroupDescribeRequest(group_ids=("g", "h"),
+                                                                    include_authorized_operations=False))
+    assert [(g.group_id, g.error_code) for g in described.groups] == [("g", NOT_COORDINATOR), ("h", NOT_COORDINATOR)]
