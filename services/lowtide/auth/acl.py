@@ -205,6 +205,18 @@ class Authorizer:
                 f"{principal} is not authorized to {op.name} on {rtype.name} {resource_name!r}"
             )
 
+    def authorized_operations(self, *, principal: str, resource_type: ResourceType, resource_name: str,
+                              operations: Iterable[AclOperation]) -> int:
+        """Kafka's ``authorized_operations`` bit field of a described resource: bit ``op`` set for
+        each of ``operations`` the principal may perform on it (the describing coordinators each
+        name the operations their resource type has)."""
+        bits = 0
+        for op in operations:
+            if self.authorize(principal=principal, operation=op, resource_type=resource_type,
+                              resource_name=resource_name):
+                bits |= 1 << int(op)
+        return bits
+
     def authorize_cluster(self, *, principal: str, operation: AclOperation) -> bool:
         """``authorize`` on the one CLUSTER resource, which the admin operations are checked on."""
         return self.authorize(principal=principal, operation=operation, resource_type=ResourceType.CLUSTER,

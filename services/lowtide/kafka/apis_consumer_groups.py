@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from lowtide.errors import CoordinatorNotAvailable, LowtideError, NetworkException, NotCoordinator, RequestTimedOut
@@ -53,14 +54,47 @@ def consumer_group_heartbeat(call: Call, body: Any) -> Any:
         instance_id=body.instance_id, rack_id=body.rack_id, rebalance_timeout_ms=millis(body.rebalance_timeout),
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
         subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None), server_assignor=body.server_assignor,
-        topic_partitions=owned, client_id=call.client_id or "",
-        client_host="/" + call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"), version=call.version)
+        topic_partitions=owned, client_id=call.client_id or "", client_host=client_host(call), version=call.version)
+    return answer_heartbeat(call, coordinator=_consumer_groups, request=request)
+
+
+def client_host(call: Call) -> str:
+    """A heartbeating member's client_host as Kafka describes it: "/" and the peer's address."""
+    return "/" + call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:")
+
+
+def answer_heartbeat(call: Call, *, coordinator: Callable[[Call], Any], request: ConsumerHeartbeat) -> Any:
+    """The answer to a ConsumerGroupHeartbeat or ShareGroupHeartbeat: ``request`` heartbeated at
+    ``coordinator(call)``; a refusal of the whole call (no coordinator here, the front door
+    unreachable) is the answer's error, with the member id and epoch the member sent."""
     try:
-        result = _consumer_groups(call).heartbeat(principal=call.principal(), request=request)
+        result = coordinator(call).heartbeat(principal=call.principal(), request=request)
     except LowtideError as err:
-        result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
+        result = ConsumerHeartbeatResult(member_id=request.member_id, member_epoch=request.member_epoch,
                                          error=_whole_call(err))
     return make_heartbeat_response(call, result)
+
+
+def describe_groups(call: Call, *, coordinator: Callable[[Call], Any], group_ids: Any,
+                    include_authorized_operations: bool) -> list[ConsumerGroupDescription]:
+    """ConsumerGroupDescribe's or ShareGroupDescribe's groups as ``coordinator(call)`` describes
+    them; a refusal of the whole call is every group's error."""
+    try:
+        return list(coordinator(call).describe(principal=call.principal(), group_ids=list(group_ids),
+                                               include_authorized_operations=include_authorized_operations))
+    except LowtideError as err:
+        failed = _whole_call(err)
+        return [ConsumerGroupDescription(group_id=g, error=failed) for g in group_ids]
+
+
+def described_group(call: Call, d: ConsumerGroupDescription, *, members: tuple[Any, ...]) -> Any:
+    """One DescribedGroup of a ConsumerGroupDescribe or ShareGroupDescribe answer (the two share
+    these fields; their members differ)."""
+    return call.make(
+        "DescribedGroup", error_code=error_code(0 if d.error is None else d.error.code),
+        error_message=None if d.error is None else d.error.message, group_id=d.group_id, group_state=d.state,
+        group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
+        authorized_operations=d.authorized_operations, members=members)
 
 
 def make_heartbeat_response(call: Call, result: Any) -> Any:
@@ -80,24 +114,16 @@ def make_heartbeat_response(call: Call, result: Any) -> Any:
 
 
 def consumer_group_describe(call: Call, body: Any) -> Any:
-    try:
-        described = _consumer_groups(call).describe(
-            principal=call.principal(), group_ids=list(body.group_ids),
-            include_authorized_operations=bool(body.include_authorized_operations))
-    except LowtideError as err:
-        failed = _whole_call(err)
-        described = [ConsumerGroupDescription(group_id=g, error=failed) for g in body.group_ids]
+    described = describe_groups(call, coordinator=_consumer_groups, group_ids=body.group_ids,
+                                include_authorized_operations=bool(body.include_authorized_operations))
 
     def assignment(items: tuple[TopicPartitions, ...]) -> Any:
         return call.make("Assignment", topic_partitions=tuple(
             call.make("TopicPartitions", topic_id=uuid.UUID(hex=t.topic_id), topic_name=t.topic,
                       partitions=t.partitions) for t in items))
 
-    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(call.make(
-        "DescribedGroup", error_code=error_code(0 if d.error is None else d.error.code),
-        error_message=None if d.error is None else d.error.message, group_id=d.group_id, group_state=d.state,
-        group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-        authorized_operations=d.authorized_operations, members=tuple(call.make(
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(described_group(call, d, members=tuple(
+        call.make(
             "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
             member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=m.subscribed_topic_names, subscribed_topic_regex=m.subscribed_topic_regex,

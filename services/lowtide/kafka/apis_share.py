@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from lowtide.errors import (
@@ -33,10 +34,16 @@ from lowtide.errors import (
     NotCoordinator,
     NotLeaderOrFollower,
 )
-from lowtide.kafka.apis_consumer_groups import _whole_call, make_heartbeat_response
+from lowtide.kafka.apis_consumer_groups import (
+    _whole_call,
+    answer_heartbeat,
+    client_host,
+    describe_groups,
+    described_group,
+)
 from lowtide.kafka.broker import Api, Call
 from lowtide.kafka.protocol import NO_THROTTLE, error_code, millis
-from lowtide.messages.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
+from lowtide.messages.consumer_groups import ConsumerHeartbeat
 from lowtide.messages.share import (
     ShareAckBatch,
     ShareFetchAnswer,
@@ -62,29 +69,15 @@ def share_group_heartbeat(call: Call, body: Any) -> Any:
     request = ConsumerHeartbeat(
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch, rack_id=body.rack_id,
         subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
-        client_id=call.client_id or "",
-        client_host="/" + call.conn.peer.rsplit(":", 1)[0].removeprefix("kafka:"), version=call.version)
-    try:
-        result = _find_share_groups(call).heartbeat(principal=call.principal(), request=request)
-    except LowtideError as err:
-        result = ConsumerHeartbeatResult(member_id=body.member_id, member_epoch=body.member_epoch,
-                                         error=_whole_call(err))
-    return make_heartbeat_response(call, result)
+        client_id=call.client_id or "", client_host=client_host(call), version=call.version)
+    return answer_heartbeat(call, coordinator=_find_share_groups, request=request)
 
 
 def share_group_describe(call: Call, body: Any) -> Any:
-    try:
-        described = _find_share_groups(call).describe(
-            principal=call.principal(), group_ids=list(body.group_ids),
-            include_authorized_operations=bool(body.include_authorized_operations))
-    except LowtideError as err:
-        failed = _whole_call(err)
-        described = [ConsumerGroupDescription(group_id=g, error=failed) for g in body.group_ids]
-    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(call.make(
-        "DescribedGroup", error_code=error_code(0 if d.error is None else d.error.code),
-        error_message=None if d.error is None else d.error.message, group_id=d.group_id, group_state=d.state,
-        group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-        authorized_operations=d.authorized_operations, members=tuple(call.make(
+    described = describe_groups(call, coordinator=_find_share_groups, group_ids=body.group_ids,
+                                include_authorized_operations=bool(body.include_authorized_operations))
+    return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(described_group(call, d, members=tuple(
+        call.make(
             "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
             assignment=call.make("Assignment", topic_partitions=tuple(call.make(
@@ -156,6 +149,26 @@ def share_acknowledge(call: Call, body: Any) -> Any:
     return _build_answer(call, _serve_share_fetch(call, ask), fetch=False)
 
 
+def _topic_uuid(topic_id: str) -> uuid.UUID:
+    # A topic answered without an id (the handler knew none) carries the zero id on the wire.
+    return uuid.UUID(hex=topic_id) if topic_id else uuid.UUID(int=0)
+
+
+def _offsets_topics(call: Call, partitions: Any, *, topic_entity: str, partition_entity: str,
+                    fields: Callable[[Any], dict[str, Any]] = lambda p: {}) -> tuple[Any, ...]:
+    """Describe/AlterShareGroupOffsets' per-topic answers: each partition's answer (its error and
+    ``fields(p)``) under its topic, the topics in the order their first partition came."""
+    by_topic: dict[str, list[Any]] = {}
+    ids: dict[str, str] = {}
+    for p in partitions:
+        ids[p.topic] = p.topic_id
+        by_topic.setdefault(p.topic, []).append(call.make(
+            partition_entity, partition_index=p.partition, **fields(p),
+            error_code=error_code(p.error.code if p.error else 0), error_message=p.error.message if p.error else None))
+    return tuple(call.make(topic_entity, topic_name=t, topic_id=_topic_uuid(ids[t]), partitions=tuple(parts))
+                 for t, parts in by_topic.items())
+
+
 def describe_share_group_offsets(call: Call, body: Any) -> Any:
     handler = call.services.share
     groups = []
@@ -166,22 +179,14 @@ def describe_share_group_offsets(call: Call, body: Any) -> Any:
             described = ShareGroupOffsets(group_id=g.group_id, error=error)
         else:
             described = handler.describe_offsets(call.principal(), g.group_id, topics)
-        by_topic: dict[str, list[Any]] = {}
-        ids: dict[str, str] = {}
-        for p in described.partitions:
-            ids[p.topic] = p.topic_id
-            by_topic.setdefault(p.topic, []).append(call.make(
-                "DescribeShareGroupOffsetsResponsePartition", partition_index=p.partition,
-                start_offset=p.start_offset, leader_epoch=p.leader_epoch, lag=p.lag,
-                error_code=error_code(p.error.code if p.error else 0),
-                error_message=p.error.message if p.error else None))
         error = described.error
         groups.append(call.make(
             "DescribeShareGroupOffsetsResponseGroup", group_id=g.group_id,
             error_code=error_code(error.code if error else 0), error_message=error.message if error else None,
-            topics=tuple(call.make("DescribeShareGroupOffsetsResponseTopic", topic_name=t,
-                                   topic_id=uuid.UUID(hex=ids[t]) if ids[t] else uuid.UUID(int=0),
-                                   partitions=tuple(parts)) for t, parts in by_topic.items())))
+            topics=_offsets_topics(
+                call, described.partitions, topic_entity="DescribeShareGroupOffsetsResponseTopic",
+                partition_entity="DescribeShareGroupOffsetsResponsePartition",
+                fields=lambda p: {"start_offset": p.start_offset, "leader_epoch": p.leader_epoch, "lag": p.lag})))
     return call.make(call.response, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
@@ -209,19 +214,11 @@ def alter_share_group_offsets(call: Call, body: Any) -> Any:
     except LowtideError as err:
         altered = ShareGroupOffsets(group_id=body.group_id, error=_whole_call(err))
     top = altered.error
-    by_topic: dict[str, list[Any]] = {}
-    ids: dict[str, str] = {}
-    for p in altered.partitions:
-        ids[p.topic] = p.topic_id
-        by_topic.setdefault(p.topic, []).append(call.make(
-            "AlterShareGroupOffsetsResponsePartition", partition_index=p.partition,
-            error_code=error_code(p.error.code if p.error else 0), error_message=p.error.message if p.error else None))
     return call.make(
         call.response, throttle_time=NO_THROTTLE, error_code=error_code(top.code if top else 0),
         error_message=top.message if top else None,
-        responses=tuple(call.make("AlterShareGroupOffsetsResponseTopic", topic_name=t,
-                                  topic_id=uuid.UUID(hex=ids[t]) if ids[t] else uuid.UUID(int=0),
-                                  partitions=tuple(parts)) for t, parts in by_topic.items()))
+        responses=_offsets_topics(call, altered.partitions, topic_entity="AlterShareGroupOffsetsResponseTopic",
+                                  partition_entity="AlterShareGroupOffsetsResponsePartition"))
 
 
 def delete_share_group_offsets(call: Call, body: Any) -> Any:
@@ -239,7 +236,7 @@ def delete_share_group_offsets(call: Call, body: Any) -> Any:
         call.response, throttle_time=NO_THROTTLE, error_code=error_code(top.code if top else 0),
         error_message=top.message if top else None,
         responses=tuple(call.make("DeleteShareGroupOffsetsResponseTopic", topic_name=t,
-                                  topic_id=uuid.UUID(hex=i) if i else uuid.UUID(int=0),
+                                  topic_id=_topic_uuid(i),
                                   error_code=error_code(e.code if e else 0), error_message=e.message if e else None)
                         for t, i, e in deleted))
 

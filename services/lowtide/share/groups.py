@@ -298,7 +298,9 @@ class ShareGroups:
                 out.append(ConsumerGroupDescription(
                     group_id=group_id, state=group.state, group_epoch=group.group_epoch,
                     assignment_epoch=group.group_epoch, assignor_name=assignor.NAME, members=members,
-                    authorized_operations=self._authorized_operations(principal, group_id)
+                    authorized_operations=self._authorizer.authorized_operations(
+                        principal=principal, resource_type=ResourceType.GROUP, resource_name=group_id,
+                        operations=_GROUP_OPERATIONS)
                     if include_authorized_operations else -(2**31)))
         return out
 
@@ -385,19 +387,11 @@ class ShareGroups:
                 raise NonEmptyGroup(f"share group {group_id!r} has {len(group.members)} members: {what} only while "
                                     "it is empty")
 
-    def _authorized_operations(self, principal: str, group_id: str) -> int:
-        bits = 0
-        for op in _GROUP_OPERATIONS:
-            if self._authorizer.authorize(principal=principal, operation=op, resource_type=ResourceType.GROUP,
-                                          resource_name=group_id):
-                bits |= 1 << int(op)
-        return bits
-
     # -- checks --------------------------------------------------------------------------------
     def _require_acl(self, principal: str, operation: AclOperation, group_id: str) -> None:
-        if not self._authorizer.authorize(principal=principal, operation=operation,
-                                          resource_type=ResourceType.GROUP, resource_name=group_id):
-            raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group_id!r}")
+        # GROUP_AUTHORIZATION_FAILED naming the operation and group, worded as every ACL refusal.
+        self._authorizer.require(principal=principal, operation=operation, resource_type=ResourceType.GROUP,
+                                 resource_name=group_id)
 
     @staticmethod
     def _validate_heartbeat(request: ConsumerHeartbeat) -> None:

@@ -160,6 +160,17 @@ def test_require_raises_the_kafka_error_of_the_resource_type(store, authorizer):
     authorizer.require(principal=ALICE, operation=Op.DELETE, resource_type=TOPIC, resource_name="orders")
 
 
+def test_authorized_operations_sets_the_bit_of_each_allowed_operation_asked_about(store, authorizer):
+    store.add([acl(ALICE, GROUP, "g", Op.READ), acl(ALICE, GROUP, "g", Op.ALTER_CONFIGS)])
+    authorizer.invalidate()
+    asked = (Op.READ, Op.DELETE, Op.DESCRIBE)  # DESCRIBE is implied by READ; ALTER_CONFIGS is not asked
+    bits = authorizer.authorized_operations(principal=ALICE, resource_type=GROUP, resource_name="g",
+                                            operations=asked)
+    assert bits == (1 << int(Op.READ)) | (1 << int(Op.DESCRIBE))
+    assert authorizer.authorized_operations(principal=BOB, resource_type=GROUP, resource_name="g",
+                                            operations=asked) == 0
+
+
 def test_a_change_made_in_this_process_is_decided_on_at_once(store, authorizer):
     assert not can(authorizer, ALICE, Op.DELETE, TOPIC, "orders")
     store.add([acl(ALICE, TOPIC, "orders", Op.DELETE)])

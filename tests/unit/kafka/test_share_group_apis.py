@@ -3,7 +3,8 @@ admin encode them: ShareGroupHeartbeat (76) and ShareGroupDescribe (77) through 
 listener reaches the front door's share group coordinator (in process, and over gRPC through the
 servicer and its remote twin, as from a replica); ShareFetch (78), ShareAcknowledge (79) and
 DescribeShareGroupOffsets (90), AlterShareGroupOffsets (91) and DeleteShareGroupOffsets (92) on a
-listener with no replica, answered in every version served."""
+listener with no replica, answered in every version served; the offsets answers' grouping by
+topic with a stand-in replica handler, and a front door without the coordinator."""
 
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ from lowtide.auth.acl import Authorizer
 from lowtide.auth.store import AclStore
 from lowtide.auth.tokens import Authenticator
 from lowtide.client.frontdoor import RemoteFrontDoor
+from lowtide.errors import GroupIdNotFound, UnknownTopicOrPartition
 from lowtide.frontdoor.servicer import AdminServicer
 from lowtide.kafka.broker import KafkaBroker, KafkaServices, Node
 from lowtide.kafka.protocol import request_type
 from lowtide.kafka.server import all_apis
+from lowtide.messages.consumer_groups import ConsumerGroupDescription
+from lowtide.messages.share import ShareGroupOffsets, ShareStartOffset
 from lowtide.metadata.store import MetadataStore
 from lowtide.share.groups import ShareGroupConfig, ShareGroups
 from lowtide_pb import admin_pb2_grpc
@@ -45,7 +49,7 @@ from tests.unit.kafka.test_client_telemetry_apis import send
 HEARTBEAT, DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE, DESCRIBE_OFFSETS, ALTER_OFFSETS = 76, 77, 78, 79, 90, 91
 DELETE_OFFSETS = 92
 FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, INVALID_REQUEST, GROUP_ID_NOT_FOUND = 110, 25, 42, 69
-NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE = 6, 15
+NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 6, 15, 16
 
 
 @pytest.fixture(params=["in-process", "over-grpc"])
@@ -152,3 +156,51 @@ def test_share_group_offsets_are_deleted_at_a_replica(broker):
     answer = send(broker, DELETE_OFFSETS, 0, DeleteShareGroupOffsetsRequest(group_id="g", topics=(
         DeleteShareGroupOffsetsRequestTopic(topic_name="orders"),)))
     assert answer.error_code == COORDINATOR_NOT_AVAILABLE and answer.responses == ()
+
+
+def test_a_front_door_without_the_coordinator_answers_not_coordinator():
+    # The whole call refused: the heartbeat's error with the member id and epoch it sent, and
+    # every described group's error.
+    broker = KafkaBroker(apis=all_apis(), services=KafkaServices(
+        node=Node(1, "127.0.0.1", 9092), authenticate=Authenticator(required=False).authenticate,
+        front_door=lambda metadata: SimpleNamespace(share_groups=None)))
+    member = uuid.uuid4().hex
+    answer = heartbeat(broker, member, 3, topics=None)
+    assert (answer.error_code, answer.member_id, answer.member_epoch) == (NOT_COORDINATOR, member, 3)
+    described = send(broker, DESCRIBE, 1, ShareGroupDescribeRequest(group_ids=("g", "h"),
+                                                                    include_authorized_operations=False))
+    assert [(g.group_id, g.error_code) for g in described.groups] == [("g", NOT_COORDINATOR), ("h", NOT_COORDINATOR)]
+
+
+def test_share_group_offsets_answers_group_partitions_under_their_topics():
+    # At a replica: each partition's answer under its topic, topics in the order they first come;
+    # a topic the handler names without an id has the zero id.
+    topic_id = uuid.uuid4().hex
+    partitions = (ShareStartOffset(topic="orders", topic_id=topic_id, partition=2, start_offset=5, leader_epoch=1,
+                                   lag=3),
+                  ShareStartOffset(topic="gone", topic_id="", partition=0, error=UnknownTopicOrPartition("no")),
+                  ShareStartOffset(topic="orders", topic_id=topic_id, partition=0, start_offset=7))
+    handler = SimpleNamespace(
+        describe_offsets=lambda principal, group_id, topics: ShareGroupOffsets(group_id=group_id,
+                                                                               partitions=partitions),
+        alter_offsets=lambda principal, group_id, targets: ShareGroupOffsets(group_id=group_id,
+                                                                             partitions=partitions))
+    share_groups = SimpleNamespace(describe=lambda principal, group_ids: [
+        ConsumerGroupDescription(group_id=g, error=GroupIdNotFound("none")) for g in group_ids])
+    broker = KafkaBroker(apis=all_apis(), services=KafkaServices(
+        node=Node(1, "127.0.0.1", 9092), authenticate=Authenticator(required=False).authenticate, share=handler,
+        front_door=lambda metadata: SimpleNamespace(share_groups=share_groups)))
+    # (the zero id reads back as None)
+    expected = [("orders", uuid.UUID(hex=topic_id), [(2, 0), (0, 0)]), ("gone", None, [(0, 3)])]
+    described = send(broker, DESCRIBE_OFFSETS, 1, DescribeShareGroupOffsetsRequest(groups=(
+        DescribeShareGroupOffsetsRequestGroup(group_id="g", topics=None),)))
+    [group] = described.groups
+    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in group.topics] == expected
+    assert [(p.start_offset, p.leader_epoch, p.lag) for p in group.topics[0].partitions] == [(5, 1, 3), (7, -1, -1)]
+    altered = send(broker, ALTER_OFFSETS, 0, AlterShareGroupOffsetsRequest(group_id="g", topics=(
+        AlterShareGroupOffsetsRequestTopic(topic_name="orders", partitions=(
+            AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=0),)),)))
+    assert altered.error_code == 0
+    assert [(t.topic_name, t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in altered.responses] == expected

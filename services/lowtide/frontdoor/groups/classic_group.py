@@ -17,6 +17,8 @@ JoinGroup or SyncGroup call is a ``Waiter`` the transitions fill in (the caller 
 from __future__ import annotations
 
 import threading
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.consumer_protocol_subscription import v0 as sub_v0
@@ -31,6 +33,9 @@ from lowtide.messages.admin import GroupSnapshot, JoinedMember, JoinResult, Memb
 EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = (
     "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
 CONSUMER_PROTOCOL_TYPE = "consumer"
+
+M = typing.TypeVar("M")
+M_co = typing.TypeVar("M_co", covariant=True)
 
 _SUBSCRIPTION_READERS = [entity_reader(m.ConsumerProtocolSubscription) for m in (sub_v0, sub_v1, sub_v2, sub_v3)]
 
@@ -49,6 +54,35 @@ def consumer_subscription_topics(metadata: bytes) -> frozenset[str]:
     except Exception as err:  # kio raises its own buffer errors
         raise ValueError(f"undecodable consumer protocol subscription: {err}") from None
     return frozenset(entity.topics)
+
+
+class GroupMembers(typing.Protocol[M_co]):
+    """What ``checked_member`` reads of a group: a classic group, or a consumer group whose classic
+    members call JoinGroup/SyncGroup/Heartbeat/LeaveGroup (``classic_members``)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def members(self) -> Mapping[str, M_co]: ...
+
+    @property
+    def static_members(self) -> Mapping[str, str]: ...  # group.instance.id -> member id
+
+
+def checked_member(group: GroupMembers[M], *, member_id: str, instance_id: str) -> M:
+    """Kafka's validateMember (a classic group's, and a consumer group's for its classic members):
+    FENCED_INSTANCE_ID when the instance id now belongs to another member id (a static member
+    replaced by a newer join), UNKNOWN_MEMBER_ID when the member is not in the group."""
+    if instance_id:  # only then: a consumer group builds its static_members on each read
+        holder = group.static_members.get(instance_id)
+        if holder is not None and holder != member_id:
+            raise FencedInstanceId(f"group.instance.id {instance_id!r} of group {group.group_id!r} now "
+                                   f"belongs to member {holder!r}, not {member_id!r}")
+    member = group.members.get(member_id)
+    if member is None:
+        raise UnknownMemberId(f"member {member_id!r} is not in group {group.group_id!r}")
+    return member
 
 
 class Waiter:
@@ -152,17 +186,8 @@ class ClassicGroup:
         return all(m.join_waiter is not None for m in self.members.values()) and not self.pending_members
 
     def validate_member(self, member_id: str, group_instance_id: str) -> Member:
-        """Kafka's validateMember: FENCED_INSTANCE_ID when the instance id now belongs to another
-        member id, UNKNOWN_MEMBER_ID when the member is not in the group."""
-        if group_instance_id:
-            existing = self.static_members.get(group_instance_id)
-            if existing is not None and existing != member_id:
-                raise FencedInstanceId(f"group.instance.id {group_instance_id!r} of group {self.group_id!r} now "
-                                       f"belongs to member {existing!r}, not {member_id!r}")
-        member = self.members.get(member_id)
-        if member is None:
-            raise UnknownMemberId(f"member {member_id!r} is not in group {self.group_id!r}")
-        return member
+        """Kafka's validateMember (``checked_member``)."""
+        return checked_member(self, member_id=member_id, instance_id=group_instance_id)
 
     def snapshot(self) -> GroupSnapshot:
         stable = self.state == STABLE

@@ -55,7 +55,14 @@ from lowtide.errors import (
     UnknownMemberId,
 )
 from lowtide.frontdoor.groups.assignors import Assignment
-from lowtide.frontdoor.groups.classic_group import CONSUMER_PROTOCOL_TYPE, STABLE, ClassicGroup, Member, Timing
+from lowtide.frontdoor.groups.classic_group import (
+    CONSUMER_PROTOCOL_TYPE,
+    STABLE,
+    ClassicGroup,
+    Member,
+    Timing,
+    checked_member,
+)
 from lowtide.frontdoor.groups.consumer_group import (
     UNRELEASED_PARTITIONS,
     UNREVOKED_PARTITIONS,
@@ -238,15 +245,9 @@ def join(group: ConsumerGroup, spec: ClassicJoin, *, now: float, max_size: int,
 
 
 def _classic_member(group: ConsumerGroup, member_id: str, instance_id: str) -> ConsumerMember:
-    """Kafka's validateConsumerGroupMember + throwIfMemberDoesNotUseClassicProtocol: an instance
-    id now held by another member id fences this one (a static member replaced by a newer join)."""
-    holder = group.static_members.get(instance_id) if instance_id else None
-    if holder is not None and holder != member_id:
-        raise FencedInstanceId(f"group.instance.id {instance_id!r} of group {group.group_id!r} belongs to member "
-                               f"{holder!r}, not {member_id!r}")
-    member = group.members.get(member_id)
-    if member is None:
-        raise UnknownMemberId(f"member {member_id!r} is not in group {group.group_id!r}")
+    """Kafka's validateConsumerGroupMember (the classic group's validateMember) +
+    throwIfMemberDoesNotUseClassicProtocol."""
+    member = checked_member(group, member_id=member_id, instance_id=instance_id)
     if member.classic is None:
         raise UnknownMemberId(f"member {member_id!r} of group {group.group_id!r} does not use the classic protocol")
     return member

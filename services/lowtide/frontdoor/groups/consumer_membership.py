@@ -52,7 +52,6 @@ from lowtide.common.ticker import Ticker
 from lowtide.errors import (
     CoordinatorNotAvailable,
     CorruptMessage,
-    GroupAuthorizationFailed,
     GroupIdNotFound,
     IllegalGeneration,
     InvalidRequest,
@@ -113,10 +112,10 @@ from lowtide.messages.consumer_groups import (
 
 log = logging.getLogger(__name__)
 
-# Kafka's group resource operations, for ConsumerGroupDescribe's authorized_operations bit field.
 # A group made by a join that was refused (it never had a member) is forgotten after this long:
 # long past any call that could still be using it.
 _UNBORN_RETENTION_S = 60.0
+# Kafka's group resource operations, for ConsumerGroupDescribe's authorized_operations bit field.
 _GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE,
                      AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
 
@@ -369,9 +368,9 @@ class ConsumerGroups:
 
     # -- checks --------------------------------------------------------------------------------
     def _require(self, principal: str, operation: AclOperation, group_id: str) -> None:
-        if not self._authorizer.authorize(principal=principal, operation=operation,
-                                          resource_type=ResourceType.GROUP, resource_name=group_id):
-            raise GroupAuthorizationFailed(f"{principal} is not authorized to {operation.name} on GROUP {group_id!r}")
+        # GROUP_AUTHORIZATION_FAILED naming the operation and group, worded as every ACL refusal.
+        self._authorizer.require(principal=principal, operation=operation, resource_type=ResourceType.GROUP,
+                                 resource_name=group_id)
 
     def _validate(self, request: ConsumerHeartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
@@ -652,15 +651,9 @@ class ConsumerGroups:
             return ConsumerGroupDescription(
                 group_id=group_id, state=group.state(), group_epoch=group.group_epoch,
                 assignment_epoch=group.assignment_epoch, assignor_name=group.assignor(), members=members,
-                authorized_operations=self._operations(principal, group_id) if principal else -(2**31))
-
-    def _operations(self, principal: str, group_id: str) -> int:
-        bits = 0
-        for op in _GROUP_OPERATIONS:
-            if self._authorizer.authorize(principal=principal, operation=op, resource_type=ResourceType.GROUP,
-                                          resource_name=group_id):
-                bits |= 1 << int(op)
-        return bits
+                authorized_operations=self._authorizer.authorized_operations(
+                    principal=principal, resource_type=ResourceType.GROUP, resource_name=group_id,
+                    operations=_GROUP_OPERATIONS) if principal else -(2**31))
 
     # -- what the other group APIs ask ---------------------------------------------------------
     @staticmethod
