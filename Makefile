@@ -9,7 +9,7 @@ PY        := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.setup-stamp
 PB_STAMP  := services/lowtide_pb/__init__.py
 PROTOS    := $(wildcard protos/lowtide/v1/*.proto protos/etcd/*.proto)
-PYTEST    := $(PY) -m pytest -q -p no:cacheprovider
+PYTEST    := $(PY) -m pytest -q -rs -p no:cacheprovider
 
 PYTEST_ARGS ?=
 # The suite runs in TEST_WORKERS pytest-xdist processes (each with its own ports, data directories

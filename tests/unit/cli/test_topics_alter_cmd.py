@@ -17,6 +17,7 @@ def test_topics_alter_sets_and_deletes_keys_and_prints_the_new_config(cluster, c
     assert code == 0
     assert docs == [{"topic": "orders", "validate_only": False,
                      "config": {"cleanup.policy": "compact,delete", "retention.bytes": "100", "segment.bytes": "4096"}}]
+    assert store.sync()  # this process's image follows etcd by a watch: catch up before reading
     assert store.topic("orders").config == docs[0]["config"]
 
 
@@ -38,6 +39,7 @@ def test_topics_alter_with_a_bad_value_is_invalid_config_and_changes_nothing(clu
     code, docs = run_json(capsys, "topics", "alter", "--bootstrap-server", address, "--topic", "orders",
                           "--add-config", "segment.bytes=4096", "--add-config", "retention.ms=soon")
     assert code == 1 and docs[0]["error"]["code"] == "INVALID_CONFIG" and "retention.ms" in docs[0]["error"]["message"]
+    assert store.sync()
     assert store.topic("orders").config == {"retention.ms": "1000"}
 
 
@@ -47,6 +49,7 @@ def test_topics_alter_validate_only_changes_nothing(cluster, capsys, store):
     code, docs = run_json(capsys, "topics", "alter", "--bootstrap-server", address, "--topic", "orders",
                           "--add-config", "retention.ms=5", "--validate-only")
     assert code == 0 and docs[0] == {"topic": "orders", "validate_only": True, "config": {"retention.ms": "5"}}
+    assert store.sync()
     assert store.topic("orders").config == {}
 
 
